@@ -1,0 +1,174 @@
+//! Audit records (SPEC §5) and the handlers that receive them.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::SystemTime;
+
+use serde::{Serialize, Serializer};
+
+use crate::{
+    InputContext, InterceptionPoint, Metadata, OutputContext, PolicyDecision, ToolCallContext,
+};
+
+/// The decision an audit record reports: one of the five decision kinds, or an evaluation
+/// error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditDecision {
+    /// The policy allowed.
+    Allow,
+    /// The policy denied.
+    Deny,
+    /// The policy asked for an audit record.
+    Audit,
+    /// The policy redacted.
+    Redact,
+    /// The policy transformed.
+    Transform,
+    /// The policy could not be evaluated.
+    EvaluationError,
+}
+
+impl AuditDecision {
+    /// The wire name (`allow`, …, `evaluation_error`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AuditDecision::Allow => "allow",
+            AuditDecision::Deny => "deny",
+            AuditDecision::Audit => "audit",
+            AuditDecision::Redact => "redact",
+            AuditDecision::Transform => "transform",
+            AuditDecision::EvaluationError => "evaluation_error",
+        }
+    }
+
+    /// Whether this is a `deny` or an `evaluation_error` (the outcomes tracing marks as errors).
+    pub const fn is_failure(self) -> bool {
+        matches!(self, AuditDecision::Deny | AuditDecision::EvaluationError)
+    }
+}
+
+impl From<&PolicyDecision> for AuditDecision {
+    fn from(decision: &PolicyDecision) -> Self {
+        match decision {
+            PolicyDecision::Allow { .. } => AuditDecision::Allow,
+            PolicyDecision::Deny { .. } => AuditDecision::Deny,
+            PolicyDecision::Audit { .. } => AuditDecision::Audit,
+            PolicyDecision::Redact { .. } => AuditDecision::Redact,
+            PolicyDecision::Transform { .. } => AuditDecision::Transform,
+        }
+    }
+}
+
+impl fmt::Display for AuditDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The context an audit record is about, borrowed from the evaluation.
+///
+/// It serializes as that context's JSON. Nothing is copied or serialized unless a handler
+/// asks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum AuditContext<'a> {
+    /// An input context.
+    Input(&'a InputContext),
+    /// A tool-call context.
+    ToolCall(&'a ToolCallContext),
+    /// An output context.
+    Output(&'a OutputContext),
+}
+
+impl AuditContext<'_> {
+    /// The context's metadata.
+    pub fn metadata(&self) -> &Metadata {
+        match self {
+            AuditContext::Input(context) => &context.metadata,
+            AuditContext::ToolCall(context) => &context.metadata,
+            AuditContext::Output(context) => &context.metadata,
+        }
+    }
+
+    /// The context as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        // Contexts are plain data with string keys: serializing them cannot fail.
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// One audit record: what one policy decided about one context.
+///
+/// Records borrow from the evaluation they describe: a handler that keeps them should copy
+/// what it needs (or call [`to_json`](AuditRecord::to_json)).
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct AuditRecord<'a> {
+    /// The policy that decided.
+    pub policy_id: &'a str,
+    /// What it decided.
+    pub decision: AuditDecision,
+    /// Where.
+    pub interception_point: InterceptionPoint,
+    /// The decision's reason, or the error text for an `evaluation_error`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Cow<'a, str>>,
+    /// The context the policy evaluated.
+    pub context: AuditContext<'a>,
+    /// When the decision was taken (UTC; serialized as RFC 3339 with milliseconds).
+    #[serde(serialize_with = "serialize_timestamp")]
+    pub timestamp: SystemTime,
+    /// Whether the decision was enforced. `false` for policies running in monitor mode: their
+    /// denials do not block and their changes are not applied.
+    pub enforced: bool,
+    /// The full decision (with its redactions or operations); `None` for an evaluation error.
+    #[serde(skip)]
+    pub policy_decision: Option<&'a PolicyDecision>,
+}
+
+fn serialize_timestamp<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&crate::time::rfc3339(*time))
+}
+
+impl AuditRecord<'_> {
+    /// The timestamp as RFC 3339 (`2026-11-22T05:30:17.123Z`).
+    pub fn timestamp_rfc3339(&self) -> String {
+        crate::time::rfc3339(self.timestamp)
+    }
+
+    /// The record as JSON (this serializes the context).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Receives every audit record, synchronously, before the evaluation call returns.
+///
+/// Implemented for every `Fn(&AuditRecord) + Send + Sync + 'static`:
+///
+/// ```
+/// use portcullis_engine::{AuditRecord, PolicyEngine, PolicySet};
+///
+/// let engine = PolicyEngine::builder()
+///     .policy_set(PolicySet::builder().build())
+///     .on_audit(|record: &AuditRecord<'_>| println!("{} {}", record.policy_id, record.decision))
+///     .build();
+/// # drop(engine);
+/// ```
+///
+/// A handler must be quick: it runs on the evaluation path. Handlers that export over a
+/// network queue the record and return.
+pub trait AuditHandler: Send + Sync + 'static {
+    /// Takes one record.
+    fn handle(&self, record: &AuditRecord<'_>);
+}
+
+impl<F> AuditHandler for F
+where
+    F: Fn(&AuditRecord<'_>) + Send + Sync + 'static,
+{
+    fn handle(&self, record: &AuditRecord<'_>) {
+        self(record)
+    }
+}

@@ -1,0 +1,415 @@
+//! The engine: runs the policies of a point and applies their decisions (SPEC §3).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::apply::apply_decision;
+use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
+use crate::error::{DeadlineScope, PolicyPanicked, PolicyTimedOut, error_chain};
+use crate::set::{Entry, OnError, PolicySet};
+use crate::unwind::CatchUnwind;
+use crate::{
+    BoxError, EngineError, InputContext, OutputContext, PolicyContext, PolicyDecision,
+    PolicyDenialError, PolicyEvaluationError, ToolCallContext, timer,
+};
+
+/// The policy engine: built once at start-up, shared across tasks and threads.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// use portcullis_engine::{
+///     async_trait, BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision,
+///     PolicyEngine, PolicySet,
+/// };
+///
+/// struct NoPasswords;
+///
+/// #[async_trait]
+/// impl InputPolicy for NoPasswords {
+///     fn id(&self) -> &str {
+///         "no_passwords"
+///     }
+///
+///     async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
+///         let leaks = context.messages.iter().any(|m| m.content.contains("password"));
+///         Ok(if leaks { PolicyDecision::deny("no passwords") } else { PolicyDecision::allow() })
+///     }
+/// }
+///
+/// let engine = PolicyEngine::builder()
+///     .policy_set(PolicySet::builder().input(NoPasswords).build())
+///     .build();
+///
+/// let context = InputContext::new(vec![Message::user("hello")], Metadata::new("agent", "s1"));
+/// let evaluation = engine.evaluate_input(&context).await.unwrap();
+/// assert_eq!(evaluation.context(), &context);
+///
+/// let context = InputContext::new(vec![Message::user("my password is x")], Metadata::new("agent", "s1"));
+/// let denial = engine.evaluate_input(&context).await.unwrap_err();
+/// assert_eq!(denial.as_denial().unwrap().reason(), Some("no passwords"));
+/// # });
+/// ```
+pub struct PolicyEngine {
+    set: PolicySet,
+    audit: Option<Arc<dyn AuditHandler>>,
+}
+
+impl fmt::Debug for PolicyEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyEngine")
+            .field("set", &self.set)
+            .field("audit", &self.audit.is_some())
+            .finish()
+    }
+}
+
+/// Builds a [`PolicyEngine`].
+#[must_use]
+#[derive(Default)]
+pub struct PolicyEngineBuilder {
+    set: Option<PolicySet>,
+    audit: Option<Arc<dyn AuditHandler>>,
+}
+
+impl PolicyEngineBuilder {
+    /// The policies to run. Without one the engine has no policy and allows everything.
+    pub fn policy_set(mut self, set: PolicySet) -> Self {
+        self.set = Some(set);
+        self
+    }
+
+    /// Where audit records go. Optional: without a handler no record is built.
+    pub fn on_audit(mut self, handler: impl AuditHandler) -> Self {
+        self.audit = Some(Arc::new(handler));
+        self
+    }
+
+    /// The engine.
+    pub fn build(self) -> PolicyEngine {
+        PolicyEngine {
+            set: self.set.unwrap_or_default(),
+            audit: self.audit,
+        }
+    }
+}
+
+/// One decision taken during an evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionEntry {
+    /// The policy that took it.
+    pub policy_id: String,
+    /// The decision.
+    pub decision: PolicyDecision,
+    /// Whether it took effect (`false` in monitor mode).
+    pub enforced: bool,
+}
+
+/// A successful evaluation: the context to forward and the decisions taken.
+#[derive(Debug, Clone)]
+pub struct Evaluation<'a, C: Clone> {
+    context: Cow<'a, C>,
+    decisions: Vec<DecisionEntry>,
+}
+
+impl<'a, C: Clone> Evaluation<'a, C> {
+    /// What to forward: the original context when nothing changed, otherwise the changed one.
+    pub fn context(&self) -> &C {
+        &self.context
+    }
+
+    /// Takes the context to forward (this copies the original if nothing changed).
+    pub fn into_context(self) -> C {
+        self.context.into_owned()
+    }
+
+    /// Whether a redaction or transform changed the context.
+    pub fn is_modified(&self) -> bool {
+        matches!(self.context, Cow::Owned(_))
+    }
+
+    /// The decisions taken, in declared order (evaluation errors skipped under
+    /// `on_error: allow` are not decisions and are not listed).
+    pub fn decisions(&self) -> &[DecisionEntry] {
+        &self.decisions
+    }
+
+    /// The context and the decisions.
+    pub fn into_parts(self) -> (Cow<'a, C>, Vec<DecisionEntry>) {
+        (self.context, self.decisions)
+    }
+}
+
+type Outcome = Result<PolicyDecision, BoxError>;
+
+/// What settling one policy's outcome leads to.
+enum Step<C> {
+    Continue {
+        changed: Option<C>,
+        decision: Option<DecisionEntry>,
+    },
+    Stop(EngineError),
+}
+
+impl PolicyEngine {
+    /// A builder for an engine.
+    pub fn builder() -> PolicyEngineBuilder {
+        PolicyEngineBuilder::default()
+    }
+
+    /// The engine's policies.
+    pub fn policy_set(&self) -> &PolicySet {
+        &self.set
+    }
+
+    /// Runs the input policies on `context`.
+    pub async fn evaluate_input<'c>(
+        &self,
+        context: &'c InputContext,
+    ) -> Result<Evaluation<'c, InputContext>, EngineError> {
+        self.evaluate(context).await
+    }
+
+    /// Runs the tool-call policies on `context`.
+    pub async fn evaluate_tool_call<'c>(
+        &self,
+        context: &'c ToolCallContext,
+    ) -> Result<Evaluation<'c, ToolCallContext>, EngineError> {
+        self.evaluate(context).await
+    }
+
+    /// Runs the output policies on `context`.
+    pub async fn evaluate_output<'c>(
+        &self,
+        context: &'c OutputContext,
+    ) -> Result<Evaluation<'c, OutputContext>, EngineError> {
+        self.evaluate(context).await
+    }
+
+    /// Runs the policies of `C`'s point on `context`.
+    pub async fn evaluate<'c, C: PolicyContext>(
+        &self,
+        context: &'c C,
+    ) -> Result<Evaluation<'c, C>, EngineError> {
+        let point = C::point_policies(&self.set);
+        let call_deadline = point
+            .settings
+            .call_deadline
+            .map(|deadline| (Instant::now() + deadline, deadline));
+        if point.settings.concurrent && point.entries.len() > 1 {
+            return self
+                .evaluate_concurrently(&point.entries, context, call_deadline)
+                .await;
+        }
+        let mut current = Cow::Borrowed(context);
+        let mut decisions = Vec::with_capacity(point.entries.len());
+        for entry in &point.entries {
+            let outcome = evaluate_entry::<C>(entry, &*current, call_deadline).await;
+            match self.settle(entry, outcome, &*current, &*current) {
+                Step::Continue { changed, decision } => {
+                    if let Some(changed) = changed {
+                        current = Cow::Owned(changed);
+                    }
+                    decisions.extend(decision);
+                }
+                Step::Stop(error) => return Err(error),
+            }
+        }
+        Ok(Evaluation {
+            context: current,
+            decisions,
+        })
+    }
+
+    async fn evaluate_concurrently<'c, C: PolicyContext>(
+        &self,
+        entries: &[Entry<C::Policy>],
+        context: &'c C,
+        call_deadline: Option<(Instant, Duration)>,
+    ) -> Result<Evaluation<'c, C>, EngineError> {
+        type Running<'f> = Pin<Box<dyn Future<Output = Outcome> + Send + 'f>>;
+        let mut running: Vec<Option<Running<'_>>> = entries
+            .iter()
+            .map(|entry| Some(Box::pin(evaluate_entry::<C>(entry, context, call_deadline)) as _))
+            .collect();
+        let mut finished: Vec<Option<Outcome>> = entries.iter().map(|_| None).collect();
+        let mut current = Cow::Borrowed(context);
+        let mut decisions = Vec::with_capacity(entries.len());
+        let mut next = 0;
+        std::future::poll_fn(|cx| {
+            for (slot, outcome) in running.iter_mut().zip(finished.iter_mut()).skip(next) {
+                if let Some(future) = slot
+                    && let Poll::Ready(result) = future.as_mut().poll(cx)
+                {
+                    *outcome = Some(result);
+                    *slot = None;
+                }
+            }
+            // Settle in declared order, as far as the outcomes allow.
+            while let Some(outcome) = finished.get_mut(next).and_then(Option::take) {
+                match self.settle(&entries[next], outcome, context, &*current) {
+                    Step::Continue { changed, decision } => {
+                        if let Some(changed) = changed {
+                            current = Cow::Owned(changed);
+                        }
+                        decisions.extend(decision);
+                        next += 1;
+                    }
+                    Step::Stop(error) => {
+                        // Cancel whatever is still running.
+                        running.clear();
+                        return Poll::Ready(Err(error));
+                    }
+                }
+            }
+            if next == entries.len() {
+                Poll::Ready(Ok(()))
+            } else {
+                Poll::Pending
+            }
+        })
+        .await?;
+        Ok(Evaluation {
+            context: current,
+            decisions,
+        })
+    }
+
+    /// Audits one outcome and works out what it does to the evaluation. `evaluated` is the
+    /// context the policy saw; `current` the one changes apply to.
+    fn settle<C: PolicyContext>(
+        &self,
+        entry: &Entry<C::Policy>,
+        outcome: Outcome,
+        evaluated: &C,
+        current: &C,
+    ) -> Step<C> {
+        let policy_id = C::policy_id(&entry.policy);
+        let enforced = !entry.monitor;
+        let decision = match outcome {
+            Ok(decision) => decision,
+            Err(error) => return self.fail(policy_id, enforced, error, evaluated),
+        };
+        let changed = if enforced {
+            match apply_decision(current, &decision) {
+                Ok(changed) => changed,
+                Err(error) => return self.fail(policy_id, enforced, Box::new(error), evaluated),
+            }
+        } else {
+            None
+        };
+        self.record(
+            policy_id,
+            AuditDecision::from(&decision),
+            decision.reason().map(Cow::Borrowed),
+            evaluated,
+            enforced,
+            Some(&decision),
+        );
+        if enforced && let PolicyDecision::Deny { reason, policy_id: named } = &decision {
+            return Step::Stop(EngineError::Denied(PolicyDenialError::new(
+                named.as_deref().unwrap_or(policy_id),
+                C::POINT,
+                reason.clone(),
+            )));
+        }
+        Step::Continue {
+            changed,
+            decision: Some(DecisionEntry {
+                policy_id: policy_id.to_owned(),
+                decision,
+                enforced,
+            }),
+        }
+    }
+
+    fn fail<C: PolicyContext>(
+        &self,
+        policy_id: &str,
+        enforced: bool,
+        error: BoxError,
+        evaluated: &C,
+    ) -> Step<C> {
+        if self.audit.is_some() {
+            let reason = error_chain(&*error);
+            self.record(
+                policy_id,
+                AuditDecision::EvaluationError,
+                Some(Cow::Owned(reason)),
+                evaluated,
+                enforced,
+                None,
+            );
+        }
+        if enforced && self.set.on_error == OnError::Deny {
+            Step::Stop(EngineError::Evaluation(PolicyEvaluationError::new(
+                policy_id, C::POINT, error,
+            )))
+        } else {
+            Step::Continue {
+                changed: None,
+                decision: None,
+            }
+        }
+    }
+
+    fn record<C: PolicyContext>(
+        &self,
+        policy_id: &str,
+        decision: AuditDecision,
+        reason: Option<Cow<'_, str>>,
+        context: &C,
+        enforced: bool,
+        policy_decision: Option<&PolicyDecision>,
+    ) {
+        let Some(handler) = &self.audit else {
+            return;
+        };
+        let record = AuditRecord {
+            policy_id,
+            decision,
+            interception_point: C::POINT,
+            reason,
+            context: context.audit_context(),
+            timestamp: SystemTime::now(),
+            enforced,
+            policy_decision,
+        };
+        // A panicking handler must not take the evaluation down; the panic hook has
+        // already reported it.
+        let _ = catch_unwind(AssertUnwindSafe(|| handler.handle(&record)));
+    }
+}
+
+/// Evaluates one policy, turning a panic or a missed deadline into an error.
+async fn evaluate_entry<C: PolicyContext>(
+    entry: &Entry<C::Policy>,
+    context: &C,
+    call_deadline: Option<(Instant, Duration)>,
+) -> Outcome {
+    let started = catch_unwind(AssertUnwindSafe(|| {
+        C::evaluate_policy(&entry.policy, context)
+    }));
+    let future = match started {
+        Ok(future) => CatchUnwind::new(future),
+        Err(payload) => return Err(Box::new(PolicyPanicked::from_payload(&*payload))),
+    };
+    let policy_deadline = entry.deadline.map(|deadline| (Instant::now() + deadline, deadline));
+    let (deadline, timed_out) = match (policy_deadline, call_deadline) {
+        (None, None) => return future.await.unwrap_or_else(|panic| Err(Box::new(panic))),
+        (Some((at, after)), Some((call, _))) if at <= call => {
+            (at, PolicyTimedOut::new(DeadlineScope::Policy, after))
+        }
+        (Some((at, after)), None) => (at, PolicyTimedOut::new(DeadlineScope::Policy, after)),
+        (_, Some((call, after))) => (call, PolicyTimedOut::new(DeadlineScope::Call, after)),
+    };
+    match timer::until(deadline, future).await {
+        Some(outcome) => outcome.unwrap_or_else(|panic| Err(Box::new(panic))),
+        None => Err(Box::new(timed_out)),
+    }
+}

@@ -1,0 +1,65 @@
+//! The core of Portcullis, an embeddable policy engine for LLM agents.
+//!
+//! An application builds one [`PolicyEngine`] at start-up and calls it at three interception
+//! points: [`evaluate_input`](PolicyEngine::evaluate_input) before a request goes to the model,
+//! [`evaluate_tool_call`](PolicyEngine::evaluate_tool_call) before a tool runs, and
+//! [`evaluate_output`](PolicyEngine::evaluate_output) after the model has answered. Each call
+//! runs the policies of that point in declared order and either returns the context to forward
+//! (possibly redacted or transformed) or fails with a denial or an evaluation error.
+//!
+//! Semantics, point by point:
+//! - the first enforced `deny` stops the evaluation: no later policy of the point runs;
+//! - every decision of every policy that ran produces one [`AuditRecord`], handed to the
+//!   audit handler before the call returns;
+//! - a policy that fails, panics, misses its deadline or returns a decision that cannot be
+//!   applied is an evaluation error: [`OnError::Deny`] (the default) fails the call,
+//!   [`OnError::Allow`] skips the policy; either way an `evaluation_error` record is emitted;
+//! - `redact` and `transform` decisions are applied in order to the context being forwarded,
+//!   and later policies see the change; when nothing changes the original context is
+//!   forwarded without a copy;
+//! - policies in monitor mode are evaluated and audited (`enforced: false`) but take no effect;
+//! - a point can run its policies concurrently (see [`PolicySetBuilder::concurrent`]).
+//!
+//! Most applications use this crate through the `portcullis` facade.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod apply;
+mod audit;
+mod context;
+mod decision;
+mod engine;
+pub mod error;
+pub mod path;
+mod policy;
+mod set;
+mod time;
+mod timer;
+mod unwind;
+
+pub use async_trait::async_trait;
+
+pub use audit::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
+pub use context::{
+    InputContext, InterceptionPoint, Message, Metadata, OutputContext, PolicyContext, Role,
+    ToolCallContext,
+};
+pub use decision::{
+    DEFAULT_REPLACEMENT, PolicyDecision, Redaction, RedactionStrategy, TransformOp,
+    TransformOperation, Transformation,
+};
+pub use engine::{DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder};
+pub use error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
+pub use policy::{
+    InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy, WithDeadline,
+};
+pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
+
+/// A boxed future that can cross threads, as policy traits return.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<PolicyEngine>();
+    assert_send_sync::<PolicySet>();
+};

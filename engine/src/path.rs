@@ -1,0 +1,285 @@
+//! Dotted field paths into a context's JSON shape (`messages.0.content`, `arguments.query`).
+//!
+//! A path is a list of segments separated by dots:
+//! - a name selects an object key;
+//! - an integer selects a list element; a negative integer counts from the end
+//!   (`messages.-1` is the latest message); on an object it is a key like any other;
+//! - `*` selects every element of a list or every value of an object.
+//!
+//! Negative indexes and `*` go beyond the dotted paths of the schema; redactions and
+//! transforms accept them, and so do DSL conditions.
+
+use serde_json::Value;
+use std::fmt;
+
+/// One segment of a [`FieldPath`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Segment {
+    /// An object key.
+    Name(String),
+    /// A list index (negative: from the end), or an object key written as a number.
+    Index {
+        /// The segment as written, used as the key on objects.
+        text: String,
+        /// The index; `-1` is the last element.
+        index: i64,
+    },
+    /// `*`: every element of a list or every value of an object.
+    Any,
+}
+
+impl Segment {
+    /// The segment as written.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Segment::Name(name) => name,
+            Segment::Index { text, .. } => text,
+            Segment::Any => "*",
+        }
+    }
+
+    /// The key this segment selects on an object (`None` for `*`).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Segment::Name(name) | Segment::Index { text: name, .. } => Some(name),
+            Segment::Any => None,
+        }
+    }
+}
+
+/// The position a list index selects in a list of `len` elements, if any.
+pub fn list_position(index: i64, len: usize) -> Option<usize> {
+    if index >= 0 {
+        let position = usize::try_from(index).ok()?;
+        (position < len).then_some(position)
+    } else {
+        let back = usize::try_from(index.unsigned_abs()).ok()?;
+        len.checked_sub(back)
+    }
+}
+
+/// Why a path could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathError {
+    path: String,
+    problem: &'static str,
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid field path \"{}\": {}", self.path, self.problem)
+    }
+}
+
+impl std::error::Error for PathError {}
+
+/// A parsed dotted path.
+///
+/// ```
+/// use portcullis_engine::path::{FieldPath, Segment};
+///
+/// let path: FieldPath = "messages.-1.content".parse().unwrap();
+/// assert_eq!(path.segments()[1], Segment::Index { text: "-1".into(), index: -1 });
+/// assert!("messages..content".parse::<FieldPath>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FieldPath {
+    text: String,
+    segments: Vec<Segment>,
+}
+
+impl FieldPath {
+    /// Parses a dotted path.
+    pub fn parse(text: &str) -> Result<Self, PathError> {
+        let error = |problem| PathError {
+            path: text.to_owned(),
+            problem,
+        };
+        if text.is_empty() {
+            return Err(error("the path is empty"));
+        }
+        let segments = text
+            .split('.')
+            .map(|segment| {
+                if segment.is_empty() {
+                    Err(error("it has an empty segment (two dots in a row, or a dot at an end)"))
+                } else if segment == "*" {
+                    Ok(Segment::Any)
+                } else if let Some(index) = parse_index(segment) {
+                    Ok(Segment::Index {
+                        text: segment.to_owned(),
+                        index,
+                    })
+                } else {
+                    Ok(Segment::Name(segment.to_owned()))
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(FieldPath {
+            text: text.to_owned(),
+            segments,
+        })
+    }
+
+    /// The path as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Its segments.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Whether any segment is `*` (the path may select several values, or none).
+    pub fn has_wildcard(&self) -> bool {
+        self.segments.contains(&Segment::Any)
+    }
+
+    /// Calls `visit` with every value the path selects in `root`, in document order.
+    /// A segment that does not resolve selects nothing.
+    pub fn select<'v>(&self, root: &'v Value, visit: &mut impl FnMut(&'v Value)) {
+        select(root, &self.segments, visit);
+    }
+
+    /// The first value the path selects in `root`.
+    pub fn first<'v>(&self, root: &'v Value) -> Option<&'v Value> {
+        let mut found = None;
+        self.select(root, &mut |value| {
+            if found.is_none() {
+                found = Some(value);
+            }
+        });
+        found
+    }
+}
+
+fn parse_index(segment: &str) -> Option<i64> {
+    let digits = segment.strip_prefix('-').unwrap_or(segment);
+    if digits.is_empty() || !digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    segment.parse().ok()
+}
+
+fn select<'v>(value: &'v Value, segments: &[Segment], visit: &mut impl FnMut(&'v Value)) {
+    let Some((segment, rest)) = segments.split_first() else {
+        visit(value);
+        return;
+    };
+    match (segment, value) {
+        (Segment::Any, Value::Array(items)) => {
+            for item in items {
+                select(item, rest, visit);
+            }
+        }
+        (Segment::Any, Value::Object(map)) => {
+            for item in map.values() {
+                select(item, rest, visit);
+            }
+        }
+        (Segment::Index { index, .. }, Value::Array(items)) => {
+            if let Some(item) = list_position(*index, items.len()).and_then(|at| items.get(at)) {
+                select(item, rest, visit);
+            }
+        }
+        (segment, Value::Object(map)) => {
+            if let Some(item) = segment.key().and_then(|key| map.get(key)) {
+                select(item, rest, visit);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl std::str::FromStr for FieldPath {
+    type Err = PathError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        FieldPath::parse(text)
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn all(path: &str, root: &Value) -> Vec<Value> {
+        let mut found = Vec::new();
+        FieldPath::parse(path)
+            .unwrap()
+            .select(root, &mut |value| found.push(value.clone()));
+        found
+    }
+
+    #[test]
+    fn parses_segments() {
+        let path = FieldPath::parse("a.0.*.-2.b1").unwrap();
+        assert_eq!(
+            path.segments(),
+            &[
+                Segment::Name("a".into()),
+                Segment::Index {
+                    text: "0".into(),
+                    index: 0
+                },
+                Segment::Any,
+                Segment::Index {
+                    text: "-2".into(),
+                    index: -2
+                },
+                Segment::Name("b1".into()),
+            ]
+        );
+        assert!(path.has_wildcard());
+        assert_eq!(path.to_string(), "a.0.*.-2.b1");
+    }
+
+    #[test]
+    fn rejects_empty_paths_and_segments() {
+        for bad in ["", ".", "a.", ".a", "a..b"] {
+            let error = FieldPath::parse(bad).unwrap_err();
+            assert!(error.to_string().contains("invalid field path"), "{error}");
+        }
+        // A number too large for an index is a name.
+        let path = FieldPath::parse("99999999999999999999").unwrap();
+        assert_eq!(path.segments()[0].as_str(), "99999999999999999999");
+    }
+
+    #[test]
+    fn selects_values() {
+        let root = json!({"messages": [{"content": "a"}, {"content": "b"}], "arguments": {"0": "zero", "k": {"x": 1}}});
+        assert_eq!(all("messages.0.content", &root), vec![json!("a")]);
+        assert_eq!(all("messages.-1.content", &root), vec![json!("b")]);
+        assert_eq!(all("messages.-2.content", &root), vec![json!("a")]);
+        assert!(all("messages.-3.content", &root).is_empty());
+        assert!(all("messages.2.content", &root).is_empty());
+        assert_eq!(
+            all("messages.*.content", &root),
+            vec![json!("a"), json!("b")]
+        );
+        assert_eq!(all("arguments.0", &root), vec![json!("zero")]);
+        assert_eq!(all("arguments.k.x", &root), vec![json!(1)]);
+        assert!(all("arguments.k.x.y", &root).is_empty());
+        assert!(all("messages.content", &root).is_empty());
+    }
+
+    #[test]
+    fn list_positions() {
+        assert_eq!(list_position(0, 3), Some(0));
+        assert_eq!(list_position(2, 3), Some(2));
+        assert_eq!(list_position(3, 3), None);
+        assert_eq!(list_position(-1, 3), Some(2));
+        assert_eq!(list_position(-3, 3), Some(0));
+        assert_eq!(list_position(-4, 3), None);
+        assert_eq!(list_position(i64::MIN, 3), None);
+        assert_eq!(list_position(0, 0), None);
+    }
+}

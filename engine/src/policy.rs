@@ -1,0 +1,225 @@
+//! The three policy traits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{BoxError, InputContext, OutputContext, PolicyDecision, ToolCallContext};
+
+macro_rules! policy_trait {
+    (
+        $(#[$doc:meta])*
+        trait $name:ident($context:ty),
+        message = $message:literal, label = $label:literal, note = $note:literal
+    ) => {
+        $(#[$doc])*
+        #[diagnostic::on_unimplemented(message = $message, label = $label, note = $note)]
+        #[async_trait]
+        pub trait $name: Send + Sync {
+            /// The policy's id, as it appears in decisions, errors and audit records.
+            fn id(&self) -> &str;
+
+            /// Decides on `context`. An `Err` is an evaluation error; the policy set's
+            /// `on_error` decides what follows.
+            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError>;
+
+            /// Whether the policy's decisions are enforced or only observed. Read once, when the
+            /// policy is added to a policy set. Default: [`PolicyMode::Enforce`].
+            fn mode(&self) -> PolicyMode {
+                PolicyMode::Enforce
+            }
+
+            /// How long one evaluation may take. Read once, when the policy is added to a policy
+            /// set. Default: none (the point's policy deadline, if any, applies).
+            fn deadline(&self) -> Option<Duration> {
+                None
+            }
+        }
+
+        #[async_trait]
+        impl<P: $name + ?Sized> $name for Arc<P> {
+            fn id(&self) -> &str {
+                (**self).id()
+            }
+
+            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
+                (**self).evaluate(context).await
+            }
+
+            fn mode(&self) -> PolicyMode {
+                (**self).mode()
+            }
+
+            fn deadline(&self) -> Option<Duration> {
+                (**self).deadline()
+            }
+        }
+
+        #[async_trait]
+        impl<P: $name + ?Sized> $name for Box<P> {
+            fn id(&self) -> &str {
+                (**self).id()
+            }
+
+            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
+                (**self).evaluate(context).await
+            }
+
+            fn mode(&self) -> PolicyMode {
+                (**self).mode()
+            }
+
+            fn deadline(&self) -> Option<Duration> {
+                (**self).deadline()
+            }
+        }
+
+        #[async_trait]
+        impl<P: $name> $name for Monitored<P> {
+            fn id(&self) -> &str {
+                self.0.id()
+            }
+
+            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
+                self.0.evaluate(context).await
+            }
+
+            fn mode(&self) -> PolicyMode {
+                PolicyMode::Monitor
+            }
+
+            fn deadline(&self) -> Option<Duration> {
+                self.0.deadline()
+            }
+        }
+
+        #[async_trait]
+        impl<P: $name> $name for WithDeadline<P> {
+            fn id(&self) -> &str {
+                self.policy.id()
+            }
+
+            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
+                self.policy.evaluate(context).await
+            }
+
+            fn mode(&self) -> PolicyMode {
+                self.policy.mode()
+            }
+
+            fn deadline(&self) -> Option<Duration> {
+                Some(self.deadline)
+            }
+        }
+    };
+}
+
+/// Whether a policy's decisions take effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PolicyMode {
+    /// Decisions take effect: a `deny` blocks, changes are applied, errors follow `on_error`.
+    #[default]
+    Enforce,
+    /// Decisions are evaluated and audited (with `enforced: false`) but take no effect: a
+    /// `deny` does not block, redactions and transforms are not applied, and an error does not
+    /// fail the call. This is how a new policy is rolled out safely.
+    Monitor,
+}
+
+/// A policy run in monitor mode (see [`PolicyMode::Monitor`]); made by [`PolicyExt::monitored`].
+#[derive(Debug, Clone)]
+pub struct Monitored<P>(pub P);
+
+/// A policy with its own deadline; made by [`PolicyExt::with_deadline`].
+#[derive(Debug, Clone)]
+pub struct WithDeadline<P> {
+    /// The policy.
+    pub policy: P,
+    /// How long one evaluation may take before it is cancelled and counts as an evaluation
+    /// error.
+    pub deadline: Duration,
+}
+
+/// Wrappers that change how a policy of any point runs.
+///
+/// ```
+/// use std::time::Duration;
+/// use portcullis_engine::{PolicyExt, PolicySet, InputContext, PolicyDecision, BoxError};
+/// # use portcullis_engine::{async_trait, InputPolicy};
+/// # struct Pii;
+/// # #[async_trait]
+/// # impl InputPolicy for Pii {
+/// #     fn id(&self) -> &str { "pii" }
+/// #     async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
+/// #         Ok(PolicyDecision::allow())
+/// #     }
+/// # }
+///
+/// let set = PolicySet::builder()
+///     .input(Pii.monitored().with_deadline(Duration::from_millis(20)))
+///     .build();
+/// # drop(set);
+/// ```
+pub trait PolicyExt: Sized {
+    /// Runs the policy in monitor mode.
+    fn monitored(self) -> Monitored<Self> {
+        Monitored(self)
+    }
+
+    /// Gives the policy its own deadline.
+    fn with_deadline(self, deadline: Duration) -> WithDeadline<Self> {
+        WithDeadline {
+            policy: self,
+            deadline,
+        }
+    }
+}
+
+impl<P> PolicyExt for P {}
+
+policy_trait! {
+    /// A policy of the input point: it sees the messages before they are sent to the model.
+    ///
+    /// ```
+    /// use portcullis_engine::{async_trait, BoxError, InputContext, InputPolicy, PolicyDecision};
+    ///
+    /// struct MaxMessages(usize);
+    ///
+    /// #[async_trait]
+    /// impl InputPolicy for MaxMessages {
+    ///     fn id(&self) -> &str {
+    ///         "max_messages"
+    ///     }
+    ///
+    ///     async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
+    ///         Ok(if context.messages.len() > self.0 {
+    ///             PolicyDecision::deny("conversation too long")
+    ///         } else {
+    ///             PolicyDecision::allow()
+    ///         })
+    ///     }
+    /// }
+    /// ```
+    trait InputPolicy(InputContext),
+    message = "`{Self}` is not an input policy",
+    label = "not an input policy: it cannot go in `input`",
+    note = "an input policy implements `InputPolicy`: annotate a function taking `&InputContext` with `#[input_policy]`; a tool-call or output policy belongs in `tool_call` or `output`"
+}
+
+policy_trait! {
+    /// A policy of the tool-call point: it sees the tool the model wants to run and its
+    /// arguments, before the tool runs.
+    trait ToolCallPolicy(ToolCallContext),
+    message = "`{Self}` is not a tool-call policy",
+    label = "not a tool-call policy: it cannot go in `tool_call`",
+    note = "a tool-call policy implements `ToolCallPolicy`: annotate a function taking `&ToolCallContext` with `#[tool_call_policy]`; an input or output policy belongs in `input` or `output`"
+}
+
+policy_trait! {
+    /// A policy of the output point: it sees the model's answer.
+    trait OutputPolicy(OutputContext),
+    message = "`{Self}` is not an output policy",
+    label = "not an output policy: it cannot go in `output`",
+    note = "an output policy implements `OutputPolicy`: annotate a function taking `&OutputContext` with `#[output_policy]`; an input or tool-call policy belongs in `input` or `tool_call`"
+}

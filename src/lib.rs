@@ -1,0 +1,25 @@
+//! Portcullis: an embeddable policy engine for LLM agents.
+//!
+//! Put Portcullis around an agent to block, redact, rewrite and audit what goes to the model,
+//! which tools the model calls, and what the model answers. Policies are plain Rust, JSON
+//! rules, or Rego (in-process WebAssembly or a policy server); every decision is audited.
+//!
+//! This crate is the facade: the core engine is always here, and each unit comes behind a
+//! feature named after it.
+//!
+//! | feature | unit | default |
+//! |---|---|---|
+//! | `dsl` | [`dsl`]: JSON rules, checked when loaded | yes |
+//! | `macros` | `#[input_policy]` and friends, `policy_set!`, `dsl_policy!` | yes |
+//! | `rego` | `rego`: OPA WebAssembly bundles, in process | no |
+//! | `rego-rest` | `rego_rest`: a policy server speaking the OPA REST API | no |
+//! | `http` | `http`: the remote `/engine/evaluate` endpoint | no |
+//! | `otel` | `otel`: OpenTelemetry spans for audit records | no |
+//! | `observability` | `observability`: OTLP export to an LLM observability platform | no |
+//! | `full` | all of the above | no |
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+extern crate self as portcullis;
+
+pub use portcullis_engine::*;
