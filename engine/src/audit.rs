@@ -62,7 +62,7 @@ impl From<&PolicyDecision> for AuditDecision {
 
 impl fmt::Display for AuditDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
