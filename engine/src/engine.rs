@@ -411,10 +411,10 @@ impl PolicyEngine {
         enforced: bool,
         policy_decision: Option<&PolicyDecision>,
     ) {
-        let Some(handler) = &self.audit else {
+        if self.audit.is_none() {
             return;
-        };
-        let record = AuditRecord {
+        }
+        self.emit(AuditRecord {
             policy_id,
             decision,
             interception_point: C::POINT,
@@ -423,10 +423,25 @@ impl PolicyEngine {
             timestamp: SystemTime::now(),
             enforced,
             policy_decision,
-        };
-        // A panicking handler must not take the evaluation down; the panic hook has
-        // already reported it.
-        let _ = catch_unwind(AssertUnwindSafe(|| handler.handle(&record)));
+            stream: None,
+        });
+    }
+
+    /// Hands a record to the audit handler, if there is one.
+    pub(crate) fn emit(&self, record: AuditRecord<'_>) {
+        if let Some(handler) = &self.audit {
+            // A panicking handler must not take the evaluation down; the panic hook has
+            // already reported it.
+            let _ = catch_unwind(AssertUnwindSafe(|| handler.handle(&record)));
+        }
+    }
+
+    /// Runs only the monitored output policies on `context`, for their audit records.
+    pub(crate) async fn evaluate_monitored_output(&self, context: &OutputContext) {
+        for entry in self.set.output.entries.iter().filter(|entry| entry.monitor) {
+            let outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
+            let _ = self.settle(entry, outcome, context, context);
+        }
     }
 }
 

@@ -33,6 +33,7 @@ pub mod error;
 pub mod path;
 mod policy;
 mod set;
+pub mod stream;
 mod time;
 mod timer;
 mod unwind;
@@ -54,6 +55,7 @@ pub use policy::{
     InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy, WithDeadline,
 };
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
+pub use stream::{OutputStream, StreamItem, StreamingRule};
 
 /// A boxed future that can cross threads, as policy traits return.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
