@@ -11,13 +11,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_decision;
 use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
-use crate::error::{DeadlineScope, PolicyPanicked, PolicyTimedOut, error_chain};
+use crate::error::{ApplyError, DeadlineScope, PolicyPanicked, PolicyTimedOut, error_chain};
 use crate::set::{Entry, OnError, PolicySet};
 use crate::unwind::CatchUnwind;
 use crate::{
     BoxError, EngineError, InputContext, OutputContext, PolicyContext, PolicyDecision,
     PolicyDenialError, PolicyEvaluationError, ToolCallContext, timer,
 };
+
+/// The id under which the engine reports a context it refuses before any policy runs
+/// (for example tool arguments nested deeper than [`MAX_NESTING`](crate::MAX_NESTING)).
+pub const CONTEXT_CHECK_ID: &str = "portcullis.context";
 
 /// The policy engine: built once at start-up, shared across tasks and threads.
 ///
@@ -239,6 +243,9 @@ impl PolicyEngine {
         &'a self,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
+        if let Err(problem) = context.check_nesting() {
+            return Err(self.reject(context, problem));
+        }
         let point = C::point_policies(&self.set);
         let call_deadline = point
             .settings
@@ -425,6 +432,24 @@ impl PolicyEngine {
             policy_decision,
             stream: None,
         });
+    }
+
+    /// Refuses a context before any policy runs; audited as an evaluation error of
+    /// [`CONTEXT_CHECK_ID`].
+    fn reject<C: PolicyContext>(&self, context: &C, problem: String) -> EngineError {
+        self.record(
+            CONTEXT_CHECK_ID,
+            AuditDecision::EvaluationError,
+            Some(Cow::Borrowed(problem.as_str())),
+            context,
+            true,
+            None,
+        );
+        EngineError::Evaluation(PolicyEvaluationError::new(
+            CONTEXT_CHECK_ID,
+            C::POINT,
+            ApplyError::new("", problem),
+        ))
     }
 
     /// Hands a record to the audit handler, if there is one.

@@ -42,14 +42,14 @@ pub use async_trait::async_trait;
 
 pub use audit::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
-    InputContext, InterceptionPoint, Message, Metadata, OutputContext, PolicyContext, Role,
-    ToolCallContext,
+    InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, PolicyContext,
+    Role, ToolCallContext,
 };
 pub use decision::{
     DEFAULT_REPLACEMENT, PolicyDecision, Redaction, RedactionStrategy, TransformOp,
     TransformOperation, Transformation,
 };
-pub use engine::{DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder};
+pub use engine::{CONTEXT_CHECK_ID, DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder};
 pub use error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 pub use policy::{
     InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy, WithDeadline,

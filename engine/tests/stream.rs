@@ -264,7 +264,10 @@ fn check_text(text: &str, chunkings: &[Vec<Vec<u8>>]) {
         // What the denying rule sees: the text after the redactions.
         let redacted = Regex::new(CARD)
             .unwrap()
-            .replace_all(&Regex::new(SSN).unwrap().replace_all(text, "[SSN]"), "[CARD]")
+            .replace_all(
+                &Regex::new(SSN).unwrap().replace_all(text, "[SSN]"),
+                "[CARD]",
+            )
             .into_owned();
         let offending = Regex::new("(?i:phishing\\.example|MALWARE\\.test)")
             .unwrap()
