@@ -349,9 +349,8 @@ impl RemoteClient {
         // Read the body, never holding more than the limit.
         let limit = self.inner.max_body_bytes;
         let mut body = Vec::new();
-        if response
-            .content_length()
-            .is_some_and(|length| length > limit as u64)
+        if let Some(announced) = response.content_length()
+            && announced > limit as u64
             && status.is_success()
         {
             let first = response.chunk().await.ok().flatten().unwrap_or_default();
@@ -359,8 +358,7 @@ impl RemoteClient {
                 .with_status(status)
                 .with_excerpt(&first)
                 .with_detail(format!(
-                    "the answer announces {} bytes, more than the limit of {limit} bytes",
-                    response.content_length().unwrap_or_default()
+                    "the answer announces {announced} bytes, more than the limit of {limit} bytes"
                 )));
         }
         loop {
