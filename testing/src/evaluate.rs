@@ -6,19 +6,19 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
+use http::{HeaderName, HeaderValue, Response, StatusCode};
 use portcullis_engine::PolicyDecision;
 use tokio::sync::mpsc;
 
-use crate::server::{Handler, HandlerFuture, RecordedRequest, Running, ServerBody, json_response};
+use crate::server::{Handler, HandlerFuture, RecordedRequest, Running, ServerBody};
 
 type Script = Arc<dyn Fn(&RecordedRequest) -> Reply + Send + Sync>;
 
 /// A decision endpoint on 127.0.0.1 whose answers a test scripts.
 ///
-/// It answers `POST` requests whose path ends in `/engine/evaluate` (so a base URL with a path
-/// prefix works) with the [`Reply`] its script returns for that request; any other request gets
-/// `404`. Every request is recorded ([`requests`](Self::requests)) before it is answered, and
+/// It answers every request with the [`Reply`] its script returns for it, whatever the method
+/// and path (tests assert those from [`requests`](Self::requests)), so it also stands in for a
+/// misbehaving OPA server or any other JSON service. Every request is recorded ([`requests`](Self::requests)) before it is answered, and
 /// every accepted TCP connection is counted ([`connections_accepted`](Self::connections_accepted)).
 /// The server stops when [`shutdown`](Self::shutdown) is awaited or when it is dropped; either
 /// way the connections still open are closed.
@@ -70,9 +70,6 @@ impl EvaluateServer {
         let handler: Handler = Arc::new(move |request: RecordedRequest| -> HandlerFuture {
             let script = Arc::clone(&shared.read().unwrap_or_else(PoisonError::into_inner));
             Box::pin(async move {
-                if request.method != Method::POST || !request.path.ends_with("/engine/evaluate") {
-                    return json_response(404, &serde_json::json!({"error": "not found"}));
-                }
                 let reply = script(&request);
                 reply.into_response(&request).await
             })
