@@ -391,9 +391,9 @@ impl RemoteClient {
             let mut error = fail(RemoteErrorKind::Status)
                 .with_status(status)
                 .with_excerpt(&body);
-            error.service = ServiceError::parse(&body);
+            error.inner.service = ServiceError::parse(&body);
             if status.is_redirection() {
-                error.detail = Some(match location {
+                error.inner.detail = Some(match location {
                     Some(location) => {
                         format!("redirected to {location:?}; redirects are not followed")
                     }
@@ -428,7 +428,7 @@ impl RemoteClient {
         };
         let mut remote = fail(kind);
         if kind == RemoteErrorKind::TimedOut {
-            remote.detail = Some(format!(
+            remote.inner.detail = Some(format!(
                 "no complete answer within the time-out of {:?}",
                 self.inner.timeout
             ));
@@ -436,7 +436,7 @@ impl RemoteClient {
         if let Some((status, body)) = answer {
             remote = remote.with_status(status).with_excerpt(body);
         }
-        remote.source = Some(Box::new(error.without_url()));
+        remote.inner.source = Some(Box::new(error.without_url()));
         remote
     }
 }
@@ -600,6 +600,12 @@ impl ServiceError {
 /// `PolicyEvaluationError` (reach it with `source()` and `downcast_ref::<RemoteError>()`).
 #[derive(Debug)]
 pub struct RemoteError {
+    // Boxed: errors travel through `Result`s on the hot path, which stay small this way.
+    inner: Box<RemoteErrorInner>,
+}
+
+#[derive(Debug)]
+struct RemoteErrorInner {
     kind: RemoteErrorKind,
     method: Method,
     url: String,
@@ -619,57 +625,59 @@ impl RemoteError {
         let _ = shown.set_password(None);
         let _ = shown.set_username("");
         RemoteError {
-            kind,
-            method: method.clone(),
-            url: shown.into(),
-            status: None,
-            excerpt: None,
-            service: None,
-            detail: None,
-            source: None,
+            inner: Box::new(RemoteErrorInner {
+                kind,
+                method: method.clone(),
+                url: shown.into(),
+                status: None,
+                excerpt: None,
+                service: None,
+                detail: None,
+                source: None,
+            }),
         }
     }
 
     /// Adds a sentence saying what went wrong.
     pub fn with_detail(mut self, detail: impl Into<String>) -> RemoteError {
-        self.detail = Some(detail.into());
+        self.inner.detail = Some(detail.into());
         self
     }
 
     fn with_status(mut self, status: StatusCode) -> RemoteError {
-        self.status = Some(status);
+        self.inner.status = Some(status);
         self
     }
 
     fn with_excerpt(mut self, body: &[u8]) -> RemoteError {
-        self.excerpt = (!body.is_empty()).then(|| excerpt(body));
+        self.inner.excerpt = (!body.is_empty()).then(|| excerpt(body));
         self
     }
 
     /// What kind of failure this is.
     pub fn kind(&self) -> RemoteErrorKind {
-        self.kind
+        self.inner.kind
     }
 
     /// The HTTP status of the answer, when one came.
     pub fn status(&self) -> Option<u16> {
-        self.status.map(|status| status.as_u16())
+        self.inner.status.map(|status| status.as_u16())
     }
 
     /// The start of the answer's body (at most 200 bytes, as text), when there was one.
     pub fn body_excerpt(&self) -> Option<&str> {
-        self.excerpt.as_deref()
+        self.inner.excerpt.as_deref()
     }
 
     /// The service's own error, when the body of a non-2xx answer was shaped
     /// `{"code": .., "message": ..}` (as OPA sends).
     pub fn service_error(&self) -> Option<&ServiceError> {
-        self.service.as_ref()
+        self.inner.service.as_ref()
     }
 
     /// The URL requested (without credentials).
     pub fn url(&self) -> &str {
-        &self.url
+        &self.inner.url
     }
 }
 
@@ -685,8 +693,8 @@ fn excerpt(body: &[u8]) -> String {
 
 impl fmt::Display for RemoteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.method, self.url)?;
-        let what = match self.kind {
+        write!(f, "{} {}", self.inner.method, self.inner.url)?;
+        let what = match self.inner.kind {
             RemoteErrorKind::Connect => "cannot connect",
             RemoteErrorKind::TimedOut => "timed out",
             RemoteErrorKind::Transport => "the connection failed before an answer",
@@ -697,13 +705,13 @@ impl fmt::Display for RemoteError {
             RemoteErrorKind::Shape => "unexpected answer",
             RemoteErrorKind::InvalidRequest => "invalid request",
         };
-        if let Some(status) = self.status {
+        if let Some(status) = self.inner.status {
             write!(f, ": HTTP {status}")?;
         }
         if !what.is_empty() {
             write!(f, ": {what}")?;
         }
-        if let Some(service) = &self.service {
+        if let Some(service) = &self.inner.service {
             match (service.code.is_empty(), service.message.is_empty()) {
                 (false, false) => write!(f, ": {}: {}", service.code, service.message)?,
                 (false, true) => write!(f, ": {}", service.code)?,
@@ -713,10 +721,10 @@ impl fmt::Display for RemoteError {
                 write!(f, "; {detail}")?;
             }
         }
-        if let Some(detail) = &self.detail {
+        if let Some(detail) = &self.inner.detail {
             write!(f, ": {detail}")?;
         }
-        if let Some(source) = &self.source {
+        if let Some(source) = &self.inner.source {
             write!(f, ": {source}")?;
             let mut cause = source.source();
             while let Some(inner) = cause {
@@ -724,8 +732,8 @@ impl fmt::Display for RemoteError {
                 cause = inner.source();
             }
         }
-        if let Some(excerpt) = &self.excerpt
-            && self.service.is_none()
+        if let Some(excerpt) = &self.inner.excerpt
+            && self.inner.service.is_none()
         {
             write!(f, " (body: {excerpt:?})")?;
         }

@@ -84,7 +84,11 @@ use portcullis_engine::{
 use serde::Serialize;
 use url::Url;
 
-use client::{ClientError, RemoteClient, RemoteError};
+use client::RemoteClient;
+
+/// The errors shared with the `rego-rest` backend: [`ClientError`] when a policy cannot be
+/// built, [`RemoteError`] (with its [`RemoteErrorKind`]) when a request fails.
+pub use client::{ClientError, RemoteError, RemoteErrorKind, ServiceError};
 
 /// Where the decision endpoint is and how to reach it: the [`client::ClientOptions`] of this
 /// backend (base URL, time-out, extra headers, body cap; clones share one connection pool).

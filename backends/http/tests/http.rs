@@ -1,5 +1,8 @@
 //! The `http` backend against real endpoints on 127.0.0.1.
 
+// A test fails by panicking: unwrapping is how these tests say "this must work".
+#![allow(clippy::unwrap_used)]
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

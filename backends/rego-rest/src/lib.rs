@@ -106,14 +106,14 @@ use portcullis_engine::{
     BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
     ToolCallContext, ToolCallPolicy,
 };
-use portcullis_http::client::{
-    ClientError, Method, RemoteClient, RemoteError, RemoteErrorKind, RemoteResponse,
-};
+use portcullis_http::client::{Method, RemoteClient, RemoteResponse};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use url::Url;
 
-pub use portcullis_http::client::{RemoteError as RegoServerError, ServiceError};
+/// The errors and error parts shared with the `http` backend: [`ClientError`] when a client or
+/// policy cannot be built, [`RemoteError`] when a request fails.
+pub use portcullis_http::client::{ClientError, RemoteError, RemoteErrorKind, ServiceError};
 
 /// Where the policy server is and how to reach it: the
 /// [`ClientOptions`](portcullis_http::client::ClientOptions) shared with the `http` backend
@@ -159,7 +159,7 @@ impl RegoServerClient {
     /// Loads or replaces policy module `id` with `source`: `PUT {server}/v1/policies/{id}`.
     /// A module the server does not accept (it does not compile, say) is an error carrying the
     /// server's `code`, `message` and per-error locations.
-    pub async fn put_policy(&self, id: &str, source: &str) -> Result<(), RegoServerError> {
+    pub async fn put_policy(&self, id: &str, source: &str) -> Result<(), RemoteError> {
         let url = self.policy_url(id, &Method::PUT)?;
         self.client
             .put(&url, "text/plain", source.as_bytes().to_vec())
@@ -168,7 +168,7 @@ impl RegoServerClient {
     }
 
     /// Removes policy module `id`: `DELETE {server}/v1/policies/{id}`.
-    pub async fn delete_policy(&self, id: &str) -> Result<(), RegoServerError> {
+    pub async fn delete_policy(&self, id: &str) -> Result<(), RemoteError> {
         let url = self.policy_url(id, &Method::DELETE)?;
         self.client.delete(&url).await?;
         Ok(())
@@ -180,7 +180,7 @@ impl RegoServerClient {
         &self,
         path: &str,
         input: &(impl Serialize + Sync),
-    ) -> Result<Option<Value>, RegoServerError> {
+    ) -> Result<Option<Value>, RemoteError> {
         let url = data_url(&self.client, path).map_err(|error| {
             RemoteError::new(
                 RemoteErrorKind::InvalidRequest,
@@ -405,6 +405,7 @@ rego_server_policy! {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -1,6 +1,9 @@
 //! The `rego-rest` backend against a real OPA-REST-compatible server on 127.0.0.1 that
 //! evaluates the Rego for real (regorus).
 
+// A test fails by panicking: unwrapping is how these tests say "this must work".
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
