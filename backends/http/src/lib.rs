@@ -12,7 +12,7 @@
 //!
 //! and a 2xx answer whose body is a decision object (SPEC §2), such as
 //! `{"decision": "deny", "reason": "contains an SSN"}`. Anything else is an evaluation error
-//! (a [`RemoteError`](client::RemoteError) that says which request, the status and the first
+//! (a [`RemoteError`] that says which request, the status and the first
 //! bytes of the body): a connection refused, no complete answer within the time-out (5 s
 //! unless set), a non-2xx status (redirects are not followed), a body that cannot be read, is
 //! longer than the cap (1 MiB unless set; checked while reading, so an endless body costs at
@@ -58,7 +58,7 @@
 //! use portcullis_testing::{EvaluateServer, Reply};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn main() -> Result<(), portcullis_engine::BoxError> {
 //! let server = EvaluateServer::replying(Reply::decision(&PolicyDecision::deny("no"))).await?;
 //! let policy = HttpInputPolicy::new("pii", HttpClientOptions::new(server.url()))?;
 //! let context = InputContext::new(vec![Message::user("hi")], Metadata::new("agent", "session"));
