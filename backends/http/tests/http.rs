@@ -325,6 +325,7 @@ fn check(failure: &Failure, error: &RemoteError) {
     assert_eq!(error.kind(), failure.kind, "{name}: {error}");
     assert_eq!(error.status(), failure.status, "{name}: {error}");
     let text = error.to_string();
+    eprintln!("{name}: {text}");
     assert!(text.starts_with("POST http://127.0.0.1:"), "{name}: {text}");
     assert!(text.contains(failure.message), "{name}: {text}");
     match failure.excerpt {
@@ -550,6 +551,19 @@ fn bad_options_fail_at_construction_and_say_why() {
             ClientError::InvalidBaseUrl { .. } | ClientError::InvalidHeader { .. }
         ));
     }
+}
+
+#[tokio::test]
+async fn https_goes_through_rustls() {
+    // TLS to a server that speaks plain HTTP: rustls starts the handshake and the server's
+    // answer is not TLS, so the connection fails; no OpenSSL is involved.
+    let server = EvaluateServer::start().await.unwrap();
+    let url = format!("https://{}", server.address());
+    let policy = HttpInputPolicy::new("tls", HttpClientOptions::new(url)).unwrap();
+    let error = policy.evaluate(&input("x")).await.unwrap_err();
+    let error = error.downcast::<RemoteError>().unwrap();
+    assert_eq!(error.kind(), RemoteErrorKind::Connect, "{error}");
+    assert_eq!(server.connections_accepted(), 1);
 }
 
 #[test]
