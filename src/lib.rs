@@ -23,3 +23,14 @@
 extern crate self as portcullis;
 
 pub use portcullis_engine::*;
+
+#[cfg(feature = "dsl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dsl")))]
+pub use portcullis_dsl as dsl;
+
+/// Support for the code the macros generate. Not public API: it may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    #[cfg(feature = "dsl")]
+    pub use portcullis_dsl::__private as dsl;
+}
