@@ -346,10 +346,28 @@ const OPERATORS: [&str; 8] = [
 const REDACTION_KEYS: [&str; 4] = ["field", "strategy", "replacement", "pattern"];
 
 fn child(at: &str, key: &str) -> String {
-    if at.is_empty() {
+    let plain = !key.is_empty()
+        && !key.starts_with(|c: char| c.is_ascii_digit())
+        && key.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if !plain {
+        format!("{at}[{}]", Value::String(key.to_owned()))
+    } else if at.is_empty() {
         key.to_owned()
     } else {
         format!("{at}.{key}")
+    }
+}
+
+/// The gist of a regex error: `compile_pattern` gives the pattern, a caret line and the cause
+/// on several lines.
+fn pattern_problem(pattern: &str, problem: &str) -> String {
+    match problem
+        .lines()
+        .rev()
+        .find_map(|line| line.trim().strip_prefix("error: "))
+    {
+        Some(cause) => format!("invalid regular expression {pattern:?}: {cause}"),
+        None => problem.split_whitespace().collect::<Vec<_>>().join(" "),
     }
 }
 
@@ -1175,7 +1193,7 @@ impl Checker<'_> {
                 } else if let Err(problem) = compile_pattern(pattern) {
                     self.report(
                         &child(at, "pattern"),
-                        problem.replace('\n', " "),
+                        pattern_problem(pattern, &problem),
                         Some("fix the regular expression (Rust `regex` syntax)".to_owned()),
                     );
                     ok = false;
@@ -1344,7 +1362,7 @@ impl Checker<'_> {
                     Ok(path) if path.has_wildcard() => {
                         self.report(
                             at,
-                            format!("bad template {text:?}: \"{{{{{inner}}}}}\" may select several values"),
+                            format!("bad template {text:?}: the placeholder \"{inner}\" may select several values"),
                             Some("a placeholder shows one value: use an index such as \"messages.-1.content\" instead of \"*\"".to_owned()),
                         );
                         ok = false;

@@ -70,7 +70,7 @@ impl fmt::Display for DslError {
                 policy,
             } => write!(
                 f,
-                "the rule was checked for the {checked_for} point and cannot be a {policy} policy"
+                "the rule was checked for the {checked_for} point; it cannot be used at the {policy} point"
             ),
         }
     }
@@ -173,6 +173,12 @@ macro_rules! dsl_policy {
                     compiled: CompiledRule::new(&rule),
                     rule,
                 })
+            }
+
+            /// Whether the rule's decisions are enforced or only monitored (`"mode"` in the
+            /// rule; the same as the policy trait's `mode()`).
+            pub fn mode(&self) -> PolicyMode {
+                self.mode
             }
 
             /// The checked rule.
