@@ -179,18 +179,29 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
         CheckedCondition::All(items) => join(items, &quote!(&&)),
         CheckedCondition::Any(items) => join(items, &quote!(||)),
         CheckedCondition::Not(item) => {
-            let item = self::condition(item);
-            quote!((!#item))
+            let item = operand(item);
+            quote!(!#item)
         }
     }
 }
 
-/// `(a op b op c)`; the checker makes sure there is at least one item.
+/// `a op b op c`; the checker makes sure there is at least one item.
 fn join(items: &[CheckedCondition], operator: &TokenStream) -> TokenStream {
-    let mut items = items.iter().map(condition);
+    let mut items = items.iter().map(operand);
     let first = items.next().unwrap_or_else(|| quote!(true));
-    let joined = items.fold(first, |joined, item| quote!(#joined #operator #item));
-    quote!((#joined))
+    items.fold(first, |joined, item| quote!(#joined #operator #item))
+}
+
+/// A condition as the operand of `&&`, `||` or `!`: in parentheses when it is itself a
+/// combination (and only then, so the generated code has no needless parentheses).
+fn operand(item: &CheckedCondition) -> TokenStream {
+    let tokens = condition(item);
+    match item {
+        CheckedCondition::All(items) | CheckedCondition::Any(items) if items.len() > 1 => {
+            quote!((#tokens))
+        }
+        _ => tokens,
+    }
 }
 
 fn optional_text(text: Option<&str>) -> TokenStream {
