@@ -51,6 +51,18 @@ pub fn expand(rule: &CheckedRule, id: &str) -> TokenStream {
         PolicyMode::Enforce => quote!(::portcullis::PolicyMode::Enforce),
         PolicyMode::Monitor => quote!(::portcullis::PolicyMode::Monitor),
     };
+    if rule.rule.action == Action::Allow {
+        // Allowed whether the condition holds or not: nothing to evaluate.
+        return quote! {
+            ::portcullis::__private::dsl::#policy::new(
+                #id,
+                #mode,
+                |_context: &::portcullis::#context| -> ::portcullis::PolicyDecision {
+                    ::portcullis::PolicyDecision::allow()
+                },
+            )
+        };
+    }
     let condition = condition(&rule.condition);
     let decision = decision(rule);
     quote! {
@@ -133,7 +145,7 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
                         ::std::sync::LazyLock::new(|| {
                             ::portcullis::__private::dsl::Needles::from_lowercase([#(#needles),*])
                         });
-                    &*NEEDLES
+                    &NEEDLES
                 })
             }
         }
@@ -147,7 +159,7 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
                 ::portcullis::__private::dsl::equals(context, #field, {
                     static VALUE: ::std::sync::LazyLock<::portcullis::__private::dsl::serde_json::Value> =
                         ::std::sync::LazyLock::new(|| #operand);
-                    &*VALUE
+                    &VALUE
                 })
             }
         }
@@ -163,7 +175,7 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
                         ::std::sync::LazyLock::new(|| {
                             ::portcullis::__private::dsl::ValueSet::new([#(#values),*])
                         });
-                    &*VALUES
+                    &VALUES
                 })
             }
         }
@@ -250,7 +262,13 @@ fn decision(rule: &CheckedRule) -> TokenStream {
         Action::Transform => {
             let operations = rule.transformation.iter().map(|(field, parts)| {
                 let pushes = parts.iter().map(|part| match part {
-                    TemplatePart::Text(text) => quote!(out.push_str(#text);),
+                    TemplatePart::Text(text) => {
+                        let mut chars = text.chars();
+                        match (chars.next(), chars.next()) {
+                            (Some(single), None) => quote!(out.push(#single);),
+                            _ => quote!(out.push_str(#text);),
+                        }
+                    }
                     TemplatePart::Field(field) => {
                         let field = path(field);
                         quote!(::portcullis::__private::dsl::push_field(&mut out, context, #field);)

@@ -21,7 +21,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                                 "secret key",
                             ])
                         });
-                    &*NEEDLES
+                    &NEEDLES
                 },
             ) {
                 ::portcullis::PolicyDecision::Deny {

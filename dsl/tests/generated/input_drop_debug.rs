@@ -16,7 +16,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                     > = ::std::sync::LazyLock::new(|| {
                         ::portcullis::__private::dsl::serde_json::Value::Bool(true)
                     });
-                    &*VALUE
+                    &VALUE
                 },
             ) {
                 ::portcullis::PolicyDecision::Redact {

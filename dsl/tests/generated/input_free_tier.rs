@@ -18,7 +18,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                             ::std::string::String::from("free"),
                         )
                     });
-                    &*VALUE
+                    &VALUE
                 },
             ) && ::portcullis::__private::dsl::greater_than(
                 context,

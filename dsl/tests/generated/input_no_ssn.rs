@@ -19,7 +19,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                                 "ssn",
                             ])
                         });
-                    &*NEEDLES
+                    &NEEDLES
                 },
             ) {
                 ::portcullis::PolicyDecision::Redact {

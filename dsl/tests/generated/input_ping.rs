@@ -19,7 +19,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                             ::std::string::String::from("ping"),
                         )
                     });
-                    &*VALUE
+                    &VALUE
                 },
             ) {
                 ::portcullis::PolicyDecision::Audit {

@@ -20,7 +20,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                                 "jailbreak",
                             ])
                         });
-                    &*NEEDLES
+                    &NEEDLES
                 },
             ) {
                 ::portcullis::PolicyDecision::Deny {

@@ -3,33 +3,8 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
     ::portcullis::__private::dsl::GeneratedInputPolicy::new(
         "roles",
         ::portcullis::PolicyMode::Enforce,
-        |context: &::portcullis::InputContext| -> ::portcullis::PolicyDecision {
-            if ::portcullis::__private::dsl::not_in(
-                context,
-                &[
-                    ::portcullis::__private::dsl::Seg::Name("messages"),
-                    ::portcullis::__private::dsl::Seg::Any,
-                    ::portcullis::__private::dsl::Seg::Name("role"),
-                ],
-                {
-                    static VALUES: ::std::sync::LazyLock<::portcullis::__private::dsl::ValueSet> =
-                        ::std::sync::LazyLock::new(|| {
-                            ::portcullis::__private::dsl::ValueSet::new([
-                                ::portcullis::__private::dsl::serde_json::Value::String(
-                                    ::std::string::String::from("user"),
-                                ),
-                                ::portcullis::__private::dsl::serde_json::Value::String(
-                                    ::std::string::String::from("assistant"),
-                                ),
-                            ])
-                        });
-                    &*VALUES
-                },
-            ) {
-                ::portcullis::PolicyDecision::allow()
-            } else {
-                ::portcullis::PolicyDecision::allow()
-            }
+        |_context: &::portcullis::InputContext| -> ::portcullis::PolicyDecision {
+            ::portcullis::PolicyDecision::allow()
         },
     )
 }

@@ -11,7 +11,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                             ::std::string::String::from("messages.-1.content"),
                             {
                                 let mut out = ::std::string::String::new();
-                                out.push_str("[");
+                                out.push('[');
                                 ::portcullis::__private::dsl::push_field(
                                     &mut out,
                                     context,

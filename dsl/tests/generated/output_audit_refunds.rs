@@ -15,7 +15,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
                         ::std::sync::LazyLock::new(|| {
                             ::portcullis::__private::dsl::Needles::from_lowercase(["refund"])
                         });
-                    &*NEEDLES
+                    &NEEDLES
                 },
             ) {
                 ::portcullis::PolicyDecision::Audit {

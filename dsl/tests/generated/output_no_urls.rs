@@ -17,7 +17,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
                                 "http://", "https://",
                             ])
                         });
-                    &*NEEDLES
+                    &NEEDLES
                 },
             ) {
                 ::portcullis::PolicyDecision::Redact {

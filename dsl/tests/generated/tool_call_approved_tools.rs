@@ -25,7 +25,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
                                 ),
                             ])
                         });
-                    &*VALUES
+                    &VALUES
                 },
             ) {
                 ::portcullis::PolicyDecision::Deny {

@@ -15,7 +15,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
                             ::std::string::String::from("shell"),
                         )
                     });
-                    &*VALUE
+                    &VALUE
                 },
             ) && ::portcullis::__private::dsl::contains(
                 context,
@@ -30,7 +30,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
                                 "dd if=", "mkfs", "rm -rf",
                             ])
                         });
-                    &*NEEDLES
+                    &NEEDLES
                 },
             ) {
                 ::portcullis::PolicyDecision::Deny {

@@ -18,7 +18,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
                             ::std::string::String::from("read"),
                         )
                     });
-                    &*VALUE
+                    &VALUE
                 },
             ) {
                 ::portcullis::PolicyDecision::Audit {

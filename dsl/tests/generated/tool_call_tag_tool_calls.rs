@@ -15,7 +15,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
                             ::std::string::String::from("search"),
                         )
                     });
-                    &*VALUE
+                    &VALUE
                 },
             ) && !::portcullis::__private::dsl::contains(
                 context,
@@ -28,7 +28,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
                         ::std::sync::LazyLock::new(|| {
                             ::portcullis::__private::dsl::Needles::from_lowercase(["site:"])
                         });
-                    &*NEEDLES
+                    &NEEDLES
                 },
             ) {
                 ::portcullis::PolicyDecision::Transform {
