@@ -277,7 +277,7 @@ impl ApplyError {
 impl fmt::Display for ApplyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.field.is_empty() {
-            write!(f, "the changed context is invalid: {}", self.problem)
+            write!(f, "invalid context: {}", self.problem)
         } else {
             write!(f, "cannot apply to `{}`: {}", self.field, self.problem)
         }
@@ -326,7 +326,11 @@ impl fmt::Display for PolicyTimedOut {
             DeadlineScope::Policy => "the policy's deadline",
             DeadlineScope::Call => "the call deadline",
         };
-        write!(f, "timed out: {whose} of {:?} passed and the policy was cancelled", self.after)
+        write!(
+            f,
+            "timed out: {whose} of {:?} passed and the policy was cancelled",
+            self.after
+        )
     }
 }
 
