@@ -248,8 +248,10 @@ pub(crate) enum TemplatePart {
 /// )
 /// .unwrap_err();
 /// let messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
-/// assert_eq!(messages.len(), 3);
-/// assert!(messages[0].contains("unknown condition operator \"contians\""));
+/// assert_eq!(messages, [
+///     r#"rules/shell.json: at condition.contians: unknown condition operator "contians"; did you mean "contains"?"#,
+///     r#"rules/shell.json: the rule has no "action"; add "action": one of allow, deny, audit, redact, transform"#,
+/// ]);
 /// ```
 pub fn check_source(
     source: &str,
