@@ -95,6 +95,7 @@ mod ops;
 mod policy;
 mod schema;
 mod select;
+mod stream;
 mod suggest;
 
 #[cfg(feature = "codegen")]
