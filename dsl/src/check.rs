@@ -676,10 +676,10 @@ impl Checker<'_> {
                     },
                     CheckedCondition::NotIn { path, values },
                 ),
-                Operand::GreaterThan(threshold) => (
+                Operand::GreaterThan(number, threshold) => (
                     Condition::GreaterThan {
                         field: path.to_string(),
-                        greater_than: threshold,
+                        greater_than: number,
                     },
                     CheckedCondition::GreaterThan { path, threshold },
                 ),
@@ -965,8 +965,8 @@ impl Checker<'_> {
             );
             ok = false;
         }
-        let threshold = match operand.as_f64() {
-            Some(threshold) if operand.is_number() => threshold,
+        let (number, threshold) = match (operand, operand.as_f64()) {
+            (Value::Number(number), Some(threshold)) => (number.clone(), threshold),
             _ => {
                 self.report(
                     at,
@@ -982,7 +982,7 @@ impl Checker<'_> {
                 return None;
             }
         };
-        ok.then_some(Operand::GreaterThan(threshold))
+        ok.then_some(Operand::GreaterThan(number, threshold))
     }
 
     fn redactions(
@@ -1399,7 +1399,7 @@ enum Operand {
     Contains(Vec<String>, Vec<String>),
     Equals(Value),
     NotIn(Vec<Value>),
-    GreaterThan(f64),
+    GreaterThan(serde_json::Number, f64),
 }
 
 fn plain(value: &Value) -> String {
