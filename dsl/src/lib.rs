@@ -84,7 +84,7 @@
 //! `arguments` and the extra keys of `metadata` any key is allowed.
 //!
 //! The `dsl_policy!` macro uses the same checker at build time, and the
-//! [`codegen`] module (feature `codegen`) to turn a checked rule into Rust.
+//! `codegen` module (feature `codegen`) to turn a checked rule into Rust.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
