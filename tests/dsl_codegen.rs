@@ -30,6 +30,8 @@ generated! {
     input_roles => "input_roles.rs",
     input_sign_latest => "input_sign_latest.rs",
     output_audit_refunds => "output_audit_refunds.rs",
+    output_leaked_secret => "output_leaked_secret.rs",
+    output_phone_numbers => "output_phone_numbers.rs",
     output_long_answer => "output_long_answer.rs",
     output_no_urls => "output_no_urls.rs",
     tool_call_approved_tools => "tool_call_approved_tools.rs",
@@ -113,6 +115,7 @@ fn outputs() -> Vec<OutputContext> {
     [
         "fine".to_owned(),
         "visit https://example.com now".to_owned(),
+        "my Password is 555-1234".to_owned(),
         "a REFUND is due".to_owned(),
         "y".repeat(2001),
     ]
@@ -166,8 +169,10 @@ async fn generated_code_decides_like_the_runtime() {
     );
     let output_dir = format!("{TESTS}/output");
     same_decisions!(DslOutputPolicy, OutputPolicy, outputs(), &output_dir,
+        "leaked_secret" => output_leaked_secret,
         "long_answer" => output_long_answer,
         "no_urls" => output_no_urls,
+        "phone_numbers" => output_phone_numbers,
     );
     same_decisions!(DslOutputPolicy, OutputPolicy, outputs(), EXAMPLES,
         "audit_refunds" => output_audit_refunds,

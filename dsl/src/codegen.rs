@@ -30,7 +30,7 @@
 //! ```
 
 use portcullis_engine::path::{FieldPath, Segment};
-use portcullis_engine::{InterceptionPoint, PolicyMode, RedactionStrategy};
+use portcullis_engine::{InterceptionPoint, PolicyMode, RedactionStrategy, StreamingRule};
 use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use serde_json::Value;
@@ -63,13 +63,25 @@ pub fn expand(rule: &CheckedRule, id: &str) -> TokenStream {
             )
         };
     }
+    // `always` with a fixed decision does not look at the context.
+    let reads_context = !matches!(rule.condition, CheckedCondition::Always)
+        || rule.rule.action == Action::Transform;
+    let parameter = if reads_context {
+        quote!(context)
+    } else {
+        quote!(_context)
+    };
     let condition = condition(&rule.condition);
     let decision = decision(rule);
+    let streaming = crate::stream::streaming_form(rule).map(|rules| {
+        let rules = rules.iter().map(streaming_rule);
+        quote!(.with_streaming(::std::vec![#(#rules),*]))
+    });
     quote! {
         ::portcullis::__private::dsl::#policy::new(
             #id,
             #mode,
-            |context: &::portcullis::#context| -> ::portcullis::PolicyDecision {
+            |#parameter: &::portcullis::#context| -> ::portcullis::PolicyDecision {
                 if #condition {
                     #decision
                 } else {
@@ -77,6 +89,48 @@ pub fn expand(rule: &CheckedRule, id: &str) -> TokenStream {
                 }
             },
         )
+        #streaming
+    }
+}
+
+fn optional_size(size: Option<usize>) -> TokenStream {
+    match size {
+        Some(size) => quote!(::std::option::Option::Some(#size)),
+        None => quote!(::std::option::Option::None),
+    }
+}
+
+fn streaming_rule(rule: &StreamingRule) -> TokenStream {
+    match rule {
+        StreamingRule::DenyOnMatch {
+            pattern,
+            reason,
+            max_match_len,
+        } => {
+            let reason = optional_text(reason.as_deref());
+            let max = optional_size(*max_match_len);
+            quote! {
+                ::portcullis::StreamingRule::DenyOnMatch {
+                    pattern: ::std::string::String::from(#pattern),
+                    reason: #reason,
+                    max_match_len: #max,
+                }
+            }
+        }
+        StreamingRule::Replace {
+            pattern,
+            replacement,
+            max_match_len,
+        } => {
+            let max = optional_size(*max_match_len);
+            quote! {
+                ::portcullis::StreamingRule::Replace {
+                    pattern: ::std::string::String::from(#pattern),
+                    replacement: ::std::string::String::from(#replacement),
+                    max_match_len: #max,
+                }
+            }
+        }
     }
 }
 

@@ -70,6 +70,13 @@
 //! resolve). The operations come in the order of their field paths (sorted). A placeholder
 //! shows one value, so its path cannot contain `*`.
 //!
+//! # Streaming
+//!
+//! [`DslOutputPolicy`] gives the engine's streaming output guard a streaming form when the
+//! rule can run exactly as the answer arrives: `deny` when `response.content` contains one of
+//! ASCII needles (a `contains`, or an `any` of them), and `always`-`redact` with `replace`
+//! redactions of `response.content`. Other output rules are evaluated on the whole text.
+//!
 //! # The checker
 //!
 //! [`check_source`] parses and checks a rule for one interception point and reports every
