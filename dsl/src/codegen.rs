@@ -42,25 +42,39 @@ use crate::model::Action;
 /// `::portcullis::__private::dsl::Generated{Input,ToolCall,Output}Policy<_>`, which implements
 /// the point's policy trait (`InputPolicy`, `ToolCallPolicy` or `OutputPolicy`).
 pub fn expand(rule: &CheckedRule, id: &str) -> TokenStream {
-    let (policy, context) = match rule.point() {
-        InterceptionPoint::Input => (quote!(GeneratedInputPolicy), quote!(InputContext)),
-        InterceptionPoint::ToolCall => (quote!(GeneratedToolCallPolicy), quote!(ToolCallContext)),
-        InterceptionPoint::Output => (quote!(GeneratedOutputPolicy), quote!(OutputContext)),
+    let policy = match rule.point() {
+        InterceptionPoint::Input => quote!(GeneratedInputPolicy),
+        InterceptionPoint::ToolCall => quote!(GeneratedToolCallPolicy),
+        InterceptionPoint::Output => quote!(GeneratedOutputPolicy),
     };
     let mode = match rule.mode() {
         PolicyMode::Enforce => quote!(::portcullis::PolicyMode::Enforce),
         PolicyMode::Monitor => quote!(::portcullis::PolicyMode::Monitor),
     };
+    let decide = decide_closure(rule);
+    let streaming = streaming_rules(rule).map(|rules| quote!(.with_streaming(#rules)));
+    quote! {
+        ::portcullis::__private::dsl::#policy::new(#id, #mode, #decide)
+        #streaming
+    }
+}
+
+/// The rule's decision function alone: a closure expression
+/// `|context: &::portcullis::InputContext| -> ::portcullis::PolicyDecision { .. }` (with the
+/// point's context type), for callers that build their own policy type around it. It captures
+/// nothing, so it can be called in place: `(#closure)(context)`.
+pub fn decide_closure(rule: &CheckedRule) -> TokenStream {
+    let context = match rule.point() {
+        InterceptionPoint::Input => quote!(InputContext),
+        InterceptionPoint::ToolCall => quote!(ToolCallContext),
+        InterceptionPoint::Output => quote!(OutputContext),
+    };
     if rule.rule.action == Action::Allow {
         // Allowed whether the condition holds or not: nothing to evaluate.
         return quote! {
-            ::portcullis::__private::dsl::#policy::new(
-                #id,
-                #mode,
-                |_context: &::portcullis::#context| -> ::portcullis::PolicyDecision {
-                    ::portcullis::PolicyDecision::allow()
-                },
-            )
+            |_context: &::portcullis::#context| -> ::portcullis::PolicyDecision {
+                ::portcullis::PolicyDecision::allow()
+            }
         };
     }
     // `always` with a fixed decision does not look at the context.
@@ -73,24 +87,28 @@ pub fn expand(rule: &CheckedRule, id: &str) -> TokenStream {
     };
     let condition = condition(&rule.condition);
     let decision = decision(rule);
-    let streaming = crate::stream::streaming_form(rule).map(|rules| {
-        let rules = rules.iter().map(streaming_rule);
-        quote!(.with_streaming(::std::vec![#(#rules),*]))
-    });
     quote! {
-        ::portcullis::__private::dsl::#policy::new(
-            #id,
-            #mode,
-            |#parameter: &::portcullis::#context| -> ::portcullis::PolicyDecision {
-                if #condition {
-                    #decision
-                } else {
-                    ::portcullis::PolicyDecision::allow()
-                }
-            },
-        )
-        #streaming
+        |#parameter: &::portcullis::#context| -> ::portcullis::PolicyDecision {
+            if #condition {
+                #decision
+            } else {
+                ::portcullis::PolicyDecision::allow()
+            }
+        }
     }
+}
+
+/// The streaming form of an output rule, when it has one: an expression of type
+/// `Vec<::portcullis::StreamingRule>` with the same rules `DslOutputPolicy::streaming` gives
+/// (return it from `OutputPolicy::streaming`). `None` for rules without one.
+pub fn streaming_rules(rule: &CheckedRule) -> Option<TokenStream> {
+    if rule.point() != InterceptionPoint::Output {
+        return None;
+    }
+    crate::stream::streaming_form(rule).map(|rules| {
+        let rules = rules.iter().map(streaming_rule);
+        quote!(::std::vec![#(#rules),*])
+    })
 }
 
 fn optional_size(size: Option<usize>) -> TokenStream {
