@@ -39,3 +39,11 @@ pub mod __private {
     #[cfg(feature = "dsl")]
     pub use portcullis_dsl::__private as dsl;
 }
+
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use portcullis_http as http;
+
+#[cfg(feature = "rego-rest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rego-rest")))]
+pub use portcullis_rego_rest as rego_rest;
