@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use portcullis_engine::apply::compile_pattern;
+use portcullis_engine::apply::cached_regex;
 use portcullis_engine::path::FieldPath;
 use portcullis_engine::{InterceptionPoint, PolicyMode, Redaction, RedactionStrategy};
 use serde_json::{Map, Value};
@@ -360,7 +360,7 @@ fn child(at: &str, key: &str) -> String {
     }
 }
 
-/// The gist of a regex error: `compile_pattern` gives the pattern, a caret line and the cause
+/// The gist of a regex error: `compile_pattern` (through `cached_regex`) gives the pattern, a caret line and the cause
 /// on several lines.
 fn pattern_problem(pattern: &str, problem: &str) -> String {
     match problem
@@ -1192,7 +1192,10 @@ impl Checker<'_> {
                         Some("remove it, or use \"strategy\": \"replace\"".to_owned()),
                     );
                     ok = false;
-                } else if let Err(problem) = compile_pattern(pattern) {
+                } else if let Err(problem) = cached_regex(pattern) {
+                    // `cached_regex` compiles with `compile_pattern`'s size limits, and keeps
+                    // the result for the engine, which compiles the pattern again when it
+                    // applies the redaction.
                     self.report(
                         &child(at, "pattern"),
                         pattern_problem(pattern, &problem),
