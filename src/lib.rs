@@ -29,6 +29,17 @@ pub use portcullis_engine::*;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "dsl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dsl")))]
+pub use portcullis_dsl as dsl;
+
+/// Support for the code the macros generate. Not public API: it may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    #[cfg(feature = "dsl")]
+    pub use portcullis_dsl::__private as dsl;
+}
+
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use portcullis_http as http;
