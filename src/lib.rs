@@ -23,3 +23,7 @@
 extern crate self as portcullis;
 
 pub use portcullis_engine::*;
+
+#[cfg(feature = "rego")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rego")))]
+pub use portcullis_rego as rego;
