@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::error::{RegoError, RegoEvaluationError};
-use crate::runtime::{CompiledModule, Limits, ModuleError, Pool};
+use crate::runtime::{CompiledModule, Limits, ModuleError, Pool, compile_cached};
 
 /// The default time limit of one evaluation.
 pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_millis(100);
@@ -112,13 +112,16 @@ impl RegoBundle {
     fn load(bytes: &[u8], path: Option<PathBuf>) -> Result<Self, RegoError> {
         let (wasm, data) = if is_gzip(bytes) {
             let contents = read_bundle(bytes, &path)?;
+            if !contents.wasm.starts_with(b"\0asm") {
+                return Err(RegoError::NotWasm { path });
+            }
             (contents.wasm, contents.data)
         } else if bytes.starts_with(b"\0asm") {
             (bytes.to_vec(), Value::Object(Map::new()))
         } else {
             return Err(RegoError::NotWasm { path });
         };
-        let module = CompiledModule::new(&wasm).map_err(|error| match error {
+        let module = compile_cached(&wasm).map_err(|error| match error {
             ModuleError::Compile(message) => RegoError::Compile {
                 path: path.clone(),
                 message,
@@ -137,7 +140,7 @@ impl RegoBundle {
             time: DEFAULT_TIME_LIMIT,
             memory: DEFAULT_MEMORY_LIMIT,
         };
-        Self::build(Arc::new(module), path, data, limits)
+        Self::build(module, path, data, limits)
     }
 
     fn build(

@@ -13,7 +13,9 @@
 //! instance that finished an evaluation is as good as new and goes back to the pool. An instance
 //! whose evaluation failed (trap, abort, limit) is dropped instead.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -264,8 +266,39 @@ pub(crate) struct ModuleInfo {
     pub(crate) builtins: Vec<(String, i32)>,
 }
 
+/// Compiled modules by content, so that opening the same bundle again (one bundle serving an
+/// input, a tool-call and an output policy, say) compiles it once. Only weak references: a module
+/// no bundle uses any more is freed.
+type ModuleCache = HashMap<u64, Vec<Weak<CompiledModule>>>;
+
+/// `module` compiled, from the cache when a live bundle already compiled the same bytes.
+pub(crate) fn compile_cached(wasm: &[u8]) -> Result<Arc<CompiledModule>, ModuleError> {
+    static CACHE: OnceLock<Mutex<ModuleCache>> = OnceLock::new();
+    let mut hasher = std::hash::DefaultHasher::new();
+    wasm.hash(&mut hasher);
+    let key = hasher.finish();
+    // Held while compiling: two threads opening the same module compile it once.
+    let mut cache = CACHE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let entries = cache.entry(key).or_default();
+    entries.retain(|entry| entry.strong_count() > 0);
+    if let Some(found) = entries
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|module| *module.wasm == *wasm)
+    {
+        return Ok(found);
+    }
+    let module = Arc::new(CompiledModule::new(wasm)?);
+    entries.push(Arc::downgrade(&module));
+    Ok(module)
+}
+
 /// A compiled module and how to instantiate it. Shared by bundles that differ only in data or limits.
 pub(crate) struct CompiledModule {
+    wasm: Box<[u8]>,
     module: Module,
     imports: Vec<ImportKind>,
     builtin_table: Arc<[Option<&'static HostBuiltin>]>,
@@ -281,6 +314,7 @@ impl CompiledModule {
             .map_err(|error| ModuleError::Compile(format!("{error:#}")))?;
         let imports = check_imports(&module).map_err(ModuleError::NotOpa)?;
         let mut compiled = Self {
+            wasm: wasm.into(),
             module,
             imports,
             builtin_table: Arc::from(Vec::new()),

@@ -34,6 +34,27 @@ pub fn fixture(relative: &str) -> PathBuf {
     path
 }
 
+/// The fixture bundle at `relative`, opened once per test binary and kept open: opening it
+/// again (through `RegoBundle::open` or a policy's `new`) then reuses the compiled module instead
+/// of compiling it once more, which matters in unoptimized test builds.
+pub fn open(relative: &str) -> portcullis_rego::RegoBundle {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static OPENED: OnceLock<Mutex<HashMap<String, portcullis_rego::RegoBundle>>> = OnceLock::new();
+    let path = fixture(relative);
+    let mut opened = OPENED
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    opened
+        .entry(relative.to_owned())
+        .or_insert_with(|| {
+            portcullis_rego::RegoBundle::open(&path)
+                .unwrap_or_else(|error| panic!("fixture {} does not open: {error}", path.display()))
+        })
+        .clone()
+}
+
 /// Entrypoints of [`test_module`], by id.
 pub const ENTRYPOINTS: &str = r#"{"test/ok":0,"test/loop":1,"test/grow":2,"test/trap":3,"test/abort":4,"test/sprintf":5,"test/undefined":6}"#;
 
