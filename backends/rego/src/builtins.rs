@@ -957,8 +957,8 @@ mod tests {
             ("%05d|%-4s|%4s", json!([42, "ab", "cd"]), "00042|ab  |  cd"),
             (
                 "%.2f %x %q %t %%",
-                json!([3.14159, 255, "hi", false]),
-                "3.14 ff \"hi\" false %",
+                json!([1.23456, 255, "hi", false]),
+                "1.23 ff \"hi\" false %",
             ),
             ("%d", json!(["x"]), "%!d(string=x)"),
             ("%s %s", json!(["a"]), "a %!s(MISSING)"),
