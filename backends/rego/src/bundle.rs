@@ -338,18 +338,10 @@ impl RegoBundle {
         read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
     ) -> Result<R, RegoEvaluationError> {
         let inner = &*self.inner;
-        let mut instance = match inner.pool.take() {
-            Some(instance) => instance,
-            None => inner
-                .module
-                .instance(&inner.data_json, inner.limits)
-                .map_err(RegoEvaluationError::Setup)?,
-        };
-        let result = instance.evaluate(id, input, inner.limits, read);
-        if instance.is_reusable() {
-            inner.pool.give_back(instance);
-        }
-        result
+        inner.pool.with_instance(
+            || inner.module.instance(&inner.data_json, inner.limits),
+            |instance| instance.evaluate(id, input, inner.limits, read),
+        )
     }
 }
 

@@ -753,35 +753,96 @@ impl PooledInstance {
     }
 }
 
-/// Idle instances of one bundle. An evaluation takes one (or makes one when all are busy) and
-/// gives it back when it succeeded; at most `max_idle` are kept.
+/// The instances of one bundle.
+///
+/// Each thread has a home slot (threads are numbered as they first evaluate); an evaluation
+/// locks its thread's slot with `try_lock`, or the next free one, and evaluates on the instance
+/// kept there, making one (or taking a spare) when the slot is empty. A thread thus keeps reusing
+/// the same instance and the same cache lines, and two threads never wait for each other while a
+/// slot is free. When every slot is busy (more threads than slots), the evaluation takes a spare
+/// instance, or makes one, and leaves it among the spares afterwards.
 pub(crate) struct Pool {
-    idle: Mutex<Vec<PooledInstance>>,
-    max_idle: usize,
+    slots: Box<[Slot]>,
+    spares: Mutex<Vec<PooledInstance>>,
+    max_spares: usize,
+}
+
+/// One slot, on a cache line of its own.
+#[repr(align(128))]
+struct Slot(Mutex<Option<PooledInstance>>);
+
+fn home_slot() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static HOME: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    HOME.with(|home| *home)
 }
 
 impl Pool {
     pub(crate) fn new(first: PooledInstance) -> Self {
         let parallelism = std::thread::available_parallelism().map_or(4, |n| n.get());
+        let slots = (0..parallelism.saturating_mul(2).max(4))
+            .map(|_| Slot(Mutex::new(None)))
+            .collect();
         Self {
-            idle: Mutex::new(vec![first]),
-            max_idle: parallelism.saturating_mul(4).max(8),
+            slots,
+            spares: Mutex::new(vec![first]),
+            max_spares: parallelism.saturating_mul(2).max(4),
         }
     }
 
-    pub(crate) fn take(&self) -> Option<PooledInstance> {
-        self.idle.lock().ok().and_then(|mut idle| idle.pop())
+    fn spare(&self) -> Option<PooledInstance> {
+        self.spares.lock().ok().and_then(|mut spares| spares.pop())
     }
 
-    pub(crate) fn give_back(&self, instance: PooledInstance) {
-        if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < self.max_idle
+    /// Runs `evaluate` on an instance of this pool (`make` builds one when none is idle).
+    pub(crate) fn with_instance<R>(
+        &self,
+        make: impl FnOnce() -> Result<PooledInstance, String>,
+        evaluate: impl FnOnce(&mut PooledInstance) -> Result<R, RegoEvaluationError>,
+    ) -> Result<R, RegoEvaluationError> {
+        let count = self.slots.len();
+        let home = home_slot() % count;
+        for offset in 0..count {
+            let Ok(mut slot) = self.slots[(home + offset) % count].0.try_lock() else {
+                continue;
+            };
+            let instance = match slot.take() {
+                Some(instance) => instance,
+                None => match self.spare() {
+                    Some(instance) => instance,
+                    None => make().map_err(RegoEvaluationError::Setup)?,
+                },
+            };
+            let instance = slot.insert(instance);
+            let result = evaluate(instance);
+            if !instance.is_reusable() {
+                *slot = None;
+            }
+            return result;
+        }
+        let mut instance = match self.spare() {
+            Some(instance) => instance,
+            None => make().map_err(RegoEvaluationError::Setup)?,
+        };
+        let result = evaluate(&mut instance);
+        if instance.is_reusable()
+            && let Ok(mut spares) = self.spares.lock()
+            && spares.len() < self.max_spares
         {
-            idle.push(instance);
+            spares.push(instance);
         }
+        result
     }
 
+    /// How many instances are idle right now.
     pub(crate) fn idle(&self) -> usize {
-        self.idle.lock().map_or(0, |idle| idle.len())
+        let in_slots = self
+            .slots
+            .iter()
+            .filter(|slot| slot.0.try_lock().is_ok_and(|instance| instance.is_some()))
+            .count();
+        in_slots + self.spares.lock().map_or(0, |spares| spares.len())
     }
 }
