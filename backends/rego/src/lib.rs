@@ -68,3 +68,13 @@ pub use builtins::HOST_BUILTINS;
 pub use bundle::{DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT, RegoBundle};
 pub use error::{RegoError, RegoEvaluationError};
 pub use policy::{RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<RegoBundle>();
+    assert_send_sync::<RegoInputPolicy>();
+    assert_send_sync::<RegoToolCallPolicy>();
+    assert_send_sync::<RegoOutputPolicy>();
+    assert_send_sync::<RegoError>();
+    assert_send_sync::<RegoEvaluationError>();
+};
