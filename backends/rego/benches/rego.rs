@@ -142,17 +142,22 @@ fn threads(c: &mut Criterion) {
             &threads,
             |b, &threads| {
                 b.iter_custom(|iters| {
-                    let start = Instant::now();
+                    // The clock starts when every thread is ready, and stops when the last is done.
+                    let ready = std::sync::Barrier::new(threads + 1);
+                    let mut start = Instant::now();
                     std::thread::scope(|scope| {
                         for thread in 0..threads {
-                            let (tools, calls) = (&tools, &calls);
+                            let (tools, calls, ready) = (&tools, &calls, &ready);
                             scope.spawn(move || {
+                                ready.wait();
                                 for i in 0..iters {
                                     let call = &calls[(i as usize + thread) % 2];
                                     black_box(tools.decide(black_box(call)).ok());
                                 }
                             });
                         }
+                        ready.wait();
+                        start = Instant::now();
                     });
                     start.elapsed()
                 })
