@@ -47,3 +47,6 @@ pub use portcullis_http as http;
 #[cfg(feature = "rego-rest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rego-rest")))]
 pub use portcullis_rego_rest as rego_rest;
+#[cfg(feature = "rego")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rego")))]
+pub use portcullis_rego as rego;

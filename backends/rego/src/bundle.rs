@@ -1,0 +1,464 @@
+//! [`RegoBundle`]: an opened OPA WebAssembly bundle, ready to evaluate.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::{RegoError, RegoEvaluationError};
+use crate::runtime::{CompiledModule, Limits, ModuleError, Pool, compile_cached};
+
+/// The default time limit of one evaluation.
+pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_millis(100);
+
+/// The default memory limit of one instance's linear memory (64 MiB).
+pub const DEFAULT_MEMORY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// The largest file a bundle may unpack to (a guard against decompression bombs).
+const MAX_ENTRY_SIZE: u64 = 512 * 1024 * 1024;
+
+/// An OPA policy compiled to WebAssembly (`opa build -t wasm`), compiled once and ready to
+/// evaluate any of its entrypoints on any JSON input.
+///
+/// Opening reads the file, compiles the module, checks that it is an OPA module whose builtins
+/// this host provides, and sets up a first instance with the data document. Evaluation never
+/// reads a file: it takes an idle instance from the bundle's pool (making one when all are busy),
+/// evaluates, and puts the instance back, reset to the heap just above its data document.
+///
+/// Cloning is cheap and clones share the pool. Every evaluation runs under a time limit
+/// ([`DEFAULT_TIME_LIMIT`]) and a memory limit ([`DEFAULT_MEMORY_LIMIT`]); see
+/// [`with_time_limit`](Self::with_time_limit) and [`with_memory_limit`](Self::with_memory_limit).
+///
+/// ```
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use portcullis_rego::RegoBundle;
+/// use serde_json::json;
+///
+/// let bundle = RegoBundle::open("policies/tools.tar.gz")?;
+/// println!("entrypoints: {:?}", bundle.entrypoints());
+/// let result = bundle
+///     .evaluate("aps/tool_call/decision", &json!({"tool_name": "web_search"}))
+///     .await?;
+/// assert_eq!(result, Some(json!({"decision": "allow"})));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RegoBundle {
+    inner: Arc<BundleInner>,
+}
+
+struct BundleInner {
+    module: Arc<CompiledModule>,
+    path: Option<PathBuf>,
+    data: Value,
+    data_json: Vec<u8>,
+    limits: Limits,
+    pool: Pool,
+}
+
+impl fmt::Debug for RegoBundle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegoBundle")
+            .field("path", &self.inner.path)
+            .field("abi_version", &self.abi_version())
+            .field("entrypoints", &self.entrypoints())
+            .field("time_limit", &self.inner.limits.time)
+            .field("memory_limit", &self.inner.limits.memory)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegoBundle {
+    /// Opens a bundle (`.tar.gz` with `/policy.wasm` and optionally `/data.json`) or a bare
+    /// `.wasm` module (its data document is `{}`).
+    ///
+    /// The kind is taken from the file's first bytes; a file named `*.tar.gz`, `*.tgz` or `*.gz`
+    /// must be gzip.
+    ///
+    /// # Errors
+    /// The file cannot be read, is not a gzip tar archive or a WebAssembly module, has no
+    /// `/policy.wasm`, bad data, is not an OPA module, or needs builtins this host lacks.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, RegoError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| RegoError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().to_lowercase())
+            .unwrap_or_default();
+        if (name.ends_with(".gz") || name.ends_with(".tgz")) && !is_gzip(&bytes) {
+            return Err(RegoError::Archive {
+                path: Some(path.to_owned()),
+                message: "not gzip-compressed".to_owned(),
+            });
+        }
+        Self::load(&bytes, Some(path.to_owned()))
+    }
+
+    /// Like [`open`](Self::open), from the bytes of a bundle or of a module.
+    ///
+    /// # Errors
+    /// As for [`open`](Self::open), without the file errors.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, RegoError> {
+        Self::load(bytes, None)
+    }
+
+    fn load(bytes: &[u8], path: Option<PathBuf>) -> Result<Self, RegoError> {
+        let (wasm, data) = if is_gzip(bytes) {
+            let contents = read_bundle(bytes, &path)?;
+            if !contents.wasm.starts_with(b"\0asm") {
+                return Err(RegoError::NotWasm { path });
+            }
+            (contents.wasm, contents.data)
+        } else if bytes.starts_with(b"\0asm") {
+            (bytes.to_vec(), Value::Object(Map::new()))
+        } else {
+            return Err(RegoError::NotWasm { path });
+        };
+        let module = compile_cached(&wasm).map_err(|error| match error {
+            ModuleError::Compile(message) => RegoError::Compile {
+                path: path.clone(),
+                message,
+            },
+            ModuleError::NotOpa(message) => RegoError::NotOpaModule {
+                path: path.clone(),
+                message,
+            },
+            ModuleError::MissingBuiltins(builtins) => RegoError::MissingBuiltins {
+                path: path.clone(),
+                builtins,
+            },
+            ModuleError::Setup(message) => RegoError::Instantiate { message },
+        })?;
+        let limits = Limits {
+            time: DEFAULT_TIME_LIMIT,
+            memory: DEFAULT_MEMORY_LIMIT,
+        };
+        Self::build(module, path, data, limits)
+    }
+
+    fn build(
+        module: Arc<CompiledModule>,
+        path: Option<PathBuf>,
+        data: Value,
+        limits: Limits,
+    ) -> Result<Self, RegoError> {
+        if !data.is_object() {
+            return Err(RegoError::Data {
+                path,
+                message: "the data document must be a JSON object".to_owned(),
+            });
+        }
+        let data_json = serde_json::to_vec(&data).map_err(|error| RegoError::Data {
+            path: path.clone(),
+            message: error.to_string(),
+        })?;
+        let first = module
+            .instance(&data_json, limits)
+            .map_err(|message| RegoError::Instantiate { message })?;
+        Ok(Self {
+            inner: Arc::new(BundleInner {
+                module,
+                path,
+                data,
+                data_json,
+                limits,
+                pool: Pool::new(first),
+            }),
+        })
+    }
+
+    fn rebuild(&self, data: Value, limits: Limits) -> Result<Self, RegoError> {
+        Self::build(
+            Arc::clone(&self.inner.module),
+            self.inner.path.clone(),
+            data,
+            limits,
+        )
+    }
+
+    /// A bundle with the same compiled module and `data` as its data document (the bundle's own
+    /// `data.json` is replaced, not merged). The module is not compiled again; the new bundle has
+    /// its own pool of instances.
+    ///
+    /// # Errors
+    /// `data` is not an object, or does not fit in the memory limit.
+    pub fn with_data(&self, data: Value) -> Result<Self, RegoError> {
+        self.rebuild(data, self.inner.limits)
+    }
+
+    /// A bundle like this one whose evaluations stop with
+    /// [`RegoEvaluationError::TimeLimit`] after `limit` (granularity: about a millisecond).
+    ///
+    /// # Errors
+    /// Setting up the first instance failed.
+    pub fn with_time_limit(&self, limit: Duration) -> Result<Self, RegoError> {
+        self.rebuild(
+            self.inner.data.clone(),
+            Limits {
+                time: limit,
+                ..self.inner.limits
+            },
+        )
+    }
+
+    /// A bundle like this one whose instances may not grow their memory beyond `bytes`; an
+    /// evaluation that needs more fails with [`RegoEvaluationError::MemoryLimit`].
+    ///
+    /// # Errors
+    /// The module's initial memory or the data document does not fit in `bytes`.
+    pub fn with_memory_limit(&self, bytes: usize) -> Result<Self, RegoError> {
+        self.rebuild(
+            self.inner.data.clone(),
+            Limits {
+                memory: bytes,
+                ..self.inner.limits
+            },
+        )
+    }
+
+    /// The module's entrypoints (for example `aps/input/decision`), sorted.
+    pub fn entrypoints(&self) -> Vec<String> {
+        self.inner
+            .module
+            .info
+            .entrypoints
+            .iter()
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// The module's OPA WebAssembly ABI version, `(major, minor)`: `(1, 2)` and later have the
+    /// single-call `opa_eval` path, earlier ones are evaluated through `opa_eval_ctx_*`.
+    pub fn abi_version(&self) -> (u32, u32) {
+        let (major, minor) = self.inner.module.info.abi;
+        (major.unsigned_abs(), minor.unsigned_abs())
+    }
+
+    /// The builtins the module calls on the host, by Rego name.
+    pub fn host_builtins(&self) -> Vec<String> {
+        self.inner
+            .module
+            .info
+            .builtins
+            .iter()
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// The data document evaluations see as `data`.
+    pub fn data(&self) -> &Value {
+        &self.inner.data
+    }
+
+    /// The file the bundle was opened from, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// The time limit of one evaluation.
+    pub fn time_limit(&self) -> Duration {
+        self.inner.limits.time
+    }
+
+    /// The memory limit of one instance, in bytes.
+    pub fn memory_limit(&self) -> usize {
+        self.inner.limits.memory
+    }
+
+    /// How many instances are idle in the pool right now (for monitoring and tests).
+    pub fn idle_instances(&self) -> usize {
+        self.inner.pool.idle()
+    }
+
+    /// Evaluates `entrypoint` on `input`: `Some(value)` is the entrypoint's value, `None` means it
+    /// is undefined for this input.
+    ///
+    /// The evaluation runs on the calling task (it is CPU work of microseconds, bounded by the time
+    /// limit) and never reads a file.
+    ///
+    /// # Errors
+    /// An unknown entrypoint, the time or memory limit, a guest trap or `opa_abort` (with the
+    /// guest's message), or a failing host builtin.
+    pub async fn evaluate(
+        &self,
+        entrypoint: &str,
+        input: &Value,
+    ) -> Result<Option<Value>, RegoEvaluationError> {
+        self.evaluate_blocking(entrypoint, input)
+    }
+
+    /// [`evaluate`](Self::evaluate) without `async`, for synchronous callers; it does not block on
+    /// anything but the evaluation itself.
+    ///
+    /// # Errors
+    /// As for [`evaluate`](Self::evaluate).
+    pub fn evaluate_blocking(
+        &self,
+        entrypoint: &str,
+        input: &Value,
+    ) -> Result<Option<Value>, RegoEvaluationError> {
+        let id = self.entrypoint_id(entrypoint)?;
+        self.evaluate_raw(id, input, |bytes| {
+            let results: Vec<ResultEntry> = serde_json::from_slice(bytes).map_err(|error| {
+                RegoEvaluationError::Result(format!(
+                    "{error} in {}",
+                    String::from_utf8_lossy(bytes)
+                ))
+            })?;
+            Ok(results.into_iter().next().and_then(|entry| entry.result))
+        })
+    }
+
+    /// The id of an entrypoint.
+    pub(crate) fn entrypoint_id(&self, entrypoint: &str) -> Result<i32, RegoEvaluationError> {
+        let entrypoints = &self.inner.module.info.entrypoints;
+        match entrypoints.binary_search_by(|(name, _)| name.as_str().cmp(entrypoint)) {
+            Ok(index) => Ok(entrypoints[index].1),
+            // A module without an `entrypoints()` export has the one entrypoint 0.
+            Err(_) if entrypoints.is_empty() => Ok(0),
+            Err(_) => Err(RegoEvaluationError::UnknownEntrypoint {
+                entrypoint: entrypoint.to_owned(),
+                available: self.entrypoints(),
+            }),
+        }
+    }
+
+    /// Evaluates entrypoint `id` on `input` and hands the raw JSON result set to `read`.
+    pub(crate) fn evaluate_raw<R>(
+        &self,
+        id: i32,
+        input: &impl Serialize,
+        read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
+    ) -> Result<R, RegoEvaluationError> {
+        let inner = &*self.inner;
+        inner.pool.with_instance(
+            || inner.module.instance(&inner.data_json, inner.limits),
+            |instance| instance.evaluate(id, input, inner.limits, read),
+        )
+    }
+}
+
+/// One entry of a result set: `{"result": <value>}`.
+#[derive(serde::Deserialize)]
+struct ResultEntry {
+    result: Option<Value>,
+}
+
+fn is_gzip(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0x1f, 0x8b])
+}
+
+struct BundleContents {
+    wasm: Vec<u8>,
+    data: Value,
+}
+
+/// Reads `/policy.wasm` and the data files (`/data.json` and `/<path>/data.json`, merged at
+/// `<path>`) of a gzip tar bundle.
+fn read_bundle(bytes: &[u8], path: &Option<PathBuf>) -> Result<BundleContents, RegoError> {
+    let archive_error = |message: String| RegoError::Archive {
+        path: path.clone(),
+        message,
+    };
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let mut wasm = None;
+    let mut data = Value::Object(Map::new());
+    let mut names = Vec::new();
+    let entries = archive
+        .entries()
+        .map_err(|error| archive_error(error.to_string()))?;
+    for entry in entries {
+        let entry = entry.map_err(|error| archive_error(error.to_string()))?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let name = entry
+            .path()
+            .map_err(|error| archive_error(error.to_string()))?
+            .to_string_lossy()
+            .into_owned();
+        let name = name
+            .trim_start_matches("./")
+            .trim_start_matches('/')
+            .to_owned();
+        names.push(format!("/{name}"));
+        let read = |entry: tar::Entry<'_, _>| -> Result<Vec<u8>, RegoError> {
+            let mut contents = Vec::new();
+            entry
+                .take(MAX_ENTRY_SIZE + 1)
+                .read_to_end(&mut contents)
+                .map_err(|error| archive_error(format!("/{name}: {error}")))?;
+            if contents.len() as u64 > MAX_ENTRY_SIZE {
+                return Err(archive_error(format!(
+                    "/{name} is larger than {MAX_ENTRY_SIZE} bytes"
+                )));
+            }
+            Ok(contents)
+        };
+        if name == "policy.wasm" {
+            wasm = Some(read(entry)?);
+        } else if name == "data.json" || name.ends_with("/data.json") {
+            let contents = read(entry)?;
+            let value: Value =
+                serde_json::from_slice(&contents).map_err(|error| RegoError::Data {
+                    path: path.clone(),
+                    message: format!("/{name}: {error}"),
+                })?;
+            let prefix: Vec<&str> = name
+                .trim_end_matches("data.json")
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .collect();
+            merge_at(&mut data, &prefix, value).map_err(|message| RegoError::Data {
+                path: path.clone(),
+                message: format!("/{name}: {message}"),
+            })?;
+        }
+    }
+    match wasm {
+        Some(wasm) => Ok(BundleContents { wasm, data }),
+        None => Err(RegoError::NoPolicyWasm {
+            path: path.clone(),
+            entries: names,
+        }),
+    }
+}
+
+/// Puts `value` at `prefix` inside `data`, merging objects.
+fn merge_at(data: &mut Value, prefix: &[&str], value: Value) -> Result<(), String> {
+    let mut target = data;
+    for segment in prefix {
+        let Value::Object(map) = target else {
+            return Err(format!("conflicts with a non-object value at {segment}"));
+        };
+        target = map
+            .entry((*segment).to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    match (target, value) {
+        (Value::Object(existing), Value::Object(incoming)) => {
+            for (key, item) in incoming {
+                existing.insert(key, item);
+            }
+            Ok(())
+        }
+        (target, value) if prefix.is_empty() => {
+            if !value.is_object() {
+                return Err("the root data document must be an object".to_owned());
+            }
+            *target = value;
+            Ok(())
+        }
+        (target, value) => {
+            *target = value;
+            Ok(())
+        }
+    }
+}

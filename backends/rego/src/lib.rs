@@ -1,0 +1,80 @@
+//! Rego policies compiled to WebAssembly by the Open Policy Agent, evaluated in process on
+//! [wasmtime](https://wasmtime.dev), for the Portcullis policy engine.
+//!
+//! Build a bundle with `opa build -t wasm -e aps/input/decision policy.rego -o bundle.tar.gz`
+//! (one `-e` per entrypoint), then:
+//!
+//! - [`RegoInputPolicy`], [`RegoToolCallPolicy`], [`RegoOutputPolicy`]: `::new(id, bundle_path)`
+//!   makes the bundle's decision entrypoint a policy of that interception point. The context is the
+//!   input; the entrypoint's value is the decision (an object such as
+//!   `{"decision": "deny", "reason": "..."}`, a bare decision name, or a boolean).
+//! - [`RegoBundle`]: the lower level, for any OPA module and any JSON input: open a bundle or a
+//!   bare `.wasm`, list its entrypoints, replace its data document, evaluate an entrypoint to
+//!   `Option<Value>` (`None` when undefined).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use portcullis_engine::{EngineError, Message, Metadata, PolicyEngine, PolicySet, Role, ToolCallContext};
+//! use portcullis_rego::RegoToolCallPolicy;
+//!
+//! # let fixtures = std::env::var("PORTCULLIS_OPA_FIXTURES").unwrap_or_else(|_| "../../../shared/fixtures".into());
+//! # let bundle_path = format!("{fixtures}/rego-wasm/approved-tools.tar.gz");
+//! // approved-tools.tar.gz allows web_search, read_file and summarize, and nothing else.
+//! let policy = RegoToolCallPolicy::new("approved-tools", &bundle_path)?;
+//! let engine = PolicyEngine::builder()
+//!     .policy_set(PolicySet::builder().tool_call(policy).build())
+//!     .build();
+//!
+//! let call = |tool: &str| ToolCallContext::new(
+//!     tool,
+//!     serde_json::Map::new(),
+//!     Message::new(Role::Assistant, "calling a tool"),
+//!     Metadata::new("agent-1", "session-1"),
+//! );
+//! assert!(engine.evaluate_tool_call(&call("web_search")).await.is_ok());
+//! match engine.evaluate_tool_call(&call("delete_database")).await {
+//!     Err(EngineError::Denied(denial)) => {
+//!         assert_eq!(denial.reason(), Some("Tool is not in the approved list."));
+//!     }
+//!     other => panic!("expected a denial, got {other:?}"),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # How it runs
+//! The module is compiled once, when the bundle is opened; missing host builtins, a module that is
+//! not an OPA module, or a bundle without `/policy.wasm` are errors then ([`RegoError`]), never at
+//! evaluation. Each bundle keeps a pool of instances whose data document is already loaded;
+//! an evaluation takes an idle one (or makes one when all are busy), runs, and gives it back
+//! reset to the heap just above its data. Modules of ABI 1.2 and later are evaluated with the
+//! single `opa_eval` call; ABI 1.0 and 1.1 through `opa_eval_ctx_*`.
+//!
+//! Every evaluation is bounded: a time limit (default 100 ms, by epoch interruption: a
+//! process-wide thread advances the epoch every millisecond) and a memory limit per instance
+//! (default 64 MiB). Exceeding either, a guest trap, or `opa_abort` is a
+//! [`RegoEvaluationError`] carrying the guest's message; the failed instance is dropped.
+//!
+//! Builtins that OPA leaves to the host are provided for the names in [`HOST_BUILTINS`]
+//! (`sprintf`, `time.now_ns` and other time, string, regex, encoding helpers).
+
+mod builtins;
+mod bundle;
+mod error;
+mod policy;
+mod runtime;
+
+pub use builtins::HOST_BUILTINS;
+pub use bundle::{DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT, RegoBundle};
+pub use error::{RegoError, RegoEvaluationError};
+pub use policy::{RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<RegoBundle>();
+    assert_send_sync::<RegoInputPolicy>();
+    assert_send_sync::<RegoToolCallPolicy>();
+    assert_send_sync::<RegoOutputPolicy>();
+    assert_send_sync::<RegoError>();
+    assert_send_sync::<RegoEvaluationError>();
+};

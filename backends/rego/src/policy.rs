@@ -1,0 +1,302 @@
+//! [`RegoInputPolicy`], [`RegoToolCallPolicy`] and [`RegoOutputPolicy`]: a bundle's decision
+//! entrypoint as a policy of one interception point.
+
+use std::path::Path;
+
+use portcullis_engine::{
+    BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
+    ToolCallContext, ToolCallPolicy,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::bundle::RegoBundle;
+use crate::error::{RegoError, RegoEvaluationError};
+
+/// The entrypoint a policy uses when none is named: the only one, else the one ending in
+/// `/decision`.
+fn choose_entrypoint(bundle: &RegoBundle) -> Result<String, RegoError> {
+    let entrypoints = bundle.entrypoints();
+    if let [only] = entrypoints.as_slice() {
+        return Ok(only.clone());
+    }
+    let decisions: Vec<&String> = entrypoints
+        .iter()
+        .filter(|name| name.ends_with("/decision"))
+        .collect();
+    match decisions.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(RegoError::Entrypoint {
+            message: "cannot choose an entrypoint: the bundle has several and none ends in /decision; name one".to_owned(),
+            available: entrypoints,
+        }),
+        _ => Err(RegoError::Entrypoint {
+            message: "cannot choose an entrypoint: several end in /decision; name one".to_owned(),
+            available: entrypoints,
+        }),
+    }
+}
+
+/// The part the three policy types share.
+#[derive(Debug, Clone)]
+struct RegoPolicy {
+    id: String,
+    bundle: RegoBundle,
+    entrypoint: String,
+    entrypoint_id: i32,
+}
+
+impl RegoPolicy {
+    fn new(id: String, bundle: RegoBundle, entrypoint: Option<&str>) -> Result<Self, RegoError> {
+        let entrypoint = match entrypoint {
+            Some(name) => name.to_owned(),
+            None => choose_entrypoint(&bundle)?,
+        };
+        let entrypoint_id =
+            bundle
+                .entrypoint_id(&entrypoint)
+                .map_err(|_| RegoError::Entrypoint {
+                    message: format!("the bundle has no entrypoint {entrypoint:?}"),
+                    available: bundle.entrypoints(),
+                })?;
+        Ok(Self {
+            id,
+            bundle,
+            entrypoint,
+            entrypoint_id,
+        })
+    }
+
+    fn decide(&self, context: &impl Serialize) -> Result<PolicyDecision, RegoEvaluationError> {
+        self.bundle
+            .evaluate_raw(self.entrypoint_id, context, |bytes| {
+                read_decision(&self.entrypoint, bytes)
+            })
+    }
+}
+
+/// Reads the result set `[{"result": <decision>}]` (or `[]`) as a decision (SPEC §7.1).
+fn read_decision(entrypoint: &str, bytes: &[u8]) -> Result<PolicyDecision, RegoEvaluationError> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        result: Option<Value>,
+    }
+    let bad = |message: String| RegoEvaluationError::BadDecision {
+        entrypoint: entrypoint.to_owned(),
+        message,
+    };
+    let results: Vec<Entry> = serde_json::from_slice(bytes).map_err(|error| {
+        RegoEvaluationError::Result(format!("{error} in {}", String::from_utf8_lossy(bytes)))
+    })?;
+    let Some(value) = results.into_iter().next().and_then(|entry| entry.result) else {
+        return Err(RegoEvaluationError::NoDecision {
+            entrypoint: entrypoint.to_owned(),
+        });
+    };
+    decision_from_value(entrypoint, value).map_err(bad)
+}
+
+/// An object shaped as a decision, a bare decision name, or a boolean (`false` denies with a
+/// reason naming the entrypoint).
+pub(crate) fn decision_from_value(
+    entrypoint: &str,
+    value: Value,
+) -> Result<PolicyDecision, String> {
+    match value {
+        Value::Bool(true) => Ok(PolicyDecision::allow()),
+        Value::Bool(false) => Ok(PolicyDecision::deny(format!("denied by {entrypoint}"))),
+        Value::String(name) => {
+            let object = serde_json::json!({ "decision": name });
+            serde_json::from_value(object).map_err(|error| format!("{name:?}: {error}"))
+        }
+        Value::Object(ref map) if map.contains_key("decision") => {
+            serde_json::from_value(value).map_err(|error| error.to_string())
+        }
+        Value::Object(_) => Err("an object without a \"decision\" key".to_owned()),
+        other => Err(format!(
+            "expected an object, a string or a boolean, got {other}"
+        )),
+    }
+}
+
+macro_rules! rego_policy {
+    ($(#[$doc:meta])* $name:ident, $trait:ident, $context:ty, $point:literal, $example:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            policy: RegoPolicy,
+        }
+
+        impl $name {
+            #[doc = concat!("Opens the bundle at `bundle_path` and uses its decision entrypoint as a ", $point, " policy named `id`.")]
+            ///
+            /// The entrypoint is the bundle's only one, else the one ending in `/decision`.
+            ///
+            /// # Errors
+            /// The bundle cannot be opened (see [`RegoBundle::open`]), or no entrypoint can be chosen.
+            pub fn new(id: impl Into<String>, bundle_path: impl AsRef<Path>) -> Result<Self, RegoError> {
+                Self::from_bundle(id, RegoBundle::open(bundle_path)?)
+            }
+
+            /// Like [`new`](Self::new), with the entrypoint named (for example
+            #[doc = concat!("`", $example, "`).")]
+            ///
+            /// # Errors
+            /// The bundle cannot be opened, or has no such entrypoint.
+            pub fn with_entrypoint(
+                id: impl Into<String>,
+                bundle_path: impl AsRef<Path>,
+                entrypoint: &str,
+            ) -> Result<Self, RegoError> {
+                Self::from_bundle_entrypoint(id, RegoBundle::open(bundle_path)?, entrypoint)
+            }
+
+            /// A policy on an opened bundle (for example one given limits or data first), with the
+            /// entrypoint chosen as in [`new`](Self::new).
+            ///
+            /// # Errors
+            /// No entrypoint can be chosen.
+            pub fn from_bundle(id: impl Into<String>, bundle: RegoBundle) -> Result<Self, RegoError> {
+                Ok(Self { policy: RegoPolicy::new(id.into(), bundle, None)? })
+            }
+
+            /// A policy on an opened bundle and a named entrypoint.
+            ///
+            /// # Errors
+            /// The bundle has no such entrypoint.
+            pub fn from_bundle_entrypoint(
+                id: impl Into<String>,
+                bundle: RegoBundle,
+                entrypoint: &str,
+            ) -> Result<Self, RegoError> {
+                Ok(Self { policy: RegoPolicy::new(id.into(), bundle, Some(entrypoint))? })
+            }
+
+            /// The bundle evaluated.
+            pub fn bundle(&self) -> &RegoBundle {
+                &self.policy.bundle
+            }
+
+            /// The entrypoint whose value is the decision.
+            pub fn entrypoint(&self) -> &str {
+                &self.policy.entrypoint
+            }
+
+            /// Evaluates the policy without `async` (the trait's `evaluate` does the same work).
+            ///
+            /// # Errors
+            /// The evaluation fails (see [`RegoEvaluationError`]), the entrypoint is undefined for
+            /// this context, or its value is not a decision.
+            pub fn decide(&self, context: &$context) -> Result<PolicyDecision, RegoEvaluationError> {
+                self.policy.decide(context)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $trait for $name {
+            fn id(&self) -> &str {
+                &self.policy.id
+            }
+
+            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
+                Ok(self.policy.decide(context)?)
+            }
+        }
+    };
+}
+
+rego_policy!(
+    /// An input policy decided by a Rego entrypoint; the input is the [`InputContext`] as JSON.
+    ///
+    /// The entrypoint's value is read as a decision: an object with a `decision` key (and
+    /// `reason`, `redactions`, `transformation`), a bare decision name such as `"allow"`, or a
+    /// boolean (`false` denies with a reason naming the entrypoint). An undefined entrypoint is an
+    /// evaluation error ("policy produced no decision").
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use portcullis_engine::{InputContext, Message, Metadata, PolicyEngine, PolicySet, Role};
+    /// use portcullis_rego::RegoInputPolicy;
+    ///
+    /// // Built with `opa build -t wasm -e aps/input/decision policy.rego -o no-ssn-input.tar.gz`.
+    /// let policy = RegoInputPolicy::new("no-ssn", "no-ssn-input.tar.gz")?;
+    /// let engine = PolicyEngine::builder().policy_set(PolicySet::builder().input(policy).build()).build();
+    /// let context = InputContext::new(
+    ///     vec![Message::new(Role::User, "My SSN is 123-45-6789")],
+    ///     Metadata::new("agent-1", "session-1"),
+    /// );
+    /// assert!(engine.evaluate_input(&context).await.is_err());
+    /// # Ok(()) }
+    /// ```
+    RegoInputPolicy, InputPolicy, InputContext, "input", "aps/input/decision"
+);
+
+rego_policy!(
+    /// A tool-call policy decided by a Rego entrypoint; the input is the [`ToolCallContext`] as
+    /// JSON. Decisions are read as for [`RegoInputPolicy`].
+    RegoToolCallPolicy, ToolCallPolicy, ToolCallContext, "tool-call", "aps/tool_call/decision"
+);
+
+rego_policy!(
+    /// An output policy decided by a Rego entrypoint; the input is the [`OutputContext`] as JSON.
+    /// Decisions are read as for [`RegoInputPolicy`].
+    RegoOutputPolicy, OutputPolicy, OutputContext, "output", "aps/output/decision"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use portcullis_engine::{Redaction, RedactionStrategy};
+    use serde_json::json;
+
+    #[test]
+    fn values_read_as_decisions() {
+        let read = |value| decision_from_value("x/decision", value);
+        assert_eq!(read(json!(true)), Ok(PolicyDecision::allow()));
+        assert_eq!(
+            read(json!(false)),
+            Ok(PolicyDecision::deny("denied by x/decision"))
+        );
+        assert_eq!(read(json!("allow")), Ok(PolicyDecision::allow()));
+        assert_eq!(
+            read(json!("deny")),
+            Ok(PolicyDecision::Deny {
+                reason: None,
+                policy_id: None
+            })
+        );
+        assert_eq!(
+            read(json!({"decision": "deny", "reason": "no", "extra": 1})),
+            Ok(PolicyDecision::deny("no"))
+        );
+        assert_eq!(
+            read(
+                json!({"decision": "redact", "redactions": [{"field": "messages.0.content", "strategy": "mask"}]})
+            ),
+            Ok(PolicyDecision::redact([Redaction {
+                field: "messages.0.content".into(),
+                strategy: RedactionStrategy::Mask,
+                replacement: None,
+                pattern: None
+            }]))
+        );
+        assert!(read(json!("redact")).is_err(), "redact needs redactions");
+        assert!(read(json!("maybe")).is_err());
+        assert!(read(json!({"reason": "x"})).is_err());
+        assert!(read(json!(3)).is_err());
+    }
+
+    #[test]
+    fn undefined_is_no_decision() {
+        assert_eq!(
+            read_decision("a/decision", b"[]"),
+            Err(RegoEvaluationError::NoDecision {
+                entrypoint: "a/decision".into()
+            })
+        );
+        assert_eq!(
+            read_decision("a/decision", br#"[{"result":"allow"}]"#),
+            Ok(PolicyDecision::allow())
+        );
+    }
+}

@@ -1,0 +1,848 @@
+//! The OPA WebAssembly ABI on wasmtime: one compiled module, instances of it set up with the data
+//! document, a pool of those instances, and the time and memory limits.
+//!
+//! The ABI (see OPA's "WebAssembly" documentation): the module imports `env.memory`,
+//! `env.opa_abort`, `env.opa_println` and `env.opa_builtin0..4`, and exports a small allocator
+//! (`opa_malloc`, `opa_heap_ptr_get/set`), JSON codecs (`opa_json_parse`, `opa_json_dump`), the maps
+//! `builtins()` and `entrypoints()`, the evaluation context (`opa_eval_ctx_*`, `eval`) and, from ABI
+//! 1.2, the one-call fast path `opa_eval`.
+//!
+//! An instance keeps its data document at the bottom of its heap; the heap pointer just above it is
+//! the instance's "post-data heap". Every evaluation starts from there (the fast path writes the
+//! input there and hands `opa_eval` the pointer; the slow path calls `opa_heap_ptr_set`), so an
+//! instance that finished an evaluation is as good as new and goes back to the pool. An instance
+//! whose evaluation failed (trap, abort, limit) is dropped instead.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use serde_json::Value;
+use wasmtime::{
+    Caller, Config, Engine, Extern, ExternType, Func, Instance, Memory, MemoryType, Module,
+    ResourceLimiter, Store, Trap, TypedFunc, ValType,
+};
+
+use crate::builtins::{BuiltinContext, HostBuiltin};
+use crate::error::RegoEvaluationError;
+
+/// How often the epoch advances: the granularity of the time limit.
+const TICK: Duration = Duration::from_millis(1);
+
+const WASM_PAGE: usize = 64 * 1024;
+
+/// The process-wide wasmtime engine (epoch interruption on) and its epoch ticker thread.
+pub(crate) fn engine() -> Result<&'static Engine, String> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut config = Config::new();
+            config.epoch_interruption(true);
+            let engine = Engine::new(&config).map_err(|error| error.to_string())?;
+            let weak = engine.weak();
+            std::thread::Builder::new()
+                .name("portcullis-rego-epoch".to_owned())
+                .spawn(move || {
+                    while let Some(engine) = weak.upgrade() {
+                        engine.increment_epoch();
+                        drop(engine);
+                        std::thread::sleep(TICK);
+                    }
+                })
+                .map_err(|error| format!("cannot start the epoch thread: {error}"))?;
+            Ok(engine)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// What an import of the module is bound to.
+#[derive(Debug, Clone)]
+pub(crate) enum ImportKind {
+    Memory(MemoryType),
+    Abort,
+    Println,
+    Builtin(usize),
+}
+
+/// Checks the module's imports: only the OPA ones, with their OPA types.
+pub(crate) fn check_imports(module: &Module) -> Result<Vec<ImportKind>, String> {
+    let mut kinds = Vec::new();
+    let mut has_memory = false;
+    for import in module.imports() {
+        let (module_name, name) = (import.module(), import.name());
+        let wrong = || format!("unexpected import {module_name}.{name} ({:?})", import.ty());
+        if module_name != "env" {
+            return Err(wrong());
+        }
+        let expect_func = |params: usize, results: usize| -> Result<(), String> {
+            match import.ty() {
+                ExternType::Func(func)
+                    if func.params().len() == params
+                        && func.results().len() == results
+                        && func
+                            .params()
+                            .chain(func.results())
+                            .all(|t| matches!(t, ValType::I32)) =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "import env.{name} has the wrong type (expected {params} i32 parameter(s) and {results} i32 result(s))"
+                )),
+            }
+        };
+        let kind = match name {
+            "memory" => match import.ty() {
+                ExternType::Memory(memory) if !memory.is_64() && !memory.is_shared() => {
+                    has_memory = true;
+                    ImportKind::Memory(memory)
+                }
+                _ => return Err("import env.memory is not a 32-bit unshared memory".to_owned()),
+            },
+            "opa_abort" => {
+                expect_func(1, 0)?;
+                ImportKind::Abort
+            }
+            "opa_println" => {
+                expect_func(1, 0)?;
+                ImportKind::Println
+            }
+            _ => match name
+                .strip_prefix("opa_builtin")
+                .and_then(|n| n.parse::<usize>().ok())
+            {
+                Some(arity) if arity <= 4 => {
+                    expect_func(arity + 2, 1)?;
+                    ImportKind::Builtin(arity)
+                }
+                _ => return Err(wrong()),
+            },
+        };
+        kinds.push(kind);
+    }
+    if !has_memory {
+        return Err("the module does not import env.memory".to_owned());
+    }
+    Ok(kinds)
+}
+
+/// The module's exports used by the host.
+#[derive(Clone)]
+struct GuestFuncs {
+    malloc: TypedFunc<i32, i32>,
+    json_parse: TypedFunc<(i32, i32), i32>,
+    json_dump: TypedFunc<i32, i32>,
+    heap_ptr_get: TypedFunc<(), i32>,
+    heap_ptr_set: TypedFunc<i32, ()>,
+    eval_ctx_new: TypedFunc<(), i32>,
+    eval_ctx_set_input: TypedFunc<(i32, i32), ()>,
+    eval_ctx_set_data: TypedFunc<(i32, i32), ()>,
+    eval_ctx_set_entrypoint: Option<TypedFunc<(i32, i32), ()>>,
+    eval_ctx_get_result: TypedFunc<i32, i32>,
+    eval: TypedFunc<i32, i32>,
+    opa_eval: Option<FastEval>,
+    builtins: TypedFunc<(), i32>,
+    entrypoints: Option<TypedFunc<(), i32>>,
+}
+
+type FastEval = TypedFunc<(i32, i32, i32, i32, i32, i32, i32), i32>;
+
+impl GuestFuncs {
+    fn new(store: &mut Store<StoreState>, instance: &Instance, minor: i32) -> Result<Self, String> {
+        fn get<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+            store: &mut Store<StoreState>,
+            instance: &Instance,
+            name: &str,
+        ) -> Result<TypedFunc<P, R>, String> {
+            instance
+                .get_typed_func::<P, R>(&mut *store, name)
+                .map_err(|error| format!("export {name}: {error}"))
+        }
+        fn optional<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+            store: &mut Store<StoreState>,
+            instance: &Instance,
+            name: &str,
+        ) -> Result<Option<TypedFunc<P, R>>, String> {
+            if instance.get_export(&mut *store, name).is_none() {
+                return Ok(None);
+            }
+            get(store, instance, name).map(Some)
+        }
+        let opa_eval = if minor >= 2 {
+            optional(store, instance, "opa_eval")?
+        } else {
+            None
+        };
+        Ok(Self {
+            malloc: get(store, instance, "opa_malloc")?,
+            json_parse: get(store, instance, "opa_json_parse")?,
+            json_dump: get(store, instance, "opa_json_dump")?,
+            heap_ptr_get: get(store, instance, "opa_heap_ptr_get")?,
+            heap_ptr_set: get(store, instance, "opa_heap_ptr_set")?,
+            eval_ctx_new: get(store, instance, "opa_eval_ctx_new")?,
+            eval_ctx_set_input: get(store, instance, "opa_eval_ctx_set_input")?,
+            eval_ctx_set_data: get(store, instance, "opa_eval_ctx_set_data")?,
+            eval_ctx_set_entrypoint: optional(store, instance, "opa_eval_ctx_set_entrypoint")?,
+            eval_ctx_get_result: get(store, instance, "opa_eval_ctx_get_result")?,
+            eval: get(store, instance, "eval")?,
+            opa_eval,
+            builtins: get(store, instance, "builtins")?,
+            entrypoints: optional(store, instance, "entrypoints")?,
+        })
+    }
+}
+
+/// Counts linear-memory growth against the limit and remembers a refusal.
+struct MemoryLimiter {
+    limit: usize,
+    refused: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // A table element is a pointer; count it against the same budget.
+        Ok(desired.saturating_mul(size_of::<usize>()) <= self.limit)
+    }
+}
+
+/// The host side of one store.
+struct StoreState {
+    limiter: MemoryLimiter,
+    memory: Option<Memory>,
+    funcs: Option<GuestFuncs>,
+    builtins: Arc<[Option<&'static HostBuiltin>]>,
+    /// Per-evaluation state of the builtins (`time.now_ns` is fixed for one evaluation).
+    builtin_context: BuiltinContext,
+    abort: Option<String>,
+    builtin_error: Option<(String, String)>,
+}
+
+/// The limits an evaluation runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) time: Duration,
+    pub(crate) memory: usize,
+}
+
+impl Limits {
+    fn ticks(&self) -> u64 {
+        // One extra tick: the first may be almost over when the evaluation starts.
+        let ticks = self
+            .time
+            .as_nanos()
+            .div_ceil(TICK.as_nanos())
+            .saturating_add(1);
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+}
+
+/// What the module says about itself, read once from a first instance.
+#[derive(Debug, Clone)]
+pub(crate) struct ModuleInfo {
+    pub(crate) abi: (i32, i32),
+    /// Entrypoint names and ids, sorted by name.
+    pub(crate) entrypoints: Vec<(String, i32)>,
+    /// Builtin names and ids as the module lists them.
+    pub(crate) builtins: Vec<(String, i32)>,
+}
+
+/// Compiled modules by content, so that opening the same bundle again (one bundle serving an
+/// input, a tool-call and an output policy, say) compiles it once. Only weak references: a module
+/// no bundle uses any more is freed.
+type ModuleCache = HashMap<u64, Vec<Weak<CompiledModule>>>;
+
+/// `module` compiled, from the cache when a live bundle already compiled the same bytes.
+pub(crate) fn compile_cached(wasm: &[u8]) -> Result<Arc<CompiledModule>, ModuleError> {
+    static CACHE: OnceLock<Mutex<ModuleCache>> = OnceLock::new();
+    let mut hasher = std::hash::DefaultHasher::new();
+    wasm.hash(&mut hasher);
+    let key = hasher.finish();
+    // Held while compiling: two threads opening the same module compile it once.
+    let mut cache = CACHE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let entries = cache.entry(key).or_default();
+    entries.retain(|entry| entry.strong_count() > 0);
+    if let Some(found) = entries
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|module| *module.wasm == *wasm)
+    {
+        return Ok(found);
+    }
+    let module = Arc::new(CompiledModule::new(wasm)?);
+    entries.push(Arc::downgrade(&module));
+    Ok(module)
+}
+
+/// A compiled module and how to instantiate it. Shared by bundles that differ only in data or limits.
+pub(crate) struct CompiledModule {
+    wasm: Box<[u8]>,
+    module: Module,
+    imports: Vec<ImportKind>,
+    builtin_table: Arc<[Option<&'static HostBuiltin>]>,
+    pub(crate) info: ModuleInfo,
+}
+
+impl CompiledModule {
+    /// Compiles and checks `wasm`, reads the module's ABI version, entrypoints and builtins.
+    /// Errors: `(is_compile_error, message)` or the missing builtins.
+    pub(crate) fn new(wasm: &[u8]) -> Result<Self, ModuleError> {
+        let engine = engine().map_err(ModuleError::Setup)?;
+        let module = Module::new(engine, wasm)
+            .map_err(|error| ModuleError::Compile(format!("{error:#}")))?;
+        let imports = check_imports(&module).map_err(ModuleError::NotOpa)?;
+        let mut compiled = Self {
+            wasm: wasm.into(),
+            module,
+            imports,
+            builtin_table: Arc::from(Vec::new()),
+            info: ModuleInfo {
+                abi: (0, 0),
+                entrypoints: Vec::new(),
+                builtins: Vec::new(),
+            },
+        };
+        let limits = Limits {
+            time: Duration::from_secs(10),
+            memory: 1 << 30,
+        };
+        let (mut store, instance) = compiled.instantiate(limits).map_err(ModuleError::Setup)?;
+        let abi = read_abi(&mut store, &instance);
+        if abi.0 != 1 {
+            return Err(ModuleError::NotOpa(format!(
+                "unsupported ABI version {}.{} (supported: 1.x)",
+                abi.0, abi.1
+            )));
+        }
+        let funcs = GuestFuncs::new(&mut store, &instance, abi.1).map_err(ModuleError::NotOpa)?;
+        let memory = store
+            .data()
+            .memory
+            .ok_or_else(|| ModuleError::Setup("no memory".to_owned()))?;
+        store.data_mut().funcs = Some(funcs.clone());
+        let map = |store: &mut Store<StoreState>, func: &TypedFunc<(), i32>, what: &str| {
+            let addr = func
+                .call(&mut *store, ())
+                .map_err(|error| format!("{what}(): {error:#}"))?;
+            let json = dump_value(store, &funcs, memory, addr)
+                .map_err(|error| format!("{what}(): {error:#}"))?;
+            let Value::Object(map) = json else {
+                return Err(format!("{what}() is not an object"));
+            };
+            let mut pairs = Vec::with_capacity(map.len());
+            for (name, id) in map {
+                let id = id
+                    .as_i64()
+                    .and_then(|id| i32::try_from(id).ok())
+                    .ok_or_else(|| format!("{what}(): id of {name} is not a number"))?;
+                pairs.push((name, id));
+            }
+            pairs.sort();
+            Ok(pairs)
+        };
+        let builtins = map(&mut store, &funcs.builtins, "builtins").map_err(ModuleError::NotOpa)?;
+        let entrypoints = match &funcs.entrypoints {
+            Some(func) => map(&mut store, func, "entrypoints").map_err(ModuleError::NotOpa)?,
+            None => Vec::new(),
+        };
+        let mut missing = Vec::new();
+        let mut table: Vec<Option<&'static HostBuiltin>> = Vec::new();
+        for (name, id) in &builtins {
+            match crate::builtins::lookup(name) {
+                Some(builtin) => {
+                    let index = usize::try_from(*id).map_err(|_| {
+                        ModuleError::NotOpa(format!("builtin {name} has a negative id"))
+                    })?;
+                    if table.len() <= index {
+                        table.resize(index + 1, None);
+                    }
+                    table[index] = Some(builtin);
+                }
+                None => missing.push(name.clone()),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(ModuleError::MissingBuiltins(missing));
+        }
+        compiled.builtin_table = Arc::from(table);
+        compiled.info = ModuleInfo {
+            abi,
+            entrypoints,
+            builtins,
+        };
+        Ok(compiled)
+    }
+
+    /// A fresh instance with its own store and memory (no data loaded yet).
+    fn instantiate(&self, limits: Limits) -> Result<(Store<StoreState>, Instance), String> {
+        let engine = engine()?;
+        let mut store = Store::new(
+            engine,
+            StoreState {
+                limiter: MemoryLimiter {
+                    limit: limits.memory,
+                    refused: false,
+                },
+                memory: None,
+                funcs: None,
+                builtins: Arc::clone(&self.builtin_table),
+                builtin_context: BuiltinContext::default(),
+                abort: None,
+                builtin_error: None,
+            },
+        );
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(limits.ticks());
+        store.epoch_deadline_trap();
+        let mut externs: Vec<Extern> = Vec::with_capacity(self.imports.len());
+        let mut memory = None;
+        for kind in &self.imports {
+            let item: Extern = match kind {
+                ImportKind::Memory(ty) => {
+                    let created = Memory::new(&mut store, ty.clone()).map_err(|error| {
+                        if store.data().limiter.refused {
+                            format!(
+                                "the module's initial memory exceeds the memory limit of {} bytes",
+                                limits.memory
+                            )
+                        } else {
+                            format!("cannot create the memory: {error:#}")
+                        }
+                    })?;
+                    memory = Some(created);
+                    created.into()
+                }
+                ImportKind::Abort => Func::wrap(&mut store, host_abort).into(),
+                ImportKind::Println => {
+                    Func::wrap(&mut store, |_: Caller<'_, StoreState>, _: i32| {}).into()
+                }
+                ImportKind::Builtin(0) => Func::wrap(
+                    &mut store,
+                    |caller: Caller<'_, StoreState>, id: i32, _ctx: i32| {
+                        call_builtin(caller, id, &[])
+                    },
+                )
+                .into(),
+                ImportKind::Builtin(1) => Func::wrap(
+                    &mut store,
+                    |caller: Caller<'_, StoreState>, id: i32, _ctx: i32, a: i32| {
+                        call_builtin(caller, id, &[a])
+                    },
+                )
+                .into(),
+                ImportKind::Builtin(2) => Func::wrap(
+                    &mut store,
+                    |caller: Caller<'_, StoreState>, id: i32, _ctx: i32, a: i32, b: i32| {
+                        call_builtin(caller, id, &[a, b])
+                    },
+                )
+                .into(),
+                ImportKind::Builtin(3) => Func::wrap(
+                    &mut store,
+                    |caller: Caller<'_, StoreState>, id: i32, _ctx: i32, a: i32, b: i32, c: i32| {
+                        call_builtin(caller, id, &[a, b, c])
+                    },
+                )
+                .into(),
+                ImportKind::Builtin(_) => Func::wrap(
+                    &mut store,
+                    |caller: Caller<'_, StoreState>,
+                     id: i32,
+                     _ctx: i32,
+                     a: i32,
+                     b: i32,
+                     c: i32,
+                     d: i32| { call_builtin(caller, id, &[a, b, c, d]) },
+                )
+                .into(),
+            };
+            externs.push(item);
+        }
+        store.data_mut().memory = memory;
+        let instance = Instance::new(&mut store, &self.module, &externs)
+            .map_err(|error| format!("{error:#}"))?;
+        Ok((store, instance))
+    }
+
+    /// A pool instance: instantiated, data document loaded, post-data heap pointer taken.
+    pub(crate) fn instance(&self, data: &[u8], limits: Limits) -> Result<PooledInstance, String> {
+        let (mut store, instance) = self.instantiate(limits)?;
+        let funcs = GuestFuncs::new(&mut store, &instance, self.info.abi.1)?;
+        let memory = store.data().memory.ok_or("no memory")?;
+        store.data_mut().funcs = Some(funcs.clone());
+        let data_addr = load_json(&mut store, &funcs, memory, data).map_err(|error| {
+            if store.data().limiter.refused {
+                format!(
+                    "the data document does not fit in the memory limit of {} bytes",
+                    limits.memory
+                )
+            } else {
+                format!("cannot load the data document: {error:#}")
+            }
+        })?;
+        let heap_ptr = funcs
+            .heap_ptr_get
+            .call(&mut store, ())
+            .map_err(|error| format!("{error:#}"))?;
+        Ok(PooledInstance {
+            store,
+            memory,
+            funcs,
+            data_addr,
+            heap_ptr,
+            input: Vec::new(),
+            poisoned: false,
+        })
+    }
+}
+
+/// Why a module could not be compiled or set up.
+#[derive(Debug)]
+pub(crate) enum ModuleError {
+    Compile(String),
+    NotOpa(String),
+    MissingBuiltins(Vec<String>),
+    Setup(String),
+}
+
+fn read_abi(store: &mut Store<StoreState>, instance: &Instance) -> (i32, i32) {
+    let mut global = |name: &str| {
+        instance
+            .get_global(&mut *store, name)
+            .and_then(|global| global.get(&mut *store).i32())
+    };
+    let major = global("opa_wasm_abi_version").unwrap_or(1);
+    let minor = global("opa_wasm_abi_minor_version").unwrap_or(0);
+    (major, minor)
+}
+
+/// Reads the NUL-terminated string at `addr`.
+fn c_str(data: &[u8], addr: i32) -> Result<&[u8], String> {
+    let start = usize::try_from(addr).map_err(|_| format!("bad address {addr}"))?;
+    let tail = data
+        .get(start..)
+        .ok_or_else(|| format!("address {addr} outside memory"))?;
+    let end = tail
+        .iter()
+        .position(|&byte| byte == 0)
+        .ok_or("unterminated string")?;
+    Ok(&tail[..end])
+}
+
+/// `opa_json_dump` of a guest value, parsed.
+fn dump_value(
+    mut store: impl wasmtime::AsContextMut<Data = StoreState>,
+    funcs: &GuestFuncs,
+    memory: Memory,
+    value_addr: i32,
+) -> wasmtime::Result<Value> {
+    let addr = funcs.json_dump.call(&mut store, value_addr)?;
+    let bytes = c_str(memory.data(&store), addr).map_err(wasmtime::Error::msg)?;
+    Ok(serde_json::from_slice(bytes)?)
+}
+
+/// Copies `json` into guest memory and parses it there with `opa_json_parse`.
+fn load_json(
+    mut store: impl wasmtime::AsContextMut<Data = StoreState>,
+    funcs: &GuestFuncs,
+    memory: Memory,
+    json: &[u8],
+) -> wasmtime::Result<i32> {
+    let len =
+        i32::try_from(json.len()).map_err(|_| wasmtime::Error::msg("JSON larger than 2 GiB"))?;
+    let addr = funcs.malloc.call(&mut store, len)?;
+    let start = usize::try_from(addr)
+        .map_err(|_| wasmtime::Error::msg("opa_malloc returned a bad address"))?;
+    memory.write(&mut store, start, json)?;
+    let value = funcs.json_parse.call(&mut store, (addr, len))?;
+    if value == 0 {
+        return Err(wasmtime::Error::msg(
+            "opa_json_parse could not parse the JSON",
+        ));
+    }
+    Ok(value)
+}
+
+fn host_abort(mut caller: Caller<'_, StoreState>, addr: i32) -> wasmtime::Result<()> {
+    let message = match caller.data().memory {
+        Some(memory) => c_str(memory.data(&caller), addr)
+            .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+            .unwrap_or_else(|error| format!("(unreadable message: {error})")),
+        None => "(no memory)".to_owned(),
+    };
+    caller.data_mut().abort = Some(message.clone());
+    Err(wasmtime::Error::msg(format!("opa_abort: {message}")))
+}
+
+fn call_builtin(
+    mut caller: Caller<'_, StoreState>,
+    id: i32,
+    args: &[i32],
+) -> wasmtime::Result<i32> {
+    let builtin = usize::try_from(id)
+        .ok()
+        .and_then(|index| caller.data().builtins.get(index).copied().flatten())
+        .ok_or_else(|| {
+            wasmtime::Error::msg(format!("the module called unknown builtin id {id}"))
+        })?;
+    let (Some(funcs), Some(memory)) = (caller.data().funcs.clone(), caller.data().memory) else {
+        return Err(wasmtime::Error::msg(
+            "builtin called before the instance was set up",
+        ));
+    };
+    let mut values = Vec::with_capacity(args.len());
+    for &arg in args {
+        values.push(dump_value(&mut caller, &funcs, memory, arg)?);
+    }
+    let result = (builtin.func)(&values, &mut caller.data_mut().builtin_context);
+    match result {
+        Ok(value) => {
+            let json = serde_json::to_vec(&value)?;
+            load_json(&mut caller, &funcs, memory, &json)
+        }
+        Err(message) => {
+            let text = format!("builtin {} failed: {message}", builtin.name);
+            caller.data_mut().builtin_error = Some((builtin.name.to_owned(), message));
+            Err(wasmtime::Error::msg(text))
+        }
+    }
+}
+
+/// One instance, ready to evaluate: its store, the data document's address and the post-data heap.
+pub(crate) struct PooledInstance {
+    store: Store<StoreState>,
+    memory: Memory,
+    funcs: GuestFuncs,
+    data_addr: i32,
+    heap_ptr: i32,
+    /// The input's JSON, reused between evaluations.
+    input: Vec<u8>,
+    /// Set when an evaluation trapped or aborted: the instance's state is unknown, drop it.
+    poisoned: bool,
+}
+
+impl PooledInstance {
+    /// Evaluates `entrypoint` on `input` and hands the raw JSON result set to `read`.
+    pub(crate) fn evaluate<R>(
+        &mut self,
+        entrypoint: i32,
+        input: &impl serde::Serialize,
+        limits: Limits,
+        read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
+    ) -> Result<R, RegoEvaluationError> {
+        self.input.clear();
+        serde_json::to_writer(&mut self.input, input)
+            .map_err(|error| RegoEvaluationError::Input(error.to_string()))?;
+        self.store.data_mut().builtin_context.reset();
+        self.store.set_epoch_deadline(limits.ticks());
+        let result_addr = match self.run(entrypoint) {
+            Ok(addr) => addr,
+            Err(error) => {
+                self.poisoned = true;
+                return Err(self.classify(error, limits));
+            }
+        };
+        let bytes = c_str(self.memory.data(&self.store), result_addr)
+            .map_err(RegoEvaluationError::Result)?;
+        read(bytes)
+    }
+
+    /// Whether the instance may go back to the pool.
+    pub(crate) fn is_reusable(&self) -> bool {
+        !self.poisoned
+    }
+
+    fn run(&mut self, entrypoint: i32) -> wasmtime::Result<i32> {
+        let len = i32::try_from(self.input.len())
+            .map_err(|_| wasmtime::Error::msg("input larger than 2 GiB"))?;
+        if let Some(opa_eval) = &self.funcs.opa_eval {
+            let input_addr = self.heap_ptr;
+            let start = usize::try_from(input_addr)
+                .map_err(|_| wasmtime::Error::msg("bad heap pointer"))?;
+            let end = start + self.input.len();
+            let size = self.memory.data_size(&self.store);
+            if end > size {
+                let pages = (end - size).div_ceil(WASM_PAGE);
+                self.memory
+                    .grow(&mut self.store, u64::try_from(pages).unwrap_or(u64::MAX))?;
+            }
+            self.memory.write(&mut self.store, start, &self.input)?;
+            opa_eval.call(
+                &mut self.store,
+                (
+                    0,
+                    entrypoint,
+                    self.data_addr,
+                    input_addr,
+                    len,
+                    input_addr + len,
+                    0,
+                ),
+            )
+        } else {
+            let funcs = &self.funcs;
+            funcs.heap_ptr_set.call(&mut self.store, self.heap_ptr)?;
+            let input = load_json(&mut self.store, funcs, self.memory, &self.input)?;
+            let ctx = funcs.eval_ctx_new.call(&mut self.store, ())?;
+            funcs
+                .eval_ctx_set_input
+                .call(&mut self.store, (ctx, input))?;
+            funcs
+                .eval_ctx_set_data
+                .call(&mut self.store, (ctx, self.data_addr))?;
+            if let Some(set_entrypoint) = &funcs.eval_ctx_set_entrypoint {
+                set_entrypoint.call(&mut self.store, (ctx, entrypoint))?;
+            }
+            let code = funcs.eval.call(&mut self.store, ctx)?;
+            if code != 0 {
+                return Err(wasmtime::Error::msg(format!(
+                    "eval returned error code {code}"
+                )));
+            }
+            let result = funcs.eval_ctx_get_result.call(&mut self.store, ctx)?;
+            funcs.json_dump.call(&mut self.store, result)
+        }
+    }
+
+    fn classify(&mut self, error: wasmtime::Error, limits: Limits) -> RegoEvaluationError {
+        let state = self.store.data_mut();
+        let refused = state.limiter.refused;
+        let memory_limit = |detail: String| RegoEvaluationError::MemoryLimit {
+            limit: limits.memory,
+            detail,
+        };
+        if let Some(message) = state.abort.take() {
+            return if refused {
+                memory_limit(message)
+            } else {
+                RegoEvaluationError::Aborted(message)
+            };
+        }
+        if let Some((name, message)) = state.builtin_error.take() {
+            return RegoEvaluationError::Builtin { name, message };
+        }
+        if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
+            return RegoEvaluationError::TimeLimit(limits.time);
+        }
+        if refused {
+            return memory_limit(format!("{error:#}"));
+        }
+        RegoEvaluationError::Trap(format!("{error:#}"))
+    }
+}
+
+/// The instances of one bundle.
+///
+/// Each thread has a home slot (threads are numbered as they first evaluate); an evaluation
+/// locks its thread's slot with `try_lock`, or the next free one, and evaluates on the instance
+/// kept there, making one (or taking a spare) when the slot is empty. A thread thus keeps reusing
+/// the same instance and the same cache lines, and two threads never wait for each other while a
+/// slot is free. When every slot is busy (more threads than slots), the evaluation takes a spare
+/// instance, or makes one, and leaves it among the spares afterwards.
+pub(crate) struct Pool {
+    slots: Box<[Slot]>,
+    spares: Mutex<Vec<PooledInstance>>,
+    max_spares: usize,
+}
+
+/// One slot, on a cache line of its own.
+#[repr(align(128))]
+struct Slot(Mutex<Option<PooledInstance>>);
+
+fn home_slot() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static HOME: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    HOME.with(|home| *home)
+}
+
+impl Pool {
+    pub(crate) fn new(first: PooledInstance) -> Self {
+        let parallelism = std::thread::available_parallelism().map_or(4, |n| n.get());
+        let slots = (0..parallelism.saturating_mul(2).max(4))
+            .map(|_| Slot(Mutex::new(None)))
+            .collect();
+        Self {
+            slots,
+            spares: Mutex::new(vec![first]),
+            max_spares: parallelism.saturating_mul(2).max(4),
+        }
+    }
+
+    fn spare(&self) -> Option<PooledInstance> {
+        self.spares.lock().ok().and_then(|mut spares| spares.pop())
+    }
+
+    /// Runs `evaluate` on an instance of this pool (`make` builds one when none is idle).
+    pub(crate) fn with_instance<R>(
+        &self,
+        make: impl FnOnce() -> Result<PooledInstance, String>,
+        evaluate: impl FnOnce(&mut PooledInstance) -> Result<R, RegoEvaluationError>,
+    ) -> Result<R, RegoEvaluationError> {
+        let count = self.slots.len();
+        let home = home_slot() % count;
+        for offset in 0..count {
+            let Ok(mut slot) = self.slots[(home + offset) % count].0.try_lock() else {
+                continue;
+            };
+            let instance = match slot.take() {
+                Some(instance) => instance,
+                None => match self.spare() {
+                    Some(instance) => instance,
+                    None => make().map_err(RegoEvaluationError::Setup)?,
+                },
+            };
+            let instance = slot.insert(instance);
+            let result = evaluate(instance);
+            if !instance.is_reusable() {
+                *slot = None;
+            }
+            return result;
+        }
+        let mut instance = match self.spare() {
+            Some(instance) => instance,
+            None => make().map_err(RegoEvaluationError::Setup)?,
+        };
+        let result = evaluate(&mut instance);
+        if instance.is_reusable()
+            && let Ok(mut spares) = self.spares.lock()
+            && spares.len() < self.max_spares
+        {
+            spares.push(instance);
+        }
+        result
+    }
+
+    /// How many instances are idle right now.
+    pub(crate) fn idle(&self) -> usize {
+        let in_slots = self
+            .slots
+            .iter()
+            .filter(|slot| slot.0.try_lock().is_ok_and(|instance| instance.is_some()))
+            .count();
+        in_slots + self.spares.lock().map_or(0, |spares| spares.len())
+    }
+}

@@ -1,0 +1,152 @@
+//! Shared helpers of the integration tests: where the OPA-built fixtures are, and a hand-written
+//! OPA-ABI module for the limit and trap tests.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+
+/// The fixtures folder: `$PORTCULLIS_OPA_FIXTURES`, else `../shared/fixtures` beside the workspace.
+/// Panics with a message saying where it looked when the folder is missing.
+pub fn fixtures() -> PathBuf {
+    let (dir, how) = match std::env::var_os("PORTCULLIS_OPA_FIXTURES") {
+        Some(dir) => (PathBuf::from(dir), "from PORTCULLIS_OPA_FIXTURES"),
+        None => {
+            let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+            (
+                workspace.join("../shared/fixtures"),
+                "../shared/fixtures beside the workspace root",
+            )
+        }
+    };
+    assert!(
+        dir.join("rego-wasm").is_dir() && dir.join("opa-wasm-extra").is_dir(),
+        "the OPA WebAssembly fixtures are missing: looked in {} ({how}); \
+         set PORTCULLIS_OPA_FIXTURES to the folder holding rego-wasm/ and opa-wasm-extra/",
+        dir.display()
+    );
+    dir
+}
+
+/// A fixture file, checked to exist.
+pub fn fixture(relative: &str) -> PathBuf {
+    let path = fixtures().join(relative);
+    assert!(path.is_file(), "fixture {} is missing", path.display());
+    path
+}
+
+/// The fixture bundle at `relative`, opened once per test binary and kept open: opening it
+/// again (through `RegoBundle::open` or a policy's `new`) then reuses the compiled module instead
+/// of compiling it once more, which matters in unoptimized test builds.
+pub fn open(relative: &str) -> portcullis_rego::RegoBundle {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static OPENED: OnceLock<Mutex<HashMap<String, portcullis_rego::RegoBundle>>> = OnceLock::new();
+    let path = fixture(relative);
+    let mut opened = OPENED
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    opened
+        .entry(relative.to_owned())
+        .or_insert_with(|| {
+            portcullis_rego::RegoBundle::open(&path)
+                .unwrap_or_else(|error| panic!("fixture {} does not open: {error}", path.display()))
+        })
+        .clone()
+}
+
+/// Entrypoints of [`test_module`], by id.
+pub const ENTRYPOINTS: &str = r#"{"test/ok":0,"test/loop":1,"test/grow":2,"test/trap":3,"test/abort":4,"test/sprintf":5,"test/undefined":6}"#;
+
+/// A small module that follows the OPA WebAssembly ABI 1.2 (bump allocator, values are their JSON
+/// text) whose entrypoints misbehave on purpose: `test/loop` spins forever, `test/grow` allocates
+/// until memory runs out (then calls `opa_abort` as OPA's allocator does), `test/trap` executes
+/// `unreachable`, `test/abort` calls `opa_abort`, `test/sprintf` calls the host's `sprintf`
+/// (`"%s-%d"` on `["x", 5]`), `test/undefined` returns `[]`, `test/ok` returns `true`.
+/// `builtins` is the module's `builtins()` map; `extra_import` goes among the imports.
+pub fn test_module(builtins: &str, extra_import: &str) -> Vec<u8> {
+    let escape = |json: &str| json.replace('"', "\\\"");
+    let text = WAT
+        .replace("BUILTINS", &escape(builtins))
+        .replace("ENTRYPOINTS", &escape(ENTRYPOINTS))
+        .replace(";;EXTRA_IMPORT", extra_import);
+    wat::parse_str(&text).expect("the test module is valid WAT")
+}
+
+const WAT: &str = r#"
+(module
+  (import "env" "memory" (memory 2))
+  (import "env" "opa_abort" (func $abort (param i32)))
+  (import "env" "opa_builtin2" (func $builtin2 (param i32 i32 i32 i32) (result i32)))
+  ;;EXTRA_IMPORT
+  (global $heap (mut i32) (i32.const 4096))
+  (global (export "opa_wasm_abi_version") i32 (i32.const 1))
+  (global (export "opa_wasm_abi_minor_version") i32 (i32.const 2))
+  (data (i32.const 16) "BUILTINS\00")
+  (data (i32.const 256) "ENTRYPOINTS\00")
+  (data (i32.const 512) "opa_malloc: failed\00")
+  (data (i32.const 544) "[{\"result\":\00")
+  (data (i32.const 576) "[{\"result\":true}]\00")
+  (data (i32.const 608) "[]\00")
+  (data (i32.const 640) "var assignment conflict\00")
+  (data (i32.const 1024) "\"%s-%d\"\00")
+  (data (i32.const 1056) "[\"x\",5]\00")
+  (func $malloc (export "opa_malloc") (param $size i32) (result i32)
+    (local $p i32) (local $end i32)
+    (local.set $p (global.get $heap))
+    (local.set $end (i32.add (local.get $p) (i32.add (local.get $size) (i32.const 1))))
+    (block $ok
+      (loop $grow
+        (br_if $ok (i32.le_u (local.get $end) (i32.mul (memory.size) (i32.const 65536))))
+        (if (i32.eq (memory.grow (i32.const 16)) (i32.const -1))
+          (then (call $abort (i32.const 512)) (unreachable)))
+        (br $grow)))
+    (global.set $heap (local.get $end))
+    (local.get $p))
+  (func (export "opa_free") (param i32))
+  (func (export "opa_json_parse") (param $addr i32) (param $len i32) (result i32)
+    (i32.store8 (i32.add (local.get $addr) (local.get $len)) (i32.const 0))
+    (local.get $addr))
+  (func (export "opa_json_dump") (param i32) (result i32) (local.get 0))
+  (func (export "opa_heap_ptr_get") (result i32) (global.get $heap))
+  (func (export "opa_heap_ptr_set") (param i32) (global.set $heap (local.get 0)))
+  (func (export "opa_eval_ctx_new") (result i32) (i32.const 0))
+  (func (export "opa_eval_ctx_set_input") (param i32 i32))
+  (func (export "opa_eval_ctx_set_data") (param i32 i32))
+  (func (export "opa_eval_ctx_set_entrypoint") (param i32 i32))
+  (func (export "opa_eval_ctx_get_result") (param i32) (result i32) (i32.const 576))
+  (func (export "eval") (param i32) (result i32) (i32.const 0))
+  (func (export "builtins") (result i32) (i32.const 16))
+  (func (export "entrypoints") (result i32) (i32.const 256))
+  (func $strlen (param $p i32) (result i32)
+    (local $n i32)
+    (block $done
+      (loop $next
+        (br_if $done (i32.eqz (i32.load8_u (i32.add (local.get $p) (local.get $n)))))
+        (local.set $n (i32.add (local.get $n) (i32.const 1)))
+        (br $next)))
+    (local.get $n))
+  (func (export "opa_eval")
+    (param $reserved i32) (param $entrypoint i32) (param $data i32) (param $input i32)
+    (param $len i32) (param $heap i32) (param $format i32) (result i32)
+    (local $r i32) (local $n i32) (local $out i32)
+    (global.set $heap (local.get $heap))
+    (if (i32.eq (local.get $entrypoint) (i32.const 1)) (then (loop $spin (br $spin))))
+    (if (i32.eq (local.get $entrypoint) (i32.const 2))
+      (then (loop $eat (drop (call $malloc (i32.const 1048576))) (br $eat))))
+    (if (i32.eq (local.get $entrypoint) (i32.const 3)) (then (unreachable)))
+    (if (i32.eq (local.get $entrypoint) (i32.const 4)) (then (call $abort (i32.const 640)) (unreachable)))
+    (if (i32.eq (local.get $entrypoint) (i32.const 6)) (then (return (i32.const 608))))
+    (if (i32.eq (local.get $entrypoint) (i32.const 5))
+      (then
+        (local.set $r (call $builtin2 (i32.const 0) (i32.const 0) (i32.const 1024) (i32.const 1056)))
+        (local.set $n (call $strlen (local.get $r)))
+        (local.set $out (call $malloc (i32.add (local.get $n) (i32.const 16))))
+        (memory.copy (local.get $out) (i32.const 544) (i32.const 11))
+        (memory.copy (i32.add (local.get $out) (i32.const 11)) (local.get $r) (local.get $n))
+        (i32.store16 (i32.add (i32.add (local.get $out) (i32.const 11)) (local.get $n)) (i32.const 0x5d7d))
+        (i32.store8 (i32.add (i32.add (local.get $out) (i32.const 13)) (local.get $n)) (i32.const 0))
+        (return (local.get $out))))
+    (i32.const 576))
+)
+"#;
