@@ -23,3 +23,12 @@
 extern crate self as portcullis;
 
 pub use portcullis_engine::*;
+
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+pub use portcullis_macros::{
+    dsl_policy, input_policy, output_policy, policy_set, tool_call_policy,
+};
+
+#[doc(hidden)]
+pub mod __private;
