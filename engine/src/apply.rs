@@ -79,7 +79,9 @@ fn change<C: PolicyContext>(
             format!("it is no longer a valid {}: {error}", C::POINT.as_str()),
         )
     })?;
-    changed.check().map_err(|problem| ApplyError::new("", problem))?;
+    changed
+        .check()
+        .map_err(|problem| ApplyError::new("", problem))?;
     Ok(changed)
 }
 

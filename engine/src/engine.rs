@@ -311,7 +311,12 @@ impl PolicyEngine {
             enforced,
             Some(&decision),
         );
-        if enforced && let PolicyDecision::Deny { reason, policy_id: named } = &decision {
+        if enforced
+            && let PolicyDecision::Deny {
+                reason,
+                policy_id: named,
+            } = &decision
+        {
             return Step::Stop(EngineError::Denied(PolicyDenialError::new(
                 named.as_deref().unwrap_or(policy_id),
                 C::POINT,
@@ -348,7 +353,9 @@ impl PolicyEngine {
         }
         if enforced && self.set.on_error == OnError::Deny {
             Step::Stop(EngineError::Evaluation(PolicyEvaluationError::new(
-                policy_id, C::POINT, error,
+                policy_id,
+                C::POINT,
+                error,
             )))
         } else {
             Step::Continue {
@@ -399,7 +406,9 @@ async fn evaluate_entry<C: PolicyContext>(
         Ok(future) => CatchUnwind::new(future),
         Err(payload) => return Err(Box::new(PolicyPanicked::from_payload(&*payload))),
     };
-    let policy_deadline = entry.deadline.map(|deadline| (Instant::now() + deadline, deadline));
+    let policy_deadline = entry
+        .deadline
+        .map(|deadline| (Instant::now() + deadline, deadline));
     let (deadline, timed_out) = match (policy_deadline, call_deadline) {
         (None, None) => return future.await.unwrap_or_else(|panic| Err(Box::new(panic))),
         (Some((at, after)), Some((call, _))) if at <= call => {

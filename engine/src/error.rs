@@ -326,7 +326,11 @@ impl fmt::Display for PolicyTimedOut {
             DeadlineScope::Policy => "the policy's deadline",
             DeadlineScope::Call => "the call deadline",
         };
-        write!(f, "timed out: {whose} of {:?} passed and the policy was cancelled", self.after)
+        write!(
+            f,
+            "timed out: {whose} of {:?} passed and the policy was cancelled",
+            self.after
+        )
     }
 }
 

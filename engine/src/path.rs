@@ -102,7 +102,9 @@ impl FieldPath {
             .split('.')
             .map(|segment| {
                 if segment.is_empty() {
-                    Err(error("it has an empty segment (two dots in a row, or a dot at an end)"))
+                    Err(error(
+                        "it has an empty segment (two dots in a row, or a dot at an end)",
+                    ))
                 } else if segment == "*" {
                     Ok(Segment::Any)
                 } else if let Some(index) = parse_index(segment) {

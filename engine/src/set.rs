@@ -158,12 +158,22 @@ impl Default for PolicySet {
 impl fmt::Debug for PolicySet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PolicySet")
-            .field("input", &self.input.policies().map(|p| p.id()).collect::<Vec<_>>())
+            .field(
+                "input",
+                &self.input.policies().map(|p| p.id()).collect::<Vec<_>>(),
+            )
             .field(
                 "tool_call",
-                &self.tool_call.policies().map(|p| p.id()).collect::<Vec<_>>(),
+                &self
+                    .tool_call
+                    .policies()
+                    .map(|p| p.id())
+                    .collect::<Vec<_>>(),
             )
-            .field("output", &self.output.policies().map(|p| p.id()).collect::<Vec<_>>())
+            .field(
+                "output",
+                &self.output.policies().map(|p| p.id()).collect::<Vec<_>>(),
+            )
             .field("on_error", &self.on_error)
             .finish()
     }

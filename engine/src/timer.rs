@@ -236,7 +236,10 @@ mod tests {
         let soon = Instant::now() + Duration::from_millis(20);
         assert_eq!(until(soon, async { 7 }).await, Some(7));
         let never = std::future::pending::<()>();
-        assert_eq!(until(Instant::now() + Duration::from_millis(20), never).await, None);
+        assert_eq!(
+            until(Instant::now() + Duration::from_millis(20), never).await,
+            None
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Support items for the code the macros generate. Not public API: anything here may change
-//! in any release.
+//! Support for `#[input_policy]` and friends: turning what a policy function returns into
+//! what a policy's `evaluate` returns.
 
 use crate::{BoxError, PolicyDecision};
 

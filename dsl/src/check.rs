@@ -1,0 +1,1398 @@
+//! The checker: rule source → a [`CheckedRule`], or every problem at once.
+//!
+//! The runtime policies and the `dsl_policy!` macro both load rules through
+//! [`check_source`], so a rule one accepts the other accepts, with the same messages.
+
+use std::fmt;
+
+use portcullis_engine::apply::compile_pattern;
+use portcullis_engine::path::FieldPath;
+use portcullis_engine::{InterceptionPoint, PolicyMode, Redaction, RedactionStrategy};
+use serde_json::{Map, Value};
+
+use crate::model::{Action, Condition, Rule, RuleMode, RuleRedaction, RuleStrategy};
+use crate::schema::{Kind, Typed, Use, type_path};
+use crate::suggest::closest;
+
+/// Where a problem is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// In the JSON text (syntax errors): 1-based line and column.
+    Text {
+        /// The line, from 1.
+        line: usize,
+        /// The column, from 1.
+        column: usize,
+    },
+    /// At a part of the rule, as a JSON path from the rule's root (`condition.all[1].field`);
+    /// empty for the rule as a whole.
+    Path(String),
+}
+
+/// One problem of a rule: where it is, what is wrong, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    origin: String,
+    location: Location,
+    message: String,
+    help: Option<String>,
+}
+
+impl Problem {
+    fn new(origin: &str, location: Location, message: String, help: Option<String>) -> Self {
+        Problem {
+            origin: origin.to_owned(),
+            location,
+            message,
+            help,
+        }
+    }
+
+    /// The file (or other origin) the rule came from, as given to the checker.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// Where the problem is.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// Line and column (1-based) of a JSON syntax error.
+    pub fn line_column(&self) -> Option<(usize, usize)> {
+        match self.location {
+            Location::Text { line, column } => Some((line, column)),
+            Location::Path(_) => None,
+        }
+    }
+
+    /// The JSON path of the offending part (empty for the whole rule); `None` for syntax errors.
+    pub fn json_path(&self) -> Option<&str> {
+        match &self.location {
+            Location::Path(path) => Some(path),
+            Location::Text { .. } => None,
+        }
+    }
+
+    /// What is wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// What to do about it.
+    pub fn help(&self) -> Option<&str> {
+        self.help.as_deref()
+    }
+}
+
+/// `origin:line:column: message` for syntax errors, `origin: at path: message` otherwise,
+/// followed by `; help` when there is one.
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.location {
+            Location::Text { line, column } => {
+                write!(f, "{}:{line}:{column}: {}", self.origin, self.message)?;
+            }
+            Location::Path(path) if path.is_empty() => {
+                write!(f, "{}: {}", self.origin, self.message)?;
+            }
+            Location::Path(path) => write!(f, "{}: at {path}: {}", self.origin, self.message)?,
+        }
+        if let Some(help) = &self.help {
+            write!(f, "; {help}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every problem found in one rule (never empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problems {
+    problems: Vec<Problem>,
+}
+
+impl Problems {
+    /// The problems, in the order of the rule's parts.
+    pub fn iter(&self) -> std::slice::Iter<'_, Problem> {
+        self.problems.iter()
+    }
+
+    /// How many there are (at least one).
+    pub fn len(&self) -> usize {
+        self.problems.len()
+    }
+
+    /// Always `false`: there is at least one problem.
+    pub fn is_empty(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The problems.
+    pub fn into_vec(self) -> Vec<Problem> {
+        self.problems
+    }
+}
+
+impl<'a> IntoIterator for &'a Problems {
+    type Item = &'a Problem;
+    type IntoIter = std::slice::Iter<'a, Problem>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.problems.iter()
+    }
+}
+
+/// One problem per line.
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (at, problem) in self.problems.iter().enumerate() {
+            if at > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Problems {}
+
+/// A rule that passed the checker for one interception point, with its paths parsed, its
+/// needles lower-cased and its templates split.
+#[derive(Debug, Clone)]
+pub struct CheckedRule {
+    pub(crate) rule: Rule,
+    pub(crate) point: InterceptionPoint,
+    pub(crate) origin: String,
+    pub(crate) condition: CheckedCondition,
+    pub(crate) redactions: Vec<Redaction>,
+    pub(crate) transformation: Vec<(String, Vec<TemplatePart>)>,
+}
+
+impl CheckedRule {
+    /// The rule as written.
+    pub fn rule(&self) -> &Rule {
+        &self.rule
+    }
+
+    /// The interception point it was checked for.
+    pub fn point(&self) -> InterceptionPoint {
+        self.point
+    }
+
+    /// Where it came from, as given to the checker.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// Whether its decisions are enforced or only monitored (the `mode` extension).
+    pub fn mode(&self) -> PolicyMode {
+        match self.rule.mode.unwrap_or_default() {
+            RuleMode::Enforce => PolicyMode::Enforce,
+            RuleMode::Monitor => PolicyMode::Monitor,
+        }
+    }
+
+    /// The redactions of a `redact` rule, as the decision carries them.
+    pub fn redactions(&self) -> &[Redaction] {
+        &self.redactions
+    }
+}
+
+/// A checked condition: paths parsed, needles lower-cased.
+#[derive(Debug, Clone)]
+pub(crate) enum CheckedCondition {
+    Contains {
+        path: FieldPath,
+        needles: Vec<String>,
+    },
+    Equals {
+        path: FieldPath,
+        value: Value,
+    },
+    NotIn {
+        path: FieldPath,
+        values: Vec<Value>,
+    },
+    GreaterThan {
+        path: FieldPath,
+        threshold: f64,
+    },
+    Always,
+    All(Vec<CheckedCondition>),
+    Any(Vec<CheckedCondition>),
+    Not(Box<CheckedCondition>),
+}
+
+/// A piece of a transformation template.
+#[derive(Debug, Clone)]
+pub(crate) enum TemplatePart {
+    Text(String),
+    Field(FieldPath),
+}
+
+/// Parses `source` as a rule file and checks it for `point`.
+///
+/// `origin` names the source in messages (usually the file's path). On failure, every problem
+/// is returned: a JSON syntax error (with line and column) stops the check, any other problem
+/// does not.
+///
+/// ```
+/// use portcullis_dsl::check_source;
+/// use portcullis_engine::InterceptionPoint;
+///
+/// let problems = check_source(
+///     r#"{ "condition": { "field": "tool_name", "contians": ["rm"] } }"#,
+///     "rules/shell.json",
+///     InterceptionPoint::Input,
+/// )
+/// .unwrap_err();
+/// let messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
+/// assert_eq!(messages.len(), 3);
+/// assert!(messages[0].contains("unknown condition operator \"contians\""));
+/// ```
+pub fn check_source(
+    source: &str,
+    origin: &str,
+    point: InterceptionPoint,
+) -> Result<CheckedRule, Problems> {
+    match serde_json::from_str::<Value>(source) {
+        Ok(value) => check_value(&value, origin, point),
+        Err(error) => {
+            let mut message = error.to_string();
+            // serde_json appends " at line L column C"; the location says it already.
+            if let Some(at) = message.rfind(" at line ") {
+                message.truncate(at);
+            }
+            Err(Problems {
+                problems: vec![Problem::new(
+                    origin,
+                    Location::Text {
+                        line: error.line().max(1),
+                        column: error.column().max(1),
+                    },
+                    format!("invalid JSON: {message}"),
+                    Some("a rule file holds one JSON object".to_owned()),
+                )],
+            })
+        }
+    }
+}
+
+/// Checks a rule already parsed as JSON for `point`.
+pub fn check_value(
+    value: &Value,
+    origin: &str,
+    point: InterceptionPoint,
+) -> Result<CheckedRule, Problems> {
+    let mut checker = Checker {
+        origin,
+        point,
+        problems: Vec::new(),
+    };
+    let checked = checker.rule(value);
+    match checked {
+        Some(rule) if checker.problems.is_empty() => Ok(rule),
+        _ => {
+            if checker.problems.is_empty() {
+                // Defensive: a part was rejected without a message.
+                checker.report("", "the rule is invalid".to_owned(), None);
+            }
+            Err(Problems {
+                problems: checker.problems,
+            })
+        }
+    }
+}
+
+/// Checks a typed rule for `point` (for rules built in Rust).
+pub fn check_rule(
+    rule: &Rule,
+    origin: &str,
+    point: InterceptionPoint,
+) -> Result<CheckedRule, Problems> {
+    match serde_json::to_value(rule) {
+        Ok(value) => check_value(&value, origin, point),
+        Err(error) => Err(Problems {
+            problems: vec![Problem::new(
+                origin,
+                Location::Path(String::new()),
+                format!("the rule cannot be written as JSON: {error}"),
+                None,
+            )],
+        }),
+    }
+}
+
+const RULE_KEYS: [&str; 6] = [
+    "condition",
+    "action",
+    "reason",
+    "redactions",
+    "transformation",
+    "mode",
+];
+const FIELD_OPERATORS: [&str; 4] = ["contains", "equals", "not_in", "greater_than"];
+const OPERATORS: [&str; 8] = [
+    "contains",
+    "equals",
+    "not_in",
+    "greater_than",
+    "always",
+    "all",
+    "any",
+    "not",
+];
+const REDACTION_KEYS: [&str; 4] = ["field", "strategy", "replacement", "pattern"];
+
+fn child(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{at}.{key}")
+    }
+}
+
+fn element(at: &str, index: usize) -> String {
+    format!("{at}[{index}]")
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn list(names: &[&str]) -> String {
+    names.join(", ")
+}
+
+fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    closest(word, candidates).map(|name| format!("did you mean \"{name}\"?"))
+}
+
+struct Checker<'o> {
+    origin: &'o str,
+    point: InterceptionPoint,
+    problems: Vec<Problem>,
+}
+
+impl Checker<'_> {
+    fn report(&mut self, at: &str, message: String, help: Option<String>) {
+        self.problems.push(Problem::new(
+            self.origin,
+            Location::Path(at.to_owned()),
+            message,
+            help,
+        ));
+    }
+
+    fn rule(&mut self, value: &Value) -> Option<CheckedRule> {
+        let Value::Object(map) = value else {
+            self.report(
+                "",
+                format!("a rule is a JSON object, found {}", kind_of(value)),
+                Some("write { \"condition\": ..., \"action\": ... }".to_owned()),
+            );
+            return None;
+        };
+        for key in map.keys() {
+            if !RULE_KEYS.contains(&key.as_str()) {
+                let help = did_you_mean(key, RULE_KEYS)
+                    .unwrap_or_else(|| format!("a rule has the keys {}", list(&RULE_KEYS)));
+                self.report(key, format!("unknown key \"{key}\""), Some(help));
+            }
+        }
+
+        let condition = match map.get("condition") {
+            Some(condition) => self.condition(condition, "condition"),
+            None => {
+                self.report(
+                    "",
+                    "the rule has no \"condition\"".to_owned(),
+                    Some("add one, for example \"condition\": { \"always\": true }".to_owned()),
+                );
+                None
+            }
+        };
+        let action = self.action(map);
+        let reason = match map.get("reason") {
+            None => None,
+            Some(Value::String(reason)) => Some(reason.clone()),
+            Some(other) => {
+                self.report(
+                    "reason",
+                    format!("\"reason\" must be a string, found {}", kind_of(other)),
+                    None,
+                );
+                None
+            }
+        };
+        let mode = match map.get("mode") {
+            None => None,
+            Some(Value::String(mode)) if mode == "enforce" => Some(RuleMode::Enforce),
+            Some(Value::String(mode)) if mode == "monitor" => Some(RuleMode::Monitor),
+            Some(other) => {
+                self.report(
+                    "mode",
+                    format!("unknown mode {other}"),
+                    Some("use \"enforce\" (the default) or \"monitor\"".to_owned()),
+                );
+                None
+            }
+        };
+        let (redactions, engine_redactions) = self.redactions(map, action);
+        let (transformation, templates) = self.transformation(map, action);
+
+        let rule = Rule {
+            condition: condition.as_ref()?.0.clone(),
+            action: action?,
+            reason,
+            redactions,
+            transformation,
+            mode,
+        };
+        Some(CheckedRule {
+            rule,
+            point: self.point,
+            origin: self.origin.to_owned(),
+            condition: condition?.1,
+            redactions: engine_redactions,
+            transformation: templates,
+        })
+    }
+
+    fn action(&mut self, map: &Map<String, Value>) -> Option<Action> {
+        let names: Vec<&str> = Action::ALL.iter().map(|action| action.as_str()).collect();
+        match map.get("action") {
+            None => {
+                self.report(
+                    "",
+                    "the rule has no \"action\"".to_owned(),
+                    Some(format!("add \"action\": one of {}", list(&names))),
+                );
+                None
+            }
+            Some(Value::String(name)) => {
+                match Action::ALL
+                    .into_iter()
+                    .find(|action| action.as_str() == name)
+                {
+                    Some(action) => Some(action),
+                    None => {
+                        let help = did_you_mean(name, names.iter().copied())
+                            .unwrap_or_else(|| format!("use one of {}", list(&names)));
+                        self.report("action", format!("unknown action \"{name}\""), Some(help));
+                        None
+                    }
+                }
+            }
+            Some(other) => {
+                self.report(
+                    "action",
+                    format!("\"action\" must be a string, found {}", kind_of(other)),
+                    Some(format!("use one of {}", list(&names))),
+                );
+                None
+            }
+        }
+    }
+
+    fn field(
+        &mut self,
+        map: &Map<String, Value>,
+        at: &str,
+        operator: &str,
+        usage: Use,
+    ) -> Option<(FieldPath, Kind)> {
+        let field_at = child(at, "field");
+        let text = match map.get("field") {
+            Some(Value::String(text)) => text,
+            Some(other) => {
+                self.report(
+                    &field_at,
+                    format!("\"field\" must be a string, found {}", kind_of(other)),
+                    Some("write a dotted path such as \"messages.-1.content\"".to_owned()),
+                );
+                return None;
+            }
+            None => {
+                self.report(
+                    at,
+                    format!("\"{operator}\" needs a \"field\""),
+                    Some(format!(
+                        "add \"field\": a dotted path such as \"{}\"",
+                        example_path(self.point)
+                    )),
+                );
+                return None;
+            }
+        };
+        self.path(text, &field_at, usage)
+            .map(|(path, typed)| (path, typed.kind))
+    }
+
+    fn path(&mut self, text: &str, at: &str, usage: Use) -> Option<(FieldPath, Typed)> {
+        let path = match FieldPath::parse(text) {
+            Ok(path) => path,
+            Err(error) => {
+                self.report(
+                    at,
+                    error.to_string(),
+                    Some(format!(
+                        "write a dotted path such as \"{}\"",
+                        example_path(self.point)
+                    )),
+                );
+                return None;
+            }
+        };
+        match type_path(self.point, &path, usage) {
+            Ok(typed) => Some((path, typed)),
+            Err(problem) => {
+                self.report(at, problem.message, problem.help);
+                None
+            }
+        }
+    }
+
+    fn condition(&mut self, value: &Value, at: &str) -> Option<(Condition, CheckedCondition)> {
+        let Value::Object(map) = value else {
+            self.report(
+                at,
+                format!("a condition is an object, found {}", kind_of(value)),
+                Some("write for example { \"field\": \"messages.-1.content\", \"contains\": [\"password\"] }".to_owned()),
+            );
+            return None;
+        };
+        let mut operators = Vec::new();
+        let mut unknown = false;
+        for key in map.keys() {
+            if OPERATORS.contains(&key.as_str()) {
+                operators.push(key.as_str());
+            } else if key != "field" {
+                unknown = true;
+                let help = did_you_mean(key, OPERATORS)
+                    .unwrap_or_else(|| format!("the operators are {}", list(&OPERATORS)));
+                self.report(
+                    &child(at, key),
+                    format!("unknown condition operator \"{key}\""),
+                    Some(help),
+                );
+            }
+        }
+        let operator = match operators.as_slice() {
+            [] if unknown => return None,
+            [] => {
+                self.report(
+                    at,
+                    "the condition has no operator".to_owned(),
+                    Some(format!("use one of {}", list(&OPERATORS))),
+                );
+                return None;
+            }
+            [operator] => *operator,
+            several => {
+                self.report(
+                    at,
+                    format!(
+                        "the condition has several operators ({}); a condition has exactly one",
+                        several
+                            .iter()
+                            .map(|name| format!("\"{name}\""))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Some(
+                        "combine conditions with { \"all\": [...] } or { \"any\": [...] }"
+                            .to_owned(),
+                    ),
+                );
+                return None;
+            }
+        };
+        let operand = &map[operator];
+        let operand_at = child(at, operator);
+        if FIELD_OPERATORS.contains(&operator) {
+            let field = self.field(map, at, operator, Use::Read);
+            let checked = match operator {
+                "contains" => self.contains(operand, &operand_at, field.as_ref(), at),
+                "equals" => self.equals(operand, &operand_at, field.as_ref()),
+                "not_in" => self.not_in(operand, &operand_at, field.as_ref()),
+                _ => self.greater_than(operand, &operand_at, field.as_ref(), at),
+            };
+            if unknown {
+                return None;
+            }
+            let (path, _) = field?;
+            let checked = checked?;
+            let (condition, checked) = match checked {
+                Operand::Contains(needles, lowered) => (
+                    Condition::Contains {
+                        field: path.to_string(),
+                        contains: needles,
+                    },
+                    CheckedCondition::Contains {
+                        path,
+                        needles: lowered,
+                    },
+                ),
+                Operand::Equals(value) => (
+                    Condition::Equals {
+                        field: path.to_string(),
+                        equals: value.clone(),
+                    },
+                    CheckedCondition::Equals { path, value },
+                ),
+                Operand::NotIn(values) => (
+                    Condition::NotIn {
+                        field: path.to_string(),
+                        not_in: values.clone(),
+                    },
+                    CheckedCondition::NotIn { path, values },
+                ),
+                Operand::GreaterThan(threshold) => (
+                    Condition::GreaterThan {
+                        field: path.to_string(),
+                        greater_than: threshold,
+                    },
+                    CheckedCondition::GreaterThan { path, threshold },
+                ),
+            };
+            return Some((condition, checked));
+        }
+        if map.contains_key("field") {
+            self.report(
+                &child(at, "field"),
+                format!("\"{operator}\" takes no \"field\""),
+                Some("remove it".to_owned()),
+            );
+            return None;
+        }
+        let result = match operator {
+            "always" => match operand {
+                Value::Bool(true) => {
+                    Some((Condition::Always { always: true }, CheckedCondition::Always))
+                }
+                other => {
+                    self.report(
+                        &operand_at,
+                        format!("\"always\" must be true, found {other}"),
+                        Some("a rule that never applies does nothing: delete the rule, or write \"always\": true".to_owned()),
+                    );
+                    None
+                }
+            },
+            "not" => self
+                .condition(operand, &operand_at)
+                .map(|(condition, checked)| {
+                    (
+                        Condition::Not {
+                            not: Box::new(condition),
+                        },
+                        CheckedCondition::Not(Box::new(checked)),
+                    )
+                }),
+            _ => {
+                let Value::Array(items) = operand else {
+                    self.report(
+                        &operand_at,
+                        format!(
+                            "\"{operator}\" takes a list of conditions, found {}",
+                            kind_of(operand)
+                        ),
+                        None,
+                    );
+                    return None;
+                };
+                if items.is_empty() {
+                    self.report(
+                        &operand_at,
+                        format!("\"{operator}\" needs at least one condition"),
+                        Some("add conditions to the list".to_owned()),
+                    );
+                    return None;
+                }
+                let mut conditions = Vec::new();
+                let mut checked = Vec::new();
+                let mut failed = false;
+                for (index, item) in items.iter().enumerate() {
+                    match self.condition(item, &element(&operand_at, index)) {
+                        Some((condition, compiled)) => {
+                            conditions.push(condition);
+                            checked.push(compiled);
+                        }
+                        None => failed = true,
+                    }
+                }
+                if failed {
+                    return None;
+                }
+                if operator == "all" {
+                    Some((
+                        Condition::All { all: conditions },
+                        CheckedCondition::All(checked),
+                    ))
+                } else {
+                    Some((
+                        Condition::Any { any: conditions },
+                        CheckedCondition::Any(checked),
+                    ))
+                }
+            }
+        };
+        if unknown { None } else { result }
+    }
+
+    fn contains(
+        &mut self,
+        operand: &Value,
+        at: &str,
+        field: Option<&(FieldPath, Kind)>,
+        condition_at: &str,
+    ) -> Option<Operand> {
+        let mut ok = true;
+        if let Some((path, kind)) = field
+            && !matches!(kind, Kind::Text | Kind::Role | Kind::Any)
+        {
+            let help = match kind {
+                Kind::List => format!(
+                    "to look in every element, use \"{path}.*.content\" or another path to the text"
+                ),
+                Kind::Object if path.segments().len() == 1 && path.as_str() == "metadata" => {
+                    format!("name a key, such as \"{path}.agent_id\"")
+                }
+                Kind::Object => format!("to look in its text, use \"{path}.content\""),
+                Kind::Map => format!(
+                    "name a key, such as \"{path}.query\", or use \"{path}.*\" for any value"
+                ),
+                _ => "\"contains\" applies to text".to_owned(),
+            };
+            self.report(
+                &child(condition_at, "field"),
+                format!(
+                    "\"contains\" looks in text, but \"{path}\" is {}",
+                    kind.describe()
+                ),
+                Some(help),
+            );
+            ok = false;
+        }
+        let Value::Array(items) = operand else {
+            self.report(
+                at,
+                format!(
+                    "\"contains\" takes a list of strings, found {}",
+                    kind_of(operand)
+                ),
+                Some(match operand {
+                    Value::String(text) => format!("write [{}]", Value::String(text.clone())),
+                    _ => "write for example [\"password\", \"secret\"]".to_owned(),
+                }),
+            );
+            return None;
+        };
+        if items.is_empty() {
+            self.report(
+                at,
+                "\"contains\" needs at least one string".to_owned(),
+                Some("add the strings to look for".to_owned()),
+            );
+            return None;
+        }
+        let mut needles = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            match item {
+                Value::String(text) if text.is_empty() => {
+                    self.report(
+                        &element(at, index),
+                        "an empty string is in every text, so the condition would always hold"
+                            .to_owned(),
+                        Some("remove it, or use { \"always\": true } if that is meant".to_owned()),
+                    );
+                    ok = false;
+                }
+                Value::String(text) => needles.push(text.clone()),
+                other => {
+                    self.report(
+                        &element(at, index),
+                        format!("\"contains\" takes strings, found {}", kind_of(other)),
+                        Some(format!("write it as a string: \"{}\"", plain(other))),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        let mut lowered: Vec<String> = needles.iter().map(|needle| needle.to_lowercase()).collect();
+        lowered.sort();
+        lowered.dedup();
+        Some(Operand::Contains(needles, lowered))
+    }
+
+    /// Whether a value can be what a field of `kind` holds.
+    fn fits(
+        &mut self,
+        kind: Kind,
+        path: &FieldPath,
+        value: &Value,
+        at: &str,
+        operator: &str,
+    ) -> bool {
+        let (fits, help) = match (kind, value) {
+            (Kind::Any, _) => (true, None),
+            (Kind::Text, Value::String(_)) => (true, None),
+            (Kind::Role, Value::String(role)) => (
+                ["system", "user", "assistant"].contains(&role.as_str()),
+                Some("a role is \"system\", \"user\" or \"assistant\"".to_owned()),
+            ),
+            (Kind::Text | Kind::Role, other) => (
+                false,
+                Some(format!("write the value as a string: \"{}\"", plain(other))),
+            ),
+            (Kind::Number, Value::Number(_)) => (true, None),
+            (Kind::Number, _) => (false, Some("compare it with a number".to_owned())),
+            (Kind::List, Value::Array(_)) => (true, None),
+            (Kind::Object | Kind::Map, Value::Object(_)) => (true, None),
+            (Kind::List | Kind::Object | Kind::Map, _) => {
+                (false, Some("compare a field inside it instead".to_owned()))
+            }
+        };
+        if !fits {
+            self.report(
+                at,
+                format!(
+                    "\"{path}\" is {}, so {operator} {value} can never match",
+                    kind.describe()
+                ),
+                help,
+            );
+        }
+        fits
+    }
+
+    fn equals(
+        &mut self,
+        operand: &Value,
+        at: &str,
+        field: Option<&(FieldPath, Kind)>,
+    ) -> Option<Operand> {
+        if let Some((path, kind)) = field
+            && !self.fits(*kind, path, operand, at, "equals")
+        {
+            return None;
+        }
+        Some(Operand::Equals(operand.clone()))
+    }
+
+    fn not_in(
+        &mut self,
+        operand: &Value,
+        at: &str,
+        field: Option<&(FieldPath, Kind)>,
+    ) -> Option<Operand> {
+        let Value::Array(items) = operand else {
+            self.report(
+                at,
+                format!(
+                    "\"not_in\" takes a list of values, found {}",
+                    kind_of(operand)
+                ),
+                Some(format!("write [{operand}]")),
+            );
+            return None;
+        };
+        let mut ok = true;
+        if let Some((path, kind)) = field {
+            for (index, item) in items.iter().enumerate() {
+                ok &= self.fits(*kind, path, item, &element(at, index), "the value");
+            }
+        }
+        ok.then(|| Operand::NotIn(items.clone()))
+    }
+
+    fn greater_than(
+        &mut self,
+        operand: &Value,
+        at: &str,
+        field: Option<&(FieldPath, Kind)>,
+        condition_at: &str,
+    ) -> Option<Operand> {
+        let mut ok = true;
+        if let Some((path, kind)) = field
+            && !matches!(kind, Kind::Number | Kind::Any)
+        {
+            let help = match kind {
+                Kind::Text | Kind::Role | Kind::List => {
+                    format!("to compare its length, use \"field\": \"{path}.length\"")
+                }
+                _ => "name a numeric field".to_owned(),
+            };
+            self.report(
+                &child(condition_at, "field"),
+                format!(
+                    "\"greater_than\" compares numbers, but \"{path}\" is {}",
+                    kind.describe()
+                ),
+                Some(help),
+            );
+            ok = false;
+        }
+        let threshold = match operand.as_f64() {
+            Some(threshold) if operand.is_number() => threshold,
+            _ => {
+                self.report(
+                    at,
+                    format!(
+                        "\"greater_than\" takes a number, found {}",
+                        kind_of(operand)
+                    ),
+                    Some(match operand {
+                        Value::String(text) => format!("write it without quotes: {text}"),
+                        _ => "write a number such as 4000".to_owned(),
+                    }),
+                );
+                return None;
+            }
+        };
+        ok.then_some(Operand::GreaterThan(threshold))
+    }
+
+    fn redactions(
+        &mut self,
+        map: &Map<String, Value>,
+        action: Option<Action>,
+    ) -> (Option<Vec<RuleRedaction>>, Vec<Redaction>) {
+        let Some(value) = map.get("redactions") else {
+            if action == Some(Action::Redact) {
+                self.report(
+                    "",
+                    "a \"redact\" rule needs \"redactions\"".to_owned(),
+                    Some(format!(
+                        "add for example \"redactions\": [{{ \"field\": \"{}\", \"strategy\": \"mask\" }}]",
+                        example_path(self.point)
+                    )),
+                );
+            }
+            return (None, Vec::new());
+        };
+        if let Some(action) = action
+            && action != Action::Redact
+        {
+            self.report(
+                "redactions",
+                format!("\"redactions\" are only used by \"redact\" rules, and this rule's action is \"{}\"", action.as_str()),
+                Some("remove them, or set \"action\": \"redact\"".to_owned()),
+            );
+            return (None, Vec::new());
+        }
+        let Value::Array(items) = value else {
+            self.report(
+                "redactions",
+                format!("\"redactions\" must be a list, found {}", kind_of(value)),
+                None,
+            );
+            return (None, Vec::new());
+        };
+        if items.is_empty() {
+            self.report(
+                "redactions",
+                "\"redactions\" needs at least one redaction".to_owned(),
+                None,
+            );
+            return (None, Vec::new());
+        }
+        let mut rule_redactions = Vec::new();
+        let mut engine_redactions = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            if let Some((rule, engine)) = self.redaction(item, &element("redactions", index)) {
+                rule_redactions.push(rule);
+                engine_redactions.push(engine);
+            }
+        }
+        (Some(rule_redactions), engine_redactions)
+    }
+
+    fn redaction(&mut self, value: &Value, at: &str) -> Option<(RuleRedaction, Redaction)> {
+        let Value::Object(map) = value else {
+            self.report(
+                at,
+                format!("a redaction is an object, found {}", kind_of(value)),
+                Some("write { \"field\": ..., \"strategy\": \"mask\" }".to_owned()),
+            );
+            return None;
+        };
+        let mut ok = true;
+        for key in map.keys() {
+            if !REDACTION_KEYS.contains(&key.as_str()) {
+                let help = did_you_mean(key, REDACTION_KEYS).unwrap_or_else(|| {
+                    format!("a redaction has the keys {}", list(&REDACTION_KEYS))
+                });
+                self.report(
+                    &child(at, key),
+                    format!("unknown key \"{key}\""),
+                    Some(help),
+                );
+                ok = false;
+            }
+        }
+        let strategy = match map.get("strategy") {
+            None => {
+                self.report(
+                    at,
+                    "the redaction has no \"strategy\"".to_owned(),
+                    Some("add \"strategy\": \"mask\", \"remove\" or \"replace\"".to_owned()),
+                );
+                None
+            }
+            Some(Value::String(name)) => match name.as_str() {
+                "mask" => Some(RuleStrategy::Mask),
+                "remove" => Some(RuleStrategy::Remove),
+                "replace" => Some(RuleStrategy::Replace),
+                other => {
+                    let help = did_you_mean(other, ["mask", "remove", "replace"])
+                        .unwrap_or_else(|| "use \"mask\", \"remove\" or \"replace\"".to_owned());
+                    self.report(
+                        &child(at, "strategy"),
+                        format!("unknown strategy \"{other}\""),
+                        Some(help),
+                    );
+                    None
+                }
+            },
+            Some(other) => {
+                self.report(
+                    &child(at, "strategy"),
+                    format!("\"strategy\" must be a string, found {}", kind_of(other)),
+                    Some("use \"mask\", \"remove\" or \"replace\"".to_owned()),
+                );
+                None
+            }
+        };
+        let field = match map.get("field") {
+            None => {
+                self.report(
+                    at,
+                    "the redaction has no \"field\"".to_owned(),
+                    Some(format!(
+                        "add \"field\": a dotted path such as \"{}\"",
+                        example_path(self.point)
+                    )),
+                );
+                None
+            }
+            Some(Value::String(text)) => {
+                let field_at = child(at, "field");
+                self.path(text, &field_at, Use::Write).and_then(|(path, typed)| {
+                    let kind = typed.kind;
+                    match strategy {
+                        Some(RuleStrategy::Remove) if !typed.removable => {
+                            self.report(
+                                &field_at,
+                                format!("\"{path}\" is a required part of the context and cannot be removed"),
+                                Some("remove a list element, a key of \"arguments\" or an extra key of \"metadata\"; to hide text, use \"mask\"".to_owned()),
+                            );
+                            None
+                        }
+                        Some(RuleStrategy::Mask | RuleStrategy::Replace)
+                            if !matches!(kind, Kind::Text | Kind::Any) =>
+                        {
+                            let name = if strategy == Some(RuleStrategy::Mask) { "mask" } else { "replace" };
+                            self.report(
+                                &field_at,
+                                format!("\"{name}\" changes text, but \"{path}\" is {}", kind.describe()),
+                                Some(match kind {
+                                    Kind::List => format!("redact \"{path}.*.content\""),
+                                    Kind::Object => format!("redact \"{path}.content\""),
+                                    _ => "redact a text field".to_owned(),
+                                }),
+                            );
+                            None
+                        }
+                        _ => Some(path),
+                    }
+                })
+            }
+            Some(other) => {
+                self.report(
+                    &child(at, "field"),
+                    format!("\"field\" must be a string, found {}", kind_of(other)),
+                    None,
+                );
+                None
+            }
+        };
+        let replacement = match map.get("replacement") {
+            None => None,
+            Some(Value::String(text)) => {
+                if strategy == Some(RuleStrategy::Remove) {
+                    self.report(
+                        &child(at, "replacement"),
+                        "\"remove\" uses no \"replacement\"".to_owned(),
+                        Some("remove it, or use \"mask\"".to_owned()),
+                    );
+                    ok = false;
+                }
+                Some(text.clone())
+            }
+            Some(other) => {
+                self.report(
+                    &child(at, "replacement"),
+                    format!("\"replacement\" must be a string, found {}", kind_of(other)),
+                    None,
+                );
+                ok = false;
+                None
+            }
+        };
+        let pattern = match map.get("pattern") {
+            None => {
+                if strategy == Some(RuleStrategy::Replace) {
+                    self.report(
+                        at,
+                        "the \"replace\" strategy needs a \"pattern\"".to_owned(),
+                        Some("add \"pattern\": a regular expression such as \"\\\\d{3}-\\\\d{2}-\\\\d{4}\"".to_owned()),
+                    );
+                    ok = false;
+                }
+                None
+            }
+            Some(Value::String(pattern)) => {
+                if matches!(strategy, Some(RuleStrategy::Mask | RuleStrategy::Remove)) {
+                    self.report(
+                        &child(at, "pattern"),
+                        "only the \"replace\" strategy uses a \"pattern\"".to_owned(),
+                        Some("remove it, or use \"strategy\": \"replace\"".to_owned()),
+                    );
+                    ok = false;
+                } else if let Err(problem) = compile_pattern(pattern) {
+                    self.report(
+                        &child(at, "pattern"),
+                        problem.replace('\n', " "),
+                        Some("fix the regular expression (Rust `regex` syntax)".to_owned()),
+                    );
+                    ok = false;
+                }
+                Some(pattern.clone())
+            }
+            Some(other) => {
+                self.report(
+                    &child(at, "pattern"),
+                    format!("\"pattern\" must be a string, found {}", kind_of(other)),
+                    None,
+                );
+                ok = false;
+                None
+            }
+        };
+        let (strategy, path) = (strategy?, field?);
+        if !ok {
+            return None;
+        }
+        let engine_strategy = match strategy {
+            RuleStrategy::Mask => RedactionStrategy::Mask,
+            RuleStrategy::Remove => RedactionStrategy::Remove,
+            RuleStrategy::Replace => RedactionStrategy::Replace,
+        };
+        Some((
+            RuleRedaction {
+                field: path.to_string(),
+                strategy,
+                replacement: replacement.clone(),
+                pattern: pattern.clone(),
+            },
+            Redaction {
+                field: path.to_string(),
+                strategy: engine_strategy,
+                replacement,
+                pattern,
+            },
+        ))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn transformation(
+        &mut self,
+        map: &Map<String, Value>,
+        action: Option<Action>,
+    ) -> (
+        Option<std::collections::BTreeMap<String, String>>,
+        Vec<(String, Vec<TemplatePart>)>,
+    ) {
+        let Some(value) = map.get("transformation") else {
+            if action == Some(Action::Transform) {
+                self.report(
+                    "",
+                    "a \"transform\" rule needs a \"transformation\"".to_owned(),
+                    Some(format!(
+                        "add for example \"transformation\": {{ \"{}\": \"[checked] {{{{{}}}}}\" }}",
+                        example_path(self.point),
+                        example_path(self.point)
+                    )),
+                );
+            }
+            return (None, Vec::new());
+        };
+        if let Some(action) = action
+            && action != Action::Transform
+        {
+            self.report(
+                "transformation",
+                format!("\"transformation\" is only used by \"transform\" rules, and this rule's action is \"{}\"", action.as_str()),
+                Some("remove it, or set \"action\": \"transform\"".to_owned()),
+            );
+            return (None, Vec::new());
+        }
+        let Value::Object(entries) = value else {
+            self.report(
+                "transformation",
+                format!(
+                    "\"transformation\" must be an object of field paths to templates, found {}",
+                    kind_of(value)
+                ),
+                None,
+            );
+            return (None, Vec::new());
+        };
+        if entries.is_empty() {
+            self.report(
+                "transformation",
+                "the transformation changes nothing".to_owned(),
+                Some("add \"<field path>\": \"<template>\" entries".to_owned()),
+            );
+            return (None, Vec::new());
+        }
+        let mut written = std::collections::BTreeMap::new();
+        let mut templates = Vec::new();
+        for (field, template) in entries {
+            let at = child("transformation", field);
+            let target = self.path(field, &at, Use::Write).and_then(|(path, typed)| {
+                let kind = typed.kind;
+                if matches!(kind, Kind::Text | Kind::Role | Kind::Any) {
+                    Some(path)
+                } else {
+                    self.report(
+                        &at,
+                        format!(
+                            "a template gives text, but \"{path}\" is {}",
+                            kind.describe()
+                        ),
+                        Some(match kind {
+                            Kind::List => {
+                                format!("transform \"{path}.-1.content\" or another text field")
+                            }
+                            Kind::Object => format!("transform \"{path}.content\""),
+                            _ => "transform a text field".to_owned(),
+                        }),
+                    );
+                    None
+                }
+            });
+            let parts = match template {
+                Value::String(text) => self.template(text, &at),
+                other => {
+                    self.report(
+                        &at,
+                        format!("a template must be a string, found {}", kind_of(other)),
+                        None,
+                    );
+                    None
+                }
+            };
+            if let (Some(path), Some(parts), Value::String(text)) = (target, parts, template) {
+                written.insert(path.to_string(), text.clone());
+                templates.push((path.to_string(), parts));
+            }
+        }
+        (Some(written), templates)
+    }
+
+    fn template(&mut self, text: &str, at: &str) -> Option<Vec<TemplatePart>> {
+        let mut parts = Vec::new();
+        let mut rest = text;
+        let mut ok = true;
+        while let Some(open) = rest.find("{{") {
+            if open > 0 {
+                parts.push(TemplatePart::Text(rest[..open].to_owned()));
+            }
+            let after = &rest[open + 2..];
+            let Some(close) = after.find("}}") else {
+                self.report(
+                    at,
+                    format!("bad template {text:?}: a \"{{{{\" is never closed"),
+                    Some("close the placeholder with \"}}\"".to_owned()),
+                );
+                return None;
+            };
+            let inner = after[..close].trim();
+            if inner.is_empty() {
+                self.report(
+                    at,
+                    format!("bad template {text:?}: a placeholder is empty"),
+                    Some("write a field path between the braces, such as {{tool_name}}".to_owned()),
+                );
+                ok = false;
+            } else {
+                match FieldPath::parse(inner) {
+                    Ok(path) if path.has_wildcard() => {
+                        self.report(
+                            at,
+                            format!("bad template {text:?}: \"{{{{{inner}}}}}\" may select several values"),
+                            Some("a placeholder shows one value: use an index such as \"messages.-1.content\" instead of \"*\"".to_owned()),
+                        );
+                        ok = false;
+                    }
+                    Ok(path) => match type_path(self.point, &path, Use::Read) {
+                        Ok(_) => parts.push(TemplatePart::Field(path)),
+                        Err(problem) => {
+                            self.report(
+                                at,
+                                format!("bad template {text:?}: {}", problem.message),
+                                problem.help,
+                            );
+                            ok = false;
+                        }
+                    },
+                    Err(error) => {
+                        self.report(at, format!("bad template {text:?}: {error}"), None);
+                        ok = false;
+                    }
+                }
+            }
+            rest = &after[close + 2..];
+        }
+        if !rest.is_empty() {
+            parts.push(TemplatePart::Text(rest.to_owned()));
+        }
+        ok.then_some(parts)
+    }
+}
+
+enum Operand {
+    Contains(Vec<String>, Vec<String>),
+    Equals(Value),
+    NotIn(Vec<Value>),
+    GreaterThan(f64),
+}
+
+fn plain(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn example_path(point: InterceptionPoint) -> &'static str {
+    match point {
+        InterceptionPoint::Input => "messages.-1.content",
+        InterceptionPoint::ToolCall => "arguments.query",
+        InterceptionPoint::Output => "response.content",
+    }
+}

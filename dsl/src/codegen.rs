@@ -1,0 +1,268 @@
+//! Code generation for compile-time rules (feature `codegen`): a [`CheckedRule`] becomes a
+//! Rust expression of a type implementing the point's policy trait.
+//!
+//! The `dsl_policy!` macro checks the rule with [`check_source`](crate::check_source) and
+//! calls [`expand`]. The generated code:
+//! - names everything by absolute path through the facade: `::portcullis::...` for engine
+//!   items, `::portcullis::__private::dsl::...` for this crate's support items;
+//! - parses no JSON and reads no file at run time: paths are constant segment lists,
+//!   `contains` needles are lower-cased at build time, operands are built once, lazily, in a
+//!   `static LazyLock` (the multi-pattern matcher of `contains`, the set of `not_in`);
+//! - evaluates the condition as one boolean expression calling the same operator functions as
+//!   the runtime policies (`contains`, `equals`, `not_in`, `greater_than`), so a compiled rule
+//!   and a runtime rule decide alike;
+//! - builds the decision in place (`transform` templates with `push_field`).
+//!
+//! Redaction patterns are checked (compiled with the engine's size limits) at build time; the
+//! decision carries them as text and the engine compiles them, once, when applying them.
+//!
+//! ```
+//! use portcullis_dsl::{check_source, codegen};
+//! use portcullis_engine::InterceptionPoint;
+//!
+//! let rule = check_source(
+//!     r#"{ "condition": { "field": "tool_name", "not_in": ["search"] }, "action": "deny" }"#,
+//!     "rules/approved_tools.json",
+//!     InterceptionPoint::ToolCall,
+//! ).unwrap();
+//! let tokens = codegen::expand(&rule, "approved_tools").to_string();
+//! assert!(tokens.contains("GeneratedToolCallPolicy"));
+//! ```
+
+use portcullis_engine::path::{FieldPath, Segment};
+use portcullis_engine::{InterceptionPoint, PolicyMode, RedactionStrategy};
+use proc_macro2::{Literal, TokenStream};
+use quote::quote;
+use serde_json::Value;
+
+use crate::check::{CheckedCondition, CheckedRule, TemplatePart};
+use crate::model::Action;
+
+/// The expression for `rule` as a policy with id `id`: a value of
+/// `::portcullis::__private::dsl::Generated{Input,ToolCall,Output}Policy<_>`, which implements
+/// the point's policy trait (`InputPolicy`, `ToolCallPolicy` or `OutputPolicy`).
+pub fn expand(rule: &CheckedRule, id: &str) -> TokenStream {
+    let (policy, context) = match rule.point() {
+        InterceptionPoint::Input => (quote!(GeneratedInputPolicy), quote!(InputContext)),
+        InterceptionPoint::ToolCall => (quote!(GeneratedToolCallPolicy), quote!(ToolCallContext)),
+        InterceptionPoint::Output => (quote!(GeneratedOutputPolicy), quote!(OutputContext)),
+    };
+    let mode = match rule.mode() {
+        PolicyMode::Enforce => quote!(::portcullis::PolicyMode::Enforce),
+        PolicyMode::Monitor => quote!(::portcullis::PolicyMode::Monitor),
+    };
+    let condition = condition(&rule.condition);
+    let decision = decision(rule);
+    quote! {
+        ::portcullis::__private::dsl::#policy::new(
+            #id,
+            #mode,
+            |context: &::portcullis::#context| -> ::portcullis::PolicyDecision {
+                if #condition {
+                    #decision
+                } else {
+                    ::portcullis::PolicyDecision::allow()
+                }
+            },
+        )
+    }
+}
+
+fn path(path: &FieldPath) -> TokenStream {
+    let segments = path.segments().iter().map(|segment| match segment {
+        Segment::Name(name) => quote!(::portcullis::__private::dsl::Seg::Name(#name)),
+        Segment::Index { text, index } => {
+            let index = Literal::i64_suffixed(*index);
+            quote!(::portcullis::__private::dsl::Seg::Index(#text, #index))
+        }
+        Segment::Any => quote!(::portcullis::__private::dsl::Seg::Any),
+    });
+    quote!(&[#(#segments),*])
+}
+
+fn float(value: f64) -> TokenStream {
+    let bits = Literal::u64_suffixed(value.to_bits());
+    quote!(::core::primitive::f64::from_bits(#bits))
+}
+
+fn value(value: &Value) -> TokenStream {
+    match value {
+        Value::Null => quote!(::portcullis::__private::dsl::serde_json::Value::Null),
+        Value::Bool(flag) => quote!(::portcullis::__private::dsl::serde_json::Value::Bool(#flag)),
+        Value::Number(number) => {
+            if let Some(unsigned) = number.as_u64() {
+                let unsigned = Literal::u64_suffixed(unsigned);
+                quote!(::portcullis::__private::dsl::serde_json::Value::from(#unsigned))
+            } else if let Some(signed) = number.as_i64() {
+                let signed = Literal::i64_suffixed(signed);
+                quote!(::portcullis::__private::dsl::serde_json::Value::from(#signed))
+            } else {
+                let float = float(number.as_f64().unwrap_or(f64::NAN));
+                quote!(::portcullis::__private::dsl::number(#float))
+            }
+        }
+        Value::String(text) => quote!(
+            ::portcullis::__private::dsl::serde_json::Value::String(::std::string::String::from(#text))
+        ),
+        Value::Array(items) => {
+            let items = items.iter().map(self::value);
+            quote!(::portcullis::__private::dsl::serde_json::Value::Array(
+                ::std::vec![#(#items),*]
+            ))
+        }
+        Value::Object(entries) => {
+            let entries = entries.iter().map(|(key, item)| {
+                let item = self::value(item);
+                quote!((#key, #item))
+            });
+            quote!(::portcullis::__private::dsl::object([#(#entries),*]))
+        }
+    }
+}
+
+fn condition(condition: &CheckedCondition) -> TokenStream {
+    match condition {
+        CheckedCondition::Contains {
+            path: field,
+            needles,
+        } => {
+            let field = path(field);
+            quote! {
+                ::portcullis::__private::dsl::contains(context, #field, {
+                    static NEEDLES: ::std::sync::LazyLock<::portcullis::__private::dsl::Needles> =
+                        ::std::sync::LazyLock::new(|| {
+                            ::portcullis::__private::dsl::Needles::from_lowercase([#(#needles),*])
+                        });
+                    &*NEEDLES
+                })
+            }
+        }
+        CheckedCondition::Equals {
+            path: field,
+            value: operand,
+        } => {
+            let field = path(field);
+            let operand = value(operand);
+            quote! {
+                ::portcullis::__private::dsl::equals(context, #field, {
+                    static VALUE: ::std::sync::LazyLock<::portcullis::__private::dsl::serde_json::Value> =
+                        ::std::sync::LazyLock::new(|| #operand);
+                    &*VALUE
+                })
+            }
+        }
+        CheckedCondition::NotIn {
+            path: field,
+            values,
+        } => {
+            let field = path(field);
+            let values = values.iter().map(value);
+            quote! {
+                ::portcullis::__private::dsl::not_in(context, #field, {
+                    static VALUES: ::std::sync::LazyLock<::portcullis::__private::dsl::ValueSet> =
+                        ::std::sync::LazyLock::new(|| {
+                            ::portcullis::__private::dsl::ValueSet::new([#(#values),*])
+                        });
+                    &*VALUES
+                })
+            }
+        }
+        CheckedCondition::GreaterThan {
+            path: field,
+            threshold,
+        } => {
+            let field = path(field);
+            let threshold = float(*threshold);
+            quote!(::portcullis::__private::dsl::greater_than(context, #field, #threshold))
+        }
+        CheckedCondition::Always => quote!(true),
+        CheckedCondition::All(items) => join(items, &quote!(&&)),
+        CheckedCondition::Any(items) => join(items, &quote!(||)),
+        CheckedCondition::Not(item) => {
+            let item = self::condition(item);
+            quote!((!#item))
+        }
+    }
+}
+
+/// `(a op b op c)`; the checker makes sure there is at least one item.
+fn join(items: &[CheckedCondition], operator: &TokenStream) -> TokenStream {
+    let mut items = items.iter().map(condition);
+    let first = items.next().unwrap_or_else(|| quote!(true));
+    let joined = items.fold(first, |joined, item| quote!(#joined #operator #item));
+    quote!((#joined))
+}
+
+fn optional_text(text: Option<&str>) -> TokenStream {
+    match text {
+        Some(text) => quote!(::std::option::Option::Some(::std::string::String::from(#text))),
+        None => quote!(::std::option::Option::None),
+    }
+}
+
+fn decision(rule: &CheckedRule) -> TokenStream {
+    let reason = optional_text(rule.rule.reason.as_deref());
+    match rule.rule.action {
+        Action::Allow => quote!(::portcullis::PolicyDecision::allow()),
+        Action::Deny => quote! {
+            ::portcullis::PolicyDecision::Deny {
+                reason: #reason,
+                policy_id: ::std::option::Option::None,
+            }
+        },
+        Action::Audit => quote!(::portcullis::PolicyDecision::Audit { reason: #reason }),
+        Action::Redact => {
+            let redactions = rule.redactions.iter().map(|redaction| {
+                let field = &redaction.field;
+                let strategy = match redaction.strategy {
+                    RedactionStrategy::Mask => quote!(Mask),
+                    RedactionStrategy::Remove => quote!(Remove),
+                    RedactionStrategy::Replace => quote!(Replace),
+                };
+                let replacement = optional_text(redaction.replacement.as_deref());
+                let pattern = optional_text(redaction.pattern.as_deref());
+                quote! {
+                    ::portcullis::Redaction {
+                        field: ::std::string::String::from(#field),
+                        strategy: ::portcullis::RedactionStrategy::#strategy,
+                        replacement: #replacement,
+                        pattern: #pattern,
+                    }
+                }
+            });
+            quote! {
+                ::portcullis::PolicyDecision::Redact {
+                    redactions: ::std::vec![#(#redactions),*],
+                }
+            }
+        }
+        Action::Transform => {
+            let operations = rule.transformation.iter().map(|(field, parts)| {
+                let pushes = parts.iter().map(|part| match part {
+                    TemplatePart::Text(text) => quote!(out.push_str(#text);),
+                    TemplatePart::Field(field) => {
+                        let field = path(field);
+                        quote!(::portcullis::__private::dsl::push_field(&mut out, context, #field);)
+                    }
+                });
+                quote! {
+                    ::portcullis::TransformOperation::set(
+                        ::std::string::String::from(#field),
+                        {
+                            let mut out = ::std::string::String::new();
+                            #(#pushes)*
+                            out
+                        },
+                    )
+                }
+            });
+            quote! {
+                ::portcullis::PolicyDecision::Transform {
+                    transformation: ::portcullis::Transformation {
+                        operations: ::std::vec![#(#operations),*],
+                    },
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The compiled form of a checked rule, as the runtime policies evaluate it.
+
+use portcullis_engine::path::FieldPath;
+use portcullis_engine::{PolicyDecision, TransformOperation, Transformation};
+use serde_json::Value;
+
+use crate::check::{CheckedCondition, CheckedRule, TemplatePart};
+use crate::model::Action;
+use crate::ops::{Needles, ValueSet, contains, equals, greater_than, not_in, push_field};
+use crate::select::Root;
+
+/// A condition with everything precomputed.
+#[derive(Debug, Clone)]
+enum Compiled {
+    Contains { path: FieldPath, needles: Needles },
+    Equals { path: FieldPath, value: Value },
+    NotIn { path: FieldPath, values: ValueSet },
+    GreaterThan { path: FieldPath, threshold: f64 },
+    Always,
+    All(Vec<Compiled>),
+    Any(Vec<Compiled>),
+    Not(Box<Compiled>),
+}
+
+impl Compiled {
+    fn new(checked: &CheckedCondition) -> Self {
+        match checked {
+            CheckedCondition::Contains { path, needles } => Compiled::Contains {
+                path: path.clone(),
+                needles: Needles::from_lowercase(needles),
+            },
+            CheckedCondition::Equals { path, value } => Compiled::Equals {
+                path: path.clone(),
+                value: value.clone(),
+            },
+            CheckedCondition::NotIn { path, values } => Compiled::NotIn {
+                path: path.clone(),
+                values: ValueSet::new(values.iter().cloned()),
+            },
+            CheckedCondition::GreaterThan { path, threshold } => Compiled::GreaterThan {
+                path: path.clone(),
+                threshold: *threshold,
+            },
+            CheckedCondition::Always => Compiled::Always,
+            CheckedCondition::All(items) => {
+                Compiled::All(items.iter().map(Compiled::new).collect())
+            }
+            CheckedCondition::Any(items) => {
+                Compiled::Any(items.iter().map(Compiled::new).collect())
+            }
+            CheckedCondition::Not(item) => Compiled::Not(Box::new(Compiled::new(item))),
+        }
+    }
+
+    fn holds<C: Root>(&self, context: &C) -> bool {
+        match self {
+            Compiled::Contains { path, needles } => contains(context, path.segments(), needles),
+            Compiled::Equals { path, value } => equals(context, path.segments(), value),
+            Compiled::NotIn { path, values } => not_in(context, path.segments(), values),
+            Compiled::GreaterThan { path, threshold } => {
+                greater_than(context, path.segments(), *threshold)
+            }
+            Compiled::Always => true,
+            Compiled::All(items) => items.iter().all(|item| item.holds(context)),
+            Compiled::Any(items) => items.iter().any(|item| item.holds(context)),
+            Compiled::Not(item) => !item.holds(context),
+        }
+    }
+}
+
+/// What a rule decides when its condition holds.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// A decision that does not depend on the context.
+    Fixed(PolicyDecision),
+    /// `set` operations whose values are rendered templates.
+    Transform(Vec<(String, Vec<TemplatePart>)>),
+}
+
+/// A checked rule, compiled for evaluation.
+#[derive(Debug, Clone)]
+pub(crate) struct CompiledRule {
+    condition: Compiled,
+    outcome: Outcome,
+}
+
+impl CompiledRule {
+    pub(crate) fn new(rule: &CheckedRule) -> Self {
+        let reason = rule.rule.reason.clone();
+        let outcome = match rule.rule.action {
+            Action::Allow => Outcome::Fixed(PolicyDecision::allow()),
+            Action::Deny => Outcome::Fixed(PolicyDecision::Deny {
+                reason,
+                policy_id: None,
+            }),
+            Action::Audit => Outcome::Fixed(PolicyDecision::Audit { reason }),
+            Action::Redact => Outcome::Fixed(PolicyDecision::Redact {
+                redactions: rule.redactions.clone(),
+            }),
+            Action::Transform => Outcome::Transform(rule.transformation.clone()),
+        };
+        CompiledRule {
+            condition: Compiled::new(&rule.condition),
+            outcome,
+        }
+    }
+
+    pub(crate) fn evaluate<C: Root>(&self, context: &C) -> PolicyDecision {
+        if !self.condition.holds(context) {
+            return PolicyDecision::allow();
+        }
+        match &self.outcome {
+            Outcome::Fixed(decision) => decision.clone(),
+            Outcome::Transform(templates) => PolicyDecision::Transform {
+                transformation: Transformation {
+                    operations: templates
+                        .iter()
+                        .map(|(field, parts)| {
+                            TransformOperation::set(field.clone(), render(context, parts))
+                        })
+                        .collect(),
+                },
+            },
+        }
+    }
+}
+
+fn render<C: Root>(context: &C, parts: &[TemplatePart]) -> String {
+    let mut out = String::new();
+    for part in parts {
+        match part {
+            TemplatePart::Text(text) => out.push_str(text),
+            TemplatePart::Field(path) => push_field(&mut out, context, path.segments()),
+        }
+    }
+    out
+}

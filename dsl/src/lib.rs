@@ -1,0 +1,110 @@
+//! JSON rules for Portcullis: policies for people who do not write Rust (SPEC §6).
+//!
+//! A rule is one JSON file; its stem is the policy id. When the condition holds, the action's
+//! decision is returned; otherwise the rule allows.
+//!
+//! ```json
+//! {
+//!   "condition": { "field": "messages.*.content", "contains": ["password", "api key"] },
+//!   "action": "deny",
+//!   "reason": "secrets must not reach the model"
+//! }
+//! ```
+//!
+//! [`DslInputPolicy`], [`DslToolCallPolicy`] and [`DslOutputPolicy`] read `<dir>/<id>.json`
+//! once, when constructed, check it for their point and compile it; evaluation never touches
+//! the file system and never fails.
+//!
+//! ```
+//! use portcullis_dsl::DslInputPolicy;
+//! use portcullis_engine::{EngineError, InputContext, Message, Metadata, PolicyEngine, PolicySet};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/rules");
+//! let engine = PolicyEngine::builder()
+//!     .policy_set(PolicySet::builder().input(DslInputPolicy::new("block_secrets", rules).unwrap()).build())
+//!     .build();
+//! let context = InputContext::new(
+//!     vec![Message::user("here is my API key: sk-123")],
+//!     Metadata::new("agent", "session"),
+//! );
+//! let error = engine.evaluate_input(&context).await.unwrap_err();
+//! assert!(matches!(error, EngineError::Denied(_)));
+//! # }
+//! ```
+//!
+//! # Conditions
+//!
+//! | condition | holds when |
+//! |---|---|
+//! | `{"field": p, "contains": [s, ...]}` | the field's text contains one of the strings, ignoring case (Unicode lower-casing) |
+//! | `{"field": p, "equals": v}` | the field equals `v` (JSON equality; numbers compare by value, `1` equals `1.0`) |
+//! | `{"field": p, "not_in": [v, ...]}` | the field's value is none of the values |
+//! | `{"field": p, "greater_than": n}` | the field is a number (or a `length`) greater than `n` |
+//! | `{"always": true}` | always |
+//!
+//! Paths are dotted: a name selects an object key, a number selects a list element
+//! (`messages.0.content`), and a final `length` gives a list's length (`messages.length`).
+//! A path that does not resolve makes the condition false.
+//!
+//! # Extensions (beyond the schema)
+//!
+//! - `*` selects every element of a list or value of an open map: `messages.*.content`.
+//!   A condition on a path that selects several values holds when it holds for **one** of
+//!   them (for `not_in`: when one of them is none of the values).
+//! - A negative index counts from the end: `messages.-1.content` is the latest message.
+//! - A final `length` on a text gives its length in characters
+//!   (`messages.-1.content.length`).
+//! - `{"all": [c, ...]}`, `{"any": [c, ...]}` and `{"not": c}` combine conditions.
+//! - `"mode": "monitor"` (or `"enforce"`, the default) on a rule: a monitored rule is evaluated
+//!   and audited but its decisions take no effect (the policy's `mode()` is
+//!   [`PolicyMode::Monitor`](portcullis_engine::PolicyMode::Monitor)).
+//!
+//! # Actions
+//!
+//! `allow`, `deny` (with `reason`), `audit` (with `reason`), `redact` (with `redactions`, as
+//! in the schema) and `transform`: each `"field": "template"` pair of `transformation` becomes
+//! a `set` operation whose value is the template with every `{{path}}` replaced by that path's
+//! value (a string as it is, anything else as JSON text, nothing when the path does not
+//! resolve). The operations come in the order of their field paths (sorted). A placeholder
+//! shows one value, so its path cannot contain `*`.
+//!
+//! # The checker
+//!
+//! [`check_source`] parses and checks a rule for one interception point and reports every
+//! problem at once ([`Problems`]), each with where it is — line and column for JSON syntax,
+//! the JSON path of the offending part (`condition.all[1].field`) otherwise — and what to do.
+//! It rejects, among others: unknown keys, operators, actions and strategies (with "did you
+//! mean"), a missing action or condition, `redact` without `redactions`, an invalid regular
+//! expression, a bad template, a `field` that cannot exist in the point's context
+//! (`tool_name` in an input rule, `messages.0.contnet`), an operator that cannot apply to the
+//! field (`greater_than` on text), a value the field can never equal, and changes that would
+//! always break the context (removing `tool_name`, masking a whole message). Below
+//! `arguments` and the extra keys of `metadata` any key is allowed.
+//!
+//! The `dsl_policy!` macro uses the same checker at build time, and the
+//! [`codegen`](crate::codegen) module (feature `codegen`) to turn a checked rule into Rust.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod check;
+mod eval;
+mod model;
+mod ops;
+mod policy;
+mod schema;
+mod select;
+mod suggest;
+
+#[cfg(feature = "codegen")]
+#[cfg_attr(docsrs, doc(cfg(feature = "codegen")))]
+pub mod codegen;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use check::{CheckedRule, Location, Problem, Problems, check_rule, check_source, check_value};
+pub use model::{Action, Condition, Rule, RuleMode, RuleRedaction, RuleStrategy};
+pub use policy::{DslError, DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, load, validate_id};

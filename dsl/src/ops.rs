@@ -1,0 +1,187 @@
+//! The condition operators and template rendering, shared by the runtime policies and the
+//! code that `dsl_policy!` generates (through [`crate::__private`]), so both decide alike.
+
+use std::collections::HashSet;
+
+use aho_corasick::AhoCorasick;
+use serde_json::{Number, Value};
+
+use crate::select::{Node, PathSegment, Root, Walk, any, select};
+
+/// The needles of a `contains` condition, lower-cased, in a multi-pattern matcher.
+///
+/// A text matches when its lower-cased form (`str::to_lowercase`, Unicode-aware) contains one
+/// of the needles. ASCII texts are lower-cased without the full Unicode tables, and texts
+/// without upper-case letters are searched as they are.
+#[derive(Debug, Clone)]
+pub struct Needles {
+    matcher: Matcher,
+}
+
+#[derive(Debug, Clone)]
+enum Matcher {
+    Automaton(AhoCorasick),
+    /// Used only if the automaton cannot be built (it has size limits).
+    Plain(Vec<String>),
+}
+
+impl Needles {
+    /// A matcher for needles that are already lower-cased (the checker lower-cases them, and
+    /// so does the code generator, at build time).
+    pub fn from_lowercase<I, T>(needles: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: AsRef<str>,
+    {
+        let needles: Vec<String> = needles
+            .into_iter()
+            .map(|needle| needle.as_ref().to_owned())
+            .collect();
+        let matcher = match AhoCorasick::new(&needles) {
+            Ok(automaton) => Matcher::Automaton(automaton),
+            Err(_) => Matcher::Plain(needles),
+        };
+        Needles { matcher }
+    }
+
+    /// Whether `text`, lower-cased, contains one of the needles.
+    pub fn matches(&self, text: &str) -> bool {
+        if text.is_ascii() {
+            if text.bytes().any(|byte| byte.is_ascii_uppercase()) {
+                self.search(&text.to_ascii_lowercase())
+            } else {
+                self.search(text)
+            }
+        } else {
+            self.search(&text.to_lowercase())
+        }
+    }
+
+    fn search(&self, lowered: &str) -> bool {
+        match &self.matcher {
+            Matcher::Automaton(automaton) => automaton.is_match(lowered),
+            Matcher::Plain(needles) => needles
+                .iter()
+                .any(|needle| lowered.contains(needle.as_str())),
+        }
+    }
+}
+
+/// The values of a `not_in` condition, with strings in a hash set.
+#[derive(Debug, Clone)]
+pub struct ValueSet {
+    strings: HashSet<String>,
+    others: Vec<Value>,
+}
+
+impl ValueSet {
+    /// A set of the values.
+    pub fn new(values: impl IntoIterator<Item = Value>) -> Self {
+        let mut strings = HashSet::new();
+        let mut others = Vec::new();
+        for value in values {
+            match value {
+                Value::String(text) => {
+                    strings.insert(text);
+                }
+                other => others.push(other),
+            }
+        }
+        ValueSet { strings, others }
+    }
+
+    /// Whether `node` equals one of the values.
+    pub fn holds(&self, node: Node<'_>) -> bool {
+        match node.text() {
+            Some(text) => self.strings.contains(text),
+            None => self.others.iter().any(|value| node_equals(node, value)),
+        }
+    }
+}
+
+/// JSON equality, numbers compared by value (`1` equals `1.0`).
+pub fn json_equal(left: &Value, right: &Value) -> bool {
+    match (left, right) {
+        (Value::Number(left), Value::Number(right)) => number_equal(left, right),
+        (Value::Array(left), Value::Array(right)) => {
+            left.len() == right.len()
+                && left
+                    .iter()
+                    .zip(right)
+                    .all(|(left, right)| json_equal(left, right))
+        }
+        (Value::Object(left), Value::Object(right)) => {
+            left.len() == right.len()
+                && left.iter().all(|(key, value)| {
+                    right.get(key).is_some_and(|other| json_equal(value, other))
+                })
+        }
+        (left, right) => left == right,
+    }
+}
+
+fn number_equal(left: &Number, right: &Number) -> bool {
+    if let (Some(left), Some(right)) = (left.as_i64(), right.as_i64()) {
+        return left == right;
+    }
+    if let (Some(left), Some(right)) = (left.as_u64(), right.as_u64()) {
+        return left == right;
+    }
+    match (left.as_f64(), right.as_f64()) {
+        (Some(left), Some(right)) => left == right,
+        _ => false,
+    }
+}
+
+/// Whether a selected value equals `value` (JSON equality).
+pub fn node_equals(node: Node<'_>, value: &Value) -> bool {
+    match (node, value) {
+        (Node::Str(text), Value::String(other)) => text == other,
+        (Node::Str(_), _) => false,
+        (Node::Count(count), Value::Number(number)) => {
+            number_equal(&Number::from(count as u64), number)
+        }
+        (Node::Count(_), _) => false,
+        (Node::Json(json), value) => json_equal(json, value),
+        (node, value) => json_equal(&node.to_json(), value),
+    }
+}
+
+/// `contains`: some selected text contains one of the needles, ignoring case.
+pub fn contains<C: Root, S: PathSegment>(context: &C, path: &[S], needles: &Needles) -> bool {
+    any(context, path, |node| {
+        node.text().is_some_and(|text| needles.matches(text))
+    })
+}
+
+/// `equals`: some selected value equals `value`.
+pub fn equals<C: Root, S: PathSegment>(context: &C, path: &[S], value: &Value) -> bool {
+    any(context, path, |node| node_equals(node, value))
+}
+
+/// `not_in`: some selected value is none of the values.
+pub fn not_in<C: Root, S: PathSegment>(context: &C, path: &[S], values: &ValueSet) -> bool {
+    any(context, path, |node| !values.holds(node))
+}
+
+/// `greater_than`: some selected number (or length) is greater than `threshold`.
+pub fn greater_than<C: Root, S: PathSegment>(context: &C, path: &[S], threshold: f64) -> bool {
+    any(context, path, |node| {
+        node.number().is_some_and(|number| number > threshold)
+    })
+}
+
+/// Appends the first value `path` selects to `out`, as a template shows it: a string as it
+/// is, any other value as JSON text; nothing when the path selects nothing.
+pub fn push_field<C: Root, S: PathSegment>(out: &mut String, context: &C, path: &[S]) {
+    select(context.node(), path, &mut |node| {
+        match node {
+            Node::Str(text) => out.push_str(text),
+            Node::Json(Value::String(text)) => out.push_str(text),
+            Node::Count(count) => out.push_str(&count.to_string()),
+            Node::Json(value) => out.push_str(&value.to_string()),
+            other => out.push_str(&other.to_json().to_string()),
+        }
+        Walk::Stop
+    });
+}

@@ -1,0 +1,268 @@
+//! The runtime policies: a rule file read, checked and compiled once, at construction.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use portcullis_engine::{
+    BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy,
+    PolicyDecision, PolicyMode, ToolCallContext, ToolCallPolicy,
+};
+
+use crate::check::{CheckedRule, Problems, check_source};
+use crate::eval::CompiledRule;
+
+/// Why a DSL policy could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DslError {
+    /// The id cannot name a rule file: it is empty, has a path separator or `..`.
+    InvalidId {
+        /// The id given.
+        id: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// The rule file could not be read (it does not exist, for example).
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The rule is invalid: bad JSON, or it breaks the rules of the DSL. Holds every problem.
+    Invalid(Problems),
+    /// A rule checked for one point was given to a policy of another.
+    WrongPoint {
+        /// The point the rule was checked for.
+        checked_for: InterceptionPoint,
+        /// The point of the policy.
+        policy: InterceptionPoint,
+    },
+}
+
+impl DslError {
+    /// The problems of an invalid rule.
+    pub fn problems(&self) -> Option<&Problems> {
+        match self {
+            DslError::Invalid(problems) => Some(problems),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DslError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DslError::InvalidId { id, problem } => {
+                write!(f, "invalid DSL policy id {id:?}: {problem}")
+            }
+            DslError::Read { path, source } => {
+                write!(f, "cannot read the rule file {}: {source}", path.display())
+            }
+            DslError::Invalid(problems) => {
+                let count = problems.len();
+                let noun = if count == 1 { "problem" } else { "problems" };
+                write!(f, "invalid rule ({count} {noun}):\n{problems}")
+            }
+            DslError::WrongPoint {
+                checked_for,
+                policy,
+            } => write!(
+                f,
+                "the rule was checked for the {checked_for} point and cannot be a {policy} policy"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DslError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DslError::Read { source, .. } => Some(source),
+            DslError::Invalid(problems) => Some(problems),
+            _ => None,
+        }
+    }
+}
+
+/// Checks that `id` can name a rule file in a directory: not empty, no path separator
+/// (`/` or `\`), no `..`, and no leading `.`.
+pub fn validate_id(id: &str) -> Result<(), DslError> {
+    let problem = if id.is_empty() {
+        Some("it is empty")
+    } else if id.contains(['/', '\\']) {
+        Some("it contains a path separator; the id is the file name without `.json`")
+    } else if id.contains("..") {
+        Some("it contains `..`")
+    } else if id.starts_with('.') {
+        Some("it starts with `.`")
+    } else if id.contains('\0') {
+        Some("it contains a NUL character")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(DslError::InvalidId {
+            id: id.to_owned(),
+            problem,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Reads and checks `<dir>/<id>.json` for `point`.
+pub fn load(id: &str, dir: &Path, point: InterceptionPoint) -> Result<CheckedRule, DslError> {
+    validate_id(id)?;
+    let path = dir.join(format!("{id}.json"));
+    let source = std::fs::read_to_string(&path).map_err(|source| DslError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    check_source(&source, &path.display().to_string(), point).map_err(DslError::Invalid)
+}
+
+macro_rules! dsl_policy {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $trait:ident, $context:ty, $point:expr
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            id: String,
+            mode: PolicyMode,
+            rule: CheckedRule,
+            compiled: CompiledRule,
+        }
+
+        impl $name {
+            /// Reads `<dir>/<id>.json`, checks it for this point and compiles it. The file is
+            /// not read again: evaluation never touches the file system.
+            ///
+            /// Fails when the id is empty or has a path separator or `..`, when the file
+            /// cannot be read, or when the rule is invalid (with every problem).
+            pub fn new(id: impl Into<String>, dir: impl AsRef<Path>) -> Result<Self, DslError> {
+                let id = id.into();
+                let rule = load(&id, dir.as_ref(), $point)?;
+                Self::from_checked(id, rule)
+            }
+
+            /// A policy with the given id from rule source text (`origin` names it in
+            /// messages).
+            pub fn from_source(
+                id: impl Into<String>,
+                source: &str,
+                origin: &str,
+            ) -> Result<Self, DslError> {
+                let rule = check_source(source, origin, $point).map_err(DslError::Invalid)?;
+                Self::from_checked(id, rule)
+            }
+
+            /// A policy from a rule checked for this point.
+            pub fn from_checked(id: impl Into<String>, rule: CheckedRule) -> Result<Self, DslError> {
+                if rule.point() != $point {
+                    return Err(DslError::WrongPoint {
+                        checked_for: rule.point(),
+                        policy: $point,
+                    });
+                }
+                Ok($name {
+                    id: id.into(),
+                    mode: rule.mode(),
+                    compiled: CompiledRule::new(&rule),
+                    rule,
+                })
+            }
+
+            /// The checked rule.
+            pub fn rule(&self) -> &CheckedRule {
+                &self.rule
+            }
+
+            /// Decides on `context` (what [`evaluate`]($trait::evaluate) returns, without the
+            /// `async` and the `Result`: a DSL rule cannot fail).
+            pub fn decide(&self, context: &$context) -> PolicyDecision {
+                self.compiled.evaluate(context)
+            }
+        }
+
+        #[async_trait]
+        impl $trait for $name {
+            fn id(&self) -> &str {
+                &self.id
+            }
+
+            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
+                Ok(self.compiled.evaluate(context))
+            }
+
+            fn mode(&self) -> PolicyMode {
+                self.mode
+            }
+        }
+    };
+}
+
+dsl_policy! {
+    /// An input policy from a JSON rule file.
+    ///
+    /// ```
+    /// use portcullis_dsl::DslInputPolicy;
+    /// use portcullis_engine::{InputContext, InputPolicy, Message, Metadata, PolicyDecision};
+    ///
+    /// let dir = std::env::temp_dir().join(format!("portcullis-dsl-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// std::fs::write(dir.join("no_secrets.json"), r#"{
+    ///     "condition": { "field": "messages.*.content", "contains": ["password", "api key"] },
+    ///     "action": "deny",
+    ///     "reason": "secrets must not reach the model"
+    /// }"#).unwrap();
+    ///
+    /// let policy = DslInputPolicy::new("no_secrets", &dir).unwrap();
+    /// assert_eq!(policy.id(), "no_secrets");
+    /// let context = InputContext::new(
+    ///     vec![Message::user("hello"), Message::user("my PASSWORD is hunter2")],
+    ///     Metadata::new("agent", "session"),
+    /// );
+    /// assert_eq!(policy.decide(&context), PolicyDecision::deny("secrets must not reach the model"));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    DslInputPolicy, InputPolicy, InputContext, InterceptionPoint::Input
+}
+
+dsl_policy! {
+    /// A tool-call policy from a JSON rule file.
+    ///
+    /// ```
+    /// use portcullis_dsl::DslToolCallPolicy;
+    /// use portcullis_engine::{Message, Metadata, PolicyDecision, ToolCallContext};
+    ///
+    /// let policy = DslToolCallPolicy::from_source(
+    ///     "approved_tools",
+    ///     r#"{ "condition": { "field": "tool_name", "not_in": ["search"] }, "action": "deny" }"#,
+    ///     "approved_tools.json",
+    /// ).unwrap();
+    /// let call = |tool: &str| ToolCallContext::new(
+    ///     tool, Default::default(), Message::assistant(""), Metadata::new("agent", "session"));
+    /// assert!(policy.decide(&call("shell")).is_deny());
+    /// assert_eq!(policy.decide(&call("search")), PolicyDecision::allow());
+    /// ```
+    DslToolCallPolicy, ToolCallPolicy, ToolCallContext, InterceptionPoint::ToolCall
+}
+
+dsl_policy! {
+    /// An output policy from a JSON rule file.
+    ///
+    /// ```
+    /// use portcullis_dsl::DslOutputPolicy;
+    ///
+    /// let error = DslOutputPolicy::from_source(
+    ///     "bad",
+    ///     r#"{ "condition": { "field": "tool_name", "equals": "shell" }, "action": "deny" }"#,
+    ///     "bad.json",
+    /// ).unwrap_err();
+    /// assert!(error.to_string().contains("\"tool_name\" is a field of tool-call rules"));
+    /// ```
+    DslOutputPolicy, OutputPolicy, OutputContext, InterceptionPoint::Output
+}

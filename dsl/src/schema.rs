@@ -1,0 +1,377 @@
+//! The shape of each point's context, as far as rules can see it, and the typing of paths.
+//!
+//! `arguments` and the extra keys of `metadata` are open maps: any key is allowed below them
+//! and its value can be anything.
+
+use portcullis_engine::InterceptionPoint;
+use portcullis_engine::path::{FieldPath, Segment};
+
+/// The shape of a part of a context.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// A string.
+    Text,
+    /// A message role: a string that is `system`, `user` or `assistant`.
+    Role,
+    /// A list of messages.
+    Messages,
+    /// An object with fixed fields.
+    Record(&'static Record),
+    /// A JSON object with any keys (`arguments`).
+    OpenMap,
+}
+
+#[derive(Debug)]
+struct Record {
+    /// How messages name it ("a message").
+    name: &'static str,
+    fields: &'static [(&'static str, Shape)],
+    /// Whether keys beyond `fields` are allowed (metadata).
+    open: bool,
+}
+
+const MESSAGE: Record = Record {
+    name: "a message",
+    fields: &[("role", Shape::Role), ("content", Shape::Text)],
+    open: false,
+};
+
+const METADATA: Record = Record {
+    name: "metadata",
+    fields: &[
+        ("agent_id", Shape::Text),
+        ("session_id", Shape::Text),
+        ("timestamp", Shape::Text),
+    ],
+    open: true,
+};
+
+const INPUT: Record = Record {
+    name: "an input context",
+    fields: &[
+        ("messages", Shape::Messages),
+        ("metadata", Shape::Record(&METADATA)),
+    ],
+    open: false,
+};
+
+const TOOL_CALL: Record = Record {
+    name: "a tool-call context",
+    fields: &[
+        ("tool_name", Shape::Text),
+        ("arguments", Shape::OpenMap),
+        ("calling_message", Shape::Record(&MESSAGE)),
+        ("metadata", Shape::Record(&METADATA)),
+    ],
+    open: false,
+};
+
+const OUTPUT: Record = Record {
+    name: "an output context",
+    fields: &[
+        ("response", Shape::Record(&MESSAGE)),
+        ("metadata", Shape::Record(&METADATA)),
+    ],
+    open: false,
+};
+
+fn root(point: InterceptionPoint) -> &'static Record {
+    match point {
+        InterceptionPoint::Input => &INPUT,
+        InterceptionPoint::ToolCall => &TOOL_CALL,
+        InterceptionPoint::Output => &OUTPUT,
+    }
+}
+
+/// What a path gives, as far as the checker can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A string.
+    Text,
+    /// A message role.
+    Role,
+    /// A number (a `length`).
+    Number,
+    /// A list.
+    List,
+    /// An object with fixed fields.
+    Object,
+    /// An object with any keys.
+    Map,
+    /// Anything (below an open map).
+    Any,
+}
+
+impl Kind {
+    /// How messages describe a value of this kind.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Kind::Text => "text",
+            Kind::Role => "a message role (text)",
+            Kind::Number => "a number",
+            Kind::List => "a list",
+            Kind::Object => "an object",
+            Kind::Map => "an object",
+            Kind::Any => "any value",
+        }
+    }
+}
+
+/// What a path is used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Use {
+    /// Read by a condition or a template: a final `length` gives a length.
+    Read,
+    /// Changed by a redaction or a transform.
+    Write,
+}
+
+/// A path that fits the point's context.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Typed {
+    /// What the path gives.
+    pub(crate) kind: Kind,
+    /// Whether what the path selects can be removed without breaking the context (a list
+    /// element or a key of an open map).
+    pub(crate) removable: bool,
+}
+
+/// Why a path cannot exist in a point's context: a message and a hint.
+#[derive(Debug, Clone)]
+pub(crate) struct PathProblem {
+    pub(crate) message: String,
+    pub(crate) help: Option<String>,
+}
+
+fn quoted_fields(record: &Record) -> String {
+    let names: Vec<String> = record
+        .fields
+        .iter()
+        .map(|(name, _)| format!("\"{name}\""))
+        .collect();
+    match names.as_slice() {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+fn point_name(point: InterceptionPoint) -> &'static str {
+    match point {
+        InterceptionPoint::Input => "input",
+        InterceptionPoint::ToolCall => "tool-call",
+        InterceptionPoint::Output => "output",
+    }
+}
+
+/// Types `path` in the context of `point`.
+pub(crate) fn type_path(
+    point: InterceptionPoint,
+    path: &FieldPath,
+    usage: Use,
+) -> Result<Typed, PathProblem> {
+    let segments = path.segments();
+    let mut shape = Shape::Record(root(point));
+    let mut removable = false;
+    for (position, segment) in segments.iter().enumerate() {
+        let last = position + 1 == segments.len();
+        let prefix = prefix(segments, position);
+        let fail = |message: String, help: Option<String>| {
+            Err(PathProblem {
+                message: format!(
+                    "field \"{path}\" does not exist in {}: {message}",
+                    root(point).name
+                ),
+                help,
+            })
+        };
+        match shape {
+            Shape::OpenMap => {
+                // Any key, any value below it.
+                return Ok(Typed {
+                    kind: Kind::Any,
+                    removable: true,
+                });
+            }
+            Shape::Text | Shape::Role => {
+                if last && usage == Use::Read && segment.as_str() == "length" {
+                    return Ok(Typed {
+                        kind: Kind::Number,
+                        removable: false,
+                    });
+                }
+                return fail(
+                    format!("\"{prefix}\" is text, it has no \"{}\"", segment.as_str()),
+                    (usage == Use::Read).then(|| {
+                        format!("use \"{prefix}\" itself, or \"{prefix}.length\" for its length")
+                    }),
+                );
+            }
+            Shape::Messages => match segment {
+                Segment::Index { .. } | Segment::Any => {
+                    shape = Shape::Record(&MESSAGE);
+                    removable = true;
+                }
+                Segment::Name(name) if name == "length" && last && usage == Use::Read => {
+                    return Ok(Typed {
+                        kind: Kind::Number,
+                        removable: false,
+                    });
+                }
+                Segment::Name(name) => {
+                    return fail(
+                        format!("\"{prefix}\" is a list, it has no \"{name}\""),
+                        Some(format!(
+                            "select an element first: \"{prefix}.0.{rest}\" (the first), \"{prefix}.-1.{rest}\" (the latest) or \"{prefix}.*.{rest}\" (any){length}",
+                            rest = rest_from(segments, position),
+                            length = if usage == Use::Read {
+                                format!("; \"{prefix}.length\" is its length")
+                            } else {
+                                String::new()
+                            },
+                        )),
+                    );
+                }
+            },
+            Shape::Record(record) => {
+                let found = segment
+                    .key()
+                    .and_then(|key| record.fields.iter().find(|(name, _)| *name == key));
+                match (found, segment) {
+                    (Some((_, next)), _) => {
+                        shape = *next;
+                        removable = false;
+                    }
+                    (None, Segment::Any) if record.open => {
+                        return Ok(Typed {
+                            kind: Kind::Any,
+                            removable: true,
+                        });
+                    }
+                    (None, Segment::Any) => {
+                        return fail(
+                            format!(
+                                "\"*\" selects the elements of a list or the values of an open map, and {} has fixed fields {}",
+                                describe_at(record, &prefix),
+                                quoted_fields(record)
+                            ),
+                            Some("name the field instead".to_owned()),
+                        );
+                    }
+                    (None, _) if record.open => {
+                        return Ok(Typed {
+                            kind: Kind::Any,
+                            removable: true,
+                        });
+                    }
+                    (None, segment) => {
+                        let key = segment.as_str();
+                        let mut help = crate::suggest::closest(
+                            key,
+                            record.fields.iter().map(|(name, _)| *name),
+                        )
+                        .map(|name| {
+                            format!(
+                                "did you mean \"{}\"?",
+                                replace_segment(segments, position, name)
+                            )
+                        });
+                        if position == 0 && help.is_none() {
+                            help = other_point_having(point, key);
+                        }
+                        let has = if record.fields.len() == 1 {
+                            "has"
+                        } else {
+                            "has fields"
+                        };
+                        let what = if position == 0 {
+                            format!("{} {has} {}", record.name, quoted_fields(record))
+                        } else {
+                            format!(
+                                "{} (\"{prefix}\") {has} {}",
+                                record.name,
+                                quoted_fields(record)
+                            )
+                        };
+                        let message = if matches!(segment, Segment::Index { .. }) {
+                            format!("{what}; it is not a list")
+                        } else {
+                            what
+                        };
+                        return fail(message, help);
+                    }
+                }
+            }
+        }
+    }
+    let kind = match shape {
+        Shape::Text => Kind::Text,
+        Shape::Role => Kind::Role,
+        Shape::Messages => Kind::List,
+        Shape::Record(_) => Kind::Object,
+        Shape::OpenMap => Kind::Map,
+    };
+    Ok(Typed { kind, removable })
+}
+
+fn describe_at(record: &Record, prefix: &str) -> String {
+    if prefix.is_empty() {
+        record.name.to_owned()
+    } else {
+        format!("{} (\"{prefix}\")", record.name)
+    }
+}
+
+fn prefix(segments: &[Segment], position: usize) -> String {
+    segments[..position]
+        .iter()
+        .map(Segment::as_str)
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn rest_from(segments: &[Segment], position: usize) -> String {
+    segments[position..]
+        .iter()
+        .map(Segment::as_str)
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn replace_segment(segments: &[Segment], position: usize, with: &str) -> String {
+    segments
+        .iter()
+        .enumerate()
+        .map(|(at, segment)| {
+            if at == position {
+                with
+            } else {
+                segment.as_str()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn other_point_having(point: InterceptionPoint, key: &str) -> Option<String> {
+    [
+        InterceptionPoint::Input,
+        InterceptionPoint::ToolCall,
+        InterceptionPoint::Output,
+    ]
+    .into_iter()
+    .filter(|other| *other != point)
+    .find(|other| root(*other).fields.iter().any(|(name, _)| *name == key))
+    .map(|other| {
+        format!(
+            "\"{key}\" is a field of {} rules, and this is {} {} rule",
+            point_name(other),
+            if point == InterceptionPoint::ToolCall {
+                "a"
+            } else {
+                "an"
+            },
+            point_name(point)
+        )
+    })
+}
