@@ -67,3 +67,13 @@ pub fn async_trait() -> TokenStream {
 pub fn into_policy_result() -> TokenStream {
     quote!(::portcullis::__private::into_policy_result)
 }
+
+/// `::portcullis::PolicyMode`.
+pub fn policy_mode() -> TokenStream {
+    quote!(::portcullis::PolicyMode)
+}
+
+/// `::portcullis::__private::dsl`, the DSL's support items for compiled rules.
+pub fn dsl_support() -> TokenStream {
+    quote!(::portcullis::__private::dsl)
+}
