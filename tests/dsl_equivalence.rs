@@ -62,6 +62,7 @@ rule_files! {
     input "examples/rules/no_ssn.json",
     tool_call "examples/rules/tag_tool_calls.json",
     input "tests/ui/rules/always_allow_audited.json",
+    tool_call "tests/ui/rules/field_of_another_point.json",
     tool_call "tests/ui/rules/large_refund.json",
     output "tests/ui/rules/mask_passwords.json",
     input "tests/ui/rules/support_prefix.json",

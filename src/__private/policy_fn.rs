@@ -8,7 +8,7 @@ use crate::{BoxError, PolicyDecision};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be returned by a policy function",
     label = "a policy function returns `PolicyDecision` or `Result<PolicyDecision, E>`",
-    note = "the error type `E` of a fallible policy function converts into `BoxError` (any `std::error::Error + Send + Sync + 'static`)"
+    note = "a fallible policy function returns `Result<PolicyDecision, E>` where `E` converts into `BoxError` (any `std::error::Error + Send + Sync + 'static`)"
 )]
 pub trait IntoPolicyResult {
     /// The result as a policy's `evaluate` returns it.

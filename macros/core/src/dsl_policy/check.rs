@@ -86,8 +86,7 @@ pub(crate) fn load(
                 literal,
                 format!(
                     "{written}: cannot read the rule file ({error}); the path is relative to \
-                     the crate's manifest directory, {}",
-                    manifest_dir.display()
+                     the directory of the crate's Cargo.toml (`CARGO_MANIFEST_DIR`)"
                 ),
             );
             return Err(None);

@@ -33,7 +33,7 @@ pub fn expand_macro(input: TokenStream) -> TokenStream {
     let loaded = check::load(&invocation, check::manifest_dir().as_deref(), &mut errors);
     let expansion = match &loaded {
         Ok(rule) => expand::expand(&invocation, rule),
-        Err(file) => expand::expand_dummy(&invocation, file.as_ref()),
+        Err(file) => expand::expand_dummy(&invocation, file.as_deref()),
     };
     if errors.is_empty() {
         expansion

@@ -148,16 +148,11 @@ pub(crate) fn check(
 fn check_context_type(point: Point, ty: &Type, errors: &mut Errors) -> bool {
     let expected = point.context_name();
     let Type::Reference(reference) = ty else {
-        let hint = if context_name_of(ty).is_some() {
-            format!("take the context by reference: `&{}`", type_to_string(ty))
-        } else {
-            format!("it takes `&{expected}`")
-        };
         errors.spanned(
             ty,
             format!(
-                "the argument of {} is its context, by reference: {hint}",
-                point.policy_noun()
+                "a policy function takes its context by reference: `&{expected}`, not `{}`",
+                type_to_string(ty)
             ),
         );
         return false;
@@ -233,30 +228,29 @@ fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
     }
 }
 
-/// Whether `ty` reads as `PolicyDecision` or `Result<PolicyDecision, ..>` (a `Result` alias
-/// with one argument, like `anyhow::Result<PolicyDecision>`, counts too). The error type's
-/// conversion into `BoxError` is left to the compiler, spanned on the return type.
+/// Whether `ty` reads as a policy result: `PolicyDecision`, or a generic type whose first
+/// argument is `PolicyDecision` (`Result<PolicyDecision, E>`, or an alias such as
+/// `anyhow::Result<PolicyDecision>`). The rest (that it is a `Result`, that its error converts
+/// into `BoxError`) is left to the compiler, spanned on the return type, through the facade's
+/// `IntoPolicyResult` trait and its `on_unimplemented` message.
 fn is_policy_result(ty: &Type) -> bool {
     let Some(last) = last_segment(ty) else {
         return false;
     };
-    if last.ident == "PolicyDecision" {
-        return matches!(last.arguments, PathArguments::None);
-    }
-    if last.ident != "Result" {
-        return false;
+    let is_decision = |segment: &syn::PathSegment| {
+        segment.ident == "PolicyDecision" && segment.arguments.is_none()
+    };
+    if is_decision(last) {
+        return true;
     }
     let PathArguments::AngleBracketed(arguments) = &last.arguments else {
         return false;
     };
-    let mut types = arguments.args.iter().filter_map(|argument| match argument {
+    let first_type = arguments.args.iter().find_map(|argument| match argument {
         GenericArgument::Type(ty) => Some(ty),
         _ => None,
     });
-    matches!(
-        (types.next().and_then(last_segment), arguments.args.len()),
-        (Some(first), 1 | 2) if first.ident == "PolicyDecision" && matches!(first.arguments, PathArguments::None)
-    )
+    first_type.and_then(last_segment).is_some_and(is_decision)
 }
 
 /// A type as the user wrote it, without the token spacing of `to_string`.
