@@ -147,7 +147,7 @@ mod tests {
             Some(&dir),
             &mut errors,
         );
-        let loaded = loaded.ok().expect("the rule is valid");
+        let loaded = loaded.expect("the rule is valid");
         assert_eq!(loaded.id, "approved");
         assert_eq!(loaded.file, dir.join("rules/approved.json"));
         assert!(errors.is_empty());
