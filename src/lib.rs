@@ -9,7 +9,7 @@
 //!
 //! | feature | unit | default |
 //! |---|---|---|
-//! | `dsl` | [`dsl`]: JSON rules, checked when loaded | yes |
+//! | `dsl` | `dsl`: JSON rules, checked when loaded | yes |
 //! | `macros` | `#[input_policy]` and friends, `policy_set!`, `dsl_policy!` | yes |
 //! | `rego` | `rego`: OPA WebAssembly bundles, in process | no |
 //! | `rego-rest` | `rego_rest`: a policy server speaking the OPA REST API | no |
@@ -23,6 +23,11 @@
 extern crate self as portcullis;
 
 pub use portcullis_engine::*;
+
+/// The README's examples, compiled and run as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 #[cfg(feature = "dsl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dsl")))]

@@ -248,8 +248,10 @@ pub(crate) enum TemplatePart {
 /// )
 /// .unwrap_err();
 /// let messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
-/// assert_eq!(messages.len(), 3);
-/// assert!(messages[0].contains("unknown condition operator \"contians\""));
+/// assert_eq!(messages, [
+///     r#"rules/shell.json: at condition.contians: unknown condition operator "contians"; did you mean "contains"?"#,
+///     r#"rules/shell.json: the rule has no "action"; add "action": one of allow, deny, audit, redact, transform"#,
+/// ]);
 /// ```
 pub fn check_source(
     source: &str,
@@ -346,10 +348,28 @@ const OPERATORS: [&str; 8] = [
 const REDACTION_KEYS: [&str; 4] = ["field", "strategy", "replacement", "pattern"];
 
 fn child(at: &str, key: &str) -> String {
-    if at.is_empty() {
+    let plain = !key.is_empty()
+        && !key.starts_with(|c: char| c.is_ascii_digit())
+        && key.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if !plain {
+        format!("{at}[{}]", Value::String(key.to_owned()))
+    } else if at.is_empty() {
         key.to_owned()
     } else {
         format!("{at}.{key}")
+    }
+}
+
+/// The gist of a regex error: `compile_pattern` gives the pattern, a caret line and the cause
+/// on several lines.
+fn pattern_problem(pattern: &str, problem: &str) -> String {
+    match problem
+        .lines()
+        .rev()
+        .find_map(|line| line.trim().strip_prefix("error: "))
+    {
+        Some(cause) => format!("invalid regular expression {pattern:?}: {cause}"),
+        None => problem.split_whitespace().collect::<Vec<_>>().join(" "),
     }
 }
 
@@ -656,10 +676,10 @@ impl Checker<'_> {
                     },
                     CheckedCondition::NotIn { path, values },
                 ),
-                Operand::GreaterThan(threshold) => (
+                Operand::GreaterThan(number, threshold) => (
                     Condition::GreaterThan {
                         field: path.to_string(),
-                        greater_than: threshold,
+                        greater_than: number,
                     },
                     CheckedCondition::GreaterThan { path, threshold },
                 ),
@@ -945,8 +965,8 @@ impl Checker<'_> {
             );
             ok = false;
         }
-        let threshold = match operand.as_f64() {
-            Some(threshold) if operand.is_number() => threshold,
+        let (number, threshold) = match (operand, operand.as_f64()) {
+            (Value::Number(number), Some(threshold)) => (number.clone(), threshold),
             _ => {
                 self.report(
                     at,
@@ -962,7 +982,7 @@ impl Checker<'_> {
                 return None;
             }
         };
-        ok.then_some(Operand::GreaterThan(threshold))
+        ok.then_some(Operand::GreaterThan(number, threshold))
     }
 
     fn redactions(
@@ -1175,7 +1195,7 @@ impl Checker<'_> {
                 } else if let Err(problem) = compile_pattern(pattern) {
                     self.report(
                         &child(at, "pattern"),
-                        problem.replace('\n', " "),
+                        pattern_problem(pattern, &problem),
                         Some("fix the regular expression (Rust `regex` syntax)".to_owned()),
                     );
                     ok = false;
@@ -1344,7 +1364,7 @@ impl Checker<'_> {
                     Ok(path) if path.has_wildcard() => {
                         self.report(
                             at,
-                            format!("bad template {text:?}: \"{{{{{inner}}}}}\" may select several values"),
+                            format!("bad template {text:?}: the placeholder \"{inner}\" may select several values"),
                             Some("a placeholder shows one value: use an index such as \"messages.-1.content\" instead of \"*\"".to_owned()),
                         );
                         ok = false;
@@ -1379,7 +1399,7 @@ enum Operand {
     Contains(Vec<String>, Vec<String>),
     Equals(Value),
     NotIn(Vec<Value>),
-    GreaterThan(f64),
+    GreaterThan(serde_json::Number, f64),
 }
 
 fn plain(value: &Value) -> String {

@@ -30,7 +30,7 @@
 //! ```
 
 use portcullis_engine::path::{FieldPath, Segment};
-use portcullis_engine::{InterceptionPoint, PolicyMode, RedactionStrategy};
+use portcullis_engine::{InterceptionPoint, PolicyMode, RedactionStrategy, StreamingRule};
 use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use serde_json::Value;
@@ -42,29 +42,113 @@ use crate::model::Action;
 /// `::portcullis::__private::dsl::Generated{Input,ToolCall,Output}Policy<_>`, which implements
 /// the point's policy trait (`InputPolicy`, `ToolCallPolicy` or `OutputPolicy`).
 pub fn expand(rule: &CheckedRule, id: &str) -> TokenStream {
-    let (policy, context) = match rule.point() {
-        InterceptionPoint::Input => (quote!(GeneratedInputPolicy), quote!(InputContext)),
-        InterceptionPoint::ToolCall => (quote!(GeneratedToolCallPolicy), quote!(ToolCallContext)),
-        InterceptionPoint::Output => (quote!(GeneratedOutputPolicy), quote!(OutputContext)),
+    let policy = match rule.point() {
+        InterceptionPoint::Input => quote!(GeneratedInputPolicy),
+        InterceptionPoint::ToolCall => quote!(GeneratedToolCallPolicy),
+        InterceptionPoint::Output => quote!(GeneratedOutputPolicy),
     };
     let mode = match rule.mode() {
         PolicyMode::Enforce => quote!(::portcullis::PolicyMode::Enforce),
         PolicyMode::Monitor => quote!(::portcullis::PolicyMode::Monitor),
     };
+    let decide = decide_closure(rule);
+    let streaming = streaming_rules(rule).map(|rules| quote!(.with_streaming(#rules)));
+    quote! {
+        ::portcullis::__private::dsl::#policy::new(#id, #mode, #decide)
+        #streaming
+    }
+}
+
+/// The rule's decision function alone: a closure expression
+/// `|context: &::portcullis::InputContext| -> ::portcullis::PolicyDecision { .. }` (with the
+/// point's context type), for callers that build their own policy type around it. It captures
+/// nothing, so it can be called in place: `(#closure)(context)`.
+pub fn decide_closure(rule: &CheckedRule) -> TokenStream {
+    let context = match rule.point() {
+        InterceptionPoint::Input => quote!(InputContext),
+        InterceptionPoint::ToolCall => quote!(ToolCallContext),
+        InterceptionPoint::Output => quote!(OutputContext),
+    };
+    if rule.rule.action == Action::Allow {
+        // Allowed whether the condition holds or not: nothing to evaluate.
+        return quote! {
+            |_context: &::portcullis::#context| -> ::portcullis::PolicyDecision {
+                ::portcullis::PolicyDecision::allow()
+            }
+        };
+    }
+    // `always` with a fixed decision does not look at the context.
+    let reads_context = !matches!(rule.condition, CheckedCondition::Always)
+        || rule.rule.action == Action::Transform;
+    let parameter = if reads_context {
+        quote!(context)
+    } else {
+        quote!(_context)
+    };
     let condition = condition(&rule.condition);
     let decision = decision(rule);
     quote! {
-        ::portcullis::__private::dsl::#policy::new(
-            #id,
-            #mode,
-            |context: &::portcullis::#context| -> ::portcullis::PolicyDecision {
-                if #condition {
-                    #decision
-                } else {
-                    ::portcullis::PolicyDecision::allow()
+        |#parameter: &::portcullis::#context| -> ::portcullis::PolicyDecision {
+            if #condition {
+                #decision
+            } else {
+                ::portcullis::PolicyDecision::allow()
+            }
+        }
+    }
+}
+
+/// The streaming form of an output rule, when it has one: an expression of type
+/// `Vec<::portcullis::StreamingRule>` with the same rules `DslOutputPolicy::streaming` gives
+/// (return it from `OutputPolicy::streaming`). `None` for rules without one.
+pub fn streaming_rules(rule: &CheckedRule) -> Option<TokenStream> {
+    if rule.point() != InterceptionPoint::Output {
+        return None;
+    }
+    crate::stream::streaming_form(rule).map(|rules| {
+        let rules = rules.iter().map(streaming_rule);
+        quote!(::std::vec![#(#rules),*])
+    })
+}
+
+fn optional_size(size: Option<usize>) -> TokenStream {
+    match size {
+        Some(size) => quote!(::std::option::Option::Some(#size)),
+        None => quote!(::std::option::Option::None),
+    }
+}
+
+fn streaming_rule(rule: &StreamingRule) -> TokenStream {
+    match rule {
+        StreamingRule::DenyOnMatch {
+            pattern,
+            reason,
+            max_match_len,
+        } => {
+            let reason = optional_text(reason.as_deref());
+            let max = optional_size(*max_match_len);
+            quote! {
+                ::portcullis::StreamingRule::DenyOnMatch {
+                    pattern: ::std::string::String::from(#pattern),
+                    reason: #reason,
+                    max_match_len: #max,
                 }
-            },
-        )
+            }
+        }
+        StreamingRule::Replace {
+            pattern,
+            replacement,
+            max_match_len,
+        } => {
+            let max = optional_size(*max_match_len);
+            quote! {
+                ::portcullis::StreamingRule::Replace {
+                    pattern: ::std::string::String::from(#pattern),
+                    replacement: ::std::string::String::from(#replacement),
+                    max_match_len: #max,
+                }
+            }
+        }
     }
 }
 
@@ -133,7 +217,7 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
                         ::std::sync::LazyLock::new(|| {
                             ::portcullis::__private::dsl::Needles::from_lowercase([#(#needles),*])
                         });
-                    &*NEEDLES
+                    &NEEDLES
                 })
             }
         }
@@ -147,7 +231,7 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
                 ::portcullis::__private::dsl::equals(context, #field, {
                     static VALUE: ::std::sync::LazyLock<::portcullis::__private::dsl::serde_json::Value> =
                         ::std::sync::LazyLock::new(|| #operand);
-                    &*VALUE
+                    &VALUE
                 })
             }
         }
@@ -163,7 +247,7 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
                         ::std::sync::LazyLock::new(|| {
                             ::portcullis::__private::dsl::ValueSet::new([#(#values),*])
                         });
-                    &*VALUES
+                    &VALUES
                 })
             }
         }
@@ -179,18 +263,29 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
         CheckedCondition::All(items) => join(items, &quote!(&&)),
         CheckedCondition::Any(items) => join(items, &quote!(||)),
         CheckedCondition::Not(item) => {
-            let item = self::condition(item);
-            quote!((!#item))
+            let item = operand(item);
+            quote!(!#item)
         }
     }
 }
 
-/// `(a op b op c)`; the checker makes sure there is at least one item.
+/// `a op b op c`; the checker makes sure there is at least one item.
 fn join(items: &[CheckedCondition], operator: &TokenStream) -> TokenStream {
-    let mut items = items.iter().map(condition);
+    let mut items = items.iter().map(operand);
     let first = items.next().unwrap_or_else(|| quote!(true));
-    let joined = items.fold(first, |joined, item| quote!(#joined #operator #item));
-    quote!((#joined))
+    items.fold(first, |joined, item| quote!(#joined #operator #item))
+}
+
+/// A condition as the operand of `&&`, `||` or `!`: in parentheses when it is itself a
+/// combination (and only then, so the generated code has no needless parentheses).
+fn operand(item: &CheckedCondition) -> TokenStream {
+    let tokens = condition(item);
+    match item {
+        CheckedCondition::All(items) | CheckedCondition::Any(items) if items.len() > 1 => {
+            quote!((#tokens))
+        }
+        _ => tokens,
+    }
 }
 
 fn optional_text(text: Option<&str>) -> TokenStream {
@@ -239,7 +334,13 @@ fn decision(rule: &CheckedRule) -> TokenStream {
         Action::Transform => {
             let operations = rule.transformation.iter().map(|(field, parts)| {
                 let pushes = parts.iter().map(|part| match part {
-                    TemplatePart::Text(text) => quote!(out.push_str(#text);),
+                    TemplatePart::Text(text) => {
+                        let mut chars = text.chars();
+                        match (chars.next(), chars.next()) {
+                            (Some(single), None) => quote!(out.push(#single);),
+                            _ => quote!(out.push_str(#text);),
+                        }
+                    }
                     TemplatePart::Field(field) => {
                         let field = path(field);
                         quote!(::portcullis::__private::dsl::push_field(&mut out, context, #field);)

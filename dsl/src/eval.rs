@@ -86,6 +86,12 @@ pub(crate) struct CompiledRule {
 
 impl CompiledRule {
     pub(crate) fn new(rule: &CheckedRule) -> Self {
+        // Warm the engine's pattern cache, so the first redaction does not compile them.
+        for redaction in &rule.redactions {
+            if let Some(pattern) = &redaction.pattern {
+                let _ = portcullis_engine::apply::cached_regex(pattern);
+            }
+        }
         let reason = rule.rule.reason.clone();
         let outcome = match rule.rule.action {
             Action::Allow => Outcome::Fixed(PolicyDecision::allow()),

@@ -70,6 +70,13 @@
 //! resolve). The operations come in the order of their field paths (sorted). A placeholder
 //! shows one value, so its path cannot contain `*`.
 //!
+//! # Streaming
+//!
+//! [`DslOutputPolicy`] gives the engine's streaming output guard a streaming form when the
+//! rule can run exactly as the answer arrives: `deny` when `response.content` contains one of
+//! ASCII needles (a `contains`, or an `any` of them), and `always`-`redact` with `replace`
+//! redactions of `response.content`. Other output rules are evaluated on the whole text.
+//!
 //! # The checker
 //!
 //! [`check_source`] parses and checks a rule for one interception point and reports every
@@ -84,7 +91,7 @@
 //! `arguments` and the extra keys of `metadata` any key is allowed.
 //!
 //! The `dsl_policy!` macro uses the same checker at build time, and the
-//! [`codegen`](crate::codegen) module (feature `codegen`) to turn a checked rule into Rust.
+//! `codegen` module (feature `codegen`) to turn a checked rule into Rust.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -95,6 +102,7 @@ mod ops;
 mod policy;
 mod schema;
 mod select;
+mod stream;
 mod suggest;
 
 #[cfg(feature = "codegen")]

@@ -72,8 +72,8 @@ pub enum Condition {
     GreaterThan {
         /// Dotted path of the field.
         field: String,
-        /// The threshold.
-        greater_than: f64,
+        /// The threshold (kept as written: `4` stays `4`).
+        greater_than: serde_json::Number,
     },
     /// Always holds (`{"always": true}`).
     Always {

@@ -70,7 +70,7 @@ impl fmt::Display for DslError {
                 policy,
             } => write!(
                 f,
-                "the rule was checked for the {checked_for} point and cannot be a {policy} policy"
+                "the rule was checked for the {checked_for} point; it cannot be used at the {policy} point"
             ),
         }
     }
@@ -125,7 +125,7 @@ pub fn load(id: &str, dir: &Path, point: InterceptionPoint) -> Result<CheckedRul
 macro_rules! dsl_policy {
     (
         $(#[$doc:meta])*
-        $name:ident, $trait:ident, $context:ty, $point:expr
+        $name:ident, $trait:ident, $context:ty, $point:expr $(, { $($extra:tt)* })?
     ) => {
         $(#[$doc])*
         #[derive(Debug, Clone)]
@@ -175,6 +175,12 @@ macro_rules! dsl_policy {
                 })
             }
 
+            /// Whether the rule's decisions are enforced or only monitored (`"mode"` in the
+            /// rule; the same as the policy trait's `mode()`).
+            pub fn mode(&self) -> PolicyMode {
+                self.mode
+            }
+
             /// The checked rule.
             pub fn rule(&self) -> &CheckedRule {
                 &self.rule
@@ -200,6 +206,8 @@ macro_rules! dsl_policy {
             fn mode(&self) -> PolicyMode {
                 self.mode
             }
+
+            $($($extra)*)?
         }
     };
 }
@@ -264,5 +272,12 @@ dsl_policy! {
     /// ).unwrap_err();
     /// assert!(error.to_string().contains("\"tool_name\" is a field of tool-call rules"));
     /// ```
-    DslOutputPolicy, OutputPolicy, OutputContext, InterceptionPoint::Output
+    DslOutputPolicy, OutputPolicy, OutputContext, InterceptionPoint::Output, {
+        /// The streaming form of the rule, when it can be run exactly as the answer arrives:
+        /// `deny` on `response.content` containing ASCII needles, and `always`-`redact` with
+        /// `replace` redactions of `response.content`. Other rules have none.
+        fn streaming(&self) -> Option<Vec<portcullis_engine::StreamingRule>> {
+            crate::stream::streaming_form(&self.rule)
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::fmt;
 use async_trait::async_trait;
 use portcullis_engine::{
     BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision, PolicyMode,
-    ToolCallContext, ToolCallPolicy,
+    StreamingRule, ToolCallContext, ToolCallPolicy,
 };
 
 pub use crate::ops::{
@@ -95,7 +95,69 @@ generated_policy! {
     GeneratedToolCallPolicy, ToolCallPolicy, ToolCallContext
 }
 
-generated_policy! {
-    /// An output policy compiled from a rule by `dsl_policy!`.
-    GeneratedOutputPolicy, OutputPolicy, OutputContext
+/// An output policy compiled from a rule by `dsl_policy!`, with the rule's streaming form
+/// when it has one (see `DslOutputPolicy`'s `streaming`).
+pub struct GeneratedOutputPolicy<F> {
+    id: &'static str,
+    mode: PolicyMode,
+    decide: F,
+    streaming: Option<Vec<StreamingRule>>,
+}
+
+impl<F> GeneratedOutputPolicy<F>
+where
+    F: Fn(&OutputContext) -> PolicyDecision + Send + Sync,
+{
+    /// A policy with this id and mode deciding with `decide`, without a streaming form.
+    pub const fn new(id: &'static str, mode: PolicyMode, decide: F) -> Self {
+        GeneratedOutputPolicy {
+            id,
+            mode,
+            decide,
+            streaming: None,
+        }
+    }
+
+    /// The same policy with a streaming form.
+    pub fn with_streaming(mut self, rules: Vec<StreamingRule>) -> Self {
+        self.streaming = Some(rules);
+        self
+    }
+
+    /// Decides on `context`.
+    pub fn decide(&self, context: &OutputContext) -> PolicyDecision {
+        (self.decide)(context)
+    }
+}
+
+impl<F> fmt::Debug for GeneratedOutputPolicy<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GeneratedOutputPolicy")
+            .field("id", &self.id)
+            .field("mode", &self.mode)
+            .field("streaming", &self.streaming)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl<F> OutputPolicy for GeneratedOutputPolicy<F>
+where
+    F: Fn(&OutputContext) -> PolicyDecision + Send + Sync,
+{
+    fn id(&self) -> &str {
+        self.id
+    }
+
+    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        Ok((self.decide)(context))
+    }
+
+    fn mode(&self) -> PolicyMode {
+        self.mode
+    }
+
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        self.streaming.clone()
+    }
 }

@@ -62,7 +62,7 @@ impl From<&PolicyDecision> for AuditDecision {
 
 impl fmt::Display for AuditDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -125,6 +125,9 @@ pub struct AuditRecord<'a> {
     /// The full decision (with its redactions or operations); `None` for an evaluation error.
     #[serde(skip)]
     pub policy_decision: Option<&'a PolicyDecision>,
+    /// For the records a streaming guard emits when a stream starts and ends: its numbers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<&'a crate::stream::StreamReport>,
 }
 
 fn serialize_timestamp<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {

@@ -34,7 +34,7 @@ impl Role {
 
 impl fmt::Display for Role {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -204,7 +204,7 @@ impl InterceptionPoint {
 
 impl fmt::Display for InterceptionPoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -244,9 +244,50 @@ pub trait PolicyContext:
     /// A borrowed view of this context, as audit records hold it.
     fn audit_context(&self) -> AuditContext<'_>;
 
+    /// Checks that no open JSON value of the context (tool arguments, extra metadata) is
+    /// nested deeper than [`MAX_NESTING`] levels. The engine runs this before any policy, so
+    /// no policy, serializer or matcher ever recurses into a hostile depth.
+    fn check_nesting(&self) -> Result<(), String>;
+
     /// Checks the rules the type system cannot express (for example that a tool call's
     /// `calling_message` has the `assistant` role). Used after redactions and transforms.
     fn check(&self) -> Result<(), String>;
+}
+
+/// How deeply the open JSON values of a context (tool arguments, extra metadata) may nest.
+/// `serde_json` refuses deeper documents when parsing (its limit is 128 too); contexts built
+/// in code are checked by the engine before any policy runs.
+pub const MAX_NESTING: usize = 128;
+
+/// Whether `value` nests deeper than `limit` levels (counted without recursion).
+fn nests_deeper_than(value: &Value, limit: usize) -> bool {
+    let mut pending = vec![(value, 1usize)];
+    while let Some((value, depth)) = pending.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        if depth > limit {
+            return true;
+        }
+        pending.extend(children.map(|child| (child, depth + 1)));
+    }
+    false
+}
+
+fn check_map_nesting(field: &str, map: &Map<String, Value>) -> Result<(), String> {
+    // The map itself is the first level.
+    if map
+        .values()
+        .any(|value| nests_deeper_than(value, MAX_NESTING - 1))
+    {
+        Err(format!(
+            "`{field}` is nested deeper than {MAX_NESTING} levels"
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 fn check_assistant(field: &str, message: &Message) -> Result<(), String> {
@@ -283,6 +324,10 @@ impl PolicyContext for InputContext {
         AuditContext::Input(self)
     }
 
+    fn check_nesting(&self) -> Result<(), String> {
+        check_map_nesting("metadata", &self.metadata.extra)
+    }
+
     fn check(&self) -> Result<(), String> {
         Ok(())
     }
@@ -311,6 +356,11 @@ impl PolicyContext for ToolCallContext {
         AuditContext::ToolCall(self)
     }
 
+    fn check_nesting(&self) -> Result<(), String> {
+        check_map_nesting("arguments", &self.arguments)?;
+        check_map_nesting("metadata", &self.metadata.extra)
+    }
+
     fn check(&self) -> Result<(), String> {
         check_assistant("calling_message", &self.calling_message)
     }
@@ -337,6 +387,10 @@ impl PolicyContext for OutputContext {
 
     fn audit_context(&self) -> AuditContext<'_> {
         AuditContext::Output(self)
+    }
+
+    fn check_nesting(&self) -> Result<(), String> {
+        check_map_nesting("metadata", &self.metadata.extra)
     }
 
     fn check(&self) -> Result<(), String> {

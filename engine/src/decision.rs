@@ -146,7 +146,7 @@ impl Default for PolicyDecision {
 
 impl fmt::Display for PolicyDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 

@@ -5,19 +5,23 @@ use std::fmt;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_decision;
 use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
-use crate::error::{DeadlineScope, PolicyPanicked, PolicyTimedOut, error_chain};
+use crate::error::{ApplyError, DeadlineScope, PolicyPanicked, PolicyTimedOut, error_chain};
 use crate::set::{Entry, OnError, PolicySet};
 use crate::unwind::CatchUnwind;
 use crate::{
     BoxError, EngineError, InputContext, OutputContext, PolicyContext, PolicyDecision,
     PolicyDenialError, PolicyEvaluationError, ToolCallContext, timer,
 };
+
+/// The id under which the engine reports a context it refuses before any policy runs
+/// (for example tool arguments nested deeper than [`MAX_NESTING`](crate::MAX_NESTING)).
+pub const CONTEXT_CHECK_ID: &str = "portcullis.context";
 
 /// The policy engine: built once at start-up, shared across tasks and threads.
 ///
@@ -111,13 +115,31 @@ pub struct DecisionEntry {
 }
 
 /// A successful evaluation: the context to forward and the decisions taken.
-#[derive(Debug, Clone)]
+///
+/// It borrows the context it was given (and the engine's policy ids) for `'a`.
 pub struct Evaluation<'a, C: Clone> {
     context: Cow<'a, C>,
-    decisions: Vec<DecisionEntry>,
+    taken: Mutex<Vec<Taken<'a>>>,
+    decisions: OnceLock<Vec<DecisionEntry>>,
+}
+
+/// A decision as the hot path keeps it: the id stays borrowed from the policy until someone
+/// asks for [`DecisionEntry`] values.
+struct Taken<'a> {
+    policy_id: &'a str,
+    decision: PolicyDecision,
+    enforced: bool,
 }
 
 impl<'a, C: Clone> Evaluation<'a, C> {
+    fn new(context: Cow<'a, C>, taken: Vec<Taken<'a>>) -> Self {
+        Evaluation {
+            context,
+            taken: Mutex::new(taken),
+            decisions: OnceLock::new(),
+        }
+    }
+
     /// What to forward: the original context when nothing changed, otherwise the changed one.
     pub fn context(&self) -> &C {
         &self.context
@@ -136,22 +158,47 @@ impl<'a, C: Clone> Evaluation<'a, C> {
     /// The decisions taken, in declared order (evaluation errors skipped under
     /// `on_error: allow` are not decisions and are not listed).
     pub fn decisions(&self) -> &[DecisionEntry] {
-        &self.decisions
+        self.decisions.get_or_init(|| {
+            let mut taken = match self.taken.lock() {
+                Ok(taken) => taken,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            taken
+                .drain(..)
+                .map(|taken| DecisionEntry {
+                    policy_id: taken.policy_id.to_owned(),
+                    decision: taken.decision,
+                    enforced: taken.enforced,
+                })
+                .collect()
+        })
     }
 
     /// The context and the decisions.
     pub fn into_parts(self) -> (Cow<'a, C>, Vec<DecisionEntry>) {
-        (self.context, self.decisions)
+        self.decisions();
+        let decisions = self.decisions.into_inner().unwrap_or_default();
+        (self.context, decisions)
+    }
+}
+
+impl<C: Clone + fmt::Debug> fmt::Debug for Evaluation<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Evaluation")
+            .field("context", &self.context)
+            .field("modified", &self.is_modified())
+            .field("decisions", &self.decisions())
+            .finish()
     }
 }
 
 type Outcome = Result<PolicyDecision, BoxError>;
 
 /// What settling one policy's outcome leads to.
-enum Step<C> {
+enum Step<'a, C> {
     Continue {
         changed: Option<C>,
-        decision: Option<DecisionEntry>,
+        decision: Option<Taken<'a>>,
     },
     Stop(EngineError),
 }
@@ -168,34 +215,37 @@ impl PolicyEngine {
     }
 
     /// Runs the input policies on `context`.
-    pub async fn evaluate_input<'c>(
-        &self,
-        context: &'c InputContext,
-    ) -> Result<Evaluation<'c, InputContext>, EngineError> {
+    pub async fn evaluate_input<'a>(
+        &'a self,
+        context: &'a InputContext,
+    ) -> Result<Evaluation<'a, InputContext>, EngineError> {
         self.evaluate(context).await
     }
 
     /// Runs the tool-call policies on `context`.
-    pub async fn evaluate_tool_call<'c>(
-        &self,
-        context: &'c ToolCallContext,
-    ) -> Result<Evaluation<'c, ToolCallContext>, EngineError> {
+    pub async fn evaluate_tool_call<'a>(
+        &'a self,
+        context: &'a ToolCallContext,
+    ) -> Result<Evaluation<'a, ToolCallContext>, EngineError> {
         self.evaluate(context).await
     }
 
     /// Runs the output policies on `context`.
-    pub async fn evaluate_output<'c>(
-        &self,
-        context: &'c OutputContext,
-    ) -> Result<Evaluation<'c, OutputContext>, EngineError> {
+    pub async fn evaluate_output<'a>(
+        &'a self,
+        context: &'a OutputContext,
+    ) -> Result<Evaluation<'a, OutputContext>, EngineError> {
         self.evaluate(context).await
     }
 
     /// Runs the policies of `C`'s point on `context`.
-    pub async fn evaluate<'c, C: PolicyContext>(
-        &self,
-        context: &'c C,
-    ) -> Result<Evaluation<'c, C>, EngineError> {
+    pub async fn evaluate<'a, C: PolicyContext>(
+        &'a self,
+        context: &'a C,
+    ) -> Result<Evaluation<'a, C>, EngineError> {
+        if let Err(problem) = context.check_nesting() {
+            return Err(self.reject(context, problem));
+        }
         let point = C::point_policies(&self.set);
         let call_deadline = point
             .settings
@@ -220,18 +270,15 @@ impl PolicyEngine {
                 Step::Stop(error) => return Err(error),
             }
         }
-        Ok(Evaluation {
-            context: current,
-            decisions,
-        })
+        Ok(Evaluation::new(current, decisions))
     }
 
-    async fn evaluate_concurrently<'c, C: PolicyContext>(
+    async fn evaluate_concurrently<'a, C: PolicyContext>(
         &self,
-        entries: &[Entry<C::Policy>],
-        context: &'c C,
+        entries: &'a [Entry<C::Policy>],
+        context: &'a C,
         call_deadline: Option<(Instant, Duration)>,
-    ) -> Result<Evaluation<'c, C>, EngineError> {
+    ) -> Result<Evaluation<'a, C>, EngineError> {
         type Running<'f> = Pin<Box<dyn Future<Output = Outcome> + Send + 'f>>;
         let mut running: Vec<Option<Running<'_>>> = entries
             .iter()
@@ -274,21 +321,18 @@ impl PolicyEngine {
             }
         })
         .await?;
-        Ok(Evaluation {
-            context: current,
-            decisions,
-        })
+        Ok(Evaluation::new(current, decisions))
     }
 
     /// Audits one outcome and works out what it does to the evaluation. `evaluated` is the
     /// context the policy saw; `current` the one changes apply to.
-    fn settle<C: PolicyContext>(
+    fn settle<'a, C: PolicyContext>(
         &self,
-        entry: &Entry<C::Policy>,
+        entry: &'a Entry<C::Policy>,
         outcome: Outcome,
         evaluated: &C,
         current: &C,
-    ) -> Step<C> {
+    ) -> Step<'a, C> {
         let policy_id = C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
         let decision = match outcome {
@@ -325,21 +369,21 @@ impl PolicyEngine {
         }
         Step::Continue {
             changed,
-            decision: Some(DecisionEntry {
-                policy_id: policy_id.to_owned(),
+            decision: Some(Taken {
+                policy_id,
                 decision,
                 enforced,
             }),
         }
     }
 
-    fn fail<C: PolicyContext>(
+    fn fail<'a, C: PolicyContext>(
         &self,
         policy_id: &str,
         enforced: bool,
         error: BoxError,
         evaluated: &C,
-    ) -> Step<C> {
+    ) -> Step<'a, C> {
         if self.audit.is_some() {
             let reason = error_chain(&*error);
             self.record(
@@ -374,10 +418,10 @@ impl PolicyEngine {
         enforced: bool,
         policy_decision: Option<&PolicyDecision>,
     ) {
-        let Some(handler) = &self.audit else {
+        if self.audit.is_none() {
             return;
-        };
-        let record = AuditRecord {
+        }
+        self.emit(AuditRecord {
             policy_id,
             decision,
             interception_point: C::POINT,
@@ -386,10 +430,43 @@ impl PolicyEngine {
             timestamp: SystemTime::now(),
             enforced,
             policy_decision,
-        };
-        // A panicking handler must not take the evaluation down; the panic hook has
-        // already reported it.
-        let _ = catch_unwind(AssertUnwindSafe(|| handler.handle(&record)));
+            stream: None,
+        });
+    }
+
+    /// Refuses a context before any policy runs; audited as an evaluation error of
+    /// [`CONTEXT_CHECK_ID`].
+    fn reject<C: PolicyContext>(&self, context: &C, problem: String) -> EngineError {
+        self.record(
+            CONTEXT_CHECK_ID,
+            AuditDecision::EvaluationError,
+            Some(Cow::Borrowed(problem.as_str())),
+            context,
+            true,
+            None,
+        );
+        EngineError::Evaluation(PolicyEvaluationError::new(
+            CONTEXT_CHECK_ID,
+            C::POINT,
+            ApplyError::new("", problem),
+        ))
+    }
+
+    /// Hands a record to the audit handler, if there is one.
+    pub(crate) fn emit(&self, record: AuditRecord<'_>) {
+        if let Some(handler) = &self.audit {
+            // A panicking handler must not take the evaluation down; the panic hook has
+            // already reported it.
+            let _ = catch_unwind(AssertUnwindSafe(|| handler.handle(&record)));
+        }
+    }
+
+    /// Runs only the monitored output policies on `context`, for their audit records.
+    pub(crate) async fn evaluate_monitored_output(&self, context: &OutputContext) {
+        for entry in self.set.output.entries.iter().filter(|entry| entry.monitor) {
+            let outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
+            let _ = self.settle(entry, outcome, context, context);
+        }
     }
 }
 

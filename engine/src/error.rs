@@ -277,7 +277,7 @@ impl ApplyError {
 impl fmt::Display for ApplyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.field.is_empty() {
-            write!(f, "the changed context is invalid: {}", self.problem)
+            write!(f, "invalid context: {}", self.problem)
         } else {
             write!(f, "cannot apply to `{}`: {}", self.field, self.problem)
         }

@@ -33,6 +33,7 @@ pub mod error;
 pub mod path;
 mod policy;
 mod set;
+pub mod stream;
 mod time;
 mod timer;
 mod unwind;
@@ -41,19 +42,20 @@ pub use async_trait::async_trait;
 
 pub use audit::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
-    InputContext, InterceptionPoint, Message, Metadata, OutputContext, PolicyContext, Role,
-    ToolCallContext,
+    InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, PolicyContext,
+    Role, ToolCallContext,
 };
 pub use decision::{
     DEFAULT_REPLACEMENT, PolicyDecision, Redaction, RedactionStrategy, TransformOp,
     TransformOperation, Transformation,
 };
-pub use engine::{DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder};
+pub use engine::{CONTEXT_CHECK_ID, DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder};
 pub use error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 pub use policy::{
     InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy, WithDeadline,
 };
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
+pub use stream::{OutputStream, StreamItem, StreamingRule};
 
 /// A boxed future that can cross threads, as policy traits return.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

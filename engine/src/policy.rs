@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::stream::StreamingRule;
 use crate::{BoxError, InputContext, OutputContext, PolicyDecision, ToolCallContext};
 
 macro_rules! policy_trait {
@@ -12,6 +13,7 @@ macro_rules! policy_trait {
         $(#[$doc:meta])*
         trait $name:ident($context:ty),
         message = $message:literal, label = $label:literal, note = $note:literal
+        $(, extra = { $( $(#[$extra_doc:meta])* fn $extra:ident(&self) -> $extra_ty:ty $extra_default:block )* })?
     ) => {
         $(#[$doc])*
         #[diagnostic::on_unimplemented(message = $message, label = $label, note = $note)]
@@ -35,6 +37,8 @@ macro_rules! policy_trait {
             fn deadline(&self) -> Option<Duration> {
                 None
             }
+
+            $($( $(#[$extra_doc])* fn $extra(&self) -> $extra_ty $extra_default )*)?
         }
 
         #[async_trait]
@@ -54,6 +58,8 @@ macro_rules! policy_trait {
             fn deadline(&self) -> Option<Duration> {
                 (**self).deadline()
             }
+
+            $($( fn $extra(&self) -> $extra_ty { (**self).$extra() } )*)?
         }
 
         #[async_trait]
@@ -73,6 +79,8 @@ macro_rules! policy_trait {
             fn deadline(&self) -> Option<Duration> {
                 (**self).deadline()
             }
+
+            $($( fn $extra(&self) -> $extra_ty { (**self).$extra() } )*)?
         }
 
         #[async_trait]
@@ -92,6 +100,8 @@ macro_rules! policy_trait {
             fn deadline(&self) -> Option<Duration> {
                 self.0.deadline()
             }
+
+            $($( fn $extra(&self) -> $extra_ty { self.0.$extra() } )*)?
         }
 
         #[async_trait]
@@ -111,6 +121,8 @@ macro_rules! policy_trait {
             fn deadline(&self) -> Option<Duration> {
                 Some(self.deadline)
             }
+
+            $($( fn $extra(&self) -> $extra_ty { self.policy.$extra() } )*)?
         }
     };
 }
@@ -221,5 +233,15 @@ policy_trait! {
     trait OutputPolicy(OutputContext),
     message = "`{Self}` is not an output policy",
     label = "not an output policy: it cannot go in `output`",
-    note = "an output policy implements `OutputPolicy`: annotate a function taking `&OutputContext` with `#[output_policy]`; an input or tool-call policy belongs in `input` or `tool_call`"
+    note = "an output policy implements `OutputPolicy`: annotate a function taking `&OutputContext` with `#[output_policy]`; an input or tool-call policy belongs in `input` or `tool_call`",
+    extra = {
+        /// The policy's streaming form, if it has one: rules over `response.content` that
+        /// decide exactly as [`evaluate`](OutputPolicy::evaluate) does, and that the streaming
+        /// output guard can run incrementally as the answer arrives (see
+        /// [`OutputStream`](crate::stream::OutputStream)). Read once, when the policy is
+        /// added to a policy set. Default: none (the guard evaluates the whole text).
+        fn streaming(&self) -> Option<Vec<StreamingRule>> {
+            None
+        }
+    }
 }

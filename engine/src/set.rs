@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::policy::PolicyMode;
+use crate::stream::{StreamPlan, StreamingRule};
 use crate::{InputPolicy, InterceptionPoint, OutputPolicy, ToolCallPolicy};
 
 /// What the engine does when a policy cannot be evaluated (it fails, panics, times out, or its
@@ -103,6 +104,10 @@ pub struct PolicySet {
     pub(crate) tool_call: PointPolicies<dyn ToolCallPolicy>,
     pub(crate) output: PointPolicies<dyn OutputPolicy>,
     pub(crate) on_error: OnError,
+    /// The streaming forms of the output policies, read when each was added.
+    output_streaming: Vec<Option<Vec<StreamingRule>>>,
+    stream_checkpoint: Option<usize>,
+    pub(crate) stream_plan: StreamPlan,
 }
 
 impl PolicySet {
@@ -151,6 +156,9 @@ impl Default for PolicySet {
             tool_call: PointPolicies::new(),
             output: PointPolicies::new(),
             on_error: OnError::Deny,
+            output_streaming: Vec::new(),
+            stream_checkpoint: None,
+            stream_plan: StreamPlan::build(&PointPolicies::new(), &[], None),
         }
     }
 }
@@ -203,6 +211,7 @@ impl PolicySetBuilder {
     /// Adds an output policy.
     pub fn output(mut self, policy: impl OutputPolicy + 'static) -> Self {
         let (mode, deadline) = (policy.mode(), policy.deadline());
+        self.set.output_streaming.push(policy.streaming());
         self.set.output.push(Box::new(policy), mode, deadline);
         self
     }
@@ -248,6 +257,15 @@ impl PolicySetBuilder {
         self
     }
 
+    /// Lets a streamed answer whose output policies cannot all stream be released in steps:
+    /// the accumulated text is evaluated every `characters` characters and released up to
+    /// that point when the evaluation allows it unchanged (see [`crate::stream`]). Without
+    /// it such a stream is buffered whole.
+    pub fn stream_checkpoint(mut self, characters: usize) -> Self {
+        self.set.stream_checkpoint = Some(characters);
+        self
+    }
+
     fn settings_mut(&mut self, point: InterceptionPoint) -> &mut PointSettings {
         match point {
             InterceptionPoint::Input => &mut self.set.input.settings,
@@ -261,6 +279,11 @@ impl PolicySetBuilder {
         self.set.input.finish();
         self.set.tool_call.finish();
         self.set.output.finish();
+        self.set.stream_plan = StreamPlan::build(
+            &self.set.output,
+            &self.set.output_streaming,
+            self.set.stream_checkpoint,
+        );
         self.set
     }
 }

@@ -1,0 +1,131 @@
+//! Every checker message, pinned: each invalid rule under `tests/rules/invalid/<point>/` is
+//! loaded with the runtime constructor and its error compared with the `.txt` snapshot next
+//! to it (refresh with `UPDATE_SNAPSHOTS=1`).
+
+mod support;
+
+use std::path::Path;
+
+use portcullis_dsl::{DslError, DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, check_source};
+use portcullis_engine::InterceptionPoint;
+use support::{assert_snapshot, rule_files};
+
+fn load(point: InterceptionPoint, id: &str, dir: &Path) -> Result<(), DslError> {
+    match point {
+        InterceptionPoint::Input => DslInputPolicy::new(id, dir).map(drop),
+        InterceptionPoint::ToolCall => DslToolCallPolicy::new(id, dir).map(drop),
+        InterceptionPoint::Output => DslOutputPolicy::new(id, dir).map(drop),
+    }
+}
+
+fn check_invalid(point: InterceptionPoint) {
+    let dir = Path::new("tests/rules/invalid").join(point.as_str());
+    for (id, path) in rule_files(&dir) {
+        let error =
+            load(point, &id, &dir).expect_err(&format!("{} should be rejected", path.display()));
+        let problems = error
+            .problems()
+            .unwrap_or_else(|| panic!("{}: not a rule problem: {error}", path.display()));
+        // The checker alone gives the same problems, with the same messages.
+        let source = std::fs::read_to_string(&path).expect("read rule");
+        let direct = check_source(&source, &path.display().to_string(), point)
+            .expect_err("the checker rejects it too");
+        assert_eq!(&direct, problems);
+        assert_snapshot(&path.with_extension("txt"), &format!("{error}\n"));
+    }
+}
+
+#[test]
+fn invalid_input_rules() {
+    check_invalid(InterceptionPoint::Input);
+}
+
+#[test]
+fn invalid_tool_call_rules() {
+    check_invalid(InterceptionPoint::ToolCall);
+}
+
+#[test]
+fn invalid_output_rules() {
+    check_invalid(InterceptionPoint::Output);
+}
+
+#[test]
+fn syntax_errors_have_line_and_column() {
+    let dir = Path::new("tests/rules/invalid/input");
+    let error = DslInputPolicy::new("bad_json", dir).unwrap_err();
+    let problems = error.problems().expect("a rule problem");
+    assert_eq!(problems.len(), 1);
+    let problem = problems.iter().next().expect("one problem");
+    assert_eq!(problem.line_column(), Some((4, 3)));
+    assert_eq!(problem.json_path(), None);
+    assert!(
+        problem
+            .to_string()
+            .starts_with("tests/rules/invalid/input/bad_json.json:4:3: invalid JSON")
+    );
+}
+
+#[test]
+fn problems_carry_json_paths() {
+    let problems = check_source(
+        r#"{ "condition": { "all": [ { "always": true }, { "field": "messages.0.contnet", "equals": "x" } ] }, "action": "deny" }"#,
+        "rule.json",
+        InterceptionPoint::Input,
+    )
+    .unwrap_err();
+    let problem = problems.iter().next().expect("one problem");
+    assert_eq!(problem.json_path(), Some("condition.all[1].field"));
+    assert_eq!(problem.help(), Some("did you mean \"messages.0.content\"?"));
+    assert_eq!(problem.line_column(), None);
+}
+
+#[test]
+fn every_problem_of_a_rule_is_reported() {
+    let error = DslInputPolicy::new("many_problems", "tests/rules/invalid/input").unwrap_err();
+    assert_eq!(error.problems().map(|problems| problems.len()), Some(9));
+}
+
+#[test]
+fn missing_file_and_bad_ids() {
+    let error = DslInputPolicy::new("does_not_exist", "tests/rules/input").unwrap_err();
+    assert!(matches!(error, DslError::Read { .. }));
+    assert_eq!(
+        error.to_string().split(':').next(),
+        Some("cannot read the rule file tests/rules/input/does_not_exist.json")
+    );
+    for bad in ["../input/ping", "input/ping", "a\\b", "..", "", ".hidden"] {
+        let error = DslInputPolicy::new(bad, "tests/rules").unwrap_err();
+        assert!(
+            matches!(error, DslError::InvalidId { .. }),
+            "{bad:?}: {error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("invalid DSL policy id {bad:?}: "))
+        );
+    }
+}
+
+#[test]
+fn a_rule_is_checked_for_its_point() {
+    // Valid for tool calls, invalid for input: the point decides which fields exist.
+    let error = DslInputPolicy::new("dangerous_shell", "tests/rules/tool_call").unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("\"tool_name\" is a field of tool-call rules"),
+        "{text}"
+    );
+    let checked = check_source(
+        r#"{ "condition": { "always": true }, "action": "allow" }"#,
+        "x.json",
+        InterceptionPoint::Output,
+    )
+    .unwrap();
+    let error = DslInputPolicy::from_checked("x", checked).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the rule was checked for the output point; it cannot be used at the input point"
+    );
+}

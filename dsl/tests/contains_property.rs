@@ -1,0 +1,80 @@
+//! Property: `contains` agrees with a naive reference (lower-case both sides, then look for a
+//! substring) on random contexts, ASCII and not.
+
+use portcullis_dsl::DslInputPolicy;
+use portcullis_engine::{InputContext, Message, Metadata};
+use proptest::prelude::*;
+
+/// Characters that make case folding interesting: ASCII letters of both cases, letters whose
+/// lower case differs in length (İ, ẞ), the final sigma, the Kelvin sign, and spaces.
+fn text() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            'a', 'b', 'A', 'B', 'k', 'K', ' ', '-', 'é', 'É', 'ß', 'ẞ', 'İ', 'i', 'ı', 'Σ', 'σ',
+            'ς', '\u{212A}', '1',
+        ]),
+        0..24,
+    )
+    .prop_map(|chars| chars.into_iter().collect())
+}
+
+fn needle() -> impl Strategy<Value = String> {
+    text().prop_filter("needles are not empty", |needle| !needle.is_empty())
+}
+
+fn reference(messages: &[String], needles: &[String]) -> bool {
+    messages.iter().any(|message| {
+        let message = message.to_lowercase();
+        needles
+            .iter()
+            .any(|needle| message.contains(&needle.to_lowercase()))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn contains_agrees_with_the_naive_reference(
+        messages in prop::collection::vec(text(), 0..4),
+        needles in prop::collection::vec(needle(), 1..5),
+        // Also look for a piece of a message, so that matches are frequent.
+        borrow in prop::option::of((0usize..4, 0usize..24, 1usize..6)),
+    ) {
+        let mut needles = needles;
+        if let Some((which, start, length)) = borrow
+            && let Some(message) = messages.get(which % messages.len().max(1))
+        {
+            let piece: String = message.chars().skip(start % (message.chars().count() + 1)).take(length).collect();
+            if !piece.is_empty() {
+                needles.push(piece.to_uppercase());
+            }
+        }
+        let rule = serde_json::json!({
+            "condition": { "field": "messages.*.content", "contains": needles },
+            "action": "deny",
+        });
+        let policy = DslInputPolicy::from_source("p", &rule.to_string(), "p.json")
+            .map_err(|error| TestCaseError::fail(error.to_string()))?;
+        let context = InputContext::new(
+            messages.iter().map(|text| Message::user(text.clone())).collect(),
+            Metadata::new("agent", "session"),
+        );
+        prop_assert_eq!(policy.decide(&context).is_deny(), reference(&messages, &needles));
+    }
+
+    #[test]
+    fn ascii_texts_agree_too(
+        message in "[ -~]{0,200}",
+        needles in prop::collection::vec("[ -~]{1,6}", 1..5),
+    ) {
+        let rule = serde_json::json!({
+            "condition": { "field": "messages.-1.content", "contains": needles },
+            "action": "deny",
+        });
+        let policy = DslInputPolicy::from_source("p", &rule.to_string(), "p.json")
+            .map_err(|error| TestCaseError::fail(error.to_string()))?;
+        let context = InputContext::new(vec![Message::user(message.clone())], Metadata::new("a", "s"));
+        prop_assert_eq!(policy.decide(&context).is_deny(), reference(&[message], &needles));
+    }
+}

@@ -1,0 +1,102 @@
+//! The allow path allocates nothing in proportion to the context's size.
+//!
+//! This test binary counts every heap allocation (through `stats_alloc`) while one evaluation
+//! runs, once with a small context and once with a 1 MiB message, and compares the counts.
+
+use std::alloc::System;
+
+use portcullis_engine::{
+    AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision,
+    PolicyEngine, PolicySet, async_trait,
+};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+struct Allow(String);
+
+#[async_trait]
+impl InputPolicy for Allow {
+    fn id(&self) -> &str {
+        &self.0
+    }
+
+    async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
+        std::hint::black_box(context.messages.len());
+        Ok(PolicyDecision::allow())
+    }
+}
+
+fn context(size: usize) -> InputContext {
+    InputContext::new(
+        vec![Message::user("x".repeat(size))],
+        Metadata::new("agent", "session"),
+    )
+}
+
+/// Bytes and allocations one evaluation takes.
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    engine: &PolicyEngine,
+    context: &InputContext,
+) -> (usize, usize) {
+    let region = Region::new(GLOBAL);
+    let forwarded = runtime.block_on(async {
+        let evaluation = engine.evaluate_input(context).await.expect("allowed");
+        assert!(!evaluation.is_modified());
+        std::ptr::eq(evaluation.context(), context)
+    });
+    let change = region.change();
+    assert!(forwarded, "the original context is forwarded");
+    (change.bytes_allocated, change.allocations)
+}
+
+#[test]
+fn the_allow_path_does_not_allocate_in_proportion_to_the_context() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let mut builder = PolicySet::builder();
+    for at in 0..10 {
+        builder = builder.input(Allow(format!("allow_{at}")));
+    }
+    let set = builder.build();
+    let counted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = std::sync::Arc::clone(&counted);
+    let engines = [
+        PolicyEngine::builder().policy_set(set).build(),
+        PolicyEngine::builder()
+            .policy_set({
+                let mut builder = PolicySet::builder();
+                for at in 0..10 {
+                    builder = builder.input(Allow(format!("allow_{at}")));
+                }
+                builder.build()
+            })
+            .on_audit(move |_: &AuditRecord<'_>| {
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })
+            .build(),
+    ];
+    let small = context(16);
+    let large = context(1 << 20);
+    for engine in &engines {
+        // Warm up lazily initialised state (thread locals, the runtime's first poll).
+        measure(&runtime, engine, &small);
+        let (small_bytes, small_count) = measure(&runtime, engine, &small);
+        let (large_bytes, large_count) = measure(&runtime, engine, &large);
+        assert_eq!(
+            (small_bytes, small_count),
+            (large_bytes, large_count),
+            "allocations depend on the context's size"
+        );
+        assert!(small_bytes < 4096, "{small_bytes} bytes for one evaluation");
+        // One boxed future per policy and one list of decisions.
+        assert!(
+            small_count <= 11,
+            "{small_count} allocations for one evaluation"
+        );
+    }
+    assert_eq!(counted.load(std::sync::atomic::Ordering::Relaxed), 30);
+}

@@ -1,0 +1,594 @@
+//! The streaming output guard: its invariants, for every way of cutting the answer into chunks.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use portcullis_engine::stream::{StreamMode, StreamingRule};
+use portcullis_engine::{
+    AuditRecord, BoxError, Metadata, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine,
+    PolicyExt, PolicySet, Redaction, StreamItem, async_trait,
+};
+use proptest::prelude::*;
+use regex::Regex;
+
+const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
+const CARD: &str = r"\b\d{4} \d{4} \d{4} \d{4}\b";
+
+/// A policy whose whole-text decision is exactly what its streaming rules say.
+struct RuleBased {
+    id: &'static str,
+    rules: Vec<StreamingRule>,
+    streams: bool,
+}
+
+impl RuleBased {
+    fn redact(id: &'static str, patterns: &[(&str, &str)]) -> Self {
+        RuleBased {
+            id,
+            rules: patterns
+                .iter()
+                .map(|(pattern, replacement)| StreamingRule::Replace {
+                    pattern: (*pattern).into(),
+                    replacement: (*replacement).into(),
+                    max_match_len: None,
+                })
+                .collect(),
+            streams: true,
+        }
+    }
+
+    fn deny(id: &'static str, needles: &[&str]) -> Self {
+        RuleBased {
+            id,
+            rules: vec![StreamingRule::deny_on_any(
+                needles,
+                Some("blocked domain".into()),
+            )],
+            streams: true,
+        }
+    }
+
+    fn whole_text_only(mut self) -> Self {
+        self.streams = false;
+        self
+    }
+}
+
+#[async_trait]
+impl OutputPolicy for RuleBased {
+    fn id(&self) -> &str {
+        self.id
+    }
+
+    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        let mut redactions = Vec::new();
+        for rule in &self.rules {
+            match rule {
+                StreamingRule::DenyOnMatch {
+                    pattern, reason, ..
+                } => {
+                    if Regex::new(pattern)?.is_match(&context.response.content) {
+                        return Ok(PolicyDecision::Deny {
+                            reason: reason.clone(),
+                            policy_id: None,
+                        });
+                    }
+                }
+                StreamingRule::Replace {
+                    pattern,
+                    replacement,
+                    ..
+                } => redactions.push(
+                    Redaction::replace("response.content", pattern.clone())
+                        .with_replacement(replacement.clone()),
+                ),
+            }
+        }
+        Ok(if redactions.is_empty() {
+            PolicyDecision::allow()
+        } else {
+            PolicyDecision::Redact { redactions }
+        })
+    }
+
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        self.streams.then(|| self.rules.clone())
+    }
+}
+
+/// A whole-text policy that always fails.
+struct Broken;
+
+#[async_trait]
+impl OutputPolicy for Broken {
+    fn id(&self) -> &str {
+        "broken"
+    }
+
+    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        Err("the policy service is down".into())
+    }
+}
+
+#[derive(Clone, Default)]
+struct Ends(Arc<Mutex<Vec<serde_json::Value>>>);
+
+impl Ends {
+    fn handler(&self) -> impl Fn(&AuditRecord<'_>) + Send + Sync + 'static {
+        let ends = Arc::clone(&self.0);
+        move |record: &AuditRecord<'_>| {
+            if let Some(report) = record.stream
+                && report.event == "end"
+            {
+                let mut json = serde_json::to_value(report).unwrap();
+                // These depend on timing and chunking by nature.
+                json.as_object_mut()
+                    .unwrap()
+                    .remove("time_to_first_release");
+                json.as_object_mut().unwrap().remove("max_held_chars");
+                ends.lock().unwrap().push(json);
+            }
+        }
+    }
+
+    fn last(&self) -> serde_json::Value {
+        self.0.lock().unwrap().last().cloned().unwrap()
+    }
+}
+
+fn incremental_set() -> PolicySet {
+    PolicySet::builder()
+        .output(RuleBased::redact(
+            "pii",
+            &[(SSN, "[SSN]"), (CARD, "[CARD]")],
+        ))
+        .output(RuleBased::deny(
+            "domains",
+            &["phishing.example", "MALWARE.test"],
+        ))
+        .build()
+}
+
+fn engine(set: PolicySet, ends: &Ends) -> PolicyEngine {
+    PolicyEngine::builder()
+        .policy_set(set)
+        .on_audit(ends.handler())
+        .build()
+}
+
+/// How a run ended.
+#[derive(Debug, PartialEq)]
+enum End {
+    Released(String),
+    Denied { released: String },
+    Failed { released: String },
+}
+
+/// Streams `chunks` through the guard, checking the per-step invariants against `whole`
+/// (the forwarded text of the whole-text evaluation, when it allows).
+async fn stream(engine: &PolicyEngine, chunks: &[Vec<u8>], whole: Option<&str>) -> End {
+    let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+    let bound = guard.plan().hold_back();
+    let incremental = guard.plan().mode() == StreamMode::Incremental;
+    let mut released = String::new();
+    let mut ended: Option<End> = None;
+    let check = |items: Vec<StreamItem>, released: &mut String, ended: &mut Option<End>| {
+        for item in items {
+            assert!(ended.is_none(), "an item after the stream ended: {item:?}");
+            match item {
+                StreamItem::Text(text) => {
+                    released.push_str(&text);
+                    if let Some(whole) = whole {
+                        assert!(
+                            whole.starts_with(released.as_str()),
+                            "released {released:?} is not a prefix of {whole:?}"
+                        );
+                    }
+                }
+                StreamItem::Denied(_) => {
+                    *ended = Some(End::Denied {
+                        released: released.clone(),
+                    })
+                }
+                StreamItem::Error(_) => {
+                    *ended = Some(End::Failed {
+                        released: released.clone(),
+                    })
+                }
+            }
+        }
+    };
+    for chunk in chunks {
+        let items = guard.push_bytes(chunk).await;
+        check(items, &mut released, &mut ended);
+        if incremental && ended.is_none() {
+            assert!(
+                guard.held_chars() <= bound,
+                "{} characters held, bound {bound}",
+                guard.held_chars()
+            );
+        }
+    }
+    let items = guard.finish().await;
+    check(items, &mut released, &mut ended);
+    ended.unwrap_or(End::Released(released))
+}
+
+/// Cuts `text` into chunks of the given byte sizes (which may split characters).
+fn cut(text: &str, sizes: &[usize]) -> Vec<Vec<u8>> {
+    let bytes = text.as_bytes();
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    let mut sizes = sizes.iter().cycle();
+    while at < bytes.len() {
+        let size = sizes.next().copied().unwrap_or(1).max(1);
+        let end = (at + size).min(bytes.len());
+        chunks.push(bytes[at..end].to_vec());
+        at = end;
+    }
+    chunks
+}
+
+fn per_char(text: &str) -> Vec<Vec<u8>> {
+    text.chars().map(|c| c.to_string().into_bytes()).collect()
+}
+
+async fn whole_text(engine: &PolicyEngine, text: &str) -> Result<String, String> {
+    let context = OutputContext::new(
+        portcullis_engine::Message::assistant(text),
+        Metadata::new("agent", "session"),
+    );
+    engine
+        .evaluate_output(&context)
+        .await
+        .map(|evaluation| evaluation.into_context().response.content)
+        .map_err(|error| error.to_string())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// Checks every invariant for one text and a set of chunkings.
+fn check_text(text: &str, chunkings: &[Vec<Vec<u8>>]) {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let ends = Ends::default();
+        let engine = engine(incremental_set(), &ends);
+        assert_eq!(engine.stream_plan().mode(), StreamMode::Incremental);
+        let whole = whole_text(&engine, text).await;
+        // What the denying rule sees: the text after the redactions.
+        let redacted = Regex::new(CARD)
+            .unwrap()
+            .replace_all(
+                &Regex::new(SSN).unwrap().replace_all(text, "[SSN]"),
+                "[CARD]",
+            )
+            .into_owned();
+        let offending = Regex::new("(?i:phishing\\.example|MALWARE\\.test)")
+            .unwrap()
+            .find(&redacted)
+            .map(|found| found.start());
+        let mut end_records = Vec::new();
+        for chunks in chunkings {
+            let end = stream(&engine, chunks, whole.as_deref().ok()).await;
+            match (&whole, &end) {
+                (Ok(forwarded), End::Released(released)) => assert_eq!(released, forwarded),
+                (Err(_), End::Denied { released }) => {
+                    // Nothing at or after the first offending match was released.
+                    let offending = offending.expect("the whole text was denied");
+                    assert!(
+                        released.len() <= offending,
+                        "{released:?} reaches the match at {offending}"
+                    );
+                    assert!(redacted.starts_with(released.as_str()));
+                }
+                (whole, end) => panic!("whole text gave {whole:?}, the stream {end:?}"),
+            }
+            let mut record = ends.last();
+            if matches!(end, End::Denied { .. }) {
+                // How much was out before the match arrived depends on the chunking.
+                record.as_object_mut().unwrap().remove("released_chars");
+            }
+            end_records.push(record);
+        }
+        assert!(
+            end_records.windows(2).all(|pair| pair[0] == pair[1]),
+            "end records differ between chunkings: {end_records:#?}"
+        );
+    });
+}
+
+#[test]
+fn a_secret_split_across_chunks_is_redacted() {
+    let text = "Your SSN is 123-45-6789 and your card 4111 1111 1111 1111, ok?";
+    check_text(
+        text,
+        &[
+            vec![
+                b"Your SSN is 123-45-".to_vec(),
+                b"6789 and your card 4111 1111 ".to_vec(),
+                b"1111 1111, ok?".to_vec(),
+            ],
+            per_char(text),
+            cut(text, &[1]),
+            cut(text, &[7, 3, 11]),
+            vec![text.as_bytes().to_vec()],
+        ],
+    );
+}
+
+#[test]
+fn a_blocked_domain_is_denied_before_it_is_released() {
+    let text = "Click https://PHISHING.example/login now, it is 100% safe.";
+    check_text(
+        text,
+        &[per_char(text), cut(text, &[5, 2]), cut(text, &[64])],
+    );
+}
+
+#[test]
+fn multibyte_text_split_inside_characters() {
+    let text = "Zürich — 漢字 🚀 SSN 987-65-4321 🚀 naïve café 4000 0000 0000 0002";
+    check_text(
+        text,
+        &[
+            cut(text, &[1]),
+            cut(text, &[2]),
+            cut(text, &[3, 5]),
+            per_char(text),
+        ],
+    );
+}
+
+#[test]
+fn text_without_matches_streams_with_a_bounded_hold_back() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let ends = Ends::default();
+        let engine = engine(incremental_set(), &ends);
+        let text = "plain words ".repeat(200);
+        let mut guard = engine.output_stream(Metadata::new("a", "s"));
+        let mut released = 0;
+        for chunk in text.as_bytes().chunks(16) {
+            for item in guard.push_bytes(chunk).await {
+                if let StreamItem::Text(text) = item {
+                    released += text.len();
+                }
+            }
+        }
+        // Most of the text is out before the end.
+        assert!(released >= text.len() - guard.plan().hold_back());
+        for item in guard.finish().await {
+            if let StreamItem::Text(text) = item {
+                released += text.len();
+            }
+        }
+        assert_eq!(released, text.len());
+        let end = ends.last();
+        assert_eq!(end["outcome"], "allowed");
+        assert_eq!(end["raw_chars"], text.len());
+        assert_eq!(end["released_chars"], text.len());
+    });
+}
+
+#[test]
+fn unbounded_patterns_do_not_stream_unless_a_maximum_is_stated() {
+    let unbounded = || RuleBased::redact("digits", &[(r"\d+", "#")]);
+    let set = PolicySet::builder().output(unbounded()).build();
+    let engine = PolicyEngine::builder().policy_set(set).build();
+    let plan = engine.stream_plan();
+    assert_eq!(plan.mode(), StreamMode::Buffer);
+    assert!(
+        plan.whole_text_reasons()[0].contains("no upper bound"),
+        "{:?}",
+        plan.whole_text_reasons()
+    );
+
+    let mut stated = unbounded();
+    stated.rules = vec![StreamingRule::Replace {
+        pattern: r"\d+".into(),
+        replacement: "#".into(),
+        max_match_len: Some(32),
+    }];
+    let engine = PolicyEngine::builder()
+        .policy_set(PolicySet::builder().output(stated).build())
+        .build();
+    assert_eq!(engine.stream_plan().mode(), StreamMode::Incremental);
+    assert_eq!(engine.stream_plan().hold_back(), 32 + 3);
+
+    let empty = RuleBased::redact("empty", &[("x*", "#")]);
+    let engine = PolicyEngine::builder()
+        .policy_set(PolicySet::builder().output(empty).build())
+        .build();
+    assert!(engine.stream_plan().whole_text_reasons()[0].contains("empty"));
+}
+
+#[test]
+fn whole_text_policies_buffer_by_default() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let ends = Ends::default();
+        let set = PolicySet::builder()
+            .output(RuleBased::redact("pii", &[(SSN, "[SSN]")]).whole_text_only())
+            .build();
+        let engine = engine(set, &ends);
+        assert_eq!(engine.stream_plan().mode(), StreamMode::Buffer);
+        let text = "id 123-45-6789 end";
+        let mut guard = engine.output_stream(Metadata::new("a", "s"));
+        for chunk in cut(text, &[4]) {
+            assert!(
+                guard.push_bytes(&chunk).await.is_empty(),
+                "buffer mode released early"
+            );
+        }
+        let items = guard.finish().await;
+        assert!(
+            matches!(&items[..], [StreamItem::Text(t)] if t == "id [SSN] end"),
+            "{items:?}"
+        );
+        for chunking in [per_char(text), cut(text, &[3])] {
+            assert_eq!(
+                stream(&engine, &chunking, Some("id [SSN] end")).await,
+                End::Released("id [SSN] end".into())
+            );
+        }
+    });
+}
+
+#[test]
+fn errors_never_release_held_text() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let ends = Ends::default();
+        for set in [
+            PolicySet::builder().output(Broken).build(),
+            PolicySet::builder()
+                .output(Broken)
+                .stream_checkpoint(8)
+                .build(),
+        ] {
+            let engine = engine(set, &ends);
+            let end = stream(&engine, &cut("some text that never shows", &[3]), None).await;
+            assert_eq!(
+                end,
+                End::Failed {
+                    released: String::new()
+                }
+            );
+            assert_eq!(ends.last()["outcome"], "error");
+        }
+    });
+}
+
+#[test]
+fn checkpoints_release_allowed_text_in_steps() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let ends = Ends::default();
+        let set = PolicySet::builder()
+            .output(RuleBased::deny("domains", &["phishing.example"]).whole_text_only())
+            .stream_checkpoint(10)
+            .build();
+        let engine = engine(set, &ends);
+        assert_eq!(
+            engine.stream_plan().mode(),
+            StreamMode::Checkpoint { every: 10 }
+        );
+        let text = "one two three four five six seven eight nine ten";
+        let mut guard = engine.output_stream(Metadata::new("a", "s"));
+        let mut steps = 0;
+        for chunk in cut(text, &[4]) {
+            let items = guard.push_bytes(&chunk).await;
+            steps += items.len();
+            assert!(guard.held_chars() <= 10 + 4);
+        }
+        assert!(steps >= 3, "released in {steps} steps");
+        guard.finish().await;
+        assert_eq!(ends.last()["released_chars"], text.chars().count());
+
+        // A deny after a checkpoint: the earlier text is out, the rest is withheld.
+        let end = stream(
+            &engine,
+            &cut("harmless start; then phishing.example", &[5]),
+            None,
+        )
+        .await;
+        let End::Denied { released } = end else {
+            panic!("{end:?}")
+        };
+        assert!(
+            !released.is_empty() && !released.contains("phishing.example"),
+            "{released:?}"
+        );
+    });
+}
+
+#[test]
+fn monitored_policies_do_not_hold_text_back() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&records);
+        let set = PolicySet::builder()
+            .output(RuleBased::redact("pii", &[(SSN, "[SSN]")]))
+            .output(
+                RuleBased::deny("strict", &["refund"])
+                    .whole_text_only()
+                    .monitored(),
+            )
+            .build();
+        let engine = PolicyEngine::builder()
+            .policy_set(set)
+            .on_audit(move |record: &AuditRecord<'_>| {
+                kept.lock().unwrap().push((
+                    record.policy_id.to_owned(),
+                    record.decision.as_str().to_owned(),
+                    record.enforced,
+                ));
+            })
+            .build();
+        assert_eq!(engine.stream_plan().mode(), StreamMode::Incremental);
+        let text = "You can ask for a refund.";
+        let end = stream(&engine, &per_char(text), Some(text)).await;
+        assert_eq!(end, End::Released(text.into()));
+        let records = records.lock().unwrap().clone();
+        assert!(
+            records.contains(&("strict".into(), "deny".into(), false)),
+            "{records:?}"
+        );
+        assert!(
+            records.contains(&("pii".into(), "allow".into(), true)),
+            "{records:?}"
+        );
+        assert_eq!(records.first().unwrap().0, "portcullis.stream");
+        assert_eq!(records.last().unwrap().0, "portcullis.stream");
+    });
+}
+
+#[test]
+fn invalid_utf8_is_an_error_and_releases_nothing_after_it() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let ends = Ends::default();
+        let engine = engine(incremental_set(), &ends);
+        let end = stream(
+            &engine,
+            &[b"fine ".to_vec(), vec![0xff, 0xfe], b"more".to_vec()],
+            None,
+        )
+        .await;
+        assert!(matches!(end, End::Failed { .. }), "{end:?}");
+    });
+}
+
+fn piece() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("123-45-6789".to_owned()),
+        Just("4111 1111 1111 1111".to_owned()),
+        Just("phishing.example".to_owned()),
+        Just("PhIsHiNg.ExAmPlE".to_owned()),
+        Just(" ".to_owned()),
+        Just("-".to_owned()),
+        "[0-9]{1,4}",
+        "[a-z]{1,6}",
+        "[éü漢🚀ß]{1,2}",
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn streaming_agrees_with_the_whole_text_evaluation(
+        pieces in proptest::collection::vec(piece(), 0..24),
+        sizes in proptest::collection::vec(1usize..24, 1..8),
+    ) {
+        let text: String = pieces.concat();
+        check_text(&text, &[cut(&text, &sizes), cut(&text, &[1]), per_char(&text), vec![text.clone().into_bytes()]]);
+    }
+}

@@ -1,0 +1,245 @@
+//! Wire shapes: serialized contexts and decisions validate against the normative JSON Schemas
+//! in `../shared/schemas/v0.1.0/`, and invalid input is rejected on deserialize.
+
+mod support;
+
+use std::path::PathBuf;
+
+use boon::{Compiler, SchemaIndex, Schemas};
+use portcullis_engine::{
+    InputContext, Message, OutputContext, PolicyDecision, Redaction, Role, ToolCallContext,
+    TransformOperation,
+};
+use serde_json::{Value, json};
+use support::*;
+
+const BASE_URL: &str = "https://agentpolicyspecification.github.io/schemas/v0.1.0/";
+
+fn schema_dir() -> PathBuf {
+    let dir = std::env::var_os("PORTCULLIS_SCHEMAS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/schemas/v0.1.0")
+        });
+    assert!(
+        dir.join("base.schema.json").is_file(),
+        "the JSON Schemas were not found in {} (set PORTCULLIS_SCHEMAS to their folder)",
+        dir.display()
+    );
+    dir
+}
+
+struct Validator {
+    schemas: Schemas,
+    input: SchemaIndex,
+    tool_call: SchemaIndex,
+    output: SchemaIndex,
+    decision: SchemaIndex,
+}
+
+impl Validator {
+    fn load() -> Self {
+        let dir = schema_dir();
+        let mut compiler = Compiler::new();
+        for name in [
+            "base",
+            "input-context",
+            "tool-call-context",
+            "output-context",
+            "policy-decision",
+        ] {
+            let file = dir.join(format!("{name}.schema.json"));
+            let text = std::fs::read_to_string(&file).unwrap();
+            let value: Value = serde_json::from_str(&text).unwrap();
+            compiler
+                .add_resource(&format!("{BASE_URL}{name}.schema.json"), value)
+                .unwrap();
+        }
+        compiler.enable_format_assertions();
+        let mut schemas = Schemas::new();
+        let mut compile = |name: &str| {
+            compiler
+                .compile(&format!("{BASE_URL}{name}.schema.json"), &mut schemas)
+                .unwrap_or_else(|error| panic!("{name}: {error}"))
+        };
+        let input = compile("input-context");
+        let tool_call = compile("tool-call-context");
+        let output = compile("output-context");
+        let decision = compile("policy-decision");
+        Validator {
+            schemas,
+            input,
+            tool_call,
+            output,
+            decision,
+        }
+    }
+
+    fn check(&self, index: SchemaIndex, value: &Value) -> Result<(), String> {
+        self.schemas
+            .validate(value, index)
+            .map_err(|error| format!("{error:#}"))
+    }
+}
+
+fn all_decisions() -> Vec<PolicyDecision> {
+    vec![
+        PolicyDecision::allow(),
+        PolicyDecision::Allow { audit: true },
+        PolicyDecision::deny("nope"),
+        PolicyDecision::deny_silently(),
+        PolicyDecision::Deny {
+            reason: Some("r".into()),
+            policy_id: Some("p".into()),
+        },
+        PolicyDecision::audit("note"),
+        PolicyDecision::Audit { reason: None },
+        PolicyDecision::redact([
+            Redaction::mask("messages.0.content"),
+            Redaction::remove("metadata.tenant"),
+            Redaction::replace("messages.1.content", r"\d+").with_replacement("#"),
+        ]),
+        PolicyDecision::transform([
+            TransformOperation::set("arguments.limit", 3),
+            TransformOperation::prepend("response.content", "> "),
+            TransformOperation::append("response.content", "."),
+        ]),
+    ]
+}
+
+#[test]
+fn serialized_contexts_validate_against_the_schemas() {
+    let validator = Validator::load();
+    let contexts = [
+        (
+            validator.input,
+            serde_json::to_value(input(&["s", "u"])).unwrap(),
+        ),
+        (
+            validator.tool_call,
+            serde_json::to_value(tool_call("search", sample_arguments())).unwrap(),
+        ),
+        (
+            validator.output,
+            serde_json::to_value(output("answer")).unwrap(),
+        ),
+    ];
+    for (index, value) in &contexts {
+        validator
+            .check(*index, value)
+            .unwrap_or_else(|error| panic!("{value}: {error}"));
+    }
+    // The validator does reject what it should (so the checks above mean something).
+    let mut broken = contexts[0].1.clone();
+    broken["messages"][0]["role"] = json!("robot");
+    assert!(validator.check(validator.input, &broken).is_err());
+    let mut broken = contexts[2].1.clone();
+    broken["response"]["role"] = json!("user");
+    assert!(validator.check(validator.output, &broken).is_err());
+}
+
+#[test]
+fn serialized_decisions_validate_against_the_schema() {
+    let validator = Validator::load();
+    for decision in all_decisions() {
+        let value = serde_json::to_value(&decision).unwrap();
+        validator
+            .check(validator.decision, &value)
+            .unwrap_or_else(|error| panic!("{value}: {error}"));
+        let back: PolicyDecision = serde_json::from_value(value).unwrap();
+        assert_eq!(back, decision);
+    }
+    assert!(
+        validator
+            .check(
+                validator.decision,
+                &json!({"decision": "redact", "redactions": []})
+            )
+            .is_err()
+    );
+}
+
+#[test]
+fn decisions_have_their_wire_shape() {
+    assert_eq!(
+        serde_json::to_value(PolicyDecision::allow()).unwrap(),
+        json!({"decision": "allow"})
+    );
+    assert_eq!(
+        serde_json::to_value(PolicyDecision::deny("x")).unwrap(),
+        json!({"decision": "deny", "reason": "x"})
+    );
+    assert_eq!(
+        serde_json::to_value(PolicyDecision::transform([TransformOperation::set("a", 1)])).unwrap(),
+        json!({"decision": "transform", "transformation": {"operations": [{"op": "set", "field": "a", "value": 1}]}})
+    );
+}
+
+#[test]
+fn unknown_decisions_and_bad_shapes_are_rejected() {
+    for bad in [
+        json!({"decision": "maybe"}),
+        json!({"decision": "ALLOW"}),
+        json!({}),
+        json!({"decision": "redact"}),
+        json!({"decision": "redact", "redactions": []}),
+        json!({"decision": "redact", "redactions": [{"field": "a", "strategy": "blur"}]}),
+        json!({"decision": "transform", "transformation": {"operations": [{"op": "delete", "field": "a", "value": 1}]}}),
+        json!({"decision": "deny", "reason": 5}),
+        json!("allow"),
+    ] {
+        assert!(
+            serde_json::from_value::<PolicyDecision>(bad.clone()).is_err(),
+            "{bad} was accepted"
+        );
+    }
+}
+
+#[test]
+fn bad_roles_and_unknown_fields_are_rejected() {
+    let bad_role = json!({"messages": [{"role": "robot", "content": "x"}],
+        "metadata": {"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"}});
+    let error = serde_json::from_value::<InputContext>(bad_role).unwrap_err();
+    assert!(error.to_string().contains("robot"), "{error}");
+
+    let extra_field = json!({"response": {"role": "assistant", "content": "x", "mood": "happy"},
+        "metadata": {"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"}});
+    assert!(serde_json::from_value::<OutputContext>(extra_field).is_err());
+
+    let missing = json!({"tool_name": "t", "arguments": {}, "calling_message": {"role": "assistant", "content": ""},
+        "metadata": {"agent_id": "a", "timestamp": "2026-01-01T00:00:00Z"}});
+    let error = serde_json::from_value::<ToolCallContext>(missing).unwrap_err();
+    assert!(error.to_string().contains("session_id"), "{error}");
+
+    let not_object = json!({"tool_name": "t", "arguments": [1], "calling_message": {"role": "assistant", "content": ""},
+        "metadata": {"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"}});
+    assert!(serde_json::from_value::<ToolCallContext>(not_object).is_err());
+}
+
+#[test]
+fn extra_metadata_keys_round_trip() {
+    let text = r#"{"response":{"role":"assistant","content":"hi"},"metadata":{"agent_id":"a","session_id":"s","timestamp":"2026-01-01T00:00:00Z","tenant":"acme","trace":{"id":[1,2,3]},"flag":null}}"#;
+    let context: OutputContext = serde_json::from_str(text).unwrap();
+    assert_eq!(context.metadata.extra["tenant"], json!("acme"));
+    assert_eq!(context.response, Message::new(Role::Assistant, "hi"));
+    let back: Value = serde_json::to_value(&context).unwrap();
+    assert_eq!(back, serde_json::from_str::<Value>(text).unwrap());
+}
+
+#[test]
+fn wire_names_of_points_and_roles() {
+    use portcullis_engine::InterceptionPoint;
+    for (point, name) in [
+        (InterceptionPoint::Input, "input"),
+        (InterceptionPoint::ToolCall, "tool_call"),
+        (InterceptionPoint::Output, "output"),
+    ] {
+        assert_eq!(point.as_str(), name);
+        assert_eq!(serde_json::to_value(point).unwrap(), json!(name));
+        assert_eq!(
+            serde_json::from_value::<InterceptionPoint>(json!(name)).unwrap(),
+            point
+        );
+    }
+    assert_eq!(serde_json::to_value(Role::System).unwrap(), json!("system"));
+}
