@@ -64,7 +64,9 @@ rule_files! {
     input "tests/ui/rules/always_allow_audited.json",
     tool_call "tests/ui/rules/field_of_another_point.json",
     tool_call "tests/ui/rules/large_refund.json",
+    output "tests/ui/rules/leaked_keys.json",
     output "tests/ui/rules/mask_passwords.json",
+    output "tests/ui/rules/redact_card_numbers.json",
     input "tests/ui/rules/support_prefix.json",
     input "tests/ui/rules/unusual_roles.json",
 }
@@ -138,7 +140,7 @@ fn every_valid_rule_file_is_compared() {
 }
 
 #[test]
-fn compiled_and_runtime_policies_have_the_same_id_and_mode() {
+fn compiled_and_runtime_policies_have_the_same_id_mode_and_streaming_form() {
     for pair in input_pairs() {
         assert_eq!(pair.compiled.id(), pair.runtime.id(), "{}", pair.file);
         assert_eq!(pair.compiled.mode(), pair.runtime.mode(), "{}", pair.file);
@@ -150,7 +152,19 @@ fn compiled_and_runtime_policies_have_the_same_id_and_mode() {
     for pair in output_pairs() {
         assert_eq!(pair.compiled.id(), pair.runtime.id(), "{}", pair.file);
         assert_eq!(pair.compiled.mode(), pair.runtime.mode(), "{}", pair.file);
+        assert_eq!(
+            pair.compiled.streaming(),
+            pair.runtime.streaming(),
+            "{}: the same streaming form",
+            pair.file
+        );
     }
+    assert!(
+        output_pairs()
+            .iter()
+            .any(|pair| pair.compiled.streaming().is_some()),
+        "some compiled output rule has a streaming form"
+    );
     let ids: Vec<String> = input_pairs()
         .iter()
         .map(|p| p.compiled.id().to_owned())
@@ -180,6 +194,9 @@ const WORDS: &[&str] = &[
     "passwort",
     "{{x}}",
     "support",
+    "sk-live-123",
+    "card 4111 1111 1111 1111",
+    "4111-1111-1111-11112",
 ];
 
 fn text() -> impl Strategy<Value = String> {

@@ -77,3 +77,8 @@ pub fn policy_mode() -> TokenStream {
 pub fn dsl_support() -> TokenStream {
     quote!(::portcullis::__private::dsl)
 }
+
+/// `::portcullis::StreamingRule`.
+pub fn streaming_rule() -> TokenStream {
+    quote!(::portcullis::StreamingRule)
+}

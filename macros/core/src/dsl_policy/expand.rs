@@ -2,8 +2,9 @@
 //!
 //! The expression is a value of a unit struct named after the file stem (`no_ssn` for
 //! `rules/no_ssn.json`), declared in a block next to the tracking constant. The struct
-//! implements the point's policy trait by calling the DSL's generated code
-//! (`portcullis_dsl::codegen::expand`), a constant expression that costs nothing to build.
+//! implements the point's policy trait by calling the DSL's generated decision closure
+//! (`portcullis_dsl::codegen::decide_closure`) in place, and, for output rules, returns the
+//! DSL's streaming form (`portcullis_dsl::codegen::streaming_rules`).
 //! The name is for people: a compiled rule in the wrong `policy_set!` slot reads
 //! "`approved_tools` is not an input policy".
 
@@ -57,6 +58,7 @@ fn policy_block(
     id: &str,
     mode: PolicyMode,
     decide: TokenStream,
+    streaming: Option<TokenStream>,
 ) -> TokenStream {
     let point = invocation.point;
     let trait_path = point.trait_path();
@@ -100,6 +102,8 @@ fn policy_block(
             fn mode(&self) -> #policy_mode {
                 #mode
             }
+
+            #streaming
         }
 
         #name
@@ -109,9 +113,19 @@ fn policy_block(
 /// The compiled rule.
 pub(crate) fn expand(invocation: &Invocation, loaded: &LoadedRule) -> TokenStream {
     let track = track(&loaded.file, invocation);
-    let generated = portcullis_dsl::codegen::expand(&loaded.rule, &loaded.id);
+    let closure = portcullis_dsl::codegen::decide_closure(&loaded.rule);
     let name = type_name(&loaded.id, invocation.path.span());
-    let decide = quote!(#generated.decide(context));
+    let decide = quote!((#closure)(context));
+    // Output rules with a streaming form keep it, so the streaming guard runs them
+    // incrementally exactly as it runs the runtime `DslOutputPolicy`.
+    let streaming = portcullis_dsl::codegen::streaming_rules(&loaded.rule).map(|rules| {
+        let rule_type = paths::streaming_rule();
+        quote! {
+            fn streaming(&self) -> ::core::option::Option<::std::vec::Vec<#rule_type>> {
+                ::core::option::Option::Some(#rules)
+            }
+        }
+    });
     policy_block(
         invocation,
         track,
@@ -119,6 +133,7 @@ pub(crate) fn expand(invocation: &Invocation, loaded: &LoadedRule) -> TokenStrea
         &loaded.id,
         loaded.rule.mode(),
         decide,
+        streaming,
     )
 }
 
@@ -144,6 +159,7 @@ pub(crate) fn expand_dummy(invocation: &Invocation, file: Option<&Path>) -> Toke
             let _ = context;
             #decision::allow()
         }),
+        None,
     )
 }
 

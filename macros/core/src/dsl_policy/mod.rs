@@ -3,7 +3,7 @@
 //! The rule file is read relative to `CARGO_MANIFEST_DIR` (the crate being compiled) and
 //! checked by the runtime DSL's own checker, `portcullis_dsl::check_source`, so a rule the
 //! macro accepts is a rule `DslInputPolicy::new` accepts, with the same messages. The checked
-//! rule is expanded by `portcullis_dsl::codegen::expand` into an expression of a type
+//! rule is expanded with `portcullis_dsl::codegen` into an expression of a type
 //! implementing the point's policy trait, with the file stem as its id. The expansion also
 //! holds `const _: &str = include_str!("<file>");`, so editing the file rebuilds the crate.
 //!
