@@ -33,11 +33,22 @@ pub struct ReadmeDoctests;
 #[cfg_attr(docsrs, doc(cfg(feature = "dsl")))]
 pub use portcullis_dsl as dsl;
 
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+pub use portcullis_macros::{
+    dsl_policy, input_policy, output_policy, policy_set, tool_call_policy,
+};
+
 /// Support for the code the macros generate. Not public API: it may change in any release.
 #[doc(hidden)]
 pub mod __private {
     #[cfg(feature = "dsl")]
     pub use portcullis_dsl::__private as dsl;
+
+    #[cfg(feature = "macros")]
+    mod policy_fn;
+    #[cfg(feature = "macros")]
+    pub use policy_fn::{IntoPolicyResult, into_policy_result};
 }
 
 #[cfg(feature = "http")]

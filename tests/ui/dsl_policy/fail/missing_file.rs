@@ -1,0 +1,5 @@
+use portcullis::dsl_policy;
+
+fn main() {
+    let _policy = dsl_policy!(input, "tests/ui/rules/does_not_exist.json");
+}

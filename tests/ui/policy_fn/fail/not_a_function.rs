@@ -1,0 +1,6 @@
+use portcullis::input_policy;
+
+#[input_policy]
+struct NoSsn;
+
+fn main() {}

@@ -1,0 +1,15 @@
+use portcullis::{InputContext, PolicyDecision, input_policy, policy_set};
+
+#[input_policy]
+fn first(_: &InputContext) -> PolicyDecision {
+    PolicyDecision::allow()
+}
+
+fn main() {
+    let _ = policy_set! {
+        input: [first],
+        on_error: deny,
+        input: [first],
+        on_error: allow,
+    };
+}
