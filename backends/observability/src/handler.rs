@@ -2,6 +2,9 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::{InstrumentationScope, KeyValue};
@@ -9,6 +12,7 @@ use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider};
 use portcullis_engine::{AuditHandler, AuditRecord};
+use portcullis_otel::DecisionSpan;
 
 use crate::export::{ExportFailures, PlatformClient, RecordingExporter};
 use crate::{ObservabilityError, ObservabilityOptions};
@@ -25,11 +29,12 @@ pub const USER_ID: &str = "user.id";
 /// `engine.*` attributes and status) plus `session.id` (from `metadata.session_id`) and
 /// `user.id` (from `metadata.agent_id`); empty ids are left out.
 ///
-/// Spans are queued to a batching processor whose own thread posts them to
+/// Records are queued to a worker thread that turns them into spans for a batching processor,
+/// whose own thread posts them to
 /// `{base_url}/api/public/otel/v1/traces` (HTTP Basic with the public key as user and the secret
 /// key as password, and `x-langfuse-ingestion-version: 4`). The evaluation path only queues: it
 /// never waits on the network, and an export failure never fails an evaluation. When the queue
-/// is full (2048 spans by default, `OTEL_BSP_MAX_QUEUE_SIZE`) new spans are dropped.
+/// is full new records are dropped (and the next flush reports how many).
 ///
 /// Clones share one exporter. Call [`flush`](Self::flush) to export what is buffered and learn
 /// whether exports failed; when the last clone is dropped the exporter is shut down, which
@@ -39,8 +44,24 @@ pub struct ObservabilityAuditHandler {
     inner: Arc<Inner>,
 }
 
+/// How many records can wait for the span worker before new ones are dropped.
+const QUEUE_CAPACITY: usize = 4096;
+
+/// What the span worker is asked to do, in order.
+enum Job {
+    /// Create and end this span.
+    Span(DecisionSpan),
+    /// Answer once every earlier span has been handed to the batch processor.
+    Sync(mpsc::Sender<()>),
+}
+
 struct Inner {
-    tracer: SdkTracer,
+    /// The evaluation path only copies the record into the queue: creating the span (ids,
+    /// sampling, the SDK's span data) happens on the worker.
+    queue: Option<mpsc::SyncSender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    /// Records dropped because the queue was full, since the last flush.
+    dropped: AtomicU64,
     provider: SdkTracerProvider,
     failures: Arc<ExportFailures>,
     endpoint: String,
@@ -48,8 +69,24 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Exports what is still queued; the tracer provider logs any failure.
+        // Closing the queue lets the worker create the spans still queued and stop.
+        drop(self.queue.take());
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+        // Exports what the batch processor still holds; the provider logs any failure.
         let _ = self.provider.shutdown();
+    }
+}
+
+fn run_worker(jobs: mpsc::Receiver<Job>, tracer: SdkTracer) {
+    for job in jobs {
+        match job {
+            Job::Span(span) => span.emit(&tracer),
+            Job::Sync(done) => {
+                let _ = done.send(());
+            }
+        }
     }
 }
 
@@ -128,9 +165,19 @@ impl ObservabilityAuditHandler {
                 .build(),
         );
 
+        let (queue, jobs) = mpsc::sync_channel(QUEUE_CAPACITY);
+        let worker = std::thread::Builder::new()
+            .name("portcullis-observability".into())
+            .spawn(move || run_worker(jobs, tracer))
+            .map_err(|error| ObservabilityError::Setup {
+                reason: format!("cannot start the span worker thread: {error}"),
+            })?;
+
         Ok(ObservabilityAuditHandler {
             inner: Arc::new(Inner {
-                tracer,
+                queue: Some(queue),
+                worker: Some(worker),
+                dropped: AtomicU64::new(0),
                 provider,
                 failures,
                 endpoint,
@@ -179,13 +226,35 @@ impl ObservabilityAuditHandler {
 
 impl Inner {
     fn flush_blocking(&self) -> Result<(), ObservabilityError> {
+        // First every queued record becomes a span, then the batch processor exports.
+        let (done, synced) = mpsc::channel();
+        let worker_alive = self
+            .queue
+            .as_ref()
+            .is_some_and(|queue| queue.send(Job::Sync(done)).is_ok())
+            && synced.recv().is_ok();
         let flushed = self.provider.force_flush();
+        let dropped = self.dropped.swap(0, Ordering::Relaxed);
         let failure = self.failures.take();
+        if !worker_alive {
+            return Err(ObservabilityError::Export {
+                endpoint: self.endpoint.clone(),
+                lost_spans: dropped,
+                reason: "the span worker thread has stopped".into(),
+            });
+        }
         match (flushed, failure) {
             (_, Some((lost_spans, reason))) => Err(ObservabilityError::Export {
                 endpoint: self.endpoint.clone(),
-                lost_spans,
+                lost_spans: lost_spans + dropped,
                 reason,
+            }),
+            (Ok(()), None) if dropped > 0 => Err(ObservabilityError::Export {
+                endpoint: self.endpoint.clone(),
+                lost_spans: dropped,
+                reason: format!(
+                    "the queue was full ({QUEUE_CAPACITY} records): records came faster than they could be exported"
+                ),
             }),
             (Err(error), None) => Err(ObservabilityError::Export {
                 endpoint: self.endpoint.clone(),
@@ -199,15 +268,21 @@ impl Inner {
 
 impl AuditHandler for ObservabilityAuditHandler {
     fn handle(&self, record: &AuditRecord<'_>) {
+        let Some(queue) = &self.inner.queue else {
+            return;
+        };
         let metadata = record.context.metadata();
-        let mut extra = Vec::with_capacity(2);
+        let mut span = DecisionSpan::from_record(record);
         if !metadata.session_id.is_empty() {
-            extra.push(KeyValue::new(SESSION_ID, metadata.session_id.clone()));
+            span = span.with_attribute(KeyValue::new(SESSION_ID, metadata.session_id.clone()));
         }
         if !metadata.agent_id.is_empty() {
-            extra.push(KeyValue::new(USER_ID, metadata.agent_id.clone()));
+            span = span.with_attribute(KeyValue::new(USER_ID, metadata.agent_id.clone()));
         }
-        portcullis_otel::record_span(&self.inner.tracer, record, extra);
+        // Never waits: a full queue drops the record, and the next flush reports it.
+        if queue.try_send(Job::Span(span)).is_err() {
+            self.inner.dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 

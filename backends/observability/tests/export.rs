@@ -319,3 +319,16 @@ fn options_keep_the_secret_out_of_debug_output() {
     assert!(debug.contains("pk-lf-test"));
     assert!(!debug.contains("sk-lf-secret"), "{debug}");
 }
+
+// A single-threaded runtime serves the receiver: a flush that blocked this thread would never
+// see its answer.
+#[tokio::test(flavor = "current_thread")]
+async fn flush_on_a_current_thread_runtime_lets_that_runtime_serve_the_receiver() {
+    let receiver = Receiver::start(Behaviour::status(200)).await;
+    let handler = ObservabilityAuditHandler::new(options(receiver.base_url())).unwrap();
+    let engine = policies::every_decision(handler.clone());
+    let records = policies::run_every_decision(&engine).await;
+
+    handler.flush().await.unwrap();
+    assert_eq!(support::spans(&receiver.requests()).len(), records);
+}

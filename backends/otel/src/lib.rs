@@ -52,11 +52,12 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::time::SystemTime;
 
 use opentelemetry::global::{self, BoxedTracer};
 use opentelemetry::trace::{Span as _, SpanBuilder, SpanKind, Status, Tracer};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
-use portcullis_engine::{AuditHandler, AuditRecord};
+use portcullis_engine::{AuditDecision, AuditHandler, AuditRecord};
 
 /// The name of every span the handlers create.
 pub const SPAN_NAME: &str = "engine.policy.evaluate";
@@ -137,37 +138,20 @@ where
 
 /// The `engine.*` attributes of a record's span (see [`attributes`]).
 pub fn span_attributes(record: &AuditRecord<'_>) -> Vec<KeyValue> {
-    let mut attributes = Vec::with_capacity(7);
-    push_span_attributes(record, &mut attributes);
-    attributes
-}
-
-fn push_span_attributes(record: &AuditRecord<'_>, into: &mut Vec<KeyValue>) {
-    into.push(KeyValue::new(
-        attributes::POLICY_ID,
-        record.policy_id.to_owned(),
-    ));
-    into.push(KeyValue::new(
-        attributes::DECISION,
-        record.decision.as_str(),
-    ));
-    into.push(KeyValue::new(
-        attributes::INTERCEPTION_POINT,
-        record.interception_point.as_str(),
-    ));
-    into.push(KeyValue::new(attributes::ENFORCED, record.enforced));
-    if let Some(reason) = &record.reason {
-        into.push(KeyValue::new(attributes::REASON, reason.to_string()));
-    }
+    DecisionSpan::from_record(record).into_attributes()
 }
 
 /// The status of a record's span: error for `deny` and `evaluation_error` (described by the
 /// reason when there is one, by the decision name otherwise), ok for every other decision.
 pub fn span_status(record: &AuditRecord<'_>) -> Status {
-    if record.decision.is_failure() {
-        let description: Cow<'static, str> = match &record.reason {
-            Some(reason) => Cow::Owned(reason.to_string()),
-            None => Cow::Borrowed(record.decision.as_str()),
+    status(record.decision, record.reason.as_deref())
+}
+
+fn status(decision: AuditDecision, reason: Option<&str>) -> Status {
+    if decision.is_failure() {
+        let description: Cow<'static, str> = match reason {
+            Some(reason) => Cow::Owned(reason.to_owned()),
+            None => Cow::Borrowed(decision.as_str()),
         };
         Status::error(description)
     } else {
@@ -179,18 +163,92 @@ pub fn span_status(record: &AuditRecord<'_>) -> Status {
 /// started and ended at the record's timestamp, with the [`span_attributes`] followed by
 /// `extra` attributes, and the [`span_status`].
 ///
-/// This is what [`OtelAuditHandler`] does for each record; handlers that add attributes of
-/// their own (such as the observability platform's `session.id`) call it too.
+/// This is what [`OtelAuditHandler`] does for each record.
 pub fn record_span<T: Tracer>(tracer: &T, record: &AuditRecord<'_>, extra: Vec<KeyValue>) {
-    let mut all = Vec::with_capacity(5 + extra.len());
-    push_span_attributes(record, &mut all);
-    all.extend(extra);
-    let builder = SpanBuilder::from_name(SPAN_NAME)
-        .with_kind(SpanKind::Internal)
-        .with_start_time(record.timestamp)
-        .with_attributes(all);
-    // An empty parent context: the span is a root whatever span is current.
-    let mut span = tracer.build_with_context(builder, &Context::new());
-    span.set_status(span_status(record));
-    span.end_with_timestamp(record.timestamp);
+    let mut span = DecisionSpan::from_record(record);
+    span.attributes.extend(extra);
+    span.emit(tracer);
+}
+
+/// Everything a record's span is made of, owned: what a handler that creates spans later,
+/// on another thread, keeps of a record (records borrow from the evaluation).
+///
+/// ```
+/// # use opentelemetry::KeyValue;
+/// # fn keep(record: &portcullis_engine::AuditRecord<'_>, queue: &std::sync::mpsc::Sender<portcullis_otel::DecisionSpan>) {
+/// let span = portcullis_otel::DecisionSpan::from_record(record)
+///     .with_attribute(KeyValue::new("session.id", record.context.metadata().session_id.clone()));
+/// let _ = queue.send(span); // and on the other thread: `span.emit(&tracer)`
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionSpan {
+    /// The decision, for the span's status.
+    pub decision: AuditDecision,
+    /// The reason, for the span's status.
+    pub reason: Option<String>,
+    /// When the decision was taken: the span's start and end.
+    pub timestamp: SystemTime,
+    /// The span's attributes: the `engine.*` ones, then any added.
+    pub attributes: Vec<KeyValue>,
+}
+
+impl DecisionSpan {
+    /// The span of `record`, with its `engine.*` attributes.
+    pub fn from_record(record: &AuditRecord<'_>) -> Self {
+        let reason = record.reason.as_deref().map(str::to_owned);
+        let mut attributes = Vec::with_capacity(7);
+        attributes.push(KeyValue::new(
+            attributes::POLICY_ID,
+            record.policy_id.to_owned(),
+        ));
+        attributes.push(KeyValue::new(
+            attributes::DECISION,
+            record.decision.as_str(),
+        ));
+        attributes.push(KeyValue::new(
+            attributes::INTERCEPTION_POINT,
+            record.interception_point.as_str(),
+        ));
+        attributes.push(KeyValue::new(attributes::ENFORCED, record.enforced));
+        if let Some(reason) = &reason {
+            attributes.push(KeyValue::new(attributes::REASON, reason.clone()));
+        }
+        DecisionSpan {
+            decision: record.decision,
+            reason,
+            timestamp: record.timestamp,
+            attributes,
+        }
+    }
+
+    /// Adds an attribute.
+    pub fn with_attribute(mut self, attribute: KeyValue) -> Self {
+        self.attributes.push(attribute);
+        self
+    }
+
+    /// The span's status (see [`span_status`]).
+    pub fn status(&self) -> Status {
+        status(self.decision, self.reason.as_deref())
+    }
+
+    /// The attributes.
+    pub fn into_attributes(self) -> Vec<KeyValue> {
+        self.attributes
+    }
+
+    /// Creates and ends the span with `tracer`: a root span named [`SPAN_NAME`], started and
+    /// ended at the timestamp.
+    pub fn emit<T: Tracer>(self, tracer: &T) {
+        let status = self.status();
+        let builder = SpanBuilder::from_name(SPAN_NAME)
+            .with_kind(SpanKind::Internal)
+            .with_start_time(self.timestamp)
+            .with_attributes(self.attributes);
+        // An empty parent context: the span is a root whatever span is current.
+        let mut span = tracer.build_with_context(builder, &Context::new());
+        span.set_status(status);
+        span.end_with_timestamp(self.timestamp);
+    }
 }
