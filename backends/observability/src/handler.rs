@@ -2,19 +2,18 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracerProvider};
 use portcullis_engine::{AuditHandler, AuditRecord};
 use portcullis_otel::DecisionSpan;
 
 use crate::export::{ExportFailures, PlatformClient, RecordingExporter};
+use crate::queue::{self, SpanQueue};
 use crate::{ObservabilityError, ObservabilityOptions};
 
 /// The span attribute carrying `metadata.session_id`.
@@ -44,24 +43,11 @@ pub struct ObservabilityAuditHandler {
     inner: Arc<Inner>,
 }
 
-/// How many records can wait for the span worker before new ones are dropped.
-const QUEUE_CAPACITY: usize = 4096;
-
-/// What the span worker is asked to do, in order.
-enum Job {
-    /// Create and end this span.
-    Span(DecisionSpan),
-    /// Answer once every earlier span has been handed to the batch processor.
-    Sync(mpsc::Sender<()>),
-}
-
 struct Inner {
     /// The evaluation path only copies the record into the queue: creating the span (ids,
     /// sampling, the SDK's span data) happens on the worker.
-    queue: Option<mpsc::SyncSender<Job>>,
+    queue: Arc<SpanQueue>,
     worker: Option<JoinHandle<()>>,
-    /// Records dropped because the queue was full, since the last flush.
-    dropped: AtomicU64,
     provider: SdkTracerProvider,
     failures: Arc<ExportFailures>,
     endpoint: String,
@@ -69,24 +55,13 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Closing the queue lets the worker create the spans still queued and stop.
-        drop(self.queue.take());
+        // The worker creates the spans still queued and stops.
+        self.queue.close();
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
         // Exports what the batch processor still holds; the provider logs any failure.
         let _ = self.provider.shutdown();
-    }
-}
-
-fn run_worker(jobs: mpsc::Receiver<Job>, tracer: SdkTracer) {
-    for job in jobs {
-        match job {
-            Job::Span(span) => span.emit(&tracer),
-            Job::Sync(done) => {
-                let _ = done.send(());
-            }
-        }
     }
 }
 
@@ -165,19 +140,17 @@ impl ObservabilityAuditHandler {
                 .build(),
         );
 
-        let (queue, jobs) = mpsc::sync_channel(QUEUE_CAPACITY);
-        let worker = std::thread::Builder::new()
-            .name("portcullis-observability".into())
-            .spawn(move || run_worker(jobs, tracer))
-            .map_err(|error| ObservabilityError::Setup {
+        let queue = Arc::new(SpanQueue::new());
+        let worker = queue::spawn_worker(Arc::clone(&queue), tracer).map_err(|error| {
+            ObservabilityError::Setup {
                 reason: format!("cannot start the span worker thread: {error}"),
-            })?;
+            }
+        })?;
 
         Ok(ObservabilityAuditHandler {
             inner: Arc::new(Inner {
-                queue: Some(queue),
+                queue,
                 worker: Some(worker),
-                dropped: AtomicU64::new(0),
                 provider,
                 failures,
                 endpoint,
@@ -227,14 +200,9 @@ impl ObservabilityAuditHandler {
 impl Inner {
     fn flush_blocking(&self) -> Result<(), ObservabilityError> {
         // First every queued record becomes a span, then the batch processor exports.
-        let (done, synced) = mpsc::channel();
-        let worker_alive = self
-            .queue
-            .as_ref()
-            .is_some_and(|queue| queue.send(Job::Sync(done)).is_ok())
-            && synced.recv().is_ok();
+        let worker_alive = self.queue.sync().recv().is_ok();
         let flushed = self.provider.force_flush();
-        let dropped = self.dropped.swap(0, Ordering::Relaxed);
+        let dropped = self.queue.take_dropped();
         let failure = self.failures.take();
         if !worker_alive {
             return Err(ObservabilityError::Export {
@@ -253,7 +221,8 @@ impl Inner {
                 endpoint: self.endpoint.clone(),
                 lost_spans: dropped,
                 reason: format!(
-                    "the queue was full ({QUEUE_CAPACITY} records): records came faster than they could be exported"
+                    "the queue was full ({} records): records came faster than they could be exported",
+                    queue::CAPACITY
                 ),
             }),
             (Err(error), None) => Err(ObservabilityError::Export {
@@ -268,9 +237,6 @@ impl Inner {
 
 impl AuditHandler for ObservabilityAuditHandler {
     fn handle(&self, record: &AuditRecord<'_>) {
-        let Some(queue) = &self.inner.queue else {
-            return;
-        };
         let metadata = record.context.metadata();
         let mut span = DecisionSpan::from_record(record);
         if !metadata.session_id.is_empty() {
@@ -280,9 +246,7 @@ impl AuditHandler for ObservabilityAuditHandler {
             span = span.with_attribute(KeyValue::new(USER_ID, metadata.agent_id.clone()));
         }
         // Never waits: a full queue drops the record, and the next flush reports it.
-        if queue.try_send(Job::Span(span)).is_err() {
-            self.inner.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        self.inner.queue.push(span);
     }
 }
 

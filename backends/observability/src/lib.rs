@@ -50,6 +50,7 @@ mod error;
 mod export;
 mod handler;
 mod options;
+mod queue;
 
 pub use error::ObservabilityError;
 pub use handler::{ObservabilityAuditHandler, SESSION_ID, USER_ID};

@@ -225,3 +225,14 @@ async fn read_request(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<Re
         body,
     })
 }
+
+/// How many spans all requests so far carried.
+pub fn spans_received(receiver: &Receiver) -> usize {
+    receiver
+        .requests()
+        .iter()
+        .flat_map(|request| request.decode().resource_spans)
+        .flat_map(|resource| resource.scope_spans)
+        .map(|scope| scope.spans.len())
+        .sum()
+}
