@@ -4,7 +4,9 @@
 //! [`SPAN_NAME`] (`engine.policy.evaluate`) that starts and ends at the record's timestamp,
 //! carries the [`attributes`] `engine.policy_id`, `engine.decision`,
 //! `engine.interception_point`, `engine.enforced` and, when the decision has one,
-//! `engine.reason`, and has status error for `deny` and `evaluation_error` (ok otherwise).
+//! `engine.reason` (and, on the start and end records of a streaming guard, the
+//! `engine.stream.*` figures), and has status error for `deny` and `evaluation_error` (ok
+//! otherwise).
 //!
 //! Each span is a root span: a decision is evidence of its own, not a child of whatever span
 //! the application happens to have open when it calls the engine. Correlate decisions through
@@ -59,6 +61,10 @@ use opentelemetry::trace::{Span as _, SpanBuilder, SpanKind, Status, Tracer};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use portcullis_engine::{AuditDecision, AuditHandler, AuditRecord};
 
+/// The OpenTelemetry API this crate is built against (name `Tracer`, `TracerProvider` and
+/// `global` from here to be sure the versions match).
+pub use opentelemetry;
+
 /// The name of every span the handlers create.
 pub const SPAN_NAME: &str = "engine.policy.evaluate";
 
@@ -79,6 +85,14 @@ pub mod attributes {
     pub const REASON: &str = "engine.reason";
     /// Whether the decision took effect; `false` for a policy in monitor mode (bool).
     pub const ENFORCED: &str = "engine.enforced";
+    /// On the records of a streaming guard: `start` or `end` (string).
+    pub const STREAM_EVENT: &str = "engine.stream.event";
+    /// On a stream's end record: `allowed`, `denied`, `error` or `abandoned` (string).
+    pub const STREAM_OUTCOME: &str = "engine.stream.outcome";
+    /// On a stream's records: characters received so far (int).
+    pub const STREAM_RAW_CHARS: &str = "engine.stream.raw_chars";
+    /// On a stream's records: characters released so far (int).
+    pub const STREAM_RELEASED_CHARS: &str = "engine.stream.released_chars";
 }
 
 /// An audit handler that records every decision as an OpenTelemetry span.
@@ -213,6 +227,20 @@ impl DecisionSpan {
         attributes.push(KeyValue::new(attributes::ENFORCED, record.enforced));
         if let Some(reason) = &reason {
             attributes.push(KeyValue::new(attributes::REASON, reason.clone()));
+        }
+        if let Some(stream) = record.stream {
+            attributes.push(KeyValue::new(attributes::STREAM_EVENT, stream.event));
+            if let Some(outcome) = stream.outcome {
+                attributes.push(KeyValue::new(attributes::STREAM_OUTCOME, outcome));
+            }
+            attributes.push(KeyValue::new(
+                attributes::STREAM_RAW_CHARS,
+                i64::try_from(stream.raw_chars).unwrap_or(i64::MAX),
+            ));
+            attributes.push(KeyValue::new(
+                attributes::STREAM_RELEASED_CHARS,
+                i64::try_from(stream.released_chars).unwrap_or(i64::MAX),
+            ));
         }
         DecisionSpan {
             decision: record.decision,

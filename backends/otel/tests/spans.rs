@@ -208,3 +208,42 @@ async fn a_denial_without_reason_is_described_by_its_decision() {
     assert_eq!(attribute(&spans[0], attributes::REASON), None);
     assert_eq!(spans[0].status, Status::error("deny"));
 }
+
+#[tokio::test]
+async fn the_records_of_a_stream_carry_its_figures() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let engine = portcullis_engine::PolicyEngine::builder()
+        .policy_set(portcullis_engine::PolicySet::builder().build())
+        .on_audit(OtelAuditHandler::new(provider.tracer("portcullis")))
+        .build();
+    let mut stream =
+        engine.output_stream(portcullis_engine::Metadata::new("agent-7", "session-42"));
+    stream.push("hello ").await;
+    stream.push("world").await;
+    stream.finish().await;
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let events: Vec<Option<String>> = spans
+        .iter()
+        .map(|span| string(span, attributes::STREAM_EVENT))
+        .collect();
+    assert_eq!(events, [Some("start".to_owned()), Some("end".to_owned())]);
+    let end = &spans[1];
+    assert_eq!(
+        string(end, attributes::STREAM_OUTCOME).as_deref(),
+        Some("allowed")
+    );
+    assert_eq!(
+        attribute(end, attributes::STREAM_RAW_CHARS),
+        Some(&Value::I64(11))
+    );
+    assert_eq!(
+        attribute(end, attributes::STREAM_RELEASED_CHARS),
+        Some(&Value::I64(11))
+    );
+    assert_eq!(string(end, attributes::DECISION).as_deref(), Some("audit"));
+    assert_eq!(end.status, Status::Ok);
+}
