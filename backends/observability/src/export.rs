@@ -1,6 +1,7 @@
 //! The transport: a blocking HTTP client that authenticates every request, and an exporter
 //! that remembers its failures until the next flush.
 
+use std::io::Read as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -80,20 +81,48 @@ impl PlatformClient {
 
 #[async_trait]
 impl HttpClient for PlatformClient {
-    async fn send_bytes(&self, mut request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        let headers = request.headers_mut();
-        headers.insert(AUTHORIZATION, self.authorization.clone());
-        headers.insert(
-            HeaderName::from_static(INGESTION_VERSION_HEADER),
-            self.ingestion_version.clone(),
-        );
-        let result = self.client.send_bytes(request).await;
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        // Blocking is right here: the batch processor calls this on its own thread.
+        let result = self.send_blocking(request);
         if let Err(error) = &result {
             self.failures.note_transport_error(error.as_ref());
         }
         result
     }
 }
+
+impl PlatformClient {
+    fn send_blocking(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let (mut parts, body) = request.into_parts();
+        parts
+            .headers
+            .insert(AUTHORIZATION, self.authorization.clone());
+        parts.headers.insert(
+            HeaderName::from_static(INGESTION_VERSION_HEADER),
+            self.ingestion_version.clone(),
+        );
+        let request =
+            reqwest::blocking::Request::try_from(Request::from_parts(parts, body.to_vec()))?;
+        let mut response = self.client.execute(request)?;
+        let status = response.status();
+        let headers = std::mem::take(response.headers_mut());
+        let mut body = Vec::new();
+        response
+            .take(MAX_RESPONSE_BYTES + 1)
+            .read_to_end(&mut body)?;
+        if body.len() as u64 > MAX_RESPONSE_BYTES {
+            return Err(
+                format!("the response body is larger than {MAX_RESPONSE_BYTES} bytes").into(),
+            );
+        }
+        let mut response = Response::builder().status(status).body(Bytes::from(body))?;
+        *response.headers_mut() = headers;
+        Ok(response)
+    }
+}
+
+/// The largest response body read (an OTLP answer is a few bytes).
+const MAX_RESPONSE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Failures seen since the last flush.
 #[derive(Debug, Default)]

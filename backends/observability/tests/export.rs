@@ -332,3 +332,45 @@ async fn flush_on_a_current_thread_runtime_lets_that_runtime_serve_the_receiver(
     handler.flush().await.unwrap();
     assert_eq!(support::spans(&receiver.requests()).len(), records);
 }
+
+// The https path goes through rustls: a server that answers in plain HTTP fails the TLS
+// handshake, which shows TLS was attempted (a client without TLS would refuse the scheme).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_goes_through_tls() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut hello = [0u8; 512];
+            let _ = stream.read(&mut hello).await;
+            let _ = stream
+                .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let handler =
+        ObservabilityAuditHandler::new(options(format!("https://127.0.0.1:{port}"))).unwrap();
+    let engine = policies::every_decision(handler.clone());
+    policies::run_every_decision(&engine).await;
+
+    let error = handler
+        .flush()
+        .await
+        .unwrap_err()
+        .to_string()
+        .to_lowercase();
+    server.abort();
+    assert!(!error.contains("scheme"), "{error}");
+    assert!(
+        error.contains("network error") && error.contains("https://127.0.0.1"),
+        "{error}"
+    );
+    assert!(
+        ["tls", "ssl", "handshake", "invalid", "corrupt"]
+            .iter()
+            .any(|word| error.contains(word)),
+        "{error}"
+    );
+}
