@@ -24,6 +24,14 @@ extern crate self as portcullis;
 
 pub use portcullis_engine::*;
 
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub use portcullis_otel as otel;
+
+#[cfg(feature = "observability")]
+#[cfg_attr(docsrs, doc(cfg(feature = "observability")))]
+pub use portcullis_observability as observability;
+
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
