@@ -4,7 +4,8 @@ use std::error::Error as StdError;
 use std::fmt;
 
 use async_openai::error::OpenAIError;
-use portcullis_engine::{EngineError, PolicyDenialError, PolicyEvaluationError};
+use portcullis_engine::{EngineError, InterceptionPoint, PolicyDenialError, PolicyEvaluationError};
+use serde_json::{Value, json};
 
 /// Something in a chat completion the guard cannot map to or from the policy contexts.
 ///
@@ -75,10 +76,13 @@ impl fmt::Display for GuardError {
 
 impl StdError for GuardError {}
 
-/// The policy denial inside an error returned by a guarded client, if it is one.
+/// The policy denial behind an error returned by a guarded client, if it is one.
 ///
-/// Works for the errors of [`create`](async_openai::Client) calls (input denials, output
-/// denials, and tool-call denials with [`ToolDenial::Fail`](crate::ToolDenial::Fail)).
+/// Finds input denials, output denials, tool-call denials with
+/// [`ToolDenial::Fail`](crate::ToolDenial::Fail) (the error is
+/// [`OpenAIError::Boxed`] around the [`PolicyDenialError`]), and denials that ended a stream
+/// (the stream's last item is an `OpenAIError::JSONDeserialize` carrying the guard's error
+/// event, since async-openai does not read error events of chat streams).
 ///
 /// ```
 /// use async_openai::error::OpenAIError;
@@ -86,17 +90,69 @@ impl StdError for GuardError {}
 ///
 /// let denial = PolicyDenialError::new("no_secrets", InterceptionPoint::Input, None);
 /// let error = OpenAIError::Boxed(Box::new(denial));
-/// let found = portcullis_openai::denial(&error).map(|denial| denial.policy_id());
-/// assert_eq!(found, Some("no_secrets"));
+/// let found = portcullis_openai::denial(&error).map(|denial| denial.policy_id().to_owned());
+/// assert_eq!(found.as_deref(), Some("no_secrets"));
 /// ```
-pub fn denial(error: &OpenAIError) -> Option<&PolicyDenialError> {
+pub fn denial(error: &OpenAIError) -> Option<PolicyDenialError> {
     match error {
-        OpenAIError::Boxed(inner) => inner.downcast_ref::<PolicyDenialError>(),
+        OpenAIError::Boxed(inner) => inner.downcast_ref::<PolicyDenialError>().cloned(),
+        OpenAIError::JSONDeserialize(_, content) => denial_of_event(content),
         _ => None,
     }
 }
 
-/// The evaluation error inside an error returned by a guarded client, if it is one.
+/// The denial in an error event written by [`error_event`].
+fn denial_of_event(content: &str) -> Option<PolicyDenialError> {
+    let event: Value = serde_json::from_str(content).ok()?;
+    let error = event.get("error")?;
+    if error.get("type").and_then(Value::as_str) != Some(DENIAL_TYPE) {
+        return None;
+    }
+    let details = error.get("portcullis")?;
+    let policy_id = details.get("policy_id")?.as_str()?;
+    let point: InterceptionPoint =
+        serde_json::from_value(details.get("interception_point")?.clone()).ok()?;
+    let reason = details
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some(PolicyDenialError::new(policy_id, point, reason))
+}
+
+/// The `error.type` of a denial event.
+const DENIAL_TYPE: &str = "policy_denied";
+
+/// The OpenAI-style error event that ends a guarded stream early.
+pub(crate) fn error_event(failure: &(dyn StdError + Send + Sync + 'static)) -> Value {
+    if let Some(denial) = failure.downcast_ref::<PolicyDenialError>() {
+        return json!({ "error": {
+            "message": format!("denied by policy \"{}\": {denial}", denial.policy_id()),
+            "type": DENIAL_TYPE,
+            "code": denial.policy_id(),
+            "param": null,
+            "portcullis": {
+                "policy_id": denial.policy_id(),
+                "interception_point": denial.interception_point(),
+                "reason": denial.reason(),
+            },
+        }});
+    }
+    let kind = if failure.downcast_ref::<PolicyEvaluationError>().is_some() {
+        "policy_evaluation_error"
+    } else {
+        "portcullis_error"
+    };
+    json!({ "error": {
+        "message": portcullis_engine::error::error_chain(failure),
+        "type": kind,
+        "code": null,
+        "param": null,
+    }})
+}
+
+/// The evaluation error inside an error returned by a guarded client, if it is one
+/// (whole answers only: in a stream it is an error event whose `type` is
+/// `policy_evaluation_error`).
 pub fn evaluation_error(error: &OpenAIError) -> Option<&PolicyEvaluationError> {
     match error {
         OpenAIError::Boxed(inner) => inner.downcast_ref::<PolicyEvaluationError>(),

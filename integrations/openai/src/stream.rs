@@ -12,7 +12,7 @@ use portcullis_engine::{Metadata, OutputStream, PolicyEngine, StreamItem};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use crate::error::GuardError;
+use crate::error::{self, GuardError};
 use crate::mapping::{self, ToolCall};
 use crate::{Settings, ToolOutcome, evaluate_tool_call, rebuild};
 
@@ -38,9 +38,16 @@ pub(crate) fn guard_stream(
             choices: BTreeMap::new(),
             template: Map::new(),
         };
-        if let Err(error) = guard.run(response, &sender).await {
-            // The reader may be gone already; nothing more to do then.
-            let _ = sender.send(Err(io::Error::other(error))).await;
+        if let Err(failure) = guard.run(response, &sender).await {
+            // The stream ends with an OpenAI-style error event (async-openai reports the
+            // text of body errors only, so an event keeps the denial readable; see
+            // `crate::denial`). The reader may be gone already; nothing to do then.
+            send(
+                &sender,
+                None,
+                &error::error_event(failure.as_ref()).to_string(),
+            )
+            .await;
         }
     });
     let body = futures_util::stream::unfold(receiver, |mut receiver| async move {
