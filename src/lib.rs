@@ -17,12 +17,17 @@
 //! | `otel` | `otel`: OpenTelemetry spans for audit records | no |
 //! | `observability` | `observability`: OTLP export to an LLM observability platform | no |
 //! | `full` | all of the above | no |
+//! | `openai` | `openai`: a tower layer guarding async-openai chat completions | no |
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 extern crate self as portcullis;
 
 pub use portcullis_engine::*;
+
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
+pub use portcullis_openai as openai;
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]
