@@ -68,9 +68,7 @@ use rig_agent::agent::{
 use rig_agent::{AgentHook, HookContext};
 use rig_core::effect::{EffectKind, Outcome};
 use rig_core::error::{ErrorKind, ErrorReport};
-use rig_core::message::{
-    AssistantContent, Message as RigMessage, ToolResultContent, UserContent,
-};
+use rig_core::message::{AssistantContent, Message as RigMessage, ToolResultContent, UserContent};
 use serde_json::{Map, Value, json};
 
 /// What happens when a tool-call policy denies a call the model made.
@@ -96,6 +94,11 @@ pub struct PortcullisHook {
 /// The text of the model turn being executed, for the tool calls it made.
 #[derive(Debug, Clone, Default)]
 struct TurnText(String);
+
+/// The arguments tool-call policies patched in this run, by call id: later requests show the
+/// model the arguments that ran, not the ones it asked for.
+#[derive(Debug, Clone, Default)]
+struct PatchedCalls(Vec<(String, Map<String, Value>)>);
 
 /// How a denial is written into the reason of a cancelled run.
 const DENIAL_PREFIX: &str = "portcullis denial: ";
@@ -178,7 +181,11 @@ impl PortcullisHook {
         Ok(true)
     }
 
-    async fn guard_tool_call(&self, ctx: &HookContext, event: &DispatchEvent<'_>) -> DispatchAction {
+    async fn guard_tool_call(
+        &self,
+        ctx: &HookContext,
+        event: &DispatchEvent<'_>,
+    ) -> DispatchAction {
         let (Some(name), Some(raw)) = (event.tool_name(), event.tool_args()) else {
             return DispatchAction::proceed();
         };
@@ -200,10 +207,16 @@ impl PortcullisHook {
         let context =
             ToolCallContext::new(name, arguments, Message::assistant(calling.0), metadata);
         match self.engine.evaluate_tool_call(&context).await {
-            Ok(evaluation) if evaluation.is_modified() => DispatchAction::rewrite_tool_args(
-                event.kind,
-                Value::Object(evaluation.into_context().arguments),
-            ),
+            Ok(evaluation) if evaluation.is_modified() => {
+                let arguments = evaluation.into_context().arguments;
+                if let Some(call_id) = event.call_id {
+                    let call_id = call_id.to_string();
+                    ctx.scratchpad().update(|patched: &mut PatchedCalls| {
+                        patched.0.push((call_id, arguments.clone()));
+                    });
+                }
+                DispatchAction::rewrite_tool_args(event.kind, Value::Object(arguments))
+            }
             Ok(_) => DispatchAction::proceed(),
             Err(EngineError::Denied(denial)) if self.tool_denial == ToolDenial::Skip => {
                 let reason = denial
@@ -218,21 +231,31 @@ impl PortcullisHook {
         }
     }
 
-    async fn guard_completion(&self, ctx: &HookContext, event: &DispatchEvent<'_>) -> DispatchAction {
+    async fn guard_completion(
+        &self,
+        ctx: &HookContext,
+        event: &DispatchEvent<'_>,
+    ) -> DispatchAction {
         let EffectKind::Completion { request, stream } = event.kind else {
             return DispatchAction::proceed();
         };
         let mut request = request.clone();
+        let patched_calls = ctx
+            .scratchpad()
+            .get::<PatchedCalls>()
+            .is_some_and(|patched| patch_history(&mut request.chat_history, &patched));
         let metadata = self.metadata(ctx, event.turn);
         match self
             .evaluate_history(metadata, &mut request.chat_history)
             .await
         {
-            Ok(true) => DispatchAction::patch(EffectKind::Completion {
-                request,
-                stream: *stream,
-            }),
-            Ok(false) => DispatchAction::proceed(),
+            Ok(changed) if changed || patched_calls => {
+                DispatchAction::patch(EffectKind::Completion {
+                    request,
+                    stream: *stream,
+                })
+            }
+            Ok(_) => DispatchAction::proceed(),
             Err(reason) => DispatchAction::deny(ErrorReport::new(ErrorKind::Cancelled, reason)),
         }
     }
@@ -246,7 +269,10 @@ impl AgentHook for PortcullisHook {
     async fn on_run_start(&self, ctx: &HookContext, event: RunStart<'_>) -> RunStartAction {
         let mut messages: Vec<RigMessage> = event.history.to_vec();
         messages.push(event.prompt.clone());
-        match self.evaluate_history(self.metadata(ctx, 0), &mut messages).await {
+        match self
+            .evaluate_history(self.metadata(ctx, 0), &mut messages)
+            .await
+        {
             Ok(true) => match messages.pop() {
                 Some(prompt) if prompt != *event.prompt => RunStartAction::rewrite(prompt),
                 _ => RunStartAction::continue_run(),
@@ -276,11 +302,13 @@ impl AgentHook for PortcullisHook {
             let AssistantContent::Text(text) = content else {
                 continue;
             };
-            let context = OutputContext::new(Message::assistant(text.text.as_str()), metadata.clone());
+            let context =
+                OutputContext::new(Message::assistant(text.text.as_str()), metadata.clone());
             match self.engine.evaluate_output(&context).await {
                 Ok(evaluation) => {
-                    if evaluation.is_modified() {
-                        text.text = evaluation.into_context().response.content;
+                    let content = &evaluation.context().response.content;
+                    if *content != text.text {
+                        text.text.clone_from(content);
                         changed = true;
                     }
                 }
@@ -292,6 +320,17 @@ impl AgentHook for PortcullisHook {
             turn_text.push_str(&text.text);
         }
         ctx.scratchpad().insert(TurnText(turn_text));
+        let calls_tools = response
+            .choice
+            .iter()
+            .any(|content| matches!(content, AssistantContent::ToolCall(_)));
+        if changed && calls_tools {
+            // rig cannot replace a turn that calls tools; forwarding the unredacted text
+            // would let it reach the history, so the run ends instead.
+            return OutcomeAction::stop(
+                "portcullis: an output policy changed the text of a model turn that calls tools, and rig cannot replace such a turn; the run was stopped so the unredacted text is not kept",
+            );
+        }
         if changed {
             OutcomeAction::replace(Ok(Outcome::Completion(response)))
         } else {
@@ -331,6 +370,31 @@ fn text_slots(history: &mut [RigMessage]) -> Vec<(Role, &mut String)> {
         }
     }
     slots
+}
+
+/// Puts the patched arguments into the calls of `history`; `true` when any changed.
+fn patch_history(history: &mut [RigMessage], patched: &PatchedCalls) -> bool {
+    let mut changed = false;
+    for message in history {
+        let RigMessage::Assistant(turn) = message else {
+            continue;
+        };
+        for item in &mut turn.content {
+            let AssistantContent::ToolCall(call) = item else {
+                continue;
+            };
+            let id = call.id.to_string();
+            if let Some((_, arguments)) = patched.0.iter().rev().find(|(call_id, _)| *call_id == id)
+                && call.function.arguments != *arguments
+            {
+                call.function.arguments.clone_from(arguments);
+                // The provider's own copy of the call would replay the old arguments.
+                call.native = None;
+                changed = true;
+            }
+        }
+    }
+    changed
 }
 
 fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
