@@ -41,3 +41,11 @@ pub use portcullis_rig as rig;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use portcullis_http as http;
+
+#[cfg(feature = "rego-rest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rego-rest")))]
+pub use portcullis_rego_rest as rego_rest;

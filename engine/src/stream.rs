@@ -10,7 +10,7 @@
 //! The mode is chosen once, when the policy set is built (see [`StreamPlan`]):
 //!
 //! - **Incremental**, when every enforced output policy has a streaming form
-//!   ([`OutputPolicy::streaming`](crate::OutputPolicy::streaming)): DSL `contains` rules and
+//!   ([`OutputPolicy::streaming`]): DSL `contains` rules and
 //!   regex redactions of `response.content`. Each rule scans the text once, as it arrives,
 //!   with its state kept between pushes, and holds back at most its *window*: the longest
 //!   possible match plus one character of look-ahead when the pattern has a boundary

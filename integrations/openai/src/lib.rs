@@ -34,6 +34,12 @@
 //! uses by default. Put [`OpenAIRetryLayer`] back, *inside* the guard so retried attempts
 //! are not evaluated twice, or use [`PortcullisLayer::into_default_service`], which does it.
 //!
+//! # TLS
+//!
+//! This crate turns async-openai's default features off, so it does not choose a TLS stack
+//! for you: the application's own `async-openai` dependency does (its default feature is
+//! `rustls`; Cargo unifies the features).
+//!
 //! # From async-openai to the policy contexts
 //!
 //! | Policy context | Taken from |
@@ -68,6 +74,9 @@
 //! [`Client::with_http_service`]: async_openai::Client::with_http_service
 //! [`OpenAIRetryLayer`]: async_openai::middleware::retry::OpenAIRetryLayer
 //! [`OpenAIError::Boxed`]: async_openai::error::OpenAIError::Boxed
+
+// async-openai 0.43 speaks reqwest 0.13, which the workspace names `openai-reqwest`.
+extern crate openai_reqwest as reqwest;
 
 mod error;
 mod mapping;

@@ -1,0 +1,193 @@
+//! Policies evaluated by a remote decision endpoint over HTTP (SPEC §7.3), so a platform team
+//! can run policy centrally while agents only ask.
+//!
+//! Each evaluation is one request:
+//!
+//! ```text
+//! POST {base_url}/engine/evaluate
+//! Content-Type: application/json
+//!
+//! {"policy_id": "pii", "interception_point": "input", "context": { ..the context.. }}
+//! ```
+//!
+//! and a 2xx answer whose body is a decision object (SPEC §2), such as
+//! `{"decision": "deny", "reason": "contains an SSN"}`. Anything else is an evaluation error
+//! (a [`RemoteError`] that says which request, the status and the first
+//! bytes of the body): a connection refused, no complete answer within the time-out (5 s
+//! unless set), a non-2xx status (redirects are not followed), a body that cannot be read, is
+//! longer than the cap (1 MiB unless set; checked while reading, so an endless body costs at
+//! most the cap), declares a content type other than JSON, or is not a decision. The policy
+//! set's `on_error` then decides whether the call fails (the default) or goes on.
+//!
+//! All policies built from one [`HttpClientOptions`] value (or its clones) share one
+//! connection pool: concurrent evaluations reuse kept-alive connections instead of opening one
+//! each. The [`client`] module holds that client, which `portcullis-rego-rest` uses too.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use portcullis_engine::{InputContext, Message, Metadata, OnError, PolicyEngine, PolicySet};
+//! use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpToolCallPolicy};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let service = HttpClientOptions::new("https://policy.internal")
+//!     .bearer_token(std::env::var("POLICY_TOKEN")?)
+//!     .timeout(Duration::from_millis(300));
+//! let engine = PolicyEngine::builder()
+//!     .policy_set(
+//!         PolicySet::builder()
+//!             .input(HttpInputPolicy::new("pii", service.clone())?)
+//!             .tool_call(HttpToolCallPolicy::new("tools", service)?)
+//!             .on_error(OnError::Deny)
+//!             .build(),
+//!     )
+//!     .build();
+//! let context = InputContext::new(vec![Message::user("hello")], Metadata::new("agent", "session"));
+//! let evaluation = engine.evaluate_input(&context).await?;
+//! println!("forward: {:?}", evaluation.context());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A test run against a real endpoint on 127.0.0.1 (the one from the workspace's test
+//! support), checking what was sent:
+//!
+//! ```
+//! use portcullis_engine::{InputContext, InputPolicy, Message, Metadata, PolicyDecision};
+//! use portcullis_http::{HttpClientOptions, HttpInputPolicy};
+//! use portcullis_testing::{EvaluateServer, Reply};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), portcullis_engine::BoxError> {
+//! let server = EvaluateServer::replying(Reply::decision(&PolicyDecision::deny("no"))).await?;
+//! let policy = HttpInputPolicy::new("pii", HttpClientOptions::new(server.url()))?;
+//! let context = InputContext::new(vec![Message::user("hi")], Metadata::new("agent", "session"));
+//! assert_eq!(policy.evaluate(&context).await?, PolicyDecision::deny("no"));
+//!
+//! let sent = server.requests()[0].json().unwrap();
+//! assert_eq!(sent["policy_id"], "pii");
+//! assert_eq!(sent["interception_point"], "input");
+//! assert_eq!(sent["context"]["messages"][0]["content"], "hi");
+//! # Ok(())
+//! # }
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod client;
+
+use async_trait::async_trait;
+use portcullis_engine::{
+    BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy,
+    PolicyDecision, ToolCallContext, ToolCallPolicy,
+};
+use serde::Serialize;
+use url::Url;
+
+use client::RemoteClient;
+
+/// The errors shared with the `rego-rest` backend: [`ClientError`] when a policy cannot be
+/// built, [`RemoteError`] (with its [`RemoteErrorKind`]) when a request fails.
+pub use client::{ClientError, RemoteError, RemoteErrorKind, ServiceError};
+
+/// Where the decision endpoint is and how to reach it: the [`client::ClientOptions`] of this
+/// backend (base URL, time-out, extra headers, body cap; clones share one connection pool).
+#[doc(inline)]
+pub use client::ClientOptions as HttpClientOptions;
+
+/// What one evaluation request carries (SPEC §7.3).
+#[derive(Serialize)]
+struct EvaluateRequest<'a, C> {
+    policy_id: &'a str,
+    interception_point: InterceptionPoint,
+    context: &'a C,
+}
+
+/// What the three policy types share: the id, the client and the endpoint's URL.
+#[derive(Debug, Clone)]
+struct HttpPolicy {
+    id: String,
+    client: RemoteClient,
+    endpoint: Url,
+}
+
+impl HttpPolicy {
+    fn new(id: impl Into<String>, options: &HttpClientOptions) -> Result<HttpPolicy, ClientError> {
+        let client = options.connect()?;
+        let endpoint = client.url(["engine", "evaluate"]);
+        Ok(HttpPolicy {
+            id: id.into(),
+            client,
+            endpoint,
+        })
+    }
+
+    async fn evaluate<C: Serialize + Sync>(
+        &self,
+        interception_point: InterceptionPoint,
+        context: &C,
+    ) -> Result<PolicyDecision, RemoteError> {
+        let request = EvaluateRequest {
+            policy_id: &self.id,
+            interception_point,
+            context,
+        };
+        let response = self.client.post_json(&self.endpoint, &request).await?;
+        let body: serde_json::Value = response.json()?;
+        serde_json::from_value(body).map_err(|error| {
+            response.shape_error(format!("the body is not a decision (SPEC §2): {error}"))
+        })
+    }
+}
+
+macro_rules! http_policy {
+    ($(#[$doc:meta])* $name:ident, $trait:ident, $context:ty, $point:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            inner: HttpPolicy,
+        }
+
+        impl $name {
+            /// A policy with id `id` (sent as `policy_id`) evaluated by the endpoint of
+            /// `options`. Checks the options (base URL, headers) now and fails with what is
+            /// wrong; no request is made until the first evaluation.
+            pub fn new(id: impl Into<String>, options: HttpClientOptions) -> Result<Self, ClientError> {
+                Ok($name {
+                    inner: HttpPolicy::new(id, &options)?,
+                })
+            }
+
+            /// The URL evaluations are posted to.
+            pub fn endpoint(&self) -> &str {
+                self.inner.endpoint.as_str()
+            }
+        }
+
+        #[async_trait]
+        impl $trait for $name {
+            fn id(&self) -> &str {
+                &self.inner.id
+            }
+
+            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
+                Ok(self.inner.evaluate($point, context).await?)
+            }
+        }
+    };
+}
+
+http_policy! {
+    /// An input policy decided by the remote endpoint (`interception_point: "input"`).
+    HttpInputPolicy, InputPolicy, InputContext, InterceptionPoint::Input
+}
+
+http_policy! {
+    /// A tool-call policy decided by the remote endpoint (`interception_point: "tool_call"`).
+    HttpToolCallPolicy, ToolCallPolicy, ToolCallContext, InterceptionPoint::ToolCall
+}
+
+http_policy! {
+    /// An output policy decided by the remote endpoint (`interception_point: "output"`).
+    HttpOutputPolicy, OutputPolicy, OutputContext, InterceptionPoint::Output
+}

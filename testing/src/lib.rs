@@ -1,0 +1,42 @@
+//! Test servers for Portcullis, on 127.0.0.1: real HTTP, real sockets, started and stopped by
+//! the tests that use them. Not published; a dev-dependency of the remote backends, their
+//! benchmarks and the workspace's scenario tests.
+//!
+//! - [`EvaluateServer`]: the remote decision endpoint of SPEC §7.3 (`POST /engine/evaluate`),
+//!   answering what a test scripts per request ([`Reply`]): a decision, a delay, any status and
+//!   body, or a fault (stall before headers, trickled body, connection reset mid-body, oversized
+//!   or endless body, redirect loop, wrong content type).
+//! - [`RegoServer`]: the subset of the Open Policy Agent REST API of SPEC §7.2
+//!   (`PUT /v1/policies/{id}`, `POST /v1/data/{path}`, OPA's error bodies), evaluating Rego for
+//!   real with the `regorus` interpreter.
+//!
+//! Both bind a free port, record every request they receive ([`RecordedRequest`]: method,
+//! path, headers, body) and count the TCP connections they accept, so a test can assert what a
+//! client sent and how many connections it opened. They run on the tokio runtime that starts
+//! them and stop when shut down or dropped.
+//!
+//! ```
+//! use portcullis_testing::{EvaluateServer, Reply};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! // A decision endpoint that answers after 20 ms, as a benchmark of deadlines needs.
+//! let server = EvaluateServer::replying(
+//!     Reply::json(serde_json::json!({"decision": "allow"})).after(Duration::from_millis(20)),
+//! )
+//! .await?;
+//! println!("POST {}/engine/evaluate", server.url());
+//! assert!(server.requests().is_empty());
+//! server.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod evaluate;
+mod opa;
+mod server;
+
+pub use evaluate::{EvaluateServer, Reply};
+pub use opa::RegoServer;
+pub use server::RecordedRequest;
