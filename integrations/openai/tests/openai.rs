@@ -692,3 +692,42 @@ async fn requests_without_ids_use_the_layer_ids() {
         assert_eq!(record.session_id, "default");
     }
 }
+
+#[tokio::test]
+async fn each_choice_of_a_crlf_stream_has_its_own_guard() {
+    let event = |index: u32, delta: Value, finish: Option<&str>| {
+        let chunk = json!({
+            "id": "chatcmpl-two",
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": "scripted-model",
+            "choices": [{ "index": index, "delta": delta, "finish_reason": finish }]
+        });
+        format!("event: message\r\ndata: {chunk}\r\n\r\n")
+    };
+    let frames = vec![
+        event(0, json!({"role": "assistant", "content": "A: 111-"}), None),
+        event(1, json!({"role": "assistant", "content": "B: 222-"}), None),
+        event(0, json!({"content": "22-3333."}), None),
+        event(1, json!({"content": "33-4444."}), None),
+        event(0, json!({}), Some("stop")),
+        event(1, json!({}), Some("stop")),
+        "data: [DONE]\r\n\r\n".to_owned(),
+    ];
+    let fixture = fixture(vec![Reply::Sse(frames)], ToolDenial::Refuse).await;
+    let mut stream = fixture
+        .client
+        .chat()
+        .create_stream(request("Two answers.", json!({"n": 2})))
+        .await
+        .expect("the stream opens");
+    let mut texts = [String::new(), String::new()];
+    while let Some(chunk) = stream.next().await {
+        for choice in chunk.expect("a guarded chunk").choices {
+            let text = choice.delta.content.as_deref().unwrap_or_default();
+            texts[choice.index as usize].push_str(text);
+        }
+    }
+    assert_eq!(texts[0], "A: [REDACTED].");
+    assert_eq!(texts[1], "B: [REDACTED].");
+}

@@ -9,11 +9,14 @@
 //!   assistant text): redactions and transformations patch that request, a denial stops the
 //!   run before the provider is called;
 //! - **tool-call policies** run before each tool dispatch: redactions and transformations
-//!   patch the arguments the tool receives; a denial either skips the tool, so the model reads
-//!   a tool result saying it was denied ([`ToolDenial::Skip`], the default), or ends the run
-//!   ([`ToolDenial::EndRun`]);
+//!   patch the arguments the tool receives (and the later requests of the run show the model
+//!   the arguments that ran, not the ones it asked for); a denial either skips the tool, so
+//!   the model reads a tool result saying it was denied ([`ToolDenial::Skip`], the default),
+//!   or ends the run ([`ToolDenial::EndRun`]);
 //! - **output policies** run on each model turn, on each text block of the completion:
-//!   redactions reach the caller and the history, a denial ends the run.
+//!   redactions reach the caller and the history, a denial ends the run. rig cannot replace
+//!   a turn that also calls tools, so when an output policy changes the text of such a turn
+//!   the run ends rather than keep the unchanged text.
 //!
 //! A run stopped by a denial fails with `PromptError::Cancelled`; [`denial`] reads the
 //! [`PolicyDenialError`] back from it. A policy that cannot be evaluated (with

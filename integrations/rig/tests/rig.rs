@@ -74,6 +74,24 @@ impl OutputPolicy for RedactAnswerSsn {
     }
 }
 
+/// Denies answers that mention the launch codes.
+struct NoLaunchCodes;
+
+#[async_trait]
+impl OutputPolicy for NoLaunchCodes {
+    fn id(&self) -> &str {
+        "no_launch_codes"
+    }
+
+    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        Ok(if context.response.content.contains("launch codes") {
+            PolicyDecision::deny("mentions the launch codes")
+        } else {
+            PolicyDecision::allow()
+        })
+    }
+}
+
 /// Denies `delete_database`; caps `search` at 5 results.
 struct GuardTools;
 
@@ -189,6 +207,7 @@ async fn fixture(
         .input(RedactPromptSsn)
         .tool_call(GuardTools)
         .tool_call(RedactToolSsn)
+        .output(NoLaunchCodes)
         .output(RedactAnswerSsn)
         .build();
     let engine = PolicyEngine::builder()
@@ -394,4 +413,46 @@ async fn a_denied_prompt_never_reaches_the_server() {
     assert_eq!(denial.policy_id(), "no_password_requests");
     assert_eq!(denial.interception_point(), InterceptionPoint::Input);
     assert!(fixture.server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_denied_answer_ends_the_run() {
+    let fixture = fixture(
+        vec![Reply::Json(support::text_completion(
+            "Here are the launch codes: 0000.",
+        ))],
+        |hook| hook,
+    )
+    .await;
+    let error = fixture
+        .agent
+        .prompt("Tell me a secret.")
+        .await
+        .expect_err("the answer is denied");
+    assert!(!format!("{error:?}").contains("0000"), "{error:?}");
+    let denial = portcullis_rig::denial(&error)
+        .unwrap_or_else(|| panic!("the error is the denial: {error:?}"));
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+    assert_eq!(denial.interception_point(), InterceptionPoint::Output);
+}
+
+#[tokio::test]
+async fn redacted_text_of_a_tool_calling_turn_ends_the_run_rather_than_leak() {
+    let fixture = fixture(
+        vec![Reply::Json(support::tool_call_completion(
+            Some("Searching for 987-65-4321."),
+            &[("search", r#"{"query": "invoices"}"#)],
+        ))],
+        |hook| hook,
+    )
+    .await;
+    let error = fixture
+        .agent
+        .prompt("Find my invoices.")
+        .await
+        .expect_err("the turn cannot be redacted in place");
+    let text = error.to_string();
+    assert!(text.contains("cannot replace such a turn"), "{text}");
+    assert!(!format!("{error:?}").contains("987-65-4321"), "{error:?}");
+    assert!(fixture.search.calls.lock().expect("calls lock").is_empty());
 }
