@@ -731,3 +731,42 @@ async fn each_choice_of_a_crlf_stream_has_its_own_guard() {
     assert_eq!(texts[0], "A: [REDACTED].");
     assert_eq!(texts[1], "B: [REDACTED].");
 }
+
+#[tokio::test]
+async fn a_denied_streamed_tool_call_can_fail_the_stream() {
+    use support::chunk;
+    let frames = vec![
+        chunk(
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_x", "type": "function",
+                "function": {"name": "delete_database", "arguments": "{\"confirm\": true}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let fixture = fixture(vec![Reply::Sse(frames)], ToolDenial::Fail).await;
+    let mut stream = fixture
+        .client
+        .chat()
+        .create_stream(request("Clean up.", json!({})))
+        .await
+        .expect("the stream opens");
+    let mut failure = None;
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) => {
+                for choice in chunk.choices {
+                    assert!(choice.delta.tool_calls.is_none(), "{choice:?}");
+                }
+            }
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+    }
+    let failure = failure.expect("the stream ends with the denial");
+    let denial = portcullis_openai::denial(&failure).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "guard_tools");
+    assert_eq!(denial.interception_point(), InterceptionPoint::ToolCall);
+}

@@ -22,10 +22,14 @@
 //! [`PolicyDenialError`] back from it. A policy that cannot be evaluated (with
 //! `on_error: deny`) ends the run the same way.
 //!
-//! Streamed runs (`stream_prompt`) are guarded at the same boundaries, but rig streams text
-//! deltas before the turn is complete and hooks can only observe them: output policies run
-//! on the finished turn, so use awaited runs when answers must be redacted before anyone
-//! reads them.
+//! The input check runs twice on the first request (before the run, on the prompt the run
+//! records, and at the completion call, on everything the model receives), so its audit
+//! records appear twice for that turn.
+//!
+//! Streamed runs (`stream_prompt`) call the same hooks, but rig streams text deltas before
+//! the turn is complete and hooks can only observe deltas: output policies see the finished
+//! turn. Use awaited runs when answers must be redacted before anyone reads them (this
+//! crate's tests cover awaited runs).
 //!
 //! # From rig to the policy contexts
 //!
