@@ -48,7 +48,7 @@
 //! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools) |
 //! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools) |
 //! | `ToolCallContext.calling_message` | the assistant text of the same choice, after output policies |
-//! | `OutputContext.response` | `choices[].message.content` (the released text of `choices[].delta.content` in a stream) |
+//! | `OutputContext.response` | `choices[].message.content` and `choices[].message.refusal`, each on its own (the released text of `choices[].delta.content` in a stream) |
 //! | `metadata.agent_id` | the request's `metadata.agent_id`, else [`PortcullisLayer::agent_id`] |
 //! | `metadata.session_id` | the request's `metadata.session_id`, else [`PortcullisLayer::session_id`] |
 //! | `metadata.extra` | `framework: "async-openai"`, the request's `model`, `user`, `safety_identifier`, `prompt_cache_key`; for answers `response_id` and `choice_index`; for tool calls `tool_call_id` |
@@ -100,6 +100,9 @@ use serde_json::{Map, Value};
 use tower::{Layer, Service};
 
 pub use error::{GuardError, denial, evaluation_error};
+
+/// The async-openai this crate was built against, for applications that want the same one.
+pub use async_openai;
 
 use crate::mapping::ToolCall;
 

@@ -76,6 +76,20 @@ async fn guard_choice(
         }
     }
 
+    // A refusal the model wrote is text it sends too.
+    if let Some(Value::String(refusal)) = message.get("refusal") {
+        let context = OutputContext::new(Message::assistant(refusal.as_str()), metadata.clone());
+        let evaluation = settings
+            .engine
+            .evaluate_output(&context)
+            .await
+            .map_err(error::from_engine)?;
+        if evaluation.is_modified() {
+            let refusal = evaluation.into_context().response.content;
+            message.insert("refusal".to_owned(), Value::String(refusal));
+        }
+    }
+
     let Some(Value::Array(calls)) = message.remove("tool_calls") else {
         return Ok(());
     };

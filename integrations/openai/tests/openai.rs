@@ -770,3 +770,24 @@ async fn a_denied_streamed_tool_call_can_fail_the_stream() {
     assert_eq!(denial.policy_id(), "guard_tools");
     assert_eq!(denial.interception_point(), InterceptionPoint::ToolCall);
 }
+
+#[tokio::test]
+async fn a_refusal_is_output_too() {
+    let mut answer = support::text_completion("");
+    answer["choices"][0]["message"] = json!({
+        "role": "assistant",
+        "content": null,
+        "refusal": "I cannot act on 987-65-4321."
+    });
+    let fixture = fixture(vec![Reply::Json(answer)], ToolDenial::Refuse).await;
+    let response = fixture
+        .client
+        .chat()
+        .create(request("Do it.", json!({})))
+        .await
+        .expect("the guarded call succeeds");
+    assert_eq!(
+        response.choices[0].message.refusal.as_deref(),
+        Some("I cannot act on [REDACTED].")
+    );
+}

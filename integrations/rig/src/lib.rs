@@ -78,6 +78,9 @@ use rig_core::error::{ErrorKind, ErrorReport};
 use rig_core::message::{AssistantContent, Message as RigMessage, ToolResultContent, UserContent};
 use serde_json::{Map, Value, json};
 
+/// The rig crates this crate was built against, for applications that want the same ones.
+pub use {rig_agent, rig_core};
+
 /// What happens when a tool-call policy denies a call the model made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ToolDenial {
