@@ -17,6 +17,11 @@
 //! | `otel` | `otel`: OpenTelemetry spans for audit records | no |
 //! | `observability` | `observability`: OTLP export to an LLM observability platform | no |
 //! | `full` | all of the above | no |
+//! | `openai` | `openai`: a tower layer guarding async-openai chat completions | no |
+//! | `rig` | `rig`: an agent hook guarding rig-agent runs | no |
+//!
+//! The framework integrations (`openai`, `rig`) are not part of `full`: they pull in the
+//! frameworks themselves, which only their users want.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -31,6 +36,13 @@ pub use portcullis_otel as otel;
 #[cfg(feature = "observability")]
 #[cfg_attr(docsrs, doc(cfg(feature = "observability")))]
 pub use portcullis_observability as observability;
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
+pub use portcullis_openai as openai;
+
+#[cfg(feature = "rig")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
+pub use portcullis_rig as rig;
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

@@ -1,0 +1,173 @@
+//! The errors the guard adds to async-openai's, and how to find a denial in an `OpenAIError`.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use async_openai::error::OpenAIError;
+use portcullis_engine::{EngineError, InterceptionPoint, PolicyDenialError, PolicyEvaluationError};
+use serde_json::{Value, json};
+
+/// Something in a chat completion the guard cannot map to or from the policy contexts.
+///
+/// The guard fails closed: a request or answer it cannot evaluate is not forwarded. The
+/// error reaches the caller as [`OpenAIError::Boxed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GuardError {
+    /// The request body of a chat completion is not a JSON object with a `messages` array.
+    InvalidRequest {
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A tool call's `arguments` are not a JSON object, so tool-call policies cannot see them.
+    InvalidToolArguments {
+        /// The tool the model called.
+        tool_name: String,
+        /// The id of the call in the answer.
+        call_id: String,
+        /// What is wrong with the arguments.
+        problem: String,
+    },
+    /// An input transformation added or removed messages; the guard can only rewrite the
+    /// text of the messages the request already had.
+    MessagesReshaped {
+        /// Messages the policies saw.
+        before: usize,
+        /// Messages after the policies ran.
+        after: usize,
+    },
+    /// The answer from the server could not be read.
+    Body {
+        /// What went wrong.
+        problem: String,
+    },
+}
+
+impl fmt::Display for GuardError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GuardError::InvalidRequest { problem } => {
+                write!(
+                    f,
+                    "portcullis: cannot evaluate the chat completion request: {problem}"
+                )
+            }
+            GuardError::InvalidToolArguments {
+                tool_name,
+                call_id,
+                problem,
+            } => write!(
+                f,
+                "portcullis: the arguments of tool call {call_id:?} to {tool_name:?} are not a JSON object ({problem}); the call is not forwarded"
+            ),
+            GuardError::MessagesReshaped { before, after } => write!(
+                f,
+                "portcullis: an input policy turned {before} messages into {after}; the OpenAI integration can rewrite message text but not add or remove messages"
+            ),
+            GuardError::Body { problem } => {
+                write!(
+                    f,
+                    "portcullis: cannot read the chat completion answer: {problem}"
+                )
+            }
+        }
+    }
+}
+
+impl StdError for GuardError {}
+
+/// The policy denial behind an error returned by a guarded client, if it is one.
+///
+/// Finds input denials, output denials, tool-call denials with
+/// [`ToolDenial::Fail`](crate::ToolDenial::Fail) (the error is
+/// [`OpenAIError::Boxed`] around the [`PolicyDenialError`]), and denials that ended a stream
+/// (the stream's last item is an `OpenAIError::JSONDeserialize` carrying the guard's error
+/// event, since async-openai does not read error events of chat streams).
+///
+/// ```
+/// use async_openai::error::OpenAIError;
+/// use portcullis_engine::{InterceptionPoint, PolicyDenialError};
+///
+/// let denial = PolicyDenialError::new("no_secrets", InterceptionPoint::Input, None);
+/// let error = OpenAIError::Boxed(Box::new(denial));
+/// let found = portcullis_openai::denial(&error).map(|denial| denial.policy_id().to_owned());
+/// assert_eq!(found.as_deref(), Some("no_secrets"));
+/// ```
+pub fn denial(error: &OpenAIError) -> Option<PolicyDenialError> {
+    match error {
+        OpenAIError::Boxed(inner) => inner.downcast_ref::<PolicyDenialError>().cloned(),
+        OpenAIError::JSONDeserialize(_, content) => denial_of_event(content),
+        _ => None,
+    }
+}
+
+/// The denial in an error event written by [`error_event`].
+fn denial_of_event(content: &str) -> Option<PolicyDenialError> {
+    let event: Value = serde_json::from_str(content).ok()?;
+    let error = event.get("error")?;
+    if error.get("type").and_then(Value::as_str) != Some(DENIAL_TYPE) {
+        return None;
+    }
+    let details = error.get("portcullis")?;
+    let policy_id = details.get("policy_id")?.as_str()?;
+    let point: InterceptionPoint =
+        serde_json::from_value(details.get("interception_point")?.clone()).ok()?;
+    let reason = details
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some(PolicyDenialError::new(policy_id, point, reason))
+}
+
+/// The `error.type` of a denial event.
+const DENIAL_TYPE: &str = "policy_denied";
+
+/// The OpenAI-style error event that ends a guarded stream early.
+pub(crate) fn error_event(failure: &(dyn StdError + Send + Sync + 'static)) -> Value {
+    if let Some(denial) = failure.downcast_ref::<PolicyDenialError>() {
+        return json!({ "error": {
+            "message": format!("denied by policy \"{}\": {denial}", denial.policy_id()),
+            "type": DENIAL_TYPE,
+            "code": denial.policy_id(),
+            "param": null,
+            "portcullis": {
+                "policy_id": denial.policy_id(),
+                "interception_point": denial.interception_point(),
+                "reason": denial.reason(),
+            },
+        }});
+    }
+    let kind = if failure.downcast_ref::<PolicyEvaluationError>().is_some() {
+        "policy_evaluation_error"
+    } else {
+        "portcullis_error"
+    };
+    json!({ "error": {
+        "message": portcullis_engine::error::error_chain(failure),
+        "type": kind,
+        "code": null,
+        "param": null,
+    }})
+}
+
+/// The evaluation error inside an error returned by a guarded client, if it is one
+/// (whole answers only: in a stream it is an error event whose `type` is
+/// `policy_evaluation_error`).
+pub fn evaluation_error(error: &OpenAIError) -> Option<&PolicyEvaluationError> {
+    match error {
+        OpenAIError::Boxed(inner) => inner.downcast_ref::<PolicyEvaluationError>(),
+        _ => None,
+    }
+}
+
+/// Boxes the engine's error so callers can downcast to the denial or the evaluation error.
+pub(crate) fn from_engine(error: EngineError) -> OpenAIError {
+    match error {
+        EngineError::Denied(denial) => OpenAIError::Boxed(Box::new(denial)),
+        EngineError::Evaluation(error) => OpenAIError::Boxed(Box::new(error)),
+    }
+}
+
+pub(crate) fn from_guard(error: GuardError) -> OpenAIError {
+    OpenAIError::Boxed(Box::new(error))
+}

@@ -1,0 +1,389 @@
+//! Portcullis for [async-openai]: a tower layer that applies a [`PolicyEngine`] to chat
+//! completions.
+//!
+//! async-openai's `middleware` feature lets a client send its requests through a tower
+//! service ([`Client::with_http_service`]). [`PortcullisLayer`] is a layer for that stack:
+//!
+//! - **input policies** see the request's `messages` before it leaves; redactions and
+//!   transformations rewrite the text that is sent, a denial stops the request (the server
+//!   is never called);
+//! - **output policies** see each `choices[].message.content` of the answer;
+//! - **tool-call policies** see each `choices[].message.tool_calls[]` entry: the `arguments`
+//!   string is parsed, evaluated, and re-serialized when a policy patched it. A denied call is
+//!   either removed and replaced by refusal text ([`ToolDenial::Refuse`], the default: the
+//!   application never sees it, and `finish_reason` becomes `"stop"` when no call is left)
+//!   or fails the whole call ([`ToolDenial::Fail`]);
+//! - **streamed answers** (`"stream": true`, server-sent events) go through the engine's
+//!   streaming output guard ([`PolicyEngine::output_stream`]), one guard per choice, so only
+//!   cleared text reaches the reader; tool-call deltas are buffered per index until the
+//!   choice finishes, then evaluated whole and released as one complete delta.
+//!
+//! Requests other than `POST …/chat/completions` pass through untouched.
+//!
+//! # Errors
+//!
+//! A denial, a policy that could not be evaluated (with `on_error: deny`), or a request or
+//! answer the guard cannot map ([`GuardError`]) fails the call with
+//! [`OpenAIError::Boxed`]; [`denial`] and [`evaluation_error`] find the engine's error in it.
+//! In a stream, text already released stays released and the stream ends with an error whose
+//! message is the denial's (async-openai turns body errors of a stream into text).
+//!
+//! # A custom service replaces async-openai's default stack
+//!
+//! `with_http_service` replaces the client's whole HTTP stack, including the retry layer it
+//! uses by default. Put [`OpenAIRetryLayer`] back, *inside* the guard so retried attempts
+//! are not evaluated twice, or use [`PortcullisLayer::into_default_service`], which does it.
+//!
+//! # TLS
+//!
+//! This crate turns async-openai's default features off, so it does not choose a TLS stack
+//! for you: the application's own `async-openai` dependency does (its default feature is
+//! `rustls`; Cargo unifies the features).
+//!
+//! # From async-openai to the policy contexts
+//!
+//! | Policy context | Taken from |
+//! |---|---|
+//! | `InputContext.messages[]` | each text of `messages[]`: a string `content`, or each `text` part of an array `content`; roles `system` and `developer` are `system`, `assistant` is `assistant`, `user`, `tool` and `function` are `user` |
+//! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools) |
+//! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools) |
+//! | `ToolCallContext.calling_message` | the assistant text of the same choice, after output policies |
+//! | `OutputContext.response` | `choices[].message.content` and `choices[].message.refusal`, each on its own (the released text of `choices[].delta.content` in a stream) |
+//! | `metadata.agent_id` | the request's `metadata.agent_id`, else [`PortcullisLayer::agent_id`] |
+//! | `metadata.session_id` | the request's `metadata.session_id`, else [`PortcullisLayer::session_id`] |
+//! | `metadata.extra` | `framework: "async-openai"`, the request's `model`, `user`, `safety_identifier`, `prompt_cache_key`; for answers `response_id` and `choice_index`; for tool calls `tool_call_id` |
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use async_openai::{Client, config::OpenAIConfig};
+//! use portcullis_engine::{PolicyEngine, PolicySet};
+//! use portcullis_openai::PortcullisLayer;
+//!
+//! let engine = PolicyEngine::builder().policy_set(PolicySet::builder().build()).build();
+//! let service = PortcullisLayer::new(engine).session_id("support-42").into_default_service();
+//! let client = Client::with_config(OpenAIConfig::new()).with_http_service(service);
+//! # drop(client);
+//! ```
+//!
+//! The crate's tests and the `openai_client` example run the whole path against a scripted
+//! OpenAI-compatible server on 127.0.0.1.
+//!
+//! [async-openai]: https://docs.rs/async-openai
+//! [`Client::with_http_service`]: async_openai::Client::with_http_service
+//! [`OpenAIRetryLayer`]: async_openai::middleware::retry::OpenAIRetryLayer
+//! [`OpenAIError::Boxed`]: async_openai::error::OpenAIError::Boxed
+
+// async-openai 0.43 speaks reqwest 0.13, which the workspace names `openai-reqwest`.
+extern crate openai_reqwest as reqwest;
+
+mod error;
+mod mapping;
+mod response;
+mod stream;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use async_openai::error::OpenAIError;
+use async_openai::middleware::retry::{OpenAIRetry, OpenAIRetryLayer};
+use async_openai::middleware::{HttpRequestFactory, ReqwestService};
+use bytes::Bytes;
+use portcullis_engine::{
+    EngineError, InputContext, Message, Metadata, PolicyDenialError, PolicyEngine, ToolCallContext,
+};
+use serde_json::{Map, Value};
+use tower::{Layer, Service};
+
+pub use error::{GuardError, denial, evaluation_error};
+
+/// The async-openai this crate was built against, for applications that want the same one.
+pub use async_openai;
+
+use crate::mapping::ToolCall;
+
+/// What happens when a tool-call policy denies a call the model made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolDenial {
+    /// Remove the call and put a refusal in the message text (the default). The application
+    /// never sees the call; when no call is left, `finish_reason` becomes `"stop"`.
+    #[default]
+    Refuse,
+    /// Fail the whole chat completion with the denial (see [`denial`]).
+    Fail,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    engine: Arc<PolicyEngine>,
+    agent_id: String,
+    session_id: String,
+    tool_denial: ToolDenial,
+}
+
+/// The tower layer that guards async-openai chat completions; see the [crate docs](crate).
+#[derive(Debug, Clone)]
+pub struct PortcullisLayer {
+    settings: Arc<Settings>,
+}
+
+impl PortcullisLayer {
+    /// A layer that evaluates with `engine`, as agent `async-openai`, session `default`.
+    pub fn new(engine: impl Into<Arc<PolicyEngine>>) -> Self {
+        PortcullisLayer {
+            settings: Arc::new(Settings {
+                engine: engine.into(),
+                agent_id: "async-openai".to_owned(),
+                session_id: "default".to_owned(),
+                tool_denial: ToolDenial::Refuse,
+            }),
+        }
+    }
+
+    fn settings_mut(&mut self) -> &mut Settings {
+        Arc::make_mut(&mut self.settings)
+    }
+
+    /// The agent id of requests whose `metadata` has no `agent_id`.
+    pub fn agent_id(mut self, agent_id: impl Into<String>) -> Self {
+        self.settings_mut().agent_id = agent_id.into();
+        self
+    }
+
+    /// The session id of requests whose `metadata` has no `session_id`.
+    pub fn session_id(mut self, session_id: impl Into<String>) -> Self {
+        self.settings_mut().session_id = session_id.into();
+        self
+    }
+
+    /// What a tool-call denial does (default [`ToolDenial::Refuse`]).
+    pub fn on_tool_denial(mut self, tool_denial: ToolDenial) -> Self {
+        self.settings_mut().tool_denial = tool_denial;
+        self
+    }
+
+    /// The guard over async-openai's default stack: its retry layer around a
+    /// [`ReqwestService`] with a new `reqwest::Client`.
+    pub fn into_default_service(self) -> PortcullisService<OpenAIRetry<ReqwestService>> {
+        self.into_service_with(reqwest::Client::new())
+    }
+
+    /// The guard over async-openai's retry layer around a [`ReqwestService`] using `client`.
+    pub fn into_service_with(
+        self,
+        client: reqwest::Client,
+    ) -> PortcullisService<OpenAIRetry<ReqwestService>> {
+        let inner = OpenAIRetryLayer::default().layer(ReqwestService::new(client));
+        self.layer(inner)
+    }
+}
+
+impl<S> Layer<S> for PortcullisLayer {
+    type Service = PortcullisService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PortcullisService {
+            inner,
+            settings: Arc::clone(&self.settings),
+        }
+    }
+}
+
+/// The guarding service made by [`PortcullisLayer`]; give it to
+/// [`Client::with_http_service`](async_openai::Client::with_http_service).
+#[derive(Clone)]
+pub struct PortcullisService<S> {
+    inner: S,
+    settings: Arc<Settings>,
+}
+
+impl<S> fmt::Debug for PortcullisService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PortcullisService")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<reqwest::Response, OpenAIError>> + Send + 'static>>;
+
+impl<S> Service<HttpRequestFactory> for PortcullisService<S>
+where
+    S: Service<HttpRequestFactory, Response = reqwest::Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<OpenAIError>,
+{
+    type Response = reqwest::Response;
+    type Error = OpenAIError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
+        // The ready clone is the one to call; leave a fresh clone in its place.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let settings = Arc::clone(&self.settings);
+        Box::pin(guard(settings, inner, factory))
+    }
+}
+
+/// One guarded exchange: input, the inner service, then the answer.
+async fn guard<S>(
+    settings: Arc<Settings>,
+    mut inner: S,
+    factory: HttpRequestFactory,
+) -> Result<reqwest::Response, OpenAIError>
+where
+    S: Service<HttpRequestFactory, Response = reqwest::Response>,
+    S::Error: Into<OpenAIError>,
+{
+    let request = factory.build().await?;
+    let is_chat = request.method() == reqwest::Method::POST
+        && request.url().path().ends_with("/chat/completions");
+    if !is_chat {
+        return inner.call(factory).await.map_err(Into::into);
+    }
+    let body = request
+        .body()
+        .and_then(reqwest::Body::as_bytes)
+        .ok_or_else(|| {
+            error::from_guard(GuardError::InvalidRequest {
+                problem: "the body is not a JSON document in memory".to_owned(),
+            })
+        })?;
+    let mut body = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(body)) => body,
+        Ok(_) => {
+            return Err(error::from_guard(GuardError::InvalidRequest {
+                problem: "the body is not a JSON object".to_owned(),
+            }));
+        }
+        Err(problem) => {
+            return Err(error::from_guard(GuardError::InvalidRequest {
+                problem: format!("the body is not JSON: {problem}"),
+            }));
+        }
+    };
+    let metadata = mapping::request_metadata(&settings, &body);
+    let streaming = body.get("stream").and_then(Value::as_bool) == Some(true);
+
+    let (messages, slots) = mapping::input_messages(&body).map_err(error::from_guard)?;
+    let context = InputContext::new(messages, metadata.clone());
+    let evaluation = settings
+        .engine
+        .evaluate_input(&context)
+        .await
+        .map_err(error::from_engine)?;
+    let factory = if evaluation.is_modified() {
+        mapping::write_input(&mut body, &slots, evaluation.into_context().messages)
+            .map_err(error::from_guard)?;
+        rewritten(&request, Bytes::from(Value::Object(body).to_string()))
+    } else {
+        factory
+    };
+
+    let response = inner.call(factory).await.map_err(Into::into)?;
+    if !response.status().is_success() {
+        return Ok(response);
+    }
+    let event_stream = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/event-stream"));
+    if streaming || event_stream {
+        Ok(stream::guard_stream(settings, metadata, response))
+    } else {
+        response::guard_response(&settings, metadata, response).await
+    }
+}
+
+/// A factory for `request` with a new body (the redacted or transformed messages).
+fn rewritten(request: &reqwest::Request, body: Bytes) -> HttpRequestFactory {
+    let method = request.method().clone();
+    let url = request.url().clone();
+    let mut headers = request.headers().clone();
+    headers.remove(reqwest::header::CONTENT_LENGTH);
+    let version = request.version();
+    let timeout = request.timeout().copied();
+    HttpRequestFactory::new(move || {
+        let mut request = reqwest::Request::new(method.clone(), url.clone());
+        *request.headers_mut() = headers.clone();
+        *request.version_mut() = version;
+        *request.timeout_mut() = timeout;
+        *request.body_mut() = Some(reqwest::Body::from(body.clone()));
+        async move { Ok(request) }
+    })
+}
+
+/// What the policies made of one tool call.
+pub(crate) enum ToolOutcome {
+    /// Forward the call; with new arguments when a policy patched them.
+    Allowed(Option<Map<String, Value>>),
+    /// Drop the call; the text replaces it.
+    Refused(String),
+}
+
+/// Runs the tool-call policies on one call.
+pub(crate) async fn evaluate_tool_call(
+    settings: &Settings,
+    metadata: &Metadata,
+    tool: &ToolCall,
+    calling_message: &str,
+) -> Result<ToolOutcome, OpenAIError> {
+    let mut metadata = metadata.clone();
+    metadata
+        .extra
+        .insert("tool_call_id".to_owned(), Value::from(tool.id.as_str()));
+    let context = ToolCallContext::new(
+        tool.name.clone(),
+        tool.arguments.clone(),
+        Message::assistant(calling_message),
+        metadata,
+    );
+    match settings.engine.evaluate_tool_call(&context).await {
+        Ok(evaluation) if evaluation.is_modified() => Ok(ToolOutcome::Allowed(Some(
+            evaluation.into_context().arguments,
+        ))),
+        Ok(_) => Ok(ToolOutcome::Allowed(None)),
+        Err(EngineError::Denied(denial)) if settings.tool_denial == ToolDenial::Refuse => {
+            Ok(ToolOutcome::Refused(refusal(&tool.name, &denial)))
+        }
+        Err(error) => Err(error::from_engine(error)),
+    }
+}
+
+/// The text that replaces a denied tool call.
+fn refusal(tool_name: &str, denial: &PolicyDenialError) -> String {
+    let reason = denial
+        .reason()
+        .unwrap_or(portcullis_engine::error::DENIED_WITHOUT_REASON);
+    format!(
+        "[The call to tool \"{tool_name}\" was denied by policy \"{}\": {reason}]",
+        denial.policy_id()
+    )
+}
+
+/// Rebuilds a response around a new body, keeping status, version and headers.
+pub(crate) fn rebuild(
+    status: reqwest::StatusCode,
+    version: reqwest::Version,
+    mut headers: reqwest::header::HeaderMap,
+    body: reqwest::Body,
+) -> reqwest::Response {
+    headers.remove(reqwest::header::CONTENT_LENGTH);
+    headers.remove(reqwest::header::TRANSFER_ENCODING);
+    let mut response = http::Response::new(body);
+    *response.status_mut() = status;
+    *response.version_mut() = version;
+    *response.headers_mut() = headers;
+    reqwest::Response::from(response)
+}

@@ -1,0 +1,451 @@
+//! Streamed answers (server-sent events): the streaming output guard on each choice's text,
+//! tool-call deltas buffered per index and evaluated whole when the choice finishes.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+
+use async_openai::error::OpenAIError;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use portcullis_engine::{Metadata, OutputStream, PolicyEngine, StreamItem};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use crate::error::{self, GuardError};
+use crate::mapping::{self, ToolCall};
+use crate::{Settings, ToolOutcome, evaluate_tool_call, rebuild};
+
+/// Chunks in flight between the guard and the reader.
+const CHANNEL_CAPACITY: usize = 16;
+
+/// Returns the response with its event stream guarded by a task.
+pub(crate) fn guard_stream(
+    settings: Arc<Settings>,
+    metadata: Metadata,
+    response: reqwest::Response,
+) -> reqwest::Response {
+    let status = response.status();
+    let version = response.version();
+    let headers = response.headers().clone();
+    let (sender, receiver) = mpsc::channel::<Result<Bytes, io::Error>>(CHANNEL_CAPACITY);
+    tokio::spawn(async move {
+        let engine = Arc::clone(&settings.engine);
+        let mut guard = StreamGuard {
+            settings: &settings,
+            engine: &engine,
+            metadata,
+            choices: BTreeMap::new(),
+            template: Map::new(),
+        };
+        if let Err(failure) = guard.run(response, &sender).await {
+            // The stream ends with an OpenAI-style error event (async-openai reports the
+            // text of body errors only, so an event keeps the denial readable; see
+            // `crate::denial`). The reader may be gone already; nothing to do then.
+            send(
+                &sender,
+                None,
+                &error::error_event(failure.as_ref()).to_string(),
+            )
+            .await;
+        }
+    });
+    let body = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|item| (item, receiver))
+    });
+    rebuild(status, version, headers, reqwest::Body::wrap_stream(body))
+}
+
+/// Why a guarded stream ended early.
+type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+fn from_openai(error: OpenAIError) -> Failure {
+    match error {
+        OpenAIError::Boxed(inner) => inner,
+        other => Box::new(other),
+    }
+}
+
+/// A tool call being assembled from its deltas.
+#[derive(Debug, Default)]
+struct PartialToolCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// One choice of the answer.
+struct ChoiceState<'e> {
+    guard: Option<OutputStream<'e>>,
+    metadata: Metadata,
+    released: String,
+    tool_calls: BTreeMap<u64, PartialToolCall>,
+}
+
+/// What finishing a choice adds to its last delta.
+struct Tail {
+    text: String,
+    tool_calls: Vec<Value>,
+    refused: bool,
+}
+
+struct StreamGuard<'e> {
+    settings: &'e Settings,
+    engine: &'e PolicyEngine,
+    metadata: Metadata,
+    choices: BTreeMap<u64, ChoiceState<'e>>,
+    /// The top-level fields of the last chunk, for chunks the guard adds at the end.
+    template: Map<String, Value>,
+}
+
+/// An event being read: its `data` lines and its `event` name.
+#[derive(Default)]
+struct Event {
+    name: Option<String>,
+    data: Option<String>,
+}
+
+impl<'e> StreamGuard<'e> {
+    async fn run(
+        &mut self,
+        response: reqwest::Response,
+        sender: &mpsc::Sender<Result<Bytes, io::Error>>,
+    ) -> Result<(), Failure> {
+        let mut upstream = response.bytes_stream();
+        let mut pending: Vec<u8> = Vec::new();
+        let mut event = Event::default();
+        while let Some(bytes) = upstream.next().await {
+            let bytes = bytes.map_err(|problem| GuardError::Body {
+                problem: problem.to_string(),
+            })?;
+            pending.extend_from_slice(&bytes);
+            while let Some(end) = pending.iter().position(|&byte| byte == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let line = String::from_utf8(line).map_err(|problem| GuardError::Body {
+                    problem: format!("the event stream is not UTF-8: {problem}"),
+                })?;
+                let line = line.trim_end_matches(['\n', '\r']);
+                if line.is_empty() {
+                    let done = std::mem::take(&mut event);
+                    if !self.dispatch(done, sender).await? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                let (field, value) = match line.split_once(':') {
+                    Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+                    None => (line, ""),
+                };
+                match field {
+                    "data" => match &mut event.data {
+                        Some(data) => {
+                            data.push('\n');
+                            data.push_str(value);
+                        }
+                        None => event.data = Some(value.to_owned()),
+                    },
+                    "event" => event.name = Some(value.to_owned()),
+                    _ => {}
+                }
+            }
+        }
+        // The server closed without `[DONE]`: release what the guards clear, and stop.
+        if event.data.is_some() {
+            let last = std::mem::take(&mut event);
+            if !self.dispatch(last, sender).await? {
+                return Ok(());
+            }
+        }
+        self.finish_all(sender).await
+    }
+
+    /// Handles one event; `false` when the reader is gone or the stream is done.
+    async fn dispatch(
+        &mut self,
+        event: Event,
+        sender: &mpsc::Sender<Result<Bytes, io::Error>>,
+    ) -> Result<bool, Failure> {
+        let Some(data) = event.data else {
+            return Ok(true);
+        };
+        if data == "[DONE]" {
+            self.finish_all(sender).await?;
+            send(sender, event.name.as_deref(), &data).await;
+            return Ok(false);
+        }
+        let chunk = match serde_json::from_str::<Value>(&data) {
+            Ok(Value::Object(chunk)) if chunk.get("choices").is_some_and(Value::is_array) => chunk,
+            // Not a chunk of choices (an error event, for one): the reader sees it as it is.
+            _ => return Ok(send(sender, event.name.as_deref(), &data).await),
+        };
+        match self.guard_chunk(chunk).await? {
+            Some(chunk) => Ok(send(sender, event.name.as_deref(), &chunk.to_string()).await),
+            None => Ok(true),
+        }
+    }
+
+    async fn guard_chunk(
+        &mut self,
+        mut chunk: Map<String, Value>,
+    ) -> Result<Option<Value>, Failure> {
+        let Some(Value::Array(choices)) = chunk.remove("choices") else {
+            return Ok(Some(Value::Object(chunk)));
+        };
+        let had_choices = !choices.is_empty();
+        self.template = chunk.clone();
+        let response_id = chunk.get("id").and_then(Value::as_str).map(str::to_owned);
+        let mut kept = Vec::with_capacity(choices.len());
+        for (position, choice) in choices.into_iter().enumerate() {
+            let Value::Object(mut choice) = choice else {
+                continue;
+            };
+            let index = choice
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
+            self.open_choice(index, response_id.as_deref());
+            let mut delta = match choice.remove("delta") {
+                Some(Value::Object(delta)) => delta,
+                _ => Map::new(),
+            };
+            if let Some(Value::String(text)) = delta.get("content") {
+                let text = text.clone();
+                let released = self.push(index, &text).await?;
+                delta.insert("content".to_owned(), Value::String(released));
+            }
+            if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
+                self.buffer_tool_calls(index, calls);
+            }
+            let finish_reason = choice
+                .get("finish_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if let Some(reason) = finish_reason {
+                let tail = self.finish_choice(index).await?;
+                if tail.refused && tail.tool_calls.is_empty() && reason == "tool_calls" {
+                    choice.insert("finish_reason".to_owned(), Value::from("stop"));
+                }
+                add_tail(&mut delta, tail);
+            }
+            let carries_something = choice.get("finish_reason").is_some_and(|r| !r.is_null())
+                || delta.iter().any(|(key, value)| match value {
+                    Value::Null => false,
+                    Value::String(text) => !text.is_empty() || key != "content",
+                    _ => true,
+                });
+            if carries_something {
+                choice.insert("delta".to_owned(), Value::Object(delta));
+                kept.push(Value::Object(choice));
+            }
+        }
+        let usage = chunk.get("usage").is_some_and(|usage| !usage.is_null());
+        if had_choices && kept.is_empty() && !usage {
+            return Ok(None);
+        }
+        chunk.insert("choices".to_owned(), Value::Array(kept));
+        Ok(Some(Value::Object(chunk)))
+    }
+
+    fn open_choice(&mut self, index: u64, response_id: Option<&str>) {
+        if self.choices.contains_key(&index) {
+            return;
+        }
+        let mut metadata = self.metadata.clone();
+        if let Some(id) = response_id {
+            metadata
+                .extra
+                .insert("response_id".to_owned(), Value::from(id));
+        }
+        metadata
+            .extra
+            .insert("choice_index".to_owned(), Value::from(index));
+        let guard = self.engine.output_stream(metadata.clone());
+        self.choices.insert(
+            index,
+            ChoiceState {
+                guard: Some(guard),
+                metadata,
+                released: String::new(),
+                tool_calls: BTreeMap::new(),
+            },
+        );
+    }
+
+    /// Pushes a text delta through the choice's guard; returns what it releases.
+    async fn push(&mut self, index: u64, text: &str) -> Result<String, Failure> {
+        let Some(state) = self.choices.get_mut(&index) else {
+            return Ok(String::new());
+        };
+        let Some(guard) = state.guard.as_mut() else {
+            // The choice finished already; text after that is not released.
+            return Ok(String::new());
+        };
+        let released = collect(guard.push(text).await)?;
+        state.released.push_str(&released);
+        Ok(released)
+    }
+
+    fn buffer_tool_calls(&mut self, index: u64, calls: Vec<Value>) {
+        let Some(state) = self.choices.get_mut(&index) else {
+            return;
+        };
+        for (position, call) in calls.iter().enumerate() {
+            let call_index = call
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
+            let partial = state.tool_calls.entry(call_index).or_default();
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                partial.id.push_str(id);
+            }
+            if let Some(function) = call.get("function") {
+                if let Some(name) = function.get("name").and_then(Value::as_str) {
+                    partial.name.push_str(name);
+                }
+                if let Some(arguments) = function.get("arguments").and_then(Value::as_str) {
+                    partial.arguments.push_str(arguments);
+                }
+            }
+        }
+    }
+
+    /// Ends a choice: the rest of its text, then its tool calls, evaluated whole.
+    async fn finish_choice(&mut self, index: u64) -> Result<Tail, Failure> {
+        let mut tail = Tail {
+            text: String::new(),
+            tool_calls: Vec::new(),
+            refused: false,
+        };
+        let Some(state) = self.choices.get_mut(&index) else {
+            return Ok(tail);
+        };
+        if let Some(guard) = state.guard.take() {
+            tail.text = collect(guard.finish().await)?;
+            state.released.push_str(&tail.text);
+        }
+        let calls = std::mem::take(&mut state.tool_calls);
+        let mut refusals = Vec::new();
+        for partial in calls.into_values() {
+            let arguments = mapping::parse_arguments(&partial.arguments).map_err(|problem| {
+                GuardError::InvalidToolArguments {
+                    tool_name: partial.name.clone(),
+                    call_id: partial.id.clone(),
+                    problem,
+                }
+            })?;
+            let tool = ToolCall {
+                id: partial.id,
+                name: partial.name,
+                arguments,
+                custom: false,
+            };
+            let outcome =
+                evaluate_tool_call(self.settings, &state.metadata, &tool, &state.released)
+                    .await
+                    .map_err(from_openai)?;
+            let arguments = match outcome {
+                ToolOutcome::Allowed(Some(arguments)) => Value::Object(arguments).to_string(),
+                ToolOutcome::Allowed(None) => partial.arguments,
+                ToolOutcome::Refused(refusal) => {
+                    refusals.push(refusal);
+                    continue;
+                }
+            };
+            tail.tool_calls.push(serde_json::json!({
+                "index": tail.tool_calls.len(),
+                "id": tool.id,
+                "type": "function",
+                "function": { "name": tool.name, "arguments": arguments },
+            }));
+        }
+        for refusal in refusals {
+            if !state.released.is_empty() || !tail.text.is_empty() {
+                tail.text.push('\n');
+            }
+            tail.text.push_str(&refusal);
+            state.released.push('\n');
+            state.released.push_str(&refusal);
+            tail.refused = true;
+        }
+        Ok(tail)
+    }
+
+    /// Finishes every open choice, releasing what is left in one last chunk.
+    async fn finish_all(
+        &mut self,
+        sender: &mpsc::Sender<Result<Bytes, io::Error>>,
+    ) -> Result<(), Failure> {
+        let open: Vec<u64> = self
+            .choices
+            .iter()
+            .filter(|(_, state)| state.guard.is_some() || !state.tool_calls.is_empty())
+            .map(|(index, _)| *index)
+            .collect();
+        let mut choices = Vec::new();
+        for index in open {
+            let tail = self.finish_choice(index).await?;
+            if tail.text.is_empty() && tail.tool_calls.is_empty() {
+                continue;
+            }
+            let mut delta = Map::new();
+            add_tail(&mut delta, tail);
+            choices.push(serde_json::json!({ "index": index, "delta": delta }));
+        }
+        if !choices.is_empty() {
+            let mut chunk = self.template.clone();
+            chunk.insert("choices".to_owned(), Value::Array(choices));
+            chunk.remove("usage");
+            send(sender, None, &Value::Object(chunk).to_string()).await;
+        }
+        Ok(())
+    }
+}
+
+/// Adds the end of a choice to its delta.
+fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
+    if !tail.text.is_empty() {
+        let mut content = match delta.get("content") {
+            Some(Value::String(text)) => text.clone(),
+            _ => String::new(),
+        };
+        content.push_str(&tail.text);
+        delta.insert("content".to_owned(), Value::String(content));
+    }
+    if !tail.tool_calls.is_empty() {
+        delta.insert("tool_calls".to_owned(), Value::Array(tail.tool_calls));
+    }
+}
+
+/// The released text of a guard's items, or the denial or error that ends the stream.
+fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
+    let mut text = String::new();
+    for item in items {
+        match item {
+            StreamItem::Text(released) => text.push_str(&released),
+            StreamItem::Denied(denial) => return Err(Box::new(denial)),
+            StreamItem::Error(error) => return Err(Box::new(error)),
+        }
+    }
+    Ok(text)
+}
+
+/// Sends one event; `false` when the reader is gone.
+async fn send(
+    sender: &mpsc::Sender<Result<Bytes, io::Error>>,
+    name: Option<&str>,
+    data: &str,
+) -> bool {
+    let mut event = String::with_capacity(data.len() + 16);
+    if let Some(name) = name {
+        event.push_str("event: ");
+        event.push_str(name);
+        event.push('\n');
+    }
+    for line in data.split('\n') {
+        event.push_str("data: ");
+        event.push_str(line);
+        event.push('\n');
+    }
+    event.push('\n');
+    sender.send(Ok(Bytes::from(event))).await.is_ok()
+}

@@ -1,0 +1,793 @@
+//! The guard between a real async-openai client and a scripted OpenAI-compatible server on
+//! 127.0.0.1: what reaches the server, what reaches the caller, which tools run.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::types::chat::{
+    ChatCompletionMessageToolCalls, CreateChatCompletionRequest, CreateChatCompletionResponse,
+    FinishReason,
+};
+use futures_util::StreamExt;
+use portcullis_engine::stream::StreamingRule;
+use portcullis_engine::{
+    AuditRecord, BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext,
+    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
+    ToolCallPolicy, TransformOperation, async_trait,
+};
+use portcullis_openai::{PortcullisLayer, ToolDenial};
+use serde_json::{Map, Value, json};
+use support::{Reply, ScriptedServer};
+
+const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
+
+/// Redacts SSNs from every message sent to the model.
+struct RedactPromptSsn;
+
+#[async_trait]
+impl InputPolicy for RedactPromptSsn {
+    fn id(&self) -> &str {
+        "redact_prompt_ssn"
+    }
+
+    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
+        Ok(PolicyDecision::redact([Redaction::replace(
+            "messages.*.content",
+            SSN,
+        )]))
+    }
+}
+
+/// Denies prompts that ask for the admin password.
+struct NoPasswordRequests;
+
+#[async_trait]
+impl InputPolicy for NoPasswordRequests {
+    fn id(&self) -> &str {
+        "no_password_requests"
+    }
+
+    async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
+        let asks = context
+            .messages
+            .iter()
+            .any(|message| message.content.contains("admin password"));
+        Ok(if asks {
+            PolicyDecision::deny("asks for the admin password")
+        } else {
+            PolicyDecision::allow()
+        })
+    }
+}
+
+/// Redacts SSNs from answers, whole or streamed.
+struct RedactAnswerSsn;
+
+#[async_trait]
+impl OutputPolicy for RedactAnswerSsn {
+    fn id(&self) -> &str {
+        "redact_answer_ssn"
+    }
+
+    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        Ok(PolicyDecision::redact([Redaction::replace(
+            "response.content",
+            SSN,
+        )]))
+    }
+
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        Some(vec![StreamingRule::Replace {
+            pattern: SSN.to_owned(),
+            replacement: "[REDACTED]".to_owned(),
+            max_match_len: None,
+        }])
+    }
+}
+
+/// Denies answers that mention the launch codes.
+struct NoLaunchCodes;
+
+#[async_trait]
+impl OutputPolicy for NoLaunchCodes {
+    fn id(&self) -> &str {
+        "no_launch_codes"
+    }
+
+    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        Ok(if context.response.content.contains("launch codes") {
+            PolicyDecision::deny("mentions the launch codes")
+        } else {
+            PolicyDecision::allow()
+        })
+    }
+
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        Some(vec![StreamingRule::DenyOnMatch {
+            pattern: "launch codes".to_owned(),
+            reason: Some("mentions the launch codes".to_owned()),
+            max_match_len: None,
+        }])
+    }
+}
+
+/// Denies `delete_database`; caps `search` at 5 results and redacts SSNs from its query.
+struct GuardTools;
+
+#[async_trait]
+impl ToolCallPolicy for GuardTools {
+    fn id(&self) -> &str {
+        "guard_tools"
+    }
+
+    async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
+        Ok(match context.tool_name.as_str() {
+            "delete_database" => PolicyDecision::deny("destructive tool"),
+            "search" => PolicyDecision::transform([TransformOperation::set("arguments.limit", 5)]),
+            _ => PolicyDecision::allow(),
+        })
+    }
+}
+
+/// Redacts SSNs from tool arguments.
+struct RedactToolSsn;
+
+#[async_trait]
+impl ToolCallPolicy for RedactToolSsn {
+    fn id(&self) -> &str {
+        "redact_tool_ssn"
+    }
+
+    async fn evaluate(&self, _: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
+        Ok(PolicyDecision::redact([Redaction::replace(
+            "arguments.query",
+            SSN,
+        )]))
+    }
+}
+
+/// One audit record, kept for assertions.
+#[derive(Debug, Clone)]
+struct Seen {
+    policy_id: String,
+    point: InterceptionPoint,
+    agent_id: String,
+    session_id: String,
+    extra: Map<String, Value>,
+}
+
+struct Fixture {
+    server: ScriptedServer,
+    client: Client<OpenAIConfig>,
+    audit: Arc<Mutex<Vec<Seen>>>,
+}
+
+async fn fixture(replies: Vec<Reply>, tool_denial: ToolDenial) -> Fixture {
+    let server = ScriptedServer::start(replies).await;
+    let audit = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&audit);
+    let set = PolicySet::builder()
+        .input(NoPasswordRequests)
+        .input(RedactPromptSsn)
+        .tool_call(GuardTools)
+        .tool_call(RedactToolSsn)
+        .output(NoLaunchCodes)
+        .output(RedactAnswerSsn)
+        .build();
+    let engine = PolicyEngine::builder()
+        .policy_set(set)
+        .on_audit(move |record: &AuditRecord<'_>| {
+            let metadata = record.context.metadata();
+            sink.lock().expect("audit lock").push(Seen {
+                policy_id: record.policy_id.to_owned(),
+                point: record.interception_point,
+                agent_id: metadata.agent_id.clone(),
+                session_id: metadata.session_id.clone(),
+                extra: metadata.extra.clone(),
+            });
+        })
+        .build();
+    let service = PortcullisLayer::new(engine)
+        .agent_id("test-agent")
+        .on_tool_denial(tool_denial)
+        .into_default_service();
+    let config = OpenAIConfig::new()
+        .with_api_base(server.base_url())
+        .with_api_key("test-key");
+    let client = Client::with_config(config).with_http_service(service);
+    Fixture {
+        server,
+        client,
+        audit,
+    }
+}
+
+fn request(user: &str, extra: Value) -> CreateChatCompletionRequest {
+    let mut body = json!({
+        "model": "scripted-model",
+        "messages": [
+            { "role": "system", "content": "You are a helpful assistant." },
+            { "role": "user", "content": user }
+        ]
+    });
+    if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+        body.extend(extra);
+    }
+    serde_json::from_value(body).expect("a valid request")
+}
+
+/// The application's tools: `search` records its arguments, `delete_database` must never run.
+#[derive(Default)]
+struct Tools {
+    searches: Vec<Map<String, Value>>,
+}
+
+impl Tools {
+    fn dispatch(&mut self, name: &str, arguments: &str) -> String {
+        let arguments: Map<String, Value> =
+            serde_json::from_str(arguments).expect("the arguments the guard forwards are JSON");
+        match name {
+            "search" => {
+                self.searches.push(arguments);
+                "3 results".to_owned()
+            }
+            "delete_database" => panic!("the denied tool delete_database ran"),
+            other => panic!("unexpected tool {other}"),
+        }
+    }
+
+    fn run_all(&mut self, response: &CreateChatCompletionResponse) {
+        for choice in &response.choices {
+            for call in choice.message.tool_calls.iter().flatten() {
+                if let ChatCompletionMessageToolCalls::Function(call) = call {
+                    self.dispatch(&call.function.name, &call.function.arguments);
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn redacted_prompt_reaches_the_server_redacted() {
+    let fixture = fixture(
+        vec![Reply::Json(support::text_completion("Noted."))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let response = fixture
+        .client
+        .chat()
+        .create(request("My SSN is 123-45-6789, file my taxes.", json!({})))
+        .await
+        .expect("the guarded call succeeds");
+    assert_eq!(
+        response.choices[0].message.content.as_deref(),
+        Some("Noted.")
+    );
+
+    let received = fixture.server.requests();
+    assert_eq!(received.len(), 1);
+    let messages = &received[0]["messages"];
+    assert_eq!(messages[0]["content"], "You are a helpful assistant.");
+    assert_eq!(
+        messages[1]["content"],
+        "My SSN is [REDACTED], file my taxes."
+    );
+    assert!(!received[0].to_string().contains("123-45-6789"));
+    assert_eq!(received[0]["model"], "scripted-model");
+}
+
+#[tokio::test]
+async fn denied_prompt_never_reaches_the_server() {
+    let fixture = fixture(
+        vec![Reply::Json(support::text_completion("unused"))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let error = fixture
+        .client
+        .chat()
+        .create(request("What is the admin password?", json!({})))
+        .await
+        .expect_err("the prompt is denied");
+    let denial = portcullis_openai::denial(&error).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "no_password_requests");
+    assert_eq!(denial.interception_point(), InterceptionPoint::Input);
+    assert!(fixture.server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn denied_tool_never_runs_and_allowed_tool_runs_with_patched_arguments() {
+    let fixture = fixture(
+        vec![Reply::Json(support::tool_call_completion(
+            Some("Let me look that up."),
+            &[
+                ("delete_database", r#"{"confirm": true}"#),
+                (
+                    "search",
+                    r#"{"query": "records of 123-45-6789", "limit": 100}"#,
+                ),
+            ],
+        ))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let response = fixture
+        .client
+        .chat()
+        .create(request("Find my records.", json!({})))
+        .await
+        .expect("the guarded call succeeds");
+
+    let choice = &response.choices[0];
+    let calls = choice.message.tool_calls.as_deref().unwrap_or_default();
+    assert_eq!(calls.len(), 1, "only the allowed call is left: {calls:?}");
+    // Another call is left to run, so the model still waits for tool results.
+    assert_eq!(choice.finish_reason, Some(FinishReason::ToolCalls));
+    let content = choice.message.content.as_deref().unwrap_or_default();
+    assert!(content.starts_with("Let me look that up.\n"), "{content}");
+    assert!(content.contains("delete_database"), "{content}");
+    assert!(content.contains("destructive tool"), "{content}");
+
+    let mut tools = Tools::default();
+    tools.run_all(&response);
+    assert_eq!(
+        tools.searches,
+        vec![
+            json!({"query": "records of [REDACTED]", "limit": 5})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_lone_denied_tool_call_becomes_a_refusal_that_stops() {
+    let fixture = fixture(
+        vec![Reply::Json(support::tool_call_completion(
+            None,
+            &[("delete_database", r#"{"confirm": true}"#)],
+        ))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let response = fixture
+        .client
+        .chat()
+        .create(request("Clean up.", json!({})))
+        .await
+        .expect("the guarded call succeeds");
+    let choice = &response.choices[0];
+    assert!(choice.message.tool_calls.is_none());
+    assert_eq!(choice.finish_reason, Some(FinishReason::Stop));
+    let content = choice.message.content.as_deref().unwrap_or_default();
+    assert!(
+        content.contains("denied by policy \"guard_tools\""),
+        "{content}"
+    );
+    Tools::default().run_all(&response);
+}
+
+#[tokio::test]
+async fn denied_tool_fails_the_call_when_asked() {
+    let fixture = fixture(
+        vec![Reply::Json(support::tool_call_completion(
+            None,
+            &[
+                ("search", r#"{"query": "weather"}"#),
+                ("delete_database", r#"{"confirm": true}"#),
+            ],
+        ))],
+        ToolDenial::Fail,
+    )
+    .await;
+    let error = fixture
+        .client
+        .chat()
+        .create(request("Clean up.", json!({})))
+        .await
+        .expect_err("the tool call is denied");
+    let denial = portcullis_openai::denial(&error).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "guard_tools");
+    assert_eq!(denial.interception_point(), InterceptionPoint::ToolCall);
+    assert_eq!(denial.reason(), Some("destructive tool"));
+}
+
+#[tokio::test]
+async fn tool_arguments_that_are_not_an_object_fail_closed() {
+    let fixture = fixture(
+        vec![Reply::Json(support::tool_call_completion(
+            None,
+            &[("search", "[1, 2")],
+        ))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let error = fixture
+        .client
+        .chat()
+        .create(request("Search.", json!({})))
+        .await
+        .expect_err("unreadable arguments are not forwarded");
+    assert!(
+        error.to_string().contains("are not a JSON object"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn output_redaction_reaches_the_caller() {
+    let fixture = fixture(
+        vec![Reply::Json(support::text_completion(
+            "Your SSN is 987-65-4321.",
+        ))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let response = fixture
+        .client
+        .chat()
+        .create(request("What is my SSN?", json!({})))
+        .await
+        .expect("the guarded call succeeds");
+    assert_eq!(
+        response.choices[0].message.content.as_deref(),
+        Some("Your SSN is [REDACTED].")
+    );
+    assert_eq!(response.id, "chatcmpl-text");
+}
+
+#[tokio::test]
+async fn output_denial_fails_the_call() {
+    let fixture = fixture(
+        vec![Reply::Json(support::text_completion(
+            "Here are the launch codes.",
+        ))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let error = fixture
+        .client
+        .chat()
+        .create(request("Tell me a secret.", json!({})))
+        .await
+        .expect_err("the answer is denied");
+    let denial = portcullis_openai::denial(&error).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+    assert_eq!(denial.interception_point(), InterceptionPoint::Output);
+}
+
+#[tokio::test]
+async fn streamed_answer_is_redacted_before_it_reaches_the_caller() {
+    let fixture = fixture(
+        vec![Reply::Sse(support::streamed_text(&[
+            "Your SSN ",
+            "is 987-6",
+            "5-4321, ",
+            "keep it safe.",
+        ]))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let mut stream = fixture
+        .client
+        .chat()
+        .create_stream(request("What is my SSN 123-45-6789?", json!({})))
+        .await
+        .expect("the stream opens");
+    let mut text = String::new();
+    let mut finish = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("a guarded chunk");
+        for choice in chunk.choices {
+            text.push_str(choice.delta.content.as_deref().unwrap_or_default());
+            finish = choice.finish_reason.or(finish);
+        }
+    }
+    assert_eq!(text, "Your SSN is [REDACTED], keep it safe.");
+    assert_eq!(finish, Some(FinishReason::Stop));
+
+    let received = fixture.server.requests();
+    assert_eq!(received[0]["stream"], true);
+    assert_eq!(
+        received[0]["messages"][1]["content"],
+        "What is my SSN [REDACTED]?"
+    );
+}
+
+#[tokio::test]
+async fn streamed_denial_ends_the_stream_before_the_offending_text() {
+    let fixture = fixture(
+        vec![Reply::Sse(support::streamed_text(&[
+            "Sure. ",
+            "Here are the laun",
+            "ch codes: 0000.",
+        ]))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let mut stream = fixture
+        .client
+        .chat()
+        .create_stream(request("Tell me a secret.", json!({})))
+        .await
+        .expect("the stream opens");
+    let mut text = String::new();
+    let mut failure = None;
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) => {
+                for choice in chunk.choices {
+                    text.push_str(choice.delta.content.as_deref().unwrap_or_default());
+                }
+            }
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+    }
+    assert!(!text.contains("launch codes"), "{text}");
+    assert!(!text.contains("0000"), "{text}");
+    // Released text is always a prefix of the cleared text (how much depends on hold-back).
+    assert!("Sure. Here are the ".starts_with(&text), "{text}");
+    let failure = failure.expect("the stream ends with the denial");
+    assert!(
+        failure.to_string().contains("mentions the launch codes"),
+        "{failure}"
+    );
+    let denial = portcullis_openai::denial(&failure).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+    assert_eq!(denial.interception_point(), InterceptionPoint::Output);
+    assert_eq!(denial.reason(), Some("mentions the launch codes"));
+    assert!(stream.next().await.is_none(), "nothing follows the denial");
+}
+
+#[tokio::test]
+async fn streamed_tool_calls_are_assembled_then_evaluated() {
+    use support::chunk;
+    let frames = vec![
+        chunk(json!({"role": "assistant", "content": "Checking."}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                "function": {"name": "search", "arguments": "{\"query\": \"records of 123"}}]}),
+            None,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
+                "function": {"name": "delete_database", "arguments": "{\"confirm\""}}]}),
+            None,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "-45-6789\", \"limit\": 50}"}}]}),
+            None,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 1, "function": {"arguments": ": true}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let fixture = fixture(vec![Reply::Sse(frames)], ToolDenial::Refuse).await;
+    let mut stream = fixture
+        .client
+        .chat()
+        .create_stream(request("Find my records.", json!({})))
+        .await
+        .expect("the stream opens");
+    let mut text = String::new();
+    let mut calls: Vec<(String, String, String)> = Vec::new();
+    let mut finish = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("a guarded chunk");
+        for choice in chunk.choices {
+            text.push_str(choice.delta.content.as_deref().unwrap_or_default());
+            for call in choice.delta.tool_calls.unwrap_or_default() {
+                let function = call.function.unwrap_or_default();
+                calls.push((
+                    call.id.unwrap_or_default(),
+                    function.name.unwrap_or_default(),
+                    function.arguments.unwrap_or_default(),
+                ));
+            }
+            finish = choice.finish_reason.or(finish);
+        }
+    }
+    assert_eq!(calls.len(), 1, "one complete call is released: {calls:?}");
+    assert_eq!(calls[0].0, "call_a");
+    assert_eq!(calls[0].1, "search");
+    let mut tools = Tools::default();
+    tools.dispatch(&calls[0].1, &calls[0].2);
+    assert_eq!(
+        Value::Object(tools.searches.remove(0)),
+        json!({"query": "records of [REDACTED]", "limit": 5})
+    );
+    assert!(text.starts_with("Checking.\n"), "{text}");
+    assert!(text.contains("delete_database"), "{text}");
+    assert_eq!(finish, Some(FinishReason::ToolCalls));
+}
+
+#[tokio::test]
+async fn audit_records_carry_the_request_ids() {
+    let fixture = fixture(
+        vec![Reply::Json(support::tool_call_completion(
+            Some("On it."),
+            &[("search", r#"{"query": "invoices"}"#)],
+        ))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    fixture
+        .client
+        .chat()
+        .create(request(
+            "Find my invoices.",
+            json!({
+                "metadata": { "session_id": "session-42", "agent_id": "billing-bot" },
+                "safety_identifier": "user-7"
+            }),
+        ))
+        .await
+        .expect("the guarded call succeeds");
+    // The request's metadata reaches the server as it was.
+    assert_eq!(
+        fixture.server.requests()[0]["metadata"]["session_id"],
+        "session-42"
+    );
+
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    for point in [
+        InterceptionPoint::Input,
+        InterceptionPoint::ToolCall,
+        InterceptionPoint::Output,
+    ] {
+        assert!(
+            seen.iter().any(|record| record.point == point),
+            "no {point} record in {seen:?}"
+        );
+    }
+    for record in &seen {
+        assert_eq!(record.agent_id, "billing-bot", "{record:?}");
+        assert_eq!(record.session_id, "session-42", "{record:?}");
+        assert_eq!(record.extra["framework"], "async-openai", "{record:?}");
+        assert_eq!(record.extra["model"], "scripted-model", "{record:?}");
+        assert_eq!(record.extra["safety_identifier"], "user-7", "{record:?}");
+        match record.point {
+            InterceptionPoint::ToolCall => {
+                assert_eq!(record.extra["tool_call_id"], "call_0", "{record:?}");
+                assert_eq!(record.extra["response_id"], "chatcmpl-tools", "{record:?}");
+            }
+            InterceptionPoint::Output => {
+                assert_eq!(record.extra["response_id"], "chatcmpl-tools", "{record:?}");
+                assert_eq!(record.extra["choice_index"], 0, "{record:?}");
+            }
+            InterceptionPoint::Input => {}
+        }
+    }
+    assert!(seen.iter().any(|record| record.policy_id == "guard_tools"));
+}
+
+#[tokio::test]
+async fn requests_without_ids_use_the_layer_ids() {
+    let fixture = fixture(
+        vec![Reply::Json(support::text_completion("Hello."))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    fixture
+        .client
+        .chat()
+        .create(request("Hi.", json!({})))
+        .await
+        .expect("the guarded call succeeds");
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    assert!(!seen.is_empty());
+    for record in &seen {
+        assert_eq!(record.agent_id, "test-agent");
+        assert_eq!(record.session_id, "default");
+    }
+}
+
+#[tokio::test]
+async fn each_choice_of_a_crlf_stream_has_its_own_guard() {
+    let event = |index: u32, delta: Value, finish: Option<&str>| {
+        let chunk = json!({
+            "id": "chatcmpl-two",
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": "scripted-model",
+            "choices": [{ "index": index, "delta": delta, "finish_reason": finish }]
+        });
+        format!("event: message\r\ndata: {chunk}\r\n\r\n")
+    };
+    let frames = vec![
+        event(0, json!({"role": "assistant", "content": "A: 111-"}), None),
+        event(1, json!({"role": "assistant", "content": "B: 222-"}), None),
+        event(0, json!({"content": "22-3333."}), None),
+        event(1, json!({"content": "33-4444."}), None),
+        event(0, json!({}), Some("stop")),
+        event(1, json!({}), Some("stop")),
+        "data: [DONE]\r\n\r\n".to_owned(),
+    ];
+    let fixture = fixture(vec![Reply::Sse(frames)], ToolDenial::Refuse).await;
+    let mut stream = fixture
+        .client
+        .chat()
+        .create_stream(request("Two answers.", json!({"n": 2})))
+        .await
+        .expect("the stream opens");
+    let mut texts = [String::new(), String::new()];
+    while let Some(chunk) = stream.next().await {
+        for choice in chunk.expect("a guarded chunk").choices {
+            let text = choice.delta.content.as_deref().unwrap_or_default();
+            texts[choice.index as usize].push_str(text);
+        }
+    }
+    assert_eq!(texts[0], "A: [REDACTED].");
+    assert_eq!(texts[1], "B: [REDACTED].");
+}
+
+#[tokio::test]
+async fn a_denied_streamed_tool_call_can_fail_the_stream() {
+    use support::chunk;
+    let frames = vec![
+        chunk(
+            json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_x", "type": "function",
+                "function": {"name": "delete_database", "arguments": "{\"confirm\": true}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let fixture = fixture(vec![Reply::Sse(frames)], ToolDenial::Fail).await;
+    let mut stream = fixture
+        .client
+        .chat()
+        .create_stream(request("Clean up.", json!({})))
+        .await
+        .expect("the stream opens");
+    let mut failure = None;
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(chunk) => {
+                for choice in chunk.choices {
+                    assert!(choice.delta.tool_calls.is_none(), "{choice:?}");
+                }
+            }
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+    }
+    let failure = failure.expect("the stream ends with the denial");
+    let denial = portcullis_openai::denial(&failure).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "guard_tools");
+    assert_eq!(denial.interception_point(), InterceptionPoint::ToolCall);
+}
+
+#[tokio::test]
+async fn a_refusal_is_output_too() {
+    let mut answer = support::text_completion("");
+    answer["choices"][0]["message"] = json!({
+        "role": "assistant",
+        "content": null,
+        "refusal": "I cannot act on 987-65-4321."
+    });
+    let fixture = fixture(vec![Reply::Json(answer)], ToolDenial::Refuse).await;
+    let response = fixture
+        .client
+        .chat()
+        .create(request("Do it.", json!({})))
+        .await
+        .expect("the guarded call succeeds");
+    assert_eq!(
+        response.choices[0].message.refusal.as_deref(),
+        Some("I cannot act on [REDACTED].")
+    );
+}

@@ -1,0 +1,206 @@
+//! A scripted OpenAI-compatible server on 127.0.0.1, for the tests and the example.
+//!
+//! Each `POST /v1/chat/completions` takes the next scripted reply; every request body is
+//! recorded so a test can check what really reached the server.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A whole JSON chat completion.
+    Json(Value),
+    /// Server-sent events: each string is sent as its own body frame, as written.
+    Sse(Vec<String>),
+}
+
+/// The server; it stops when dropped.
+pub struct ScriptedServer {
+    address: SocketAddr,
+    requests: Arc<Mutex<Vec<Value>>>,
+    task: JoinHandle<()>,
+}
+
+impl ScriptedServer {
+    /// Starts a server on a free port of 127.0.0.1 that answers with `replies`, in order.
+    pub async fn start(replies: Vec<Reply>) -> ScriptedServer {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
+        let address = listener.local_addr().expect("local address");
+        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&requests);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let replies = Arc::clone(&replies);
+                let recorded = Arc::clone(&recorded);
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        answer(request, Arc::clone(&replies), Arc::clone(&recorded))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        ScriptedServer {
+            address,
+            requests,
+            task,
+        }
+    }
+
+    /// The base URL to give the client (`http://127.0.0.1:PORT/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.address)
+    }
+
+    /// The JSON bodies received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().expect("requests lock").clone()
+    }
+}
+
+impl Drop for ScriptedServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn answer(
+    request: Request<Incoming>,
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    recorded: Arc<Mutex<Vec<Value>>>,
+) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
+    let path = request.uri().path().to_owned();
+    let body = match request.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    recorded.lock().expect("requests lock").push(body);
+    let reply = if path.ends_with("/chat/completions") {
+        replies.lock().expect("replies lock").pop_front()
+    } else {
+        None
+    };
+    let response = match reply {
+        Some(Reply::Json(value)) => Response::builder()
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(value.to_string())).boxed()),
+        Some(Reply::Sse(frames)) => {
+            let frames = frames
+                .into_iter()
+                .map(|frame| Ok::<_, Infallible>(Frame::data(Bytes::from(frame))));
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+                    frames,
+                ))))
+        }
+        None => Response::builder()
+            .status(500)
+            .header("content-type", "application/json")
+            .body(
+                Full::new(Bytes::from(
+                    json!({"error": {"message": "no scripted reply left", "type": "test"}})
+                        .to_string(),
+                ))
+                .boxed(),
+            ),
+    };
+    Ok(response.expect("a valid response"))
+}
+
+/// A chat completion whose only choice says `content`.
+pub fn text_completion(content: &str) -> Value {
+    json!({
+        "id": "chatcmpl-text",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "scripted-model",
+        "choices": [{
+            "index": 0,
+            "message": { "role": "assistant", "content": content },
+            "finish_reason": "stop"
+        }],
+        "usage": { "prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12 }
+    })
+}
+
+/// A chat completion whose only choice calls `tools` (name, JSON arguments string).
+pub fn tool_call_completion(content: Option<&str>, tools: &[(&str, &str)]) -> Value {
+    let calls: Vec<Value> = tools
+        .iter()
+        .enumerate()
+        .map(|(index, (name, arguments))| {
+            json!({
+                "id": format!("call_{index}"),
+                "type": "function",
+                "function": { "name": name, "arguments": arguments }
+            })
+        })
+        .collect();
+    json!({
+        "id": "chatcmpl-tools",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "scripted-model",
+        "choices": [{
+            "index": 0,
+            "message": { "role": "assistant", "content": content, "tool_calls": calls },
+            "finish_reason": "tool_calls"
+        }]
+    })
+}
+
+/// One SSE event carrying a chunk with `delta` and `finish_reason` for choice 0.
+pub fn chunk(delta: Value, finish_reason: Option<&str>) -> String {
+    let chunk = json!({
+        "id": "chatcmpl-stream",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "scripted-model",
+        "choices": [{ "index": 0, "delta": delta, "finish_reason": finish_reason }]
+    });
+    format!("data: {chunk}\n\n")
+}
+
+/// The SSE frames of a streamed text answer, one delta per piece, then `[DONE]`.
+///
+/// Each event is split in two frames, so the guard has to put events back together.
+pub fn streamed_text(pieces: &[&str]) -> Vec<String> {
+    let mut frames = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+    for piece in pieces {
+        let event = chunk(json!({ "content": piece }), None);
+        let middle = event.len() / 2;
+        let middle = (middle..event.len())
+            .find(|&at| event.is_char_boundary(at))
+            .unwrap_or(event.len());
+        frames.push(event[..middle].to_owned());
+        frames.push(event[middle..].to_owned());
+    }
+    frames.push(chunk(json!({}), Some("stop")));
+    frames.push("data: [DONE]\n\n".to_owned());
+    frames
+}

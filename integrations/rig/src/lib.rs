@@ -1,0 +1,473 @@
+//! Portcullis for [rig] agents: an [`AgentHook`] that applies a [`PolicyEngine`] to every
+//! run of a `rig-agent` agent.
+//!
+//! Add [`PortcullisHook`] to an agent (`AgentBuilder::add_hook`) and every run is guarded:
+//!
+//! - **input policies** run before the run starts, on the history and the prompt (a
+//!   redaction rewrites the prompt the run records), and again before each completion call,
+//!   on the whole request the model receives (system text, user text, tool results, earlier
+//!   assistant text): redactions and transformations patch that request, a denial stops the
+//!   run before the provider is called;
+//! - **tool-call policies** run before each tool dispatch: redactions and transformations
+//!   patch the arguments the tool receives (and the later requests of the run show the model
+//!   the arguments that ran, not the ones it asked for); a denial either skips the tool, so
+//!   the model reads a tool result saying it was denied ([`ToolDenial::Skip`], the default),
+//!   or ends the run ([`ToolDenial::EndRun`]);
+//! - **output policies** run on each model turn, on each text block of the completion:
+//!   redactions reach the caller and the history, a denial ends the run. rig cannot replace
+//!   a turn that also calls tools, so when an output policy changes the text of such a turn
+//!   the run ends rather than keep the unchanged text.
+//!
+//! A run stopped by a denial fails with `PromptError::Cancelled`; [`denial`] reads the
+//! [`PolicyDenialError`] back from it. A policy that cannot be evaluated (with
+//! `on_error: deny`) ends the run the same way.
+//!
+//! The input check runs twice on the first request (before the run, on the prompt the run
+//! records, and at the completion call, on everything the model receives), so its audit
+//! records appear twice for that turn.
+//!
+//! Streamed runs (`stream_prompt`) call the same hooks, but rig streams text deltas before
+//! the turn is complete and hooks can only observe deltas: output policies see the finished
+//! turn. Use awaited runs when answers must be redacted before anyone reads them (this
+//! crate's tests cover awaited runs).
+//!
+//! # From rig to the policy contexts
+//!
+//! | Policy context | Taken from |
+//! |---|---|
+//! | `InputContext.messages[]` | each text of the request's `chat_history` (the prompt is its last message): `System` is `system`; user `Text` and the text of `ToolResult`s are `user`; assistant `Text` is `assistant` |
+//! | `ToolCallContext.tool_name` | the dispatched `EffectKind::ToolCall` `name` |
+//! | `ToolCallContext.arguments` | its `args`, parsed as a JSON object |
+//! | `ToolCallContext.calling_message` | the text of the model turn that made the call |
+//! | `OutputContext.response` | each `AssistantContent::Text` of the completion |
+//! | `metadata.agent_id` | [`PortcullisHook::agent_id`], else the agent's name (`AgentBuilder::name`), else `rig-agent` |
+//! | `metadata.session_id` | [`PortcullisHook::session_id`], else the run id |
+//! | `metadata.extra` | `framework: "rig"`, `run_id`, `turn`; for tool calls `call_id` |
+//!
+//! # Example
+//!
+//! ```
+//! use portcullis_engine::{PolicyEngine, PolicySet};
+//! use portcullis_rig::{PortcullisHook, ToolDenial};
+//!
+//! let engine = PolicyEngine::builder().policy_set(PolicySet::builder().build()).build();
+//! let hook = PortcullisHook::new(engine)
+//!     .session_id("support-42")
+//!     .on_tool_denial(ToolDenial::Skip);
+//! // AgentBuilder::new(model).add_hook(hook).build()
+//! # drop(hook);
+//! ```
+//!
+//! The crate's tests and the `rig_agent` example run a real agent against a scripted
+//! OpenAI-compatible server on 127.0.0.1.
+//!
+//! [rig]: https://docs.rs/rig-agent
+
+use std::sync::Arc;
+
+use portcullis_engine::{
+    EngineError, InputContext, InterceptionPoint, Message, Metadata, OutputContext,
+    PolicyDenialError, PolicyEngine, Role, ToolCallContext,
+};
+use rig_agent::agent::{
+    DispatchAction, DispatchEvent, OutcomeAction, OutcomeEvent, RunStart, RunStartAction,
+};
+use rig_agent::{AgentHook, HookContext};
+use rig_core::effect::{EffectKind, Outcome};
+use rig_core::error::{ErrorKind, ErrorReport};
+use rig_core::message::{AssistantContent, Message as RigMessage, ToolResultContent, UserContent};
+use serde_json::{Map, Value, json};
+
+/// The rig crates this crate was built against, for applications that want the same ones.
+pub use {rig_agent, rig_core};
+
+/// What happens when a tool-call policy denies a call the model made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolDenial {
+    /// Skip the tool: it never runs, and the model reads a tool result saying the call was
+    /// denied, and why (the default).
+    #[default]
+    Skip,
+    /// End the run with the denial (see [`denial`]).
+    EndRun,
+}
+
+/// The agent hook that guards rig runs; see the [crate docs](crate).
+#[derive(Debug, Clone)]
+pub struct PortcullisHook {
+    engine: Arc<PolicyEngine>,
+    agent_id: Option<String>,
+    session_id: Option<String>,
+    tool_denial: ToolDenial,
+}
+
+/// The text of the model turn being executed, for the tool calls it made.
+#[derive(Debug, Clone, Default)]
+struct TurnText(String);
+
+/// The arguments tool-call policies patched in this run, by call id: later requests show the
+/// model the arguments that ran, not the ones it asked for.
+#[derive(Debug, Clone, Default)]
+struct PatchedCalls(Vec<(String, Map<String, Value>)>);
+
+/// How a denial is written into the reason of a cancelled run.
+const DENIAL_PREFIX: &str = "portcullis denial: ";
+
+impl PortcullisHook {
+    /// A hook that evaluates with `engine`.
+    pub fn new(engine: impl Into<Arc<PolicyEngine>>) -> Self {
+        PortcullisHook {
+            engine: engine.into(),
+            agent_id: None,
+            session_id: None,
+            tool_denial: ToolDenial::Skip,
+        }
+    }
+
+    /// The agent id of every run (default: the agent's name, else `rig-agent`).
+    pub fn agent_id(mut self, agent_id: impl Into<String>) -> Self {
+        self.agent_id = Some(agent_id.into());
+        self
+    }
+
+    /// The session id of every run (default: the run id).
+    pub fn session_id(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// What a tool-call denial does (default [`ToolDenial::Skip`]).
+    pub fn on_tool_denial(mut self, tool_denial: ToolDenial) -> Self {
+        self.tool_denial = tool_denial;
+        self
+    }
+
+    fn metadata(&self, ctx: &HookContext, turn: usize) -> Metadata {
+        let run_id = ctx.run_id().to_string();
+        let agent_id = self
+            .agent_id
+            .as_deref()
+            .or(ctx.agent_name())
+            .unwrap_or("rig-agent");
+        let session_id = self.session_id.as_deref().unwrap_or(&run_id);
+        Metadata::new(agent_id, session_id)
+            .with_extra("framework", "rig")
+            .with_extra("run_id", run_id.as_str())
+            .with_extra("turn", turn)
+    }
+
+    /// Runs the input policies on `history`; returns the new texts when a policy changed
+    /// them.
+    async fn evaluate_history(
+        &self,
+        metadata: Metadata,
+        history: &mut [RigMessage],
+    ) -> Result<bool, String> {
+        let mut slots = text_slots(history);
+        let messages = slots
+            .iter()
+            .map(|(role, text)| Message::new(*role, text.as_str()))
+            .collect();
+        let context = InputContext::new(messages, metadata);
+        let evaluation = self
+            .engine
+            .evaluate_input(&context)
+            .await
+            .map_err(stop_reason)?;
+        if !evaluation.is_modified() {
+            return Ok(false);
+        }
+        let evaluated = evaluation.into_context().messages;
+        if evaluated.len() != slots.len() {
+            return Err(format!(
+                "portcullis: an input policy turned {} messages into {}; the rig integration can rewrite message text but not add or remove messages",
+                slots.len(),
+                evaluated.len()
+            ));
+        }
+        for ((_, text), message) in slots.iter_mut().zip(evaluated) {
+            **text = message.content;
+        }
+        Ok(true)
+    }
+
+    async fn guard_tool_call(
+        &self,
+        ctx: &HookContext,
+        event: &DispatchEvent<'_>,
+    ) -> DispatchAction {
+        let (Some(name), Some(raw)) = (event.tool_name(), event.tool_args()) else {
+            return DispatchAction::proceed();
+        };
+        let arguments = match parse_arguments(raw) {
+            Ok(arguments) => arguments,
+            Err(problem) => {
+                return DispatchAction::skip(format!(
+                    "portcullis: the arguments of the call to tool \"{name}\" are not a JSON object ({problem}); the tool did not run"
+                ));
+            }
+        };
+        let mut metadata = self.metadata(ctx, event.turn);
+        if let Some(call_id) = event.call_id {
+            metadata
+                .extra
+                .insert("call_id".to_owned(), Value::from(call_id.to_string()));
+        }
+        let calling = ctx.scratchpad().get::<TurnText>().unwrap_or_default();
+        let context =
+            ToolCallContext::new(name, arguments, Message::assistant(calling.0), metadata);
+        match self.engine.evaluate_tool_call(&context).await {
+            Ok(evaluation) if evaluation.is_modified() => {
+                let arguments = evaluation.into_context().arguments;
+                if let Some(call_id) = event.call_id {
+                    let call_id = call_id.to_string();
+                    ctx.scratchpad().update(|patched: &mut PatchedCalls| {
+                        patched.0.push((call_id, arguments.clone()));
+                    });
+                }
+                DispatchAction::rewrite_tool_args(event.kind, Value::Object(arguments))
+            }
+            Ok(_) => DispatchAction::proceed(),
+            Err(EngineError::Denied(denial)) if self.tool_denial == ToolDenial::Skip => {
+                let reason = denial
+                    .reason()
+                    .unwrap_or(portcullis_engine::error::DENIED_WITHOUT_REASON);
+                DispatchAction::skip(format!(
+                    "The call to tool \"{name}\" was denied by policy \"{}\": {reason}. The tool did not run.",
+                    denial.policy_id()
+                ))
+            }
+            Err(error) => DispatchAction::stop(stop_reason(error)),
+        }
+    }
+
+    async fn guard_completion(
+        &self,
+        ctx: &HookContext,
+        event: &DispatchEvent<'_>,
+    ) -> DispatchAction {
+        let EffectKind::Completion { request, stream } = event.kind else {
+            return DispatchAction::proceed();
+        };
+        let mut request = request.clone();
+        let patched_calls = ctx
+            .scratchpad()
+            .get::<PatchedCalls>()
+            .is_some_and(|patched| patch_history(&mut request.chat_history, &patched));
+        let metadata = self.metadata(ctx, event.turn);
+        match self
+            .evaluate_history(metadata, &mut request.chat_history)
+            .await
+        {
+            Ok(changed) if changed || patched_calls => {
+                DispatchAction::patch(EffectKind::Completion {
+                    request,
+                    stream: *stream,
+                })
+            }
+            Ok(_) => DispatchAction::proceed(),
+            Err(reason) => DispatchAction::deny(ErrorReport::new(ErrorKind::Cancelled, reason)),
+        }
+    }
+}
+
+impl AgentHook for PortcullisHook {
+    fn name(&self) -> Option<String> {
+        Some(format!("portcullis(tool_denial={:?})", self.tool_denial))
+    }
+
+    async fn on_run_start(&self, ctx: &HookContext, event: RunStart<'_>) -> RunStartAction {
+        let mut messages: Vec<RigMessage> = event.history.to_vec();
+        messages.push(event.prompt.clone());
+        match self
+            .evaluate_history(self.metadata(ctx, 0), &mut messages)
+            .await
+        {
+            Ok(true) => match messages.pop() {
+                Some(prompt) if prompt != *event.prompt => RunStartAction::rewrite(prompt),
+                _ => RunStartAction::continue_run(),
+            },
+            Ok(false) => RunStartAction::continue_run(),
+            Err(reason) => RunStartAction::stop(reason),
+        }
+    }
+
+    async fn on_dispatch(&self, ctx: &HookContext, event: DispatchEvent<'_>) -> DispatchAction {
+        match event.kind {
+            EffectKind::ToolCall { .. } => self.guard_tool_call(ctx, &event).await,
+            EffectKind::Completion { .. } => self.guard_completion(ctx, &event).await,
+            _ => DispatchAction::proceed(),
+        }
+    }
+
+    async fn on_outcome(&self, ctx: &HookContext, event: OutcomeEvent<'_>) -> OutcomeAction {
+        let Ok(Outcome::Completion(response)) = event.outcome else {
+            return OutcomeAction::proceed();
+        };
+        let metadata = self.metadata(ctx, event.turn);
+        let mut response = response.clone();
+        let mut changed = false;
+        let mut turn_text = String::new();
+        for content in &mut response.choice {
+            let AssistantContent::Text(text) = content else {
+                continue;
+            };
+            let context =
+                OutputContext::new(Message::assistant(text.text.as_str()), metadata.clone());
+            match self.engine.evaluate_output(&context).await {
+                Ok(evaluation) => {
+                    let content = &evaluation.context().response.content;
+                    if *content != text.text {
+                        text.text.clone_from(content);
+                        changed = true;
+                    }
+                }
+                Err(error) => return OutcomeAction::stop(stop_reason(error)),
+            }
+            if !turn_text.is_empty() {
+                turn_text.push('\n');
+            }
+            turn_text.push_str(&text.text);
+        }
+        ctx.scratchpad().insert(TurnText(turn_text));
+        let calls_tools = response
+            .choice
+            .iter()
+            .any(|content| matches!(content, AssistantContent::ToolCall(_)));
+        if changed && calls_tools {
+            // rig cannot replace a turn that calls tools; forwarding the unredacted text
+            // would let it reach the history, so the run ends instead.
+            return OutcomeAction::stop(
+                "portcullis: an output policy changed the text of a model turn that calls tools, and rig cannot replace such a turn; the run was stopped so the unredacted text is not kept",
+            );
+        }
+        if changed {
+            OutcomeAction::replace(Ok(Outcome::Completion(response)))
+        } else {
+            OutcomeAction::proceed()
+        }
+    }
+}
+
+/// Every text of `history` the policies see, with its role, in order.
+fn text_slots(history: &mut [RigMessage]) -> Vec<(Role, &mut String)> {
+    let mut slots = Vec::new();
+    for message in history {
+        match message {
+            RigMessage::System { content } => slots.push((Role::System, content)),
+            RigMessage::User { content } => {
+                for item in content {
+                    match item {
+                        UserContent::Text(text) => slots.push((Role::User, &mut text.text)),
+                        UserContent::ToolResult(result) => {
+                            for part in &mut result.content {
+                                if let ToolResultContent::Text(text) = part {
+                                    slots.push((Role::User, &mut text.text));
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            RigMessage::Assistant(turn) => {
+                for item in &mut turn.content {
+                    if let AssistantContent::Text(text) = item {
+                        slots.push((Role::Assistant, &mut text.text));
+                    }
+                }
+            }
+        }
+    }
+    slots
+}
+
+/// Puts the patched arguments into the calls of `history`; `true` when any changed.
+fn patch_history(history: &mut [RigMessage], patched: &PatchedCalls) -> bool {
+    let mut changed = false;
+    for message in history {
+        let RigMessage::Assistant(turn) = message else {
+            continue;
+        };
+        for item in &mut turn.content {
+            let AssistantContent::ToolCall(call) = item else {
+                continue;
+            };
+            let id = call.id.to_string();
+            if let Some((_, arguments)) = patched.0.iter().rev().find(|(call_id, _)| *call_id == id)
+                && call.function.arguments != *arguments
+            {
+                call.function.arguments.clone_from(arguments);
+                // The provider's own copy of the call would replay the old arguments.
+                call.native = None;
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
+    if raw.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(arguments)) => Ok(arguments),
+        Ok(_) => Err("they are JSON, but not an object".to_owned()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// The reason a run stops with: the denial, in a form [`denial`] reads back, or the error.
+fn stop_reason(error: EngineError) -> String {
+    match error {
+        EngineError::Denied(denial) => {
+            let details = json!({
+                "policy_id": denial.policy_id(),
+                "interception_point": denial.interception_point(),
+                "reason": denial.reason(),
+            });
+            format!("{DENIAL_PREFIX}{details}")
+        }
+        EngineError::Evaluation(error) => format!(
+            "portcullis: policy \"{}\" could not be evaluated: {}",
+            error.policy_id(),
+            error.cause_chain()
+        ),
+    }
+}
+
+/// The policy denial that ended a run, if one did.
+///
+/// ```
+/// use portcullis_engine::InterceptionPoint;
+/// use rig_agent::run::PromptError;
+///
+/// let reason = r#"portcullis denial: {"policy_id":"no_secrets","interception_point":"input","reason":"asks for secrets"}"#;
+/// let error = PromptError::cancelled(Vec::new(), reason);
+/// let denial = portcullis_rig::denial(&error).expect("a denial");
+/// assert_eq!(denial.policy_id(), "no_secrets");
+/// assert_eq!(denial.interception_point(), InterceptionPoint::Input);
+/// assert_eq!(denial.reason(), Some("asks for secrets"));
+/// ```
+pub fn denial(error: &rig_agent::run::PromptError) -> Option<PolicyDenialError> {
+    use rig_agent::run::PromptError;
+    let text = match error {
+        PromptError::Cancelled { reason, .. } => reason.as_str(),
+        PromptError::Report(report) => report.message.as_str(),
+        _ => return None,
+    };
+    let start = text.find(DENIAL_PREFIX)? + DENIAL_PREFIX.len();
+    let details: Value = serde_json::Deserializer::from_str(&text[start..])
+        .into_iter::<Value>()
+        .next()?
+        .ok()?;
+    let policy_id = details.get("policy_id")?.as_str()?;
+    let point: InterceptionPoint =
+        serde_json::from_value(details.get("interception_point")?.clone()).ok()?;
+    let reason = details
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some(PolicyDenialError::new(policy_id, point, reason))
+}

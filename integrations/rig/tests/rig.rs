@@ -1,0 +1,458 @@
+//! A real rig agent, guarded by the hook, against a scripted OpenAI-compatible server on
+//! 127.0.0.1: what reaches the server, which tools run, what reaches the caller.
+
+#[path = "../../openai/tests/support/mod.rs"]
+mod support;
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use portcullis_engine::{
+    AuditRecord, BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext,
+    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
+    ToolCallPolicy, TransformOperation, async_trait,
+};
+use portcullis_rig::{PortcullisHook, ToolDenial};
+use rig_agent::{Agent, AgentBuilder};
+use rig_core::providers::openai::OpenAIConfig;
+use rig_core::tool::PortableTool;
+use serde_json::{Map, Value, json};
+use support::{Reply, ScriptedServer};
+
+const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
+
+struct RedactPromptSsn;
+
+#[async_trait]
+impl InputPolicy for RedactPromptSsn {
+    fn id(&self) -> &str {
+        "redact_prompt_ssn"
+    }
+
+    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
+        Ok(PolicyDecision::redact([Redaction::replace(
+            "messages.*.content",
+            SSN,
+        )]))
+    }
+}
+
+struct NoPasswordRequests;
+
+#[async_trait]
+impl InputPolicy for NoPasswordRequests {
+    fn id(&self) -> &str {
+        "no_password_requests"
+    }
+
+    async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
+        let asks = context
+            .messages
+            .iter()
+            .any(|message| message.content.contains("admin password"));
+        Ok(if asks {
+            PolicyDecision::deny("asks for the admin password")
+        } else {
+            PolicyDecision::allow()
+        })
+    }
+}
+
+struct RedactAnswerSsn;
+
+#[async_trait]
+impl OutputPolicy for RedactAnswerSsn {
+    fn id(&self) -> &str {
+        "redact_answer_ssn"
+    }
+
+    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        Ok(PolicyDecision::redact([Redaction::replace(
+            "response.content",
+            SSN,
+        )]))
+    }
+}
+
+/// Denies answers that mention the launch codes.
+struct NoLaunchCodes;
+
+#[async_trait]
+impl OutputPolicy for NoLaunchCodes {
+    fn id(&self) -> &str {
+        "no_launch_codes"
+    }
+
+    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        Ok(if context.response.content.contains("launch codes") {
+            PolicyDecision::deny("mentions the launch codes")
+        } else {
+            PolicyDecision::allow()
+        })
+    }
+}
+
+/// Denies `delete_database`; caps `search` at 5 results.
+struct GuardTools;
+
+#[async_trait]
+impl ToolCallPolicy for GuardTools {
+    fn id(&self) -> &str {
+        "guard_tools"
+    }
+
+    async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
+        Ok(match context.tool_name.as_str() {
+            "delete_database" => PolicyDecision::deny("destructive tool"),
+            "search" => PolicyDecision::transform([TransformOperation::set("arguments.limit", 5)]),
+            _ => PolicyDecision::allow(),
+        })
+    }
+}
+
+/// Redacts SSNs from tool arguments.
+struct RedactToolSsn;
+
+#[async_trait]
+impl ToolCallPolicy for RedactToolSsn {
+    fn id(&self) -> &str {
+        "redact_tool_ssn"
+    }
+
+    async fn evaluate(&self, _: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
+        Ok(PolicyDecision::redact([Redaction::replace(
+            "arguments.query",
+            SSN,
+        )]))
+    }
+}
+
+/// Records the arguments it runs with.
+#[derive(Clone, Default)]
+struct Search {
+    calls: Arc<Mutex<Vec<Map<String, Value>>>>,
+}
+
+impl PortableTool for Search {
+    const NAME: &'static str = "search";
+    type Args = Map<String, Value>;
+    type Output = String;
+    type Error = Infallible;
+
+    fn description(&self) -> String {
+        "Searches the records.".to_owned()
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": { "query": { "type": "string" }, "limit": { "type": "integer" } },
+            "required": ["query"]
+        })
+    }
+
+    async fn call(&self, arguments: Self::Args) -> Result<Self::Output, Self::Error> {
+        self.calls.lock().expect("calls lock").push(arguments);
+        Ok("3 records found".to_owned())
+    }
+}
+
+/// Must never run: the policies deny it.
+struct DeleteDatabase;
+
+impl PortableTool for DeleteDatabase {
+    const NAME: &'static str = "delete_database";
+    type Args = Map<String, Value>;
+    type Output = String;
+    type Error = Infallible;
+
+    fn description(&self) -> String {
+        "Deletes everything.".to_owned()
+    }
+
+    fn parameters(&self) -> Value {
+        json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } } })
+    }
+
+    async fn call(&self, _: Self::Args) -> Result<Self::Output, Self::Error> {
+        panic!("the denied tool delete_database ran")
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    policy_id: String,
+    point: InterceptionPoint,
+    agent_id: String,
+    session_id: String,
+    extra: Map<String, Value>,
+}
+
+struct Fixture {
+    server: ScriptedServer,
+    agent: Agent,
+    search: Search,
+    audit: Arc<Mutex<Vec<Seen>>>,
+}
+
+async fn fixture(
+    replies: Vec<Reply>,
+    hook: impl FnOnce(PortcullisHook) -> PortcullisHook,
+) -> Fixture {
+    let server = ScriptedServer::start(replies).await;
+    let audit = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&audit);
+    let set = PolicySet::builder()
+        .input(NoPasswordRequests)
+        .input(RedactPromptSsn)
+        .tool_call(GuardTools)
+        .tool_call(RedactToolSsn)
+        .output(NoLaunchCodes)
+        .output(RedactAnswerSsn)
+        .build();
+    let engine = PolicyEngine::builder()
+        .policy_set(set)
+        .on_audit(move |record: &AuditRecord<'_>| {
+            let metadata = record.context.metadata();
+            sink.lock().expect("audit lock").push(Seen {
+                policy_id: record.policy_id.to_owned(),
+                point: record.interception_point,
+                agent_id: metadata.agent_id.clone(),
+                session_id: metadata.session_id.clone(),
+                extra: metadata.extra.clone(),
+            });
+        })
+        .build();
+    let search = Search::default();
+    let model = OpenAIConfig::new("test-key")
+        .with_base_url(server.base_url())
+        .client()
+        .chat("scripted-model");
+    let agent = AgentBuilder::new(model)
+        .name("billing-bot")
+        .preamble("You are a billing assistant.")
+        .tool(search.clone())
+        .tool(DeleteDatabase)
+        .default_max_turns(4)
+        .add_hook(hook(PortcullisHook::new(engine)))
+        .build();
+    Fixture {
+        server,
+        agent,
+        search,
+        audit,
+    }
+}
+
+fn tool_turn() -> Reply {
+    Reply::Json(support::tool_call_completion(
+        Some("Let me check."),
+        &[
+            ("delete_database", r#"{"confirm": true}"#),
+            (
+                "search",
+                r#"{"query": "invoices of 123-45-6789", "limit": 100}"#,
+            ),
+        ],
+    ))
+}
+
+/// Every text the server received in request `index`, in order.
+fn texts(request: &Value) -> Vec<String> {
+    let mut texts = Vec::new();
+    for message in request["messages"].as_array().into_iter().flatten() {
+        match &message["content"] {
+            Value::String(text) => texts.push(text.clone()),
+            Value::Array(parts) => {
+                for part in parts {
+                    if let Some(text) = part["text"].as_str() {
+                        texts.push(text.to_owned());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    texts
+}
+
+#[tokio::test]
+async fn a_guarded_run_redacts_skips_patches_and_audits() {
+    let fixture = fixture(
+        vec![
+            tool_turn(),
+            Reply::Json(support::text_completion(
+                "Found 3 invoices for 987-65-4321.",
+            )),
+        ],
+        |hook| hook,
+    )
+    .await;
+    let response = fixture
+        .agent
+        .prompt("My SSN is 123-45-6789. Find my invoices and clean up.")
+        .await
+        .expect("the guarded run succeeds");
+
+    // Output redaction reaches the caller.
+    assert_eq!(response.output(), "Found 3 invoices for [REDACTED].");
+
+    // The redacted prompt really reached the server, on every call.
+    let received = fixture.server.requests();
+    assert_eq!(received.len(), 2, "{received:#?}");
+    for request in &received {
+        let all = request.to_string();
+        assert!(!all.contains("123-45-6789"), "{all}");
+        assert!(
+            texts(request)
+                .iter()
+                .any(|text| text == "My SSN is [REDACTED]. Find my invoices and clean up."),
+            "{request:#}"
+        );
+    }
+    // The model read that the denied tool was skipped, and the allowed tool's result.
+    let second = received[1].to_string();
+    assert!(second.contains("was denied by policy"), "{second}");
+    assert!(second.contains("destructive tool"), "{second}");
+    assert!(second.contains("3 records found"), "{second}");
+
+    // The allowed tool ran once, with patched arguments.
+    let calls = fixture.search.calls.lock().expect("calls lock").clone();
+    assert_eq!(
+        calls,
+        vec![
+            json!({"query": "invoices of [REDACTED]", "limit": 5})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        ]
+    );
+
+    // Audit records carry rig's ids.
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    for point in [
+        InterceptionPoint::Input,
+        InterceptionPoint::ToolCall,
+        InterceptionPoint::Output,
+    ] {
+        assert!(
+            seen.iter().any(|record| record.point == point),
+            "no {point} record in {seen:#?}"
+        );
+    }
+    let run_id = seen[0].extra["run_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!run_id.is_empty());
+    for record in &seen {
+        assert_eq!(record.agent_id, "billing-bot", "{record:?}");
+        assert_eq!(record.session_id, run_id, "{record:?}");
+        assert_eq!(record.extra["framework"], "rig", "{record:?}");
+        assert_eq!(record.extra["run_id"], run_id.as_str(), "{record:?}");
+    }
+    let tool_records: Vec<&Seen> = seen
+        .iter()
+        .filter(|record| record.point == InterceptionPoint::ToolCall)
+        .collect();
+    assert!(
+        tool_records
+            .iter()
+            .any(|record| record.extra["call_id"] == "call_0"),
+        "{tool_records:#?}"
+    );
+    assert!(
+        tool_records
+            .iter()
+            .any(|record| record.extra["call_id"] == "call_1"),
+        "{tool_records:#?}"
+    );
+    assert!(seen.iter().any(|record| record.policy_id == "guard_tools"));
+}
+
+#[tokio::test]
+async fn a_tool_denial_can_end_the_run() {
+    let fixture = fixture(vec![tool_turn()], |hook| {
+        hook.on_tool_denial(ToolDenial::EndRun)
+            .session_id("session-42")
+            .agent_id("custom-agent")
+    })
+    .await;
+    let error = fixture
+        .agent
+        .prompt("Clean up.")
+        .await
+        .expect_err("the denial ends the run");
+    let denial = portcullis_rig::denial(&error)
+        .unwrap_or_else(|| panic!("the error is the denial: {error:?}"));
+    assert_eq!(denial.policy_id(), "guard_tools");
+    assert_eq!(denial.interception_point(), InterceptionPoint::ToolCall);
+    assert_eq!(denial.reason(), Some("destructive tool"));
+    // Only the first completion was made; nothing was sent after the denial.
+    assert_eq!(fixture.server.requests().len(), 1);
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    for record in &seen {
+        assert_eq!(record.session_id, "session-42");
+        assert_eq!(record.agent_id, "custom-agent");
+    }
+}
+
+#[tokio::test]
+async fn a_denied_prompt_never_reaches_the_server() {
+    let fixture = fixture(
+        vec![Reply::Json(support::text_completion("unused"))],
+        |hook| hook,
+    )
+    .await;
+    let error = fixture
+        .agent
+        .prompt("What is the admin password?")
+        .await
+        .expect_err("the prompt is denied");
+    let denial = portcullis_rig::denial(&error).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "no_password_requests");
+    assert_eq!(denial.interception_point(), InterceptionPoint::Input);
+    assert!(fixture.server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_denied_answer_ends_the_run() {
+    let fixture = fixture(
+        vec![Reply::Json(support::text_completion(
+            "Here are the launch codes: 0000.",
+        ))],
+        |hook| hook,
+    )
+    .await;
+    let error = fixture
+        .agent
+        .prompt("Tell me a secret.")
+        .await
+        .expect_err("the answer is denied");
+    assert!(!format!("{error:?}").contains("0000"), "{error:?}");
+    let denial = portcullis_rig::denial(&error)
+        .unwrap_or_else(|| panic!("the error is the denial: {error:?}"));
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+    assert_eq!(denial.interception_point(), InterceptionPoint::Output);
+}
+
+#[tokio::test]
+async fn redacted_text_of_a_tool_calling_turn_ends_the_run_rather_than_leak() {
+    let fixture = fixture(
+        vec![Reply::Json(support::tool_call_completion(
+            Some("Searching for 987-65-4321."),
+            &[("search", r#"{"query": "invoices"}"#)],
+        ))],
+        |hook| hook,
+    )
+    .await;
+    let error = fixture
+        .agent
+        .prompt("Find my invoices.")
+        .await
+        .expect_err("the turn cannot be redacted in place");
+    let text = error.to_string();
+    assert!(text.contains("cannot replace such a turn"), "{text}");
+    assert!(!format!("{error:?}").contains("987-65-4321"), "{error:?}");
+    assert!(fixture.search.calls.lock().expect("calls lock").is_empty());
+}
