@@ -2,71 +2,45 @@
 //!
 //! The "model" is scripted: it answers the user's question by asking for a tool, then writes
 //! an answer from the tool's result. The engine checks the input before the model sees it,
-//! the tool call before the tool runs, and the answer before the user sees it, and every
-//! decision is printed as an audit record.
+//! the tool call before the tool runs, and the answer before the user sees it; every decision
+//! is printed as an audit record.
 //!
-//! Run it with `cargo run --example quickstart`.
+//! The policies show the three ways to write one: plain Rust functions (`#[tool_call_policy]`,
+//! `#[output_policy]`), a JSON rule compiled into Rust at build time (`dsl_policy!`), and a JSON
+//! rule loaded at run time (`DslInputPolicy`). With the `rego` feature, and the OPA fixtures
+//! beside the checkout, the same tool calls also go through an OPA-compiled WebAssembly bundle.
+//! With the `otel` feature, every decision is also printed as an OpenTelemetry span.
+//!
+//! Run it with `cargo run --example quickstart`
+//! (or `cargo run --example quickstart --features rego,otel`).
 
+use portcullis::dsl::DslInputPolicy;
 use portcullis::{
-    AuditRecord, BoxError, EngineError, InputContext, InputPolicy, Message, Metadata,
-    OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction,
-    ToolCallContext, ToolCallPolicy, TransformOperation, async_trait,
+    AuditRecord, EngineError, InputContext, Message, Metadata, OutputContext, PolicyDecision,
+    PolicyEngine, ToolCallContext, TransformOperation, dsl_policy, output_policy, policy_set,
+    tool_call_policy,
 };
 use serde_json::{Map, Value, json};
 
-/// Replaces US social security numbers in every message before it reaches the model.
-struct RedactSsn;
-
-#[async_trait]
-impl InputPolicy for RedactSsn {
-    fn id(&self) -> &str {
-        "redact_ssn"
-    }
-
-    async fn evaluate(&self, _context: &InputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "messages.*.content",
-            r"\b\d{3}-\d{2}-\d{4}\b",
-        )
-        .with_replacement("[SSN]")]))
+/// Lets the model call only approved tools, and caps the results of a web search.
+#[tool_call_policy]
+async fn approved_tools(context: &ToolCallContext) -> PolicyDecision {
+    match context.tool_name.as_str() {
+        "web_search" => {
+            PolicyDecision::transform([TransformOperation::set("arguments.max_results", 3)])
+        }
+        "read_file" | "summarize" => PolicyDecision::allow(),
+        other => PolicyDecision::deny(format!("tool `{other}` is not approved")),
     }
 }
 
-/// Lets the model call only approved tools, and caps search results.
-struct ApprovedTools;
-
-#[async_trait]
-impl ToolCallPolicy for ApprovedTools {
-    fn id(&self) -> &str {
-        "approved_tools"
-    }
-
-    async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        Ok(match context.tool_name.as_str() {
-            "web_search" => {
-                PolicyDecision::transform([TransformOperation::set("arguments.max_results", 3)])
-            }
-            "read_file" | "summarize" => PolicyDecision::allow(),
-            other => PolicyDecision::deny(format!("tool `{other}` is not approved")),
-        })
-    }
-}
-
-/// Keeps links to a known phishing domain out of answers.
-struct NoPhishingLinks;
-
-#[async_trait]
-impl OutputPolicy for NoPhishingLinks {
-    fn id(&self) -> &str {
-        "no_phishing_links"
-    }
-
-    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(if context.response.content.contains("phishing.example") {
-            PolicyDecision::deny("the answer links to a blocked domain")
-        } else {
-            PolicyDecision::Allow { audit: true }
-        })
+/// Keeps links to a known phishing domain out of answers, and audits every answer.
+#[output_policy(id = "no_phishing_links")]
+fn no_phishing(context: &OutputContext) -> PolicyDecision {
+    if context.response.content.contains("phishing.example") {
+        PolicyDecision::deny("the answer links to a blocked domain")
+    } else {
+        PolicyDecision::Allow { audit: true }
     }
 }
 
@@ -98,6 +72,28 @@ fn print_record(record: &AuditRecord<'_>) {
     );
 }
 
+/// With `--features otel`, every decision is also an OpenTelemetry span, printed on stdout by
+/// the OTel stdout exporter.
+#[cfg(feature = "otel")]
+fn audit_handler() -> (
+    impl portcullis::AuditHandler,
+    opentelemetry_sdk::trace::SdkTracerProvider,
+) {
+    use portcullis::AuditHandler as _;
+    use portcullis::otel::OtelAuditHandler;
+    use portcullis::otel::opentelemetry::trace::TracerProvider as _;
+
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(opentelemetry_stdout::SpanExporter::default())
+        .build();
+    let spans = OtelAuditHandler::new(provider.tracer("portcullis"));
+    let audit = move |record: &AuditRecord<'_>| {
+        print_record(record);
+        spans.handle(record);
+    };
+    (audit, provider)
+}
+
 fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
@@ -106,16 +102,27 @@ fn object(value: Value) -> Map<String, Value> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), EngineError> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    #[cfg(feature = "otel")]
+    let (audit, tracer_provider) = audit_handler();
+    #[cfg(not(feature = "otel"))]
+    let audit = print_record;
+
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules");
     let engine = PolicyEngine::builder()
-        .policy_set(
-            PolicySet::builder()
-                .input(RedactSsn)
-                .tool_call(ApprovedTools)
-                .output(NoPhishingLinks)
-                .build(),
-        )
-        .on_audit(print_record)
+        .policy_set(policy_set! {
+            on_error: deny,
+            input: [
+                // Compiled into Rust while this example builds; a mistake in the file is a
+                // compile error.
+                dsl_policy!(input, "examples/rules/no_ssn.json"),
+                // Read and checked when the engine is built.
+                DslInputPolicy::new("block_secrets", rules)?,
+            ],
+            tool_call: [approved_tools],
+            output: [no_phishing],
+        })
+        .on_audit(audit)
         .build();
 
     let metadata =
@@ -165,6 +172,13 @@ async fn main() -> Result<(), EngineError> {
         }
     }
 
+    // A secret in the conversation never reaches the model.
+    let leaked = InputContext::new(
+        vec![Message::user("here is our API key: sk-live-123")],
+        metadata.clone(),
+    );
+    report(engine.evaluate_input(&leaked).await.map(|_| ()));
+
     // A tool the policy does not approve is denied before it runs.
     let call = ToolCallContext::new(
         "shell",
@@ -172,11 +186,59 @@ async fn main() -> Result<(), EngineError> {
         Message::assistant("Running a command."),
         metadata.clone(),
     );
-    match engine.evaluate_tool_call(&call).await {
+    report(engine.evaluate_tool_call(&call).await.map(|_| ()));
+
+    #[cfg(feature = "rego")]
+    rego_tool_calls(&metadata).await?;
+
+    #[cfg(feature = "otel")]
+    let _ = tracer_provider.shutdown();
+    Ok(())
+}
+
+fn report(result: Result<(), EngineError>) {
+    match result {
         Err(EngineError::Denied(denial)) => {
-            println!("denied by {}: {}", denial.policy_id(), denial)
+            println!("denied by {}: {denial}", denial.policy_id())
         }
-        other => println!("unexpected: {other:?}"),
+        Err(error) => println!("failed: {error}"),
+        Ok(()) => println!("allowed"),
+    }
+}
+
+/// The same kind of tool-call check, written in Rego and compiled by OPA to WebAssembly,
+/// evaluated in process. Uses the fixture bundle when it is beside the checkout.
+#[cfg(feature = "rego")]
+async fn rego_tool_calls(metadata: &Metadata) -> Result<(), Box<dyn std::error::Error>> {
+    use portcullis::rego::RegoToolCallPolicy;
+
+    let fixtures = std::env::var("PORTCULLIS_OPA_FIXTURES")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures").to_owned());
+    let bundle = std::path::Path::new(&fixtures).join("rego-wasm/approved-tools.tar.gz");
+    if !bundle.is_file() {
+        println!(
+            "(no Rego fixture at {}; skipping the Rego policy)",
+            bundle.display()
+        );
+        return Ok(());
+    }
+    println!("Rego (OPA WebAssembly, in process):");
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            portcullis::PolicySet::builder()
+                .tool_call(RegoToolCallPolicy::new("approved-tools", &bundle)?)
+                .build(),
+        )
+        .on_audit(print_record)
+        .build();
+    for tool in ["web_search", "delete_database"] {
+        let call = ToolCallContext::new(
+            tool,
+            Map::new(),
+            Message::assistant("calling"),
+            metadata.clone(),
+        );
+        report(engine.evaluate_tool_call(&call).await.map(|_| ()));
     }
     Ok(())
 }

@@ -75,9 +75,9 @@ pub mod __private {
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use portcullis_http as http;
 
-#[cfg(feature = "rego-rest")]
-#[cfg_attr(docsrs, doc(cfg(feature = "rego-rest")))]
-pub use portcullis_rego_rest as rego_rest;
 #[cfg(feature = "rego")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rego")))]
 pub use portcullis_rego as rego;
+#[cfg(feature = "rego-rest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rego-rest")))]
+pub use portcullis_rego_rest as rego_rest;
