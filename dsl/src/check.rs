@@ -1294,6 +1294,11 @@ impl Checker<'_> {
         }
         let mut written = std::collections::BTreeMap::new();
         let mut templates = Vec::new();
+        // Sorted by field path, whatever order the JSON map keeps (`serde_json`'s
+        // `preserve_order` may be on through another crate), so problems and operations come
+        // in one order.
+        let mut entries: Vec<_> = entries.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
         for (field, template) in entries {
             let at = child("transformation", field);
             let target = self.path(field, &at, Use::Write).and_then(|(path, typed)| {
