@@ -5,9 +5,10 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use portcullis_engine::stream::decide_whole_text;
 use portcullis_engine::{
     BoxError, Message, Metadata, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine,
-    PolicySet, Redaction, StreamItem, StreamingRule, async_trait,
+    PolicySet, StreamItem, StreamingRule, async_trait,
 };
 
 /// A policy whose whole-text and streaming forms are the same rules.
@@ -23,36 +24,7 @@ impl OutputPolicy for Rules {
     }
 
     async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        let mut redactions = Vec::new();
-        for rule in &self.rules {
-            match rule {
-                StreamingRule::DenyOnMatch {
-                    pattern, reason, ..
-                } => {
-                    if portcullis_engine::apply::cached_regex(pattern)?
-                        .is_match(&context.response.content)
-                    {
-                        return Ok(PolicyDecision::Deny {
-                            reason: reason.clone(),
-                            policy_id: None,
-                        });
-                    }
-                }
-                StreamingRule::Replace {
-                    pattern,
-                    replacement,
-                    ..
-                } => redactions.push(
-                    Redaction::replace("response.content", pattern.clone())
-                        .with_replacement(replacement.clone()),
-                ),
-            }
-        }
-        Ok(if redactions.is_empty() {
-            PolicyDecision::allow()
-        } else {
-            PolicyDecision::Redact { redactions }
-        })
+        decide_whole_text(&self.rules, &context.response.content)
     }
 
     fn streaming(&self) -> Option<Vec<StreamingRule>> {

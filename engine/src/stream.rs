@@ -63,6 +63,8 @@ use crate::{
 /// rules give: `deny` when a [`DenyOnMatch`](StreamingRule::DenyOnMatch) pattern matches,
 /// otherwise a `redact` of `response.content` with the
 /// [`Replace`](StreamingRule::Replace) rules in order (or `allow` when nothing matched).
+/// [`decide_whole_text`] computes exactly that decision, so an `evaluate` built on it keeps the
+/// promise by construction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamingRule {
     /// Deny as soon as `pattern` matches.
@@ -114,6 +116,55 @@ impl StreamingRule {
             | StreamingRule::Replace { max_match_len, .. } => *max_match_len,
         }
     }
+}
+
+/// The whole-text decision a list of streaming rules stands for, on `text` (the answer's
+/// `response.content`): rules apply in order, a [`Replace`](StreamingRule::Replace) changes the
+/// text later rules see, and the first [`DenyOnMatch`](StreamingRule::DenyOnMatch) that
+/// matches denies. Otherwise the decision is a `redact` of `response.content` with the
+/// replace rules that matched, or `allow`.
+///
+/// An output policy whose [`evaluate`](crate::OutputPolicy::evaluate) returns this for its own
+/// rules decides exactly as the streaming guard does when it runs them incrementally.
+pub fn decide_whole_text(
+    rules: &[StreamingRule],
+    text: &str,
+) -> Result<PolicyDecision, crate::BoxError> {
+    let mut current = Cow::Borrowed(text);
+    let mut redactions = Vec::new();
+    for rule in rules {
+        let regex = crate::apply::cached_regex(rule.pattern())?;
+        match rule {
+            StreamingRule::DenyOnMatch { reason, .. } => {
+                if regex.is_match(&current) {
+                    return Ok(PolicyDecision::Deny {
+                        reason: reason.clone(),
+                        policy_id: None,
+                    });
+                }
+            }
+            StreamingRule::Replace {
+                pattern,
+                replacement,
+                ..
+            } => {
+                if let Cow::Owned(replaced) =
+                    regex.replace_all(&current, regex::NoExpand(replacement))
+                {
+                    current = Cow::Owned(replaced);
+                    redactions.push(
+                        Redaction::replace("response.content", pattern.clone())
+                            .with_replacement(replacement.clone()),
+                    );
+                }
+            }
+        }
+    }
+    Ok(if redactions.is_empty() {
+        PolicyDecision::allow()
+    } else {
+        PolicyDecision::Redact { redactions }
+    })
 }
 
 /// How the guard runs the output policies of a set.

@@ -4,10 +4,10 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use portcullis_engine::stream::{StreamMode, StreamingRule};
+use portcullis_engine::stream::{StreamMode, StreamingRule, decide_whole_text};
 use portcullis_engine::{
     AuditRecord, BoxError, Metadata, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine,
-    PolicyExt, PolicySet, Redaction, StreamItem, async_trait,
+    PolicyExt, PolicySet, StreamItem, async_trait,
 };
 use proptest::prelude::*;
 use regex::Regex;
@@ -62,34 +62,7 @@ impl OutputPolicy for RuleBased {
     }
 
     async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        let mut redactions = Vec::new();
-        for rule in &self.rules {
-            match rule {
-                StreamingRule::DenyOnMatch {
-                    pattern, reason, ..
-                } => {
-                    if Regex::new(pattern)?.is_match(&context.response.content) {
-                        return Ok(PolicyDecision::Deny {
-                            reason: reason.clone(),
-                            policy_id: None,
-                        });
-                    }
-                }
-                StreamingRule::Replace {
-                    pattern,
-                    replacement,
-                    ..
-                } => redactions.push(
-                    Redaction::replace("response.content", pattern.clone())
-                        .with_replacement(replacement.clone()),
-                ),
-            }
-        }
-        Ok(if redactions.is_empty() {
-            PolicyDecision::allow()
-        } else {
-            PolicyDecision::Redact { redactions }
-        })
+        decide_whole_text(&self.rules, &context.response.content)
     }
 
     fn streaming(&self) -> Option<Vec<StreamingRule>> {
