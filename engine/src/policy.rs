@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::stream::StreamingRule;
-use crate::{BoxError, InputContext, OutputContext, PolicyDecision, ToolCallContext};
+use crate::{BoxError, BoxFuture, InputContext, OutputContext, PolicyDecision, ToolCallContext};
 
 macro_rules! policy_trait {
     (
@@ -47,8 +47,17 @@ macro_rules! policy_trait {
                 (**self).id()
             }
 
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
-                (**self).evaluate(context).await
+            // Hands back the inner policy's future as it is: no second boxed future.
+            fn evaluate<'life0, 'life1, 'async_trait>(
+                &'life0 self,
+                context: &'life1 $context,
+            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
+            where
+                'life0: 'async_trait,
+                'life1: 'async_trait,
+                Self: 'async_trait,
+            {
+                (**self).evaluate(context)
             }
 
             fn mode(&self) -> PolicyMode {
@@ -68,8 +77,17 @@ macro_rules! policy_trait {
                 (**self).id()
             }
 
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
-                (**self).evaluate(context).await
+            // Hands back the inner policy's future as it is: no second boxed future.
+            fn evaluate<'life0, 'life1, 'async_trait>(
+                &'life0 self,
+                context: &'life1 $context,
+            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
+            where
+                'life0: 'async_trait,
+                'life1: 'async_trait,
+                Self: 'async_trait,
+            {
+                (**self).evaluate(context)
             }
 
             fn mode(&self) -> PolicyMode {
@@ -89,8 +107,17 @@ macro_rules! policy_trait {
                 self.0.id()
             }
 
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
-                self.0.evaluate(context).await
+            // Hands back the inner policy's future as it is: no second boxed future.
+            fn evaluate<'life0, 'life1, 'async_trait>(
+                &'life0 self,
+                context: &'life1 $context,
+            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
+            where
+                'life0: 'async_trait,
+                'life1: 'async_trait,
+                Self: 'async_trait,
+            {
+                self.0.evaluate(context)
             }
 
             fn mode(&self) -> PolicyMode {
@@ -110,8 +137,17 @@ macro_rules! policy_trait {
                 self.policy.id()
             }
 
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
-                self.policy.evaluate(context).await
+            // Hands back the inner policy's future as it is: no second boxed future.
+            fn evaluate<'life0, 'life1, 'async_trait>(
+                &'life0 self,
+                context: &'life1 $context,
+            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
+            where
+                'life0: 'async_trait,
+                'life1: 'async_trait,
+                Self: 'async_trait,
+            {
+                self.policy.evaluate(context)
             }
 
             fn mode(&self) -> PolicyMode {
