@@ -40,10 +40,12 @@ fn replace(pattern: &str, replacement: &str) -> StreamingRule {
     }
 }
 
-fn engine() -> PolicyEngine {
+/// The three rules; with `batch` > 0 the guard runs them once that many bytes have arrived.
+fn engine(batch: usize) -> PolicyEngine {
     PolicyEngine::builder()
         .policy_set(
             PolicySet::builder()
+                .stream_batch(batch)
                 .output(Rules {
                     id: "ssn",
                     rules: vec![replace(r"\b\d{3}-\d{2}-\d{4}\b", "[SSN]")],
@@ -66,6 +68,9 @@ fn engine() -> PolicyEngine {
         )
         .build()
 }
+
+/// Bytes per batch in the batched runs.
+const BATCH: usize = 256;
 
 /// A 64 KiB answer; `sentences_per_secret` plain sentences come between two sentences that
 /// hold an SSN and an e-mail address.
@@ -90,7 +95,8 @@ fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");
-    let engine = engine();
+    let batched = engine(BATCH);
+    let engine = engine(0);
     let metadata = Metadata::new("agent", "session");
     let mut group = c.benchmark_group("stream");
     group.sample_size(20);
@@ -130,6 +136,27 @@ fn bench(c: &mut Criterion) {
                 })
             },
         );
+
+        for (how, engine) in [("", &engine), (" in 256-byte batches", &batched)] {
+            group.bench_function(
+                format!("{name}: fed in 16-byte chunks{how} (lent text), 64 KiB, 3 rules"),
+                |b| {
+                    b.to_async(&runtime).iter(|| async {
+                        let mut guard = engine.output_stream(metadata.clone());
+                        let mut released = 0;
+                        for chunk in &chunks {
+                            released += guard.feed(chunk).await.map_or(0, str::len);
+                        }
+                        for item in guard.finish().await {
+                            if let StreamItem::Text(text) = item {
+                                released += text.len();
+                            }
+                        }
+                        std::hint::black_box(released)
+                    })
+                },
+            );
+        }
 
         // Latency each push adds, over many streams.
         let mut latencies: Vec<Duration> = Vec::with_capacity(chunks.len() * 20);

@@ -107,6 +107,7 @@ pub struct PolicySet {
     /// The streaming forms of the output policies, read when each was added.
     output_streaming: Vec<Option<Vec<StreamingRule>>>,
     stream_checkpoint: Option<usize>,
+    stream_batch: usize,
     pub(crate) stream_plan: StreamPlan,
 }
 
@@ -158,7 +159,8 @@ impl Default for PolicySet {
             on_error: OnError::Deny,
             output_streaming: Vec::new(),
             stream_checkpoint: None,
-            stream_plan: StreamPlan::build(&PointPolicies::new(), &[], None),
+            stream_batch: 0,
+            stream_plan: StreamPlan::build(&PointPolicies::new(), &[], None, 0),
         }
     }
 }
@@ -266,6 +268,15 @@ impl PolicySetBuilder {
         self
     }
 
+    /// In incremental streaming, runs the rules once at least `bytes` bytes have arrived since
+    /// they last ran (and at the end), instead of on every push: less work per byte when an
+    /// answer comes in many small deltas, for up to `bytes` more held back before release.
+    /// The default, 0, runs them on every push.
+    pub fn stream_batch(mut self, bytes: usize) -> Self {
+        self.set.stream_batch = bytes;
+        self
+    }
+
     fn settings_mut(&mut self, point: InterceptionPoint) -> &mut PointSettings {
         match point {
             InterceptionPoint::Input => &mut self.set.input.settings,
@@ -283,6 +294,7 @@ impl PolicySetBuilder {
             &self.set.output,
             &self.set.output_streaming,
             self.set.stream_checkpoint,
+            self.set.stream_batch,
         );
         self.set
     }

@@ -11,8 +11,11 @@
 //!
 //! - **Incremental**, when every enforced output policy has a streaming form
 //!   ([`OutputPolicy::streaming`]): DSL `contains` rules and
-//!   regex redactions of `response.content`. Each rule scans the text once, as it arrives,
-//!   with its state kept between pushes, and holds back at most its *window*: the longest
+//!   regex redactions of `response.content`. Each rule looks at the text once, as it arrives,
+//!   with its state kept between pushes: a SIMD search for literals one of which every match
+//!   contains (the `@` of an e-mail pattern, prefixes of each alternative of `foo|bar`) or,
+//!   when the pattern has none, a lazy DFA stepped byte by byte; the regex itself runs only
+//!   where a match may be. A rule holds back at most its *window*: the longest
 //!   possible match plus one character of look-ahead when the pattern has a boundary
 //!   assertion (`\b`, `$`). Rules run as a pipeline in declared order, so a rule sees the text
 //!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. A
@@ -30,12 +33,17 @@
 //!   evaluation can deny after earlier text was released: checkpoint mode trades that
 //!   guarantee for latency. Errors and time-outs fail closed: held text is never released.
 //!
+//! [`OutputStream::feed`] is [`push`](OutputStream::push) lending the released text rather
+//! than allocating it. With [`PolicySetBuilder::stream_batch`] the incremental rules run once
+//! per batch of bytes instead of on every push, for answers that come in many tiny deltas.
+//!
 //! Policies in monitor mode never hold text back: they are evaluated once, on the whole text,
 //! when the stream finishes.
 //!
 //! After a denial or an error nothing more is released.
 //!
 //! [`PolicySetBuilder::stream_checkpoint`]: crate::PolicySetBuilder::stream_checkpoint
+//! [`PolicySetBuilder::stream_batch`]: crate::PolicySetBuilder::stream_batch
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -43,8 +51,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use regex::Regex;
 use regex_automata::hybrid::{self, LazyStateID};
+use regex_automata::util::prefilter::Prefilter;
 use regex_automata::util::start;
-use regex_automata::{Anchored, MatchKind};
+use regex_automata::{Anchored, MatchKind, Span};
+use regex_syntax::hir::literal::{ExtractKind, Extractor};
+use regex_syntax::hir::{Hir, HirKind};
 use serde::Serialize;
 
 use crate::apply::compile_pattern;
@@ -188,6 +199,8 @@ pub enum StreamMode {
 #[derive(Debug, Clone)]
 pub struct StreamPlan {
     mode: StreamMode,
+    /// Bytes that arrive before the rules run again (incremental mode).
+    batch: usize,
     stages: Vec<Stage>,
     whole_text_reasons: Vec<String>,
 }
@@ -201,10 +214,25 @@ struct Stage {
     action: StageAction,
     /// Bytes this stage may hold back: longest match, look-ahead, and a partial character.
     window: usize,
-    /// A lazy DFA stepped over each new byte, so text is searched only when a match may be in
-    /// it. It gives up ("quits") on non-ASCII text when the pattern has a Unicode word
-    /// boundary; the stage then searches its window on every push.
-    dfa: Arc<hybrid::dfa::DFA>,
+    /// How the stage tells text that cannot hold a match from text that may.
+    watch: Watch,
+}
+
+/// What a stage runs over each new piece of text, so that the regex searches only where a match
+/// may be.
+#[derive(Debug, Clone)]
+enum Watch {
+    /// Every match contains one of a few literals (`@` in an e-mail pattern, a prefix of each
+    /// alternative of `foo|bar`): a SIMD literal search over the new text finds the places a
+    /// match may be, and text far enough before the first of them is final.
+    Literals {
+        prefilter: Prefilter,
+        /// The longest literal, in bytes: an occurrence may straddle two pushes.
+        longest: usize,
+    },
+    /// A lazy DFA stepped over each new byte. It gives up ("quits") on non-ASCII text when the
+    /// pattern has a Unicode word boundary; the stage then searches its window on every push.
+    Dfa(Arc<hybrid::dfa::DFA>),
 }
 
 #[derive(Debug, Clone)]
@@ -222,7 +250,10 @@ impl StreamPlan {
     /// The most text, in bytes, the incremental mode holds back (0 in the other modes, which
     /// hold back everything or everything since the last checkpoint).
     pub fn hold_back(&self) -> usize {
-        self.stages.iter().map(|stage| stage.window).sum()
+        if self.mode != StreamMode::Incremental {
+            return 0;
+        }
+        self.batch + self.stages.iter().map(|stage| stage.window).sum::<usize>()
     }
 
     /// Why the set cannot stream incrementally, one line per enforced output policy that
@@ -235,6 +266,7 @@ impl StreamPlan {
         output: &PointPolicies<dyn OutputPolicy>,
         forms: &[Option<Vec<StreamingRule>>],
         checkpoint: Option<usize>,
+        batch: usize,
     ) -> StreamPlan {
         let mut stages = Vec::new();
         let mut reasons = Vec::new();
@@ -268,6 +300,7 @@ impl StreamPlan {
         };
         StreamPlan {
             mode,
+            batch,
             stages,
             whole_text_reasons: reasons,
         }
@@ -314,19 +347,25 @@ impl Stage {
                 replacement: replacement.clone(),
             },
         };
-        let dfa = hybrid::dfa::DFA::builder()
-            .configure(
-                hybrid::dfa::DFA::config()
-                    .match_kind(MatchKind::LeftmostFirst)
-                    .unicode_word_boundary(true)
-                    .cache_capacity(4 * crate::apply::PATTERN_SIZE_LIMIT),
-            )
-            .thompson(
-                regex_automata::nfa::thompson::Config::new()
-                    .nfa_size_limit(Some(crate::apply::PATTERN_SIZE_LIMIT)),
-            )
-            .build(pattern)
-            .map_err(|error| format!("the pattern {pattern:?} cannot stream: {error}"))?;
+        let watch = match required_literals(&hir) {
+            Some(watch) => watch,
+            None => {
+                let dfa = hybrid::dfa::DFA::builder()
+                    .configure(
+                        hybrid::dfa::DFA::config()
+                            .match_kind(MatchKind::LeftmostFirst)
+                            .unicode_word_boundary(true)
+                            .cache_capacity(4 * crate::apply::PATTERN_SIZE_LIMIT),
+                    )
+                    .thompson(
+                        regex_automata::nfa::thompson::Config::new()
+                            .nfa_size_limit(Some(crate::apply::PATTERN_SIZE_LIMIT)),
+                    )
+                    .build(pattern)
+                    .map_err(|error| format!("the pattern {pattern:?} cannot stream: {error}"))?;
+                Watch::Dfa(Arc::new(dfa))
+            }
+        };
         Ok(Stage {
             policy_index,
             policy_id: policy_id.to_owned(),
@@ -334,9 +373,71 @@ impl Stage {
             pattern: pattern.to_owned(),
             action,
             window: longest + lookahead + 3,
-            dfa: Arc::new(dfa),
+            watch,
         })
     }
+}
+
+/// Literals one of which every match of `hir` contains, when there are few enough of them for a
+/// fast search: the prefixes of the whole pattern, or of one part of a concatenation (every
+/// match of `a@b` contains a match of `@`). Of several candidates the one with the longest
+/// shortest literal wins, then the one with fewer literals, then the one whose literals start
+/// with a byte that is rare in prose.
+fn required_literals(hir: &Hir) -> Option<Watch> {
+    /// More literals than this search no faster than the DFA steps.
+    const MOST_LITERALS: usize = 32;
+    let mut hir = hir;
+    while let HirKind::Capture(capture) = hir.kind() {
+        hir = &capture.sub;
+    }
+    let mut parts = vec![hir];
+    if let HirKind::Concat(subs) = hir.kind() {
+        parts.extend(subs.iter());
+    }
+    let mut extractor = Extractor::new();
+    extractor.kind(ExtractKind::Prefix);
+    let rarity = |literal: &[u8]| match literal.first() {
+        Some(byte) if byte.is_ascii_alphanumeric() || b" .,;:'\"-\n\t".contains(byte) => 0,
+        _ => 1,
+    };
+    let mut candidates = Vec::new();
+    for part in parts {
+        let seq = extractor.extract(part);
+        if seq.literals().is_none_or(<[_]>::is_empty) {
+            continue;
+        }
+        let shortest = seq.min_literal_len().unwrap_or(0);
+        if shortest == 0 {
+            continue;
+        }
+        // Case-insensitive text gives many literals: shorter prefixes of them are fewer, and
+        // still one of them starts every match.
+        let mut seq = seq.clone();
+        let mut keep = shortest + 1;
+        while seq.len().is_some_and(|count| count > MOST_LITERALS) && keep > 1 {
+            keep -= 1;
+            seq.keep_first_bytes(keep);
+            seq.dedup();
+        }
+        let Some(literals) = seq.literals() else {
+            continue;
+        };
+        if literals.len() > MOST_LITERALS {
+            continue;
+        }
+        let bytes: Vec<Vec<u8>> = literals.iter().map(|l| l.as_bytes().to_vec()).collect();
+        let shortest = bytes.iter().map(Vec::len).min().unwrap_or(0);
+        let rare = bytes.iter().map(|l| rarity(l)).min().unwrap_or(0);
+        candidates.push(((shortest, std::cmp::Reverse(bytes.len()), rare), bytes));
+    }
+    candidates.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
+    let prefilter = candidates.iter().find_map(|(_, literals)| {
+        Prefilter::new(MatchKind::LeftmostFirst, literals).filter(Prefilter::is_fast)
+    })?;
+    Some(Watch::Literals {
+        longest: prefilter.max_needle_len(),
+        prefilter,
+    })
 }
 
 /// What a push or the end of a stream yields.
@@ -348,6 +449,18 @@ pub enum StreamItem {
     Denied(PolicyDenialError),
     /// A policy could not be evaluated; nothing more is released.
     Error(PolicyEvaluationError),
+}
+
+impl StreamItem {
+    /// The released text, or why the stream stopped, as the error the non-streaming
+    /// evaluation would give.
+    pub fn into_text(self) -> Result<String, EngineError> {
+        match self {
+            StreamItem::Text(text) => Ok(text),
+            StreamItem::Denied(denial) => Err(EngineError::Denied(denial)),
+            StreamItem::Error(error) => Err(EngineError::Evaluation(error)),
+        }
+    }
 }
 
 /// The numbers of a stream, as the start and end audit records report them.
@@ -385,29 +498,47 @@ fn millis<S: serde::Serializer>(
 /// The id audit records of the stream itself carry.
 pub const STREAM_POLICY_ID: &str = "portcullis.stream";
 
-/// The text one incremental stage has not passed on yet, and its scanning state.
+/// The text one incremental stage has not passed on yet, and its watching state.
+///
+/// Positions are offsets in `buffer`. Text before `held_from` has been passed on; one
+/// character of it stays as look-behind context. The buffer is compacted only once enough
+/// passed text has piled up, so a push costs no move of the held text.
 struct StageState {
-    /// One character of already-passed text (look-behind context), then the held text.
     buffer: String,
-    /// Where the held text starts in `buffer`.
+    /// Where the held text starts.
     held_from: usize,
     /// Replacements made.
     replacements: usize,
-    scanner: Option<Scanner>,
+    watching: Watching,
+}
+
+/// Passed text kept before the buffer is compacted.
+const COMPACT_AFTER: usize = 4096;
+
+enum Watching {
+    Literals {
+        /// Where the next literal search starts.
+        search_from: usize,
+        /// A literal occurs in the held text: a match may contain it.
+        found: bool,
+    },
+    Dfa(Box<Scanner>),
+    /// The DFA gave up: the stage searches its held text on every push.
+    Blind,
 }
 
 /// The DFA's state over the text since the last reset point.
 struct Scanner {
     cache: hybrid::dfa::Cache,
     state: LazyStateID,
+    /// Where the DFA has got to.
+    scanned: usize,
     /// The DFA has seen a match since the last reset point.
     matched: bool,
 }
 
-enum StageOutput {
-    Passed(String),
-    Matched,
-}
+/// A deny stage found a match.
+struct Matched;
 
 impl StageState {
     fn new(stage: &Stage) -> Self {
@@ -415,9 +546,9 @@ impl StageState {
             buffer: String::new(),
             held_from: 0,
             replacements: 0,
-            scanner: None,
+            watching: Watching::Blind,
         };
-        state.reset_scanner(stage);
+        state.rewatch(stage, None);
         state
     }
 
@@ -425,111 +556,99 @@ impl StageState {
         &self.buffer[self.held_from..]
     }
 
-    /// Restarts the DFA at `held_from`, with the byte before it as look-behind, and steps it
-    /// over the held text.
-    fn reset_scanner(&mut self, stage: &Stage) {
-        let look_behind = self.buffer.as_bytes()[..self.held_from].last().copied();
-        let config = start::Config::new()
-            .anchored(Anchored::No)
-            .look_behind(look_behind);
-        let mut cache = match self.scanner.take() {
-            Some(scanner) => scanner.cache,
-            None => stage.dfa.create_cache(),
+    /// Starts watching again at `held_from`, over the held text; a DFA reuses `cache`.
+    fn rewatch(&mut self, stage: &Stage, cache: Option<hybrid::dfa::Cache>) {
+        self.watching = match &stage.watch {
+            Watch::Literals { .. } => Watching::Literals {
+                search_from: self.held_from,
+                found: false,
+            },
+            Watch::Dfa(dfa) => {
+                let look_behind = self.buffer.as_bytes()[..self.held_from].last().copied();
+                let config = start::Config::new()
+                    .anchored(Anchored::No)
+                    .look_behind(look_behind);
+                let mut cache = cache.unwrap_or_else(|| dfa.create_cache());
+                match dfa.start_state(&mut cache, &config) {
+                    Ok(state) => Watching::Dfa(Box::new(Scanner {
+                        cache,
+                        state,
+                        scanned: self.held_from,
+                        matched: false,
+                    })),
+                    Err(_) => Watching::Blind,
+                }
+            }
         };
-        self.scanner = stage
-            .dfa
-            .start_state(&mut cache, &config)
-            .ok()
-            .map(|state| Scanner {
-                cache,
-                state,
-                matched: false,
-            });
-        let from = self.held_from;
-        self.scan(stage, from, false);
+        self.watch(stage, false);
     }
 
-    /// Steps the DFA over `buffer[from..]`; drops it if it gives up.
-    fn scan(&mut self, stage: &Stage, from: usize, end: bool) {
-        let Some(scanner) = &mut self.scanner else {
-            return;
-        };
-        if scanner.matched {
-            return;
-        }
-        let mut state = scanner.state;
-        for &byte in &self.buffer.as_bytes()[from..] {
-            match stage.dfa.next_state(&mut scanner.cache, state, byte) {
-                Ok(next) => state = next,
-                Err(_) => {
-                    self.scanner = None;
-                    return;
-                }
-            }
-            if state.is_tagged() {
-                if state.is_match() {
-                    scanner.matched = true;
-                    break;
-                }
-                if state.is_quit() {
-                    self.scanner = None;
-                    return;
-                }
-            }
-        }
-        if end && !scanner.matched {
-            match stage.dfa.next_eoi_state(&mut scanner.cache, state) {
-                Ok(next) if next.is_match() => scanner.matched = true,
-                Ok(next) if next.is_quit() => {
-                    self.scanner = None;
-                    return;
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    self.scanner = None;
-                    return;
-                }
-            }
-        }
-        scanner.state = state;
-    }
-
-    /// Adds `input` and passes on what is final; with `end`, everything is final.
-    fn feed(&mut self, stage: &Stage, input: &str, end: bool) -> StageOutput {
-        let from = self.buffer.len();
-        self.buffer.push_str(input);
-        self.scan(stage, from, end);
+    /// Runs the watch over the text it has not seen; with `end`, the text is complete.
+    fn watch(&mut self, stage: &Stage, end: bool) {
         let len = self.buffer.len();
-        let mut horizon = if end {
+        match (&mut self.watching, &stage.watch) {
+            (
+                Watching::Literals {
+                    search_from,
+                    found: found @ false,
+                },
+                Watch::Literals { prefilter, longest },
+            ) if *search_from < len => {
+                let span = Span::from(*search_from..len);
+                match prefilter.find(self.buffer.as_bytes(), span) {
+                    Some(_) => *found = true,
+                    // An occurrence may start in the last `longest - 1` bytes and end in the
+                    // next push.
+                    None => *search_from = (len + 1).saturating_sub(*longest).max(*search_from),
+                }
+            }
+            (Watching::Dfa(scanner), Watch::Dfa(dfa)) => {
+                let gave_up = !scanner.step(dfa, &self.buffer, end);
+                if gave_up {
+                    self.watching = Watching::Blind;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Passes on to `out` what is final of the held text; with `end`, everything is final.
+    fn advance(&mut self, stage: &Stage, end: bool, out: &mut String) -> Result<(), Matched> {
+        self.watch(stage, end);
+        let len = self.buffer.len();
+        let horizon = if end {
             len
         } else {
-            len.saturating_sub(stage.window).max(self.held_from)
+            floor_char_boundary(
+                &self.buffer,
+                len.saturating_sub(stage.window).max(self.held_from),
+            )
         };
-        while !self.buffer.is_char_boundary(horizon) {
-            horizon -= 1;
-        }
-        let clean = matches!(&self.scanner, Some(scanner) if !scanner.matched);
+        let clean = match &self.watching {
+            // No match can lie in the text seen since the last reset point: everything before
+            // the horizon is final.
+            Watching::Literals { found, .. } => !found,
+            Watching::Dfa(scanner) if !scanner.matched => true,
+            // The DFA saw a complete match: the whole text holds it too.
+            Watching::Dfa(_) if matches!(stage.action, StageAction::Deny { .. }) => {
+                return Err(Matched);
+            }
+            Watching::Dfa(_) | Watching::Blind => false,
+        };
         if clean {
-            // No match anywhere since the reset point: everything before the horizon is final.
-            let passed = self.buffer[self.held_from..horizon].to_owned();
-            self.cut_at(horizon);
-            return StageOutput::Passed(passed);
+            self.pass(horizon, out);
+            return Ok(());
         }
-        if matches!(stage.action, StageAction::Deny { .. }) && self.scanner.is_some() {
-            // The DFA saw a complete match: the whole text contains it too.
-            return StageOutput::Matched;
-        }
-        let mut passed = String::new();
         let mut position = self.held_from;
         while let Some(found) = stage.regex.find_at(&self.buffer, position) {
             if found.start() >= horizon && !end {
                 break;
             }
             match &stage.action {
-                StageAction::Deny { .. } => return StageOutput::Matched,
+                StageAction::Deny { .. } => return Err(Matched),
                 StageAction::Replace { replacement } => {
-                    passed.push_str(&self.buffer[position..found.start()]);
-                    passed.push_str(replacement);
+                    out.push_str(&self.buffer[position..found.start()]);
+                    out.push_str(replacement);
                     self.replacements += 1;
                     position = found.end();
                 }
@@ -539,23 +658,91 @@ impl StageState {
             }
         }
         let cut = position.max(horizon);
-        passed.push_str(&self.buffer[position..cut]);
+        out.push_str(&self.buffer[position..cut]);
         self.cut_at(cut);
-        if self.scanner.is_some() {
-            self.reset_scanner(stage);
-        }
-        StageOutput::Passed(passed)
+        let cache = match std::mem::replace(&mut self.watching, Watching::Blind) {
+            Watching::Dfa(scanner) => Some(scanner.cache),
+            Watching::Blind if matches!(stage.watch, Watch::Dfa(_)) => {
+                // The DFA gave up on this text; it stays given up.
+                return Ok(());
+            }
+            _ => None,
+        };
+        self.rewatch(stage, cache);
+        Ok(())
     }
 
-    /// Drops the text before `cut`, keeping one character before it as look-behind context.
+    /// Passes the held text before `cut` on to `out`.
+    fn pass(&mut self, cut: usize, out: &mut String) {
+        out.push_str(&self.buffer[self.held_from..cut]);
+        self.cut_at(cut);
+    }
+
+    /// Marks the text before `cut` as passed, keeping one character before it as look-behind
+    /// context; compacts the buffer when enough passed text has piled up.
     fn cut_at(&mut self, cut: usize) {
+        self.held_from = cut;
+        if cut < COMPACT_AFTER {
+            return;
+        }
         let keep_from = self.buffer[..cut]
             .char_indices()
             .next_back()
             .map_or(cut, |(at, _)| at);
         self.buffer.drain(..keep_from);
-        self.held_from = cut - keep_from;
+        self.held_from -= keep_from;
+        match &mut self.watching {
+            Watching::Literals { search_from, .. } => {
+                *search_from = search_from.saturating_sub(keep_from);
+            }
+            Watching::Dfa(scanner) => scanner.scanned = scanner.scanned.saturating_sub(keep_from),
+            Watching::Blind => {}
+        }
     }
+}
+
+impl Scanner {
+    /// Steps the DFA over `text[scanned..]`; `false` when it gives up.
+    fn step(&mut self, dfa: &hybrid::dfa::DFA, text: &str, end: bool) -> bool {
+        if self.matched {
+            return true;
+        }
+        let mut state = self.state;
+        for &byte in &text.as_bytes()[self.scanned..] {
+            match dfa.next_state(&mut self.cache, state, byte) {
+                Ok(next) => state = next,
+                Err(_) => return false,
+            }
+            if state.is_tagged() {
+                if state.is_match() {
+                    self.matched = true;
+                    break;
+                }
+                if state.is_quit() {
+                    return false;
+                }
+            }
+        }
+        self.scanned = text.len();
+        if end && !self.matched {
+            match dfa.next_eoi_state(&mut self.cache, state) {
+                Ok(next) if next.is_match() => self.matched = true,
+                Ok(next) if next.is_quit() => return false,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        self.state = state;
+        true
+    }
+}
+
+/// The largest character boundary of `text` at or before `at`.
+fn floor_char_boundary(text: &str, mut at: usize) -> usize {
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
 }
 
 /// The streaming output guard; see the [module docs](self).
@@ -566,13 +753,18 @@ pub struct OutputStream<'e> {
     stages: Vec<StageState>,
     /// Everything received.
     raw: String,
-    raw_chars: usize,
+    /// Characters pushed after the end (not kept in `raw`).
+    chars_after_end: usize,
+    /// Characters received but not released, in the buffer and checkpoint modes.
+    buffered_chars: usize,
+    /// Characters received since the last checkpoint.
+    since_checkpoint: usize,
     /// Everything released.
     released: String,
-    released_chars: usize,
+    /// Bytes of `raw` handed to the rules (incremental mode).
+    fed: usize,
     /// Bytes of `raw` covered by released text (buffer and checkpoint modes).
     released_raw: usize,
-    next_checkpoint: usize,
     incomplete_utf8: Vec<u8>,
     started: Instant,
     first_release: Option<Duration>,
@@ -644,14 +836,12 @@ impl PolicyEngine {
             metadata,
             stages: plan.stages.iter().map(StageState::new).collect(),
             raw: String::new(),
-            raw_chars: 0,
+            chars_after_end: 0,
+            buffered_chars: 0,
+            since_checkpoint: 0,
             released: String::new(),
-            released_chars: 0,
             released_raw: 0,
-            next_checkpoint: match plan.mode {
-                StreamMode::Checkpoint { every } => every,
-                _ => usize::MAX,
-            },
+            fed: 0,
             incomplete_utf8: Vec::new(),
             started: Instant::now(),
             first_release: None,
@@ -682,10 +872,6 @@ impl OutputStream<'_> {
 
     /// Characters received but not released yet.
     pub fn held_chars(&self) -> usize {
-        self.raw_chars.saturating_sub(self.released_chars_of_raw())
-    }
-
-    fn released_chars_of_raw(&self) -> usize {
         match self.plan.mode {
             StreamMode::Incremental => {
                 let held: usize = self
@@ -693,105 +879,156 @@ impl OutputStream<'_> {
                     .iter()
                     .map(|state| state.held().chars().count())
                     .sum();
-                self.raw_chars.saturating_sub(held)
+                held + self.raw[self.fed..].chars().count()
             }
-            _ => self.raw[..self.released_raw].chars().count(),
+            StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.buffered_chars,
         }
     }
 
     /// Adds a delta of the answer and returns what can be released now.
+    ///
+    /// [`feed`](Self::feed) does the same and lends the released text instead of allocating it.
     pub async fn push(&mut self, delta: &str) -> Vec<StreamItem> {
-        // Text pushed after the end still counts as received, so the end record says how
-        // much the stream carried whatever the chunking.
-        self.raw_chars += delta.chars().count();
-        if self.finished.is_some() {
-            return Vec::new();
-        }
-        self.raw.push_str(delta);
-        let items = match self.plan.mode {
-            StreamMode::Incremental => self.run_stages(delta, false),
-            StreamMode::Buffer => Vec::new(),
-            StreamMode::Checkpoint { every } => self.checkpoint(every).await,
-        };
-        self.note_held();
-        items
+        items(self.feed(delta).await.map(str::to_owned))
     }
 
     /// Adds raw bytes of the answer (for example from a network body), which may split a
     /// UTF-8 character; the incomplete end is kept until the next bytes. Invalid UTF-8 is an
     /// evaluation error.
     pub async fn push_bytes(&mut self, bytes: &[u8]) -> Vec<StreamItem> {
-        self.incomplete_utf8.extend_from_slice(bytes);
-        let pending = std::mem::take(&mut self.incomplete_utf8);
-        match std::str::from_utf8(&pending) {
-            Ok(text) => self.push(text).await,
+        items(self.feed_bytes(bytes).await.map(str::to_owned))
+    }
+
+    /// Adds a delta of the answer and returns the text released by it (often empty), or why
+    /// the stream stopped: a denial, or an evaluation error. A call that stops the stream
+    /// releases nothing; after a stop, calls release nothing and return `Ok("")`.
+    ///
+    /// This is [`push`](Self::push) without an allocation per call: the text is lent from the
+    /// guard's record of everything released.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use portcullis_engine::{Metadata, PolicyEngine, PolicySet};
+    ///
+    /// let engine = PolicyEngine::builder()
+    ///     .policy_set(PolicySet::builder().build())
+    ///     .build();
+    /// let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+    /// let mut shown = String::new();
+    /// for delta in ["Hello, ", "world."] {
+    ///     shown.push_str(guard.feed(delta).await?);
+    /// }
+    /// for item in guard.finish().await {
+    ///     shown.push_str(&item.into_text()?);
+    /// }
+    /// assert_eq!(shown, "Hello, world.");
+    /// # Ok::<(), portcullis_engine::EngineError>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn feed(&mut self, delta: &str) -> Result<&str, EngineError> {
+        // Text pushed after the end still counts as received, so the end record says how
+        // much the stream carried whatever the chunking.
+        if self.finished.is_some() {
+            self.chars_after_end += delta.chars().count();
+            return Ok("");
+        }
+        self.raw.push_str(delta);
+        if self.plan.mode != StreamMode::Incremental {
+            let chars = delta.chars().count();
+            self.buffered_chars += chars;
+            self.since_checkpoint += chars;
+        }
+        let before = self.released.len();
+        match self.plan.mode {
+            StreamMode::Incremental => {
+                if self.raw.len() - self.fed >= self.plan.batch {
+                    self.run_stages(false)?;
+                }
+            }
+            StreamMode::Buffer => {}
+            StreamMode::Checkpoint { every } => self.checkpoint(every).await?,
+        }
+        self.note_held();
+        Ok(self.released_since(before))
+    }
+
+    /// [`push_bytes`](Self::push_bytes) lending the released text, as [`feed`](Self::feed)
+    /// does.
+    pub async fn feed_bytes(&mut self, bytes: &[u8]) -> Result<&str, EngineError> {
+        let pending;
+        let bytes = if self.incomplete_utf8.is_empty() {
+            bytes
+        } else {
+            self.incomplete_utf8.extend_from_slice(bytes);
+            pending = std::mem::take(&mut self.incomplete_utf8);
+            &pending[..]
+        };
+        let text = match std::str::from_utf8(bytes) {
+            Ok(text) => text,
             Err(error) if error.error_len().is_none() => {
-                let (valid, rest) = pending.split_at(error.valid_up_to());
-                self.incomplete_utf8 = rest.to_vec();
-                // `valid` is valid UTF-8 by construction.
-                let text = String::from_utf8_lossy(valid).into_owned();
-                self.push(&text).await
+                let (valid, rest) = bytes.split_at(error.valid_up_to());
+                self.incomplete_utf8.extend_from_slice(rest);
+                match std::str::from_utf8(valid) {
+                    Ok(text) => text,
+                    Err(error) => return Err(self.fail(Box::new(error))),
+                }
             }
             Err(_) if self.finished.is_some() => {
-                self.raw_chars += String::from_utf8_lossy(&pending).chars().count();
-                Vec::new()
+                self.chars_after_end += String::from_utf8_lossy(bytes).chars().count();
+                return Ok("");
             }
-            Err(error) => self.fail(Box::new(error)),
-        }
+            Err(error) => return Err(self.fail(Box::new(error))),
+        };
+        self.feed(text).await
     }
 
     /// Ends the stream: runs the final evaluation and releases the rest.
     pub async fn finish(mut self) -> Vec<StreamItem> {
-        if self.finished.is_some() {
-            self.report("end");
-            return Vec::new();
-        }
-        let mut items = if self.incomplete_utf8.is_empty() {
-            Vec::new()
-        } else {
-            let bytes = std::mem::take(&mut self.incomplete_utf8);
-            match std::str::from_utf8(&bytes) {
-                Ok(_) => Vec::new(),
-                Err(error) => self.fail(Box::new(error)),
-            }
-        };
-        if self.finished.is_none() {
-            items.extend(match self.plan.mode {
-                StreamMode::Incremental => {
-                    let mut items = self.run_stages("", true);
-                    if self.finished.is_none() {
-                        self.record_stage_decisions();
-                        self.evaluate_monitored().await;
-                    }
-                    items.retain(|item| !matches!(item, StreamItem::Text(text) if text.is_empty()));
-                    items
-                }
-                StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.final_evaluation().await,
-            });
-        }
+        let result = self.settle().await;
         if self.finished.is_none() {
             self.finished = Some("allowed");
         }
         self.report("end");
-        items
+        items(result)
     }
 
-    fn release(&mut self, text: String) -> Option<StreamItem> {
-        if text.is_empty() {
-            return None;
+    async fn settle(&mut self) -> Result<String, EngineError> {
+        if self.finished.is_some() {
+            return Ok(String::new());
         }
-        if self.first_release.is_none() {
+        if !self.incomplete_utf8.is_empty() {
+            let bytes = std::mem::take(&mut self.incomplete_utf8);
+            if let Err(error) = std::str::from_utf8(&bytes) {
+                return Err(self.fail(Box::new(error)));
+            }
+        }
+        let before = self.released.len();
+        match self.plan.mode {
+            StreamMode::Incremental => {
+                self.run_stages(true)?;
+                self.record_stage_decisions();
+                self.evaluate_monitored().await;
+            }
+            StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.final_evaluation().await?,
+        }
+        Ok(self.released_since(before).to_owned())
+    }
+
+    /// The text released since `before` (a length of `released`); notes the first release.
+    fn released_since(&mut self, before: usize) -> &str {
+        if self.released.len() > before && self.first_release.is_none() {
             self.first_release = Some(self.started.elapsed());
         }
-        self.released.push_str(&text);
-        self.released_chars += text.chars().count();
-        Some(StreamItem::Text(text))
+        &self.released[before..]
     }
 
     fn note_held(&mut self) {
         // Characters never outnumber bytes: count them only when the bytes could set a record.
         let held_bytes = match self.plan.mode {
-            StreamMode::Incremental => self.stages.iter().map(|state| state.held().len()).sum(),
+            StreamMode::Incremental => {
+                let held: usize = self.stages.iter().map(|state| state.held().len()).sum();
+                held + self.raw.len() - self.fed
+            }
             _ => self.raw.len() - self.released_raw,
         };
         if held_bytes > self.max_held_chars {
@@ -800,32 +1037,44 @@ impl OutputStream<'_> {
         }
     }
 
-    fn run_stages(&mut self, delta: &str, end: bool) -> Vec<StreamItem> {
-        let mut carried = Cow::Borrowed(delta);
-        for (index, stage) in self.plan.stages.iter().enumerate() {
-            match self.stages[index].feed(stage, &carried, end) {
-                StageOutput::Passed(text) => carried = Cow::Owned(text),
-                StageOutput::Matched => {
-                    let StageAction::Deny { reason } = &stage.action else {
-                        continue;
-                    };
-                    self.record_stage(
-                        stage,
-                        PolicyDecision::Deny {
-                            reason: reason.clone(),
-                            policy_id: None,
-                        },
-                    );
-                    self.finished = Some("denied");
-                    return vec![StreamItem::Denied(PolicyDenialError::new(
-                        stage.policy_id.clone(),
-                        InterceptionPoint::Output,
-                        reason.clone(),
-                    ))];
-                }
+    /// Runs the stages as a pipeline: each passes what it has cleared into the next one's
+    /// buffer, the last into `released`.
+    fn run_stages(&mut self, end: bool) -> Result<(), EngineError> {
+        let delta = &self.raw[self.fed..];
+        self.fed = self.raw.len();
+        let Some(first) = self.stages.first_mut() else {
+            self.released.push_str(delta);
+            return Ok(());
+        };
+        first.buffer.push_str(delta);
+        let plan = self.plan;
+        for (index, stage) in plan.stages.iter().enumerate() {
+            let (head, tail) = self.stages.split_at_mut(index + 1);
+            let out = match tail.first_mut() {
+                Some(next) => &mut next.buffer,
+                None => &mut self.released,
+            };
+            if head[index].advance(stage, end, out).is_ok() {
+                continue;
             }
+            let StageAction::Deny { reason } = &stage.action else {
+                continue;
+            };
+            self.record_stage(
+                stage,
+                PolicyDecision::Deny {
+                    reason: reason.clone(),
+                    policy_id: None,
+                },
+            );
+            self.finished = Some("denied");
+            return Err(EngineError::Denied(PolicyDenialError::new(
+                stage.policy_id.clone(),
+                InterceptionPoint::Output,
+                reason.clone(),
+            )));
         }
-        self.release(carried.into_owned()).into_iter().collect()
+        Ok(())
     }
 
     /// One record per incremental policy at the end: `redact` if it replaced anything,
@@ -889,25 +1138,26 @@ impl OutputStream<'_> {
         OutputContext::new(Message::assistant(self.raw.clone()), self.metadata.clone())
     }
 
-    async fn checkpoint(&mut self, every: usize) -> Vec<StreamItem> {
-        if self.raw_chars < self.next_checkpoint {
-            return Vec::new();
+    async fn checkpoint(&mut self, every: usize) -> Result<(), EngineError> {
+        if self.since_checkpoint < every {
+            return Ok(());
         }
-        self.next_checkpoint = self.raw_chars + every;
+        self.since_checkpoint = 0;
         let context = self.whole_context();
         match self.engine.evaluate_output(&context).await {
             Ok(evaluation) if !evaluation.is_modified() => {
-                let text = self.raw[self.released_raw..].to_owned();
+                self.released.push_str(&self.raw[self.released_raw..]);
                 self.released_raw = self.raw.len();
-                self.release(text).into_iter().collect()
+                self.buffered_chars = 0;
+                Ok(())
             }
             // A change to the accumulated text: hold until the final evaluation.
-            Ok(_) => Vec::new(),
-            Err(error) => vec![self.stop(error)],
+            Ok(_) => Ok(()),
+            Err(error) => Err(self.stop(error)),
         }
     }
 
-    async fn final_evaluation(&mut self) -> Vec<StreamItem> {
+    async fn final_evaluation(&mut self) -> Result<(), EngineError> {
         let context = self.whole_context();
         let result = self.engine.evaluate_output(&context).await;
         match result {
@@ -915,41 +1165,37 @@ impl OutputStream<'_> {
                 let forwarded = &evaluation.context().response.content;
                 match forwarded.strip_prefix(self.released.as_str()) {
                     Some(rest) => {
-                        let rest = rest.to_owned();
+                        self.released.push_str(rest);
                         self.released_raw = self.raw.len();
-                        self.release(rest).into_iter().collect()
+                        self.buffered_chars = 0;
+                        Ok(())
                     }
-                    None => self.fail(
+                    None => Err(self.fail(
                         "the final evaluation changed text already released at a checkpoint; \
                          the rest is withheld"
                             .into(),
-                    ),
+                    )),
                 }
             }
-            Err(error) => vec![self.stop(error)],
+            Err(error) => Err(self.stop(error)),
         }
     }
 
-    fn stop(&mut self, error: EngineError) -> StreamItem {
-        match error {
-            EngineError::Denied(denial) => {
-                self.finished = Some("denied");
-                StreamItem::Denied(denial)
-            }
-            EngineError::Evaluation(error) => {
-                self.finished = Some("error");
-                StreamItem::Error(error)
-            }
-        }
+    /// Ends the stream with `error`: nothing more is released.
+    fn stop(&mut self, error: EngineError) -> EngineError {
+        self.finished = Some(match error {
+            EngineError::Denied(_) => "denied",
+            EngineError::Evaluation(_) => "error",
+        });
+        error
     }
 
-    fn fail(&mut self, cause: crate::BoxError) -> Vec<StreamItem> {
-        self.finished = Some("error");
-        vec![StreamItem::Error(PolicyEvaluationError::new(
+    fn fail(&mut self, cause: crate::BoxError) -> EngineError {
+        self.stop(EngineError::Evaluation(PolicyEvaluationError::new(
             STREAM_POLICY_ID,
             InterceptionPoint::Output,
             cause,
-        ))]
+        )))
     }
 
     fn report(&mut self, event: &'static str) {
@@ -963,8 +1209,8 @@ impl OutputStream<'_> {
             event,
             mode: self.plan.mode,
             outcome: if event == "end" { self.finished } else { None },
-            raw_chars: self.raw_chars,
-            released_chars: self.released_chars,
+            raw_chars: self.raw.chars().count() + self.chars_after_end,
+            released_chars: self.released.chars().count(),
             max_held_chars: self.max_held_chars,
             time_to_first_release: self.first_release,
         };
@@ -990,6 +1236,16 @@ impl OutputStream<'_> {
     }
 }
 
+/// The items of one call: its text, if any, or why the stream stopped.
+fn items(result: Result<String, EngineError>) -> Vec<StreamItem> {
+    match result {
+        Ok(text) if text.is_empty() => Vec::new(),
+        Ok(text) => vec![StreamItem::Text(text)],
+        Err(EngineError::Denied(denial)) => vec![StreamItem::Denied(denial)],
+        Err(EngineError::Evaluation(error)) => vec![StreamItem::Error(error)],
+    }
+}
+
 impl Drop for OutputStream<'_> {
     fn drop(&mut self) {
         // A stream dropped without `finish` (the reader went away) still gets its end record.
@@ -997,5 +1253,50 @@ impl Drop for OutputStream<'_> {
             self.finished = Some("abandoned");
         }
         self.report("end");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn literals_of(pattern: &str) -> Option<Watch> {
+        let hir = regex_syntax::ParserBuilder::new()
+            .build()
+            .parse(pattern)
+            .expect("a valid pattern");
+        required_literals(&hir)
+    }
+
+    /// The literal the watch of `pattern` finds in a text holding a match of it.
+    fn watched_by(pattern: &str) -> Option<Vec<u8>> {
+        let Watch::Literals { prefilter, .. } = literals_of(pattern)? else {
+            return None;
+        };
+        let probe = b"xx ops@example.com 123-45-6789 evil.INVALID";
+        let found = prefilter.find(probe, Span::from(0..probe.len()))?;
+        Some(probe[found.range()].to_vec())
+    }
+
+    #[test]
+    fn the_rarest_required_literal_is_watched() {
+        // The `@` of an e-mail address, not its common `.`.
+        assert_eq!(
+            watched_by(r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}").as_deref(),
+            Some(&b"@"[..])
+        );
+        assert_eq!(
+            watched_by(r"\b\d{3}-\d{2}-\d{4}\b").as_deref(),
+            Some(&b"-"[..])
+        );
+        // Case-insensitive alternatives: a prefix of each case variant.
+        let found = watched_by(r"(?i:phishing\.example|evil\.invalid)").expect("literals");
+        assert!(found.eq_ignore_ascii_case(&b"evil.invalid"[..found.len()]));
+    }
+
+    #[test]
+    fn patterns_without_a_common_literal_are_stepped_by_a_dfa() {
+        assert!(literals_of(r"\b\d{5}\b").is_none());
+        assert!(literals_of(r"\w{3,8}").is_none());
     }
 }
