@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_decision;
 use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
-use crate::error::{ApplyError, DeadlineScope, PolicyPanicked, PolicyTimedOut, error_chain};
+use crate::error::{ApplyError, DeadlineScope, PolicyTimedOut, error_chain};
 use crate::set::{Entry, OnError, PolicySet};
 use crate::unwind::CatchUnwind;
 use crate::{
@@ -124,11 +124,32 @@ pub struct Evaluation<'a, C: Clone> {
 }
 
 /// A decision as the hot path keeps it: the id stays borrowed from the policy until someone
-/// asks for [`DecisionEntry`] values.
+/// asks for [`DecisionEntry`] values, and an `allow` (the common case) is kept in two bytes.
 struct Taken<'a> {
     policy_id: &'a str,
-    decision: PolicyDecision,
+    decision: Kept,
     enforced: bool,
+}
+
+enum Kept {
+    Allow { audit: bool },
+    Other(Box<PolicyDecision>),
+}
+
+impl Kept {
+    fn new(decision: PolicyDecision) -> Self {
+        match decision {
+            PolicyDecision::Allow { audit } => Kept::Allow { audit },
+            other => Kept::Other(Box::new(other)),
+        }
+    }
+
+    fn into_decision(self) -> PolicyDecision {
+        match self {
+            Kept::Allow { audit } => PolicyDecision::Allow { audit },
+            Kept::Other(decision) => *decision,
+        }
+    }
 }
 
 impl<'a, C: Clone> Evaluation<'a, C> {
@@ -167,7 +188,7 @@ impl<'a, C: Clone> Evaluation<'a, C> {
                 .drain(..)
                 .map(|taken| DecisionEntry {
                     policy_id: taken.policy_id.to_owned(),
-                    decision: taken.decision,
+                    decision: taken.decision.into_decision(),
                     enforced: taken.enforced,
                 })
                 .collect()
@@ -193,15 +214,6 @@ impl<C: Clone + fmt::Debug> fmt::Debug for Evaluation<'_, C> {
 }
 
 type Outcome = Result<PolicyDecision, BoxError>;
-
-/// What settling one policy's outcome leads to.
-enum Step<'a, C> {
-    Continue {
-        changed: Option<C>,
-        decision: Option<Taken<'a>>,
-    },
-    Stop(EngineError),
-}
 
 impl PolicyEngine {
     /// A builder for an engine.
@@ -260,15 +272,7 @@ impl PolicyEngine {
         let mut decisions = Vec::with_capacity(point.entries.len());
         for entry in &point.entries {
             let outcome = evaluate_entry::<C>(entry, &*current, call_deadline).await;
-            match self.settle(entry, outcome, &*current, &*current) {
-                Step::Continue { changed, decision } => {
-                    if let Some(changed) = changed {
-                        current = Cow::Owned(changed);
-                    }
-                    decisions.extend(decision);
-                }
-                Step::Stop(error) => return Err(error),
-            }
+            self.settle(entry, outcome, None, &mut current, &mut decisions)?;
         }
         Ok(Evaluation::new(current, decisions))
     }
@@ -299,20 +303,19 @@ impl PolicyEngine {
             }
             // Settle in declared order, as far as the outcomes allow.
             while let Some(outcome) = finished.get_mut(next).and_then(Option::take) {
-                match self.settle(&entries[next], outcome, context, &*current) {
-                    Step::Continue { changed, decision } => {
-                        if let Some(changed) = changed {
-                            current = Cow::Owned(changed);
-                        }
-                        decisions.extend(decision);
-                        next += 1;
-                    }
-                    Step::Stop(error) => {
-                        // Cancel whatever is still running.
-                        running.clear();
-                        return Poll::Ready(Err(error));
-                    }
+                let settled = self.settle(
+                    &entries[next],
+                    outcome,
+                    Some(context),
+                    &mut current,
+                    &mut decisions,
+                );
+                if let Err(error) = settled {
+                    // Cancel whatever is still running.
+                    running.clear();
+                    return Poll::Ready(Err(error));
                 }
+                next += 1;
             }
             if next == entries.len() {
                 Poll::Ready(Ok(()))
@@ -324,25 +327,53 @@ impl PolicyEngine {
         Ok(Evaluation::new(current, decisions))
     }
 
-    /// Audits one outcome and works out what it does to the evaluation. `evaluated` is the
-    /// context the policy saw; `current` the one changes apply to.
+    /// Audits one outcome and applies it: a change to `current`, a decision to `taken`, or
+    /// the error that stops the evaluation. `evaluated` is the context the policy saw, when it
+    /// is not `current` (the one changes apply to).
     fn settle<'a, C: PolicyContext>(
         &self,
         entry: &'a Entry<C::Policy>,
         outcome: Outcome,
-        evaluated: &C,
-        current: &C,
-    ) -> Step<'a, C> {
+        evaluated: Option<&C>,
+        current: &mut Cow<'_, C>,
+        taken: &mut Vec<Taken<'a>>,
+    ) -> Result<(), EngineError> {
         let policy_id = C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
+        // The common case, without moving the decision around.
+        if let Ok(allow @ PolicyDecision::Allow { audit }) = &outcome {
+            self.record(
+                policy_id,
+                AuditDecision::from(allow),
+                None,
+                evaluated.unwrap_or(current),
+                enforced,
+                Some(allow),
+            );
+            taken.push(Taken {
+                policy_id,
+                decision: Kept::Allow { audit: *audit },
+                enforced,
+            });
+            return Ok(());
+        }
         let decision = match outcome {
             Ok(decision) => decision,
-            Err(error) => return self.fail(policy_id, enforced, error, evaluated),
+            Err(error) => {
+                return self.fail(policy_id, enforced, error, evaluated.unwrap_or(current));
+            }
         };
-        let changed = if enforced {
-            match apply_decision(current, &decision) {
+        let changes = matches!(
+            decision,
+            PolicyDecision::Redact { .. } | PolicyDecision::Transform { .. }
+        );
+        let changed = if enforced && changes {
+            match apply_decision(&**current, &decision) {
                 Ok(changed) => changed,
-                Err(error) => return self.fail(policy_id, enforced, Box::new(error), evaluated),
+                Err(error) => {
+                    let evaluated = evaluated.unwrap_or(current);
+                    return self.fail(policy_id, enforced, Box::new(error), evaluated);
+                }
             }
         } else {
             None
@@ -351,7 +382,7 @@ impl PolicyEngine {
             policy_id,
             AuditDecision::from(&decision),
             decision.reason().map(Cow::Borrowed),
-            evaluated,
+            evaluated.unwrap_or(current),
             enforced,
             Some(&decision),
         );
@@ -361,29 +392,32 @@ impl PolicyEngine {
                 policy_id: named,
             } = &decision
         {
-            return Step::Stop(EngineError::Denied(PolicyDenialError::new(
+            return Err(EngineError::Denied(PolicyDenialError::new(
                 named.as_deref().unwrap_or(policy_id),
                 C::POINT,
                 reason.clone(),
             )));
         }
-        Step::Continue {
-            changed,
-            decision: Some(Taken {
-                policy_id,
-                decision,
-                enforced,
-            }),
+        taken.push(Taken {
+            policy_id,
+            decision: Kept::new(decision),
+            enforced,
+        });
+        if let Some(changed) = changed {
+            *current = Cow::Owned(changed);
         }
+        Ok(())
     }
 
-    fn fail<'a, C: PolicyContext>(
+    /// Audits a failed evaluation; the error stops the evaluation unless the policy is
+    /// monitored or errors are set to allow.
+    fn fail<C: PolicyContext>(
         &self,
         policy_id: &str,
         enforced: bool,
         error: BoxError,
         evaluated: &C,
-    ) -> Step<'a, C> {
+    ) -> Result<(), EngineError> {
         if self.audit.is_some() {
             let reason = error_chain(&*error);
             self.record(
@@ -396,16 +430,13 @@ impl PolicyEngine {
             );
         }
         if enforced && self.set.on_error == OnError::Deny {
-            Step::Stop(EngineError::Evaluation(PolicyEvaluationError::new(
+            Err(EngineError::Evaluation(PolicyEvaluationError::new(
                 policy_id,
                 C::POINT,
                 error,
             )))
         } else {
-            Step::Continue {
-                changed: None,
-                decision: None,
-            }
+            Ok(())
         }
     }
 
@@ -465,7 +496,14 @@ impl PolicyEngine {
     pub(crate) async fn evaluate_monitored_output(&self, context: &OutputContext) {
         for entry in self.set.output.entries.iter().filter(|entry| entry.monitor) {
             let outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
-            let _ = self.settle(entry, outcome, context, context);
+            // Monitored: nothing to apply and nothing that stops.
+            let _ = self.settle(
+                entry,
+                outcome,
+                None,
+                &mut Cow::Borrowed(context),
+                &mut Vec::new(),
+            );
         }
     }
 }
@@ -476,13 +514,7 @@ async fn evaluate_entry<C: PolicyContext>(
     context: &C,
     call_deadline: Option<(Instant, Duration)>,
 ) -> Outcome {
-    let started = catch_unwind(AssertUnwindSafe(|| {
-        C::evaluate_policy(&entry.policy, context)
-    }));
-    let future = match started {
-        Ok(future) => CatchUnwind::new(future),
-        Err(payload) => return Err(Box::new(PolicyPanicked::from_payload(&*payload))),
-    };
+    let future = CatchUnwind::<C>::new(&entry.policy, context);
     let policy_deadline = entry
         .deadline
         .map(|deadline| (Instant::now() + deadline, deadline));

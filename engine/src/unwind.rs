@@ -5,27 +5,51 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::BoxFuture;
+use crate::context::PolicyContext;
 use crate::error::PolicyPanicked;
+use crate::{BoxError, BoxFuture, PolicyDecision};
 
-/// Polls a boxed future, catching a panic in any poll.
-pub(crate) struct CatchUnwind<'a, T> {
-    inner: BoxFuture<'a, T>,
+type Outcome = Result<PolicyDecision, BoxError>;
+
+/// Starts a policy's evaluation on the first poll and polls it, catching a panic in either:
+/// one unwind guard per poll covers the synchronous start of an `async_trait` method and
+/// every poll of the future it returns.
+pub(crate) struct CatchUnwind<'a, C: PolicyContext> {
+    start: Option<(&'a C::Policy, &'a C)>,
+    running: Option<BoxFuture<'a, Outcome>>,
 }
 
-impl<'a, T> CatchUnwind<'a, T> {
-    pub(crate) fn new(inner: BoxFuture<'a, T>) -> Self {
-        CatchUnwind { inner }
+impl<'a, C: PolicyContext> CatchUnwind<'a, C> {
+    /// Evaluates `policy` on `context` when first polled.
+    pub(crate) fn new(policy: &'a C::Policy, context: &'a C) -> Self {
+        CatchUnwind {
+            start: Some((policy, context)),
+            running: None,
+        }
     }
 }
 
-impl<T> Future for CatchUnwind<'_, T> {
-    type Output = Result<T, PolicyPanicked>;
+impl<C: PolicyContext> Future for CatchUnwind<'_, C> {
+    type Output = Result<Outcome, PolicyPanicked>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
         // The future is dropped after a panic and never polled again, so no broken state
         // can be observed: asserting unwind safety is sound here.
-        match catch_unwind(AssertUnwindSafe(|| self.inner.as_mut().poll(cx))) {
+        let polled = catch_unwind(AssertUnwindSafe(|| {
+            let running = match &mut this.running {
+                Some(running) => running,
+                None => match this.start.take() {
+                    Some((policy, context)) => {
+                        this.running.insert(C::evaluate_policy(policy, context))
+                    }
+                    // Polled again after a panic in `start`: `poll` said `Ready` already.
+                    None => return Poll::Pending,
+                },
+            };
+            running.as_mut().poll(cx)
+        }));
+        match polled {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
             Err(payload) => Poll::Ready(Err(PolicyPanicked::from_payload(&*payload))),
