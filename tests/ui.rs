@@ -2,7 +2,7 @@
 //! must compile, `tests/ui/<macro>/fail/*.rs` must fail with the `.stderr` next to them.
 //! Refresh the snapshots with `TRYBUILD=overwrite cargo test --test ui`.
 //!
-//! One test function runs every case, so trybuild builds its project once.
+//! trybuild builds its project once; the tests of the three macros take turns with it.
 //!
 //! The compiler's "the following other types implement trait" lists in the snapshots name every
 //! policy type the enabled features bring, so the snapshots are those of the whole feature set,
@@ -52,10 +52,27 @@ fn copy_rule_files_into_the_trybuild_project() {
     }
 }
 
-#[test]
-fn ui() {
-    copy_rule_files_into_the_trybuild_project();
+/// The cases of one macro; a test each, so a failure names the macro in the test summary.
+fn check(macro_name: &str) {
+    // Once for all tests: none may rewrite a rule file while another one compiles.
+    static COPY: std::sync::Once = std::sync::Once::new();
+    COPY.call_once(copy_rule_files_into_the_trybuild_project);
     let cases = trybuild::TestCases::new();
-    cases.pass("tests/ui/*/pass/*.rs");
-    cases.compile_fail("tests/ui/*/fail/*.rs");
+    cases.pass(format!("tests/ui/{macro_name}/pass/*.rs"));
+    cases.compile_fail(format!("tests/ui/{macro_name}/fail/*.rs"));
+}
+
+#[test]
+fn ui_policy_fn() {
+    check("policy_fn");
+}
+
+#[test]
+fn ui_policy_set() {
+    check("policy_set");
+}
+
+#[test]
+fn ui_dsl_policy() {
+    check("dsl_policy");
 }
