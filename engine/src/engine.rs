@@ -483,6 +483,11 @@ impl PolicyEngine {
         ))
     }
 
+    /// Whether records go anywhere: without a handler, nothing needs to build them.
+    pub(crate) fn audits(&self) -> bool {
+        self.audit.is_some()
+    }
+
     /// Hands a record to the audit handler, if there is one.
     pub(crate) fn emit(&self, record: AuditRecord<'_>) {
         if let Some(handler) = &self.audit {

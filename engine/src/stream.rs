@@ -737,6 +737,16 @@ impl Scanner {
     }
 }
 
+/// The characters of `text`; ASCII (most deltas) is checked a word at a time, much faster
+/// than counting short text character by character.
+fn char_count(text: &str) -> usize {
+    if text.is_ascii() {
+        text.len()
+    } else {
+        text.chars().count()
+    }
+}
+
 /// The largest character boundary of `text` at or before `at`.
 fn floor_char_boundary(text: &str, mut at: usize) -> usize {
     while !text.is_char_boundary(at) {
@@ -763,6 +773,8 @@ pub struct OutputStream<'e> {
     released: String,
     /// Bytes of `raw` handed to the rules (incremental mode).
     fed: usize,
+    /// Characters of `raw` not handed to the rules yet (incremental mode, in batches).
+    pending_chars: usize,
     /// Bytes of `raw` covered by released text (buffer and checkpoint modes).
     released_raw: usize,
     incomplete_utf8: Vec<u8>,
@@ -842,6 +854,7 @@ impl PolicyEngine {
             released: String::new(),
             released_raw: 0,
             fed: 0,
+            pending_chars: 0,
             incomplete_utf8: Vec::new(),
             started: Instant::now(),
             first_release: None,
@@ -877,9 +890,9 @@ impl OutputStream<'_> {
                 let held: usize = self
                     .stages
                     .iter()
-                    .map(|state| state.held().chars().count())
+                    .map(|state| char_count(state.held()))
                     .sum();
-                held + self.raw[self.fed..].chars().count()
+                held + self.pending_chars
             }
             StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.buffered_chars,
         }
@@ -929,12 +942,12 @@ impl OutputStream<'_> {
         // Text pushed after the end still counts as received, so the end record says how
         // much the stream carried whatever the chunking.
         if self.finished.is_some() {
-            self.chars_after_end += delta.chars().count();
+            self.chars_after_end += char_count(delta);
             return Ok("");
         }
         self.raw.push_str(delta);
         if self.plan.mode != StreamMode::Incremental {
-            let chars = delta.chars().count();
+            let chars = char_count(delta);
             self.buffered_chars += chars;
             self.since_checkpoint += chars;
         }
@@ -942,7 +955,10 @@ impl OutputStream<'_> {
         match self.plan.mode {
             StreamMode::Incremental => {
                 if self.raw.len() - self.fed >= self.plan.batch {
+                    self.pending_chars = 0;
                     self.run_stages(false)?;
+                } else {
+                    self.pending_chars += char_count(delta);
                 }
             }
             StreamMode::Buffer => {}
@@ -1080,6 +1096,9 @@ impl OutputStream<'_> {
     /// One record per incremental policy at the end: `redact` if it replaced anything,
     /// `allow` otherwise.
     fn record_stage_decisions(&self) {
+        if !self.engine.audits() {
+            return;
+        }
         let mut index = 0;
         while index < self.plan.stages.len() {
             let policy_index = self.plan.stages[index].policy_index;
@@ -1109,6 +1128,9 @@ impl OutputStream<'_> {
     }
 
     fn record_stage(&self, stage: &Stage, decision: PolicyDecision) {
+        if !self.engine.audits() {
+            return;
+        }
         let context =
             OutputContext::new(Message::assistant(self.raw.clone()), self.metadata.clone());
         self.engine.emit(AuditRecord {
@@ -1204,6 +1226,9 @@ impl OutputStream<'_> {
                 return;
             }
             self.reported_end = true;
+        }
+        if !self.engine.audits() {
+            return;
         }
         let report = StreamReport {
             event,
