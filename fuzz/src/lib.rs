@@ -8,12 +8,9 @@
 
 #![allow(missing_docs, unreachable_pub, dead_code)]
 
-use std::io::Write;
-
 use portcullis::apply::apply_decision;
 use portcullis::dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, check_source};
 use portcullis::path::FieldPath;
-use portcullis::rego::RegoBundle;
 use portcullis::{
     InputContext, InterceptionPoint, Message, Metadata, OutputContext, PolicyContext,
     PolicyDecision, Role, ToolCallContext,
@@ -135,10 +132,15 @@ pub fn decision(data: &[u8]) {
     apply_checked(&output_context(), &decision);
 }
 
-/// Bundle bytes: the first byte chooses how the rest is used, as the file itself or as the
+/// Bundle bytes (with the `rego` feature): the first byte chooses how the rest is used, as the file itself or as the
 /// contents of a gzip stream (so that the tar reader is reached without guessing a CRC). A
 /// bundle that opens has an object as its data document.
+#[cfg(feature = "rego")]
 pub fn bundle(data: &[u8]) {
+    use std::io::Write;
+
+    use portcullis::rego::RegoBundle;
+
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };

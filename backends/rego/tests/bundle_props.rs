@@ -383,3 +383,12 @@ fn data_folders_nested_too_deep_are_refused() {
     let error = RegoBundle::from_bytes(&encoder.finish().expect("gzip")).expect_err("too deep");
     assert!(error.to_string().contains("nested more than"), "{error}");
 }
+
+#[test]
+fn a_bundle_path_with_a_nul_byte_is_a_read_error() {
+    // The operator names the bundle file itself (there is no directory to stay in); a path the
+    // operating system cannot take is a clear error naming it.
+    let error = RegoBundle::open("policies/a\0b.tar.gz").expect_err("NUL in a path");
+    assert!(matches!(error, RegoError::Read { .. }), "{error:?}");
+    assert!(error.to_string().contains("a\0b.tar.gz"), "{error:?}");
+}
