@@ -11,7 +11,10 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
-const TARGETS: [(&str, fn(&[u8])); 4] = [
+/// A fuzz target's name and its check.
+type Target = (&'static str, fn(&[u8]));
+
+const TARGETS: [Target; 4] = [
     ("dsl_rule", checks::dsl_rule),
     ("field_path", checks::field_path),
     ("decision", checks::decision),

@@ -176,7 +176,7 @@ pub fn case(i: usize) -> Case {
             input(i, format!("my number is 123-45-{:04}", i % 10_000)),
             Expected::Denied("rego-ssn", "Message contains a potential SSN."),
         ),
-        5 | 6 | 7 => {
+        5..=7 => {
             let (tool, expected) = match i % 8 {
                 5 => ("web_search", Expected::Allow),
                 6 => (
@@ -200,15 +200,12 @@ pub fn case(i: usize) -> Case {
     }
 }
 
-fn check<C: Clone + std::fmt::Debug>(
+fn check<C: Clone + std::fmt::Debug + PartialEq>(
     outcome: Result<portcullis::Evaluation<'_, C>, EngineError>,
     expected: &Expected,
     content: impl Fn(&C) -> Option<String>,
     original: &C,
-) -> Result<(), String>
-where
-    C: PartialEq,
-{
+) -> Result<(), String> {
     match (outcome, expected) {
         (Ok(evaluation), Expected::Allow) if evaluation.context() == original => Ok(()),
         (Ok(evaluation), Expected::Redacted(text))
