@@ -30,6 +30,15 @@ pub enum DslError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The rule file is a link (or sits under one) that leads outside the rule directory.
+    OutsideDirectory {
+        /// The file named by the id.
+        path: PathBuf,
+        /// Where it really is.
+        resolved: PathBuf,
+        /// The rule directory, resolved.
+        dir: PathBuf,
+    },
     /// The rule is invalid: bad JSON, or it breaks the rules of the DSL. Holds every problem.
     Invalid(Problems),
     /// A rule checked for one point was given to a policy of another.
@@ -60,6 +69,17 @@ impl fmt::Display for DslError {
             DslError::Read { path, source } => {
                 write!(f, "cannot read the rule file {}: {source}", path.display())
             }
+            DslError::OutsideDirectory {
+                path,
+                resolved,
+                dir,
+            } => write!(
+                f,
+                "the rule file {} resolves to {}, outside the rule directory {}",
+                path.display(),
+                resolved.display(),
+                dir.display()
+            ),
             DslError::Invalid(problems) => {
                 let count = problems.len();
                 let noun = if count == 1 { "problem" } else { "problems" };
@@ -112,10 +132,27 @@ pub fn validate_id(id: &str) -> Result<(), DslError> {
 }
 
 /// Reads and checks `<dir>/<id>.json` for `point`.
+///
+/// The id is checked with [`validate_id`], and the file must really be inside `dir`: a symbolic
+/// link that leads outside it is refused ([`DslError::OutsideDirectory`]); one that stays inside
+/// (an alias for another rule file) is followed.
 pub fn load(id: &str, dir: &Path, point: InterceptionPoint) -> Result<CheckedRule, DslError> {
     validate_id(id)?;
     let path = dir.join(format!("{id}.json"));
-    let source = std::fs::read_to_string(&path).map_err(|source| DslError::Read {
+    let read_error = |source| DslError::Read {
+        path: path.clone(),
+        source,
+    };
+    let resolved_dir = std::fs::canonicalize(dir).map_err(read_error)?;
+    let resolved = std::fs::canonicalize(&path).map_err(read_error)?;
+    if !resolved.starts_with(&resolved_dir) {
+        return Err(DslError::OutsideDirectory {
+            path,
+            resolved,
+            dir: resolved_dir,
+        });
+    }
+    let source = std::fs::read_to_string(&resolved).map_err(|source| DslError::Read {
         path: path.clone(),
         source,
     })?;

@@ -105,6 +105,12 @@ impl EvaluateServer {
         self.running.requests()
     }
 
+    /// The requests received since the last call (or since the start), in the order they
+    /// arrived, forgetting them: a long-running test calls this to keep the record small.
+    pub fn take_requests(&self) -> Vec<RecordedRequest> {
+        self.running.take_requests()
+    }
+
     /// How many TCP connections the server has accepted so far.
     pub fn connections_accepted(&self) -> usize {
         self.running.connections_accepted()

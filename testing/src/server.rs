@@ -139,6 +139,16 @@ impl Running {
             .clone()
     }
 
+    pub(crate) fn take_requests(&self) -> Vec<RecordedRequest> {
+        std::mem::take(
+            &mut *self
+                .stats
+                .requests
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
     pub(crate) fn connections_accepted(&self) -> usize {
         self.stats.connections.load(Ordering::SeqCst)
     }

@@ -10,7 +10,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use portcullis_engine::BoxError;
@@ -30,6 +30,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest response body read, unless [`ClientOptions::max_body_bytes`] says otherwise:
 /// 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How many requests one connection pool has in flight at most, unless
+/// [`ClientOptions::max_connections`] says otherwise: 64. Further requests wait for a free slot
+/// (within their time-out), so a burst of evaluations never opens more connections than this.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 
 /// How many bytes of a body an error quotes.
 const EXCERPT_BYTES: usize = 200;
@@ -71,7 +76,15 @@ pub struct ClientOptions {
     timeout: Duration,
     headers: Vec<(String, String)>,
     max_body_bytes: usize,
-    pool: Arc<OnceLock<reqwest::Client>>,
+    max_connections: usize,
+    pool: Arc<OnceLock<SharedPool>>,
+}
+
+/// The connection pool of one options value, and the slots that bound its requests in flight.
+#[derive(Clone)]
+struct SharedPool {
+    http: reqwest::Client,
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl fmt::Debug for ClientOptions {
@@ -89,6 +102,7 @@ impl fmt::Debug for ClientOptions {
                     .collect::<Vec<_>>(),
             )
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_connections", &self.max_connections)
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +118,7 @@ impl ClientOptions {
             timeout: DEFAULT_TIMEOUT,
             headers: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             pool: Arc::default(),
         }
     }
@@ -138,6 +153,20 @@ impl ClientOptions {
         self
     }
 
+    /// How many requests the options' pool has in flight at most (at least 1); further
+    /// requests wait for one to finish, and the wait counts against their time-out. A burst of
+    /// concurrent evaluations thus opens at most this many connections to the service.
+    pub fn max_connections(mut self, max_connections: usize) -> ClientOptions {
+        self.max_connections = max_connections.max(1);
+        self.pool = Arc::default();
+        self
+    }
+
+    /// The most requests in flight at once.
+    pub fn connection_limit(&self) -> usize {
+        self.max_connections
+    }
+
     /// The base URL, as given.
     pub fn base_url(&self) -> &str {
         &self.base_url
@@ -159,17 +188,21 @@ impl ClientOptions {
     /// backend cannot start.
     pub fn connect(&self) -> Result<RemoteClient, ClientError> {
         let base_url = parse_base_url(&self.base_url)?;
-        let http = match self.pool.get() {
-            Some(http) => http.clone(),
+        let pool = match self.pool.get() {
+            Some(pool) => pool.clone(),
             None => {
-                let built = self.build_pool()?;
+                let built = SharedPool {
+                    http: self.build_pool()?,
+                    slots: Arc::new(tokio::sync::Semaphore::new(self.max_connections)),
+                };
                 // Two threads may race here; both pools work and the first one set is kept.
                 self.pool.get_or_init(|| built).clone()
             }
         };
         Ok(RemoteClient {
             inner: Arc::new(ClientInner {
-                http,
+                http: pool.http,
+                slots: pool.slots,
                 base_url,
                 timeout: self.timeout,
                 max_body_bytes: self.max_body_bytes,
@@ -252,6 +285,7 @@ pub struct RemoteClient {
 
 struct ClientInner {
     http: reqwest::Client,
+    slots: Arc<tokio::sync::Semaphore>,
     base_url: Url,
     timeout: Duration,
     max_body_bytes: usize,
@@ -323,7 +357,28 @@ impl RemoteClient {
         body: Vec<u8>,
     ) -> Result<RemoteResponse, RemoteError> {
         let fail = |kind| RemoteError::new(kind, &method, url);
-        let mut request = self.inner.http.request(method.clone(), url.clone());
+        // Wait for a free slot of the pool; the wait counts against the time-out.
+        let started = Instant::now();
+        let timeout = self.inner.timeout;
+        let _slot = match tokio::time::timeout(timeout, self.inner.slots.acquire()).await {
+            Ok(Ok(slot)) => slot,
+            // The semaphore is never closed; report it as a failed transport all the same.
+            Ok(Err(_)) => {
+                return Err(
+                    fail(RemoteErrorKind::Transport).with_detail("the connection pool is closed")
+                );
+            }
+            Err(_) => {
+                return Err(fail(RemoteErrorKind::TimedOut).with_detail(format!(
+                    "no connection of the pool was free within the time-out of {timeout:?}"
+                )));
+            }
+        };
+        let mut request = self
+            .inner
+            .http
+            .request(method.clone(), url.clone())
+            .timeout(timeout.saturating_sub(started.elapsed()));
         if !body.is_empty() {
             request = request
                 .header(header::CONTENT_TYPE, content_type)

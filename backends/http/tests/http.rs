@@ -573,3 +573,66 @@ fn debug_output_never_shows_header_values() {
     assert!(shown.contains("authorization"), "{shown}");
     assert!(!shown.contains("very-secret"), "{shown}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_evaluations_opens_at_most_max_connections() {
+    // 300 evaluations at once against a server that answers after 20 ms: they all succeed, over
+    // no more connections than the options allow.
+    let server = EvaluateServer::replying(
+        Reply::decision(&PolicyDecision::allow()).after(Duration::from_millis(20)),
+    )
+    .await
+    .expect("server");
+    let options = HttpClientOptions::new(server.url()).max_connections(8);
+    assert_eq!(options.connection_limit(), 8);
+    let policy = Arc::new(HttpInputPolicy::new("burst", options).expect("policy"));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..300 {
+        let policy = Arc::clone(&policy);
+        tasks.spawn(async move { policy.evaluate(&input(&format!("hello {i}"))).await });
+    }
+    while let Some(result) = tasks.join_next().await {
+        assert_eq!(
+            result.expect("task").expect("evaluation"),
+            PolicyDecision::allow()
+        );
+    }
+    assert_eq!(server.requests().len(), 300);
+    let connections = server.connections_accepted();
+    assert!((1..=8).contains(&connections), "{connections} connections");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn waiting_for_a_free_connection_counts_against_the_time_out() {
+    // One slot and a server that never answers: five requests at once queue for the slot. Each
+    // one fails within its own time-out (400 ms) counted from its start, waiting included; were
+    // the wait not counted, the k-th would take k times the time-out.
+    let server = EvaluateServer::replying(Reply::stall())
+        .await
+        .expect("server");
+    let options = HttpClientOptions::new(server.url())
+        .max_connections(1)
+        .timeout(Duration::from_millis(400));
+    let policy = Arc::new(HttpInputPolicy::new("one-slot", options).expect("policy"));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..5 {
+        let policy = Arc::clone(&policy);
+        tasks.spawn(async move {
+            let started = Instant::now();
+            let outcome = policy.evaluate(&input(&format!("request {i}"))).await;
+            (started.elapsed(), outcome)
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        let (elapsed, outcome) = joined.expect("task");
+        let error = outcome.expect_err("the server never answers");
+        let remote = error.downcast_ref::<RemoteError>().expect("a RemoteError");
+        assert_eq!(remote.kind(), RemoteErrorKind::TimedOut, "{remote}");
+        assert!(
+            elapsed < Duration::from_millis(800),
+            "{elapsed:?}: {remote}"
+        );
+    }
+    server.shutdown().await;
+}

@@ -226,6 +226,20 @@ fn split_path(path: &str, what: &'static str, dot: char) -> Result<Vec<String>, 
     if segments.iter().any(String::is_empty) {
         return Err(invalid("it has an empty segment"));
     }
+    if segments
+        .iter()
+        .any(|segment| segment == "." || segment == "..")
+    {
+        return Err(invalid(
+            "it has a `.` or `..` segment, which would name another document of the server",
+        ));
+    }
+    if segments
+        .iter()
+        .any(|segment| segment.chars().any(char::is_control))
+    {
+        return Err(invalid("it has a control character (such as NUL)"));
+    }
     Ok(segments)
 }
 

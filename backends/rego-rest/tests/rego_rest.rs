@@ -553,3 +553,50 @@ fn bad_package_paths_fail_at_construction() {
     let error = RegoServerClient::new(RegoServerClientOptions::new("localhost:8181")).unwrap_err();
     assert!(error.to_string().starts_with("invalid base URL"), "{error}");
 }
+
+#[tokio::test]
+async fn ids_and_paths_cannot_name_other_documents_of_the_server() {
+    // A policy id or package path from configuration stays under /v1/policies or /v1/data:
+    // `..`, `.` and control characters are refused before any request is sent.
+    let server = EvaluateServer::start().await.expect("server");
+    let client = RegoServerClient::new(RegoServerClientOptions::new(server.url())).expect("client");
+    for id in ["../data/x", "a/../../b", "./x", "a/..", "x\0y", "a/\u{7f}"] {
+        let error = client.put_policy(id, "package x").await.expect_err(id);
+        assert_eq!(
+            error.kind(),
+            RemoteErrorKind::InvalidRequest,
+            "{id}: {error}"
+        );
+        assert!(
+            error.to_string().contains("invalid policy id"),
+            "{id}: {error}"
+        );
+        let error = client.delete_policy(id).await.expect_err(id);
+        assert_eq!(
+            error.kind(),
+            RemoteErrorKind::InvalidRequest,
+            "{id}: {error}"
+        );
+    }
+    for path in ["a/../b", "./a", "a/\0", "a/b\tc"] {
+        let error = client.evaluate(path, &json!({})).await.expect_err(path);
+        assert_eq!(
+            error.kind(),
+            RemoteErrorKind::InvalidRequest,
+            "{path}: {error}"
+        );
+        let options = RegoServerClientOptions::new(server.url());
+        assert!(
+            RegoServerInputPolicy::new("p", options, path).is_err(),
+            "{path}"
+        );
+    }
+    assert!(server.requests().is_empty(), "{:?}", server.requests());
+    // The control: a plain id does reach the server.
+    client
+        .put_policy("team/pii", "package x")
+        .await
+        .expect("plain id");
+    assert_eq!(server.requests()[0].path, "/v1/policies/team/pii");
+    server.shutdown().await;
+}

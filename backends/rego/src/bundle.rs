@@ -21,6 +21,16 @@ pub const DEFAULT_MEMORY_LIMIT: usize = 64 * 1024 * 1024;
 /// The largest file a bundle may unpack to (a guard against decompression bombs).
 const MAX_ENTRY_SIZE: u64 = 512 * 1024 * 1024;
 
+/// The most a whole bundle may decompress to, skipped entries included.
+const MAX_BUNDLE_SIZE: u64 = 1024 * 1024 * 1024;
+
+/// The most entries a bundle may hold.
+const MAX_ENTRIES: usize = 10_000;
+
+/// The deepest folder a `data.json` may sit in (`/a/b/.../data.json`): the data document it makes
+/// is that deep before its own nesting.
+const MAX_DATA_DEPTH: usize = 64;
+
 /// An OPA policy compiled to WebAssembly (`opa build -t wasm`), compiled once and ready to
 /// evaluate any of its entrypoints on any JSON input.
 ///
@@ -362,33 +372,59 @@ struct BundleContents {
 
 /// Reads `/policy.wasm` and the data files (`/data.json` and `/<path>/data.json`, merged at
 /// `<path>`) of a gzip tar bundle.
+///
+/// Entry names are taken as paths from the bundle root (`/policy.wasm`, `./policy.wasm` and
+/// `policy.wasm` are the same file). A name with a `..` segment, a file the bundle holds twice,
+/// more than [`MAX_ENTRIES`] entries, or more than [`MAX_BUNDLE_SIZE`] bytes in all is an error;
+/// links, folders and other non-file entries are skipped.
 fn read_bundle(bytes: &[u8], path: &Option<PathBuf>) -> Result<BundleContents, RegoError> {
     let archive_error = |message: String| RegoError::Archive {
         path: path.clone(),
         message,
     };
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let decoder = LimitedReader {
+        inner: flate2::read::GzDecoder::new(bytes),
+        left: MAX_BUNDLE_SIZE,
+    };
+    let mut archive = tar::Archive::new(decoder);
     let mut wasm = None;
     let mut data = Value::Object(Map::new());
     let mut names = Vec::new();
+    let mut read_files = std::collections::HashSet::new();
     let entries = archive
         .entries()
         .map_err(|error| archive_error(error.to_string()))?;
     for entry in entries {
         let entry = entry.map_err(|error| archive_error(error.to_string()))?;
-        if !entry.header().entry_type().is_file() {
-            continue;
+        if names.len() >= MAX_ENTRIES {
+            return Err(archive_error(format!(
+                "the bundle holds more than {MAX_ENTRIES} entries"
+            )));
         }
-        let name = entry
+        let raw_name = entry
             .path()
             .map_err(|error| archive_error(error.to_string()))?
             .to_string_lossy()
             .into_owned();
-        let name = name
-            .trim_start_matches("./")
-            .trim_start_matches('/')
-            .to_owned();
+        let name = normalize_entry_name(&raw_name).map_err(&archive_error)?;
+        let kind = entry.header().entry_type();
+        if !kind.is_file() {
+            if !kind.is_dir() {
+                names.push(format!("/{name} (not a regular file, skipped)"));
+            }
+            continue;
+        }
         names.push(format!("/{name}"));
+        let is_wasm = name == "policy.wasm";
+        let is_data = name == "data.json" || name.ends_with("/data.json");
+        if !(is_wasm || is_data) {
+            continue;
+        }
+        if !read_files.insert(name.clone()) {
+            return Err(archive_error(format!(
+                "/{name} appears more than once in the bundle"
+            )));
+        }
         let read = |entry: tar::Entry<'_, _>| -> Result<Vec<u8>, RegoError> {
             let mut contents = Vec::new();
             entry
@@ -402,20 +438,26 @@ fn read_bundle(bytes: &[u8], path: &Option<PathBuf>) -> Result<BundleContents, R
             }
             Ok(contents)
         };
-        if name == "policy.wasm" {
+        if is_wasm {
             wasm = Some(read(entry)?);
-        } else if name == "data.json" || name.ends_with("/data.json") {
+        } else {
+            let prefix: Vec<&str> = name
+                .trim_end_matches("data.json")
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .collect();
+            if prefix.len() > MAX_DATA_DEPTH {
+                return Err(RegoError::Data {
+                    path: path.clone(),
+                    message: format!("/{name} is nested more than {MAX_DATA_DEPTH} folders deep"),
+                });
+            }
             let contents = read(entry)?;
             let value: Value =
                 serde_json::from_slice(&contents).map_err(|error| RegoError::Data {
                     path: path.clone(),
                     message: format!("/{name}: {error}"),
                 })?;
-            let prefix: Vec<&str> = name
-                .trim_end_matches("data.json")
-                .split('/')
-                .filter(|s| !s.is_empty())
-                .collect();
             merge_at(&mut data, &prefix, value).map_err(|message| RegoError::Data {
                 path: path.clone(),
                 message: format!("/{name}: {message}"),
@@ -428,6 +470,48 @@ fn read_bundle(bytes: &[u8], path: &Option<PathBuf>) -> Result<BundleContents, R
             path: path.clone(),
             entries: names,
         }),
+    }
+}
+
+/// An entry's name as a path from the bundle root, without leading `/` or `./` and without empty
+/// or `.` segments; a `..` segment or a NUL character is an error.
+fn normalize_entry_name(raw: &str) -> Result<String, String> {
+    if raw.contains('\0') {
+        return Err(format!("entry {raw:?} has a NUL character in its name"));
+    }
+    let mut segments = Vec::new();
+    for segment in raw.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                return Err(format!(
+                    "entry {raw:?} has a `..` segment: bundle entries must stay inside the bundle"
+                ));
+            }
+            segment => segments.push(segment),
+        }
+    }
+    Ok(segments.join("/"))
+}
+
+/// A reader that fails, with a clear message, once more than `left` bytes have been read.
+struct LimitedReader<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for LimitedReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.inner.read(buf)?;
+        match self.left.checked_sub(read as u64) {
+            Some(left) => {
+                self.left = left;
+                Ok(read)
+            }
+            None => Err(std::io::Error::other(format!(
+                "the bundle decompresses to more than {MAX_BUNDLE_SIZE} bytes"
+            ))),
+        }
     }
 }
 
