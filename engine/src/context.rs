@@ -220,7 +220,15 @@ mod sealed {
 /// This trait is sealed: [`InputContext`], [`ToolCallContext`] and [`OutputContext`] are the only
 /// implementations.
 pub trait PolicyContext:
-    sealed::Sealed + Serialize + DeserializeOwned + Clone + fmt::Debug + Send + Sync + 'static
+    sealed::Sealed
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + PartialEq
+    + fmt::Debug
+    + Send
+    + Sync
+    + 'static
 {
     /// The interception point this context belongs to.
     const POINT: InterceptionPoint;

@@ -403,7 +403,11 @@ impl PolicyEngine {
             decision: Kept::new(decision),
             enforced,
         });
-        if let Some(changed) = changed {
+        // A change that changed nothing (a redaction that matched nothing) keeps forwarding
+        // the context as it was.
+        if let Some(changed) = changed
+            && changed != **current
+        {
             *current = Cow::Owned(changed);
         }
         Ok(())

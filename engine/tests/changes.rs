@@ -74,6 +74,20 @@ async fn replace_substitutes_every_match() {
 }
 
 #[tokio::test]
+async fn a_redaction_that_matches_nothing_forwards_the_original() {
+    let engine = engine_with_input(vec![PolicyDecision::redact([Redaction::replace(
+        "messages.*.content",
+        r"\b\d{3}-\d{2}-\d{4}\b",
+    )])]);
+    let context = input(&["no numbers here"]);
+    let evaluation = engine.evaluate_input(&context).await.unwrap();
+    assert!(!evaluation.is_modified());
+    assert!(std::ptr::eq(evaluation.context(), &context));
+    // The decision is still recorded as taken.
+    assert_eq!(evaluation.decisions().len(), 1);
+}
+
+#[tokio::test]
 async fn replace_inserts_the_replacement_literally() {
     let engine = engine_with_input(vec![PolicyDecision::redact([Redaction::replace(
         "messages.0.content",
