@@ -37,7 +37,9 @@ const MAX_DATA_DEPTH: usize = 64;
 /// Opening reads the file, compiles the module, checks that it is an OPA module whose builtins
 /// this host provides, and sets up a first instance with the data document. Evaluation never
 /// reads a file: it takes an idle instance from the bundle's pool (making one when all are busy),
-/// evaluates, and puts the instance back, reset to the heap just above its data document.
+/// evaluates, and puts the instance back, reset to the heap just above its data document (a
+/// module that caches compiled regular expressions keeps them, and some garbage, for a while:
+/// see the crate documentation).
 ///
 /// Cloning is cheap and clones share the pool. Every evaluation runs under a time limit
 /// ([`DEFAULT_TIME_LIMIT`]) and a memory limit ([`DEFAULT_MEMORY_LIMIT`]); see

@@ -48,7 +48,11 @@
 //! evaluation. Each bundle keeps a pool of instances whose data document is already loaded;
 //! an evaluation takes an idle one (or makes one when all are busy), runs, and gives it back
 //! reset to the heap just above its data. Modules of ABI 1.2 and later are evaluated with the
-//! single `opa_eval` call; ABI 1.0 and 1.1 through `opa_eval_ctx_*`.
+//! single `opa_eval` call; ABI 1.0 and 1.1 through `opa_eval_ctx_*`. Modules whose runtime caches
+//! compiled patterns (`regex.*` and `glob.match` compile inside the module) are the exception:
+//! they go through `opa_eval_ctx_*` and keep their heap, and with it the compiled patterns,
+//! between evaluations until the garbage passes 1 MiB (or a sixteenth of the memory limit), and
+//! only then are reset; compiling a pattern again at every evaluation would cost most of it.
 //!
 //! Every evaluation is bounded: a time limit (default 100 ms, by epoch interruption: a
 //! process-wide thread advances the epoch every millisecond) and a memory limit per instance

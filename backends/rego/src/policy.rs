@@ -77,6 +77,70 @@ impl RegoPolicy {
 
 /// Reads the result set `[{"result": <decision>}]` (or `[]`) as a decision (SPEC §7.1).
 fn read_decision(entrypoint: &str, bytes: &[u8]) -> Result<PolicyDecision, RegoEvaluationError> {
+    // The usual shapes (a decision object or a boolean) are read straight from the bytes; any
+    // other result, and any error, goes the general way below, which says what is wrong.
+    if let Ok(results) = serde_json::from_slice::<Vec<DirectEntry>>(bytes)
+        && let Some(entry) = results.into_iter().next()
+    {
+        return Ok(match entry.result {
+            Direct::Decision(decision) => decision,
+            Direct::Bool(allowed) => decision_from_bool(entrypoint, allowed),
+        });
+    }
+    read_decision_value(entrypoint, bytes)
+}
+
+/// One entry of a result set whose value is a decision object or a boolean.
+#[derive(serde::Deserialize)]
+struct DirectEntry {
+    result: Direct,
+}
+
+/// A decision read without building a [`Value`] first.
+enum Direct {
+    Decision(PolicyDecision),
+    Bool(bool),
+}
+
+impl<'de> serde::Deserialize<'de> for Direct {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DirectVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for DirectVisitor {
+            type Value = Direct;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a decision object or a boolean")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<Direct, E> {
+                Ok(Direct::Bool(value))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Direct, A::Error> {
+                use serde::Deserialize;
+                PolicyDecision::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(Direct::Decision)
+            }
+        }
+
+        deserializer.deserialize_any(DirectVisitor)
+    }
+}
+
+fn decision_from_bool(entrypoint: &str, allowed: bool) -> PolicyDecision {
+    if allowed {
+        PolicyDecision::allow()
+    } else {
+        PolicyDecision::deny(format!("denied by {entrypoint}"))
+    }
+}
+
+/// [`read_decision`] through a [`Value`]: every result shape, with the errors.
+fn read_decision_value(
+    entrypoint: &str,
+    bytes: &[u8],
+) -> Result<PolicyDecision, RegoEvaluationError> {
     #[derive(serde::Deserialize)]
     struct Entry {
         result: Option<Value>,
@@ -103,8 +167,7 @@ pub(crate) fn decision_from_value(
     value: Value,
 ) -> Result<PolicyDecision, String> {
     match value {
-        Value::Bool(true) => Ok(PolicyDecision::allow()),
-        Value::Bool(false) => Ok(PolicyDecision::deny(format!("denied by {entrypoint}"))),
+        Value::Bool(allowed) => Ok(decision_from_bool(entrypoint, allowed)),
         Value::String(name) => {
             let object = serde_json::json!({ "decision": name });
             serde_json::from_value(object).map_err(|error| format!("{name:?}: {error}"))

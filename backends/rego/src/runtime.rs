@@ -10,8 +10,10 @@
 //! An instance keeps its data document at the bottom of its heap; the heap pointer just above it is
 //! the instance's "post-data heap". Every evaluation starts from there (the fast path writes the
 //! input there and hands `opa_eval` the pointer; the slow path calls `opa_heap_ptr_set`), so an
-//! instance that finished an evaluation is as good as new and goes back to the pool. An instance
-//! whose evaluation failed (trap, abort, limit) is dropped instead.
+//! instance that finished an evaluation is as good as new and goes back to the pool. The one
+//! exception is a module whose builtins cache compiled patterns: resetting the heap clears those
+//! caches, so it is reset only once the garbage passes a bound (see [`PooledInstance::run`]). An
+//! instance whose evaluation failed (trap, abort, limit) is dropped instead.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -39,6 +41,10 @@ pub(crate) fn engine() -> Result<&'static Engine, String> {
         .get_or_init(|| {
             let mut config = Config::new();
             config.epoch_interruption(true);
+            // OPA's runtime is many small C functions (value accessors, the allocator, the JSON
+            // lexer): inlining them within the module saves about a tenth of the instructions of
+            // an evaluation, and with them the epoch checks at their entries, for a longer compile.
+            config.compiler_inlining(wasmtime::Inlining::Yes);
             let engine = Engine::new(&config).map_err(|error| error.to_string())?;
             let weak = engine.weak();
             std::thread::Builder::new()
@@ -264,6 +270,19 @@ pub(crate) struct ModuleInfo {
     pub(crate) entrypoints: Vec<(String, i32)>,
     /// Builtin names and ids as the module lists them.
     pub(crate) builtins: Vec<(String, i32)>,
+    /// Whether the module's runtime keeps builtin caches (compiled regular expressions and glob
+    /// patterns) between calls: see [`PooledInstance::run`].
+    pub(crate) builtin_caches: bool,
+}
+
+/// The function of OPA's runtime that reads a builtin cache; a module holding it has builtins
+/// (the regular-expression and glob ones) that cache their compiled patterns.
+const BUILTIN_CACHE_FUNCTION: &str = "opa_builtin_cache_get";
+
+/// How much garbage an instance with builtin caches may keep above its post-data heap between
+/// evaluations, at most: 1 MiB, or a sixteenth of the memory limit when that is less.
+fn kept_heap_limit(limits: Limits) -> usize {
+    (limits.memory / 16).min(1 << 20)
 }
 
 /// Compiled modules by content, so that opening the same bundle again (one bundle serving an
@@ -322,6 +341,7 @@ impl CompiledModule {
                 abi: (0, 0),
                 entrypoints: Vec::new(),
                 builtins: Vec::new(),
+                builtin_caches: false,
             },
         };
         let limits = Limits {
@@ -387,10 +407,15 @@ impl CompiledModule {
             return Err(ModuleError::MissingBuiltins(missing));
         }
         compiled.builtin_table = Arc::from(table);
+        let builtin_caches = compiled
+            .module
+            .functions()
+            .any(|function| function.name.as_deref() == Some(BUILTIN_CACHE_FUNCTION));
         compiled.info = ModuleInfo {
             abi,
             entrypoints,
             builtins,
+            builtin_caches,
         };
         Ok(compiled)
     }
@@ -512,6 +537,8 @@ impl CompiledModule {
             funcs,
             data_addr,
             heap_ptr,
+            heap_end: heap_ptr,
+            keep_heap: self.info.builtin_caches.then(|| kept_heap_limit(limits)),
             input: Vec::new(),
             poisoned: false,
         })
@@ -637,6 +664,11 @@ pub(crate) struct PooledInstance {
     funcs: GuestFuncs,
     data_addr: i32,
     heap_ptr: i32,
+    /// Where the heap ended after the last evaluation (only tracked with `keep_heap`).
+    heap_end: i32,
+    /// For a module with builtin caches: how many bytes above the post-data heap may be kept
+    /// between evaluations (see [`run`](Self::run)).
+    keep_heap: Option<usize>,
     /// The input's JSON, reused between evaluations.
     input: Vec<u8>,
     /// Set when an evaluation trapped or aborted: the instance's state is unknown, drop it.
@@ -674,9 +706,32 @@ impl PooledInstance {
         !self.poisoned
     }
 
+    /// Runs one evaluation on `self.input` and returns the address of the result set's JSON.
+    ///
+    /// Three ways, all starting from the data document loaded at the bottom of the heap:
+    /// - a module whose runtime caches compiled patterns (regular expressions, globs) in its
+    ///   builtin caches: setting the heap pointer clears those caches, and `opa_eval` always sets
+    ///   it, so such a module is evaluated through the `opa_eval_ctx_*` calls and its heap is
+    ///   reset to the post-data heap only once the garbage of earlier evaluations passes
+    ///   [`kept_heap_limit`]. Until then a pattern is compiled once, not at every evaluation
+    ///   (the caches map a pattern to its compiled form, nothing an input can change). The
+    ///   garbage counts against the memory limit like everything in the instance's memory;
+    /// - otherwise, from ABI 1.2, the fast path: the input is written just above the post-data
+    ///   heap and `opa_eval` parses and evaluates it in one call;
+    /// - otherwise the `opa_eval_ctx_*` calls after resetting the heap.
     fn run(&mut self, entrypoint: i32) -> wasmtime::Result<i32> {
         let len = i32::try_from(self.input.len())
             .map_err(|_| wasmtime::Error::msg("input larger than 2 GiB"))?;
+        if let Some(keep) = self.keep_heap {
+            let kept =
+                usize::try_from(self.heap_end.wrapping_sub(self.heap_ptr)).unwrap_or(usize::MAX);
+            let reset = kept > keep;
+            let result = self.run_ctx(entrypoint, reset);
+            if result.is_ok() {
+                self.heap_end = self.funcs.heap_ptr_get.call(&mut self.store, ())?;
+            }
+            return result;
+        }
         if let Some(opa_eval) = &self.funcs.opa_eval {
             let input_addr = self.heap_ptr;
             let start = usize::try_from(input_addr)
@@ -702,28 +757,36 @@ impl PooledInstance {
                 ),
             )
         } else {
-            let funcs = &self.funcs;
-            funcs.heap_ptr_set.call(&mut self.store, self.heap_ptr)?;
-            let input = load_json(&mut self.store, funcs, self.memory, &self.input)?;
-            let ctx = funcs.eval_ctx_new.call(&mut self.store, ())?;
-            funcs
-                .eval_ctx_set_input
-                .call(&mut self.store, (ctx, input))?;
-            funcs
-                .eval_ctx_set_data
-                .call(&mut self.store, (ctx, self.data_addr))?;
-            if let Some(set_entrypoint) = &funcs.eval_ctx_set_entrypoint {
-                set_entrypoint.call(&mut self.store, (ctx, entrypoint))?;
-            }
-            let code = funcs.eval.call(&mut self.store, ctx)?;
-            if code != 0 {
-                return Err(wasmtime::Error::msg(format!(
-                    "eval returned error code {code}"
-                )));
-            }
-            let result = funcs.eval_ctx_get_result.call(&mut self.store, ctx)?;
-            funcs.json_dump.call(&mut self.store, result)
+            self.run_ctx(entrypoint, true)
         }
+    }
+
+    /// An evaluation through the `opa_eval_ctx_*` calls, after resetting the heap to the
+    /// post-data heap when `reset`.
+    fn run_ctx(&mut self, entrypoint: i32, reset: bool) -> wasmtime::Result<i32> {
+        let funcs = &self.funcs;
+        if reset {
+            funcs.heap_ptr_set.call(&mut self.store, self.heap_ptr)?;
+        }
+        let input = load_json(&mut self.store, funcs, self.memory, &self.input)?;
+        let ctx = funcs.eval_ctx_new.call(&mut self.store, ())?;
+        funcs
+            .eval_ctx_set_input
+            .call(&mut self.store, (ctx, input))?;
+        funcs
+            .eval_ctx_set_data
+            .call(&mut self.store, (ctx, self.data_addr))?;
+        if let Some(set_entrypoint) = &funcs.eval_ctx_set_entrypoint {
+            set_entrypoint.call(&mut self.store, (ctx, entrypoint))?;
+        }
+        let code = funcs.eval.call(&mut self.store, ctx)?;
+        if code != 0 {
+            return Err(wasmtime::Error::msg(format!(
+                "eval returned error code {code}"
+            )));
+        }
+        let result = funcs.eval_ctx_get_result.call(&mut self.store, ctx)?;
+        funcs.json_dump.call(&mut self.store, result)
     }
 
     fn classify(&mut self, error: wasmtime::Error, limits: Limits) -> RegoEvaluationError {

@@ -504,3 +504,48 @@ async fn sequential_evaluations_reuse_one_instance() {
     }
     assert_eq!(bundle.idle_instances(), 1);
 }
+
+#[tokio::test]
+async fn a_regex_module_keeps_its_pattern_cache_and_stays_within_its_memory_limit() {
+    // no-ssn-input matches a regular expression: its instances keep their heap (and the compiled
+    // pattern) between evaluations until the garbage passes a sixteenth of the memory limit, here
+    // 256 KiB. A thousand inputs of 16 KiB make 16 MiB of garbage: the instance must reset its
+    // heap on the way, or it would run out of its 4 MiB.
+    common::open("rego-wasm/no-ssn-input.tar.gz");
+    let policy = RegoInputPolicy::from_bundle(
+        "no-ssn",
+        RegoBundle::open(common::fixture("rego-wasm/no-ssn-input.tar.gz"))
+            .expect("opens")
+            .with_memory_limit(4 * 1024 * 1024)
+            .expect("limit"),
+    )
+    .expect("policy");
+    let filler = "lorem ipsum ".repeat(16 * 1024 / 12);
+    for i in 0..1000 {
+        let text = match i % 3 {
+            0 => format!(
+                "{filler} my number is {:03}-{:02}-{:04}",
+                i % 1000,
+                i % 100,
+                i
+            ),
+            1 => format!("{filler} call {i}"),
+            _ => format!("short {i}-{i}"),
+        };
+        let expected = if i % 3 == 0 {
+            PolicyDecision::deny("Message contains a potential SSN.")
+        } else {
+            PolicyDecision::allow()
+        };
+        assert_eq!(
+            policy.decide(&input(&["hello", &text])),
+            Ok(expected),
+            "evaluation {i}"
+        );
+    }
+    assert_eq!(
+        policy.bundle().idle_instances(),
+        1,
+        "no instance was dropped"
+    );
+}
