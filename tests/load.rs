@@ -5,32 +5,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{mixed_engine, remote_service, run_case};
-use portcullis::PolicyEngine;
-
-/// Runs cases `range` all at once on `engine`; the problems of the ones that went wrong.
-async fn run_concurrently(
-    engine: &Arc<PolicyEngine>,
-    range: std::ops::Range<usize>,
-) -> Vec<String> {
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in range {
-        let engine = Arc::clone(engine);
-        tasks.spawn(async move { run_case(&engine, i).await });
-    }
-    let mut problems = Vec::new();
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok(Ok(())) => {}
-            Ok(Err(problem)) => problems.push(problem),
-            Err(error) => problems.push(format!("a task failed: {error}")),
-        }
-    }
-    problems
-}
+use common::{mixed_engine, remote_service, run_concurrently};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ten_thousand_concurrent_mixed_evaluations_are_all_correct() {

@@ -245,6 +245,27 @@ pub async fn run_case(engine: &PolicyEngine, i: usize) -> Result<(), String> {
     .map_err(|problem| format!("case {i}: {problem}"))
 }
 
+/// Runs cases `range` all at once on `engine`; the problems of the ones that went wrong.
+pub async fn run_concurrently(
+    engine: &Arc<PolicyEngine>,
+    range: std::ops::Range<usize>,
+) -> Vec<String> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in range {
+        let engine = Arc::clone(engine);
+        tasks.spawn(async move { run_case(&engine, i).await });
+    }
+    let mut problems = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(problem)) => problems.push(problem),
+            Err(error) => problems.push(format!("a task failed: {error}")),
+        }
+    }
+    problems
+}
+
 /// The resident memory of this process, in bytes (Linux: `/proc/self/statm`, 4 KiB pages);
 /// `None` elsewhere.
 pub fn resident_bytes() -> Option<u64> {
