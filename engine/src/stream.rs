@@ -619,10 +619,8 @@ impl StageState {
         let horizon = if end {
             len
         } else {
-            floor_char_boundary(
-                &self.buffer,
-                len.saturating_sub(stage.window).max(self.held_from),
-            )
+            self.buffer
+                .floor_char_boundary(len.saturating_sub(stage.window).max(self.held_from))
         };
         let clean = match &self.watching {
             // No match can lie in the text seen since the last reset point: everything before
@@ -745,14 +743,6 @@ fn char_count(text: &str) -> usize {
     } else {
         text.chars().count()
     }
-}
-
-/// The largest character boundary of `text` at or before `at`.
-fn floor_char_boundary(text: &str, mut at: usize) -> usize {
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
 }
 
 /// The streaming output guard; see the [module docs](self).
