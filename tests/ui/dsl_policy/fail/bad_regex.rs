@@ -1,5 +1,5 @@
 use portcullis::dsl_policy;
 
 fn main() {
-    let _policy = dsl_policy!(output, "tests/ui/rules/bad_regex.json");
+    let _policy = dsl_policy!(output, "rules/bad_regex.json");
 }

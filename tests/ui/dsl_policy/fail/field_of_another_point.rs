@@ -1,5 +1,5 @@
 use portcullis::dsl_policy;
 
 fn main() {
-    let _policy = dsl_policy!(input, "tests/ui/rules/field_of_another_point.json");
+    let _policy = dsl_policy!(input, "rules/field_of_another_point.json");
 }

@@ -5,7 +5,7 @@ fn main() {
     let _ = PolicySet::builder()
         .output(dsl_policy!(
             output,
-            "tests/ui/rules/missing_redactions.json"
+            "rules/missing_redactions.json"
         ))
         .build();
 }

@@ -1,5 +1,5 @@
 use portcullis::dsl_policy;
 
 fn main() {
-    let _policy = dsl_policy!(input, "tests/ui/rules/typo_field.json");
+    let _policy = dsl_policy!(input, "rules/typo_field.json");
 }

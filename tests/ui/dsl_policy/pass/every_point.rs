@@ -23,10 +23,10 @@ fn main() {
     let set = policy_set! {
         input: [
             dsl_policy!(input, "examples/rules/block_secrets.json"),
-            dsl_policy!(input, "tests/ui/rules/support_prefix.json"),
+            dsl_policy!(input, "rules/support_prefix.json"),
         ],
-        tool_call: [dsl_policy!(tool_call, "tests/ui/rules/large_refund.json")],
-        output: [dsl_policy!(output, "tests/ui/rules/mask_passwords.json")],
+        tool_call: [dsl_policy!(tool_call, "rules/large_refund.json")],
+        output: [dsl_policy!(output, "rules/mask_passwords.json")],
     };
     assert_eq!(set.input().len(), 2);
 }

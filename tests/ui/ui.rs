@@ -1,30 +1,19 @@
-//! Compile-time behaviour of the macros, pinned with trybuild: `tests/ui/<macro>/pass/*.rs`
-//! must compile, `tests/ui/<macro>/fail/*.rs` must fail with the `.stderr` next to them.
-//! Refresh the snapshots with `TRYBUILD=overwrite cargo test --test ui`.
+//! Compile-time behaviour of the macros, pinned with trybuild: `<macro>/pass/*.rs` must
+//! compile, `<macro>/fail/*.rs` must fail with the `.stderr` next to them.
+//! Refresh the snapshots with `TRYBUILD=overwrite cargo test -p portcullis-ui-tests`.
 //!
-//! trybuild builds its project once; the tests of the three macros take turns with it.
-//!
-//! The compiler's "the following other types implement trait" lists in the snapshots name every
-//! policy type the enabled features bring, so the snapshots are those of the whole feature set,
-//! the one the README's test command (`--all-features`) builds; with fewer features the cases are
-//! skipped rather than compared against a different list.
-#![cfg(all(
-    feature = "macros",
-    feature = "rego",
-    feature = "rego-rest",
-    feature = "http",
-    feature = "otel",
-    feature = "observability",
-    feature = "openai",
-    feature = "rig"
-))]
+//! trybuild builds its project once; the tests of the three macros take turns with it. The
+//! project depends on the facade with the `macros` feature only, so the compiler's "the following
+//! other types implement trait" lists in the snapshots name the engine's and the DSL's policy
+//! types, whatever features the rest of the workspace is built with.
 
 use std::path::{Path, PathBuf};
 
-/// trybuild compiles the cases as a crate of its own, in `<target>/tests/trybuild/portcullis`,
+/// trybuild compiles the cases as a crate of its own, in `<target>/tests/trybuild/<package>`,
 /// so `CARGO_MANIFEST_DIR` (which `dsl_policy!` resolves rule files against) is that directory
-/// while the cases run. The rule files are copied there, to the same relative paths they have
-/// here, so a case reads `dsl_policy!(input, "tests/ui/rules/x.json")` as a user would.
+/// while the cases run. The rule files are copied there: this package's `rules/` and the
+/// examples' `examples/rules/`, so a case reads `dsl_policy!(input, "rules/x.json")` as a user
+/// would.
 fn copy_rule_files_into_the_trybuild_project() {
     let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
@@ -35,10 +24,10 @@ fn copy_rule_files_into_the_trybuild_project() {
         .join("trybuild")
         .join(env!("CARGO_PKG_NAME"));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for dir in ["tests/ui/rules", "examples/rules"] {
-        let destination = project.join(dir);
+    for (source, copy) in [("rules", "rules"), ("../../examples/rules", "examples/rules")] {
+        let destination = project.join(copy);
         std::fs::create_dir_all(&destination).expect("the trybuild project directory");
-        for entry in std::fs::read_dir(root.join(dir)).expect("a rules directory") {
+        for entry in std::fs::read_dir(root.join(source)).expect("a rules directory") {
             let path = entry.expect("a directory entry").path();
             if let Some(name) = path.file_name() {
                 let copy = destination.join(name);
@@ -58,8 +47,8 @@ fn check(macro_name: &str) {
     static COPY: std::sync::Once = std::sync::Once::new();
     COPY.call_once(copy_rule_files_into_the_trybuild_project);
     let cases = trybuild::TestCases::new();
-    cases.pass(format!("tests/ui/{macro_name}/pass/*.rs"));
-    cases.compile_fail(format!("tests/ui/{macro_name}/fail/*.rs"));
+    cases.pass(format!("{macro_name}/pass/*.rs"));
+    cases.compile_fail(format!("{macro_name}/fail/*.rs"));
 }
 
 #[test]
