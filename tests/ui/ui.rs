@@ -24,7 +24,10 @@ fn copy_rule_files_into_the_trybuild_project() {
         .join("trybuild")
         .join(env!("CARGO_PKG_NAME"));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for (source, copy) in [("rules", "rules"), ("../../examples/rules", "examples/rules")] {
+    for (source, copy) in [
+        ("rules", "rules"),
+        ("../../examples/rules", "examples/rules"),
+    ] {
         let destination = project.join(copy);
         std::fs::create_dir_all(&destination).expect("the trybuild project directory");
         for entry in std::fs::read_dir(root.join(source)).expect("a rules directory") {
