@@ -18,7 +18,10 @@
 //!   where a match may be. A rule holds back at most its *window*: the longest
 //!   possible match plus one character of look-ahead when the pattern has a boundary
 //!   assertion (`\b`, `$`). Rules run as a pipeline in declared order, so a rule sees the text
-//!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. A
+//!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. When
+//!   every rule is watched with literals, text in which none of them occurs skips the pipeline
+//!   (no rule can match in it, nor change it): it is searched once per rule and released from
+//!   where it was received, and the pipeline runs only around the literals. A
 //!   pattern with no upper bound on its match length (`\d+`) cannot stream unless the rule
 //!   states a maximum; nor can a pattern that matches the empty string. Guarantees: the
 //!   released text is always a prefix of what the whole-text evaluation forwards, and at the
