@@ -18,7 +18,10 @@
 //!   where a match may be. A rule holds back at most its *window*: the longest
 //!   possible match plus one character of look-ahead when the pattern has a boundary
 //!   assertion (`\b`, `$`). Rules run as a pipeline in declared order, so a rule sees the text
-//!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. A
+//!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. When
+//!   every rule is watched with literals, text in which none of them occurs skips the pipeline
+//!   (no rule can match in it, nor change it): it is searched once per rule and released from
+//!   where it was received, and the pipeline runs only around the literals. A
 //!   pattern with no upper bound on its match length (`\d+`) cannot stream unless the rule
 //!   states a maximum; nor can a pattern that matches the empty string. Guarantees: the
 //!   released text is always a prefix of what the whole-text evaluation forwards, and at the
@@ -202,6 +205,12 @@ pub struct StreamPlan {
     /// Bytes that arrive before the rules run again (incremental mode).
     batch: usize,
     stages: Vec<Stage>,
+    /// Every stage watches for literals: text none of them occurs in can bypass the stages.
+    lane: bool,
+    /// The windows of all stages together: what the pipeline holds back, and the fast lane
+    /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
+    /// hold back less).
+    windows: usize,
     whole_text_reasons: Vec<String>,
 }
 
@@ -253,7 +262,7 @@ impl StreamPlan {
         if self.mode != StreamMode::Incremental {
             return 0;
         }
-        self.batch + self.stages.iter().map(|stage| stage.window).sum::<usize>()
+        self.batch + self.windows
     }
 
     /// Why the set cannot stream incrementally, one line per enforced output policy that
@@ -298,10 +307,17 @@ impl StreamPlan {
                 None => StreamMode::Buffer,
             }
         };
+        let lane = !stages.is_empty()
+            && stages
+                .iter()
+                .all(|stage| matches!(stage.watch, Watch::Literals { .. }));
+        let windows = stages.iter().map(|stage| stage.window).sum();
         StreamPlan {
             mode,
             batch,
             stages,
+            lane,
+            windows,
             whole_text_reasons: reasons,
         }
     }
@@ -509,6 +525,11 @@ struct StageState {
     held_from: usize,
     /// Replacements made.
     replacements: usize,
+    /// Bytes at the end of what this stage received that the stage before passed on unchanged
+    /// (since its last replacement).
+    unchanged: usize,
+    /// Where the fast lane's search for this stage's literals goes on, in `raw`.
+    lane_scanned: usize,
     watching: Watching,
 }
 
@@ -546,6 +567,8 @@ impl StageState {
             buffer: String::new(),
             held_from: 0,
             replacements: 0,
+            unchanged: 0,
+            lane_scanned: 0,
             watching: Watching::Blind,
         };
         state.rewatch(stage, None);
@@ -613,7 +636,7 @@ impl StageState {
     }
 
     /// Passes on to `out` what is final of the held text; with `end`, everything is final.
-    fn advance(&mut self, stage: &Stage, end: bool, out: &mut String) -> Result<(), Matched> {
+    fn advance(&mut self, stage: &Stage, end: bool, out: &mut Sink<'_>) -> Result<(), Matched> {
         self.watch(stage, end);
         let len = self.buffer.len();
         let horizon = if end {
@@ -645,8 +668,8 @@ impl StageState {
             match &stage.action {
                 StageAction::Deny { .. } => return Err(Matched),
                 StageAction::Replace { replacement } => {
-                    out.push_str(&self.buffer[position..found.start()]);
-                    out.push_str(replacement);
+                    out.pass(&self.buffer[position..found.start()]);
+                    out.replace(replacement);
                     self.replacements += 1;
                     position = found.end();
                 }
@@ -656,7 +679,7 @@ impl StageState {
             }
         }
         let cut = position.max(horizon);
-        out.push_str(&self.buffer[position..cut]);
+        out.pass(&self.buffer[position..cut]);
         self.cut_at(cut);
         let cache = match std::mem::replace(&mut self.watching, Watching::Blind) {
             Watching::Dfa(scanner) => Some(scanner.cache),
@@ -671,8 +694,8 @@ impl StageState {
     }
 
     /// Passes the held text before `cut` on to `out`.
-    fn pass(&mut self, cut: usize, out: &mut String) {
-        out.push_str(&self.buffer[self.held_from..cut]);
+    fn pass(&mut self, cut: usize, out: &mut Sink<'_>) {
+        out.pass(&self.buffer[self.held_from..cut]);
         self.cut_at(cut);
     }
 
@@ -696,6 +719,27 @@ impl StageState {
             Watching::Dfa(scanner) => scanner.scanned = scanner.scanned.saturating_sub(keep_from),
             Watching::Blind => {}
         }
+    }
+}
+
+/// Where a stage passes its text on: the next stage's buffer, or the released text.
+struct Sink<'a> {
+    text: &'a mut String,
+    /// The receiver's [`StageState::unchanged`].
+    unchanged: &'a mut usize,
+}
+
+impl Sink<'_> {
+    /// Passes `text` on as it came.
+    fn pass(&mut self, text: &str) {
+        self.text.push_str(text);
+        *self.unchanged = self.unchanged.saturating_add(text.len());
+    }
+
+    /// Passes a replacement on.
+    fn replace(&mut self, replacement: &str) {
+        self.text.push_str(replacement);
+        *self.unchanged = 0;
     }
 }
 
@@ -761,10 +805,12 @@ pub struct OutputStream<'e> {
     since_checkpoint: usize,
     /// Everything released.
     released: String,
-    /// Bytes of `raw` handed to the rules (incremental mode).
+    /// Bytes of `raw` handed to the rules (incremental mode); in the fast lane, bytes released.
     fed: usize,
-    /// Characters of `raw` not handed to the rules yet (incremental mode, in batches).
-    pending_chars: usize,
+    /// Incremental mode: the text goes past the stages (see [`OutputStream::lane_feed`]).
+    in_lane: bool,
+    /// Bytes of `raw` when the fast lane last searched it.
+    lane_searched: usize,
     /// Bytes of `raw` covered by released text (buffer and checkpoint modes).
     released_raw: usize,
     incomplete_utf8: Vec<u8>,
@@ -844,7 +890,8 @@ impl PolicyEngine {
             released: String::new(),
             released_raw: 0,
             fed: 0,
-            pending_chars: 0,
+            in_lane: plan.lane,
+            lane_searched: 0,
             incomplete_utf8: Vec::new(),
             started: Instant::now(),
             first_release: None,
@@ -882,7 +929,7 @@ impl OutputStream<'_> {
                     .iter()
                     .map(|state| char_count(state.held()))
                     .sum();
-                held + self.pending_chars
+                held + char_count(&self.raw[self.fed..])
             }
             StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.buffered_chars,
         }
@@ -929,6 +976,15 @@ impl OutputStream<'_> {
     /// # }).unwrap();
     /// ```
     pub async fn feed(&mut self, delta: &str) -> Result<&str, EngineError> {
+        // Between two searches of the fast lane a push only keeps the text.
+        if self.in_lane
+            && self.finished.is_none()
+            && self.raw.len() + delta.len() - self.lane_searched < self.plan.batch
+        {
+            self.raw.push_str(delta);
+            self.note_held();
+            return Ok("");
+        }
         // Text pushed after the end still counts as received, so the end record says how
         // much the stream carried whatever the chunking.
         if self.finished.is_some() {
@@ -943,12 +999,15 @@ impl OutputStream<'_> {
         }
         let before = self.released.len();
         match self.plan.mode {
+            StreamMode::Incremental if self.in_lane => {
+                if self.raw.len() - self.lane_searched >= self.plan.batch {
+                    self.lane_feed(false)?;
+                }
+            }
             StreamMode::Incremental => {
                 if self.raw.len() - self.fed >= self.plan.batch {
-                    self.pending_chars = 0;
                     self.run_stages(false)?;
-                } else {
-                    self.pending_chars += char_count(delta);
+                    self.try_lane();
                 }
             }
             StreamMode::Buffer => {}
@@ -1011,7 +1070,11 @@ impl OutputStream<'_> {
         let before = self.released.len();
         match self.plan.mode {
             StreamMode::Incremental => {
-                self.run_stages(true)?;
+                if self.in_lane {
+                    self.lane_feed(true)?;
+                } else {
+                    self.run_stages(true)?;
+                }
                 self.record_stage_decisions();
                 self.evaluate_monitored().await;
             }
@@ -1021,6 +1084,7 @@ impl OutputStream<'_> {
     }
 
     /// The text released since `before` (a length of `released`); notes the first release.
+    #[inline]
     fn released_since(&mut self, before: usize) -> &str {
         if self.released.len() > before && self.first_release.is_none() {
             self.first_release = Some(self.started.elapsed());
@@ -1028,9 +1092,12 @@ impl OutputStream<'_> {
         &self.released[before..]
     }
 
+    #[inline]
     fn note_held(&mut self) {
         // Characters never outnumber bytes: count them only when the bytes could set a record.
         let held_bytes = match self.plan.mode {
+            // The stages hold nothing in the fast lane.
+            StreamMode::Incremental if self.in_lane => self.raw.len() - self.fed,
             StreamMode::Incremental => {
                 let held: usize = self.stages.iter().map(|state| state.held().len()).sum();
                 held + self.raw.len() - self.fed
@@ -1054,13 +1121,20 @@ impl OutputStream<'_> {
         };
         first.buffer.push_str(delta);
         let plan = self.plan;
+        let mut released_unchanged = 0;
         for (index, stage) in plan.stages.iter().enumerate() {
             let (head, tail) = self.stages.split_at_mut(index + 1);
-            let out = match tail.first_mut() {
-                Some(next) => &mut next.buffer,
-                None => &mut self.released,
+            let mut out = match tail.first_mut() {
+                Some(next) => Sink {
+                    text: &mut next.buffer,
+                    unchanged: &mut next.unchanged,
+                },
+                None => Sink {
+                    text: &mut self.released,
+                    unchanged: &mut released_unchanged,
+                },
             };
-            if head[index].advance(stage, end, out).is_ok() {
+            if head[index].advance(stage, end, &mut out).is_ok() {
                 continue;
             }
             let StageAction::Deny { reason } = &stage.action else {
@@ -1081,6 +1155,123 @@ impl OutputStream<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// The fast lane: while no literal any stage watches for occurs in the unreleased text,
+    /// no stage can match in it and every stage would pass it on unchanged, so the stages
+    /// are skipped. Each push (or batch) costs one literal search per stage over the new
+    /// bytes, and the lane holds back what the pipeline would: the windows of all stages.
+    /// When a literal turns up, the unreleased text goes to the stages and the pipeline runs
+    /// until it is quiet again ([`try_lane`](Self::try_lane)).
+    fn lane_feed(&mut self, end: bool) -> Result<(), EngineError> {
+        let len = self.raw.len();
+        self.lane_searched = len;
+        let raw = self.raw.as_bytes();
+        let hit = self
+            .plan
+            .stages
+            .iter()
+            .zip(&mut self.stages)
+            .any(|(stage, state)| {
+                let Watch::Literals { prefilter, longest } = &stage.watch else {
+                    return true;
+                };
+                if state.lane_scanned < len
+                    && prefilter
+                        .find(raw, Span::from(state.lane_scanned..len))
+                        .is_some()
+                {
+                    return true;
+                }
+                state.lane_scanned = (len + 1).saturating_sub(*longest).max(state.lane_scanned);
+                false
+            });
+        if hit {
+            self.leave_lane();
+            return self.run_stages(end);
+        }
+        let cut = if end {
+            len
+        } else {
+            self.raw
+                .floor_char_boundary(len.saturating_sub(self.plan.windows))
+        };
+        if cut > self.fed {
+            self.released.push_str(&self.raw[self.fed..cut]);
+            self.fed = cut;
+        }
+        Ok(())
+    }
+
+    /// Hands the unreleased text to the stages: each starts afresh at `fed`, with the
+    /// character before it as look-behind context.
+    fn leave_lane(&mut self) {
+        self.in_lane = false;
+        let at = self.fed;
+        let behind = self.raw[..at].chars().next_back().map_or(0, char::len_utf8);
+        let look_behind = &self.raw[at - behind..at];
+        for (stage, state) in self.plan.stages.iter().zip(&mut self.stages) {
+            state.buffer.clear();
+            state.buffer.push_str(look_behind);
+            state.held_from = state.buffer.len();
+            state.unchanged = state.buffer.len();
+            state.rewatch(stage, None);
+        }
+    }
+
+    /// Takes the fast lane again once the pipeline is quiet: no stage has seen a literal in
+    /// the text it holds, and the held text of every stage, with the character before it, is
+    /// the answer's text as it came (no replacement in it, for any stage). The held texts
+    /// then lie end to end in `raw`, and the lane goes on from where the first of them starts.
+    fn try_lane(&mut self) {
+        if !self.plan.lane
+            || !self
+                .stages
+                .iter()
+                .all(|state| matches!(state.watching, Watching::Literals { found: false, .. }))
+        {
+            return;
+        }
+        let held: usize = self.stages.iter().map(|state| state.held().len()).sum();
+        let start = self.fed - held;
+        let Some(before) = self.raw.get(..start) else {
+            return;
+        };
+        let behind = before.chars().next_back().map_or(0, char::len_utf8);
+        // The first stage reads `raw` itself; each later one must have received its held
+        // text, the held text of the stages after it and the character before unchanged.
+        let mut needed = behind;
+        for state in self.stages.iter().skip(1).rev() {
+            needed += state.held().len();
+            if state.unchanged < needed {
+                return;
+            }
+        }
+        debug_assert_eq!(
+            self.stages
+                .iter()
+                .rev()
+                .map(StageState::held)
+                .collect::<String>(),
+            self.raw[start..self.fed],
+        );
+        // What each stage has searched: its held text up to its search position; the text of
+        // the stages before it (later in the answer) is new to it.
+        let mut end = self.fed;
+        for state in &mut self.stages {
+            let unsearched = match state.watching {
+                Watching::Literals { search_from, .. } => {
+                    state.buffer.len() - search_from.max(state.held_from)
+                }
+                _ => state.held().len(),
+            };
+            state.lane_scanned = (end - unsearched).max(start);
+            end -= state.held().len();
+            state.buffer.clear();
+            state.held_from = 0;
+        }
+        self.fed = start;
+        self.in_lane = true;
     }
 
     /// One record per incremental policy at the end: `redact` if it replaced anything,
@@ -1307,6 +1498,75 @@ mod tests {
         // Case-insensitive alternatives: a prefix of each case variant.
         let found = watched_by(r"(?i:phishing\.example|evil\.invalid)").expect("literals");
         assert!(found.eq_ignore_ascii_case(&b"evil.invalid"[..found.len()]));
+    }
+
+    struct Redact(&'static str, &'static str);
+
+    #[async_trait::async_trait]
+    impl OutputPolicy for Redact {
+        fn id(&self) -> &str {
+            self.1
+        }
+
+        async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, crate::BoxError> {
+            Ok(PolicyDecision::allow())
+        }
+
+        fn streaming(&self) -> Option<Vec<StreamingRule>> {
+            Some(vec![StreamingRule::Replace {
+                pattern: self.0.into(),
+                replacement: format!("[{}]", self.1),
+                max_match_len: None,
+            }])
+        }
+    }
+
+    #[test]
+    fn text_without_watched_literals_takes_the_fast_lane() {
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+                    .build(),
+            )
+            .build();
+        let plan = engine.stream_plan();
+        assert!(plan.lane);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            let plain = "nothing to see in this sentence at all. ".repeat(8);
+            for chunk in plain.as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+                assert!(guard.in_lane);
+                assert!(guard.raw.len() - guard.fed <= plan.windows);
+            }
+            assert_eq!(guard.held_chars(), plan.windows);
+
+            // A literal sends the text through the rules, and once they are quiet again the
+            // guard is back in the lane.
+            let secret = "mail ops@example.com or call 123-45-6789 now. ";
+            let mut left_the_lane = false;
+            for chunk in [secret, &plain].concat().as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+                left_the_lane |= !guard.in_lane;
+            }
+            assert!(left_the_lane);
+            assert!(guard.in_lane);
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("text"));
+            }
+            assert_eq!(
+                shown,
+                format!("{plain}mail [EMAIL] or call [SSN] now. {plain}")
+            );
+        });
     }
 
     #[test]
