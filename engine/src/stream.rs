@@ -1233,10 +1233,16 @@ impl OutputStream<'_> {
             return;
         }
         let held: usize = self.stages.iter().map(|state| state.held().len()).sum();
-        let start = self.fed - held;
-        let Some(before) = self.raw.get(..start) else {
+        // A replacement longer than what it replaced can make the held text outgrow the text
+        // received; such held text is not the answer's text as it came, and the lane waits.
+        let Some(before) = self
+            .fed
+            .checked_sub(held)
+            .and_then(|start| self.raw.get(..start))
+        else {
             return;
         };
+        let start = before.len();
         let behind = before.chars().next_back().map_or(0, char::len_utf8);
         // The first stage reads `raw` itself; each later one must have received its held
         // text, the held text of the stages after it and the character before unchanged.

@@ -423,6 +423,27 @@ fn a_rule_matching_around_an_earlier_replacement_is_held_back_for() {
     });
 }
 
+/// A replacement far longer than what it replaces: the held text outgrows the text received.
+#[test]
+fn a_replacement_longer_than_the_text_it_replaces_streams() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let ends = Ends::default();
+        let long = "[a number was here, and this replacement is much longer than it] ".repeat(3);
+        let set = PolicySet::builder()
+            .output(RuleBased::redact("numbers", &[("#[0-9]{3}", long.as_str())]))
+            .output(RuleBased::redact("tags", &[("@[a-z]{3}", "[TAG]")]))
+            .build();
+        let engine = engine(set, &ends);
+        let text = "#123 @abc #456 plain text after the numbers, long enough to release";
+        let whole = whole_text(&engine, text).await.expect("allowed");
+        for chunks in [per_char(text), cut(text, &[3]), cut(text, &[16])] {
+            let end = stream(&engine, &chunks, Some(&whole)).await;
+            assert_eq!(end, End::Released(whole.clone()));
+        }
+    });
+}
+
 #[test]
 fn unbounded_patterns_do_not_stream_unless_a_maximum_is_stated() {
     let unbounded = || RuleBased::redact("digits", &[(r"\d+", "#")]);
