@@ -431,7 +431,10 @@ fn a_replacement_longer_than_the_text_it_replaces_streams() {
         let ends = Ends::default();
         let long = "[a number was here, and this replacement is much longer than it] ".repeat(3);
         let set = PolicySet::builder()
-            .output(RuleBased::redact("numbers", &[("#[0-9]{3}", long.as_str())]))
+            .output(RuleBased::redact(
+                "numbers",
+                &[("#[0-9]{3}", long.as_str())],
+            ))
             .output(RuleBased::redact("tags", &[("@[a-z]{3}", "[TAG]")]))
             .build();
         let engine = engine(set, &ends);
