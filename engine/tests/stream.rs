@@ -21,6 +21,10 @@ const ZIP: &str = r"\b\d{5}\b";
 /// Watched for its `@`.
 const EMAIL: &str = r"[a-z0-9.]{1,16}@[a-z0-9]{1,16}\.[a-z]{2,4}";
 
+/// A replacement longer than all the rules' windows together.
+const LONG_CARD: &str = "[a card number was here; this replacement is longer than all the windows \
+                         of the rules together, so held text can outgrow the text received]";
+
 /// The redaction rules of a test set, in order.
 #[derive(Debug, Clone, Copy)]
 enum Family {
@@ -28,7 +32,8 @@ enum Family {
     WithDfa,
     /// Every rule is watched with a literal search, so text without those literals takes the
     /// guard's fast lane past the rules. The SSN's replacement is an e-mail address, which
-    /// the next rule replaces in turn, with any address characters before it.
+    /// the next rule replaces in turn, with any address characters before it; the card's is
+    /// longer than the windows of all rules.
     Literals,
 }
 
@@ -38,7 +43,7 @@ impl Family {
     fn redactions(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Family::WithDfa => &[(SSN, "[SSN]"), (CARD, "[CARD]"), (ZIP, "[ZIP]")],
-            Family::Literals => &[(SSN, "id@ssn.org"), (EMAIL, "[EMAIL]"), (CARD, "[CARD]")],
+            Family::Literals => &[(SSN, "id@ssn.org"), (EMAIL, "[EMAIL]"), (CARD, LONG_CARD)],
         }
     }
 }
