@@ -77,4 +77,37 @@ proptest! {
         let context = InputContext::new(vec![Message::user(message.clone())], Metadata::new("a", "s"));
         prop_assert_eq!(policy.decide(&context).is_deny(), reference(&[message], &needles));
     }
+
+    /// Texts of every size the matcher treats differently (lower-cased in stack buffers of
+    /// 128, 1,024 and 4,096 bytes, or on the heap), ASCII or with one non-ASCII letter.
+    #[test]
+    fn texts_of_every_size_agree(
+        length in prop_oneof![0usize..300, 900usize..1200, 3900usize..4300, 4300usize..6000],
+        seed in "[ -~]{1,40}",
+        non_ascii in prop::option::of((any::<prop::sample::Index>(), prop::sample::select(vec!['É', 'İ', '\u{212A}', 'ß']))),
+        piece in (any::<prop::sample::Index>(), 1usize..8),
+        extra in "[ -~]{1,6}",
+    ) {
+        let mut message: String = seed.chars().cycle().take(length).collect();
+        if let Some((at, letter)) = non_ascii
+            && !message.is_empty()
+        {
+            message.insert(at.index(message.len()), letter);
+        }
+        let mut needles = vec![extra];
+        if !message.is_empty() {
+            let chars: Vec<char> = message.chars().collect();
+            let start = piece.0.index(chars.len());
+            let taken: String = chars[start..].iter().take(piece.1).collect();
+            needles.push(taken.to_uppercase());
+        }
+        let rule = serde_json::json!({
+            "condition": { "field": "messages.-1.content", "contains": needles },
+            "action": "deny",
+        });
+        let policy = DslInputPolicy::from_source("p", &rule.to_string(), "p.json")
+            .map_err(|error| TestCaseError::fail(error.to_string()))?;
+        let context = InputContext::new(vec![Message::user(message.clone())], Metadata::new("a", "s"));
+        prop_assert_eq!(policy.decide(&context).is_deny(), reference(&[message], &needles));
+    }
 }
