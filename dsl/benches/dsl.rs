@@ -149,6 +149,15 @@ fn contains<M: Measurement + Named>(c: &mut Criterion<M>) {
         b.iter(|| runtime.block_on(policy.evaluate(black_box(&miss))))
     });
     group.finish();
+
+    // A long message is lower-cased and searched piece by piece, never copied whole.
+    let long = InputContext::new(
+        vec![Message::user(message().repeat(1024))],
+        Metadata::new("agent", "session"),
+    );
+    let mut group = c.benchmark_group(format!("contains_4_needles_1MiB{}", M::SUFFIX));
+    group.bench_function("no_match", |b| b.iter(|| policy.decide(black_box(&long))));
+    group.finish();
 }
 
 fn not_in<M: Measurement + Named>(c: &mut Criterion<M>) {

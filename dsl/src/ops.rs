@@ -17,6 +17,8 @@ use crate::select::{Node, PathSegment, Root, Walk, any, select};
 #[derive(Debug, Clone)]
 pub struct Needles {
     matcher: Matcher,
+    /// The length in bytes of the longest needle.
+    longest: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -41,6 +43,7 @@ impl Needles {
             .into_iter()
             .map(|needle| needle.as_ref().to_owned())
             .collect();
+        let longest = needles.iter().map(String::len).max().unwrap_or(0);
         // Any match semantics answer "is there a match" alike.
         let packed = aho_corasick::packed::Config::new()
             .match_kind(aho_corasick::packed::MatchKind::LeftmostFirst)
@@ -57,7 +60,7 @@ impl Needles {
                 Err(_) => Matcher::Plain(needles),
             },
         };
-        Needles { matcher }
+        Needles { matcher, longest }
     }
 
     /// Whether `text`, lower-cased, contains one of the needles.
@@ -68,8 +71,7 @@ impl Needles {
             0..=128 => self.matches_ascii::<128>(text),
             129..=1024 => self.matches_ascii::<1024>(text),
             1025..=STACK_TEXT => self.matches_ascii::<STACK_TEXT>(text),
-            _ if text.is_ascii() => Some(self.search(text.to_ascii_lowercase().as_bytes())),
-            _ => None,
+            _ => self.matches_long_ascii(text.as_bytes()),
         };
         lowered.unwrap_or_else(|| self.search(text.to_lowercase().as_bytes()))
     }
@@ -80,6 +82,36 @@ impl Needles {
         let mut buffer = [0u8; N];
         let lowered = buffer.get_mut(..text.len())?;
         lower_ascii(text.as_bytes(), lowered).then(|| self.search(lowered))
+    }
+
+    /// A longer ASCII text, lower-cased and searched in pieces of [`STACK_TEXT`] bytes that
+    /// overlap by one byte less than the longest needle, so that a match across two pieces
+    /// lies whole in one of them: no copy of the whole text. `None` when the text is not ASCII.
+    fn matches_long_ascii(&self, text: &[u8]) -> Option<bool> {
+        let overlap = self.longest.saturating_sub(1);
+        if overlap >= STACK_TEXT / 2 {
+            // Needles this long would make the pieces overlap more than they advance.
+            return text
+                .is_ascii()
+                .then(|| self.search(&text.to_ascii_lowercase()));
+        }
+        let mut buffer = [0u8; STACK_TEXT];
+        let mut start = 0;
+        loop {
+            let end = (start + STACK_TEXT).min(text.len());
+            let piece = &text[start..end];
+            let lowered = &mut buffer[..piece.len()];
+            if !lower_ascii(piece, lowered) {
+                return None;
+            }
+            if self.search(lowered) {
+                return Some(true);
+            }
+            if end == text.len() {
+                return Some(false);
+            }
+            start = end - overlap;
+        }
     }
 
     fn search(&self, lowered: &[u8]) -> bool {
@@ -247,4 +279,52 @@ pub fn push_field<C: Root, S: PathSegment>(out: &mut String, context: &C, path: 
         }
         Walk::Stop
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `needle` in a long ASCII text at `at`, with an upper-case letter in it.
+    fn text_with(needle: &str, at: usize, len: usize) -> String {
+        let mut text = "x".repeat(len);
+        text.replace_range(at..at + needle.len(), &needle.to_uppercase());
+        text
+    }
+
+    #[test]
+    fn a_needle_across_the_pieces_of_a_long_text_is_found() {
+        let needles = Needles::from_lowercase(["secret key", "zz"]);
+        for boundary in [STACK_TEXT, 2 * STACK_TEXT - 9] {
+            for at in boundary - 12..boundary + 2 {
+                let text = text_with("secret key", at, 3 * STACK_TEXT);
+                assert!(needles.matches(&text), "needle at {at}");
+            }
+        }
+        assert!(!needles.matches(&"x".repeat(3 * STACK_TEXT)));
+        // The last piece is short.
+        assert!(needles.matches(&text_with("zz", 3 * STACK_TEXT - 2, 3 * STACK_TEXT)));
+    }
+
+    #[test]
+    fn long_texts_that_are_not_ascii_are_lower_cased_whole() {
+        let needles = Needles::from_lowercase(["ésecret"]);
+        let mut text = text_with("secret", 5000, 9000);
+        text.replace_range(4999..5000, "É");
+        assert!(needles.matches(&text));
+        // A non-ASCII letter far after an ASCII needle.
+        let needles = Needles::from_lowercase(["api key"]);
+        let mut text = text_with("api key", 10, 9000);
+        text.push('É');
+        assert!(needles.matches(&text));
+        assert!(!Needles::from_lowercase(["api keys"]).matches(&text));
+    }
+
+    #[test]
+    fn needles_longer_than_half_a_piece_search_the_whole_text() {
+        let long = "k".repeat(STACK_TEXT);
+        let needles = Needles::from_lowercase([long.as_str()]);
+        assert!(needles.matches(&text_with(&long, 3000, 3 * STACK_TEXT)));
+        assert!(!needles.matches(&"x".repeat(3 * STACK_TEXT)));
+    }
 }
