@@ -11,9 +11,9 @@ use crate::select::{Node, PathSegment, Root, Walk, any, select};
 /// The needles of a `contains` condition, lower-cased, in a multi-pattern matcher.
 ///
 /// A text matches when its lower-cased form (`str::to_lowercase`, Unicode-aware) contains one
-/// of the needles. ASCII texts (up to 4 KiB) are lower-cased into a buffer on the stack in one
-/// pass that also checks that they are ASCII, without the full Unicode tables; other texts
-/// are lower-cased with `str::to_lowercase`.
+/// of the needles. ASCII texts are lower-cased into a buffer on the stack (texts over 4 KiB
+/// piece by piece, never copied whole) in one pass that also checks that they are ASCII,
+/// without the full Unicode tables; other texts are lower-cased with `str::to_lowercase`.
 #[derive(Debug, Clone)]
 pub struct Needles {
     matcher: Matcher,
