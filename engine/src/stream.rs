@@ -999,11 +999,9 @@ impl OutputStream<'_> {
         }
         let before = self.released.len();
         match self.plan.mode {
-            StreamMode::Incremental if self.in_lane => {
-                if self.raw.len() - self.lane_searched >= self.plan.batch {
-                    self.lane_feed(false)?;
-                }
-            }
+            // A whole batch has arrived since the lane's last search (the fast path above
+            // keeps the text otherwise).
+            StreamMode::Incremental if self.in_lane => self.lane_feed(false)?,
             StreamMode::Incremental => {
                 if self.raw.len() - self.fed >= self.plan.batch {
                     self.run_stages(false)?;
