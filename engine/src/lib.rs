@@ -55,7 +55,7 @@ pub use policy::{
     InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy, WithDeadline,
 };
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
-pub use stream::{OutputStream, StreamItem, StreamingRule};
+pub use stream::{Feed, OutputStream, StreamItem, StreamingRule};
 
 /// A boxed future that can cross threads, as policy traits return.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

@@ -49,7 +49,10 @@
 //! [`PolicySetBuilder::stream_batch`]: crate::PolicySetBuilder::stream_batch
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use regex::Regex;
@@ -575,6 +578,7 @@ impl StageState {
         state
     }
 
+    #[inline]
     fn held(&self) -> &str {
         &self.buffer[self.held_from..]
     }
@@ -811,6 +815,21 @@ pub struct OutputStream<'e> {
     in_lane: bool,
     /// Bytes of `raw` when the fast lane last searched it.
     lane_searched: usize,
+    /// Incremental mode in batches: while `raw` stays shorter than this, a push only keeps the
+    /// text (0 when every push runs the rules, and once the stream has stopped).
+    quiet_until: usize,
+    /// Bytes the stages held after they last ran (0 in the fast lane).
+    stage_held: usize,
+    /// Where the text released by the last call starts, in `released`.
+    lent_from: usize,
+    /// Why the last call stopped the stream, until its [`Feed`] reports it.
+    failure: Option<EngineError>,
+    /// The last call left something for its [`Feed`]: an error in `failure`, or a checkpoint
+    /// evaluation to wait for.
+    outstanding: bool,
+    /// The checkpoint evaluation the last call started, until its [`Feed`] has waited for it.
+    /// Only ever reached through `&mut self` (never locked): the mutex keeps the guard `Sync`.
+    checkpoint: Mutex<Option<Checkpoint<'e>>>,
     /// Bytes of `raw` covered by released text (buffer and checkpoint modes).
     released_raw: usize,
     incomplete_utf8: Vec<u8>,
@@ -892,6 +911,12 @@ impl PolicyEngine {
             fed: 0,
             in_lane: plan.lane,
             lane_searched: 0,
+            quiet_until: 0,
+            stage_held: 0,
+            lent_from: 0,
+            failure: None,
+            outstanding: false,
+            checkpoint: Mutex::new(None),
             incomplete_utf8: Vec::new(),
             started: Instant::now(),
             first_release: None,
@@ -899,6 +924,7 @@ impl PolicyEngine {
             finished: None,
             reported_end: false,
         };
+        stream.plan_next_run();
         stream.report("start");
         stream
     }
@@ -909,7 +935,7 @@ impl PolicyEngine {
     }
 }
 
-impl OutputStream<'_> {
+impl<'e> OutputStream<'e> {
     /// The stream's plan.
     pub fn plan(&self) -> &StreamPlan {
         self.plan
@@ -956,6 +982,14 @@ impl OutputStream<'_> {
     /// This is [`push`](Self::push) without an allocation per call: the text is lent from the
     /// guard's record of everything released.
     ///
+    /// The delta is taken, and the incremental rules run, when `feed` is called; the returned
+    /// [`Feed`] is ready at once unless a checkpoint evaluation is due (checkpoint mode), which
+    /// it runs when awaited. Dropping it unawaited loses nothing: text it would have released
+    /// can be read from [`released`](Self::released), a denial or error it would have
+    /// reported is reported by the next call (or by [`finish`](Self::finish)), and a
+    /// checkpoint that did not finish leaves its text held for the next one (or the final
+    /// evaluation).
+    ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// use portcullis_engine::{Metadata, PolicyEngine, PolicySet};
@@ -975,21 +1009,37 @@ impl OutputStream<'_> {
     /// # Ok::<(), portcullis_engine::EngineError>(())
     /// # }).unwrap();
     /// ```
-    pub async fn feed(&mut self, delta: &str) -> Result<&str, EngineError> {
-        // Between two searches of the fast lane a push only keeps the text.
-        if self.in_lane
-            && self.finished.is_none()
-            && self.raw.len() + delta.len() - self.lane_searched < self.plan.batch
-        {
+    #[inline]
+    pub fn feed(&mut self, delta: &str) -> Feed<'_, 'e> {
+        // Between two runs of the rules (batches) a push only keeps the text: inlined into the
+        // caller, this is all most pushes of a batched stream cost.
+        let len = self.raw.len() + delta.len();
+        if len < self.quiet_until {
             self.raw.push_str(delta);
-            self.note_held();
-            return Ok("");
+            self.lent_from = self.released.len();
+            // Only a new record of held text needs counting.
+            if self.stage_held + len - self.fed > self.max_held_chars {
+                self.note_held();
+            }
+            return Feed { stream: Some(self) };
         }
+        self.feed_text(delta);
+        Feed { stream: Some(self) }
+    }
+
+    /// [`feed`](Self::feed) past its fast path: leaves what the call released from `lent_from`
+    /// on, or why the stream stopped in `failure`, or a checkpoint evaluation to wait for.
+    fn feed_text(&mut self, delta: &str) {
+        // A checkpoint whose `Feed` was dropped before it finished is given up: its text
+        // stays held for the next one. (An error such a `Feed` did not report stays in
+        // `failure`, for the next call to report.)
+        *self.pending_checkpoint() = None;
+        self.lent_from = self.released.len();
         // Text pushed after the end still counts as received, so the end record says how
         // much the stream carried whatever the chunking.
         if self.finished.is_some() {
             self.chars_after_end += char_count(delta);
-            return Ok("");
+            return;
         }
         self.raw.push_str(delta);
         if self.plan.mode != StreamMode::Incremental {
@@ -997,27 +1047,72 @@ impl OutputStream<'_> {
             self.buffered_chars += chars;
             self.since_checkpoint += chars;
         }
-        let before = self.released.len();
-        match self.plan.mode {
-            // A whole batch has arrived since the lane's last search (the fast path above
+        let ran = match self.plan.mode {
+            // A whole batch has arrived since the lane's last search (the fast path of `feed`
             // keeps the text otherwise).
-            StreamMode::Incremental if self.in_lane => self.lane_feed(false)?,
-            StreamMode::Incremental => {
-                if self.raw.len() - self.fed >= self.plan.batch {
-                    self.run_stages(false)?;
-                    self.try_lane();
-                }
+            StreamMode::Incremental if self.in_lane => self.lane_feed(false),
+            StreamMode::Incremental if self.raw.len() - self.fed >= self.plan.batch => {
+                self.run_stages(false).map(|()| self.try_lane())
             }
-            StreamMode::Buffer => {}
-            StreamMode::Checkpoint { every } => self.checkpoint(every).await?,
+            StreamMode::Incremental | StreamMode::Buffer => Ok(()),
+            StreamMode::Checkpoint { every } if self.since_checkpoint >= every => {
+                self.start_checkpoint();
+                Ok(())
+            }
+            StreamMode::Checkpoint { .. } => Ok(()),
+        };
+        self.plan_next_run();
+        if let Err(error) = ran {
+            self.failure = Some(error);
+            self.outstanding = true;
+            return;
         }
         self.note_held();
-        Ok(self.released_since(before))
+        self.note_release();
+    }
+
+    /// Notes the time of the first release.
+    fn note_release(&mut self) {
+        if self.released.len() > self.lent_from && self.first_release.is_none() {
+            self.first_release = Some(self.started.elapsed());
+        }
+    }
+
+    /// Waits for what the last call left outstanding: the checkpoint evaluation it started.
+    /// Ready once nothing is left but, perhaps, the error to report in `failure`.
+    fn poll_outstanding(&mut self, context: &mut Context<'_>) -> Poll<()> {
+        if let Some(checkpoint) = self.pending_checkpoint() {
+            let Poll::Ready(result) = checkpoint.as_mut().poll(context) else {
+                return Poll::Pending;
+            };
+            *self.pending_checkpoint() = None;
+            self.end_checkpoint(result);
+        }
+        self.outstanding = false;
+        Poll::Ready(())
+    }
+
+    /// Works out how much text the next pushes may only keep before the rules run again (see
+    /// the fast path of [`feed`](Self::feed)).
+    fn plan_next_run(&mut self) {
+        let batching = self.plan.mode == StreamMode::Incremental
+            && self.plan.batch > 0
+            && self.finished.is_none();
+        self.stage_held = if self.in_lane {
+            0
+        } else {
+            self.stages.iter().map(|state| state.held().len()).sum()
+        };
+        self.quiet_until = match (batching, self.in_lane) {
+            (false, _) => 0,
+            (true, true) => self.lane_searched + self.plan.batch,
+            (true, false) => self.fed + self.plan.batch,
+        };
     }
 
     /// [`push_bytes`](Self::push_bytes) lending the released text, as [`feed`](Self::feed)
     /// does.
-    pub async fn feed_bytes(&mut self, bytes: &[u8]) -> Result<&str, EngineError> {
+    pub fn feed_bytes(&mut self, bytes: &[u8]) -> Feed<'_, 'e> {
         let pending;
         let bytes = if self.incomplete_utf8.is_empty() {
             bytes
@@ -1033,16 +1128,25 @@ impl OutputStream<'_> {
                 self.incomplete_utf8.extend_from_slice(rest);
                 match std::str::from_utf8(valid) {
                     Ok(text) => text,
-                    Err(error) => return Err(self.fail(Box::new(error))),
+                    Err(error) => return self.failed(Box::new(error)),
                 }
             }
             Err(_) if self.finished.is_some() => {
                 self.chars_after_end += String::from_utf8_lossy(bytes).chars().count();
-                return Ok("");
+                self.lent_from = self.released.len();
+                return Feed { stream: Some(self) };
             }
-            Err(error) => return Err(self.fail(Box::new(error))),
+            Err(error) => return self.failed(Box::new(error)),
         };
-        self.feed(text).await
+        self.feed(text)
+    }
+
+    /// A `Feed` of the error `cause`, which stops the stream.
+    fn failed(&mut self, cause: crate::BoxError) -> Feed<'_, 'e> {
+        *self.pending_checkpoint() = None;
+        self.failure = Some(self.fail(cause));
+        self.outstanding = true;
+        Feed { stream: Some(self) }
     }
 
     /// Ends the stream: runs the final evaluation and releases the rest.
@@ -1056,6 +1160,12 @@ impl OutputStream<'_> {
     }
 
     async fn settle(&mut self) -> Result<String, EngineError> {
+        // The last call stopped the stream and its `Feed` was dropped before reporting why.
+        self.outstanding = false;
+        if let Some(error) = self.failure.take() {
+            return Err(error);
+        }
+        *self.pending_checkpoint() = None;
         if self.finished.is_some() {
             return Ok(String::new());
         }
@@ -1345,23 +1455,41 @@ impl OutputStream<'_> {
         OutputContext::new(Message::assistant(self.raw.clone()), self.metadata.clone())
     }
 
-    async fn checkpoint(&mut self, every: usize) -> Result<(), EngineError> {
-        if self.since_checkpoint < every {
-            return Ok(());
-        }
+    /// Starts evaluating the accumulated text; the [`Feed`] of the call waits for it.
+    fn start_checkpoint(&mut self) {
         self.since_checkpoint = 0;
+        let engine = self.engine;
         let context = self.whole_context();
-        match self.engine.evaluate_output(&context).await {
-            Ok(evaluation) if !evaluation.is_modified() => {
+        self.outstanding = true;
+        *self.pending_checkpoint() = Some(Box::pin(async move {
+            engine
+                .evaluate_output(&context)
+                .await
+                .map(|evaluation| evaluation.is_modified())
+        }));
+    }
+
+    /// The checkpoint evaluation under way, if any.
+    fn pending_checkpoint(&mut self) -> &mut Option<Checkpoint<'e>> {
+        self.checkpoint
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Releases the text a checkpoint evaluation allowed unchanged; a change holds the text
+    /// until the final evaluation, an error stops the stream.
+    fn end_checkpoint(&mut self, result: Result<bool, EngineError>) {
+        match result {
+            Ok(false) => {
                 self.released.push_str(&self.raw[self.released_raw..]);
                 self.released_raw = self.raw.len();
                 self.buffered_chars = 0;
-                Ok(())
             }
-            // A change to the accumulated text: hold until the final evaluation.
-            Ok(_) => Ok(()),
-            Err(error) => Err(self.stop(error)),
+            Ok(true) => {}
+            Err(error) => self.failure = Some(self.stop(error)),
         }
+        self.note_held();
+        self.note_release();
     }
 
     async fn final_evaluation(&mut self) -> Result<(), EngineError> {
@@ -1394,6 +1522,7 @@ impl OutputStream<'_> {
             EngineError::Denied(_) => "denied",
             EngineError::Evaluation(_) => "error",
         });
+        self.quiet_until = 0;
         error
     }
 
@@ -1443,6 +1572,62 @@ impl OutputStream<'_> {
             policy_decision: Some(&decision),
             stream: Some(&report),
         });
+    }
+}
+
+/// The future returned by [`OutputStream::feed`] and [`OutputStream::feed_bytes`]: the text the
+/// delta released, or why the stream stopped.
+///
+/// It is ready at once except when a checkpoint evaluation is due (checkpoint mode), so a
+/// stream in incremental or buffer mode never waits on it.
+#[must_use = "the future holds the released text, or why the stream stopped"]
+pub struct Feed<'a, 'e> {
+    // Only the stream: the call left its outcome there. One word, so that awaiting a `Feed`
+    // that is ready (nearly all of them) costs the caller next to nothing.
+    stream: Option<&'a mut OutputStream<'e>>,
+}
+
+/// A checkpoint evaluation under way: whether the evaluation changed the text.
+type Checkpoint<'e> = Pin<Box<dyn Future<Output = Result<bool, EngineError>> + Send + 'e>>;
+
+impl<'a> Future for Feed<'a, '_> {
+    type Output = Result<&'a str, EngineError>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        // Polled again after completion: nothing more was released.
+        let Some(stream) = this.stream.take() else {
+            return Poll::Ready(Ok(""));
+        };
+        if stream.outstanding {
+            if stream.poll_outstanding(context).is_pending() {
+                this.stream = Some(stream);
+                return Poll::Pending;
+            }
+            if let Some(error) = stream.failure.take() {
+                return Poll::Ready(Err(error));
+            }
+        }
+        Poll::Ready(Ok(&stream.released[stream.lent_from..]))
+    }
+}
+
+impl std::fmt::Debug for Feed<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.stream {
+            Some(stream)
+                if stream
+                    .checkpoint
+                    .try_lock()
+                    .is_ok_and(|checkpoint| checkpoint.is_some()) =>
+            {
+                "waiting for a checkpoint evaluation"
+            }
+            Some(_) => "ready",
+            None => "done",
+        };
+        f.debug_struct("Feed").field("state", &state).finish()
     }
 }
 

@@ -3,11 +3,12 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use portcullis_engine::stream::{StreamMode, StreamingRule, decide_whole_text};
 use portcullis_engine::{
-    AuditRecord, BoxError, Metadata, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine,
-    PolicyExt, PolicySet, StreamItem, async_trait,
+    AuditRecord, BoxError, EngineError, Feed, Metadata, OutputContext, OutputPolicy,
+    PolicyDecision, PolicyEngine, PolicyExt, PolicySet, StreamItem, async_trait,
 };
 use proptest::prelude::*;
 use regex::Regex;
@@ -640,6 +641,114 @@ fn invalid_utf8_is_an_error_and_releases_nothing_after_it() {
         .await;
         assert!(matches!(end, End::Failed { .. }), "{end:?}");
     });
+}
+
+/// A whole-text policy that takes a while to allow.
+struct Slow;
+
+#[async_trait]
+impl OutputPolicy for Slow {
+    fn id(&self) -> &str {
+        "slow"
+    }
+
+    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(PolicyDecision::allow())
+    }
+}
+
+#[test]
+fn a_feed_dropped_before_it_is_awaited_loses_nothing() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let ends = Ends::default();
+        for batch in [0, 64] {
+            let engine = engine(incremental_set_batched(Family::Literals, batch), &ends);
+            let plain = "Plain words, nothing to hide, ".repeat(10);
+
+            // The text a dropped feed released can be read from `released`.
+            let mut guard = engine.output_stream(Metadata::new("a", "s"));
+            drop(guard.feed(&plain));
+            drop(guard.feed(&plain));
+            let released = guard.released().to_owned();
+            assert!(
+                !released.is_empty() && plain.repeat(2).starts_with(&released),
+                "{released:?}"
+            );
+
+            // The denial a dropped feed would have reported comes with the next call; after
+            // it, calls release nothing.
+            let blocked = "see phishing.example now; ";
+            let mut calls = 0;
+            let denied = loop {
+                calls += 1;
+                if let Err(error) = guard.feed(blocked).await {
+                    break error;
+                }
+            };
+            assert!(matches!(denied, EngineError::Denied(_)), "{denied:?}");
+            assert_eq!(guard.feed("more").await.unwrap(), "");
+            assert!(guard.finish().await.is_empty());
+            assert_eq!(ends.last()["outcome"], "denied");
+
+            let mut guard = engine.output_stream(Metadata::new("a", "s"));
+            drop(guard.feed(&plain));
+            drop(guard.feed(&plain));
+            for _ in 0..calls {
+                drop(guard.feed(blocked));
+            }
+            let next = guard.feed("").await.map(str::to_owned);
+            assert!(
+                matches!(next, Err(EngineError::Denied(_))),
+                "batch {batch}: {next:?}"
+            );
+
+            // ... or `finish` does, when no call comes after.
+            let mut guard = engine.output_stream(Metadata::new("a", "s"));
+            drop(guard.feed(&plain));
+            drop(guard.feed(&plain));
+            for _ in 0..calls {
+                drop(guard.feed(blocked));
+            }
+            let items = guard.finish().await;
+            assert!(matches!(&items[..], [StreamItem::Denied(_)]), "{items:?}");
+            assert_eq!(ends.last()["outcome"], "denied");
+        }
+    });
+}
+
+#[test]
+fn a_checkpoint_its_caller_stops_waiting_for_releases_nothing() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let ends = Ends::default();
+        let set = PolicySet::builder()
+            .output(Slow)
+            .stream_checkpoint(4)
+            .build();
+        let engine = engine(set, &ends);
+        let mut guard = engine.output_stream(Metadata::new("a", "s"));
+        let early = tokio::time::timeout(Duration::from_millis(5), guard.feed("hello")).await;
+        assert!(
+            early.is_err(),
+            "the checkpoint evaluation should still be running"
+        );
+        assert_eq!(guard.released(), "");
+        // The next call gives the unfinished checkpoint up: its text stays held, for the
+        // next checkpoint.
+        assert_eq!(guard.feed(" wor").await.unwrap(), "hello wor");
+        assert!(guard.finish().await.is_empty());
+        assert_eq!(ends.last()["outcome"], "allowed");
+    });
+}
+
+#[test]
+fn the_guard_and_its_futures_can_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<portcullis_engine::OutputStream<'static>>();
+    send::<Feed<'static, 'static>>();
 }
 
 fn piece() -> impl Strategy<Value = String> {
