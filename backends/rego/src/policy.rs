@@ -77,6 +77,14 @@ impl RegoPolicy {
 
 /// Reads the result set `[{"result": <decision>}]` (or `[]`) as a decision (SPEC §7.1).
 fn read_decision(entrypoint: &str, bytes: &[u8]) -> Result<PolicyDecision, RegoEvaluationError> {
+    // An allow, the commonest answer by far, as OPA's JSON dump writes it: no parser needed.
+    if let Some(result) = bytes
+        .strip_prefix(br#"[{"result":"#)
+        .and_then(|rest| rest.strip_suffix(b"}]"))
+        && matches!(result, br#"{"decision":"allow"}"# | b"true" | br#""allow""#)
+    {
+        return Ok(PolicyDecision::allow());
+    }
     // The usual shapes (a decision object or a boolean) are read straight from the bytes; any
     // other result, and any error, goes the general way below, which says what is wrong.
     if let Ok(results) = serde_json::from_slice::<Vec<DirectEntry>>(bytes)
@@ -311,6 +319,43 @@ mod tests {
     use super::*;
     use portcullis_engine::{Redaction, RedactionStrategy};
     use serde_json::json;
+
+    #[test]
+    fn result_sets_read_as_decisions() {
+        let read = |bytes: &str| read_decision("x/decision", bytes.as_bytes());
+        for allow in [
+            r#"[{"result":{"decision":"allow"}}]"#,
+            r#"[{"result":true}]"#,
+            r#"[{"result":"allow"}]"#,
+            r#"[ {"result": {"decision": "allow"}} ]"#,
+        ] {
+            assert_eq!(read(allow), Ok(PolicyDecision::allow()), "{allow}");
+        }
+        assert_eq!(
+            read(r#"[{"result":{"decision":"allow","audit":true}}]"#),
+            Ok(PolicyDecision::Allow { audit: true })
+        );
+        assert_eq!(
+            read(r#"[{"result":false}]"#),
+            Ok(PolicyDecision::deny("denied by x/decision"))
+        );
+        assert_eq!(
+            read(r#"[{"result":{"decision":"deny","reason":"no"}}]"#),
+            Ok(PolicyDecision::deny("no"))
+        );
+        assert!(matches!(
+            read("[]"),
+            Err(RegoEvaluationError::NoDecision { .. })
+        ));
+        assert!(matches!(
+            read(r#"[{"result":{"decision":"allowed"}}]"#),
+            Err(RegoEvaluationError::BadDecision { .. })
+        ));
+        assert!(matches!(
+            read(r#"[{"result":{"decision":"allow"}}"#),
+            Err(RegoEvaluationError::Result(_))
+        ));
+    }
 
     #[test]
     fn values_read_as_decisions() {

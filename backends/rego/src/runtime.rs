@@ -743,7 +743,10 @@ impl PooledInstance {
                 self.memory
                     .grow(&mut self.store, u64::try_from(pages).unwrap_or(u64::MAX))?;
             }
-            self.memory.write(&mut self.store, start, &self.input)?;
+            match self.memory.data_mut(&mut self.store).get_mut(start..end) {
+                Some(target) => target.copy_from_slice(&self.input),
+                None => return Err(wasmtime::Error::msg("the input does not fit in memory")),
+            }
             opa_eval.call(
                 &mut self.store,
                 (
@@ -871,14 +874,17 @@ impl Pool {
             let Ok(mut slot) = self.slots[(home + offset) % count].0.try_lock() else {
                 continue;
             };
-            let instance = match slot.take() {
+            // The instance stays in its slot (it is large: moving it out and back costs).
+            let instance = match &mut *slot {
                 Some(instance) => instance,
-                None => match self.spare() {
-                    Some(instance) => instance,
-                    None => make().map_err(RegoEvaluationError::Setup)?,
-                },
+                empty => {
+                    let instance = match self.spare() {
+                        Some(instance) => instance,
+                        None => make().map_err(RegoEvaluationError::Setup)?,
+                    };
+                    empty.insert(instance)
+                }
             };
-            let instance = slot.insert(instance);
             let result = evaluate(instance);
             if !instance.is_reusable() {
                 *slot = None;
