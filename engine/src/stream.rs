@@ -977,7 +977,7 @@ impl<'e> OutputStream<'e> {
 
     /// Adds a delta of the answer and returns the text released by it (often empty), or why
     /// the stream stopped: a denial, or an evaluation error. A call that stops the stream
-    /// releases nothing; after a stop, calls release nothing and return `Ok("")`.
+    /// releases nothing; once the stop is reported, calls release nothing and return `Ok("")`.
     ///
     /// This is [`push`](Self::push) without an allocation per call: the text is lent from the
     /// guard's record of everything released.
