@@ -1071,7 +1071,7 @@ impl<'e> OutputStream<'e> {
         self.note_release();
     }
 
-    /// Notes the time of the first release.
+    /// Notes the time of the first release, if the text from `lent_from` on is it.
     fn note_release(&mut self) {
         if self.released.len() > self.lent_from && self.first_release.is_none() {
             self.first_release = Some(self.started.elapsed());
@@ -1175,7 +1175,7 @@ impl<'e> OutputStream<'e> {
                 return Err(self.fail(Box::new(error)));
             }
         }
-        let before = self.released.len();
+        self.lent_from = self.released.len();
         match self.plan.mode {
             StreamMode::Incremental => {
                 if self.in_lane {
@@ -1188,16 +1188,8 @@ impl<'e> OutputStream<'e> {
             }
             StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.final_evaluation().await?,
         }
-        Ok(self.released_since(before).to_owned())
-    }
-
-    /// The text released since `before` (a length of `released`); notes the first release.
-    #[inline]
-    fn released_since(&mut self, before: usize) -> &str {
-        if self.released.len() > before && self.first_release.is_none() {
-            self.first_release = Some(self.started.elapsed());
-        }
-        &self.released[before..]
+        self.note_release();
+        Ok(self.released[self.lent_from..].to_owned())
     }
 
     #[inline]

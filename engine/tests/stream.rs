@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use portcullis_engine::stream::{StreamMode, StreamingRule, decide_whole_text};
 use portcullis_engine::{
-    AuditRecord, BoxError, EngineError, Feed, Metadata, OutputContext, OutputPolicy,
+    AuditRecord, BoxError, EngineError, Feed, Metadata, OutputContext, OutputPolicy, OutputStream,
     PolicyDecision, PolicyEngine, PolicyExt, PolicySet, StreamItem, async_trait,
 };
 use proptest::prelude::*;
@@ -658,6 +658,13 @@ impl OutputPolicy for Slow {
     }
 }
 
+/// Feeds each delta and drops the returned `Feed` without awaiting it.
+fn fed_and_dropped(guard: &mut OutputStream<'_>, deltas: &[&str]) {
+    for delta in deltas {
+        drop(guard.feed(delta));
+    }
+}
+
 #[test]
 fn a_feed_dropped_before_it_is_awaited_loses_nothing() {
     let runtime = runtime();
@@ -669,8 +676,7 @@ fn a_feed_dropped_before_it_is_awaited_loses_nothing() {
 
             // The text a dropped feed released can be read from `released`.
             let mut guard = engine.output_stream(Metadata::new("a", "s"));
-            drop(guard.feed(&plain));
-            drop(guard.feed(&plain));
+            fed_and_dropped(&mut guard, &[&plain, &plain]);
             let released = guard.released().to_owned();
             assert!(
                 !released.is_empty() && plain.repeat(2).starts_with(&released),
@@ -693,11 +699,8 @@ fn a_feed_dropped_before_it_is_awaited_loses_nothing() {
             assert_eq!(ends.last()["outcome"], "denied");
 
             let mut guard = engine.output_stream(Metadata::new("a", "s"));
-            drop(guard.feed(&plain));
-            drop(guard.feed(&plain));
-            for _ in 0..calls {
-                drop(guard.feed(blocked));
-            }
+            fed_and_dropped(&mut guard, &[&plain, &plain]);
+            fed_and_dropped(&mut guard, &vec![blocked; calls]);
             let next = guard.feed("").await.map(str::to_owned);
             assert!(
                 matches!(next, Err(EngineError::Denied(_))),
@@ -706,11 +709,8 @@ fn a_feed_dropped_before_it_is_awaited_loses_nothing() {
 
             // ... or `finish` does, when no call comes after.
             let mut guard = engine.output_stream(Metadata::new("a", "s"));
-            drop(guard.feed(&plain));
-            drop(guard.feed(&plain));
-            for _ in 0..calls {
-                drop(guard.feed(blocked));
-            }
+            fed_and_dropped(&mut guard, &[&plain, &plain]);
+            fed_and_dropped(&mut guard, &vec![blocked; calls]);
             let items = guard.finish().await;
             assert!(matches!(&items[..], [StreamItem::Denied(_)]), "{items:?}");
             assert_eq!(ends.last()["outcome"], "denied");
@@ -747,7 +747,7 @@ fn a_checkpoint_its_caller_stops_waiting_for_releases_nothing() {
 fn the_guard_and_its_futures_can_cross_threads() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}
-    send_sync::<portcullis_engine::OutputStream<'static>>();
+    send_sync::<OutputStream<'static>>();
     send::<Feed<'static, 'static>>();
 }
 
