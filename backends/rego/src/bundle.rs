@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::error::{RegoError, RegoEvaluationError};
+use crate::input::InputJson;
 use crate::runtime::{CompiledModule, Limits, ModuleError, Pool, compile_cached};
 
 /// The default time limit of one evaluation.
@@ -346,7 +346,7 @@ impl RegoBundle {
     pub(crate) fn evaluate_raw<R>(
         &self,
         id: i32,
-        input: &impl Serialize,
+        input: &impl InputJson,
         read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
     ) -> Result<R, RegoEvaluationError> {
         let inner = &*self.inner;

@@ -158,7 +158,7 @@ pub enum RegoEvaluationError {
         /// The entrypoints the module has.
         available: Vec<String>,
     },
-    /// The input could not be serialized to JSON.
+    /// The input cannot be handed to the guest: its JSON is larger than a guest can take.
     Input(String),
     /// The evaluation ran longer than the bundle's time limit.
     TimeLimit(Duration),
@@ -210,7 +210,7 @@ impl fmt::Display for RegoEvaluationError {
                 "no entrypoint {entrypoint:?} in this bundle (entrypoints: {})",
                 available.join(", ")
             ),
-            Self::Input(message) => write!(f, "cannot serialize the input: {message}"),
+            Self::Input(message) => write!(f, "cannot hand the input to the policy: {message}"),
             Self::TimeLimit(limit) => {
                 write!(f, "evaluation exceeded the time limit of {limit:?}")
             }

@@ -65,6 +65,7 @@
 mod builtins;
 mod bundle;
 mod error;
+mod input;
 mod policy;
 mod runtime;
 

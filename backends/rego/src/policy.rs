@@ -7,11 +7,11 @@ use portcullis_engine::{
     BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
     ToolCallContext, ToolCallPolicy,
 };
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::bundle::RegoBundle;
 use crate::error::{RegoError, RegoEvaluationError};
+use crate::input::InputJson;
 
 /// The entrypoint a policy uses when none is named: the only one, else the one ending in
 /// `/decision`.
@@ -67,7 +67,7 @@ impl RegoPolicy {
         })
     }
 
-    fn decide(&self, context: &impl Serialize) -> Result<PolicyDecision, RegoEvaluationError> {
+    fn decide(&self, context: &impl InputJson) -> Result<PolicyDecision, RegoEvaluationError> {
         self.bundle
             .evaluate_raw(self.entrypoint_id, context, |bytes| {
                 read_decision(&self.entrypoint, bytes)

@@ -28,6 +28,7 @@ use wasmtime::{
 
 use crate::builtins::{BuiltinContext, HostBuiltin};
 use crate::error::RegoEvaluationError;
+use crate::input::InputJson;
 
 /// How often the epoch advances: the granularity of the time limit.
 const TICK: Duration = Duration::from_millis(1);
@@ -571,11 +572,9 @@ fn c_str(data: &[u8], addr: i32) -> Result<&[u8], String> {
     let tail = data
         .get(start..)
         .ok_or_else(|| format!("address {addr} outside memory"))?;
-    let end = tail
-        .iter()
-        .position(|&byte| byte == 0)
-        .ok_or("unterminated string")?;
-    Ok(&tail[..end])
+    std::ffi::CStr::from_bytes_until_nul(tail)
+        .map(std::ffi::CStr::to_bytes)
+        .map_err(|_| "unterminated string".to_owned())
 }
 
 /// `opa_json_dump` of a guest value, parsed.
@@ -680,13 +679,19 @@ impl PooledInstance {
     pub(crate) fn evaluate<R>(
         &mut self,
         entrypoint: i32,
-        input: &impl serde::Serialize,
+        input: &impl InputJson,
         limits: Limits,
         read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
     ) -> Result<R, RegoEvaluationError> {
         self.input.clear();
-        serde_json::to_writer(&mut self.input, input)
-            .map_err(|error| RegoEvaluationError::Input(error.to_string()))?;
+        input.write_json(&mut self.input);
+        if i32::try_from(self.input.len()).is_err() {
+            let len = self.input.len();
+            self.input = Vec::new();
+            return Err(RegoEvaluationError::Input(format!(
+                "its JSON is {len} bytes, more than the 2 GiB a guest can take"
+            )));
+        }
         self.store.data_mut().builtin_context.reset();
         self.store.set_epoch_deadline(limits.ticks());
         let result_addr = match self.run(entrypoint) {
@@ -848,7 +853,8 @@ fn home_slot() -> usize {
 impl Pool {
     pub(crate) fn new(first: PooledInstance) -> Self {
         let parallelism = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let slots = (0..parallelism.saturating_mul(2).max(4))
+        // A power of two, so that a thread finds its slot with a mask.
+        let slots = (0..parallelism.saturating_mul(2).max(4).next_power_of_two())
             .map(|_| Slot(Mutex::new(None)))
             .collect();
         Self {
@@ -869,9 +875,10 @@ impl Pool {
         evaluate: impl FnOnce(&mut PooledInstance) -> Result<R, RegoEvaluationError>,
     ) -> Result<R, RegoEvaluationError> {
         let count = self.slots.len();
-        let home = home_slot() % count;
+        let mask = count - 1;
+        let home = home_slot();
         for offset in 0..count {
-            let Ok(mut slot) = self.slots[(home + offset) % count].0.try_lock() else {
+            let Ok(mut slot) = self.slots[(home + offset) & mask].0.try_lock() else {
                 continue;
             };
             // The instance stays in its slot (it is large: moving it out and back costs).

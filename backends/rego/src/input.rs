@@ -1,0 +1,332 @@
+//! The input document of an evaluation, written as JSON for the guest's parser.
+//!
+//! The policy contexts are written field by field with their keys as literals, and strings are
+//! checked for characters to escape eight bytes at a time. The output is byte for byte what
+//! `serde_json::to_vec` writes for the same value (the tests compare the two), only faster:
+//! writing the input is the largest part of an evaluation spent outside the guest.
+//!
+//! The writers destructure each context without `..`, so a field added to a context does not
+//! compile here until it is written.
+
+use std::io::Write;
+
+use portcullis_engine::{InputContext, Message, Metadata, OutputContext, ToolCallContext};
+use serde_json::{Map, Value};
+
+/// A value that can be the input document of an evaluation.
+pub(crate) trait InputJson {
+    /// Appends the value's JSON to `out`.
+    fn write_json(&self, out: &mut Vec<u8>);
+}
+
+impl InputJson for Value {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        write_value(out, self);
+    }
+}
+
+impl InputJson for InputContext {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        let InputContext { messages, metadata } = self;
+        out.extend_from_slice(br#"{"messages":["#);
+        for (index, message) in messages.iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            write_message(out, message);
+        }
+        out.extend_from_slice(br#"],"metadata":"#);
+        write_metadata(out, metadata);
+        out.push(b'}');
+    }
+}
+
+impl InputJson for ToolCallContext {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        let ToolCallContext {
+            tool_name,
+            arguments,
+            calling_message,
+            metadata,
+        } = self;
+        out.extend_from_slice(br#"{"tool_name":"#);
+        write_str(out, tool_name);
+        out.extend_from_slice(br#","arguments":"#);
+        write_object(out, arguments);
+        out.extend_from_slice(br#","calling_message":"#);
+        write_message(out, calling_message);
+        out.extend_from_slice(br#","metadata":"#);
+        write_metadata(out, metadata);
+        out.push(b'}');
+    }
+}
+
+impl InputJson for OutputContext {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        let OutputContext { response, metadata } = self;
+        out.extend_from_slice(br#"{"response":"#);
+        write_message(out, response);
+        out.extend_from_slice(br#","metadata":"#);
+        write_metadata(out, metadata);
+        out.push(b'}');
+    }
+}
+
+fn write_message(out: &mut Vec<u8>, message: &Message) {
+    let Message { role, content } = message;
+    out.extend_from_slice(br#"{"role":""#);
+    // Role names are plain lower-case words: nothing to escape.
+    out.extend_from_slice(role.as_str().as_bytes());
+    out.extend_from_slice(br#"","content":"#);
+    write_str(out, content);
+    out.push(b'}');
+}
+
+fn write_metadata(out: &mut Vec<u8>, metadata: &Metadata) {
+    let Metadata {
+        agent_id,
+        session_id,
+        timestamp,
+        extra,
+    } = metadata;
+    out.extend_from_slice(br#"{"agent_id":"#);
+    write_str(out, agent_id);
+    out.extend_from_slice(br#","session_id":"#);
+    write_str(out, session_id);
+    out.extend_from_slice(br#","timestamp":"#);
+    write_str(out, timestamp);
+    // `extra` is flattened into the object, after the named keys.
+    for (key, value) in extra {
+        out.push(b',');
+        write_entry(out, key, value);
+    }
+    out.push(b'}');
+}
+
+fn write_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(number) => {
+            // Writing to a `Vec` cannot fail.
+            let _ = write!(out, "{number}");
+        }
+        Value::String(string) => write_str(out, string),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                write_value(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => write_object(out, map),
+    }
+}
+
+fn write_object(out: &mut Vec<u8>, map: &Map<String, Value>) {
+    out.push(b'{');
+    for (index, (key, value)) in map.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        write_entry(out, key, value);
+    }
+    out.push(b'}');
+}
+
+fn write_entry(out: &mut Vec<u8>, key: &str, value: &Value) {
+    write_str(out, key);
+    out.push(b':');
+    write_value(out, value);
+}
+
+const LOW_BITS: u64 = u64::from_ne_bytes([0x01; 8]);
+const HIGH_BITS: u64 = u64::from_ne_bytes([0x80; 8]);
+
+/// Whether any of the eight bytes in `word` is `"`, `\` or below 0x20: a byte JSON escapes.
+///
+/// A lane's high bit is set by the subtraction only when that byte is below the subtrahend
+/// (bytes with their own high bit set are masked out by `!word`). Borrows into higher lanes
+/// can only follow a true hit in a lower lane, so the answer for the word is exact.
+fn needs_escape(word: u64) -> bool {
+    let below_space = word.wrapping_sub(LOW_BITS * 0x20);
+    let quote = word ^ (LOW_BITS * u64::from(b'"'));
+    let backslash = word ^ (LOW_BITS * u64::from(b'\\'));
+    let zero_quote = quote.wrapping_sub(LOW_BITS) & !quote;
+    let zero_backslash = backslash.wrapping_sub(LOW_BITS) & !backslash;
+    (below_space & !word | zero_quote | zero_backslash) & HIGH_BITS != 0
+}
+
+/// Whether `bytes` holds a byte JSON escapes, checked a word at a time.
+fn any_needs_escape(bytes: &[u8]) -> bool {
+    let word_at = |at: usize| {
+        let mut lanes = [0; 8];
+        lanes.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_ne_bytes(lanes)
+    };
+    if bytes.len() < 8 {
+        return bytes
+            .iter()
+            .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\');
+    }
+    let mut at = 0;
+    while at + 8 < bytes.len() {
+        if needs_escape(word_at(at)) {
+            return true;
+        }
+        at += 8;
+    }
+    // The last word, overlapping the one before it if the length is not a multiple of eight.
+    needs_escape(word_at(bytes.len() - 8))
+}
+
+/// Appends `text` as a JSON string, escaped exactly as serde_json escapes it.
+fn write_str(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    if any_needs_escape(bytes) {
+        write_escaped(out, bytes);
+    } else {
+        out.extend_from_slice(bytes);
+    }
+    out.push(b'"');
+}
+
+/// The escaping path of [`write_str`]: runs of bytes that need no escape are copied whole.
+fn write_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut run_start = 0;
+    for (at, &byte) in bytes.iter().enumerate() {
+        let escape: &[u8] = match byte {
+            b'"' => br#"\""#,
+            b'\\' => br"\\",
+            b'\n' => br"\n",
+            b'\r' => br"\r",
+            b'\t' => br"\t",
+            0x08 => br"\b",
+            0x0c => br"\f",
+            0x00..=0x1f => &[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ],
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[run_start..at]);
+        out.extend_from_slice(escape);
+        run_start = at + 1;
+    }
+    out.extend_from_slice(&bytes[run_start..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use portcullis_engine::Role;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn written(value: &impl InputJson) -> String {
+        let mut out = Vec::new();
+        value.write_json(&mut out);
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    fn serde(value: &impl serde::Serialize) -> String {
+        serde_json::to_string(value).expect("serializes")
+    }
+
+    fn metadata(extra: Map<String, Value>) -> Metadata {
+        let mut metadata =
+            Metadata::new("agent \"7\"", "séance\n42").with_timestamp("2026-01-01T00:00:00Z");
+        metadata.extra = extra;
+        metadata
+    }
+
+    #[test]
+    fn contexts_are_written_as_serde_writes_them() {
+        let extra =
+            json!({"tenant": "acme", "tags": ["a", 1, 2.5, -3, null, true], "n": {"x": {}}});
+        let Value::Object(extra) = extra else {
+            unreachable!()
+        };
+        let tool = ToolCallContext::new(
+            "web\tsearch",
+            extra.clone(),
+            Message::assistant("calling \\ now"),
+            metadata(extra.clone()),
+        );
+        assert_eq!(written(&tool), serde(&tool));
+        let input = InputContext::new(
+            vec![
+                Message::system("be nice"),
+                Message::user("hi \u{1} \u{7f} ☃"),
+            ],
+            metadata(Map::new()),
+        );
+        assert_eq!(written(&input), serde(&input));
+        let empty = InputContext::new(Vec::new(), metadata(extra));
+        assert_eq!(written(&empty), serde(&empty));
+        let output = OutputContext::new(Message::new(Role::Assistant, ""), metadata(Map::new()));
+        assert_eq!(written(&output), serde(&output));
+    }
+
+    #[test]
+    fn numbers_are_written_as_serde_writes_them() {
+        let numbers = json!([0, -1, u64::MAX, i64::MIN, 0.1, 1e300, -2.5e-8, 1.0]);
+        assert_eq!(written(&numbers), serde(&numbers));
+    }
+
+    #[test]
+    fn an_escape_is_found_at_every_place_of_a_word() {
+        // Lengths around the word size, with the one byte to escape at every position: the
+        // whole words, the overlapping last word and the short path all see it.
+        for len in 1..=24 {
+            for at in 0..len {
+                for special in ['"', '\\', '\n', '\u{1f}'] {
+                    let text: String = (0..len)
+                        .map(|index| if index == at { special } else { 'a' })
+                        .collect();
+                    assert_eq!(written(&Value::String(text.clone())), serde(&text));
+                }
+            }
+        }
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(any::<String>(), inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn strings_are_escaped_as_serde_escapes_them(text in "(.|[\\x00-\\x1f\"\\\\]){0,40}") {
+            prop_assert_eq!(written(&Value::String(text.clone())), serde(&text));
+        }
+
+        #[test]
+        fn values_are_written_as_serde_writes_them(value in value()) {
+            prop_assert_eq!(written(&value), serde(&value));
+        }
+    }
+}
