@@ -54,10 +54,19 @@
 //! between evaluations until the garbage passes 1 MiB (or a sixteenth of the memory limit), and
 //! only then are reset; compiling a pattern again at every evaluation would cost most of it.
 //!
-//! Every evaluation is bounded: a time limit (default 100 ms, by epoch interruption: a
-//! process-wide thread advances the epoch every millisecond) and a memory limit per instance
+//! Every evaluation is bounded: a time limit (default 100 ms) and a memory limit per instance
 //! (default 64 MiB). Exceeding either, a guest trap, or `opa_abort` is a
 //! [`RegoEvaluationError`] carrying the guest's message; the failed instance is dropped.
+//!
+//! The time limit is built into the module when it is compiled: at the start of every loop
+//! iteration and at the entry of every function that can call itself (directly, through others
+//! or through the table), the code compares a clock with the evaluation's deadline and traps
+//! once it has passed. A process-wide thread advances the clock every millisecond, in a shared
+//! memory of one page that every instance imports; the host sets the deadline before each
+//! evaluation, and checks it again after every host builtin. Those are the only places code can
+//! repeat, so no module runs past its limit by more than about a millisecond plus one pass
+//! through straight-line code. A module that defines a shared memory or waits on one
+//! (`memory.atomic.wait32/64`) is refused when it is opened: a wait could outlast any deadline.
 //!
 //! Builtins that OPA leaves to the host are provided for the names in [`HOST_BUILTINS`]
 //! (`sprintf`, `time.now_ns` and other time, string, regex, encoding helpers).
@@ -66,6 +75,7 @@ mod builtins;
 mod bundle;
 mod error;
 mod input;
+mod meter;
 mod policy;
 mod runtime;
 

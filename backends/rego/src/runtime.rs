@@ -17,51 +17,148 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
 use wasmtime::{
-    Caller, Config, Engine, Extern, ExternType, Func, Instance, Memory, MemoryType, Module,
-    ResourceLimiter, Store, Trap, TypedFunc, ValType,
+    Caller, Config, Engine, Extern, ExternType, Func, Global, Instance, Memory, MemoryType, Module,
+    ResourceLimiter, SharedMemory, Store, Trap, TypedFunc, Val, ValType,
 };
 
 use crate::builtins::{BuiltinContext, HostBuiltin};
 use crate::error::RegoEvaluationError;
 use crate::input::InputJson;
+use crate::meter;
 
-/// How often the epoch advances: the granularity of the time limit.
+/// How often the clock advances: the granularity of the time limit.
 const TICK: Duration = Duration::from_millis(1);
 
 const WASM_PAGE: usize = 64 * 1024;
 
-/// The process-wide wasmtime engine (epoch interruption on) and its epoch ticker thread.
-pub(crate) fn engine() -> Result<&'static Engine, String> {
-    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
-    ENGINE
+/// The process-wide wasmtime engine and the clock of the time limit.
+struct Runtime {
+    engine: Engine,
+    clock: SharedMemory,
+    /// The clock's current tick, as the host reads it (the guest reads the shared memory).
+    now: Arc<AtomicU64>,
+}
+
+/// The process-wide runtime, made on first use: the engine, and the clock with its thread.
+///
+/// The engine has no epoch interruption or fuel: the time limit is checked by the modules
+/// themselves (see [`crate::meter`]), against a clock in a shared memory of one page. Shared
+/// memories are enabled for that page only: [`meter::instrument`] refuses modules that define
+/// one, and [`check_imports`] refuses a shared `env.memory`.
+fn runtime() -> Result<&'static Runtime, String> {
+    static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+    RUNTIME
         .get_or_init(|| {
             let mut config = Config::new();
-            config.epoch_interruption(true);
             // OPA's runtime is many small C functions (value accessors, the allocator, the JSON
             // lexer): inlining them within the module saves about a tenth of the instructions of
-            // an evaluation, and with them the epoch checks at their entries, for a longer compile.
+            // an evaluation, for a longer compile.
             config.compiler_inlining(wasmtime::Inlining::Yes);
+            config.wasm_threads(true);
+            config.shared_memory(true);
             let engine = Engine::new(&config).map_err(|error| error.to_string())?;
-            let weak = engine.weak();
-            std::thread::Builder::new()
-                .name("portcullis-rego-epoch".to_owned())
-                .spawn(move || {
-                    while let Some(engine) = weak.upgrade() {
-                        engine.increment_epoch();
-                        drop(engine);
-                        std::thread::sleep(TICK);
-                    }
-                })
-                .map_err(|error| format!("cannot start the epoch thread: {error}"))?;
-            Ok(engine)
+            let clock = SharedMemory::new(&engine, MemoryType::shared(1, 1))
+                .map_err(|error| format!("cannot make the clock: {error:#}"))?;
+            let now = Arc::new(AtomicU64::new(0));
+            start_clock(&engine, &clock, Arc::clone(&now))?;
+            Ok(Runtime { engine, clock, now })
         })
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// The process-wide wasmtime engine.
+pub(crate) fn engine() -> Result<&'static Engine, String> {
+    runtime().map(|runtime| &runtime.engine)
+}
+
+/// Starts the thread that advances the clock every [`TICK`]. It writes the shared memory
+/// through a module of its own, one atomic store, so that no host code writes guest memory.
+fn start_clock(engine: &Engine, clock: &SharedMemory, now: Arc<AtomicU64>) -> Result<(), String> {
+    let module = Module::new(engine, clock_module())
+        .map_err(|error| format!("cannot compile the clock: {error:#}"))?;
+    let mut store = Store::new(engine, ());
+    let instance = Instance::new(&mut store, &module, &[clock.clone().into()])
+        .map_err(|error| format!("cannot start the clock: {error:#}"))?;
+    let set = instance
+        .get_typed_func::<i64, ()>(&mut store, "set")
+        .map_err(|error| format!("cannot start the clock: {error:#}"))?;
+    std::thread::Builder::new()
+        .name("portcullis-rego-clock".to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(TICK);
+                let tick = now.fetch_add(1, Ordering::Relaxed) + 1;
+                // The store holds nothing but this call; a failure would leave the guests'
+                // clock behind the host's, which the host's own checks cover.
+                let _ = set.call(&mut store, i64::try_from(tick).unwrap_or(i64::MAX));
+            }
+        })
+        .map_err(|error| format!("cannot start the clock thread: {error}"))?;
+    Ok(())
+}
+
+/// `(module (import "portcullis" "clock" (memory 1 1 shared))
+///   (func (export "set") (param i64) (i64.atomic.store (i32.const 0) (local.get 0))))`
+fn clock_module() -> Vec<u8> {
+    use wasm_encoder::{
+        CodeSection, EntityType, ExportKind, ExportSection, Function, FunctionSection,
+        ImportSection, Instruction, MemArg, TypeSection,
+    };
+    let mut types = TypeSection::new();
+    types.ty().function([wasm_encoder::ValType::I64], []);
+    let mut imports = ImportSection::new();
+    imports.import(
+        meter::IMPORT_MODULE,
+        meter::CLOCK,
+        EntityType::Memory(wasm_encoder::MemoryType {
+            minimum: 1,
+            maximum: Some(1),
+            memory64: false,
+            shared: true,
+            page_size_log2: None,
+        }),
+    );
+    let mut functions = FunctionSection::new();
+    functions.function(0);
+    let mut exports = ExportSection::new();
+    exports.export("set", ExportKind::Func, 0);
+    let mut set = Function::new([]);
+    set.instruction(&Instruction::I32Const(0))
+        .instruction(&Instruction::LocalGet(0))
+        .instruction(&Instruction::I64AtomicStore(MemArg {
+            offset: 0,
+            align: 3,
+            memory_index: 0,
+        }))
+        .instruction(&Instruction::End);
+    let mut code = CodeSection::new();
+    code.function(&set);
+    let mut module = wasm_encoder::Module::new();
+    module
+        .section(&types)
+        .section(&imports)
+        .section(&functions)
+        .section(&exports)
+        .section(&code);
+    module.finish()
+}
+
+/// The clock's shared memory, for tests that instantiate rewritten modules by hand.
+#[cfg(test)]
+pub(crate) fn clock_memory() -> SharedMemory {
+    runtime().expect("the runtime starts").clock.clone()
+}
+
+/// The clock's current tick.
+fn now() -> u64 {
+    runtime().map_or(0, |runtime| runtime.now.load(Ordering::Relaxed))
 }
 
 /// What an import of the module is bound to.
@@ -71,6 +168,10 @@ pub(crate) enum ImportKind {
     Abort,
     Println,
     Builtin(usize),
+    /// The clock added by [`meter::instrument`].
+    Clock,
+    /// The deadline added by [`meter::instrument`].
+    Deadline,
 }
 
 /// Checks the module's imports: only the OPA ones, with their OPA types.
@@ -80,6 +181,23 @@ pub(crate) fn check_imports(module: &Module) -> Result<Vec<ImportKind>, String> 
     for import in module.imports() {
         let (module_name, name) = (import.module(), import.name());
         let wrong = || format!("unexpected import {module_name}.{name} ({:?})", import.ty());
+        if module_name == meter::IMPORT_MODULE {
+            // Added by the rewrite (which refuses modules importing these names themselves).
+            let kind = match (name, import.ty()) {
+                (meter::CLOCK, ExternType::Memory(memory)) if memory.is_shared() => {
+                    ImportKind::Clock
+                }
+                (meter::DEADLINE, ExternType::Global(global))
+                    if matches!(global.content(), ValType::I64)
+                        && global.mutability() == wasmtime::Mutability::Var =>
+                {
+                    ImportKind::Deadline
+                }
+                _ => return Err(wrong()),
+            };
+            kinds.push(kind);
+            continue;
+        }
         if module_name != "env" {
             return Err(wrong());
         }
@@ -242,6 +360,35 @@ struct StoreState {
     builtin_context: BuiltinContext,
     abort: Option<String>,
     builtin_error: Option<(String, String)>,
+    /// The guest's deadline global, and the tick it holds.
+    deadline: Option<Global>,
+    deadline_tick: u64,
+    /// Set when a host builtin returned after the deadline.
+    expired: bool,
+}
+
+impl StoreState {
+    /// Sets the deadline `limits` allow from now.
+    fn set_deadline(store: &mut Store<StoreState>, limits: Limits) -> wasmtime::Result<()> {
+        let tick = now().saturating_add(limits.ticks());
+        let state = store.data_mut();
+        state.deadline_tick = tick;
+        state.expired = false;
+        if let Some(global) = state.deadline {
+            global.set(&mut *store, Val::I64(tick_value(tick)))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the evaluation has passed its deadline.
+    fn past_deadline(&self) -> bool {
+        now() >= self.deadline_tick
+    }
+}
+
+/// A tick as the guest compares it (`i64.ge_u`): the same bits.
+fn tick_value(tick: u64) -> i64 {
+    i64::from_ne_bytes(tick.to_ne_bytes())
 }
 
 /// The limits an evaluation runs under.
@@ -330,8 +477,18 @@ impl CompiledModule {
     /// Errors: `(is_compile_error, message)` or the missing builtins.
     pub(crate) fn new(wasm: &[u8]) -> Result<Self, ModuleError> {
         let engine = engine().map_err(ModuleError::Setup)?;
-        let module = Module::new(engine, wasm)
-            .map_err(|error| ModuleError::Compile(format!("{error:#}")))?;
+        let compile_error = |error: wasmtime::Error| ModuleError::Compile(format!("{error:#}"));
+        let module = match meter::instrument(wasm) {
+            Ok(Some(metered)) => Module::new(engine, &metered).map_err(compile_error)?,
+            Ok(None) => Module::new(engine, wasm).map_err(compile_error)?,
+            Err(refused) => {
+                // Not WebAssembly at all, most likely: wasmtime says best what is wrong.
+                Module::validate(engine, wasm).map_err(compile_error)?;
+                return Err(ModuleError::NotOpa(format!(
+                    "cannot give the module a time limit: {refused}"
+                )));
+            }
+        };
         let imports = check_imports(&module).map_err(ModuleError::NotOpa)?;
         let mut compiled = Self {
             wasm: wasm.into(),
@@ -437,11 +594,14 @@ impl CompiledModule {
                 builtin_context: BuiltinContext::default(),
                 abort: None,
                 builtin_error: None,
+                deadline: None,
+                deadline_tick: u64::MAX,
+                expired: false,
             },
         );
         store.limiter(|state| &mut state.limiter);
-        store.set_epoch_deadline(limits.ticks());
-        store.epoch_deadline_trap();
+        let deadline_tick = now().saturating_add(limits.ticks());
+        store.data_mut().deadline_tick = deadline_tick;
         let mut externs: Vec<Extern> = Vec::with_capacity(self.imports.len());
         let mut memory = None;
         for kind in &self.imports {
@@ -461,6 +621,17 @@ impl CompiledModule {
                     created.into()
                 }
                 ImportKind::Abort => Func::wrap(&mut store, host_abort).into(),
+                ImportKind::Clock => runtime()?.clock.clone().into(),
+                ImportKind::Deadline => {
+                    let global = Global::new(
+                        &mut store,
+                        wasmtime::GlobalType::new(ValType::I64, wasmtime::Mutability::Var),
+                        Val::I64(tick_value(deadline_tick)),
+                    )
+                    .map_err(|error| format!("cannot create the deadline: {error:#}"))?;
+                    store.data_mut().deadline = Some(global);
+                    global.into()
+                }
                 ImportKind::Println => {
                     Func::wrap(&mut store, |_: Caller<'_, StoreState>, _: i32| {}).into()
                 }
@@ -643,6 +814,14 @@ fn call_builtin(
         values.push(dump_value(&mut caller, &funcs, memory, arg)?);
     }
     let result = (builtin.func)(&values, &mut caller.data_mut().builtin_context);
+    // A builtin can take long (a regular expression over a long text): a loop calling it
+    // stops at the deadline here, not only at its next check.
+    if caller.data().past_deadline() {
+        caller.data_mut().expired = true;
+        return Err(wasmtime::Error::msg(
+            "the time limit passed during a builtin",
+        ));
+    }
     match result {
         Ok(value) => {
             let json = serde_json::to_vec(&value)?;
@@ -693,7 +872,10 @@ impl PooledInstance {
             )));
         }
         self.store.data_mut().builtin_context.reset();
-        self.store.set_epoch_deadline(limits.ticks());
+        if let Err(error) = StoreState::set_deadline(&mut self.store, limits) {
+            self.poisoned = true;
+            return Err(RegoEvaluationError::Trap(format!("{error:#}")));
+        }
         let result_addr = match self.run(entrypoint) {
             Ok(addr) => addr,
             Err(error) => {
@@ -814,7 +996,12 @@ impl PooledInstance {
         if let Some((name, message)) = state.builtin_error.take() {
             return RegoEvaluationError::Builtin { name, message };
         }
-        if let Some(Trap::Interrupt) = error.downcast_ref::<Trap>() {
+        // The clock checks trap with `unreachable` once the deadline has passed.
+        let unreachable = matches!(
+            error.downcast_ref::<Trap>(),
+            Some(Trap::UnreachableCodeReached)
+        );
+        if state.expired || (unreachable && state.past_deadline()) {
             return RegoEvaluationError::TimeLimit(limits.time);
         }
         if refused {

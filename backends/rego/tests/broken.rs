@@ -186,11 +186,11 @@ fn bad_data_in_a_bundle() {
 
 #[test]
 fn a_bundle_whose_entrypoints_are_ambiguous() {
-    // The test module has seven entrypoints and none ends in /decision.
+    // The test module has ten entrypoints and none ends in /decision.
     let bundle = RegoBundle::from_bytes(&common::test_module("{}", "")).expect("opens");
     let error = RegoToolCallPolicy::from_bundle("p", bundle.clone()).expect_err("ambiguous");
     match &error {
-        RegoError::Entrypoint { available, .. } => assert_eq!(available.len(), 7),
+        RegoError::Entrypoint { available, .. } => assert_eq!(available.len(), 10),
         other => panic!("expected an entrypoint error, got {other:?}"),
     }
     assert!(error.to_string().contains("test/ok"), "{error}");

@@ -281,7 +281,7 @@ fn absolute_and_dotted_names_mean_the_bundle_root() {
         "//./policy.wasm",
     ] {
         let bundle = open(&[entry(name, valid_wasm())]).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(bundle.entrypoints().len(), 7, "{name}");
+        assert_eq!(bundle.entrypoints().len(), 10, "{name}");
     }
     // `/etc/passwd` in a bundle is the bundle's own file `etc/passwd`, never the host's.
     let error = open(&[entry("/etc/passwd", b"root:x:0:0")]).expect_err("no policy.wasm");

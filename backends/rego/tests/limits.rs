@@ -42,6 +42,41 @@ async fn an_infinite_loop_stops_at_the_time_limit() {
     );
 }
 
+/// Evaluates `entrypoint` of the test module on another thread, and fails the test if no answer
+/// comes within a minute (instead of hanging when the time limit does not hold).
+fn evaluate_or_hang(bundle: &RegoBundle, entrypoint: &'static str) -> RegoEvaluationError {
+    let (send, receive) = std::sync::mpsc::channel();
+    let bundle = bundle.clone();
+    std::thread::spawn(move || {
+        let _ = send.send(bundle.evaluate_blocking(entrypoint, &json!({})));
+    });
+    match receive.recv_timeout(Duration::from_secs(60)) {
+        Ok(result) => result.expect_err("the evaluation must be stopped"),
+        Err(_) => panic!("{entrypoint} was not stopped by the time limit"),
+    }
+}
+
+#[test]
+fn runs_without_a_loop_stop_at_the_time_limit_too() {
+    // Recursion is the other way to run for long: without a loop, through the table, and as
+    // tail calls that never overflow the stack.
+    let limit = Duration::from_millis(30);
+    let bundle = bundle().with_time_limit(limit).expect("limit");
+    for entrypoint in ["test/recurse", "test/indirect", "test/tail"] {
+        let started = Instant::now();
+        assert_eq!(
+            evaluate_or_hang(&bundle, entrypoint),
+            RegoEvaluationError::TimeLimit(limit),
+            "{entrypoint}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{entrypoint} took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_default_time_limit_applies() {
     let bundle = bundle();
@@ -207,6 +242,36 @@ fn a_module_with_foreign_imports_is_refused() {
             .contains("wasi_snapshot_preview1.fd_write"),
         "{error}"
     );
+}
+
+#[test]
+fn a_module_that_could_outlast_the_time_limit_is_refused() {
+    // Imports of the host's own module name, a shared memory of its own, and a wait on one.
+    for (extra, why) in [
+        (
+            r#"(import "portcullis" "clock" (memory 1 1 shared))"#,
+            "portcullis.clock",
+        ),
+        (
+            r#"(import "portcullis" "deadline" (global (mut i64)))"#,
+            "portcullis.deadline",
+        ),
+    ] {
+        let error = RegoBundle::from_bytes(&common::test_module("{}", extra)).expect_err(why);
+        assert!(matches!(error, RegoError::NotOpaModule { .. }), "{error:?}");
+        assert!(error.to_string().contains(why), "{error}");
+    }
+    let waits = wat::parse_str(
+        r#"(module
+          (import "env" "memory" (memory 1))
+          (memory $shared 1 1 shared)
+          (func (export "wait") (result i32)
+            (memory.atomic.wait32 $shared (i32.const 0) (i32.const 0) (i64.const -1))))"#,
+    )
+    .expect("wat");
+    let error = RegoBundle::from_bytes(&waits).expect_err("waits");
+    assert!(matches!(error, RegoError::NotOpaModule { .. }), "{error:?}");
+    assert!(error.to_string().contains("shared memory"), "{error}");
 }
 
 #[test]

@@ -56,13 +56,16 @@ pub fn open(relative: &str) -> portcullis_rego::RegoBundle {
 }
 
 /// Entrypoints of [`test_module`], by id.
-pub const ENTRYPOINTS: &str = r#"{"test/ok":0,"test/loop":1,"test/grow":2,"test/trap":3,"test/abort":4,"test/sprintf":5,"test/undefined":6}"#;
+pub const ENTRYPOINTS: &str = r#"{"test/ok":0,"test/loop":1,"test/grow":2,"test/trap":3,"test/abort":4,"test/sprintf":5,"test/undefined":6,"test/recurse":7,"test/indirect":8,"test/tail":9}"#;
 
 /// A small module that follows the OPA WebAssembly ABI 1.2 (bump allocator, values are their JSON
 /// text) whose entrypoints misbehave on purpose: `test/loop` spins forever, `test/grow` allocates
 /// until memory runs out (then calls `opa_abort` as OPA's allocator does), `test/trap` executes
 /// `unreachable`, `test/abort` calls `opa_abort`, `test/sprintf` calls the host's `sprintf`
 /// (`"%s-%d"` on `["x", 5]`), `test/undefined` returns `[]`, `test/ok` returns `true`.
+/// Three more spin without a loop: `test/recurse` makes 2^60 nested calls, `test/indirect` calls
+/// back and forth through the table and `test/tail` calls itself, both as tail calls (the stack
+/// never overflows).
 /// `builtins` is the module's `builtins()` map; `extra_import` goes among the imports.
 pub fn test_module(builtins: &str, extra_import: &str) -> Vec<u8> {
     let escape = |json: &str| json.replace('"', "\\\"");
@@ -126,6 +129,17 @@ const WAT: &str = r#"
         (local.set $n (i32.add (local.get $n) (i32.const 1)))
         (br $next)))
     (local.get $n))
+  (type $void (func))
+  (table 2 funcref)
+  (elem (i32.const 0) $ping $pong)
+  (func $split (param $depth i32)
+    (if (local.get $depth)
+      (then
+        (call $split (i32.sub (local.get $depth) (i32.const 1)))
+        (call $split (i32.sub (local.get $depth) (i32.const 1))))))
+  (func $ping (return_call_indirect (type $void) (i32.const 1)))
+  (func $pong (return_call_indirect (type $void) (i32.const 0)))
+  (func $again (return_call $again))
   (func (export "opa_eval")
     (param $reserved i32) (param $entrypoint i32) (param $data i32) (param $input i32)
     (param $len i32) (param $heap i32) (param $format i32) (result i32)
@@ -137,6 +151,9 @@ const WAT: &str = r#"
     (if (i32.eq (local.get $entrypoint) (i32.const 3)) (then (unreachable)))
     (if (i32.eq (local.get $entrypoint) (i32.const 4)) (then (call $abort (i32.const 640)) (unreachable)))
     (if (i32.eq (local.get $entrypoint) (i32.const 6)) (then (return (i32.const 608))))
+    (if (i32.eq (local.get $entrypoint) (i32.const 7)) (then (call $split (i32.const 60))))
+    (if (i32.eq (local.get $entrypoint) (i32.const 8)) (then (call_indirect (type $void) (i32.const 0))))
+    (if (i32.eq (local.get $entrypoint) (i32.const 9)) (then (call $again)))
     (if (i32.eq (local.get $entrypoint) (i32.const 5))
       (then
         (local.set $r (call $builtin2 (i32.const 0) (i32.const 0) (i32.const 1024) (i32.const 1056)))
