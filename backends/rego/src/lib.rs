@@ -64,9 +64,10 @@
 //! once it has passed. A process-wide thread advances the clock every millisecond, in a shared
 //! memory of one page that every instance imports; the host sets the deadline before each
 //! evaluation, and checks it again after every host builtin. Those are the only places code can
-//! repeat, so no module runs past its limit by more than about a millisecond plus one pass
-//! through straight-line code. A module that defines a shared memory or waits on one
-//! (`memory.atomic.wait32/64`) is refused when it is opened: a wait could outlast any deadline.
+//! repeat, so no module runs past its limit by more than two ticks of the clock (while its
+//! thread gets to run) and one pass through straight-line code. A module that defines a shared
+//! memory or waits on one (`memory.atomic.wait32/64`) is refused when it is opened: a wait could
+//! outlast any deadline.
 //!
 //! Builtins that OPA leaves to the host are provided for the names in [`HOST_BUILTINS`]
 //! (`sprintf`, `time.now_ns` and other time, string, regex, encoding helpers).

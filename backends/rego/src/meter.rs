@@ -16,11 +16,11 @@
 //! memories and globals keep their contents, and only their indices above the module's imports
 //! move up by one.
 //!
-//! The check is two loads, a compare and a branch that is never taken until the end. wasmtime's
+//! The check is a few loads, a compare and a branch not taken before the deadline. wasmtime's
 //! epoch interruption does much the same, but at the entry of every function as well, and its
 //! late path calls into the host: a call inside a loop makes the register allocator keep the
 //! loop's values where a call cannot clobber them. OPA's runtime is made of many small functions
-//! and loops, and that was a fifth of an evaluation's time.
+//! and loops, and that was about a fifth of an evaluation's time.
 //!
 //! Which functions are recursive comes from the module's call graph: an edge for every direct
 //! call, and from every function with an indirect call to every function the table can hold
