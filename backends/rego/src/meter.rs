@@ -355,9 +355,11 @@ impl Meter {
 impl Reencode for Meter {
     type Error = std::convert::Infallible;
 
+    // Saturating: an index past the end (the module is not valid) stays past the end, and
+    // wasmtime refuses the module as it would have refused the original.
     fn memory_index(&mut self, memory: u32) -> Result<u32, Error> {
         Ok(if memory >= self.imported_memories {
-            memory + 1
+            memory.saturating_add(1)
         } else {
             memory
         })
@@ -365,7 +367,7 @@ impl Reencode for Meter {
 
     fn global_index(&mut self, global: u32) -> Result<u32, Error> {
         Ok(if global >= self.imported_globals {
-            global + 1
+            global.saturating_add(1)
         } else {
             global
         })
@@ -430,6 +432,66 @@ mod tests {
     fn recursive(wat: &str) -> Vec<bool> {
         let wasm = wat::parse_str(wat).expect("valid WAT");
         Shape::read(&wasm).expect("reads").recursive()
+    }
+
+    #[test]
+    fn an_index_past_the_end_stays_past_the_end() {
+        // Not valid: the module has one memory and one global, and names the next ones (and the
+        // last possible ones). The rewrite must not make these name the clock or the deadline.
+        for index in [1, u32::MAX] {
+            let mut types = wasm_encoder::TypeSection::new();
+            types.ty().function([], []);
+            let mut imports = wasm_encoder::ImportSection::new();
+            imports.import(
+                "env",
+                "memory",
+                EntityType::Memory(MemoryType {
+                    minimum: 1,
+                    maximum: None,
+                    memory64: false,
+                    shared: false,
+                    page_size_log2: None,
+                }),
+            );
+            imports.import(
+                "env",
+                "g",
+                EntityType::Global(GlobalType {
+                    val_type: ValType::I64,
+                    mutable: false,
+                    shared: false,
+                }),
+            );
+            let mut functions = wasm_encoder::FunctionSection::new();
+            functions.function(0);
+            let mut body = wasm_encoder::Function::new([]);
+            body.instruction(&Instruction::I32Const(0))
+                .instruction(&Instruction::I64Load(MemArg {
+                    offset: 0,
+                    align: 3,
+                    memory_index: index,
+                }))
+                .instruction(&Instruction::GlobalGet(index))
+                .instruction(&Instruction::I64GeU)
+                .instruction(&Instruction::Drop)
+                .instruction(&Instruction::End);
+            let mut code = wasm_encoder::CodeSection::new();
+            code.function(&body);
+            let mut module = Module::new();
+            module
+                .section(&types)
+                .section(&imports)
+                .section(&functions)
+                .section(&code);
+            let metered = instrument(&module.finish())
+                .expect("reads")
+                .expect("has code");
+            let engine = crate::runtime::engine().expect("engine");
+            assert!(
+                wasmtime::Module::validate(engine, &metered).is_err(),
+                "index {index} became valid"
+            );
+        }
     }
 
     #[test]

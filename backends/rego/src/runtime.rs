@@ -478,11 +478,18 @@ impl CompiledModule {
     pub(crate) fn new(wasm: &[u8]) -> Result<Self, ModuleError> {
         let engine = engine().map_err(ModuleError::Setup)?;
         let compile_error = |error: wasmtime::Error| ModuleError::Compile(format!("{error:#}"));
+        // When the module cannot be rewritten or the rewrite does not compile, the original is
+        // most likely not valid WebAssembly: wasmtime says best what is wrong with it.
         let module = match meter::instrument(wasm) {
-            Ok(Some(metered)) => Module::new(engine, &metered).map_err(compile_error)?,
+            Ok(Some(metered)) => Module::new(engine, &metered).map_err(|error| {
+                Module::validate(engine, wasm).map_or_else(compile_error, |()| {
+                    ModuleError::Compile(format!(
+                        "the module with its time limit does not compile: {error:#}"
+                    ))
+                })
+            })?,
             Ok(None) => Module::new(engine, wasm).map_err(compile_error)?,
             Err(refused) => {
-                // Not WebAssembly at all, most likely: wasmtime says best what is wrong.
                 Module::validate(engine, wasm).map_err(compile_error)?;
                 return Err(ModuleError::NotOpa(format!(
                     "cannot give the module a time limit: {refused}"
