@@ -190,37 +190,44 @@ impl Shape {
     }
 
     /// Per defined function: whether it lies on a cycle of the call graph.
+    ///
+    /// The table is one more node of the graph: every function with an indirect call has an
+    /// edge to it, and it has an edge to every function it can hold. That finds the same cycles
+    /// as an edge from every such caller to every such callee, with as many edges as there are
+    /// calls and table entries rather than their product.
     fn recursive(&self) -> Vec<bool> {
         let count = self.bodies.len();
+        let table = count;
         let defined = |function: u32| {
             function
                 .checked_sub(self.imported_functions)
                 .map(|index| index as usize)
                 .filter(|&index| index < count)
         };
-        let mut table: Vec<usize> = self
-            .address_taken
-            .iter()
-            .filter_map(|&f| defined(f))
-            .collect();
-        table.sort_unstable();
-        table.dedup();
-        let successors: Vec<Vec<usize>> = self
+        let mut successors: Vec<Vec<usize>> = self
             .bodies
             .iter()
             .map(|calls| {
                 let mut next: Vec<usize> =
                     calls.direct.iter().filter_map(|&f| defined(f)).collect();
                 if calls.indirect {
-                    next.extend_from_slice(&table);
+                    next.push(table);
                 }
                 next.sort_unstable();
                 next.dedup();
                 next
             })
             .collect();
+        let mut held: Vec<usize> = self
+            .address_taken
+            .iter()
+            .filter_map(|&f| defined(f))
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        successors.push(held);
         let components = strongly_connected(&successors);
-        let mut size = vec![0usize; count];
+        let mut size = vec![0usize; count + 1];
         for &component in &components {
             size[component] += 1;
         }
