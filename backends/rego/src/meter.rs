@@ -85,6 +85,7 @@ struct Shape {
     refused: Option<String>,
 }
 
+/// The calls one function body makes.
 #[derive(Default)]
 struct Calls {
     /// The functions it calls directly.
@@ -94,6 +95,7 @@ struct Calls {
 }
 
 impl Shape {
+    /// Reads `wasm` once, noting what the rewrite needs and what it must refuse.
     fn read(wasm: &[u8]) -> wasmparser::Result<Self> {
         let mut shape = Shape::default();
         for payload in Parser::new(0).parse_all(wasm) {
