@@ -28,14 +28,9 @@ impl InputJson for Value {
 impl InputJson for InputContext {
     fn write_json(&self, out: &mut Vec<u8>) {
         let InputContext { messages, metadata } = self;
-        out.extend_from_slice(br#"{"messages":["#);
-        for (index, message) in messages.iter().enumerate() {
-            if index > 0 {
-                out.push(b',');
-            }
-            write_message(out, message);
-        }
-        out.extend_from_slice(br#"],"metadata":"#);
+        out.extend_from_slice(br#"{"messages":"#);
+        write_list(out, b'[', messages, write_message, b']');
+        out.extend_from_slice(br#","metadata":"#);
         write_metadata(out, metadata);
         out.push(b'}');
     }
@@ -113,29 +108,37 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
             let _ = write!(out, "{number}");
         }
         Value::String(string) => write_str(out, string),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                write_value(out, item);
-            }
-            out.push(b']');
-        }
+        Value::Array(items) => write_list(out, b'[', items, write_value, b']'),
         Value::Object(map) => write_object(out, map),
     }
 }
 
 fn write_object(out: &mut Vec<u8>, map: &Map<String, Value>) {
-    out.push(b'{');
-    for (index, (key, value)) in map.iter().enumerate() {
+    write_list(
+        out,
+        b'{',
+        map,
+        |out, (key, value)| write_entry(out, key, value),
+        b'}',
+    );
+}
+
+/// Writes `items` with `write`, separated by commas, between `open` and `close`.
+fn write_list<T>(
+    out: &mut Vec<u8>,
+    open: u8,
+    items: impl IntoIterator<Item = T>,
+    mut write: impl FnMut(&mut Vec<u8>, T),
+    close: u8,
+) {
+    out.push(open);
+    for (index, item) in items.into_iter().enumerate() {
         if index > 0 {
             out.push(b',');
         }
-        write_entry(out, key, value);
+        write(out, item);
     }
-    out.push(b'}');
+    out.push(close);
 }
 
 fn write_entry(out: &mut Vec<u8>, key: &str, value: &Value) {
