@@ -370,7 +370,7 @@ struct StoreState {
 impl StoreState {
     /// Sets the deadline `limits` allow from now.
     fn set_deadline(store: &mut Store<StoreState>, limits: Limits) -> wasmtime::Result<()> {
-        let tick = now().saturating_add(limits.ticks());
+        let tick = limits.deadline();
         let state = store.data_mut();
         state.deadline_tick = tick;
         state.expired = false;
@@ -399,6 +399,11 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
+    /// The tick of the clock by which an evaluation starting now must be over.
+    fn deadline(&self) -> u64 {
+        now().saturating_add(self.ticks())
+    }
+
     fn ticks(&self) -> u64 {
         // One extra tick: the first may be almost over when the evaluation starts.
         let ticks = self
@@ -588,6 +593,7 @@ impl CompiledModule {
     /// A fresh instance with its own store and memory (no data loaded yet).
     fn instantiate(&self, limits: Limits) -> Result<(Store<StoreState>, Instance), String> {
         let engine = engine()?;
+        let deadline_tick = limits.deadline();
         let mut store = Store::new(
             engine,
             StoreState {
@@ -602,13 +608,11 @@ impl CompiledModule {
                 abort: None,
                 builtin_error: None,
                 deadline: None,
-                deadline_tick: u64::MAX,
+                deadline_tick,
                 expired: false,
             },
         );
         store.limiter(|state| &mut state.limiter);
-        let deadline_tick = now().saturating_add(limits.ticks());
-        store.data_mut().deadline_tick = deadline_tick;
         let mut externs: Vec<Extern> = Vec::with_capacity(self.imports.len());
         let mut memory = None;
         for kind in &self.imports {
