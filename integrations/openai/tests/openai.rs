@@ -12,142 +12,10 @@ use async_openai::types::chat::{
     FinishReason,
 };
 use futures_util::StreamExt;
-use portcullis_engine::stream::StreamingRule;
-use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
-    ToolCallPolicy, TransformOperation, async_trait,
-};
+use portcullis_engine::{AuditRecord, InterceptionPoint, PolicyEngine};
 use portcullis_openai::{PortcullisLayer, ToolDenial};
 use serde_json::{Map, Value, json};
 use support::{Reply, ScriptedServer};
-
-const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
-
-/// Redacts SSNs from every message sent to the model.
-struct RedactPromptSsn;
-
-#[async_trait]
-impl InputPolicy for RedactPromptSsn {
-    fn id(&self) -> &str {
-        "redact_prompt_ssn"
-    }
-
-    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "messages.*.content",
-            SSN,
-        )]))
-    }
-}
-
-/// Denies prompts that ask for the admin password.
-struct NoPasswordRequests;
-
-#[async_trait]
-impl InputPolicy for NoPasswordRequests {
-    fn id(&self) -> &str {
-        "no_password_requests"
-    }
-
-    async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
-        let asks = context
-            .messages
-            .iter()
-            .any(|message| message.content.contains("admin password"));
-        Ok(if asks {
-            PolicyDecision::deny("asks for the admin password")
-        } else {
-            PolicyDecision::allow()
-        })
-    }
-}
-
-/// Redacts SSNs from answers, whole or streamed.
-struct RedactAnswerSsn;
-
-#[async_trait]
-impl OutputPolicy for RedactAnswerSsn {
-    fn id(&self) -> &str {
-        "redact_answer_ssn"
-    }
-
-    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "response.content",
-            SSN,
-        )]))
-    }
-
-    fn streaming(&self) -> Option<Vec<StreamingRule>> {
-        Some(vec![StreamingRule::Replace {
-            pattern: SSN.to_owned(),
-            replacement: "[REDACTED]".to_owned(),
-            max_match_len: None,
-        }])
-    }
-}
-
-/// Denies answers that mention the launch codes.
-struct NoLaunchCodes;
-
-#[async_trait]
-impl OutputPolicy for NoLaunchCodes {
-    fn id(&self) -> &str {
-        "no_launch_codes"
-    }
-
-    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(if context.response.content.contains("launch codes") {
-            PolicyDecision::deny("mentions the launch codes")
-        } else {
-            PolicyDecision::allow()
-        })
-    }
-
-    fn streaming(&self) -> Option<Vec<StreamingRule>> {
-        Some(vec![StreamingRule::DenyOnMatch {
-            pattern: "launch codes".to_owned(),
-            reason: Some("mentions the launch codes".to_owned()),
-            max_match_len: None,
-        }])
-    }
-}
-
-/// Denies `delete_database`; caps `search` at 5 results and redacts SSNs from its query.
-struct GuardTools;
-
-#[async_trait]
-impl ToolCallPolicy for GuardTools {
-    fn id(&self) -> &str {
-        "guard_tools"
-    }
-
-    async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        Ok(match context.tool_name.as_str() {
-            "delete_database" => PolicyDecision::deny("destructive tool"),
-            "search" => PolicyDecision::transform([TransformOperation::set("arguments.limit", 5)]),
-            _ => PolicyDecision::allow(),
-        })
-    }
-}
-
-/// Redacts SSNs from tool arguments.
-struct RedactToolSsn;
-
-#[async_trait]
-impl ToolCallPolicy for RedactToolSsn {
-    fn id(&self) -> &str {
-        "redact_tool_ssn"
-    }
-
-    async fn evaluate(&self, _: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "arguments.query",
-            SSN,
-        )]))
-    }
-}
 
 /// One audit record, kept for assertions.
 #[derive(Debug, Clone)]
@@ -169,14 +37,7 @@ async fn fixture(replies: Vec<Reply>, tool_denial: ToolDenial) -> Fixture {
     let server = ScriptedServer::start(replies).await;
     let audit = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&audit);
-    let set = PolicySet::builder()
-        .input(NoPasswordRequests)
-        .input(RedactPromptSsn)
-        .tool_call(GuardTools)
-        .tool_call(RedactToolSsn)
-        .output(NoLaunchCodes)
-        .output(RedactAnswerSsn)
-        .build();
+    let set = portcullis_testing::agent::policy_set();
     let engine = PolicyEngine::builder()
         .policy_set(set)
         .on_audit(move |record: &AuditRecord<'_>| {

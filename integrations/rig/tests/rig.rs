@@ -7,125 +7,13 @@ mod support;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
-    ToolCallPolicy, TransformOperation, async_trait,
-};
+use portcullis_engine::{AuditRecord, InterceptionPoint, PolicyEngine};
 use portcullis_rig::{PortcullisHook, ToolDenial};
 use rig_agent::{Agent, AgentBuilder};
 use rig_core::providers::openai::OpenAIConfig;
 use rig_core::tool::PortableTool;
 use serde_json::{Map, Value, json};
 use support::{Reply, ScriptedServer};
-
-const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
-
-struct RedactPromptSsn;
-
-#[async_trait]
-impl InputPolicy for RedactPromptSsn {
-    fn id(&self) -> &str {
-        "redact_prompt_ssn"
-    }
-
-    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "messages.*.content",
-            SSN,
-        )]))
-    }
-}
-
-struct NoPasswordRequests;
-
-#[async_trait]
-impl InputPolicy for NoPasswordRequests {
-    fn id(&self) -> &str {
-        "no_password_requests"
-    }
-
-    async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
-        let asks = context
-            .messages
-            .iter()
-            .any(|message| message.content.contains("admin password"));
-        Ok(if asks {
-            PolicyDecision::deny("asks for the admin password")
-        } else {
-            PolicyDecision::allow()
-        })
-    }
-}
-
-struct RedactAnswerSsn;
-
-#[async_trait]
-impl OutputPolicy for RedactAnswerSsn {
-    fn id(&self) -> &str {
-        "redact_answer_ssn"
-    }
-
-    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "response.content",
-            SSN,
-        )]))
-    }
-}
-
-/// Denies answers that mention the launch codes.
-struct NoLaunchCodes;
-
-#[async_trait]
-impl OutputPolicy for NoLaunchCodes {
-    fn id(&self) -> &str {
-        "no_launch_codes"
-    }
-
-    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(if context.response.content.contains("launch codes") {
-            PolicyDecision::deny("mentions the launch codes")
-        } else {
-            PolicyDecision::allow()
-        })
-    }
-}
-
-/// Denies `delete_database`; caps `search` at 5 results.
-struct GuardTools;
-
-#[async_trait]
-impl ToolCallPolicy for GuardTools {
-    fn id(&self) -> &str {
-        "guard_tools"
-    }
-
-    async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        Ok(match context.tool_name.as_str() {
-            "delete_database" => PolicyDecision::deny("destructive tool"),
-            "search" => PolicyDecision::transform([TransformOperation::set("arguments.limit", 5)]),
-            _ => PolicyDecision::allow(),
-        })
-    }
-}
-
-/// Redacts SSNs from tool arguments.
-struct RedactToolSsn;
-
-#[async_trait]
-impl ToolCallPolicy for RedactToolSsn {
-    fn id(&self) -> &str {
-        "redact_tool_ssn"
-    }
-
-    async fn evaluate(&self, _: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "arguments.query",
-            SSN,
-        )]))
-    }
-}
 
 /// Records the arguments it runs with.
 #[derive(Clone, Default)]
@@ -202,14 +90,7 @@ async fn fixture(
     let server = ScriptedServer::start(replies).await;
     let audit = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&audit);
-    let set = PolicySet::builder()
-        .input(NoPasswordRequests)
-        .input(RedactPromptSsn)
-        .tool_call(GuardTools)
-        .tool_call(RedactToolSsn)
-        .output(NoLaunchCodes)
-        .output(RedactAnswerSsn)
-        .build();
+    let set = portcullis_testing::agent::policy_set();
     let engine = PolicyEngine::builder()
         .policy_set(set)
         .on_audit(move |record: &AuditRecord<'_>| {
