@@ -41,6 +41,16 @@ pub enum GuardError {
         /// What went wrong.
         problem: String,
     },
+    /// A request to an endpoint the guard does not map to the policy contexts that the
+    /// application did not list with
+    /// [`PortcullisLayer::pass_through`](crate::PortcullisLayer::pass_through). It was not
+    /// sent.
+    Unguarded {
+        /// The request's method.
+        method: String,
+        /// The request's URL path.
+        path: String,
+    },
 }
 
 impl fmt::Display for GuardError {
@@ -70,6 +80,10 @@ impl fmt::Display for GuardError {
                     "portcullis: cannot read the chat completion answer: {problem}"
                 )
             }
+            GuardError::Unguarded { method, path } => write!(
+                f,
+                "portcullis: refused {method} {path}: only chat completions are guarded; list the path with PortcullisLayer::pass_through to forward it unguarded"
+            ),
         }
     }
 }

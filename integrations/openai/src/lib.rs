@@ -18,7 +18,9 @@
 //!   cleared text reaches the reader; tool-call deltas are buffered per index until the
 //!   choice finishes, then evaluated whole and released as one complete delta.
 //!
-//! Requests other than `POST …/chat/completions` pass through untouched.
+//! Requests other than `POST …/chat/completions` are refused with [`GuardError::Unguarded`]
+//! (nothing is sent), unless the application lists their path with
+//! [`PortcullisLayer::pass_through`]: nothing reaches the server unguarded by default.
 //!
 //! # Errors
 //!
@@ -123,6 +125,17 @@ pub(crate) struct Settings {
     agent_id: String,
     session_id: String,
     tool_denial: ToolDenial,
+    pass_through: Vec<String>,
+}
+
+impl Settings {
+    /// Whether the application listed `path` as one to forward unguarded.
+    fn passes_through(&self, path: &str) -> bool {
+        self.pass_through.iter().any(|listed| {
+            path.strip_prefix(listed.trim_end_matches('/'))
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
 }
 
 /// The tower layer that guards async-openai chat completions; see the [crate docs](crate).
@@ -140,6 +153,7 @@ impl PortcullisLayer {
                 agent_id: "async-openai".to_owned(),
                 session_id: "default".to_owned(),
                 tool_denial: ToolDenial::Refuse,
+                pass_through: Vec::new(),
             }),
         }
     }
@@ -163,6 +177,19 @@ impl PortcullisLayer {
     /// What a tool-call denial does (default [`ToolDenial::Refuse`]).
     pub fn on_tool_denial(mut self, tool_denial: ToolDenial) -> Self {
         self.settings_mut().tool_denial = tool_denial;
+        self
+    }
+
+    /// Forwards requests under `path` unguarded (all methods): requests whose URL path is
+    /// `path` or continues it after a `/`. Call it once per path.
+    ///
+    /// Only chat completions (`POST …/chat/completions`) go through the policies; any other
+    /// request is refused with [`GuardError::Unguarded`] unless listed here, so nothing
+    /// reaches a model unguarded by default. The path is the whole URL path, with the API
+    /// base's own path: with the default base `https://api.openai.com/v1`, list `/v1/models`
+    /// to let `client.models().list()` and `retrieve(..)` through, or `/v1/embeddings`.
+    pub fn pass_through(mut self, path: impl Into<String>) -> Self {
+        self.settings_mut().pass_through.push(path.into());
         self
     }
 
@@ -249,7 +276,13 @@ where
     let is_chat = request.method() == reqwest::Method::POST
         && request.url().path().ends_with("/chat/completions");
     if !is_chat {
-        return inner.call(factory).await.map_err(Into::into);
+        if settings.passes_through(request.url().path()) {
+            return inner.call(factory).await.map_err(Into::into);
+        }
+        return Err(error::from_guard(GuardError::Unguarded {
+            method: request.method().to_string(),
+            path: request.url().path().to_owned(),
+        }));
     }
     let body = request
         .body()

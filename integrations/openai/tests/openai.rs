@@ -34,6 +34,13 @@ struct Fixture {
 }
 
 async fn fixture(replies: Vec<Reply>, tool_denial: ToolDenial) -> Fixture {
+    fixture_with(replies, |layer| layer.on_tool_denial(tool_denial)).await
+}
+
+async fn fixture_with(
+    replies: Vec<Reply>,
+    layer: impl FnOnce(PortcullisLayer) -> PortcullisLayer,
+) -> Fixture {
     let server = ScriptedServer::start(replies).await;
     let audit = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&audit);
@@ -51,10 +58,7 @@ async fn fixture(replies: Vec<Reply>, tool_denial: ToolDenial) -> Fixture {
             });
         })
         .build();
-    let service = PortcullisLayer::new(engine)
-        .agent_id("test-agent")
-        .on_tool_denial(tool_denial)
-        .into_default_service();
+    let service = layer(PortcullisLayer::new(engine).agent_id("test-agent")).into_default_service();
     let config = OpenAIConfig::new()
         .with_api_base(server.base_url())
         .with_api_key("test-key");
@@ -651,4 +655,63 @@ async fn a_refusal_is_output_too() {
         response.choices[0].message.refusal.as_deref(),
         Some("I cannot act on [REDACTED].")
     );
+}
+
+#[tokio::test]
+async fn other_endpoints_are_refused_by_default() {
+    let fixture = fixture(
+        vec![Reply::Json(json!({"object": "list", "data": []}))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let error = fixture
+        .client
+        .models()
+        .list()
+        .await
+        .expect_err("an unguarded endpoint is refused");
+    let text = error.to_string();
+    assert!(text.contains("refused GET /v1/models"), "{text}");
+    assert!(text.contains("pass_through"), "{text}");
+    assert!(fixture.server.recorded().is_empty(), "nothing was sent");
+}
+
+#[tokio::test]
+async fn listed_endpoints_pass_through() {
+    let models = json!({"object": "list", "data": [
+        {"id": "scripted-model", "object": "model", "created": 1_700_000_000, "owned_by": "tests"}
+    ]});
+    let fixture = fixture_with(vec![Reply::Json(models)], |layer| {
+        layer.pass_through("/v1/models/")
+    })
+    .await;
+    let list = fixture
+        .client
+        .models()
+        .list()
+        .await
+        .expect("a listed endpoint passes through");
+    assert_eq!(list.data[0].id, "scripted-model");
+    let recorded = fixture.server.recorded();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(
+        (recorded[0].method.as_str(), recorded[0].path.as_str()),
+        ("GET", "/v1/models")
+    );
+}
+
+#[tokio::test]
+async fn a_listed_path_does_not_cover_its_neighbours() {
+    let fixture = fixture_with(vec![], |layer| layer.pass_through("/v1/model")).await;
+    let error = fixture
+        .client
+        .models()
+        .list()
+        .await
+        .expect_err("/v1/model does not list /v1/models");
+    assert!(
+        error.to_string().contains("refused GET /v1/models"),
+        "{error}"
+    );
+    assert!(fixture.server.recorded().is_empty());
 }

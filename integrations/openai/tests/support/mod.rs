@@ -1,7 +1,7 @@
 //! A scripted OpenAI-compatible server on 127.0.0.1, for the tests and the example.
 //!
-//! Each `POST /v1/chat/completions` takes the next scripted reply; every request body is
-//! recorded so a test can check what really reached the server.
+//! Each request takes the next scripted reply, whatever its path; every request (method,
+//! path, JSON body) is recorded so a test can check what really reached the server.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -29,10 +29,21 @@ pub enum Reply {
     Sse(Vec<String>),
 }
 
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// The URL path.
+    pub path: String,
+    /// The body as JSON (`null` when empty or not JSON).
+    pub body: Value,
+}
+
 /// The server; it stops when dropped.
 pub struct ScriptedServer {
     address: SocketAddr,
-    requests: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<Mutex<Vec<Recorded>>>,
     task: JoinHandle<()>,
 }
 
@@ -77,6 +88,14 @@ impl ScriptedServer {
 
     /// The JSON bodies received so far.
     pub fn requests(&self) -> Vec<Value> {
+        self.recorded()
+            .into_iter()
+            .map(|request| request.body)
+            .collect()
+    }
+
+    /// The requests received so far.
+    pub fn recorded(&self) -> Vec<Recorded> {
         self.requests.lock().expect("requests lock").clone()
     }
 }
@@ -90,20 +109,20 @@ impl Drop for ScriptedServer {
 async fn answer(
     request: Request<Incoming>,
     replies: Arc<Mutex<VecDeque<Reply>>>,
-    recorded: Arc<Mutex<Vec<Value>>>,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
 ) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
     let path = request.uri().path().to_owned();
+    let method = request.method().to_string();
     let body = match request.into_body().collect().await {
         Ok(body) => body.to_bytes(),
         Err(_) => Bytes::new(),
     };
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    recorded.lock().expect("requests lock").push(body);
-    let reply = if path.ends_with("/chat/completions") {
-        replies.lock().expect("replies lock").pop_front()
-    } else {
-        None
-    };
+    recorded
+        .lock()
+        .expect("requests lock")
+        .push(Recorded { method, path, body });
+    let reply = replies.lock().expect("replies lock").pop_front();
     let response = match reply {
         Some(Reply::Json(value)) => Response::builder()
             .header("content-type", "application/json")
