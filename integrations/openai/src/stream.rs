@@ -14,10 +14,11 @@ use tokio::sync::mpsc;
 
 use crate::error::{self, GuardError};
 use crate::mapping::{self, ToolCall};
+use crate::sse::{Event, EventReader, send};
 use crate::{Settings, ToolOutcome, evaluate_tool_call, rebuild};
 
 /// Chunks in flight between the guard and the reader.
-const CHANNEL_CAPACITY: usize = 16;
+pub(crate) const CHANNEL_CAPACITY: usize = 16;
 
 /// Returns the response with its event stream guarded by a task.
 pub(crate) fn guard_stream(
@@ -57,9 +58,9 @@ pub(crate) fn guard_stream(
 }
 
 /// Why a guarded stream ended early.
-type Failure = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type Failure = Box<dyn std::error::Error + Send + Sync>;
 
-fn from_openai(error: OpenAIError) -> Failure {
+pub(crate) fn from_openai(error: OpenAIError) -> Failure {
     match error {
         OpenAIError::Boxed(inner) => inner,
         other => Box::new(other),
@@ -98,13 +99,6 @@ struct StreamGuard<'e> {
     template: Map<String, Value>,
 }
 
-/// An event being read: its `data` lines and its `event` name.
-#[derive(Default)]
-struct Event {
-    name: Option<String>,
-    data: Option<String>,
-}
-
 impl<'e> StreamGuard<'e> {
     async fn run(
         &mut self,
@@ -112,49 +106,22 @@ impl<'e> StreamGuard<'e> {
         sender: &mpsc::Sender<Result<Bytes, io::Error>>,
     ) -> Result<(), Failure> {
         let mut upstream = response.bytes_stream();
-        let mut pending: Vec<u8> = Vec::new();
-        let mut event = Event::default();
+        let mut reader = EventReader::default();
         while let Some(bytes) = upstream.next().await {
             let bytes = bytes.map_err(|problem| GuardError::Body {
                 problem: problem.to_string(),
             })?;
-            pending.extend_from_slice(&bytes);
-            while let Some(end) = pending.iter().position(|&byte| byte == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let line = String::from_utf8(line).map_err(|problem| GuardError::Body {
-                    problem: format!("the event stream is not UTF-8: {problem}"),
-                })?;
-                let line = line.trim_end_matches(['\n', '\r']);
-                if line.is_empty() {
-                    let done = std::mem::take(&mut event);
-                    if !self.dispatch(done, sender).await? {
-                        return Ok(());
-                    }
-                    continue;
-                }
-                let (field, value) = match line.split_once(':') {
-                    Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-                    None => (line, ""),
-                };
-                match field {
-                    "data" => match &mut event.data {
-                        Some(data) => {
-                            data.push('\n');
-                            data.push_str(value);
-                        }
-                        None => event.data = Some(value.to_owned()),
-                    },
-                    "event" => event.name = Some(value.to_owned()),
-                    _ => {}
+            for event in reader.push(&bytes)? {
+                if !self.dispatch(event, sender).await? {
+                    return Ok(());
                 }
             }
         }
         // The server closed without `[DONE]`: release what the guards clear, and stop.
-        if event.data.is_some() {
-            let last = std::mem::take(&mut event);
-            if !self.dispatch(last, sender).await? {
-                return Ok(());
-            }
+        if let Some(last) = reader.finish()
+            && !self.dispatch(last, sender).await?
+        {
+            return Ok(());
         }
         self.finish_all(sender).await
     }
@@ -417,7 +384,7 @@ fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
 }
 
 /// The released text of a guard's items, or the denial or error that ends the stream.
-fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
+pub(crate) fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
     let mut text = String::new();
     for item in items {
         match item {
@@ -427,25 +394,4 @@ fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
         }
     }
     Ok(text)
-}
-
-/// Sends one event; `false` when the reader is gone.
-async fn send(
-    sender: &mpsc::Sender<Result<Bytes, io::Error>>,
-    name: Option<&str>,
-    data: &str,
-) -> bool {
-    let mut event = String::with_capacity(data.len() + 16);
-    if let Some(name) = name {
-        event.push_str("event: ");
-        event.push_str(name);
-        event.push('\n');
-    }
-    for line in data.split('\n') {
-        event.push_str("data: ");
-        event.push_str(line);
-        event.push('\n');
-    }
-    event.push('\n');
-    sender.send(Ok(Bytes::from(event))).await.is_ok()
 }

@@ -223,3 +223,127 @@ pub fn streamed_text(pieces: &[&str]) -> Vec<String> {
     frames.push("data: [DONE]\n\n".to_owned());
     frames
 }
+
+/// A Responses API answer (`"object": "response"`) with these `output` items.
+pub fn response(output: Vec<Value>) -> Value {
+    json!({
+        "id": "resp_scripted",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": "scripted-model",
+        "output": output,
+        "parallel_tool_calls": true,
+        "tool_choice": "auto",
+        "tools": []
+    })
+}
+
+/// A finished assistant message item saying `text`.
+pub fn message_item(id: &str, text: &str) -> Value {
+    json!({
+        "type": "message",
+        "id": id,
+        "status": "completed",
+        "role": "assistant",
+        "content": [{ "type": "output_text", "text": text, "annotations": [] }]
+    })
+}
+
+/// A finished `function_call` item.
+pub fn function_call_item(call_id: &str, name: &str, arguments: &str) -> Value {
+    json!({
+        "type": "function_call",
+        "id": format!("fc_{call_id}"),
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed"
+    })
+}
+
+/// A streamed Responses API answer as the API writes it: `event: <type>` and `data` lines,
+/// numbered in order. `events` are the events between `response.in_progress` and
+/// `response.completed`, without `sequence_number`; `output` is the final `response.output`.
+pub fn response_events(events: Vec<Value>, output: Vec<Value>) -> Vec<String> {
+    let mut created = response(Vec::new());
+    created["status"] = json!("in_progress");
+    let mut all = vec![
+        json!({ "type": "response.created", "response": created.clone() }),
+        json!({ "type": "response.in_progress", "response": created }),
+    ];
+    all.extend(events);
+    all.push(json!({ "type": "response.completed", "response": response(output) }));
+    all.into_iter()
+        .enumerate()
+        .map(|(sequence, mut event)| {
+            event["sequence_number"] = json!(sequence);
+            let kind = event["type"].as_str().unwrap_or_default().to_owned();
+            format!("event: {kind}\ndata: {event}\n\n")
+        })
+        .flat_map(|event| {
+            // Each event in two frames, so the guard has to put events back together.
+            let middle = (event.len() / 2..event.len())
+                .find(|&at| event.is_char_boundary(at))
+                .unwrap_or(event.len());
+            [event[..middle].to_owned(), event[middle..].to_owned()]
+        })
+        .collect()
+}
+
+/// The events of a message item streamed as `pieces` of text, at `output_index`.
+pub fn streamed_message(output_index: u32, id: &str, pieces: &[&str]) -> Vec<Value> {
+    let text: String = pieces.concat();
+    let mut added = message_item(id, "");
+    added["status"] = json!("in_progress");
+    added["content"] = json!([]);
+    let at = |kind: &str| json!({ "type": kind, "item_id": id, "output_index": output_index, "content_index": 0 });
+    let mut events = vec![
+        json!({ "type": "response.output_item.added", "output_index": output_index, "item": added }),
+    ];
+    let mut part = at("response.content_part.added");
+    part["part"] = json!({ "type": "output_text", "text": "", "annotations": [] });
+    events.push(part);
+    for piece in pieces {
+        let mut delta = at("response.output_text.delta");
+        delta["delta"] = json!(piece);
+        delta["logprobs"] = json!([]);
+        events.push(delta);
+    }
+    let mut done = at("response.output_text.done");
+    done["text"] = json!(text);
+    done["logprobs"] = json!([]);
+    events.push(done);
+    let mut part = at("response.content_part.done");
+    part["part"] = json!({ "type": "output_text", "text": text, "annotations": [] });
+    events.push(part);
+    events.push(json!({ "type": "response.output_item.done", "output_index": output_index, "item": message_item(id, &text) }));
+    events
+}
+
+/// The events of a `function_call` item whose arguments stream as `pieces`.
+pub fn streamed_call(output_index: u32, call_id: &str, name: &str, pieces: &[&str]) -> Vec<Value> {
+    let arguments: String = pieces.concat();
+    let item_id = format!("fc_{call_id}");
+    let mut added = function_call_item(call_id, name, "");
+    added["status"] = json!("in_progress");
+    let mut events = vec![
+        json!({ "type": "response.output_item.added", "output_index": output_index, "item": added }),
+    ];
+    for piece in pieces {
+        events.push(json!({
+            "type": "response.function_call_arguments.delta",
+            "item_id": item_id, "output_index": output_index, "delta": piece
+        }));
+    }
+    events.push(json!({
+        "type": "response.function_call_arguments.done",
+        "item_id": item_id, "output_index": output_index, "arguments": arguments, "name": name
+    }));
+    events.push(json!({
+        "type": "response.output_item.done",
+        "output_index": output_index,
+        "item": function_call_item(call_id, name, &arguments)
+    }));
+    events
+}
