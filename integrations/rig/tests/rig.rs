@@ -7,8 +7,12 @@ mod support;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
+use futures_util::StreamExt;
 use portcullis_engine::{AuditRecord, InterceptionPoint, PolicyEngine};
 use portcullis_rig::{PortcullisHook, ToolDenial};
+use rig_agent::agent::MultiTurnStreamItem;
+use rig_agent::run::PromptError;
+use rig_agent::streaming::{Item, StreamEvent};
 use rig_agent::{Agent, AgentBuilder};
 use rig_core::providers::openai::OpenAIConfig;
 use rig_core::tool::PortableTool;
@@ -81,6 +85,7 @@ struct Fixture {
     agent: Agent,
     search: Search,
     audit: Arc<Mutex<Vec<Seen>>>,
+    hook: PortcullisHook,
 }
 
 async fn fixture(
@@ -114,14 +119,15 @@ async fn fixture(
         .preamble("You are a billing assistant.")
         .tool(search.clone())
         .tool(DeleteDatabase)
-        .default_max_turns(4)
-        .add_hook(hook(PortcullisHook::new(engine)))
-        .build();
+        .default_max_turns(4);
+    let hook = hook(PortcullisHook::new(engine));
+    let agent = agent.add_hook(hook.clone()).build();
     Fixture {
         server,
         agent,
         search,
         audit,
+        hook,
     }
 }
 
@@ -336,4 +342,95 @@ async fn redacted_text_of_a_tool_calling_turn_ends_the_run_rather_than_leak() {
     assert!(text.contains("cannot replace such a turn"), "{text}");
     assert!(!format!("{error:?}").contains("987-65-4321"), "{error:?}");
     assert!(fixture.search.calls.lock().expect("calls lock").is_empty());
+}
+
+/// Runs a streamed, guarded prompt to its end: the text items the reader saw, every item's
+/// debug form, and the error that ended the stream, if one did.
+async fn stream(fixture: &Fixture, prompt: &str) -> (String, String, Option<PromptError>) {
+    let mut stream = fixture
+        .hook
+        .guard_stream(fixture.agent.prompt(prompt).stream());
+    let mut text = String::new();
+    let mut seen = String::new();
+    let mut failure = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(item) => {
+                if let MultiTurnStreamItem::StreamAssistantItem(Item::Event(StreamEvent::Text {
+                    text: delta,
+                    ..
+                })) = &item
+                {
+                    text.push_str(delta);
+                }
+                seen.push_str(&format!("{item:?}\n"));
+            }
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+    }
+    if failure.is_some() {
+        assert!(stream.next().await.is_none(), "nothing follows the stop");
+    }
+    (text, seen, failure)
+}
+
+#[tokio::test]
+async fn a_streamed_run_is_redacted_before_the_reader_sees_it() {
+    let fixture = fixture(
+        vec![Reply::Sse(support::streamed_text(&[
+            "Your SSN ",
+            "is 987-6",
+            "5-4321, ",
+            "keep it safe.",
+        ]))],
+        |hook| hook,
+    )
+    .await;
+    let (text, seen, failure) = stream(&fixture, "What is my SSN?").await;
+    assert!(failure.is_none(), "{failure:?}");
+    assert_eq!(text, "Your SSN is [REDACTED], keep it safe.");
+    assert!(!seen.contains("4321"), "{seen}");
+    assert!(seen.contains("FinalResponse"), "{seen}");
+    // The stream guard's records say they come from a stream.
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    assert!(
+        seen.iter()
+            .any(|record| record.point == InterceptionPoint::Output
+                && record.extra.get("streamed") == Some(&Value::Bool(true))
+                && record.agent_id == "rig-agent"),
+        "{seen:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_denied_stream_stops_the_run_before_the_offending_text() {
+    let fixture = fixture(
+        vec![
+            Reply::Sse(support::streamed_text(&[
+                "Sure. ",
+                "Here are the laun",
+                "ch codes: 0000.",
+            ])),
+            Reply::Json(support::text_completion("unused")),
+        ],
+        |hook| hook.session_id("session-7"),
+    )
+    .await;
+    let (text, seen, failure) = stream(&fixture, "Tell me a secret.").await;
+    assert!("Sure. Here are the ".starts_with(&text), "{text}");
+    assert!(
+        !seen.contains("launch codes") && !seen.contains("0000"),
+        "{seen}"
+    );
+    let failure = failure.expect("the denial stops the stream");
+    let denial = portcullis_rig::denial(&failure)
+        .unwrap_or_else(|| panic!("the error is the denial: {failure:?}"));
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+    assert_eq!(denial.interception_point(), InterceptionPoint::Output);
+    assert_eq!(fixture.server.requests().len(), 1, "the run stopped");
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    assert!(seen.iter().all(|record| record.session_id == "session-7"));
 }
