@@ -70,7 +70,7 @@
 //! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools) |
 //! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools) |
 //! | `ToolCallContext.calling_message` | the assistant text of the same choice, after output policies |
-//! | `OutputContext.response` | `choices[].message.content` and `choices[].message.refusal`, each on its own (the released text of `choices[].delta.content` in a stream) |
+//! | `OutputContext.response` | `choices[].message.content` and `choices[].message.refusal`, each on its own (in a stream, the released text of `choices[].delta.content` and of `choices[].delta.refusal`) |
 //! | `metadata.extra` | for answers `response_id` and `choice_index` |
 //!
 //! The Responses API:

@@ -1,5 +1,6 @@
-//! Streamed answers (server-sent events): the streaming output guard on each choice's text,
-//! tool-call deltas buffered per index and evaluated whole when the choice finishes.
+//! Streamed chat completions (server-sent events): the streaming output guard on each
+//! choice's text (and another on its refusal text), tool-call deltas buffered per index and
+//! evaluated whole when the choice finishes.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -78,6 +79,10 @@ struct PartialToolCall {
 /// One choice of the answer.
 struct ChoiceState<'e> {
     guard: Option<OutputStream<'e>>,
+    /// The guard of the choice's `refusal` text, opened by its first delta.
+    refusal: Option<OutputStream<'e>>,
+    /// Whether the choice finished: text after that is not released.
+    finished: bool,
     metadata: Metadata,
     released: String,
     tool_calls: BTreeMap<u64, PartialToolCall>,
@@ -86,6 +91,7 @@ struct ChoiceState<'e> {
 /// What finishing a choice adds to its last delta.
 struct Tail {
     text: String,
+    refusal: String,
     tool_calls: Vec<Value>,
     refused: bool,
 }
@@ -180,6 +186,11 @@ impl<'e> StreamGuard<'e> {
                 let released = self.push(index, &text).await?;
                 delta.insert("content".to_owned(), Value::String(released));
             }
+            if let Some(Value::String(text)) = delta.get("refusal") {
+                let text = text.clone();
+                let released = self.push_refusal(index, &text).await?;
+                delta.insert("refusal".to_owned(), Value::String(released));
+            }
             if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
                 self.buffer_tool_calls(index, calls);
             }
@@ -197,7 +208,9 @@ impl<'e> StreamGuard<'e> {
             let carries_something = choice.get("finish_reason").is_some_and(|r| !r.is_null())
                 || delta.iter().any(|(key, value)| match value {
                     Value::Null => false,
-                    Value::String(text) => !text.is_empty() || key != "content",
+                    Value::String(text) => {
+                        !text.is_empty() || !matches!(key.as_str(), "content" | "refusal")
+                    }
                     _ => true,
                 });
             if carries_something {
@@ -231,6 +244,8 @@ impl<'e> StreamGuard<'e> {
             index,
             ChoiceState {
                 guard: Some(guard),
+                refusal: None,
+                finished: false,
                 metadata,
                 released: String::new(),
                 tool_calls: BTreeMap::new(),
@@ -250,6 +265,21 @@ impl<'e> StreamGuard<'e> {
         let released = collect(guard.push(text).await)?;
         state.released.push_str(&released);
         Ok(released)
+    }
+
+    /// Pushes a refusal delta through the choice's refusal guard; returns what it releases.
+    async fn push_refusal(&mut self, index: u64, text: &str) -> Result<String, Failure> {
+        let engine = self.engine;
+        let Some(state) = self.choices.get_mut(&index) else {
+            return Ok(String::new());
+        };
+        if state.finished {
+            return Ok(String::new());
+        }
+        let guard = state
+            .refusal
+            .get_or_insert_with(|| engine.output_stream(state.metadata.clone()));
+        collect(guard.push(text).await)
     }
 
     fn buffer_tool_calls(&mut self, index: u64, calls: Vec<Value>) {
@@ -280,15 +310,20 @@ impl<'e> StreamGuard<'e> {
     async fn finish_choice(&mut self, index: u64) -> Result<Tail, Failure> {
         let mut tail = Tail {
             text: String::new(),
+            refusal: String::new(),
             tool_calls: Vec::new(),
             refused: false,
         };
         let Some(state) = self.choices.get_mut(&index) else {
             return Ok(tail);
         };
+        state.finished = true;
         if let Some(guard) = state.guard.take() {
             tail.text = collect(guard.finish().await)?;
             state.released.push_str(&tail.text);
+        }
+        if let Some(guard) = state.refusal.take() {
+            tail.refusal = collect(guard.finish().await)?;
         }
         let calls = std::mem::take(&mut state.tool_calls);
         let mut refusals = Vec::new();
@@ -345,13 +380,15 @@ impl<'e> StreamGuard<'e> {
         let open: Vec<u64> = self
             .choices
             .iter()
-            .filter(|(_, state)| state.guard.is_some() || !state.tool_calls.is_empty())
+            .filter(|(_, state)| {
+                state.guard.is_some() || state.refusal.is_some() || !state.tool_calls.is_empty()
+            })
             .map(|(index, _)| *index)
             .collect();
         let mut choices = Vec::new();
         for index in open {
             let tail = self.finish_choice(index).await?;
-            if tail.text.is_empty() && tail.tool_calls.is_empty() {
+            if tail.text.is_empty() && tail.refusal.is_empty() && tail.tool_calls.is_empty() {
                 continue;
             }
             let mut delta = Map::new();
@@ -377,6 +414,14 @@ fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
         };
         content.push_str(&tail.text);
         delta.insert("content".to_owned(), Value::String(content));
+    }
+    if !tail.refusal.is_empty() {
+        let mut refusal = match delta.get("refusal") {
+            Some(Value::String(text)) => text.clone(),
+            _ => String::new(),
+        };
+        refusal.push_str(&tail.refusal);
+        delta.insert("refusal".to_owned(), Value::String(refusal));
     }
     if !tail.tool_calls.is_empty() {
         delta.insert("tool_calls".to_owned(), Value::Array(tail.tool_calls));

@@ -1112,3 +1112,31 @@ async fn a_streamed_call_without_its_added_event_is_still_held_and_checked() {
     assert!(!all.contains("123-45-6789"), "{all}");
     assert!(all.contains("records of [REDACTED]"), "{all}");
 }
+
+#[tokio::test]
+async fn a_streamed_refusal_goes_through_the_guard_too() {
+    use support::chunk;
+    let frames = vec![
+        chunk(
+            json!({"role": "assistant", "refusal": "I cannot act on 987-6"}),
+            None,
+        ),
+        chunk(json!({"refusal": "5-4321."}), None),
+        chunk(json!({}), Some("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let fixture = fixture(vec![Reply::Sse(frames)], ToolDenial::Refuse).await;
+    let mut stream = fixture
+        .client
+        .chat()
+        .create_stream(request("Do it.", json!({})))
+        .await
+        .expect("the stream opens");
+    let mut refusal = String::new();
+    while let Some(chunk) = stream.next().await {
+        for choice in chunk.expect("a guarded chunk").choices {
+            refusal.push_str(choice.delta.refusal.as_deref().unwrap_or_default());
+        }
+    }
+    assert_eq!(refusal, "I cannot act on [REDACTED].");
+}
