@@ -227,7 +227,8 @@ impl PortcullisLayer {
     /// [`GuardError::Unguarded`] unless listed here, so nothing reaches a model unguarded by
     /// default. The path is the whole URL path, with the API base's own path: with the
     /// default base `https://api.openai.com/v1`, list `/v1/models` to let
-    /// `client.models().list()` and `retrieve(..)` through, or `/v1/embeddings`.
+    /// `client.models().list()` and `retrieve(..)` through, or `/v1/embeddings`; `/`
+    /// forwards every request the guard does not map (the old, unguarded default).
     pub fn pass_through(mut self, path: impl Into<String>) -> Self {
         self.settings_mut().pass_through.push(path.into());
         self

@@ -392,3 +392,154 @@ pub(crate) fn refusal_item(call_id: &str, text: &str) -> Value {
         "content": [{ "type": "output_text", "text": text, "annotations": [] }],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    #[test]
+    fn only_the_two_model_endpoints_are_mapped() {
+        assert_eq!(
+            Api::of("POST", "/v1/chat/completions"),
+            Some(Api::ChatCompletions)
+        );
+        assert_eq!(Api::of("POST", "/v1/responses"), Some(Api::Responses));
+        assert_eq!(
+            Api::of("POST", "/openai/v1/responses/"),
+            Some(Api::Responses)
+        );
+        assert_eq!(Api::of("GET", "/v1/responses"), None);
+        assert_eq!(Api::of("GET", "/v1/chat/completions"), None);
+        assert_eq!(Api::of("POST", "/v1/responses/resp_1/cancel"), None);
+        assert_eq!(Api::of("POST", "/v1/embeddings"), None);
+    }
+
+    #[test]
+    fn responses_texts_are_read_and_written_where_they_live() {
+        let body = json!({
+            "instructions": "Be brief.",
+            "input": [
+                { "role": "developer", "content": "Rules." },
+                { "type": "message", "role": "user", "content": [
+                    { "type": "input_text", "text": "first" },
+                    { "type": "input_image", "image_url": "https://example.com/a.png" },
+                    { "type": "input_text", "text": "second" }
+                ] },
+                { "type": "function_call", "call_id": "c", "name": "f", "arguments": "{}" },
+                { "type": "function_call_output", "call_id": "c", "output": "result" },
+                { "role": "assistant", "content": [
+                    { "type": "output_text", "text": "earlier answer" }
+                ] }
+            ]
+        });
+        let (messages, slots) = responses_input(&object(body.clone())).expect("mapped");
+        let seen: Vec<(Role, &str)> = messages
+            .iter()
+            .map(|message| (message.role, message.content.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (Role::System, "Be brief."),
+                (Role::System, "Rules."),
+                (Role::User, "first"),
+                (Role::User, "second"),
+                (Role::User, "result"),
+                (Role::Assistant, "earlier answer"),
+            ]
+        );
+        let mut written = body;
+        let upper = messages
+            .into_iter()
+            .map(|message| Message::new(message.role, message.content.to_uppercase()))
+            .collect();
+        write_input(&mut written, &slots, upper).expect("written");
+        assert_eq!(written["instructions"], "BE BRIEF.");
+        assert_eq!(written["input"][0]["content"], "RULES.");
+        assert_eq!(written["input"][1]["content"][0]["text"], "FIRST");
+        assert_eq!(
+            written["input"][1]["content"][1]["image_url"],
+            "https://example.com/a.png"
+        );
+        assert_eq!(written["input"][1]["content"][2]["text"], "SECOND");
+        assert_eq!(written["input"][2]["arguments"], "{}");
+        assert_eq!(written["input"][3]["output"], "RESULT");
+        assert_eq!(written["input"][4]["content"][0]["text"], "EARLIER ANSWER");
+    }
+
+    #[test]
+    fn a_string_input_is_one_user_message() {
+        let body = object(json!({ "input": "hello" }));
+        let (messages, slots) = responses_input(&body).expect("mapped");
+        assert_eq!(messages, vec![Message::new(Role::User, "hello")]);
+        assert_eq!(slots, vec![Slot("/input".to_owned())]);
+    }
+
+    #[test]
+    fn responses_input_of_the_wrong_shape_is_an_error() {
+        for body in [
+            json!({ "input": 42 }),
+            json!({ "input": { "role": "user" } }),
+            json!({ "input": "hi", "instructions": ["a"] }),
+        ] {
+            let error = responses_input(&object(body.clone())).expect_err("refused");
+            assert!(
+                matches!(error, GuardError::InvalidRequest { .. }),
+                "{body}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn reshaped_input_is_an_error() {
+        let mut body = json!({ "messages": [{ "role": "user", "content": "a" }] });
+        let (_, slots) = chat_input(&object(body.clone())).expect("mapped");
+        let error = write_input(&mut body, &slots, Vec::new()).expect_err("reshaped");
+        assert_eq!(
+            error,
+            GuardError::MessagesReshaped {
+                before: 1,
+                after: 0
+            }
+        );
+    }
+
+    #[test]
+    fn output_calls_are_read_and_patched() {
+        let mut item = json!({
+            "type": "function_call", "call_id": "call_1", "name": "search",
+            "arguments": "{\"query\": \"x\"}"
+        });
+        let tool = read_output_call(&item).expect("read").expect("a call");
+        assert_eq!((tool.id.as_str(), tool.name.as_str()), ("call_1", "search"));
+        let mut arguments = tool.arguments.clone();
+        arguments.insert("limit".to_owned(), json!(5));
+        write_output_call(&mut item, &tool, arguments);
+        let written: Value =
+            serde_json::from_str(item["arguments"].as_str().expect("a string")).expect("JSON");
+        assert_eq!(written, json!({"query": "x", "limit": 5}));
+
+        let custom =
+            json!({ "type": "custom_tool_call", "call_id": "c", "name": "sh", "input": "ls" });
+        let tool = read_output_call(&custom).expect("read").expect("a call");
+        assert!(tool.custom);
+        assert_eq!(tool.arguments["input"], "ls");
+
+        let bad =
+            json!({ "type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]" });
+        assert!(matches!(
+            read_output_call(&bad),
+            Err(GuardError::InvalidToolArguments { .. })
+        ));
+        let message = json!({ "type": "message", "content": [] });
+        assert!(read_output_call(&message).expect("read").is_none());
+    }
+}
