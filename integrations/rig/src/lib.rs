@@ -30,7 +30,8 @@
 //!
 //! A streamed run (`agent.prompt(..).stream()`) calls the same hooks, but rig hands text
 //! deltas to the reader before the turn is complete, and a hook can only watch them. Pass
-//! the stream through [`PortcullisHook::guard_stream`]: each text delta goes through the
+//! the stream through [`PortcullisHook::guard_stream`] (or start it with
+//! [`PortcullisHook::stream_prompt`]): each text delta goes through the
 //! engine's streaming output guard ([`PolicyEngine::output_stream`]), so the reader only
 //! sees text the output policies cleared (redacted by streaming rules, held back while a
 //! match may still be forming), and a denial ends the stream with `PromptError::Cancelled`
@@ -43,7 +44,8 @@
 //! use futures_util::StreamExt;
 //!
 //! // `hook` is the one added to `agent` (`AgentBuilder::add_hook(hook.clone())`).
-//! let mut stream = hook.guard_stream(agent.prompt("Summarise my invoices.").stream());
+//! // Or `hook.guard_stream(agent.prompt(..).stream())` for a run configured further.
+//! let mut stream = hook.stream_prompt(&agent, "Summarise my invoices.");
 //! while let Some(item) = stream.next().await {
 //!     match item {
 //!         Ok(item) => { /* show cleared text */ let _ = item; }

@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::{FutureExt, StreamExt};
 use portcullis_engine::{EngineError, Metadata, OutputStream, PolicyEngine, StreamItem};
+use rig_agent::Agent;
 use rig_agent::agent::{MultiTurnStreamItem, StreamingResult};
 use rig_agent::run::PromptError;
 use rig_agent::streaming::{Item, Part, StreamEvent};
-use rig_core::message::AssistantContent;
+use rig_core::message::{AssistantContent, Message};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -42,16 +43,31 @@ impl PortcullisHook {
     /// each finished turn), so add it to the agent as well.
     ///
     /// The guard's audit records carry `agent_id` ([`PortcullisHook::agent_id`], else
-    /// `rig-agent`), `session_id` ([`PortcullisHook::session_id`], else `rig-stream-N`, N
+    /// `rig-agent`; [`stream_prompt`](Self::stream_prompt) knows the agent's name), `session_id` ([`PortcullisHook::session_id`], else `rig-stream-N`, N
     /// counting the streams of the process) and `extra`: `framework: "rig"`,
     /// `streamed: true`, `turn` (counted from 1 by the stream's completion calls) and
     /// `part` (the text part's position in the turn).
     pub fn guard_stream(&self, stream: StreamingResult) -> StreamingResult {
+        self.guard(stream, None)
+    }
+
+    /// Starts a streamed run of `agent` on `prompt` (`agent.prompt(prompt).stream()`) and
+    /// guards it as [`guard_stream`](Self::guard_stream) does; the audit records' agent id
+    /// defaults to the agent's name, as in awaited runs.
+    pub fn stream_prompt(&self, agent: &Agent, prompt: impl Into<Message>) -> StreamingResult {
+        self.guard(agent.prompt(prompt).stream(), agent.name())
+    }
+
+    fn guard(&self, stream: StreamingResult, agent_name: Option<&str>) -> StreamingResult {
         let engine = Arc::clone(&self.engine);
         let session_id = self.session_id.clone().unwrap_or_else(|| {
             format!("rig-stream-{}", STREAMS.fetch_add(1, Ordering::Relaxed) + 1)
         });
-        let agent_id = self.agent_id.as_deref().unwrap_or("rig-agent");
+        let agent_id = self
+            .agent_id
+            .as_deref()
+            .or(agent_name)
+            .unwrap_or("rig-agent");
         let metadata = Metadata::new(agent_id, session_id)
             .with_extra("framework", "rig")
             .with_extra("streamed", true);

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::StreamExt;
 use portcullis_engine::{AuditRecord, InterceptionPoint, PolicyEngine};
 use portcullis_rig::{PortcullisHook, ToolDenial};
-use rig_agent::agent::MultiTurnStreamItem;
+use rig_agent::agent::{MultiTurnStreamItem, StreamingResult};
 use rig_agent::run::PromptError;
 use rig_agent::streaming::{Item, StreamEvent};
 use rig_agent::{Agent, AgentBuilder};
@@ -346,10 +346,7 @@ async fn redacted_text_of_a_tool_calling_turn_ends_the_run_rather_than_leak() {
 
 /// Runs a streamed, guarded prompt to its end: the text items the reader saw, every item's
 /// debug form, and the error that ended the stream, if one did.
-async fn stream(fixture: &Fixture, prompt: &str) -> (String, String, Option<PromptError>) {
-    let mut stream = fixture
-        .hook
-        .guard_stream(fixture.agent.prompt(prompt).stream());
+async fn stream(mut stream: StreamingResult) -> (String, String, Option<PromptError>) {
     let mut text = String::new();
     let mut seen = String::new();
     let mut failure = None;
@@ -389,7 +386,10 @@ async fn a_streamed_run_is_redacted_before_the_reader_sees_it() {
         |hook| hook,
     )
     .await;
-    let (text, seen, failure) = stream(&fixture, "What is my SSN?").await;
+    let run = fixture
+        .hook
+        .stream_prompt(&fixture.agent, "What is my SSN?");
+    let (text, seen, failure) = stream(run).await;
     assert!(failure.is_none(), "{failure:?}");
     assert_eq!(text, "Your SSN is [REDACTED], keep it safe.");
     assert!(!seen.contains("4321"), "{seen}");
@@ -400,7 +400,7 @@ async fn a_streamed_run_is_redacted_before_the_reader_sees_it() {
         seen.iter()
             .any(|record| record.point == InterceptionPoint::Output
                 && record.extra.get("streamed") == Some(&Value::Bool(true))
-                && record.agent_id == "rig-agent"),
+                && record.agent_id == "billing-bot"),
         "{seen:#?}"
     );
 }
@@ -419,7 +419,10 @@ async fn a_denied_stream_stops_the_run_before_the_offending_text() {
         |hook| hook.session_id("session-7"),
     )
     .await;
-    let (text, seen, failure) = stream(&fixture, "Tell me a secret.").await;
+    let run = fixture
+        .hook
+        .guard_stream(fixture.agent.prompt("Tell me a secret.").stream());
+    let (text, seen, failure) = stream(run).await;
     assert!("Sure. Here are the ".starts_with(&text), "{text}");
     assert!(
         !seen.contains("launch codes") && !seen.contains("0000"),
