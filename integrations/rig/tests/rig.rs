@@ -437,3 +437,51 @@ async fn a_denied_stream_stops_the_run_before_the_offending_text() {
     let seen = fixture.audit.lock().expect("audit lock").clone();
     assert!(seen.iter().all(|record| record.session_id == "session-7"));
 }
+
+#[tokio::test]
+async fn a_streamed_run_with_tools_is_guarded_turn_by_turn() {
+    use support::chunk;
+    let tool_turn = vec![
+        chunk(json!({"role": "assistant", "content": "Looking."}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_s", "type": "function",
+                "function": {"name": "search", "arguments": "{\"query\": \"invoices of 123-45-6789\"}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let fixture = fixture(
+        vec![
+            Reply::Sse(tool_turn),
+            Reply::Sse(support::streamed_text(&["Found 3 for 987-6", "5-4321."])),
+        ],
+        |hook| hook,
+    )
+    .await;
+    let run = fixture
+        .hook
+        .stream_prompt(&fixture.agent, "Find my invoices.");
+    let (text, seen, failure) = stream(run).await;
+    assert!(failure.is_none(), "{failure:?}");
+    assert_eq!(text, "Looking.Found 3 for [REDACTED].");
+    assert!(!seen.contains("987-65-4321"), "{seen}");
+    assert_eq!(fixture.server.requests().len(), 2);
+    let calls = fixture.search.calls.lock().expect("calls lock").clone();
+    assert_eq!(
+        Value::Object(calls[0].clone()),
+        json!({"query": "invoices of [REDACTED]", "limit": 5})
+    );
+    let turns: Vec<Value> = fixture
+        .audit
+        .lock()
+        .expect("audit lock")
+        .iter()
+        .filter(|record| record.extra.get("streamed") == Some(&Value::Bool(true)))
+        .map(|record| record.extra["turn"].clone())
+        .collect();
+    assert!(
+        turns.contains(&json!(1)) && turns.contains(&json!(2)),
+        "{turns:?}"
+    );
+}
