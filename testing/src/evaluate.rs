@@ -1,4 +1,4 @@
-//! A scriptable `/engine/evaluate` endpoint (SPEC §7.3).
+//! A scriptable `/engine/evaluate` endpoint, the one the `http` backend calls.
 
 use std::io;
 use std::net::SocketAddr;
@@ -161,7 +161,7 @@ enum BodyPlan {
 }
 
 impl Reply {
-    /// `200`, `Content-Type: application/json`, the decision as its wire JSON (SPEC §2).
+    /// `200`, `Content-Type: application/json`, the decision as its wire JSON.
     pub fn decision(decision: &PolicyDecision) -> Reply {
         Reply::json(serde_json::to_value(decision).unwrap_or(serde_json::Value::Null))
     }

@@ -2,15 +2,18 @@
 //! the tests that use them. Not published; a dev-dependency of the remote backends, their
 //! benchmarks and the workspace's scenario tests.
 //!
-//! - [`EvaluateServer`]: the remote decision endpoint of SPEC §7.3 (`POST /engine/evaluate`),
+//! - [`EvaluateServer`]: the remote decision endpoint the `http` backend calls (`POST /engine/evaluate`),
 //!   answering what a test scripts per request ([`Reply`]): a decision, a delay, any status and
 //!   body, or a fault (stall before headers, trickled body, connection reset mid-body, oversized
 //!   or endless body, redirect loop, wrong content type).
-//! - [`RegoServer`]: the subset of the Open Policy Agent REST API of SPEC §7.2
+//! - [`RegoServer`]: the subset of the Open Policy Agent REST API the `rego-rest` backend uses
 //!   (`PUT /v1/policies/{id}`, `POST /v1/data/{path}`, OPA's error bodies), evaluating Rego for
 //!   real with the `regorus` interpreter.
 //!
-//! Both bind a free port, record every request they receive ([`RecordedRequest`]: method,
+//! - [`agent`]: the policies the framework integrations' tests (async-openai, rig) guard an
+//!   agent with, so both are held to the same rules.
+//!
+//! Both servers bind a free port, record every request they receive ([`RecordedRequest`]: method,
 //! path, headers, body) and count the TCP connections they accept, so a test can assert what a
 //! client sent and how many connections it opened. They run on the tokio runtime that starts
 //! them and stop when shut down or dropped.
@@ -33,6 +36,7 @@
 //! # }
 //! ```
 
+pub mod agent;
 mod evaluate;
 mod opa;
 mod server;

@@ -11,6 +11,7 @@ use std::error::Error;
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::types::chat::{ChatCompletionMessageToolCalls, CreateChatCompletionRequest};
+use async_openai::types::responses::{CreateResponse, ResponseStreamEvent};
 use futures_util::StreamExt;
 use portcullis_engine::stream::StreamingRule;
 use portcullis_engine::{
@@ -105,6 +106,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
             "The SSN on file is 98",
             "7-65-4321; anything else?",
         ])),
+        Reply::Sse(support::response_events(
+            support::streamed_message(0, "msg_1", &["Still 98", "7-65-4321."]),
+            vec![support::message_item("msg_1", "Still 987-65-4321.")],
+        )),
     ])
     .await;
 
@@ -168,5 +173,26 @@ async fn main() -> Result<(), Box<dyn Error>> {
         }
     }
     println!("  the reader saw: {shown:?}");
+
+    println!("3. A streamed answer of the Responses API:");
+    let request: CreateResponse = serde_json::from_value(json!({
+        "model": "scripted-model",
+        "input": "And now?",
+        "stream": true
+    }))?;
+    let mut stream = client.responses().create_stream(request).await?;
+    let mut shown = String::new();
+    while let Some(event) = stream.next().await {
+        if let ResponseStreamEvent::ResponseOutputTextDelta(delta) = event? {
+            shown.push_str(&delta.delta);
+        }
+    }
+    println!("  the reader saw: {shown:?}");
+
+    println!("4. Any other endpoint, unless listed with pass_through:");
+    match client.models().list().await {
+        Ok(_) => println!("  listed"),
+        Err(error) => println!("  {error}"),
+    }
     Ok(())
 }

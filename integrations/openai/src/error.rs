@@ -7,14 +7,17 @@ use async_openai::error::OpenAIError;
 use portcullis_engine::{EngineError, InterceptionPoint, PolicyDenialError, PolicyEvaluationError};
 use serde_json::{Value, json};
 
-/// Something in a chat completion the guard cannot map to or from the policy contexts.
+/// A request or answer the guard cannot map to or from the policy contexts, or a request it
+/// does not guard.
 ///
 /// The guard fails closed: a request or answer it cannot evaluate is not forwarded. The
 /// error reaches the caller as [`OpenAIError::Boxed`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GuardError {
-    /// The request body of a chat completion is not a JSON object with a `messages` array.
+    /// The request body is not a JSON object of the endpoint's shape (a chat completion
+    /// without a `messages` array, a Responses API request whose `input` is neither a string
+    /// nor a list).
     InvalidRequest {
         /// What is wrong with it.
         problem: String,
@@ -41,16 +44,23 @@ pub enum GuardError {
         /// What went wrong.
         problem: String,
     },
+    /// A request to an endpoint the guard does not map to the policy contexts (anything but
+    /// `POST …/chat/completions` and `POST …/responses`) that the application did not list
+    /// with [`PortcullisLayer::pass_through`](crate::PortcullisLayer::pass_through). It was
+    /// not sent.
+    Unguarded {
+        /// The request's method.
+        method: String,
+        /// The request's URL path.
+        path: String,
+    },
 }
 
 impl fmt::Display for GuardError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GuardError::InvalidRequest { problem } => {
-                write!(
-                    f,
-                    "portcullis: cannot evaluate the chat completion request: {problem}"
-                )
+                write!(f, "portcullis: cannot evaluate the request: {problem}")
             }
             GuardError::InvalidToolArguments {
                 tool_name,
@@ -65,11 +75,12 @@ impl fmt::Display for GuardError {
                 "portcullis: an input policy turned {before} messages into {after}; the OpenAI integration can rewrite message text but not add or remove messages"
             ),
             GuardError::Body { problem } => {
-                write!(
-                    f,
-                    "portcullis: cannot read the chat completion answer: {problem}"
-                )
+                write!(f, "portcullis: cannot read the model's answer: {problem}")
             }
+            GuardError::Unguarded { method, path } => write!(
+                f,
+                "portcullis: refused {method} {path}: only chat completions and the Responses API are guarded; list the path with PortcullisLayer::pass_through to forward it unguarded"
+            ),
         }
     }
 }
@@ -81,8 +92,8 @@ impl StdError for GuardError {}
 /// Finds input denials, output denials, tool-call denials with
 /// [`ToolDenial::Fail`](crate::ToolDenial::Fail) (the error is
 /// [`OpenAIError::Boxed`] around the [`PolicyDenialError`]), and denials that ended a stream
-/// (the stream's last item is an `OpenAIError::JSONDeserialize` carrying the guard's error
-/// event, since async-openai does not read error events of chat streams).
+/// (chat or Responses API: the stream's last item is an `OpenAIError::JSONDeserialize`
+/// carrying the guard's error event, since async-openai does not read such events).
 ///
 /// ```
 /// use async_openai::error::OpenAIError;

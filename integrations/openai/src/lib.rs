@@ -1,32 +1,52 @@
 //! Portcullis for [async-openai]: a tower layer that applies a [`PolicyEngine`] to chat
-//! completions.
+//! completions and to the Responses API.
 //!
 //! async-openai's `middleware` feature lets a client send its requests through a tower
-//! service ([`Client::with_http_service`]). [`PortcullisLayer`] is a layer for that stack:
+//! service ([`Client::with_http_service`]). [`PortcullisLayer`] is a layer for that stack.
+//! Both model endpoints, `POST …/chat/completions` and `POST …/responses`, streamed or not,
+//! go through the same steps:
 //!
-//! - **input policies** see the request's `messages` before it leaves; redactions and
-//!   transformations rewrite the text that is sent, a denial stops the request (the server
-//!   is never called);
-//! - **output policies** see each `choices[].message.content` of the answer;
-//! - **tool-call policies** see each `choices[].message.tool_calls[]` entry: the `arguments`
-//!   string is parsed, evaluated, and re-serialized when a policy patched it. A denied call is
-//!   either removed and replaced by refusal text ([`ToolDenial::Refuse`], the default: the
-//!   application never sees it, and `finish_reason` becomes `"stop"` when no call is left)
-//!   or fails the whole call ([`ToolDenial::Fail`]);
+//! - **input policies** see the request's texts before it leaves (chat `messages`; the
+//!   Responses API's `instructions` and `input` items); redactions and transformations
+//!   rewrite the text that is sent, a denial stops the request (the server is never called);
+//! - **output policies** see each text of the answer (each `choices[].message.content`; each
+//!   `output_text` part of an `output` message item), and each refusal the model wrote;
+//! - **tool-call policies** see each call of the answer (`choices[].message.tool_calls[]`;
+//!   `function_call` and `custom_tool_call` output items): the arguments are parsed,
+//!   evaluated, and re-serialized when a policy patched them. A denied call is either removed
+//!   and replaced by refusal text ([`ToolDenial::Refuse`], the default: the application never
+//!   sees it; in a chat answer the text joins the message and `finish_reason` becomes
+//!   `"stop"` when no call is left, in a Responses answer an assistant message item takes the
+//!   call's place) or fails the whole call ([`ToolDenial::Fail`]);
 //! - **streamed answers** (`"stream": true`, server-sent events) go through the engine's
-//!   streaming output guard ([`PolicyEngine::output_stream`]), one guard per choice, so only
-//!   cleared text reaches the reader; tool-call deltas are buffered per index until the
-//!   choice finishes, then evaluated whole and released as one complete delta.
+//!   streaming output guard ([`PolicyEngine::output_stream`]), one guard per chat choice or
+//!   per content part of a Responses message item, so only cleared text reaches the reader.
+//!   Calls are held back until they are complete (chat tool-call deltas per index until the
+//!   choice finishes; a Responses call item with its `response.function_call_arguments.*`
+//!   events until its `response.output_item.done`), then evaluated whole and released as
+//!   one complete delta (chat) or as a complete item: `response.output_item.added`, one
+//!   arguments delta, `…arguments.done`, `response.output_item.done`. In a Responses stream
+//!   the `…done` events of a text, its item and the final `response.completed` carry the
+//!   released text, and every event is numbered again (`sequence_number`) in order.
 //!
-//! Requests other than `POST …/chat/completions` pass through untouched.
+//! **Every other request is refused** with [`GuardError::Unguarded`] before it is sent, so
+//! nothing reaches the server unguarded by default (listing models, embeddings, files, the
+//! other Responses API routes such as `GET …/responses/{id}`). The application lists the
+//! paths it wants forwarded as they are with [`PortcullisLayer::pass_through`].
+//!
+//! The mapping between the endpoints' JSON and the policy contexts is a set of plain
+//! functions of JSON values (no HTTP client in them), so a front door other than this layer
+//! can share it.
 //!
 //! # Errors
 //!
 //! A denial, a policy that could not be evaluated (with `on_error: deny`), or a request or
 //! answer the guard cannot map ([`GuardError`]) fails the call with
 //! [`OpenAIError::Boxed`]; [`denial`] and [`evaluation_error`] find the engine's error in it.
-//! In a stream, text already released stays released and the stream ends with an error whose
-//! message is the denial's (async-openai turns body errors of a stream into text).
+//! In a stream (chat or Responses), text already released stays released and the stream ends
+//! with an error event (`{"error": {"type": "policy_denied", "code": <policy id>, ...}}`)
+//! that async-openai yields as the stream's last item, an error; [`denial`] reads the denial
+//! from it.
 //!
 //! # A custom service replaces async-openai's default stack
 //!
@@ -42,16 +62,35 @@
 //!
 //! # From async-openai to the policy contexts
 //!
+//! Chat completions:
+//!
 //! | Policy context | Taken from |
 //! |---|---|
-//! | `InputContext.messages[]` | each text of `messages[]`: a string `content`, or each `text` part of an array `content`; roles `system` and `developer` are `system`, `assistant` is `assistant`, `user`, `tool` and `function` are `user` |
+//! | `InputContext.messages[]` | each text of `messages[]`: a string `content`, or each `text` (and `refusal`) of an array `content`; roles `system` and `developer` are `system`, `assistant` is `assistant`, `user`, `tool` and `function` are `user` |
 //! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools) |
 //! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools) |
 //! | `ToolCallContext.calling_message` | the assistant text of the same choice, after output policies |
-//! | `OutputContext.response` | `choices[].message.content` and `choices[].message.refusal`, each on its own (the released text of `choices[].delta.content` in a stream) |
+//! | `OutputContext.response` | `choices[].message.content` and `choices[].message.refusal`, each on its own (in a stream, the released text of `choices[].delta.content` and of `choices[].delta.refusal`) |
+//! | `metadata.extra` | for answers `response_id` and `choice_index` |
+//!
+//! The Responses API:
+//!
+//! | Policy context | Taken from |
+//! |---|---|
+//! | `InputContext.messages[]` | `instructions` as `system`; a string `input` as `user`; for an `input` list, each text of a message item's `content` (a string, or each `text` of its parts) with the item's role as above, and each text of a `function_call_output` or `custom_tool_call_output` item's `output` as `user`; other items carry no text |
+//! | `ToolCallContext.tool_name` | a `function_call` or `custom_tool_call` item's `name` |
+//! | `ToolCallContext.arguments` | its `arguments` parsed as a JSON object (`{"input": input}` for custom tools) |
+//! | `ToolCallContext.calling_message` | the text of the answer's message items, after output policies |
+//! | `OutputContext.response` | each `output_text` part's `text` and each `refusal` part's `refusal` of a message item, each on its own (the released text of its `response.output_text.delta` or `response.refusal.delta` events in a stream) |
+//! | `metadata.extra` | for answers `response_id` and `output_index` (in a stream also `content_index`) |
+//!
+//! Both:
+//!
+//! | Policy context | Taken from |
+//! |---|---|
 //! | `metadata.agent_id` | the request's `metadata.agent_id`, else [`PortcullisLayer::agent_id`] |
 //! | `metadata.session_id` | the request's `metadata.session_id`, else [`PortcullisLayer::session_id`] |
-//! | `metadata.extra` | `framework: "async-openai"`, the request's `model`, `user`, `safety_identifier`, `prompt_cache_key`; for answers `response_id` and `choice_index`; for tool calls `tool_call_id` |
+//! | `metadata.extra` | `framework: "async-openai"`, `api` (`"chat.completions"` or `"responses"`), the request's `model`, `user`, `safety_identifier`, `prompt_cache_key`; for tool calls `tool_call_id` (the call's `id`, or `call_id` in the Responses API) |
 //!
 //! # Example
 //!
@@ -81,6 +120,8 @@ extern crate openai_reqwest as reqwest;
 mod error;
 mod mapping;
 mod response;
+mod responses_stream;
+mod sse;
 mod stream;
 
 use std::fmt;
@@ -104,7 +145,7 @@ pub use error::{GuardError, denial, evaluation_error};
 /// The async-openai this crate was built against, for applications that want the same one.
 pub use async_openai;
 
-use crate::mapping::ToolCall;
+use crate::mapping::{Api, ToolCall};
 
 /// What happens when a tool-call policy denies a call the model made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -123,6 +164,17 @@ pub(crate) struct Settings {
     agent_id: String,
     session_id: String,
     tool_denial: ToolDenial,
+    pass_through: Vec<String>,
+}
+
+impl Settings {
+    /// Whether the application listed `path` as one to forward unguarded.
+    fn passes_through(&self, path: &str) -> bool {
+        self.pass_through.iter().any(|listed| {
+            path.strip_prefix(listed.trim_end_matches('/'))
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
 }
 
 /// The tower layer that guards async-openai chat completions; see the [crate docs](crate).
@@ -140,6 +192,7 @@ impl PortcullisLayer {
                 agent_id: "async-openai".to_owned(),
                 session_id: "default".to_owned(),
                 tool_denial: ToolDenial::Refuse,
+                pass_through: Vec::new(),
             }),
         }
     }
@@ -163,6 +216,21 @@ impl PortcullisLayer {
     /// What a tool-call denial does (default [`ToolDenial::Refuse`]).
     pub fn on_tool_denial(mut self, tool_denial: ToolDenial) -> Self {
         self.settings_mut().tool_denial = tool_denial;
+        self
+    }
+
+    /// Forwards requests under `path` unguarded (all methods): requests whose URL path is
+    /// `path` or continues it after a `/`. Call it once per path.
+    ///
+    /// Only chat completions and the Responses API (`POST …/chat/completions`,
+    /// `POST …/responses`) go through the policies; any other request is refused with
+    /// [`GuardError::Unguarded`] unless listed here, so nothing reaches a model unguarded by
+    /// default. The path is the whole URL path, with the API base's own path: with the
+    /// default base `https://api.openai.com/v1`, list `/v1/models` to let
+    /// `client.models().list()` and `retrieve(..)` through, or `/v1/embeddings`; `/`
+    /// forwards every request the guard does not map (the old, unguarded default).
+    pub fn pass_through(mut self, path: impl Into<String>) -> Self {
+        self.settings_mut().pass_through.push(path.into());
         self
     }
 
@@ -246,11 +314,15 @@ where
     S::Error: Into<OpenAIError>,
 {
     let request = factory.build().await?;
-    let is_chat = request.method() == reqwest::Method::POST
-        && request.url().path().ends_with("/chat/completions");
-    if !is_chat {
-        return inner.call(factory).await.map_err(Into::into);
-    }
+    let Some(api) = Api::of(request.method().as_str(), request.url().path()) else {
+        if settings.passes_through(request.url().path()) {
+            return inner.call(factory).await.map_err(Into::into);
+        }
+        return Err(error::from_guard(GuardError::Unguarded {
+            method: request.method().to_string(),
+            path: request.url().path().to_owned(),
+        }));
+    };
     let body = request
         .body()
         .and_then(reqwest::Body::as_bytes)
@@ -259,7 +331,7 @@ where
                 problem: "the body is not a JSON document in memory".to_owned(),
             })
         })?;
-    let mut body = match serde_json::from_slice::<Value>(body) {
+    let body = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(body)) => body,
         Ok(_) => {
             return Err(error::from_guard(GuardError::InvalidRequest {
@@ -272,10 +344,10 @@ where
             }));
         }
     };
-    let metadata = mapping::request_metadata(&settings, &body);
+    let metadata = mapping::request_metadata(&settings, api, &body);
     let streaming = body.get("stream").and_then(Value::as_bool) == Some(true);
 
-    let (messages, slots) = mapping::input_messages(&body).map_err(error::from_guard)?;
+    let (messages, slots) = api.input(&body).map_err(error::from_guard)?;
     let context = InputContext::new(messages, metadata.clone());
     let evaluation = settings
         .engine
@@ -283,9 +355,10 @@ where
         .await
         .map_err(error::from_engine)?;
     let factory = if evaluation.is_modified() {
+        let mut body = Value::Object(body);
         mapping::write_input(&mut body, &slots, evaluation.into_context().messages)
             .map_err(error::from_guard)?;
-        rewritten(&request, Bytes::from(Value::Object(body).to_string()))
+        rewritten(&request, Bytes::from(body.to_string()))
     } else {
         factory
     };
@@ -299,10 +372,10 @@ where
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("text/event-stream"));
-    if streaming || event_stream {
-        Ok(stream::guard_stream(settings, metadata, response))
-    } else {
-        response::guard_response(&settings, metadata, response).await
+    match (api, streaming || event_stream) {
+        (Api::ChatCompletions, true) => Ok(stream::guard_stream(settings, metadata, response)),
+        (Api::Responses, true) => Ok(responses_stream::guard_stream(settings, metadata, response)),
+        (api, false) => response::guard_response(&settings, api, metadata, response).await,
     }
 }
 

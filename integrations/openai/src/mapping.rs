@@ -1,4 +1,5 @@
-//! From chat completion JSON to the policy contexts and back.
+//! From request and answer JSON to the policy contexts and back: plain functions of JSON
+//! values, shared by chat completions and the Responses API, and free of any HTTP client.
 
 use portcullis_engine::{Message, Metadata, Role};
 use serde_json::{Map, Value};
@@ -6,9 +7,58 @@ use serde_json::{Map, Value};
 use crate::Settings;
 use crate::error::GuardError;
 
+/// The model endpoints the guard maps to the policy contexts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Api {
+    /// `POST …/chat/completions`.
+    ChatCompletions,
+    /// `POST …/responses`, the Responses API.
+    Responses,
+}
+
+impl Api {
+    /// The endpoint a request goes to, if the guard maps it.
+    pub(crate) fn of(method: &str, path: &str) -> Option<Api> {
+        if method != "POST" {
+            return None;
+        }
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Some(Api::ChatCompletions)
+        } else if path.ends_with("/responses") {
+            Some(Api::Responses)
+        } else {
+            None
+        }
+    }
+
+    /// The name the policies see in `metadata.extra.api`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "chat.completions",
+            Api::Responses => "responses",
+        }
+    }
+
+    /// The texts of a request to this endpoint, and where each lives.
+    pub(crate) fn input(
+        self,
+        body: &Map<String, Value>,
+    ) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
+        match self {
+            Api::ChatCompletions => chat_input(body),
+            Api::Responses => responses_input(body),
+        }
+    }
+}
+
 /// The metadata of one request: ids from the request's `metadata` object when it has them,
-/// otherwise the layer's; the model and the end-user ids as extras.
-pub(crate) fn request_metadata(settings: &Settings, body: &Map<String, Value>) -> Metadata {
+/// otherwise the layer's; the endpoint, the model and the end-user ids as extras.
+pub(crate) fn request_metadata(
+    settings: &Settings,
+    api: Api,
+    body: &Map<String, Value>,
+) -> Metadata {
     let request_metadata = body.get("metadata").and_then(Value::as_object);
     let field = |key: &str| {
         request_metadata
@@ -17,7 +67,9 @@ pub(crate) fn request_metadata(settings: &Settings, body: &Map<String, Value>) -
     };
     let agent_id = field("agent_id").unwrap_or(&settings.agent_id);
     let session_id = field("session_id").unwrap_or(&settings.session_id);
-    let mut metadata = Metadata::new(agent_id, session_id).with_extra("framework", "async-openai");
+    let mut metadata = Metadata::new(agent_id, session_id)
+        .with_extra("framework", "async-openai")
+        .with_extra("api", api.name());
     for key in ["model", "user", "safety_identifier", "prompt_cache_key"] {
         if let Some(value) = body.get(key).and_then(Value::as_str) {
             metadata.extra.insert(key.to_owned(), Value::from(value));
@@ -36,16 +88,13 @@ fn role_of(role: Option<&str>) -> Role {
     }
 }
 
-/// Where a text the policies see lives in the request: a message, and a part of its content
-/// when the content is an array of parts.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Slot {
-    message: usize,
-    part: Option<usize>,
-}
+/// Where a text the policies see lives in the request body, as a JSON pointer
+/// (`/messages/1/content`, `/input/0/content/2/text`, `/instructions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Slot(String);
 
-/// The texts of the request's messages, one engine message per text.
-pub(crate) fn input_messages(
+/// The texts of a chat completion request's `messages`, one engine message per text.
+pub(crate) fn chat_input(
     body: &Map<String, Value>,
 ) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
     let Some(messages) = body.get("messages").and_then(Value::as_array) else {
@@ -53,38 +102,106 @@ pub(crate) fn input_messages(
             problem: "the body has no \"messages\" array".to_owned(),
         });
     };
-    let mut texts = Vec::new();
-    let mut slots = Vec::new();
+    let mut texts = Texts::default();
     for (index, message) in messages.iter().enumerate() {
         let role = role_of(message.get("role").and_then(Value::as_str));
-        match message.get("content") {
-            Some(Value::String(text)) => {
-                texts.push(Message::new(role, text.clone()));
-                slots.push(Slot {
-                    message: index,
-                    part: None,
-                });
+        texts.content(
+            role,
+            message.get("content"),
+            &format!("/messages/{index}/content"),
+        );
+    }
+    Ok((texts.messages, texts.slots))
+}
+
+/// The texts of a Responses API request: `instructions` (as `system`), then `input`, a
+/// string (one `user` message) or a list of items: each text of a message item's `content`
+/// with the item's role, and each text of a `function_call_output` or
+/// `custom_tool_call_output` item's `output` as `user` text (a tool result reaches the model
+/// from outside). Other items (earlier calls, reasoning, references) carry no text to check.
+pub(crate) fn responses_input(
+    body: &Map<String, Value>,
+) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
+    let mut texts = Texts::default();
+    match body.get("instructions") {
+        Some(Value::String(text)) => texts.push(Role::System, text, "/instructions".to_owned()),
+        None | Some(Value::Null) => {}
+        Some(_) => {
+            return Err(GuardError::InvalidRequest {
+                problem: "\"instructions\" is not a string".to_owned(),
+            });
+        }
+    }
+    match body.get("input") {
+        Some(Value::String(text)) => texts.push(Role::User, text, "/input".to_owned()),
+        Some(Value::Array(items)) => {
+            for (index, item) in items.iter().enumerate() {
+                let kind = item.get("type").and_then(Value::as_str);
+                match kind {
+                    None | Some("message") => {
+                        let role = role_of(item.get("role").and_then(Value::as_str));
+                        texts.content(
+                            role,
+                            item.get("content"),
+                            &format!("/input/{index}/content"),
+                        );
+                    }
+                    Some("function_call_output" | "custom_tool_call_output") => {
+                        texts.content(
+                            Role::User,
+                            item.get("output"),
+                            &format!("/input/{index}/output"),
+                        );
+                    }
+                    Some(_) => {}
+                }
             }
+        }
+        None | Some(Value::Null) => {}
+        Some(_) => {
+            return Err(GuardError::InvalidRequest {
+                problem: "\"input\" is neither a string nor a list of items".to_owned(),
+            });
+        }
+    }
+    Ok((texts.messages, texts.slots))
+}
+
+/// The texts found so far, and where each lives.
+#[derive(Default)]
+struct Texts {
+    messages: Vec<Message>,
+    slots: Vec<Slot>,
+}
+
+impl Texts {
+    fn push(&mut self, role: Role, text: &str, pointer: String) {
+        self.messages.push(Message::new(role, text));
+        self.slots.push(Slot(pointer));
+    }
+
+    /// A `content` (or tool `output`): a string, or a list of parts whose `text` (and
+    /// `refusal`) strings are each one text.
+    fn content(&mut self, role: Role, content: Option<&Value>, pointer: &str) {
+        match content {
+            Some(Value::String(text)) => self.push(role, text, pointer.to_owned()),
             Some(Value::Array(parts)) => {
-                for (part_index, part) in parts.iter().enumerate() {
-                    if let Some(text) = part.get("text").and_then(Value::as_str) {
-                        texts.push(Message::new(role, text));
-                        slots.push(Slot {
-                            message: index,
-                            part: Some(part_index),
-                        });
+                for (index, part) in parts.iter().enumerate() {
+                    for key in ["text", "refusal"] {
+                        if let Some(text) = part.get(key).and_then(Value::as_str) {
+                            self.push(role, text, format!("{pointer}/{index}/{key}"));
+                        }
                     }
                 }
             }
             _ => {}
         }
     }
-    Ok((texts, slots))
 }
 
-/// Writes the evaluated texts back into the request body.
+/// Writes the evaluated texts back into the request body, each where it was read.
 pub(crate) fn write_input(
-    body: &mut Map<String, Value>,
+    body: &mut Value,
     slots: &[Slot],
     evaluated: Vec<Message>,
 ) -> Result<(), GuardError> {
@@ -94,23 +211,8 @@ pub(crate) fn write_input(
             after: evaluated.len(),
         });
     }
-    let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) else {
-        return Err(GuardError::InvalidRequest {
-            problem: "the body has no \"messages\" array".to_owned(),
-        });
-    };
     for (slot, message) in slots.iter().zip(evaluated) {
-        let target = messages
-            .get_mut(slot.message)
-            .and_then(|message| message.get_mut("content"));
-        let target = match (target, slot.part) {
-            (Some(content), None) => Some(content),
-            (Some(content), Some(part)) => {
-                content.get_mut(part).and_then(|part| part.get_mut("text"))
-            }
-            (None, _) => None,
-        };
-        if let Some(target) = target {
+        if let Some(target) = body.pointer_mut(&slot.0) {
             *target = Value::String(message.content);
         }
     }
@@ -211,5 +313,233 @@ pub(crate) fn write_tool_call(call: &mut Value, tool: &ToolCall, arguments: Map<
             "arguments".to_owned(),
             Value::String(Value::Object(arguments).to_string()),
         );
+    }
+}
+
+/// Reads a tool call of a Responses API answer: a `function_call` item (its `arguments`
+/// parsed as a JSON object) or a `custom_tool_call` item (its free-text `input` seen as
+/// `arguments.input`); `None` for any other item.
+pub(crate) fn read_output_call(item: &Value) -> Result<Option<ToolCall>, GuardError> {
+    let kind = item.get("type").and_then(Value::as_str);
+    let field = |key: &str| {
+        item.get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    match kind {
+        Some("function_call") => {
+            let id = field("call_id");
+            let name = field("name");
+            let raw = item
+                .get("arguments")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let arguments =
+                parse_arguments(raw).map_err(|problem| GuardError::InvalidToolArguments {
+                    tool_name: name.clone(),
+                    call_id: id.clone(),
+                    problem,
+                })?;
+            Ok(Some(ToolCall {
+                id,
+                name,
+                arguments,
+                custom: false,
+            }))
+        }
+        Some("custom_tool_call") => {
+            let mut arguments = Map::new();
+            arguments.insert(
+                "input".to_owned(),
+                item.get("input").cloned().unwrap_or(Value::Null),
+            );
+            Ok(Some(ToolCall {
+                id: field("call_id"),
+                name: field("name"),
+                arguments,
+                custom: true,
+            }))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Writes patched arguments back into a Responses API call item.
+pub(crate) fn write_output_call(item: &mut Value, tool: &ToolCall, arguments: Map<String, Value>) {
+    let Some(item) = item.as_object_mut() else {
+        return;
+    };
+    if tool.custom {
+        let value = arguments.get("input").cloned().unwrap_or(Value::Null);
+        item.insert("input".to_owned(), value);
+    } else {
+        item.insert(
+            "arguments".to_owned(),
+            Value::String(Value::Object(arguments).to_string()),
+        );
+    }
+}
+
+/// The assistant message item that takes the place of a refused call in a Responses API
+/// answer.
+pub(crate) fn refusal_item(call_id: &str, text: &str) -> Value {
+    serde_json::json!({
+        "type": "message",
+        "id": format!("msg_portcullis_{call_id}"),
+        "status": "completed",
+        "role": "assistant",
+        "content": [{ "type": "output_text", "text": text, "annotations": [] }],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    #[test]
+    fn only_the_two_model_endpoints_are_mapped() {
+        assert_eq!(
+            Api::of("POST", "/v1/chat/completions"),
+            Some(Api::ChatCompletions)
+        );
+        assert_eq!(Api::of("POST", "/v1/responses"), Some(Api::Responses));
+        assert_eq!(
+            Api::of("POST", "/openai/v1/responses/"),
+            Some(Api::Responses)
+        );
+        assert_eq!(Api::of("GET", "/v1/responses"), None);
+        assert_eq!(Api::of("GET", "/v1/chat/completions"), None);
+        assert_eq!(Api::of("POST", "/v1/responses/resp_1/cancel"), None);
+        assert_eq!(Api::of("POST", "/v1/embeddings"), None);
+    }
+
+    #[test]
+    fn responses_texts_are_read_and_written_where_they_live() {
+        let body = json!({
+            "instructions": "Be brief.",
+            "input": [
+                { "role": "developer", "content": "Rules." },
+                { "type": "message", "role": "user", "content": [
+                    { "type": "input_text", "text": "first" },
+                    { "type": "input_image", "image_url": "https://example.com/a.png" },
+                    { "type": "input_text", "text": "second" }
+                ] },
+                { "type": "function_call", "call_id": "c", "name": "f", "arguments": "{}" },
+                { "type": "function_call_output", "call_id": "c", "output": "result" },
+                { "role": "assistant", "content": [
+                    { "type": "output_text", "text": "earlier answer" }
+                ] }
+            ]
+        });
+        let (messages, slots) = responses_input(&object(body.clone())).expect("mapped");
+        let seen: Vec<(Role, &str)> = messages
+            .iter()
+            .map(|message| (message.role, message.content.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (Role::System, "Be brief."),
+                (Role::System, "Rules."),
+                (Role::User, "first"),
+                (Role::User, "second"),
+                (Role::User, "result"),
+                (Role::Assistant, "earlier answer"),
+            ]
+        );
+        let mut written = body;
+        let upper = messages
+            .into_iter()
+            .map(|message| Message::new(message.role, message.content.to_uppercase()))
+            .collect();
+        write_input(&mut written, &slots, upper).expect("written");
+        assert_eq!(written["instructions"], "BE BRIEF.");
+        assert_eq!(written["input"][0]["content"], "RULES.");
+        assert_eq!(written["input"][1]["content"][0]["text"], "FIRST");
+        assert_eq!(
+            written["input"][1]["content"][1]["image_url"],
+            "https://example.com/a.png"
+        );
+        assert_eq!(written["input"][1]["content"][2]["text"], "SECOND");
+        assert_eq!(written["input"][2]["arguments"], "{}");
+        assert_eq!(written["input"][3]["output"], "RESULT");
+        assert_eq!(written["input"][4]["content"][0]["text"], "EARLIER ANSWER");
+    }
+
+    #[test]
+    fn a_string_input_is_one_user_message() {
+        let body = object(json!({ "input": "hello" }));
+        let (messages, slots) = responses_input(&body).expect("mapped");
+        assert_eq!(messages, vec![Message::new(Role::User, "hello")]);
+        assert_eq!(slots, vec![Slot("/input".to_owned())]);
+    }
+
+    #[test]
+    fn responses_input_of_the_wrong_shape_is_an_error() {
+        for body in [
+            json!({ "input": 42 }),
+            json!({ "input": { "role": "user" } }),
+            json!({ "input": "hi", "instructions": ["a"] }),
+        ] {
+            let error = responses_input(&object(body.clone())).expect_err("refused");
+            assert!(
+                matches!(error, GuardError::InvalidRequest { .. }),
+                "{body}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn reshaped_input_is_an_error() {
+        let mut body = json!({ "messages": [{ "role": "user", "content": "a" }] });
+        let (_, slots) = chat_input(&object(body.clone())).expect("mapped");
+        let error = write_input(&mut body, &slots, Vec::new()).expect_err("reshaped");
+        assert_eq!(
+            error,
+            GuardError::MessagesReshaped {
+                before: 1,
+                after: 0
+            }
+        );
+    }
+
+    #[test]
+    fn output_calls_are_read_and_patched() {
+        let mut item = json!({
+            "type": "function_call", "call_id": "call_1", "name": "search",
+            "arguments": "{\"query\": \"x\"}"
+        });
+        let tool = read_output_call(&item).expect("read").expect("a call");
+        assert_eq!((tool.id.as_str(), tool.name.as_str()), ("call_1", "search"));
+        let mut arguments = tool.arguments.clone();
+        arguments.insert("limit".to_owned(), json!(5));
+        write_output_call(&mut item, &tool, arguments);
+        let written: Value =
+            serde_json::from_str(item["arguments"].as_str().expect("a string")).expect("JSON");
+        assert_eq!(written, json!({"query": "x", "limit": 5}));
+
+        let custom =
+            json!({ "type": "custom_tool_call", "call_id": "c", "name": "sh", "input": "ls" });
+        let tool = read_output_call(&custom).expect("read").expect("a call");
+        assert!(tool.custom);
+        assert_eq!(tool.arguments["input"], "ls");
+
+        let bad =
+            json!({ "type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]" });
+        assert!(matches!(
+            read_output_call(&bad),
+            Err(GuardError::InvalidToolArguments { .. })
+        ));
+        let message = json!({ "type": "message", "content": [] });
+        assert!(read_output_call(&message).expect("read").is_none());
     }
 }

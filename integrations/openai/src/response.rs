@@ -1,15 +1,18 @@
-//! Whole answers: output policies on each choice's text, tool-call policies on its calls.
+//! Whole answers: output policies on each text (a chat choice's message, a Responses API
+//! message item), then tool-call policies on each call the answer makes.
 
 use async_openai::error::OpenAIError;
 use portcullis_engine::{Message, Metadata, OutputContext};
 use serde_json::{Map, Value};
 
 use crate::error::{self, GuardError};
+use crate::mapping::Api;
 use crate::{Settings, ToolOutcome, evaluate_tool_call, mapping, rebuild};
 
-/// Evaluates a whole chat completion and returns it, possibly changed.
+/// Evaluates a whole answer and returns it, possibly changed.
 pub(crate) async fn guard_response(
     settings: &Settings,
+    api: Api,
     metadata: Metadata,
     response: reqwest::Response,
 ) -> Result<reqwest::Response, OpenAIError> {
@@ -21,9 +24,13 @@ pub(crate) async fn guard_response(
             problem: problem.to_string(),
         })
     })?;
+    let key = match api {
+        Api::ChatCompletions => "choices",
+        Api::Responses => "output",
+    };
     let mut answer = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(answer)) if answer.get("choices").is_some_and(Value::is_array) => answer,
-        // Not a chat completion: async-openai reports what it is.
+        Ok(Value::Object(answer)) if answer.get(key).is_some_and(Value::is_array) => answer,
+        // Not an answer of this endpoint: async-openai reports what it is.
         _ => return Ok(rebuild(status, version, headers, bytes.into())),
     };
     let mut metadata = metadata;
@@ -31,6 +38,13 @@ pub(crate) async fn guard_response(
         metadata
             .extra
             .insert("response_id".to_owned(), Value::from(id));
+    }
+    if api == Api::Responses {
+        if let Some(Value::Array(output)) = answer.get_mut("output") {
+            guard_output(settings, &metadata, output).await?;
+        }
+        let body = Value::Object(answer).to_string();
+        return Ok(rebuild(status, version, headers, body.into()));
     }
     if let Some(Value::Array(choices)) = answer.get_mut("choices") {
         for (position, choice) in choices.iter_mut().enumerate() {
@@ -124,4 +138,108 @@ async fn guard_choice(
         message.insert("tool_calls".to_owned(), Value::Array(kept));
     }
     Ok(())
+}
+
+/// The metadata of one output item of a Responses API answer.
+pub(crate) fn item_metadata(metadata: &Metadata, output_index: u64) -> Metadata {
+    let mut metadata = metadata.clone();
+    metadata
+        .extra
+        .insert("output_index".to_owned(), Value::from(output_index));
+    metadata
+}
+
+/// Evaluates the `output` items of a Responses API answer in place: the text of every
+/// message item first, then every call, with the answer's text as its calling message.
+pub(crate) async fn guard_output(
+    settings: &Settings,
+    metadata: &Metadata,
+    output: &mut [Value],
+) -> Result<(), OpenAIError> {
+    let mut text = String::new();
+    for (index, item) in output.iter_mut().enumerate() {
+        let item_text =
+            guard_message_item(settings, &item_metadata(metadata, index as u64), item).await?;
+        join(&mut text, &item_text);
+    }
+    for (index, item) in output.iter_mut().enumerate() {
+        let metadata = item_metadata(metadata, index as u64);
+        if let Some(refusal) = guard_call_item(settings, &metadata, item, &text).await? {
+            join(&mut text, &refusal);
+        }
+    }
+    Ok(())
+}
+
+/// Appends `more` to `text` on a new line.
+pub(crate) fn join(text: &mut String, more: &str) {
+    if more.is_empty() {
+        return;
+    }
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(more);
+}
+
+/// Runs the output policies on each `output_text` and `refusal` part of a message item,
+/// writing back what they change; returns the item's text as forwarded. Other items are
+/// left alone.
+pub(crate) async fn guard_message_item(
+    settings: &Settings,
+    metadata: &Metadata,
+    item: &mut Value,
+) -> Result<String, OpenAIError> {
+    let mut text = String::new();
+    if item.get("type").and_then(Value::as_str) != Some("message") {
+        return Ok(text);
+    }
+    let Some(Value::Array(parts)) = item.get_mut("content") else {
+        return Ok(text);
+    };
+    for part in parts {
+        let key = match part.get("type").and_then(Value::as_str) {
+            Some("output_text") => "text",
+            Some("refusal") => "refusal",
+            _ => continue,
+        };
+        let Some(Value::String(content)) = part.get(key) else {
+            continue;
+        };
+        let context = OutputContext::new(Message::assistant(content.as_str()), metadata.clone());
+        let evaluation = settings
+            .engine
+            .evaluate_output(&context)
+            .await
+            .map_err(error::from_engine)?;
+        let forwarded = evaluation.into_context().response.content;
+        join(&mut text, &forwarded);
+        part[key] = Value::String(forwarded);
+    }
+    Ok(text)
+}
+
+/// Runs the tool-call policies on a `function_call` or `custom_tool_call` item: patched
+/// arguments are written back; a refused call is replaced by an assistant message item
+/// saying so, whose text is returned. Other items are left alone.
+pub(crate) async fn guard_call_item(
+    settings: &Settings,
+    metadata: &Metadata,
+    item: &mut Value,
+    calling_message: &str,
+) -> Result<Option<String>, OpenAIError> {
+    let Some(tool) = mapping::read_output_call(item).map_err(error::from_guard)? else {
+        return Ok(None);
+    };
+    match evaluate_tool_call(settings, metadata, &tool, calling_message).await? {
+        ToolOutcome::Allowed(None) => Ok(None),
+        ToolOutcome::Allowed(Some(arguments)) => {
+            mapping::write_output_call(item, &tool, arguments);
+            Ok(None)
+        }
+        ToolOutcome::Refused(refusal) => {
+            *item = mapping::refusal_item(&tool.id, &refusal);
+            Ok(Some(refusal))
+        }
+    }
 }

@@ -1,5 +1,6 @@
-//! Streamed answers (server-sent events): the streaming output guard on each choice's text,
-//! tool-call deltas buffered per index and evaluated whole when the choice finishes.
+//! Streamed chat completions (server-sent events): the streaming output guard on each
+//! choice's text (and another on its refusal text), tool-call deltas buffered per index and
+//! evaluated whole when the choice finishes.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -14,10 +15,11 @@ use tokio::sync::mpsc;
 
 use crate::error::{self, GuardError};
 use crate::mapping::{self, ToolCall};
+use crate::sse::{Event, EventReader, send};
 use crate::{Settings, ToolOutcome, evaluate_tool_call, rebuild};
 
 /// Chunks in flight between the guard and the reader.
-const CHANNEL_CAPACITY: usize = 16;
+pub(crate) const CHANNEL_CAPACITY: usize = 16;
 
 /// Returns the response with its event stream guarded by a task.
 pub(crate) fn guard_stream(
@@ -57,9 +59,9 @@ pub(crate) fn guard_stream(
 }
 
 /// Why a guarded stream ended early.
-type Failure = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type Failure = Box<dyn std::error::Error + Send + Sync>;
 
-fn from_openai(error: OpenAIError) -> Failure {
+pub(crate) fn from_openai(error: OpenAIError) -> Failure {
     match error {
         OpenAIError::Boxed(inner) => inner,
         other => Box::new(other),
@@ -77,6 +79,10 @@ struct PartialToolCall {
 /// One choice of the answer.
 struct ChoiceState<'e> {
     guard: Option<OutputStream<'e>>,
+    /// The guard of the choice's `refusal` text, opened by its first delta.
+    refusal: Option<OutputStream<'e>>,
+    /// Whether the choice finished: text after that is not released.
+    finished: bool,
     metadata: Metadata,
     released: String,
     tool_calls: BTreeMap<u64, PartialToolCall>,
@@ -85,6 +91,7 @@ struct ChoiceState<'e> {
 /// What finishing a choice adds to its last delta.
 struct Tail {
     text: String,
+    refusal: String,
     tool_calls: Vec<Value>,
     refused: bool,
 }
@@ -98,13 +105,6 @@ struct StreamGuard<'e> {
     template: Map<String, Value>,
 }
 
-/// An event being read: its `data` lines and its `event` name.
-#[derive(Default)]
-struct Event {
-    name: Option<String>,
-    data: Option<String>,
-}
-
 impl<'e> StreamGuard<'e> {
     async fn run(
         &mut self,
@@ -112,49 +112,22 @@ impl<'e> StreamGuard<'e> {
         sender: &mpsc::Sender<Result<Bytes, io::Error>>,
     ) -> Result<(), Failure> {
         let mut upstream = response.bytes_stream();
-        let mut pending: Vec<u8> = Vec::new();
-        let mut event = Event::default();
+        let mut reader = EventReader::default();
         while let Some(bytes) = upstream.next().await {
             let bytes = bytes.map_err(|problem| GuardError::Body {
                 problem: problem.to_string(),
             })?;
-            pending.extend_from_slice(&bytes);
-            while let Some(end) = pending.iter().position(|&byte| byte == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let line = String::from_utf8(line).map_err(|problem| GuardError::Body {
-                    problem: format!("the event stream is not UTF-8: {problem}"),
-                })?;
-                let line = line.trim_end_matches(['\n', '\r']);
-                if line.is_empty() {
-                    let done = std::mem::take(&mut event);
-                    if !self.dispatch(done, sender).await? {
-                        return Ok(());
-                    }
-                    continue;
-                }
-                let (field, value) = match line.split_once(':') {
-                    Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-                    None => (line, ""),
-                };
-                match field {
-                    "data" => match &mut event.data {
-                        Some(data) => {
-                            data.push('\n');
-                            data.push_str(value);
-                        }
-                        None => event.data = Some(value.to_owned()),
-                    },
-                    "event" => event.name = Some(value.to_owned()),
-                    _ => {}
+            for event in reader.push(&bytes)? {
+                if !self.dispatch(event, sender).await? {
+                    return Ok(());
                 }
             }
         }
         // The server closed without `[DONE]`: release what the guards clear, and stop.
-        if event.data.is_some() {
-            let last = std::mem::take(&mut event);
-            if !self.dispatch(last, sender).await? {
-                return Ok(());
-            }
+        if let Some(last) = reader.finish()
+            && !self.dispatch(last, sender).await?
+        {
+            return Ok(());
         }
         self.finish_all(sender).await
     }
@@ -213,6 +186,11 @@ impl<'e> StreamGuard<'e> {
                 let released = self.push(index, &text).await?;
                 delta.insert("content".to_owned(), Value::String(released));
             }
+            if let Some(Value::String(text)) = delta.get("refusal") {
+                let text = text.clone();
+                let released = self.push_refusal(index, &text).await?;
+                delta.insert("refusal".to_owned(), Value::String(released));
+            }
             if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
                 self.buffer_tool_calls(index, calls);
             }
@@ -230,7 +208,9 @@ impl<'e> StreamGuard<'e> {
             let carries_something = choice.get("finish_reason").is_some_and(|r| !r.is_null())
                 || delta.iter().any(|(key, value)| match value {
                     Value::Null => false,
-                    Value::String(text) => !text.is_empty() || key != "content",
+                    Value::String(text) => {
+                        !text.is_empty() || !matches!(key.as_str(), "content" | "refusal")
+                    }
                     _ => true,
                 });
             if carries_something {
@@ -264,6 +244,8 @@ impl<'e> StreamGuard<'e> {
             index,
             ChoiceState {
                 guard: Some(guard),
+                refusal: None,
+                finished: false,
                 metadata,
                 released: String::new(),
                 tool_calls: BTreeMap::new(),
@@ -283,6 +265,21 @@ impl<'e> StreamGuard<'e> {
         let released = collect(guard.push(text).await)?;
         state.released.push_str(&released);
         Ok(released)
+    }
+
+    /// Pushes a refusal delta through the choice's refusal guard; returns what it releases.
+    async fn push_refusal(&mut self, index: u64, text: &str) -> Result<String, Failure> {
+        let engine = self.engine;
+        let Some(state) = self.choices.get_mut(&index) else {
+            return Ok(String::new());
+        };
+        if state.finished {
+            return Ok(String::new());
+        }
+        let guard = state
+            .refusal
+            .get_or_insert_with(|| engine.output_stream(state.metadata.clone()));
+        collect(guard.push(text).await)
     }
 
     fn buffer_tool_calls(&mut self, index: u64, calls: Vec<Value>) {
@@ -313,15 +310,20 @@ impl<'e> StreamGuard<'e> {
     async fn finish_choice(&mut self, index: u64) -> Result<Tail, Failure> {
         let mut tail = Tail {
             text: String::new(),
+            refusal: String::new(),
             tool_calls: Vec::new(),
             refused: false,
         };
         let Some(state) = self.choices.get_mut(&index) else {
             return Ok(tail);
         };
+        state.finished = true;
         if let Some(guard) = state.guard.take() {
             tail.text = collect(guard.finish().await)?;
             state.released.push_str(&tail.text);
+        }
+        if let Some(guard) = state.refusal.take() {
+            tail.refusal = collect(guard.finish().await)?;
         }
         let calls = std::mem::take(&mut state.tool_calls);
         let mut refusals = Vec::new();
@@ -378,13 +380,15 @@ impl<'e> StreamGuard<'e> {
         let open: Vec<u64> = self
             .choices
             .iter()
-            .filter(|(_, state)| state.guard.is_some() || !state.tool_calls.is_empty())
+            .filter(|(_, state)| {
+                state.guard.is_some() || state.refusal.is_some() || !state.tool_calls.is_empty()
+            })
             .map(|(index, _)| *index)
             .collect();
         let mut choices = Vec::new();
         for index in open {
             let tail = self.finish_choice(index).await?;
-            if tail.text.is_empty() && tail.tool_calls.is_empty() {
+            if tail.text.is_empty() && tail.refusal.is_empty() && tail.tool_calls.is_empty() {
                 continue;
             }
             let mut delta = Map::new();
@@ -411,13 +415,21 @@ fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
         content.push_str(&tail.text);
         delta.insert("content".to_owned(), Value::String(content));
     }
+    if !tail.refusal.is_empty() {
+        let mut refusal = match delta.get("refusal") {
+            Some(Value::String(text)) => text.clone(),
+            _ => String::new(),
+        };
+        refusal.push_str(&tail.refusal);
+        delta.insert("refusal".to_owned(), Value::String(refusal));
+    }
     if !tail.tool_calls.is_empty() {
         delta.insert("tool_calls".to_owned(), Value::Array(tail.tool_calls));
     }
 }
 
 /// The released text of a guard's items, or the denial or error that ends the stream.
-fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
+pub(crate) fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
     let mut text = String::new();
     for item in items {
         match item {
@@ -427,25 +439,4 @@ fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
         }
     }
     Ok(text)
-}
-
-/// Sends one event; `false` when the reader is gone.
-async fn send(
-    sender: &mpsc::Sender<Result<Bytes, io::Error>>,
-    name: Option<&str>,
-    data: &str,
-) -> bool {
-    let mut event = String::with_capacity(data.len() + 16);
-    if let Some(name) = name {
-        event.push_str("event: ");
-        event.push_str(name);
-        event.push('\n');
-    }
-    for line in data.split('\n') {
-        event.push_str("data: ");
-        event.push_str(line);
-        event.push('\n');
-    }
-    event.push('\n');
-    sender.send(Ok(Bytes::from(event))).await.is_ok()
 }

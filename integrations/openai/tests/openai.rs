@@ -7,147 +7,19 @@ use std::sync::{Arc, Mutex};
 
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
 use async_openai::types::chat::{
     ChatCompletionMessageToolCalls, CreateChatCompletionRequest, CreateChatCompletionResponse,
     FinishReason,
 };
-use futures_util::StreamExt;
-use portcullis_engine::stream::StreamingRule;
-use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
-    ToolCallPolicy, TransformOperation, async_trait,
+use async_openai::types::responses::{
+    CreateResponse, OutputItem, OutputMessageContent, ResponseStreamEvent,
 };
+use futures_util::StreamExt;
+use portcullis_engine::{AuditRecord, InterceptionPoint, PolicyEngine};
 use portcullis_openai::{PortcullisLayer, ToolDenial};
 use serde_json::{Map, Value, json};
 use support::{Reply, ScriptedServer};
-
-const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
-
-/// Redacts SSNs from every message sent to the model.
-struct RedactPromptSsn;
-
-#[async_trait]
-impl InputPolicy for RedactPromptSsn {
-    fn id(&self) -> &str {
-        "redact_prompt_ssn"
-    }
-
-    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "messages.*.content",
-            SSN,
-        )]))
-    }
-}
-
-/// Denies prompts that ask for the admin password.
-struct NoPasswordRequests;
-
-#[async_trait]
-impl InputPolicy for NoPasswordRequests {
-    fn id(&self) -> &str {
-        "no_password_requests"
-    }
-
-    async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
-        let asks = context
-            .messages
-            .iter()
-            .any(|message| message.content.contains("admin password"));
-        Ok(if asks {
-            PolicyDecision::deny("asks for the admin password")
-        } else {
-            PolicyDecision::allow()
-        })
-    }
-}
-
-/// Redacts SSNs from answers, whole or streamed.
-struct RedactAnswerSsn;
-
-#[async_trait]
-impl OutputPolicy for RedactAnswerSsn {
-    fn id(&self) -> &str {
-        "redact_answer_ssn"
-    }
-
-    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "response.content",
-            SSN,
-        )]))
-    }
-
-    fn streaming(&self) -> Option<Vec<StreamingRule>> {
-        Some(vec![StreamingRule::Replace {
-            pattern: SSN.to_owned(),
-            replacement: "[REDACTED]".to_owned(),
-            max_match_len: None,
-        }])
-    }
-}
-
-/// Denies answers that mention the launch codes.
-struct NoLaunchCodes;
-
-#[async_trait]
-impl OutputPolicy for NoLaunchCodes {
-    fn id(&self) -> &str {
-        "no_launch_codes"
-    }
-
-    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(if context.response.content.contains("launch codes") {
-            PolicyDecision::deny("mentions the launch codes")
-        } else {
-            PolicyDecision::allow()
-        })
-    }
-
-    fn streaming(&self) -> Option<Vec<StreamingRule>> {
-        Some(vec![StreamingRule::DenyOnMatch {
-            pattern: "launch codes".to_owned(),
-            reason: Some("mentions the launch codes".to_owned()),
-            max_match_len: None,
-        }])
-    }
-}
-
-/// Denies `delete_database`; caps `search` at 5 results and redacts SSNs from its query.
-struct GuardTools;
-
-#[async_trait]
-impl ToolCallPolicy for GuardTools {
-    fn id(&self) -> &str {
-        "guard_tools"
-    }
-
-    async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        Ok(match context.tool_name.as_str() {
-            "delete_database" => PolicyDecision::deny("destructive tool"),
-            "search" => PolicyDecision::transform([TransformOperation::set("arguments.limit", 5)]),
-            _ => PolicyDecision::allow(),
-        })
-    }
-}
-
-/// Redacts SSNs from tool arguments.
-struct RedactToolSsn;
-
-#[async_trait]
-impl ToolCallPolicy for RedactToolSsn {
-    fn id(&self) -> &str {
-        "redact_tool_ssn"
-    }
-
-    async fn evaluate(&self, _: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "arguments.query",
-            SSN,
-        )]))
-    }
-}
 
 /// One audit record, kept for assertions.
 #[derive(Debug, Clone)]
@@ -166,17 +38,17 @@ struct Fixture {
 }
 
 async fn fixture(replies: Vec<Reply>, tool_denial: ToolDenial) -> Fixture {
+    fixture_with(replies, |layer| layer.on_tool_denial(tool_denial)).await
+}
+
+async fn fixture_with(
+    replies: Vec<Reply>,
+    layer: impl FnOnce(PortcullisLayer) -> PortcullisLayer,
+) -> Fixture {
     let server = ScriptedServer::start(replies).await;
     let audit = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&audit);
-    let set = PolicySet::builder()
-        .input(NoPasswordRequests)
-        .input(RedactPromptSsn)
-        .tool_call(GuardTools)
-        .tool_call(RedactToolSsn)
-        .output(NoLaunchCodes)
-        .output(RedactAnswerSsn)
-        .build();
+    let set = portcullis_testing::agent::policy_set();
     let engine = PolicyEngine::builder()
         .policy_set(set)
         .on_audit(move |record: &AuditRecord<'_>| {
@@ -190,10 +62,7 @@ async fn fixture(replies: Vec<Reply>, tool_denial: ToolDenial) -> Fixture {
             });
         })
         .build();
-    let service = PortcullisLayer::new(engine)
-        .agent_id("test-agent")
-        .on_tool_denial(tool_denial)
-        .into_default_service();
+    let service = layer(PortcullisLayer::new(engine).agent_id("test-agent")).into_default_service();
     let config = OpenAIConfig::new()
         .with_api_base(server.base_url())
         .with_api_key("test-key");
@@ -790,4 +659,484 @@ async fn a_refusal_is_output_too() {
         response.choices[0].message.refusal.as_deref(),
         Some("I cannot act on [REDACTED].")
     );
+}
+
+#[tokio::test]
+async fn other_endpoints_are_refused_by_default() {
+    let fixture = fixture(
+        vec![Reply::Json(json!({"object": "list", "data": []}))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let error = fixture
+        .client
+        .models()
+        .list()
+        .await
+        .expect_err("an unguarded endpoint is refused");
+    let text = error.to_string();
+    assert!(text.contains("refused GET /v1/models"), "{text}");
+    assert!(text.contains("pass_through"), "{text}");
+    assert!(fixture.server.recorded().is_empty(), "nothing was sent");
+}
+
+#[tokio::test]
+async fn listed_endpoints_pass_through() {
+    let models = json!({"object": "list", "data": [
+        {"id": "scripted-model", "object": "model", "created": 1_700_000_000, "owned_by": "tests"}
+    ]});
+    let fixture = fixture_with(vec![Reply::Json(models)], |layer| {
+        layer.pass_through("/v1/models/")
+    })
+    .await;
+    let list = fixture
+        .client
+        .models()
+        .list()
+        .await
+        .expect("a listed endpoint passes through");
+    assert_eq!(list.data[0].id, "scripted-model");
+    let recorded = fixture.server.recorded();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(
+        (recorded[0].method.as_str(), recorded[0].path.as_str()),
+        ("GET", "/v1/models")
+    );
+}
+
+#[tokio::test]
+async fn a_listed_path_does_not_cover_its_neighbours() {
+    let fixture = fixture_with(vec![], |layer| layer.pass_through("/v1/model")).await;
+    let error = fixture
+        .client
+        .models()
+        .list()
+        .await
+        .expect_err("/v1/model does not list /v1/models");
+    assert!(
+        error.to_string().contains("refused GET /v1/models"),
+        "{error}"
+    );
+    assert!(fixture.server.recorded().is_empty());
+}
+
+// The Responses API (`POST /v1/responses`), whole and streamed.
+
+fn responses_request(body: Value) -> CreateResponse {
+    serde_json::from_value(body).expect("a valid Responses API request")
+}
+
+/// The text of a message item.
+fn item_text(item: &OutputItem) -> String {
+    let OutputItem::Message(message) = item else {
+        return String::new();
+    };
+    message
+        .content
+        .iter()
+        .filter_map(|content| match content {
+            OutputMessageContent::OutputText(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs the function calls of a Responses API answer.
+fn run_output_calls(tools: &mut Tools, output: &[OutputItem]) {
+    for item in output {
+        if let OutputItem::FunctionCall(call) = item {
+            tools.dispatch(&call.name, &call.arguments);
+        }
+    }
+}
+
+#[tokio::test]
+async fn responses_input_is_redacted_before_it_is_sent() {
+    let fixture = fixture(
+        vec![Reply::Json(support::response(vec![support::message_item(
+            "msg_1", "Noted.",
+        )]))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let response = fixture
+        .client
+        .responses()
+        .create(responses_request(json!({
+            "model": "scripted-model",
+            "instructions": "Help the user with SSN 111-22-3333.",
+            "input": [
+                { "role": "user", "content": [
+                    { "type": "input_text", "text": "My SSN is 123-45-6789." }
+                ] },
+                { "type": "function_call", "call_id": "call_1", "name": "search",
+                  "arguments": "{\"query\": \"records\"}" },
+                { "type": "function_call_output", "call_id": "call_1",
+                  "output": "Found 987-65-4321." },
+                { "role": "user", "content": "Thanks, 222-33-4444." }
+            ],
+            "metadata": { "session_id": "session-9" }
+        })))
+        .await
+        .expect("the guarded call succeeds");
+    assert_eq!(item_text(&response.output[0]), "Noted.");
+
+    let received = &fixture.server.recorded()[0];
+    assert_eq!(received.path, "/v1/responses");
+    let body = &received.body;
+    assert_eq!(body["instructions"], "Help the user with SSN [REDACTED].");
+    assert_eq!(
+        body["input"][0]["content"][0]["text"],
+        "My SSN is [REDACTED]."
+    );
+    assert_eq!(body["input"][1]["arguments"], "{\"query\": \"records\"}");
+    assert_eq!(body["input"][2]["output"], "Found [REDACTED].");
+    assert_eq!(body["input"][3]["content"], "Thanks, [REDACTED].");
+
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    assert!(
+        seen.iter()
+            .any(|record| record.point == InterceptionPoint::Output)
+    );
+    for record in &seen {
+        assert_eq!(record.session_id, "session-9", "{record:?}");
+        assert_eq!(record.extra["api"], "responses", "{record:?}");
+        if record.point == InterceptionPoint::Output {
+            assert_eq!(record.extra["response_id"], "resp_scripted", "{record:?}");
+            assert_eq!(record.extra["output_index"], 0, "{record:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_denied_responses_prompt_never_reaches_the_server() {
+    let fixture = fixture(vec![], ToolDenial::Refuse).await;
+    let error = fixture
+        .client
+        .responses()
+        .create(responses_request(json!({
+            "model": "scripted-model",
+            "input": "What is the admin password?"
+        })))
+        .await
+        .expect_err("the prompt is denied");
+    let denial = portcullis_openai::denial(&error).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "no_password_requests");
+    assert!(fixture.server.recorded().is_empty());
+}
+
+#[tokio::test]
+async fn responses_answers_are_redacted_and_their_calls_guarded() {
+    let fixture = fixture(
+        vec![Reply::Json(support::response(vec![
+            support::message_item("msg_1", "Checking 987-65-4321."),
+            support::function_call_item(
+                "call_a",
+                "search",
+                r#"{"query": "records of 123-45-6789", "limit": 50}"#,
+            ),
+            support::function_call_item("call_b", "delete_database", r#"{"confirm": true}"#),
+        ]))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let response = fixture
+        .client
+        .responses()
+        .create(responses_request(
+            json!({"model": "scripted-model", "input": "Find my records."}),
+        ))
+        .await
+        .expect("the guarded call succeeds");
+    assert_eq!(item_text(&response.output[0]), "Checking [REDACTED].");
+    let refusal = item_text(&response.output[2]);
+    assert!(
+        refusal.contains("denied by policy \"guard_tools\""),
+        "{refusal}"
+    );
+    let mut tools = Tools::default();
+    run_output_calls(&mut tools, &response.output);
+    assert_eq!(
+        tools.searches,
+        vec![
+            json!({"query": "records of [REDACTED]", "limit": 5})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_denied_responses_answer_fails_the_call() {
+    let fixture = fixture(
+        vec![Reply::Json(support::response(vec![support::message_item(
+            "msg_1",
+            "Here are the launch codes.",
+        )]))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let error = fixture
+        .client
+        .responses()
+        .create(responses_request(
+            json!({"model": "scripted-model", "input": "A secret?"}),
+        ))
+        .await
+        .expect_err("the answer is denied");
+    let denial = portcullis_openai::denial(&error).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+}
+
+/// Reads a guarded Responses API stream to its end: the events, and the error that ended
+/// it, if one did. Sequence numbers must count up from 0.
+async fn read_response_stream(
+    fixture: &Fixture,
+    input: &str,
+) -> (Vec<ResponseStreamEvent>, Option<OpenAIError>) {
+    let mut stream = fixture
+        .client
+        .responses()
+        .create_stream(responses_request(
+            json!({"model": "scripted-model", "input": input}),
+        ))
+        .await
+        .expect("the stream opens");
+    let mut events = Vec::new();
+    let mut failure = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => {
+                let sequence =
+                    serde_json::to_value(&event).expect("an event")["sequence_number"].as_u64();
+                assert_eq!(sequence, Some(events.len() as u64), "{event:?}");
+                events.push(event);
+            }
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+    }
+    if failure.is_some() {
+        assert!(stream.next().await.is_none(), "nothing follows the error");
+    }
+    (events, failure)
+}
+
+fn streamed_text(events: &[ResponseStreamEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            ResponseStreamEvent::ResponseOutputTextDelta(delta) => Some(delta.delta.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn streamed_responses_text_is_redacted_before_it_reaches_the_caller() {
+    let pieces = ["Your SSN ", "is 987-6", "5-4321, ", "keep it safe."];
+    let fixture = fixture(
+        vec![Reply::Sse(support::response_events(
+            support::streamed_message(0, "msg_1", &pieces),
+            vec![support::message_item("msg_1", &pieces.concat())],
+        ))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let (events, failure) = read_response_stream(&fixture, "My SSN?").await;
+    assert!(failure.is_none(), "{failure:?}");
+    let expected = "Your SSN is [REDACTED], keep it safe.";
+    assert_eq!(streamed_text(&events), expected);
+    let all = serde_json::to_string(&events).expect("events");
+    assert!(!all.contains("4321"), "{all}");
+    let mut finals = 0;
+    for event in &events {
+        match event {
+            ResponseStreamEvent::ResponseOutputTextDone(done) => {
+                assert_eq!(done.text, expected);
+                finals += 1;
+            }
+            ResponseStreamEvent::ResponseOutputItemDone(done) => {
+                assert_eq!(item_text(&done.item), expected);
+                finals += 1;
+            }
+            ResponseStreamEvent::ResponseCompleted(completed) => {
+                assert_eq!(item_text(&completed.response.output[0]), expected);
+                finals += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(finals, 3, "{events:#?}");
+    assert_eq!(fixture.server.requests()[0]["stream"], true);
+}
+
+#[tokio::test]
+async fn streamed_responses_denial_ends_the_stream_before_the_offending_text() {
+    let pieces = ["Sure. ", "Here are the laun", "ch codes: 0000."];
+    let fixture = fixture(
+        vec![Reply::Sse(support::response_events(
+            support::streamed_message(0, "msg_1", &pieces),
+            vec![support::message_item("msg_1", &pieces.concat())],
+        ))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let (events, failure) = read_response_stream(&fixture, "A secret?").await;
+    let text = streamed_text(&events);
+    assert!("Sure. Here are the ".starts_with(&text), "{text}");
+    let all = serde_json::to_string(&events).expect("events");
+    assert!(
+        !all.contains("launch codes") && !all.contains("codes: 0000"),
+        "{all}"
+    );
+    let failure = failure.expect("the stream ends with the denial");
+    let denial = portcullis_openai::denial(&failure).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+    assert_eq!(denial.reason(), Some("mentions the launch codes"));
+}
+
+#[tokio::test]
+async fn streamed_responses_calls_are_held_then_released_whole() {
+    let search = [r#"{"query": "records of 123"#, r#"-45-6789", "limit": 50}"#];
+    let delete = [r#"{"confirm""#, ": true}"];
+    let mut events = support::streamed_message(0, "msg_1", &["Checking."]);
+    events.extend(support::streamed_call(1, "call_a", "search", &search));
+    events.extend(support::streamed_call(
+        2,
+        "call_b",
+        "delete_database",
+        &delete,
+    ));
+    let output = vec![
+        support::message_item("msg_1", "Checking."),
+        support::function_call_item("call_a", "search", &search.concat()),
+        support::function_call_item("call_b", "delete_database", &delete.concat()),
+    ];
+    let fixture = fixture(
+        vec![Reply::Sse(support::response_events(events, output))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let (events, failure) = read_response_stream(&fixture, "Find my records.").await;
+    assert!(failure.is_none(), "{failure:?}");
+    let all = serde_json::to_string(&events).expect("events");
+    assert!(!all.contains("123-45-6789"), "{all}");
+    assert!(!all.contains("\"delete_database\""), "{all}");
+
+    // The allowed call arrives whole: added, one arguments delta, done.
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter_map(|event| match event {
+            ResponseStreamEvent::ResponseFunctionCallArgumentsDelta(delta) => {
+                Some(delta.delta.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas.len(), 1, "{deltas:?}");
+    let arguments: Value = serde_json::from_str(deltas[0]).expect("whole arguments");
+    assert_eq!(
+        arguments,
+        json!({"query": "records of [REDACTED]", "limit": 5})
+    );
+    // The denied call became a message saying so, in its place.
+    let refusal: String = events
+        .iter()
+        .filter_map(|event| match event {
+            ResponseStreamEvent::ResponseOutputTextDelta(delta) if delta.output_index == 2 => {
+                Some(delta.delta.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        refusal.contains("denied by policy \"guard_tools\""),
+        "{refusal}"
+    );
+
+    let Some(ResponseStreamEvent::ResponseCompleted(completed)) = events.last() else {
+        panic!("the stream ends with response.completed: {events:#?}");
+    };
+    let output = &completed.response.output;
+    assert_eq!(item_text(&output[0]), "Checking.");
+    assert_eq!(item_text(&output[2]), refusal);
+    let mut tools = Tools::default();
+    run_output_calls(&mut tools, output);
+    assert_eq!(Value::Object(tools.searches.remove(0)), arguments);
+}
+
+#[tokio::test]
+async fn a_denied_streamed_responses_call_can_fail_the_stream() {
+    let events = support::streamed_call(0, "call_x", "delete_database", &[r#"{"confirm": true}"#]);
+    let output = vec![support::function_call_item(
+        "call_x",
+        "delete_database",
+        r#"{"confirm": true}"#,
+    )];
+    let fixture = fixture(
+        vec![Reply::Sse(support::response_events(events, output))],
+        ToolDenial::Fail,
+    )
+    .await;
+    let (events, failure) = read_response_stream(&fixture, "Clean up.").await;
+    let all = serde_json::to_string(&events).expect("events");
+    assert!(!all.contains("delete_database"), "{all}");
+    let failure = failure.expect("the stream ends with the denial");
+    let denial = portcullis_openai::denial(&failure).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "guard_tools");
+    assert_eq!(denial.interception_point(), InterceptionPoint::ToolCall);
+}
+
+#[tokio::test]
+async fn a_streamed_call_without_its_added_event_is_still_held_and_checked() {
+    let search = [r#"{"query": "records of 123-45-6789"}"#];
+    let mut events = support::streamed_call(0, "call_a", "search", &search);
+    events.remove(0);
+    let output = vec![support::function_call_item(
+        "call_a",
+        "search",
+        &search.concat(),
+    )];
+    let fixture = fixture(
+        vec![Reply::Sse(support::response_events(events, output))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let (events, failure) = read_response_stream(&fixture, "Find my records.").await;
+    assert!(failure.is_none(), "{failure:?}");
+    let all = serde_json::to_string(&events).expect("events");
+    assert!(!all.contains("123-45-6789"), "{all}");
+    assert!(all.contains("records of [REDACTED]"), "{all}");
+}
+
+#[tokio::test]
+async fn a_streamed_refusal_goes_through_the_guard_too() {
+    use support::chunk;
+    let frames = vec![
+        chunk(
+            json!({"role": "assistant", "refusal": "I cannot act on 987-6"}),
+            None,
+        ),
+        chunk(json!({"refusal": "5-4321."}), None),
+        chunk(json!({}), Some("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let fixture = fixture(vec![Reply::Sse(frames)], ToolDenial::Refuse).await;
+    let mut stream = fixture
+        .client
+        .chat()
+        .create_stream(request("Do it.", json!({})))
+        .await
+        .expect("the stream opens");
+    let mut refusal = String::new();
+    while let Some(chunk) = stream.next().await {
+        for choice in chunk.expect("a guarded chunk").choices {
+            refusal.push_str(choice.delta.refusal.as_deref().unwrap_or_default());
+        }
+    }
+    assert_eq!(refusal, "I cannot act on [REDACTED].");
 }

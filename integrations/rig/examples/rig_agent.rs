@@ -9,12 +9,15 @@ mod support;
 use std::convert::Infallible;
 use std::error::Error;
 
+use futures_util::StreamExt;
 use portcullis_engine::{
     AuditRecord, BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
     PolicyEngine, PolicySet, Redaction, ToolCallContext, ToolCallPolicy, async_trait,
 };
 use portcullis_rig::PortcullisHook;
 use rig_agent::AgentBuilder;
+use rig_agent::agent::MultiTurnStreamItem;
+use rig_agent::streaming::{Item, StreamEvent};
 use rig_core::providers::openai::OpenAIConfig;
 use rig_core::tool::PortableTool;
 use serde_json::{Map, Value, json};
@@ -133,6 +136,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         Reply::Json(support::text_completion(
             "You have 2 open invoices under SSN 987-65-4321.",
         )),
+        Reply::Sse(support::streamed_text(&["Still SSN 98", "7-65-4321."])),
     ])
     .await;
     let model = OpenAIConfig::new("not-needed")
@@ -160,12 +164,13 @@ async fn main() -> Result<(), Box<dyn Error>> {
             );
         })
         .build();
+    let hook = PortcullisHook::new(engine).session_id("example-session");
     let agent = AgentBuilder::new(model)
         .name("invoice-bot")
         .tool(Search)
         .tool(DeleteDatabase)
         .default_max_turns(3)
-        .add_hook(PortcullisHook::new(engine).session_id("example-session"))
+        .add_hook(hook.clone())
         .build();
 
     let response = agent
@@ -174,5 +179,19 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let first = &server.requests()[0];
     println!("the server received: {}", first["messages"][0]["content"]);
     println!("the caller read: {:?}", response.output());
+
+    // A streamed run: its text goes through the streaming guard before anyone reads it.
+    let mut stream = hook.stream_prompt(&agent, "And which SSN is on file?");
+    let mut shown = String::new();
+    while let Some(item) = stream.next().await {
+        if let MultiTurnStreamItem::StreamAssistantItem(Item::Event(StreamEvent::Text {
+            text,
+            ..
+        })) = item?
+        {
+            shown.push_str(&text);
+        }
+    }
+    println!("the stream's reader saw: {shown:?}");
     Ok(())
 }

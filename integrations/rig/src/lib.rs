@@ -26,10 +26,42 @@
 //! records, and at the completion call, on everything the model receives), so its audit
 //! records appear twice for that turn.
 //!
-//! Streamed runs (`stream_prompt`) call the same hooks, but rig streams text deltas before
-//! the turn is complete and hooks can only observe deltas: output policies see the finished
-//! turn. Use awaited runs when answers must be redacted before anyone reads them (this
-//! crate's tests cover awaited runs).
+//! # Streamed runs
+//!
+//! A streamed run (`agent.prompt(..).stream()`) calls the same hooks, but rig hands text
+//! deltas to the reader before the turn is complete, and a hook can only watch them. Pass
+//! the stream through [`PortcullisHook::guard_stream`] (or start it with
+//! [`PortcullisHook::stream_prompt`]): each text delta goes through the
+//! engine's streaming output guard ([`PolicyEngine::output_stream`]), so the reader only
+//! sees text the output policies cleared (redacted by streaming rules, held back while a
+//! match may still be forming), and a denial ends the stream with `PromptError::Cancelled`
+//! ([`denial`] reads it) before the offending text, which stops the run. The hook still
+//! checks each finished turn as in awaited runs, so the run's history and final response
+//! hold the turn as the whole-text policies left it.
+//!
+//! ```no_run
+//! # async fn run(agent: rig_agent::Agent, hook: portcullis_rig::PortcullisHook) {
+//! use futures_util::StreamExt;
+//!
+//! // `hook` is the one added to `agent` (`AgentBuilder::add_hook(hook.clone())`).
+//! // Or `hook.guard_stream(agent.prompt(..).stream())` for a run configured further.
+//! let mut stream = hook.stream_prompt(&agent, "Summarise my invoices.");
+//! while let Some(item) = stream.next().await {
+//!     match item {
+//!         Ok(item) => { /* show cleared text */ let _ = item; }
+//!         Err(error) => {
+//!             if let Some(denial) = portcullis_rig::denial(&error) {
+//!                 eprintln!("stopped by {}", denial.policy_id());
+//!             }
+//!         }
+//!     }
+//! }
+//! # }
+//! ```
+//!
+//! The stream's tool-call items (argument deltas, the model's calls) show the calls as the
+//! model asked for them; what runs is what the tool-call policies let through
+//! (`ToolExecutionCommitted` carries the patched call).
 //!
 //! # From rig to the policy contexts
 //!
@@ -62,6 +94,8 @@
 //! OpenAI-compatible server on 127.0.0.1.
 //!
 //! [rig]: https://docs.rs/rig-agent
+
+mod stream;
 
 use std::sync::Arc;
 

@@ -7,125 +7,17 @@ mod support;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
-    ToolCallPolicy, TransformOperation, async_trait,
-};
+use futures_util::StreamExt;
+use portcullis_engine::{AuditRecord, InterceptionPoint, PolicyEngine};
 use portcullis_rig::{PortcullisHook, ToolDenial};
+use rig_agent::agent::{MultiTurnStreamItem, StreamingResult};
+use rig_agent::run::PromptError;
+use rig_agent::streaming::{Item, StreamEvent};
 use rig_agent::{Agent, AgentBuilder};
 use rig_core::providers::openai::OpenAIConfig;
 use rig_core::tool::PortableTool;
 use serde_json::{Map, Value, json};
 use support::{Reply, ScriptedServer};
-
-const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
-
-struct RedactPromptSsn;
-
-#[async_trait]
-impl InputPolicy for RedactPromptSsn {
-    fn id(&self) -> &str {
-        "redact_prompt_ssn"
-    }
-
-    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "messages.*.content",
-            SSN,
-        )]))
-    }
-}
-
-struct NoPasswordRequests;
-
-#[async_trait]
-impl InputPolicy for NoPasswordRequests {
-    fn id(&self) -> &str {
-        "no_password_requests"
-    }
-
-    async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
-        let asks = context
-            .messages
-            .iter()
-            .any(|message| message.content.contains("admin password"));
-        Ok(if asks {
-            PolicyDecision::deny("asks for the admin password")
-        } else {
-            PolicyDecision::allow()
-        })
-    }
-}
-
-struct RedactAnswerSsn;
-
-#[async_trait]
-impl OutputPolicy for RedactAnswerSsn {
-    fn id(&self) -> &str {
-        "redact_answer_ssn"
-    }
-
-    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "response.content",
-            SSN,
-        )]))
-    }
-}
-
-/// Denies answers that mention the launch codes.
-struct NoLaunchCodes;
-
-#[async_trait]
-impl OutputPolicy for NoLaunchCodes {
-    fn id(&self) -> &str {
-        "no_launch_codes"
-    }
-
-    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        Ok(if context.response.content.contains("launch codes") {
-            PolicyDecision::deny("mentions the launch codes")
-        } else {
-            PolicyDecision::allow()
-        })
-    }
-}
-
-/// Denies `delete_database`; caps `search` at 5 results.
-struct GuardTools;
-
-#[async_trait]
-impl ToolCallPolicy for GuardTools {
-    fn id(&self) -> &str {
-        "guard_tools"
-    }
-
-    async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        Ok(match context.tool_name.as_str() {
-            "delete_database" => PolicyDecision::deny("destructive tool"),
-            "search" => PolicyDecision::transform([TransformOperation::set("arguments.limit", 5)]),
-            _ => PolicyDecision::allow(),
-        })
-    }
-}
-
-/// Redacts SSNs from tool arguments.
-struct RedactToolSsn;
-
-#[async_trait]
-impl ToolCallPolicy for RedactToolSsn {
-    fn id(&self) -> &str {
-        "redact_tool_ssn"
-    }
-
-    async fn evaluate(&self, _: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        Ok(PolicyDecision::redact([Redaction::replace(
-            "arguments.query",
-            SSN,
-        )]))
-    }
-}
 
 /// Records the arguments it runs with.
 #[derive(Clone, Default)]
@@ -193,6 +85,7 @@ struct Fixture {
     agent: Agent,
     search: Search,
     audit: Arc<Mutex<Vec<Seen>>>,
+    hook: PortcullisHook,
 }
 
 async fn fixture(
@@ -202,14 +95,7 @@ async fn fixture(
     let server = ScriptedServer::start(replies).await;
     let audit = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&audit);
-    let set = PolicySet::builder()
-        .input(NoPasswordRequests)
-        .input(RedactPromptSsn)
-        .tool_call(GuardTools)
-        .tool_call(RedactToolSsn)
-        .output(NoLaunchCodes)
-        .output(RedactAnswerSsn)
-        .build();
+    let set = portcullis_testing::agent::policy_set();
     let engine = PolicyEngine::builder()
         .policy_set(set)
         .on_audit(move |record: &AuditRecord<'_>| {
@@ -233,14 +119,15 @@ async fn fixture(
         .preamble("You are a billing assistant.")
         .tool(search.clone())
         .tool(DeleteDatabase)
-        .default_max_turns(4)
-        .add_hook(hook(PortcullisHook::new(engine)))
-        .build();
+        .default_max_turns(4);
+    let hook = hook(PortcullisHook::new(engine));
+    let agent = agent.add_hook(hook.clone()).build();
     Fixture {
         server,
         agent,
         search,
         audit,
+        hook,
     }
 }
 
@@ -455,4 +342,146 @@ async fn redacted_text_of_a_tool_calling_turn_ends_the_run_rather_than_leak() {
     assert!(text.contains("cannot replace such a turn"), "{text}");
     assert!(!format!("{error:?}").contains("987-65-4321"), "{error:?}");
     assert!(fixture.search.calls.lock().expect("calls lock").is_empty());
+}
+
+/// Runs a streamed, guarded prompt to its end: the text items the reader saw, every item's
+/// debug form, and the error that ended the stream, if one did.
+async fn stream(mut stream: StreamingResult) -> (String, String, Option<PromptError>) {
+    let mut text = String::new();
+    let mut seen = String::new();
+    let mut failure = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(item) => {
+                if let MultiTurnStreamItem::StreamAssistantItem(Item::Event(StreamEvent::Text {
+                    text: delta,
+                    ..
+                })) = &item
+                {
+                    text.push_str(delta);
+                }
+                seen.push_str(&format!("{item:?}\n"));
+            }
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+    }
+    if failure.is_some() {
+        assert!(stream.next().await.is_none(), "nothing follows the stop");
+    }
+    (text, seen, failure)
+}
+
+#[tokio::test]
+async fn a_streamed_run_is_redacted_before_the_reader_sees_it() {
+    let fixture = fixture(
+        vec![Reply::Sse(support::streamed_text(&[
+            "Your SSN ",
+            "is 987-6",
+            "5-4321, ",
+            "keep it safe.",
+        ]))],
+        |hook| hook,
+    )
+    .await;
+    let run = fixture
+        .hook
+        .stream_prompt(&fixture.agent, "What is my SSN?");
+    let (text, seen, failure) = stream(run).await;
+    assert!(failure.is_none(), "{failure:?}");
+    assert_eq!(text, "Your SSN is [REDACTED], keep it safe.");
+    assert!(!seen.contains("4321"), "{seen}");
+    assert!(seen.contains("FinalResponse"), "{seen}");
+    // The stream guard's records say they come from a stream.
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    assert!(
+        seen.iter()
+            .any(|record| record.point == InterceptionPoint::Output
+                && record.extra.get("streamed") == Some(&Value::Bool(true))
+                && record.agent_id == "billing-bot"),
+        "{seen:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_denied_stream_stops_the_run_before_the_offending_text() {
+    let fixture = fixture(
+        vec![
+            Reply::Sse(support::streamed_text(&[
+                "Sure. ",
+                "Here are the laun",
+                "ch codes: 0000.",
+            ])),
+            Reply::Json(support::text_completion("unused")),
+        ],
+        |hook| hook.session_id("session-7"),
+    )
+    .await;
+    let run = fixture
+        .hook
+        .guard_stream(fixture.agent.prompt("Tell me a secret.").stream());
+    let (text, seen, failure) = stream(run).await;
+    assert!("Sure. Here are the ".starts_with(&text), "{text}");
+    assert!(
+        !seen.contains("launch codes") && !seen.contains("0000"),
+        "{seen}"
+    );
+    let failure = failure.expect("the denial stops the stream");
+    let denial = portcullis_rig::denial(&failure)
+        .unwrap_or_else(|| panic!("the error is the denial: {failure:?}"));
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+    assert_eq!(denial.interception_point(), InterceptionPoint::Output);
+    assert_eq!(fixture.server.requests().len(), 1, "the run stopped");
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    assert!(seen.iter().all(|record| record.session_id == "session-7"));
+}
+
+#[tokio::test]
+async fn a_streamed_run_with_tools_is_guarded_turn_by_turn() {
+    use support::chunk;
+    let tool_turn = vec![
+        chunk(json!({"role": "assistant", "content": "Looking."}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_s", "type": "function",
+                "function": {"name": "search", "arguments": "{\"query\": \"invoices of 123-45-6789\"}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let fixture = fixture(
+        vec![
+            Reply::Sse(tool_turn),
+            Reply::Sse(support::streamed_text(&["Found 3 for 987-6", "5-4321."])),
+        ],
+        |hook| hook,
+    )
+    .await;
+    let run = fixture
+        .hook
+        .stream_prompt(&fixture.agent, "Find my invoices.");
+    let (text, seen, failure) = stream(run).await;
+    assert!(failure.is_none(), "{failure:?}");
+    assert_eq!(text, "Looking.Found 3 for [REDACTED].");
+    assert!(!seen.contains("987-65-4321"), "{seen}");
+    assert_eq!(fixture.server.requests().len(), 2);
+    let calls = fixture.search.calls.lock().expect("calls lock").clone();
+    assert_eq!(
+        Value::Object(calls[0].clone()),
+        json!({"query": "invoices of [REDACTED]", "limit": 5})
+    );
+    let turns: Vec<Value> = fixture
+        .audit
+        .lock()
+        .expect("audit lock")
+        .iter()
+        .filter(|record| record.extra.get("streamed") == Some(&Value::Bool(true)))
+        .map(|record| record.extra["turn"].clone())
+        .collect();
+    assert!(
+        turns.contains(&json!(1)) && turns.contains(&json!(2)),
+        "{turns:?}"
+    );
 }

@@ -1,7 +1,7 @@
 //! A scripted OpenAI-compatible server on 127.0.0.1, for the tests and the example.
 //!
-//! Each `POST /v1/chat/completions` takes the next scripted reply; every request body is
-//! recorded so a test can check what really reached the server.
+//! Each request takes the next scripted reply, whatever its path; every request (method,
+//! path, JSON body) is recorded so a test can check what really reached the server.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -29,10 +29,21 @@ pub enum Reply {
     Sse(Vec<String>),
 }
 
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// The URL path.
+    pub path: String,
+    /// The body as JSON (`null` when empty or not JSON).
+    pub body: Value,
+}
+
 /// The server; it stops when dropped.
 pub struct ScriptedServer {
     address: SocketAddr,
-    requests: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<Mutex<Vec<Recorded>>>,
     task: JoinHandle<()>,
 }
 
@@ -77,6 +88,14 @@ impl ScriptedServer {
 
     /// The JSON bodies received so far.
     pub fn requests(&self) -> Vec<Value> {
+        self.recorded()
+            .into_iter()
+            .map(|request| request.body)
+            .collect()
+    }
+
+    /// The requests received so far.
+    pub fn recorded(&self) -> Vec<Recorded> {
         self.requests.lock().expect("requests lock").clone()
     }
 }
@@ -90,20 +109,20 @@ impl Drop for ScriptedServer {
 async fn answer(
     request: Request<Incoming>,
     replies: Arc<Mutex<VecDeque<Reply>>>,
-    recorded: Arc<Mutex<Vec<Value>>>,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
 ) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
     let path = request.uri().path().to_owned();
+    let method = request.method().to_string();
     let body = match request.into_body().collect().await {
         Ok(body) => body.to_bytes(),
         Err(_) => Bytes::new(),
     };
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    recorded.lock().expect("requests lock").push(body);
-    let reply = if path.ends_with("/chat/completions") {
-        replies.lock().expect("replies lock").pop_front()
-    } else {
-        None
-    };
+    recorded
+        .lock()
+        .expect("requests lock")
+        .push(Recorded { method, path, body });
+    let reply = replies.lock().expect("replies lock").pop_front();
     let response = match reply {
         Some(Reply::Json(value)) => Response::builder()
             .header("content-type", "application/json")
@@ -203,4 +222,128 @@ pub fn streamed_text(pieces: &[&str]) -> Vec<String> {
     frames.push(chunk(json!({}), Some("stop")));
     frames.push("data: [DONE]\n\n".to_owned());
     frames
+}
+
+/// A Responses API answer (`"object": "response"`) with these `output` items.
+pub fn response(output: Vec<Value>) -> Value {
+    json!({
+        "id": "resp_scripted",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": "scripted-model",
+        "output": output,
+        "parallel_tool_calls": true,
+        "tool_choice": "auto",
+        "tools": []
+    })
+}
+
+/// A finished assistant message item saying `text`.
+pub fn message_item(id: &str, text: &str) -> Value {
+    json!({
+        "type": "message",
+        "id": id,
+        "status": "completed",
+        "role": "assistant",
+        "content": [{ "type": "output_text", "text": text, "annotations": [] }]
+    })
+}
+
+/// A finished `function_call` item.
+pub fn function_call_item(call_id: &str, name: &str, arguments: &str) -> Value {
+    json!({
+        "type": "function_call",
+        "id": format!("fc_{call_id}"),
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed"
+    })
+}
+
+/// A streamed Responses API answer as the API writes it: `event: <type>` and `data` lines,
+/// numbered in order. `events` are the events between `response.in_progress` and
+/// `response.completed`, without `sequence_number`; `output` is the final `response.output`.
+pub fn response_events(events: Vec<Value>, output: Vec<Value>) -> Vec<String> {
+    let mut created = response(Vec::new());
+    created["status"] = json!("in_progress");
+    let mut all = vec![
+        json!({ "type": "response.created", "response": created.clone() }),
+        json!({ "type": "response.in_progress", "response": created }),
+    ];
+    all.extend(events);
+    all.push(json!({ "type": "response.completed", "response": response(output) }));
+    all.into_iter()
+        .enumerate()
+        .map(|(sequence, mut event)| {
+            event["sequence_number"] = json!(sequence);
+            let kind = event["type"].as_str().unwrap_or_default().to_owned();
+            format!("event: {kind}\ndata: {event}\n\n")
+        })
+        .flat_map(|event| {
+            // Each event in two frames, so the guard has to put events back together.
+            let middle = (event.len() / 2..event.len())
+                .find(|&at| event.is_char_boundary(at))
+                .unwrap_or(event.len());
+            [event[..middle].to_owned(), event[middle..].to_owned()]
+        })
+        .collect()
+}
+
+/// The events of a message item streamed as `pieces` of text, at `output_index`.
+pub fn streamed_message(output_index: u32, id: &str, pieces: &[&str]) -> Vec<Value> {
+    let text: String = pieces.concat();
+    let mut added = message_item(id, "");
+    added["status"] = json!("in_progress");
+    added["content"] = json!([]);
+    let at = |kind: &str| json!({ "type": kind, "item_id": id, "output_index": output_index, "content_index": 0 });
+    let mut events = vec![
+        json!({ "type": "response.output_item.added", "output_index": output_index, "item": added }),
+    ];
+    let mut part = at("response.content_part.added");
+    part["part"] = json!({ "type": "output_text", "text": "", "annotations": [] });
+    events.push(part);
+    for piece in pieces {
+        let mut delta = at("response.output_text.delta");
+        delta["delta"] = json!(piece);
+        delta["logprobs"] = json!([]);
+        events.push(delta);
+    }
+    let mut done = at("response.output_text.done");
+    done["text"] = json!(text);
+    done["logprobs"] = json!([]);
+    events.push(done);
+    let mut part = at("response.content_part.done");
+    part["part"] = json!({ "type": "output_text", "text": text, "annotations": [] });
+    events.push(part);
+    events.push(json!({ "type": "response.output_item.done", "output_index": output_index, "item": message_item(id, &text) }));
+    events
+}
+
+/// The events of a `function_call` item whose arguments stream as `pieces`.
+pub fn streamed_call(output_index: u32, call_id: &str, name: &str, pieces: &[&str]) -> Vec<Value> {
+    let arguments: String = pieces.concat();
+    let item_id = format!("fc_{call_id}");
+    let mut added = function_call_item(call_id, name, "");
+    added["status"] = json!("in_progress");
+    let mut events = vec![
+        json!({ "type": "response.output_item.added", "output_index": output_index, "item": added }),
+    ];
+    for piece in pieces {
+        events.push(json!({
+            "type": "response.function_call_arguments.delta",
+            "item_id": item_id, "output_index": output_index, "delta": piece
+        }));
+    }
+    events.push(json!({
+        "type": "response.function_call_arguments.done",
+        "item_id": item_id, "output_index": output_index, "arguments": arguments, "name": name
+    }));
+    events.push(json!({
+        "type": "response.output_item.done",
+        "output_index": output_index,
+        "item": function_call_item(call_id, name, &arguments)
+    }));
+    events
 }

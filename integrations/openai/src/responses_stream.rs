@@ -1,0 +1,565 @@
+//! Streamed Responses API answers (server-sent events).
+//!
+//! - the text of each content part (`response.output_text.delta`, `response.refusal.delta`)
+//!   goes through a streaming output guard of its own, so only cleared text is released;
+//!   the part's `done` events, its message item's `response.output_item.done` and the final
+//!   `response.completed` carry the released text;
+//! - a call item (`function_call`, `custom_tool_call`) is held back, with its argument
+//!   deltas, until its `response.output_item.done`: then it is evaluated whole and released
+//!   as a complete item (added, one arguments delta, done), with patched arguments, or
+//!   replaced by an assistant message item saying it was refused;
+//! - every event the guard writes is numbered again (`sequence_number`), in order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use portcullis_engine::{Metadata, OutputStream, PolicyEngine};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use crate::error::{self, GuardError};
+use crate::response::{self, item_metadata, join};
+use crate::sse::{Event, EventReader, Sender, send};
+use crate::stream::{CHANNEL_CAPACITY, Failure, collect, from_openai};
+use crate::{Settings, ToolOutcome, evaluate_tool_call, mapping, rebuild};
+
+/// Returns the response with its event stream guarded by a task.
+pub(crate) fn guard_stream(
+    settings: Arc<Settings>,
+    metadata: Metadata,
+    response: reqwest::Response,
+) -> reqwest::Response {
+    let status = response.status();
+    let version = response.version();
+    let headers = response.headers().clone();
+    let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHANNEL_CAPACITY);
+    tokio::spawn(async move {
+        let engine = Arc::clone(&settings.engine);
+        let mut guard = ResponsesGuard {
+            settings: &settings,
+            engine: &engine,
+            metadata,
+            sequence: 0,
+            parts: BTreeMap::new(),
+            held_calls: BTreeSet::new(),
+            released_items: BTreeMap::new(),
+            text: String::new(),
+        };
+        if let Err(failure) = guard.run(response, &sender).await {
+            // As in chat streams: an error event async-openai reports as an error whose
+            // content `crate::denial` reads. The reader may be gone already.
+            let event = error::error_event(failure.as_ref()).to_string();
+            send(&sender, Some("error"), &event).await;
+        }
+    });
+    let body = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|item| (item, receiver))
+    });
+    rebuild(status, version, headers, reqwest::Body::wrap_stream(body))
+}
+
+/// The text of one content part: `(output_index, content_index)`.
+type PartKey = (u64, u64);
+
+/// One content part's guard and the text it released.
+struct Part<'e> {
+    guard: Option<OutputStream<'e>>,
+    released: String,
+}
+
+struct ResponsesGuard<'e> {
+    settings: &'e Settings,
+    engine: &'e PolicyEngine,
+    metadata: Metadata,
+    /// The `sequence_number` of the next event written.
+    sequence: u64,
+    parts: BTreeMap<PartKey, Part<'e>>,
+    /// Output indices of call items held until they are done.
+    held_calls: BTreeSet<u64>,
+    /// Items as released, by output index, for the final `response`.
+    released_items: BTreeMap<u64, Value>,
+    /// The answer's text released so far: the calling message of its calls.
+    text: String,
+}
+
+impl<'e> ResponsesGuard<'e> {
+    async fn run(&mut self, response: reqwest::Response, sender: &Sender) -> Result<(), Failure> {
+        let mut upstream = response.bytes_stream();
+        let mut reader = EventReader::default();
+        while let Some(bytes) = upstream.next().await {
+            let bytes = bytes.map_err(|problem| GuardError::Body {
+                problem: problem.to_string(),
+            })?;
+            for event in reader.push(&bytes)? {
+                if !self.dispatch(event, sender).await? {
+                    return Ok(());
+                }
+            }
+        }
+        if let Some(last) = reader.finish()
+            && !self.dispatch(last, sender).await?
+        {
+            return Ok(());
+        }
+        // The server closed without `response.completed`: release what the guards clear.
+        self.finish_parts(sender).await?;
+        Ok(())
+    }
+
+    /// Handles one event; `false` when the reader is gone or the stream is done.
+    async fn dispatch(&mut self, event: Event, sender: &Sender) -> Result<bool, Failure> {
+        let Some(data) = event.data else {
+            return Ok(true);
+        };
+        if data == "[DONE]" {
+            self.finish_parts(sender).await?;
+            send(sender, event.name.as_deref(), &data).await;
+            return Ok(false);
+        }
+        let mut event = match serde_json::from_str::<Value>(&data) {
+            Ok(Value::Object(event)) if event.get("type").is_some_and(Value::is_string) => event,
+            // Not a typed event: the reader sees it as it is.
+            _ => return Ok(send(sender, event.name.as_deref(), &data).await),
+        };
+        let kind = event
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let output_index = event.get("output_index").and_then(Value::as_u64);
+        let call_part = matches!(
+            kind.as_str(),
+            "response.function_call_arguments.delta"
+                | "response.function_call_arguments.done"
+                | "response.custom_tool_call_input.delta"
+                | "response.custom_tool_call_input.done"
+        );
+        let of_held_call = output_index.is_some_and(|index| self.held_calls.contains(&index));
+        if call_part || (of_held_call && kind != "response.output_item.done") {
+            // The arguments of a call: released whole when the call is done.
+            return Ok(true);
+        }
+        match kind.as_str() {
+            "response.created" | "response.in_progress" | "response.queued" => {
+                if let Some(id) = event
+                    .get("response")
+                    .and_then(|value| value.get("id"))
+                    .and_then(Value::as_str)
+                {
+                    self.metadata
+                        .extra
+                        .insert("response_id".to_owned(), Value::from(id));
+                }
+                // Items a snapshot already carries are checked whole.
+                let output = event
+                    .get_mut("response")
+                    .and_then(|value| value.get_mut("output"));
+                if let Some(Value::Array(output)) = output {
+                    self.settle_output(output).await?;
+                }
+                Ok(self.emit(sender, event).await)
+            }
+            "response.output_item.added" => {
+                let kind = event
+                    .get("item")
+                    .and_then(|value| value.get("type"))
+                    .and_then(Value::as_str);
+                if matches!(kind, Some("function_call" | "custom_tool_call")) {
+                    if let Some(index) = output_index {
+                        self.held_calls.insert(index);
+                    }
+                    return Ok(true);
+                }
+                // Text reaches the reader through the deltas, once cleared.
+                if let Some(Value::Array(parts)) = event
+                    .get_mut("item")
+                    .and_then(|value| value.get_mut("content"))
+                {
+                    parts.iter_mut().for_each(blank_part);
+                }
+                Ok(self.emit(sender, event).await)
+            }
+            "response.content_part.added" => {
+                if let Some(part) = event.get_mut("part") {
+                    blank_part(part);
+                }
+                Ok(self.emit(sender, event).await)
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let key = part_key(&event);
+                let delta = event
+                    .get("delta")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let released = self.push(key, &delta).await?;
+                if released.is_empty() {
+                    return Ok(true);
+                }
+                event.insert("delta".to_owned(), Value::String(released));
+                Ok(self.emit(sender, event).await)
+            }
+            "response.output_text.done" | "response.refusal.done" => {
+                let field = if kind == "response.output_text.done" {
+                    "text"
+                } else {
+                    "refusal"
+                };
+                let key = part_key(&event);
+                let whole = event.get(field).and_then(Value::as_str).map(str::to_owned);
+                let released = self
+                    .finish_part(key, whole.as_deref(), &event, sender)
+                    .await?;
+                event.insert(field.to_owned(), Value::String(released));
+                Ok(self.emit(sender, event).await)
+            }
+            "response.content_part.done" => {
+                let key = part_key(&event);
+                let field = match event
+                    .get("part")
+                    .and_then(|value| value.get("type"))
+                    .and_then(Value::as_str)
+                {
+                    Some("output_text") => "text",
+                    Some("refusal") => "refusal",
+                    _ => return Ok(self.emit(sender, event).await),
+                };
+                let whole = event
+                    .get("part")
+                    .and_then(|part| part.get(field))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let released = self
+                    .finish_part(key, whole.as_deref(), &event, sender)
+                    .await?;
+                if let Some(part) = event.get_mut("part").and_then(Value::as_object_mut) {
+                    part.insert(field.to_owned(), Value::String(released));
+                }
+                Ok(self.emit(sender, event).await)
+            }
+            "response.output_item.done" => {
+                let Some(index) = output_index else {
+                    return Ok(self.emit(sender, event).await);
+                };
+                let Some(mut item) = event.remove("item") else {
+                    return Ok(self.emit(sender, event).await);
+                };
+                let is_call = matches!(
+                    item.get("type").and_then(Value::as_str),
+                    Some("function_call" | "custom_tool_call")
+                );
+                if self.held_calls.remove(&index) || is_call {
+                    return self.release_call(index, item, sender).await;
+                }
+                self.settle_message(index, &mut item, &event, sender)
+                    .await?;
+                self.released_items.insert(index, item.clone());
+                event.insert("item".to_owned(), item);
+                Ok(self.emit(sender, event).await)
+            }
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                self.finish_parts(sender).await?;
+                let output = event
+                    .get_mut("response")
+                    .and_then(|value| value.get_mut("output"));
+                if let Some(Value::Array(output)) = output {
+                    self.settle_output(output).await?;
+                }
+                Ok(self.emit(sender, event).await)
+            }
+            _ => Ok(self.emit(sender, event).await),
+        }
+    }
+
+    /// Writes one event, numbered in order; `false` when the reader is gone.
+    async fn emit(&mut self, sender: &Sender, mut event: Map<String, Value>) -> bool {
+        if event.contains_key("sequence_number") || event.contains_key("type") {
+            event.insert("sequence_number".to_owned(), Value::from(self.sequence));
+            self.sequence += 1;
+        }
+        let name = event.get("type").and_then(Value::as_str).map(str::to_owned);
+        send(sender, name.as_deref(), &Value::Object(event).to_string()).await
+    }
+
+    fn open(&mut self, key: PartKey) -> &mut Part<'e> {
+        let engine = self.engine;
+        let metadata = &self.metadata;
+        self.parts.entry(key).or_insert_with(|| {
+            let mut metadata = item_metadata(metadata, key.0);
+            metadata
+                .extra
+                .insert("content_index".to_owned(), Value::from(key.1));
+            Part {
+                guard: Some(engine.output_stream(metadata)),
+                released: String::new(),
+            }
+        })
+    }
+
+    /// Pushes a text delta through its part's guard; returns what it releases.
+    async fn push(&mut self, key: PartKey, delta: &str) -> Result<String, Failure> {
+        let part = self.open(key);
+        let Some(guard) = part.guard.as_mut() else {
+            // The part is done; text after that is not released.
+            return Ok(String::new());
+        };
+        let released = collect(guard.push(delta).await)?;
+        part.released.push_str(&released);
+        Ok(released)
+    }
+
+    /// Ends a part's guard, writing what it still releases as one more delta event (shaped
+    /// after `like`); returns the part's whole released text. A part that had no deltas is
+    /// checked whole, from `whole`.
+    async fn finish_part(
+        &mut self,
+        key: PartKey,
+        whole: Option<&str>,
+        like: &Map<String, Value>,
+        sender: &Sender,
+    ) -> Result<String, Failure> {
+        let fresh = !self.parts.contains_key(&key);
+        let part = self.open(key);
+        let Some(mut guard) = part.guard.take() else {
+            return Ok(part.released.clone());
+        };
+        let mut tail = String::new();
+        if fresh && let Some(whole) = whole {
+            tail.push_str(&collect(guard.push(whole).await)?);
+        }
+        tail.push_str(&collect(guard.finish().await)?);
+        part.released.push_str(&tail);
+        let released = part.released.clone();
+        if !tail.is_empty() && !fresh {
+            let kind = match like.get("type").and_then(Value::as_str) {
+                Some(kind) if kind.starts_with("response.refusal") => "response.refusal.delta",
+                _ => "response.output_text.delta",
+            };
+            let mut delta = Map::new();
+            delta.insert("type".to_owned(), Value::from(kind));
+            for key in ["item_id", "output_index", "content_index"] {
+                if let Some(value) = like.get(key) {
+                    delta.insert(key.to_owned(), value.clone());
+                }
+            }
+            delta.insert("delta".to_owned(), Value::String(tail));
+            self.emit(sender, delta).await;
+        }
+        Ok(released)
+    }
+
+    /// Ends every part still open (the upstream ended early), releasing what is left.
+    async fn finish_parts(&mut self, sender: &Sender) -> Result<(), Failure> {
+        let open: Vec<PartKey> = self
+            .parts
+            .iter()
+            .filter(|(_, part)| part.guard.is_some())
+            .map(|(key, _)| *key)
+            .collect();
+        for key in open {
+            let like = Map::from_iter([
+                ("output_index".to_owned(), Value::from(key.0)),
+                ("content_index".to_owned(), Value::from(key.1)),
+            ]);
+            self.finish_part(key, None, &like, sender).await?;
+        }
+        Ok(())
+    }
+
+    /// Puts the released text into each part of a finished message item.
+    async fn settle_message(
+        &mut self,
+        index: u64,
+        item: &mut Value,
+        event: &Map<String, Value>,
+        sender: &Sender,
+    ) -> Result<(), Failure> {
+        if item.get("type").and_then(Value::as_str) != Some("message") {
+            return Ok(());
+        }
+        let Some(Value::Array(parts)) = item.get_mut("content") else {
+            return Ok(());
+        };
+        let mut text = String::new();
+        for (content_index, part) in parts.iter_mut().enumerate() {
+            let field = match part.get("type").and_then(Value::as_str) {
+                Some("output_text") => "text",
+                Some("refusal") => "refusal",
+                _ => continue,
+            };
+            let whole = part.get(field).and_then(Value::as_str).map(str::to_owned);
+            let mut like = event.clone();
+            like.insert("content_index".to_owned(), Value::from(content_index));
+            let released = self
+                .finish_part(
+                    (index, content_index as u64),
+                    whole.as_deref(),
+                    &like,
+                    sender,
+                )
+                .await?;
+            join(&mut text, &released);
+            part[field] = Value::String(released);
+        }
+        join(&mut self.text, &text);
+        Ok(())
+    }
+
+    /// Evaluates a finished call item and writes it as a complete item, or the message item
+    /// that replaces it.
+    async fn release_call(
+        &mut self,
+        index: u64,
+        mut item: Value,
+        sender: &Sender,
+    ) -> Result<bool, Failure> {
+        let metadata = item_metadata(&self.metadata, index);
+        let tool = mapping::read_output_call(&item)?;
+        let Some(tool) = tool else {
+            return Ok(true);
+        };
+        let outcome = evaluate_tool_call(self.settings, &metadata, &tool, &self.text)
+            .await
+            .map_err(from_openai)?;
+        let events = match outcome {
+            ToolOutcome::Allowed(arguments) => {
+                if let Some(arguments) = arguments {
+                    mapping::write_output_call(&mut item, &tool, arguments);
+                }
+                call_events(index, &item, tool.custom)
+            }
+            ToolOutcome::Refused(refusal) => {
+                item = mapping::refusal_item(&tool.id, &refusal);
+                join(&mut self.text, &refusal);
+                message_events(index, &item, &refusal)
+            }
+        };
+        self.released_items.insert(index, item);
+        for event in events {
+            if let Value::Object(event) = event
+                && !self.emit(sender, event).await
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The final `response.output`: each item as released, and any item the events did not
+    /// carry evaluated whole.
+    async fn settle_output(&mut self, output: &mut [Value]) -> Result<(), Failure> {
+        let mut unseen = Vec::new();
+        for (index, item) in output.iter_mut().enumerate() {
+            match self.released_items.get(&(index as u64)) {
+                Some(released) => *item = released.clone(),
+                None => unseen.push(index),
+            }
+        }
+        for &index in &unseen {
+            let metadata = item_metadata(&self.metadata, index as u64);
+            let text = response::guard_message_item(self.settings, &metadata, &mut output[index])
+                .await
+                .map_err(from_openai)?;
+            join(&mut self.text, &text);
+        }
+        for &index in &unseen {
+            let metadata = item_metadata(&self.metadata, index as u64);
+            response::guard_call_item(self.settings, &metadata, &mut output[index], &self.text)
+                .await
+                .map_err(from_openai)?;
+        }
+        Ok(())
+    }
+}
+
+/// The part's text starts empty: it reaches the reader through its deltas.
+fn blank_part(part: &mut Value) {
+    let Some(part) = part.as_object_mut() else {
+        return;
+    };
+    for field in ["text", "refusal"] {
+        if part.get(field).is_some_and(Value::is_string) {
+            part.insert(field.to_owned(), Value::from(""));
+        }
+    }
+}
+
+fn part_key(event: &Map<String, Value>) -> PartKey {
+    let index = |key: &str| event.get(key).and_then(Value::as_u64).unwrap_or(0);
+    (index("output_index"), index("content_index"))
+}
+
+/// The id events use for an item: its `id`, else its `call_id`.
+fn id_of(item: &Value) -> Value {
+    item.get("id")
+        .filter(|id| id.is_string())
+        .or_else(|| item.get("call_id"))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// The events of a complete call item: added, its arguments (or input) in one delta, done.
+fn call_events(index: u64, item: &Value, custom: bool) -> Vec<Value> {
+    let id = id_of(item);
+    let (field, delta_kind, done_kind) = if custom {
+        (
+            "input",
+            "response.custom_tool_call_input.delta",
+            "response.custom_tool_call_input.done",
+        )
+    } else {
+        (
+            "arguments",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+        )
+    };
+    let value = item.get(field).cloned().unwrap_or(Value::from(""));
+    let mut added = item.clone();
+    added[field] = Value::from("");
+    added["status"] = Value::from("in_progress");
+    let mut done = json!({
+        "type": done_kind,
+        "item_id": id,
+        "output_index": index,
+        field: value,
+    });
+    if !custom && let Some(name) = item.get("name") {
+        done["name"] = name.clone();
+    }
+    vec![
+        json!({ "type": "response.output_item.added", "output_index": index, "item": added }),
+        json!({ "type": delta_kind, "item_id": id, "output_index": index, "delta": value }),
+        done,
+        json!({ "type": "response.output_item.done", "output_index": index, "item": item }),
+    ]
+}
+
+/// The events of a one-part assistant message item saying `text`.
+fn message_events(index: u64, item: &Value, text: &str) -> Vec<Value> {
+    let id = id_of(item);
+    let mut added = item.clone();
+    added["content"] = json!([]);
+    added["status"] = Value::from("in_progress");
+    let empty = json!({ "type": "output_text", "text": "", "annotations": [] });
+    let full = json!({ "type": "output_text", "text": text, "annotations": [] });
+    let at = |kind: &str| json!({ "type": kind, "item_id": id, "output_index": index, "content_index": 0 });
+    let mut part_added = at("response.content_part.added");
+    part_added["part"] = empty;
+    let mut delta = at("response.output_text.delta");
+    delta["delta"] = Value::from(text);
+    let mut text_done = at("response.output_text.done");
+    text_done["text"] = Value::from(text);
+    let mut part_done = at("response.content_part.done");
+    part_done["part"] = full;
+    vec![
+        json!({ "type": "response.output_item.added", "output_index": index, "item": added }),
+        part_added,
+        delta,
+        text_done,
+        part_done,
+        json!({ "type": "response.output_item.done", "output_index": index, "item": item }),
+    ]
+}
