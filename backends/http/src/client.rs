@@ -521,29 +521,41 @@ impl RemoteResponse {
     /// answer declares a content type that is not JSON (`application/json` or `*/*+json`), and
     /// with [`RemoteErrorKind::Shape`] when the body is not JSON of that shape.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, RemoteError> {
-        if let Some(content_type) = &self.content_type {
-            let essence = content_type
-                .split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_ascii_lowercase();
-            if essence != "application/json" && !essence.ends_with("+json") {
-                return Err(self
-                    .error(RemoteErrorKind::ContentType)
-                    .with_detail(format!(
-                        "the answer's Content-Type is {content_type:?}, expected application/json"
-                    )));
-            }
+        if let Some(content_type) = &self.content_type
+            && !is_json(content_type)
+        {
+            return Err(self
+                .error(RemoteErrorKind::ContentType)
+                .with_detail(format!(
+                    "the answer's Content-Type is {content_type:?}, expected application/json"
+                )));
         }
+        self.json_ignoring_content_type()
+    }
+
+    /// The body parsed as JSON into `T`, whatever content type the answer declares (or none),
+    /// as a client that reads the body as JSON whatever the header says. Fails with
+    /// [`RemoteErrorKind::Shape`] when the body is not JSON of that shape; the message then
+    /// names a declared content type that is not JSON.
+    pub fn json_ignoring_content_type<T: DeserializeOwned>(&self) -> Result<T, RemoteError> {
         serde_json::from_slice(&self.body).map_err(|error| {
-            let detail = if self.body.is_empty() {
+            let mut detail = if self.body.is_empty() {
                 "the body is empty, expected JSON".to_owned()
             } else {
                 format!("the body is not the JSON expected: {error}")
             };
+            if let Some(content_type) = &self.content_type
+                && !is_json(content_type)
+            {
+                detail.push_str(&format!(" (declared Content-Type {content_type:?})"));
+            }
             self.error(RemoteErrorKind::Shape).with_detail(detail)
         })
+    }
+
+    /// The content type the answer declares, if any.
+    pub fn content_type(&self) -> Option<&str> {
+        self.content_type.as_deref()
     }
 
     /// An error about this answer (its request, status and an excerpt of its body), for a
@@ -558,6 +570,17 @@ impl RemoteResponse {
             .with_status(self.status)
             .with_excerpt(&self.body)
     }
+}
+
+/// Whether a `Content-Type` value names JSON (`application/json` or `*/*+json`).
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
 }
 
 /// What kind of failure a [`RemoteError`] is.

@@ -16,7 +16,8 @@
 //! bytes of the body): a connection refused, no complete answer within the time-out (5 s
 //! unless set), a non-2xx status (redirects are not followed), a body that cannot be read, is
 //! longer than the cap (1 MiB unless set; checked while reading, so an endless body costs at
-//! most the cap), declares a content type other than JSON, or is not a decision. The policy
+//! most the cap), or is not a decision. The body is read as JSON whatever `Content-Type` the
+//! answer declares (a decision labelled `text/plain`, or not labelled at all, is a decision). The policy
 //! set's `on_error` then decides whether the call fails (the default) or goes on.
 //!
 //! All policies built from one [`HttpClientOptions`] value (or its clones) share one
@@ -133,10 +134,11 @@ impl HttpPolicy {
             context,
         };
         let response = self.client.post_json(&self.endpoint, &request).await?;
-        let body: serde_json::Value = response.json()?;
-        serde_json::from_value(body).map_err(|error| {
-            response.shape_error(format!("the body is not a decision (SPEC §2): {error}"))
-        })
+        // A decision is a decision whatever the answer's Content-Type says (or if it says
+        // nothing): the body is read as JSON in every case, as the reference client does.
+        let body: serde_json::Value = response.json_ignoring_content_type()?;
+        serde_json::from_value(body)
+            .map_err(|error| response.shape_error(format!("the body is not a decision: {error}")))
     }
 }
 
