@@ -259,7 +259,7 @@ pub fn check_source(
     point: InterceptionPoint,
 ) -> Result<CheckedRule, Problems> {
     match serde_json::from_str::<Value>(source) {
-        Ok(value) => check_value(&value, origin, point),
+        Ok(value) => check_ordered(&value, origin, point, transformation_order(source)),
         Err(error) => {
             let mut message = error.to_string();
             // serde_json appends " at line L column C"; the location says it already.
@@ -282,15 +282,72 @@ pub fn check_source(
 }
 
 /// Checks a rule already parsed as JSON for `point`.
+///
+/// `transformation` entries come in the order the map iterates them: sorted by key, unless
+/// `serde_json` is built with its `preserve_order` feature. [`check_source`] reads the order
+/// from the text, and [`check_rule`] from the typed rule.
 pub fn check_value(
     value: &Value,
     origin: &str,
     point: InterceptionPoint,
 ) -> Result<CheckedRule, Problems> {
+    check_ordered(value, origin, point, None)
+}
+
+/// The keys of the rule's `transformation` object in the order the text writes them, when the
+/// text is an object whose `transformation` is an object.
+fn transformation_order(source: &str) -> Option<Vec<String>> {
+    use serde::Deserialize;
+    use serde::de::{IgnoredAny, MapAccess, Visitor};
+
+    struct Keys(Vec<String>);
+
+    impl<'de> Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct KeysVisitor;
+            impl<'de> Visitor<'de> for KeysVisitor {
+                type Value = Keys;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
+                    let mut keys: Vec<String> = Vec::new();
+                    while let Some(key) = map.next_key::<String>()? {
+                        map.next_value::<IgnoredAny>()?;
+                        if !keys.contains(&key) {
+                            keys.push(key);
+                        }
+                    }
+                    Ok(Keys(keys))
+                }
+            }
+            deserializer.deserialize_map(KeysVisitor)
+        }
+    }
+
+    #[derive(Deserialize)]
+    struct Outline {
+        transformation: Option<Keys>,
+    }
+
+    serde_json::from_str::<Outline>(source)
+        .ok()?
+        .transformation
+        .map(|keys| keys.0)
+}
+
+/// [`check_value`], with the `transformation` keys in `order` when it is given.
+fn check_ordered(
+    value: &Value,
+    origin: &str,
+    point: InterceptionPoint,
+    order: Option<Vec<String>>,
+) -> Result<CheckedRule, Problems> {
     let mut checker = Checker {
         origin,
         point,
         problems: Vec::new(),
+        transformation_order: order,
     };
     let checked = checker.rule(value);
     match checked {
@@ -313,8 +370,12 @@ pub fn check_rule(
     origin: &str,
     point: InterceptionPoint,
 ) -> Result<CheckedRule, Problems> {
+    let order = rule
+        .transformation
+        .as_ref()
+        .map(|templates| templates.iter().map(|(field, _)| field.clone()).collect());
     match serde_json::to_value(rule) {
-        Ok(value) => check_value(&value, origin, point),
+        Ok(value) => check_ordered(&value, origin, point, order),
         Err(error) => Err(Problems {
             problems: vec![Problem::new(
                 origin,
@@ -400,6 +461,8 @@ struct Checker<'o> {
     origin: &'o str,
     point: InterceptionPoint,
     problems: Vec<Problem>,
+    /// The keys of `transformation` in the order the rule writes them, when known.
+    transformation_order: Option<Vec<String>>,
 }
 
 impl Checker<'_> {
@@ -1246,7 +1309,7 @@ impl Checker<'_> {
         map: &Map<String, Value>,
         action: Option<Action>,
     ) -> (
-        Option<std::collections::BTreeMap<String, String>>,
+        Option<Vec<(String, String)>>,
         Vec<(String, Vec<TemplatePart>)>,
     ) {
         let Some(value) = map.get("transformation") else {
@@ -1292,13 +1355,17 @@ impl Checker<'_> {
             );
             return (None, Vec::new());
         }
-        let mut written = std::collections::BTreeMap::new();
+        let mut written = Vec::new();
         let mut templates = Vec::new();
-        // Sorted by field path, whatever order the JSON map keeps (`serde_json`'s
-        // `preserve_order` may be on through another crate), so problems and operations come
-        // in one order.
-        let mut entries: Vec<_> = entries.iter().collect();
-        entries.sort_by(|a, b| a.0.cmp(b.0));
+        // In the rule's key order when it is known (the operations keep the file's order, as
+        // the reference implementation emits them), else in the map's.
+        let entries: Vec<(&String, &Value)> = match &self.transformation_order {
+            Some(order) if order.len() == entries.len() => order
+                .iter()
+                .filter_map(|key| entries.get_key_value(key))
+                .collect(),
+            _ => entries.iter().collect(),
+        };
         for (field, template) in entries {
             let at = child("transformation", field);
             let target = self.path(field, &at, Use::Write).and_then(|(path, typed)| {
@@ -1335,7 +1402,7 @@ impl Checker<'_> {
                 }
             };
             if let (Some(path), Some(parts), Value::String(text)) = (target, parts, template) {
-                written.insert(path.to_string(), text.clone());
+                written.push((field.clone(), text.clone()));
                 templates.push((path.to_string(), parts));
             }
         }

@@ -67,8 +67,8 @@
 //! in the schema) and `transform`: each `"field": "template"` pair of `transformation` becomes
 //! a `set` operation whose value is the template with every `{{path}}` replaced by that path's
 //! value (a string as it is, anything else as JSON text, nothing when the path does not
-//! resolve). The operations come in the order of their field paths (sorted). A placeholder
-//! shows one value, so its path cannot contain `*`.
+//! resolve). The operations come in the file's key order. A placeholder shows one value, so its
+//! path cannot contain `*`.
 //!
 //! # Streaming
 //!

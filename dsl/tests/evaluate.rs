@@ -465,3 +465,56 @@ async fn policies_are_usable_as_trait_objects() {
     assert_eq!(tool.id(), "only_read");
     let _ = Map::<String, Value>::new();
 }
+
+/// `transformation` operations come in the file's key order, as the reference implementation
+/// emits them, not sorted by path; from source text, from a typed rule and through serde.
+#[test]
+fn transform_operations_keep_the_files_key_order() {
+    let source = r#"{ "condition": { "always": true }, "action": "transform",
+        "transformation": {
+            "metadata.zeta": "z",
+            "messages.-1.content": "[checked] {{messages.-1.content}}",
+            "metadata.alpha": "a",
+            "messages.0.content": "first"
+        } }"#;
+    let expected = PolicyDecision::transform([
+        TransformOperation::set("metadata.zeta", "z"),
+        TransformOperation::set("messages.-1.content", "[checked] hi"),
+        TransformOperation::set("metadata.alpha", "a"),
+        TransformOperation::set("messages.0.content", "first"),
+    ]);
+    let context = input(&[("user", "hi")]);
+    let policy = DslInputPolicy::from_source("order", source, "order.json").expect("valid");
+    assert_eq!(policy.decide(&context), expected);
+
+    // The typed model keeps the order too, and a rule checked from it decides alike.
+    let rule: portcullis_dsl::Rule = serde_json::from_str(source).expect("a rule");
+    let keys: Vec<&str> = rule
+        .transformation
+        .iter()
+        .flatten()
+        .map(|(field, _)| field.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "metadata.zeta",
+            "messages.-1.content",
+            "metadata.alpha",
+            "messages.0.content"
+        ]
+    );
+    let written = serde_json::to_string(&rule).expect("serializable");
+    assert!(
+        written.find("metadata.zeta") < written.find("metadata.alpha"),
+        "{written}"
+    );
+    let checked = portcullis_dsl::check_rule(
+        &rule,
+        "order.json",
+        portcullis_engine::InterceptionPoint::Input,
+    )
+    .expect("valid");
+    let typed = DslInputPolicy::from_checked("order", checked).expect("an input rule");
+    assert_eq!(typed.decide(&context), expected);
+}
