@@ -1,7 +1,9 @@
 //! A rule compiled by `dsl_policy!` decides exactly like the same file loaded at run time by
 //! `DslInputPolicy::new` (and twins), for every rule file of the repository and many
-//! generated contexts.
+//! generated contexts. Rules with warnings are compared too (their compiler warnings are
+//! allowed here: they are the point).
 #![cfg(feature = "macros")]
+#![allow(deprecated)]
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -69,6 +71,9 @@ rule_files! {
     output "tests/ui/rules/redact_card_numbers.json",
     input "tests/ui/rules/support_prefix.json",
     input "tests/ui/rules/unusual_roles.json",
+    input "tests/ui/rules/upper_case_role.json",
+    tool_call "tests/ui/rules/operator_type_mismatch.json",
+    output "tests/ui/rules/missing_redactions.json",
 }
 
 /// Builds a pair: the compiled policy, and the runtime policy of the same file (id = stem,
@@ -405,6 +410,23 @@ fn generated_contexts_make_every_rule_fire_and_not_fire() {
         let source = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
             .expect("a readable rule file");
         let rule: Value = serde_json::from_str(&source).expect("a JSON rule");
+        // A rule whose condition can never hold (a warning) has only one branch too.
+        let warned = [
+            InterceptionPoint::Input,
+            InterceptionPoint::ToolCall,
+            InterceptionPoint::Output,
+        ]
+        .into_iter()
+        .filter_map(|point| portcullis::dsl::check_source(&source, file, point).ok())
+        .any(|checked| {
+            checked
+                .warnings()
+                .iter()
+                .any(|warning| warning.message().contains("never"))
+        });
+        if warned {
+            continue;
+        }
         if rule["condition"] == json!({ "always": true }) {
             assert!(
                 other > 0 || file.ends_with("always_allow_audited.json"),

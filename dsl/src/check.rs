@@ -29,14 +29,74 @@ pub enum Location {
     Path(String),
 }
 
-/// One problem of a rule: where it is, what is wrong, and what to do.
+/// How serious a finding of the checker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Severity {
+    /// The rule cannot be loaded: bad JSON, a shape the schema rejects, a path that cannot
+    /// exist in the point's context, an invalid regular expression.
+    Error,
+    /// The rule loads and decides as written, but something in it is surely not meant: a
+    /// condition that can never hold, a change that breaks the context when applied (an
+    /// evaluation error at run time), a part the action ignores, a pattern that never matches.
+    /// Strict loading ([`CheckedRule::deny_warnings`], `DslInputPolicy::new_strict`) turns
+    /// warnings into errors.
+    Warning,
+}
+
+impl Severity {
+    /// `"error"` or `"warning"`, as compilers print them.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One finding of the checker about a rule: where it is, what is wrong, what to do, and how
+/// serious it is ([`severity`](Self::severity)). Errors come in [`Problems`]; warnings of a
+/// rule that loads come from [`CheckedRule::warnings`] (and from the policies' `warnings()`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     origin: String,
     location: Location,
     message: String,
     help: Option<String>,
+    severity: Severity,
 }
+
+/// A finding that does not stop a rule from loading: a [`Problem`] whose
+/// [`severity`](Problem::severity) is [`Severity::Warning`].
+///
+/// ```
+/// use portcullis_dsl::{DslInputPolicy, Severity};
+///
+/// // Valid under the schema, so it loads, but a role is lower case: it can never hold.
+/// let policy = DslInputPolicy::from_source(
+///     "roles",
+///     r#"{ "condition": { "field": "messages.0.role", "equals": "USER" }, "action": "deny" }"#,
+///     "rules/roles.json",
+/// )?;
+/// let warning = &policy.warnings()[0];
+/// assert_eq!(warning.severity(), Severity::Warning);
+/// assert_eq!(warning.json_path(), Some("condition.equals"));
+/// assert!(warning.message().contains("can never match"));
+///
+/// // Strict loading refuses it.
+/// assert!(DslInputPolicy::from_source_strict(
+///     "roles",
+///     r#"{ "condition": { "field": "messages.0.role", "equals": "USER" }, "action": "deny" }"#,
+///     "rules/roles.json",
+/// ).is_err());
+/// # Ok::<(), portcullis_dsl::DslError>(())
+/// ```
+pub type Warning = Problem;
 
 impl Problem {
     fn new(origin: &str, location: Location, message: String, help: Option<String>) -> Self {
@@ -45,7 +105,13 @@ impl Problem {
             location,
             message,
             help,
+            severity: Severity::Error,
         }
+    }
+
+    /// Whether this is an error or a warning.
+    pub fn severity(&self) -> Severity {
+        self.severity
     }
 
     /// The file (or other origin) the rule came from, as given to the checker.
@@ -105,13 +171,27 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Every problem found in one rule (never empty).
+/// Every error found in one rule (never empty), and the warnings found along.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problems {
     problems: Vec<Problem>,
+    warnings: Vec<Warning>,
 }
 
 impl Problems {
+    fn errors(problems: Vec<Problem>) -> Self {
+        Problems {
+            problems,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The warnings the checker found besides the errors (what would remain once they are
+    /// fixed), for tools that show everything at once.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
     /// The problems, in the order of the rule's parts.
     pub fn iter(&self) -> std::slice::Iter<'_, Problem> {
         self.problems.iter()
@@ -142,7 +222,7 @@ impl<'a> IntoIterator for &'a Problems {
     }
 }
 
-/// One problem per line.
+/// One error per line (the warnings are not shown: see [`Problems::warnings`]).
 impl fmt::Display for Problems {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (at, problem) in self.problems.iter().enumerate() {
@@ -167,9 +247,50 @@ pub struct CheckedRule {
     pub(crate) condition: CheckedCondition,
     pub(crate) redactions: Vec<Redaction>,
     pub(crate) transformation: Vec<(String, Vec<TemplatePart>)>,
+    pub(crate) warnings: Vec<Warning>,
 }
 
 impl CheckedRule {
+    /// What the checker found beyond the schema without refusing the rule, in the order of
+    /// the rule's parts: a condition that can never hold, a change that breaks the context
+    /// when applied (an evaluation error at run time), a part the action ignores, a
+    /// redaction pattern that can never match. Empty for a clean rule.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// Strict loading: the rule itself when it has no warning, otherwise every warning as an
+    /// error.
+    ///
+    /// ```
+    /// use portcullis_dsl::check_source;
+    /// use portcullis_engine::InterceptionPoint;
+    ///
+    /// let rule = check_source(
+    ///     r#"{ "condition": { "field": "messages.0.role", "equals": "USER" }, "action": "deny" }"#,
+    ///     "rules/roles.json",
+    ///     InterceptionPoint::Input,
+    /// )
+    /// .unwrap();
+    /// assert_eq!(rule.warnings().len(), 1);
+    /// let problems = rule.deny_warnings().unwrap_err();
+    /// assert!(problems.to_string().contains("can never match"));
+    /// ```
+    pub fn deny_warnings(self) -> Result<CheckedRule, Problems> {
+        if self.warnings.is_empty() {
+            return Ok(self);
+        }
+        Err(Problems::errors(
+            self.warnings
+                .into_iter()
+                .map(|warning| Problem {
+                    severity: Severity::Error,
+                    ..warning
+                })
+                .collect(),
+        ))
+    }
+
     /// The rule as written.
     pub fn rule(&self) -> &Rule {
         &self.rule
@@ -266,17 +387,15 @@ pub fn check_source(
             if let Some(at) = message.rfind(" at line ") {
                 message.truncate(at);
             }
-            Err(Problems {
-                problems: vec![Problem::new(
-                    origin,
-                    Location::Text {
-                        line: error.line().max(1),
-                        column: error.column().max(1),
-                    },
-                    format!("invalid JSON: {message}"),
-                    Some("a rule file holds one JSON object".to_owned()),
-                )],
-            })
+            Err(Problems::errors(vec![Problem::new(
+                origin,
+                Location::Text {
+                    line: error.line().max(1),
+                    column: error.column().max(1),
+                },
+                format!("invalid JSON: {message}"),
+                Some("a rule file holds one JSON object".to_owned()),
+            )]))
         }
     }
 }
@@ -347,11 +466,15 @@ fn check_ordered(
         origin,
         point,
         problems: Vec::new(),
+        warnings: Vec::new(),
         transformation_order: order,
     };
     let checked = checker.rule(value);
     match checked {
-        Some(rule) if checker.problems.is_empty() => Ok(rule),
+        Some(mut rule) if checker.problems.is_empty() => {
+            rule.warnings = checker.warnings;
+            Ok(rule)
+        }
         _ => {
             if checker.problems.is_empty() {
                 // Defensive: a part was rejected without a message.
@@ -359,6 +482,7 @@ fn check_ordered(
             }
             Err(Problems {
                 problems: checker.problems,
+                warnings: checker.warnings,
             })
         }
     }
@@ -376,14 +500,12 @@ pub fn check_rule(
         .map(|templates| templates.iter().map(|(field, _)| field.clone()).collect());
     match serde_json::to_value(rule) {
         Ok(value) => check_ordered(&value, origin, point, order),
-        Err(error) => Err(Problems {
-            problems: vec![Problem::new(
-                origin,
-                Location::Path(String::new()),
-                format!("the rule cannot be written as JSON: {error}"),
-                None,
-            )],
-        }),
+        Err(error) => Err(Problems::errors(vec![Problem::new(
+            origin,
+            Location::Path(String::new()),
+            format!("the rule cannot be written as JSON: {error}"),
+            None,
+        )])),
     }
 }
 
@@ -434,6 +556,14 @@ fn pattern_problem(pattern: &str, problem: &str) -> String {
     }
 }
 
+/// Whether a valid regular expression can match no text at all (`[^\s\S]`, `a\bb`... as far
+/// as the syntax shows: an empty class, or no possible length).
+fn never_matches(pattern: &str) -> bool {
+    regex_syntax::Parser::new()
+        .parse(pattern)
+        .is_ok_and(|hir| hir.properties().minimum_len().is_none())
+}
+
 fn element(at: &str, index: usize) -> String {
     format!("{at}[{index}]")
 }
@@ -461,6 +591,7 @@ struct Checker<'o> {
     origin: &'o str,
     point: InterceptionPoint,
     problems: Vec<Problem>,
+    warnings: Vec<Warning>,
     /// The keys of `transformation` in the order the rule writes them, when known.
     transformation_order: Option<Vec<String>>,
 }
@@ -473,6 +604,13 @@ impl Checker<'_> {
             message,
             help,
         ));
+    }
+
+    /// Notes a warning: the rule still loads.
+    fn warn(&mut self, at: &str, message: String, help: Option<String>) {
+        let mut warning = Problem::new(self.origin, Location::Path(at.to_owned()), message, help);
+        warning.severity = Severity::Warning;
+        self.warnings.push(warning);
     }
 
     fn rule(&mut self, value: &Value) -> Option<CheckedRule> {
@@ -547,6 +685,8 @@ impl Checker<'_> {
             condition: condition?.1,
             redactions: engine_redactions,
             transformation: templates,
+            // Filled in by `check_ordered` once every part is checked.
+            warnings: Vec::new(),
         })
     }
 
@@ -856,15 +996,14 @@ impl Checker<'_> {
                 ),
                 _ => "\"contains\" applies to text".to_owned(),
             };
-            self.report(
+            self.warn(
                 &child(condition_at, "field"),
                 format!(
-                    "\"contains\" looks in text, but \"{path}\" is {}",
+                    "\"contains\" looks in text, but \"{path}\" is {}, so the condition never holds",
                     kind.describe()
                 ),
                 Some(help),
             );
-            ok = false;
         }
         let Value::Array(items) = operand else {
             self.report(
@@ -892,13 +1031,13 @@ impl Checker<'_> {
         for (index, item) in items.iter().enumerate() {
             match item {
                 Value::String(text) if text.is_empty() => {
-                    self.report(
+                    self.warn(
                         &element(at, index),
-                        "an empty string is in every text, so the condition would always hold"
+                        "an empty string is in every text, so the condition holds whenever the field exists"
                             .to_owned(),
                         Some("remove it, or use { \"always\": true } if that is meant".to_owned()),
                     );
-                    ok = false;
+                    needles.push(text.clone());
                 }
                 Value::String(text) => needles.push(text.clone()),
                 other => {
@@ -949,7 +1088,7 @@ impl Checker<'_> {
             }
         };
         if !fits {
-            self.report(
+            self.warn(
                 at,
                 format!(
                     "\"{path}\" is {}, so {operator} {value} can never match",
@@ -967,10 +1106,9 @@ impl Checker<'_> {
         at: &str,
         field: Option<&(FieldPath, Kind)>,
     ) -> Option<Operand> {
-        if let Some((path, kind)) = field
-            && !self.fits(*kind, path, operand, at, "equals")
-        {
-            return None;
+        if let Some((path, kind)) = field {
+            // A value the field can never equal is a warning: the condition never holds.
+            self.fits(*kind, path, operand, at, "equals");
         }
         Some(Operand::Equals(operand.clone()))
     }
@@ -992,13 +1130,13 @@ impl Checker<'_> {
             );
             return None;
         };
-        let mut ok = true;
         if let Some((path, kind)) = field {
+            // A value the field can never be is a warning: it excludes nothing.
             for (index, item) in items.iter().enumerate() {
-                ok &= self.fits(*kind, path, item, &element(at, index), "the value");
+                self.fits(*kind, path, item, &element(at, index), "the value");
             }
         }
-        ok.then(|| Operand::NotIn(items.clone()))
+        Some(Operand::NotIn(items.clone()))
     }
 
     fn greater_than(
@@ -1008,7 +1146,6 @@ impl Checker<'_> {
         field: Option<&(FieldPath, Kind)>,
         condition_at: &str,
     ) -> Option<Operand> {
-        let mut ok = true;
         if let Some((path, kind)) = field
             && !matches!(kind, Kind::Number | Kind::Any)
         {
@@ -1018,15 +1155,14 @@ impl Checker<'_> {
                 }
                 _ => "name a numeric field".to_owned(),
             };
-            self.report(
+            self.warn(
                 &child(condition_at, "field"),
                 format!(
-                    "\"greater_than\" compares numbers, but \"{path}\" is {}",
+                    "\"greater_than\" compares numbers, but \"{path}\" is {}, so the condition never holds",
                     kind.describe()
                 ),
                 Some(help),
             );
-            ok = false;
         }
         let (number, threshold) = match (operand, operand.as_f64()) {
             (Value::Number(number), Some(threshold)) => (number.clone(), threshold),
@@ -1045,7 +1181,7 @@ impl Checker<'_> {
                 return None;
             }
         };
-        ok.then_some(Operand::GreaterThan(number, threshold))
+        Some(Operand::GreaterThan(number, threshold))
     }
 
     fn redactions(
@@ -1055,9 +1191,9 @@ impl Checker<'_> {
     ) -> (Option<Vec<RuleRedaction>>, Vec<Redaction>) {
         let Some(value) = map.get("redactions") else {
             if action == Some(Action::Redact) {
-                self.report(
+                self.warn(
                     "",
-                    "a \"redact\" rule needs \"redactions\"".to_owned(),
+                    "a \"redact\" rule without \"redactions\" redacts nothing".to_owned(),
                     Some(format!(
                         "add for example \"redactions\": [{{ \"field\": \"{}\", \"strategy\": \"mask\" }}]",
                         example_path(self.point)
@@ -1069,12 +1205,13 @@ impl Checker<'_> {
         if let Some(action) = action
             && action != Action::Redact
         {
-            self.report(
+            // Checked all the same (the schema describes them whatever the action), then
+            // ignored: only `redact` rules use them.
+            self.warn(
                 "redactions",
-                format!("\"redactions\" are only used by \"redact\" rules, and this rule's action is \"{}\"", action.as_str()),
+                format!("\"redactions\" are only used by \"redact\" rules, and this rule's action is \"{}\": they are ignored", action.as_str()),
                 Some("remove them, or set \"action\": \"redact\"".to_owned()),
             );
-            return (None, Vec::new());
         }
         let Value::Array(items) = value else {
             self.report(
@@ -1177,27 +1314,27 @@ impl Checker<'_> {
                     let kind = typed.kind;
                     match strategy {
                         Some(RuleStrategy::Remove) if !typed.removable => {
-                            self.report(
+                            self.warn(
                                 &field_at,
-                                format!("\"{path}\" is a required part of the context and cannot be removed"),
+                                format!("\"{path}\" is a required part of the context and cannot be removed: applying this redaction is an evaluation error"),
                                 Some("remove a list element, a key of \"arguments\" or an extra key of \"metadata\"; to hide text, use \"mask\"".to_owned()),
                             );
-                            None
+                            Some(path)
                         }
                         Some(RuleStrategy::Mask | RuleStrategy::Replace)
                             if !matches!(kind, Kind::Text | Kind::Any) =>
                         {
                             let name = if strategy == Some(RuleStrategy::Mask) { "mask" } else { "replace" };
-                            self.report(
+                            self.warn(
                                 &field_at,
-                                format!("\"{name}\" changes text, but \"{path}\" is {}", kind.describe()),
+                                format!("\"{name}\" changes text, but \"{path}\" is {}: applying this redaction is an evaluation error", kind.describe()),
                                 Some(match kind {
                                     Kind::List => format!("redact \"{path}.*.content\""),
                                     Kind::Object => format!("redact \"{path}.content\""),
                                     _ => "redact a text field".to_owned(),
                                 }),
                             );
-                            None
+                            Some(path)
                         }
                         _ => Some(path),
                     }
@@ -1216,12 +1353,11 @@ impl Checker<'_> {
             None => None,
             Some(Value::String(text)) => {
                 if strategy == Some(RuleStrategy::Remove) {
-                    self.report(
+                    self.warn(
                         &child(at, "replacement"),
-                        "\"remove\" uses no \"replacement\"".to_owned(),
+                        "\"remove\" uses no \"replacement\": it is ignored".to_owned(),
                         Some("remove it, or use \"mask\"".to_owned()),
                     );
-                    ok = false;
                 }
                 Some(text.clone())
             }
@@ -1238,24 +1374,24 @@ impl Checker<'_> {
         let pattern = match map.get("pattern") {
             None => {
                 if strategy == Some(RuleStrategy::Replace) {
-                    self.report(
+                    self.warn(
                         at,
-                        "the \"replace\" strategy needs a \"pattern\"".to_owned(),
+                        "the \"replace\" strategy needs a \"pattern\": applying this redaction is an evaluation error".to_owned(),
                         Some("add \"pattern\": a regular expression such as \"\\\\d{3}-\\\\d{2}-\\\\d{4}\"".to_owned()),
                     );
-                    ok = false;
                 }
                 None
             }
             Some(Value::String(pattern)) => {
                 if matches!(strategy, Some(RuleStrategy::Mask | RuleStrategy::Remove)) {
-                    self.report(
+                    self.warn(
                         &child(at, "pattern"),
-                        "only the \"replace\" strategy uses a \"pattern\"".to_owned(),
+                        "only the \"replace\" strategy uses a \"pattern\": it is ignored"
+                            .to_owned(),
                         Some("remove it, or use \"strategy\": \"replace\"".to_owned()),
                     );
-                    ok = false;
-                } else if let Err(problem) = cached_regex(pattern) {
+                }
+                if let Err(problem) = cached_regex(pattern) {
                     // `cached_regex` compiles with `compile_pattern`'s size limits, and keeps
                     // the result for the engine, which compiles the pattern again when it
                     // applies the redaction.
@@ -1265,6 +1401,12 @@ impl Checker<'_> {
                         Some("fix the regular expression (Rust `regex` syntax)".to_owned()),
                     );
                     ok = false;
+                } else if strategy == Some(RuleStrategy::Replace) && never_matches(pattern) {
+                    self.warn(
+                        &child(at, "pattern"),
+                        format!("the regular expression {pattern:?} can never match, so the redaction changes nothing"),
+                        Some("fix the regular expression".to_owned()),
+                    );
                 }
                 Some(pattern.clone())
             }
@@ -1314,9 +1456,9 @@ impl Checker<'_> {
     ) {
         let Some(value) = map.get("transformation") else {
             if action == Some(Action::Transform) {
-                self.report(
+                self.warn(
                     "",
-                    "a \"transform\" rule needs a \"transformation\"".to_owned(),
+                    "a \"transform\" rule without a \"transformation\" changes nothing".to_owned(),
                     Some(format!(
                         "add for example \"transformation\": {{ \"{}\": \"[checked] {{{{{}}}}}\" }}",
                         example_path(self.point),
@@ -1329,12 +1471,13 @@ impl Checker<'_> {
         if let Some(action) = action
             && action != Action::Transform
         {
-            self.report(
+            // Checked all the same (the schema describes it whatever the action), then
+            // ignored: only `transform` rules use it.
+            self.warn(
                 "transformation",
-                format!("\"transformation\" is only used by \"transform\" rules, and this rule's action is \"{}\"", action.as_str()),
+                format!("\"transformation\" is only used by \"transform\" rules, and this rule's action is \"{}\": it is ignored", action.as_str()),
                 Some("remove it, or set \"action\": \"transform\"".to_owned()),
             );
-            return (None, Vec::new());
         }
         let Value::Object(entries) = value else {
             self.report(
@@ -1348,12 +1491,12 @@ impl Checker<'_> {
             return (None, Vec::new());
         };
         if entries.is_empty() {
-            self.report(
+            self.warn(
                 "transformation",
                 "the transformation changes nothing".to_owned(),
                 Some("add \"<field path>\": \"<template>\" entries".to_owned()),
             );
-            return (None, Vec::new());
+            return (Some(Vec::new()), Vec::new());
         }
         let mut written = Vec::new();
         let mut templates = Vec::new();
@@ -1373,10 +1516,10 @@ impl Checker<'_> {
                 if matches!(kind, Kind::Text | Kind::Role | Kind::Any) {
                     Some(path)
                 } else {
-                    self.report(
+                    self.warn(
                         &at,
                         format!(
-                            "a template gives text, but \"{path}\" is {}",
+                            "a template gives text, but \"{path}\" is {}: applying this transformation is an evaluation error",
                             kind.describe()
                         ),
                         Some(match kind {
@@ -1387,7 +1530,7 @@ impl Checker<'_> {
                             _ => "transform a text field".to_owned(),
                         }),
                     );
-                    None
+                    Some(path)
                 }
             });
             let parts = match template {
@@ -1419,21 +1562,24 @@ impl Checker<'_> {
             }
             let after = &rest[open + 2..];
             let Some(close) = after.find("}}") else {
-                self.report(
+                // Not a placeholder: the text stays as it is written.
+                self.warn(
                     at,
-                    format!("bad template {text:?}: a \"{{{{\" is never closed"),
+                    format!("template {text:?}: a \"{{{{\" is never closed, so it is kept as text"),
                     Some("close the placeholder with \"}}\"".to_owned()),
                 );
-                return None;
+                parts.push(TemplatePart::Text(rest[open..].to_owned()));
+                rest = "";
+                break;
             };
             let inner = after[..close].trim();
             if inner.is_empty() {
-                self.report(
+                // A placeholder of no field shows nothing.
+                self.warn(
                     at,
-                    format!("bad template {text:?}: a placeholder is empty"),
+                    format!("template {text:?}: a placeholder is empty, so it shows nothing"),
                     Some("write a field path between the braces, such as {{tool_name}}".to_owned()),
                 );
-                ok = false;
             } else {
                 match FieldPath::parse(inner) {
                     Ok(path) if path.has_wildcard() => {

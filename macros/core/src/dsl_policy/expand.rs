@@ -50,10 +50,36 @@ fn type_name(stem: &str, span: Span) -> Ident {
     }
 }
 
+/// The checker's warnings as compiler warnings: there is no warning API for procedural macros
+/// on stable Rust, so each warning is a deprecated constant, spanned on the rule file's path,
+/// whose use makes the compiler print the warning's text as the deprecation note (a
+/// `warning: use of deprecated constant`, which `#[deny(deprecated)]` or `-D warnings` turn
+/// into an error, like any warning).
+fn warnings(invocation: &Invocation, loaded: &LoadedRule) -> TokenStream {
+    let span = invocation.path.span();
+    loaded
+        .rule
+        .warnings()
+        .iter()
+        .map(|warning| {
+            let note = format!("{warning}");
+            quote_spanned! {span=>
+                {
+                    #[deprecated(note = #note)]
+                    #[allow(non_upper_case_globals)]
+                    const dsl_rule_warning: () = ();
+                    let () = dsl_rule_warning;
+                }
+            }
+        })
+        .collect()
+}
+
 /// The policy struct, its trait impl, and the expression building it.
 fn policy_block(
     invocation: &Invocation,
     track: Option<TokenStream>,
+    warnings: TokenStream,
     name: &Ident,
     id: &str,
     mode: PolicyMode,
@@ -73,6 +99,7 @@ fn policy_block(
     };
     quote!({
         #track
+        #warnings
 
         #[allow(non_camel_case_types)]
         #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug)]
@@ -129,6 +156,7 @@ pub(crate) fn expand(invocation: &Invocation, loaded: &LoadedRule) -> TokenStrea
     policy_block(
         invocation,
         track,
+        warnings(invocation, loaded),
         &name,
         &loaded.id,
         loaded.rule.mode(),
@@ -152,6 +180,7 @@ pub(crate) fn expand_dummy(invocation: &Invocation, file: Option<&Path>) -> Toke
     policy_block(
         invocation,
         track,
+        TokenStream::new(),
         &name,
         &stem,
         PolicyMode::Enforce,
