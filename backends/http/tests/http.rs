@@ -11,7 +11,7 @@ use portcullis_engine::{
     OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction,
     ToolCallContext, ToolCallPolicy, TransformOperation,
 };
-use portcullis_http::client::{ClientError, RemoteError, RemoteErrorKind};
+use portcullis_http::{ClientError, RemoteError, RemoteErrorKind};
 use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpOutputPolicy, HttpToolCallPolicy};
 use portcullis_testing::{EvaluateServer, Reply};
 use serde_json::json;
