@@ -1310,7 +1310,7 @@ impl Checker<'_> {
             }
             Some(Value::String(text)) => {
                 let field_at = child(at, "field");
-                self.path(text, &field_at, Use::Write).and_then(|(path, typed)| {
+                self.path(text, &field_at, Use::Write).map(|(path, typed)| {
                     let kind = typed.kind;
                     match strategy {
                         Some(RuleStrategy::Remove) if !typed.removable => {
@@ -1319,7 +1319,7 @@ impl Checker<'_> {
                                 format!("\"{path}\" is a required part of the context and cannot be removed: applying this redaction is an evaluation error"),
                                 Some("remove a list element, a key of \"arguments\" or an extra key of \"metadata\"; to hide text, use \"mask\"".to_owned()),
                             );
-                            Some(path)
+                            path
                         }
                         Some(RuleStrategy::Mask | RuleStrategy::Replace)
                             if !matches!(kind, Kind::Text | Kind::Any) =>
@@ -1334,9 +1334,9 @@ impl Checker<'_> {
                                     _ => "redact a text field".to_owned(),
                                 }),
                             );
-                            Some(path)
+                            path
                         }
-                        _ => Some(path),
+                        _ => path,
                     }
                 })
             }
@@ -1511,10 +1511,10 @@ impl Checker<'_> {
         };
         for (field, template) in entries {
             let at = child("transformation", field);
-            let target = self.path(field, &at, Use::Write).and_then(|(path, typed)| {
+            let target = self.path(field, &at, Use::Write).map(|(path, typed)| {
                 let kind = typed.kind;
                 if matches!(kind, Kind::Text | Kind::Role | Kind::Any) {
-                    Some(path)
+                    path
                 } else {
                     self.warn(
                         &at,
@@ -1530,7 +1530,7 @@ impl Checker<'_> {
                             _ => "transform a text field".to_owned(),
                         }),
                     );
-                    Some(path)
+                    path
                 }
             });
             let parts = match template {

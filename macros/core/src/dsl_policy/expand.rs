@@ -76,10 +76,10 @@ fn warnings(invocation: &Invocation, loaded: &LoadedRule) -> TokenStream {
 }
 
 /// The policy struct, its trait impl, and the expression building it.
+/// `preamble` comes first in the block: the file tracking and the warnings.
 fn policy_block(
     invocation: &Invocation,
-    track: Option<TokenStream>,
-    warnings: TokenStream,
+    preamble: TokenStream,
     name: &Ident,
     id: &str,
     mode: PolicyMode,
@@ -98,8 +98,7 @@ fn policy_block(
         PolicyMode::Monitor => quote!(#policy_mode::Monitor),
     };
     quote!({
-        #track
-        #warnings
+        #preamble
 
         #[allow(non_camel_case_types)]
         #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug)]
@@ -153,10 +152,10 @@ pub(crate) fn expand(invocation: &Invocation, loaded: &LoadedRule) -> TokenStrea
             }
         }
     });
+    let warnings = warnings(invocation, loaded);
     policy_block(
         invocation,
-        track,
-        warnings(invocation, loaded),
+        quote!(#track #warnings),
         &name,
         &loaded.id,
         loaded.rule.mode(),
@@ -179,8 +178,7 @@ pub(crate) fn expand_dummy(invocation: &Invocation, file: Option<&Path>) -> Toke
     let decision = paths::policy_decision();
     policy_block(
         invocation,
-        track,
-        TokenStream::new(),
+        quote!(#track),
         &name,
         &stem,
         PolicyMode::Enforce,
