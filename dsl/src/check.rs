@@ -10,6 +10,7 @@ use portcullis_engine::path::FieldPath;
 use portcullis_engine::{InterceptionPoint, PolicyMode, Redaction, RedactionStrategy};
 use serde_json::{Map, Value};
 
+use crate::json_kind::JsonKind;
 use crate::model::{Action, Condition, Rule, RuleMode, RuleRedaction, RuleStrategy};
 use crate::schema::{Kind, Typed, Use, type_path};
 use crate::suggest::closest;
@@ -568,17 +569,6 @@ fn element(at: &str, index: usize) -> String {
     format!("{at}[{index}]")
 }
 
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
-}
-
 fn list(names: &[&str]) -> String {
     names.join(", ")
 }
@@ -617,7 +607,7 @@ impl Checker<'_> {
         let Value::Object(map) = value else {
             self.report(
                 "",
-                format!("a rule is a JSON object, found {}", kind_of(value)),
+                format!("a rule is a JSON object, found {}", JsonKind::of(value)),
                 Some("write { \"condition\": ..., \"action\": ... }".to_owned()),
             );
             return None;
@@ -648,7 +638,7 @@ impl Checker<'_> {
             Some(other) => {
                 self.report(
                     "reason",
-                    format!("\"reason\" must be a string, found {}", kind_of(other)),
+                    format!("\"reason\" must be a string, found {}", JsonKind::of(other)),
                     None,
                 );
                 None
@@ -718,7 +708,7 @@ impl Checker<'_> {
             Some(other) => {
                 self.report(
                     "action",
-                    format!("\"action\" must be a string, found {}", kind_of(other)),
+                    format!("\"action\" must be a string, found {}", JsonKind::of(other)),
                     Some(format!("use one of {}", list(&names))),
                 );
                 None
@@ -739,7 +729,7 @@ impl Checker<'_> {
             Some(other) => {
                 self.report(
                     &field_at,
-                    format!("\"field\" must be a string, found {}", kind_of(other)),
+                    format!("\"field\" must be a string, found {}", JsonKind::of(other)),
                     Some("write a dotted path such as \"messages.-1.content\"".to_owned()),
                 );
                 return None;
@@ -788,7 +778,7 @@ impl Checker<'_> {
         let Value::Object(map) = value else {
             self.report(
                 at,
-                format!("a condition is an object, found {}", kind_of(value)),
+                format!("a condition is an object, found {}", JsonKind::of(value)),
                 Some("write for example { \"field\": \"messages.-1.content\", \"contains\": [\"password\"] }".to_owned()),
             );
             return None;
@@ -927,7 +917,7 @@ impl Checker<'_> {
                         &operand_at,
                         format!(
                             "\"{operator}\" takes a list of conditions, found {}",
-                            kind_of(operand)
+                            JsonKind::of(operand)
                         ),
                         None,
                     );
@@ -1010,7 +1000,7 @@ impl Checker<'_> {
                 at,
                 format!(
                     "\"contains\" takes a list of strings, found {}",
-                    kind_of(operand)
+                    JsonKind::of(operand)
                 ),
                 Some(match operand {
                     Value::String(text) => format!("write [{}]", Value::String(text.clone())),
@@ -1043,7 +1033,7 @@ impl Checker<'_> {
                 other => {
                     self.report(
                         &element(at, index),
-                        format!("\"contains\" takes strings, found {}", kind_of(other)),
+                        format!("\"contains\" takes strings, found {}", JsonKind::of(other)),
                         Some(format!("write it as a string: \"{}\"", plain(other))),
                     );
                     ok = false;
@@ -1124,7 +1114,7 @@ impl Checker<'_> {
                 at,
                 format!(
                     "\"not_in\" takes a list of values, found {}",
-                    kind_of(operand)
+                    JsonKind::of(operand)
                 ),
                 Some(format!("write [{operand}]")),
             );
@@ -1171,7 +1161,7 @@ impl Checker<'_> {
                     at,
                     format!(
                         "\"greater_than\" takes a number, found {}",
-                        kind_of(operand)
+                        JsonKind::of(operand)
                     ),
                     Some(match operand {
                         Value::String(text) => format!("write it without quotes: {text}"),
@@ -1216,7 +1206,10 @@ impl Checker<'_> {
         let Value::Array(items) = value else {
             self.report(
                 "redactions",
-                format!("\"redactions\" must be a list, found {}", kind_of(value)),
+                format!(
+                    "\"redactions\" must be a list, found {}",
+                    JsonKind::of(value)
+                ),
                 None,
             );
             return (None, Vec::new());
@@ -1244,7 +1237,7 @@ impl Checker<'_> {
         let Value::Object(map) = value else {
             self.report(
                 at,
-                format!("a redaction is an object, found {}", kind_of(value)),
+                format!("a redaction is an object, found {}", JsonKind::of(value)),
                 Some("write { \"field\": ..., \"strategy\": \"mask\" }".to_owned()),
             );
             return None;
@@ -1290,7 +1283,10 @@ impl Checker<'_> {
             Some(other) => {
                 self.report(
                     &child(at, "strategy"),
-                    format!("\"strategy\" must be a string, found {}", kind_of(other)),
+                    format!(
+                        "\"strategy\" must be a string, found {}",
+                        JsonKind::of(other)
+                    ),
                     Some("use \"mask\", \"remove\" or \"replace\"".to_owned()),
                 );
                 None
@@ -1343,7 +1339,7 @@ impl Checker<'_> {
             Some(other) => {
                 self.report(
                     &child(at, "field"),
-                    format!("\"field\" must be a string, found {}", kind_of(other)),
+                    format!("\"field\" must be a string, found {}", JsonKind::of(other)),
                     None,
                 );
                 None
@@ -1364,7 +1360,10 @@ impl Checker<'_> {
             Some(other) => {
                 self.report(
                     &child(at, "replacement"),
-                    format!("\"replacement\" must be a string, found {}", kind_of(other)),
+                    format!(
+                        "\"replacement\" must be a string, found {}",
+                        JsonKind::of(other)
+                    ),
                     None,
                 );
                 ok = false;
@@ -1413,7 +1412,10 @@ impl Checker<'_> {
             Some(other) => {
                 self.report(
                     &child(at, "pattern"),
-                    format!("\"pattern\" must be a string, found {}", kind_of(other)),
+                    format!(
+                        "\"pattern\" must be a string, found {}",
+                        JsonKind::of(other)
+                    ),
                     None,
                 );
                 ok = false;
@@ -1484,7 +1486,7 @@ impl Checker<'_> {
                 "transformation",
                 format!(
                     "\"transformation\" must be an object of field paths to templates, found {}",
-                    kind_of(value)
+                    JsonKind::of(value)
                 ),
                 None,
             );
@@ -1538,7 +1540,7 @@ impl Checker<'_> {
                 other => {
                     self.report(
                         &at,
-                        format!("a template must be a string, found {}", kind_of(other)),
+                        format!("a template must be a string, found {}", JsonKind::of(other)),
                         None,
                     );
                     None

@@ -118,6 +118,7 @@
 
 mod check;
 mod eval;
+mod json_kind;
 mod model;
 mod ops;
 mod policy;
@@ -138,5 +139,6 @@ pub use check::{
     CheckedRule, Location, Problem, Problems, Severity, Warning, check_rule, check_source,
     check_value,
 };
+pub use json_kind::JsonKind;
 pub use model::{Action, Condition, Rule, RuleMode, RuleRedaction, RuleStrategy};
 pub use policy::{DslError, DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, load, validate_id};
