@@ -5,7 +5,7 @@
 //! Each macro is a few lines forwarding to `portcullis-macros-core`, where parsing, checking
 //! and expansion live as ordinary, tested code.
 
-use portcullis_macros_core::{Point, dsl_policy, policy_fn, policy_set};
+use portcullis_macros_core::{InterceptionPoint, dsl_policy, policy_fn, policy_set};
 use proc_macro::TokenStream;
 
 /// Makes a function an input policy.
@@ -51,7 +51,7 @@ use proc_macro::TokenStream;
 /// ```
 #[proc_macro_attribute]
 pub fn input_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
-    policy_fn::expand_attribute(Point::Input, attribute.into(), item.into()).into()
+    policy_fn::expand_attribute(InterceptionPoint::Input, attribute.into(), item.into()).into()
 }
 
 /// Makes a function a tool-call policy: like [`input_policy`](macro@input_policy), with
@@ -82,7 +82,7 @@ pub fn input_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
 /// ```
 #[proc_macro_attribute]
 pub fn tool_call_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
-    policy_fn::expand_attribute(Point::ToolCall, attribute.into(), item.into()).into()
+    policy_fn::expand_attribute(InterceptionPoint::ToolCall, attribute.into(), item.into()).into()
 }
 
 /// Makes a function an output policy: like [`input_policy`](macro@input_policy), with
@@ -104,7 +104,7 @@ pub fn tool_call_policy(attribute: TokenStream, item: TokenStream) -> TokenStrea
 /// ```
 #[proc_macro_attribute]
 pub fn output_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
-    policy_fn::expand_attribute(Point::Output, attribute.into(), item.into()).into()
+    policy_fn::expand_attribute(InterceptionPoint::Output, attribute.into(), item.into()).into()
 }
 
 /// Builds a `PolicySet`: `policy_set! { on_error: deny, input: [..], tool_call: [..], output: [..] }`.

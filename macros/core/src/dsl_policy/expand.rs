@@ -18,6 +18,7 @@ use syn::Ident;
 use super::check::LoadedRule;
 use super::parse::Invocation;
 use crate::paths;
+use crate::point::PointNames;
 
 /// `const _: &str = include_str!("<file>");`, which makes the compiler rebuild the crate when
 /// the file changes. `None` when the path is not valid UTF-8 (then it cannot be tracked).
