@@ -1,4 +1,5 @@
-//! The typed model of a rule (SPEC §6 and `dsl-policy.schema.json`, plus the extensions).
+//! The typed model of a rule: the shape of `dsl-policy.schema.json`, plus the extensions
+//! (`all`, `any`, `not`, `mode`).
 //!
 //! These types serialize to, and deserialize from, the JSON shape of a rule file. Deserializing
 //! with serde stops at the first mistake and knows nothing of interception points; to load a

@@ -1,5 +1,5 @@
 //! Policies written in Rego and evaluated by a policy server speaking the Open Policy Agent
-//! REST API (SPEC §7.2): OPA itself (`opa run --server`) or anything compatible.
+//! REST API: OPA itself (`opa run --server`) or anything compatible.
 //!
 //! # The OPA API calls used
 //!
@@ -25,7 +25,8 @@
 //!
 //! The document at the package path is read as a decision:
 //!
-//! - its `decision` is an object shaped as a decision (SPEC §2): that is the decision;
+//! - its `decision` is an object shaped as a decision (the wire form of a `PolicyDecision`):
+//!   that is the decision;
 //! - its `decision` is a string naming the decision: the package's sibling rules `reason`,
 //!   `redactions` and `transformation` complete it;
 //! - its `decision` is a boolean: `true` is allow, `false` is deny (with the sibling `reason`
