@@ -9,11 +9,11 @@
 //! request fails, a [`RemoteError`] as the cause of a `PolicyEvaluationError`.
 //!
 //! One module per part:
-//! - [`options`]: [`ClientOptions`] (base URL, time-out, headers, body cap, connection limit)
+//! - [`options`] has [`ClientOptions`] (base URL, time-out, headers, body cap, connection limit)
 //!   and the connection pool they own;
-//! - [`client`]: [`RemoteClient`], which sends requests on that pool;
-//! - [`response`]: [`RemoteResponse`], a 2xx answer read whole;
-//! - [`error`]: [`ClientError`] (options that cannot make a client) and [`RemoteError`] (a
+//! - [`client`] has [`RemoteClient`], which sends requests on that pool;
+//! - [`response`] has [`RemoteResponse`], a 2xx answer read whole;
+//! - [`error`] has [`ClientError`] (options that cannot make a client) and [`RemoteError`] (a
 //!   request that failed). Errors follow std's convention: `Display` says what went wrong at
 //!   this level, the transport's own error is the `source()`.
 
