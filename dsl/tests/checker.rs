@@ -153,7 +153,28 @@ fn problems_carry_json_paths() {
     let problem = problems.iter().next().expect("one problem");
     assert_eq!(problem.json_path(), Some("condition.all[1].field"));
     assert_eq!(problem.help(), Some("did you mean \"messages.0.content\"?"));
+    // Where the part starts in the text: the key `"field"` of the second condition.
+    assert_eq!(problem.line_column(), Some((1, 49)));
+    assert!(
+        problem
+            .to_string()
+            .starts_with("rule.json:1:49: at condition.all[1].field: ")
+    );
+
+    // A rule checked without its text has no line to give.
+    let value: serde_json::Value = serde_json::from_str(
+        r#"{ "condition": { "field": "messages.0.contnet", "equals": "x" }, "action": "deny" }"#,
+    )
+    .expect("JSON");
+    let problems =
+        portcullis_dsl::check_value(&value, "rule.json", InterceptionPoint::Input).unwrap_err();
+    let problem = problems.iter().next().expect("one problem");
     assert_eq!(problem.line_column(), None);
+    assert!(
+        problem
+            .to_string()
+            .starts_with("rule.json: at condition.field: ")
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@
 
 mod actions;
 mod conditions;
+mod locate;
 mod problems;
 
 use std::fmt;
@@ -157,7 +158,7 @@ pub(crate) enum TemplatePart {
 /// .unwrap_err();
 /// let messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
 /// assert_eq!(messages, [
-///     r#"rules/shell.json: at condition.contians: unknown condition operator "contians"; did you mean "contains"?"#,
+///     r#"rules/shell.json:1:40: at condition.contians: unknown condition operator "contians"; did you mean "contains"?"#,
 ///     r#"rules/shell.json: the rule has no "action"; add "action": one of allow, deny, audit, redact, transform"#,
 /// ]);
 /// ```
@@ -167,7 +168,27 @@ pub fn check_source(
     point: InterceptionPoint,
 ) -> Result<CheckedRule, Problems> {
     match serde_json::from_str::<Value>(source) {
-        Ok(value) => check_ordered(&value, origin, point, transformation_order(source)),
+        Ok(value) => {
+            let positions = locate::positions(source);
+            let place = |findings: &mut [Problem]| {
+                for finding in findings {
+                    if let Some(path) = finding.json_path() {
+                        finding.position = positions.get(path).copied();
+                    }
+                }
+            };
+            match check_ordered(&value, origin, point, transformation_order(source)) {
+                Ok(mut rule) => {
+                    place(&mut rule.warnings);
+                    Ok(rule)
+                }
+                Err(mut problems) => {
+                    place(&mut problems.problems);
+                    place(&mut problems.warnings);
+                    Err(problems)
+                }
+            }
+        }
         Err(error) => {
             let mut message = error.to_string();
             // serde_json appends " at line L column C"; the location says it already.

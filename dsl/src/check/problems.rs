@@ -58,6 +58,8 @@ pub struct Problem {
     message: String,
     help: Option<String>,
     pub(super) severity: Severity,
+    /// Where the part at `location`'s path is in the text, when the rule came as text.
+    pub(super) position: Option<(usize, usize)>,
 }
 
 /// A finding that does not stop a rule from loading: a [`Problem`] whose
@@ -100,6 +102,7 @@ impl Problem {
             message,
             help,
             severity: Severity::Error,
+            position: None,
         }
     }
 
@@ -118,11 +121,14 @@ impl Problem {
         &self.location
     }
 
-    /// Line and column (1-based) of a JSON syntax error.
+    /// Line and column (1-based) of the problem in the rule's text: where a JSON syntax error
+    /// is, or where the part named by [`json_path`](Self::json_path) starts (its key, for an
+    /// object's member). `None` when the rule was not checked from text
+    /// ([`check_value`](crate::check_value), [`check_rule`](crate::check_rule)).
     pub fn line_column(&self) -> Option<(usize, usize)> {
         match self.location {
             Location::Text { line, column } => Some((line, column)),
-            Location::Path(_) => None,
+            Location::Path(_) => self.position,
         }
     }
 
@@ -145,8 +151,9 @@ impl Problem {
     }
 }
 
-/// `origin:line:column: message` for syntax errors, `origin: at path: message` otherwise,
-/// followed by `; help` when there is one.
+/// `origin:line:column: message` for syntax errors, `origin:line:column: at path: message`
+/// for a part of the rule (`origin: at path: message` when the line is not known;
+/// `origin: message` for the rule as a whole), followed by `; help` when there is one.
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.location {
@@ -156,7 +163,14 @@ impl fmt::Display for Problem {
             Location::Path(path) if path.is_empty() => {
                 write!(f, "{}: {}", self.origin, self.message)?;
             }
-            Location::Path(path) => write!(f, "{}: at {path}: {}", self.origin, self.message)?,
+            Location::Path(path) => match self.position {
+                Some((line, column)) => write!(
+                    f,
+                    "{}:{line}:{column}: at {path}: {}",
+                    self.origin, self.message
+                )?,
+                None => write!(f, "{}: at {path}: {}", self.origin, self.message)?,
+            },
         }
         if let Some(help) = &self.help {
             write!(f, "; {help}")?;

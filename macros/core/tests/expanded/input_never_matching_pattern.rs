@@ -6,7 +6,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
         );
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/input/never_matching_pattern.json: at redactions[0].pattern: the regular expression \"[^\\\\s\\\\S]\" can never match, so the redaction changes nothing; fix the regular expression"
+                note = "../../dsl/tests/rules/warnings/input/never_matching_pattern.json:5:62: at redactions[0].pattern: the regular expression \"[^\\\\s\\\\S]\" can never match, so the redaction changes nothing; fix the regular expression"
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();
@@ -14,7 +14,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
         }
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/input/never_matching_pattern.json: at redactions[1].replacement: \"remove\" uses no \"replacement\": it is ignored; remove it, or use \"mask\""
+                note = "../../dsl/tests/rules/warnings/input/never_matching_pattern.json:6:57: at redactions[1].replacement: \"remove\" uses no \"replacement\": it is ignored; remove it, or use \"mask\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();
@@ -22,7 +22,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
         }
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/input/never_matching_pattern.json: at redactions[1].pattern: only the \"replace\" strategy uses a \"pattern\": it is ignored; remove it, or use \"strategy\": \"replace\""
+                note = "../../dsl/tests/rules/warnings/input/never_matching_pattern.json:6:82: at redactions[1].pattern: only the \"replace\" strategy uses a \"pattern\": it is ignored; remove it, or use \"strategy\": \"replace\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();

@@ -6,7 +6,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
         );
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/input/remove_content.json: at redactions[0].field: \"messages.0.content\" is a required part of the context and cannot be removed: applying this redaction is an evaluation error; remove a list element, a key of \"arguments\" or an extra key of \"metadata\"; to hide text, use \"mask\""
+                note = "../../dsl/tests/rules/warnings/input/remove_content.json:4:20: at redactions[0].field: \"messages.0.content\" is a required part of the context and cannot be removed: applying this redaction is an evaluation error; remove a list element, a key of \"arguments\" or an extra key of \"metadata\"; to hide text, use \"mask\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();

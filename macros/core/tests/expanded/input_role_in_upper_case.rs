@@ -6,7 +6,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
         );
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/input/role_in_upper_case.json: at condition.equals: \"messages.0.role\" is a message role (text), so equals \"USER\" can never match; a role is \"system\", \"user\" or \"assistant\""
+                note = "../../dsl/tests/rules/warnings/input/role_in_upper_case.json:2:46: at condition.equals: \"messages.0.role\" is a message role (text), so equals \"USER\" can never match; a role is \"system\", \"user\" or \"assistant\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();

@@ -6,7 +6,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
         );
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/input/unused_parts.json: at condition.contains[0]: an empty string is in every text, so the condition holds whenever the field exists; remove it, or use { \"always\": true } if that is meant"
+                note = "../../dsl/tests/rules/warnings/input/unused_parts.json:2:63: at condition.contains[0]: an empty string is in every text, so the condition holds whenever the field exists; remove it, or use { \"always\": true } if that is meant"
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();
@@ -14,7 +14,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
         }
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/input/unused_parts.json: at redactions: \"redactions\" are only used by \"redact\" rules, and this rule's action is \"deny\": they are ignored; remove them, or set \"action\": \"redact\""
+                note = "../../dsl/tests/rules/warnings/input/unused_parts.json:4:3: at redactions: \"redactions\" are only used by \"redact\" rules, and this rule's action is \"deny\": they are ignored; remove them, or set \"action\": \"redact\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();
@@ -22,7 +22,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
         }
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/input/unused_parts.json: at transformation: \"transformation\" is only used by \"transform\" rules, and this rule's action is \"deny\": it is ignored; remove it, or set \"action\": \"transform\""
+                note = "../../dsl/tests/rules/warnings/input/unused_parts.json:5:3: at transformation: \"transformation\" is only used by \"transform\" rules, and this rule's action is \"deny\": it is ignored; remove it, or set \"action\": \"transform\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();

@@ -6,7 +6,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
         );
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/output/nothing_to_change.json: at condition.field: \"greater_than\" compares numbers, but \"response.content\" is text, so the condition never holds; to compare its length, use \"field\": \"response.content.length\""
+                note = "../../dsl/tests/rules/warnings/output/nothing_to_change.json:2:18: at condition.field: \"greater_than\" compares numbers, but \"response.content\" is text, so the condition never holds; to compare its length, use \"field\": \"response.content.length\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();
@@ -14,7 +14,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
         }
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/output/nothing_to_change.json: at transformation: the transformation changes nothing; add \"<field path>\": \"<template>\" entries"
+                note = "../../dsl/tests/rules/warnings/output/nothing_to_change.json:4:3: at transformation: the transformation changes nothing; add \"<field path>\": \"<template>\" entries"
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();

@@ -6,7 +6,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
         );
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/output/redact_without_redactions.json: at condition.not_in[0]: \"response.role\" is a message role (text), so the value \"Assistant\" can never match; a role is \"system\", \"user\" or \"assistant\""
+                note = "../../dsl/tests/rules/warnings/output/redact_without_redactions.json:2:55: at condition.not_in[0]: \"response.role\" is a message role (text), so the value \"Assistant\" can never match; a role is \"system\", \"user\" or \"assistant\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();

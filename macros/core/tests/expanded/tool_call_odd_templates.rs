@@ -6,7 +6,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
         );
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/tool_call/odd_templates.json: at condition.field: \"contains\" looks in text, but \"arguments\" is an object, so the condition never holds; name a key, such as \"arguments.query\", or use \"arguments.*\" for any value"
+                note = "../../dsl/tests/rules/warnings/tool_call/odd_templates.json:2:18: at condition.field: \"contains\" looks in text, but \"arguments\" is an object, so the condition never holds; name a key, such as \"arguments.query\", or use \"arguments.*\" for any value"
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();
@@ -14,7 +14,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
         }
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/tool_call/odd_templates.json: at transformation.tool_name: template \"{{tool_name\": a \"{{\" is never closed, so it is kept as text; close the placeholder with \"}}\""
+                note = "../../dsl/tests/rules/warnings/tool_call/odd_templates.json:5:5: at transformation.tool_name: template \"{{tool_name\": a \"{{\" is never closed, so it is kept as text; close the placeholder with \"}}\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();
@@ -22,7 +22,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
         }
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/tool_call/odd_templates.json: at transformation[\"calling_message.content\"]: template \"[{{ }}] {{calling_message.content}}\": a placeholder is empty, so it shows nothing; write a field path between the braces, such as {{tool_name}}"
+                note = "../../dsl/tests/rules/warnings/tool_call/odd_templates.json:6:5: at transformation[\"calling_message.content\"]: template \"[{{ }}] {{calling_message.content}}\": a placeholder is empty, so it shows nothing; write a field path between the braces, such as {{tool_name}}"
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();
@@ -30,7 +30,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
         }
         {
             #[deprecated(
-                note = "../../dsl/tests/rules/warnings/tool_call/odd_templates.json: at transformation.calling_message: a template gives text, but \"calling_message\" is an object: applying this transformation is an evaluation error; transform \"calling_message.content\""
+                note = "../../dsl/tests/rules/warnings/tool_call/odd_templates.json:7:5: at transformation.calling_message: a template gives text, but \"calling_message\" is an object: applying this transformation is an evaluation error; transform \"calling_message.content\""
             )]
             #[allow(non_upper_case_globals)]
             const dsl_rule_warning: () = ();
