@@ -226,3 +226,44 @@ fn a_rule_is_checked_for_its_point() {
         "the rule was checked for the output point; it cannot be used at the input point"
     );
 }
+
+/// Shapes the rule schema accepts load, whatever the checker thinks of them (edge cases of
+/// the schema: an empty `not_in`, a `reason` on `allow`, a `replacement` on `mask`, an empty
+/// template, `greater_than` with a fraction, an empty transformation).
+#[test]
+fn edge_shapes_the_schema_accepts_load() {
+    for (point, source) in [
+        (
+            InterceptionPoint::ToolCall,
+            r#"{ "condition": { "field": "tool_name", "not_in": [] }, "action": "deny" }"#,
+        ),
+        (
+            InterceptionPoint::Input,
+            r#"{ "condition": { "always": true }, "action": "allow", "reason": "fine" }"#,
+        ),
+        (
+            InterceptionPoint::Output,
+            r#"{ "condition": { "always": true }, "action": "redact",
+                 "redactions": [{ "field": "response.content", "strategy": "mask", "replacement": "" }] }"#,
+        ),
+        (
+            InterceptionPoint::Output,
+            r#"{ "condition": { "field": "response.content.length", "greater_than": 0.5 },
+                 "action": "transform", "transformation": { "response.content": "" } }"#,
+        ),
+        (
+            InterceptionPoint::Input,
+            r#"{ "condition": { "field": "metadata.priority", "equals": null }, "action": "audit",
+                 "transformation": {} }"#,
+        ),
+        (
+            InterceptionPoint::ToolCall,
+            r#"{ "condition": { "field": "arguments.a.b.0", "contains": ["x"] }, "action": "transform",
+                 "transformation": {} }"#,
+        ),
+    ] {
+        if let Err(problems) = check_source(source, "edge.json", point) {
+            panic!("{source}: {problems}");
+        }
+    }
+}
