@@ -107,7 +107,30 @@
 //! Strict loading turns warnings into errors: [`CheckedRule::deny_warnings`],
 //! `DslInputPolicy::new_strict` and `from_source_strict` (and their twins). [`Problems`]
 //! also carries the warnings found next to the errors ([`Problems::warnings`]), so a tool
-//! can show everything at once.
+//! can show everything at once. Each finding has its file ([`Problem::origin`]), its place
+//! ([`Problem::line_column`] in the text, [`Problem::json_path`] in the rule), its message
+//! and hint, and its [`Severity`]; `Display` writes it all as a compiler would:
+//!
+//! ```
+//! use portcullis_dsl::check_source;
+//! use portcullis_engine::InterceptionPoint;
+//!
+//! let source = r#"{
+//!   "condition": { "field": "messages.0.role", "equals": "USER" },
+//!   "action": "deny"
+//! }"#;
+//! let findings: Vec<String> = match check_source(source, "rules/roles.json", InterceptionPoint::Input) {
+//!     Ok(rule) => rule.warnings().iter().map(|w| format!("{}: {w}", w.severity())).collect(),
+//!     Err(problems) => problems
+//!         .iter()
+//!         .chain(problems.warnings())
+//!         .map(|p| format!("{}: {p}", p.severity()))
+//!         .collect(),
+//! };
+//! assert_eq!(findings, [
+//!     r#"warning: rules/roles.json:2:46: at condition.equals: "messages.0.role" is a message role (text), so equals "USER" can never match; a role is "system", "user" or "assistant""#,
+//! ]);
+//! ```
 //!
 //! The `dsl_policy!` macro uses the same checker at build time: errors are compile errors,
 //! warnings are compiler warnings (carried by the `deprecated` lint, so `#[deny(deprecated)]`
