@@ -66,8 +66,8 @@ impl fmt::Display for DslError {
             DslError::InvalidId { id, problem } => {
                 write!(f, "invalid DSL policy id {id:?}: {problem}")
             }
-            DslError::Read { path, source } => {
-                write!(f, "cannot read the rule file {}: {source}", path.display())
+            DslError::Read { path, .. } => {
+                write!(f, "cannot read the rule file {}", path.display())
             }
             DslError::OutsideDirectory {
                 path,
@@ -96,11 +96,12 @@ impl fmt::Display for DslError {
     }
 }
 
+/// The I/O error of [`DslError::Read`] is its source. The problems of an invalid rule are the
+/// error's own message (see [`DslError::problems`]), not a cause.
 impl std::error::Error for DslError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             DslError::Read { source, .. } => Some(source),
-            DslError::Invalid(problems) => Some(problems),
             _ => None,
         }
     }

@@ -267,3 +267,27 @@ fn edge_shapes_the_schema_accepts_load() {
         }
     }
 }
+
+/// Errors follow std's convention: the message says what went wrong at this level and the
+/// cause is the `source()`, not pasted into the message too; the problems of an invalid rule
+/// are the error's own message, not a cause.
+#[test]
+fn errors_do_not_repeat_their_cause() {
+    use std::error::Error as _;
+
+    let missing = DslInputPolicy::new("does_not_exist", "tests/rules/input").unwrap_err();
+    let source = missing.source().expect("the I/O error is the source");
+    assert!(
+        !missing.to_string().contains(&source.to_string()),
+        "{missing} repeats {source}"
+    );
+
+    let invalid =
+        DslInputPolicy::from_source("x", r#"{ "action": "deny" }"#, "x.json").unwrap_err();
+    assert!(
+        invalid
+            .to_string()
+            .contains("the rule has no \"condition\"")
+    );
+    assert!(invalid.source().is_none(), "the problems are the message");
+}
