@@ -141,12 +141,14 @@ pub fn policy_set(input: TokenStream) -> TokenStream {
 ///
 /// The path is relative to the crate's manifest directory (`CARGO_MANIFEST_DIR`). The rule is
 /// checked by the same checker as the runtime `DslInputPolicy::new` (and twins), so every
-/// problem is a compile error naming the file (and, for JSON syntax, the line and column),
-/// spanned on the path: invalid JSON, an unknown key or operator, a field that does not exist
-/// in the point's context, an operator applied to a field of the wrong type, an invalid
-/// regular expression, `redact` without `redactions`. The compiled rule decides exactly like
-/// the runtime one, parses no JSON and reads no file at run time; the file is tracked, so
-/// editing it rebuilds the crate.
+/// error is a compile error naming the file, line and column, spanned on the path: invalid
+/// JSON, an unknown key or operator, a field that does not exist in the point's context, an
+/// invalid regular expression. What the checker knows beyond the rule schema (a condition that
+/// can never hold, an operator applied to a field of the wrong type, a `remove` of a field the
+/// context requires, `redact` without `redactions`) is a compiler warning instead, carried by
+/// the `deprecated` lint (`#[deny(deprecated)]` or `-D warnings` make it an error), and the
+/// rule compiles as written. The compiled rule decides exactly like the runtime one, parses no
+/// JSON and reads no file at run time; the file is tracked, so editing it rebuilds the crate.
 ///
 /// ```
 /// use portcullis::{InputPolicy, PolicySet, dsl_policy};
