@@ -1,7 +1,8 @@
-//! The code `portcullis_dsl::codegen` generates (pinned in `dsl/tests/generated/`) compiles
-//! against the facade, and decides like the runtime DSL policies on a corpus of contexts.
+//! Rules compiled by `dsl_policy!` (their expansions are pinned in
+//! `macros/core/tests/expanded/`) decide like the runtime DSL policies on a corpus of
+//! contexts, and have the same id and mode.
 
-#![cfg(feature = "dsl")]
+#![cfg(feature = "macros")]
 
 use portcullis::dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
 use portcullis::{
@@ -10,35 +11,38 @@ use portcullis::{
 };
 use serde_json::{Value, json};
 
-macro_rules! generated {
-    ($($module:ident => $file:literal),* $(,)?) => {
+/// One module per rule file, each with `policy()`: the rule compiled by `dsl_policy!`.
+macro_rules! compiled {
+    ($($module:ident => $point:ident $trait:ident $file:literal),* $(,)?) => {
         $(mod $module {
-            include!(concat!(env!("CARGO_MANIFEST_DIR"), "/dsl/tests/generated/", $file));
+            pub(crate) fn policy() -> impl ::portcullis::$trait {
+                ::portcullis::dsl_policy!($point, $file)
+            }
         })*
     };
 }
 
-generated! {
-    input_block_secrets => "input_block_secrets.rs",
-    input_drop_debug => "input_drop_debug.rs",
-    input_free_tier => "input_free_tier.rs",
-    input_hide_system_prompt => "input_hide_system_prompt.rs",
-    input_max_length => "input_max_length.rs",
-    input_no_ssn => "input_no_ssn.rs",
-    input_ping => "input_ping.rs",
-    input_prompt_injection => "input_prompt_injection.rs",
-    input_roles => "input_roles.rs",
-    input_sign_latest => "input_sign_latest.rs",
-    output_audit_refunds => "output_audit_refunds.rs",
-    output_leaked_secret => "output_leaked_secret.rs",
-    output_phone_numbers => "output_phone_numbers.rs",
-    output_long_answer => "output_long_answer.rs",
-    output_no_urls => "output_no_urls.rs",
-    tool_call_approved_tools => "tool_call_approved_tools.rs",
-    tool_call_dangerous_shell => "tool_call_dangerous_shell.rs",
-    tool_call_large_page => "tool_call_large_page.rs",
-    tool_call_only_read => "tool_call_only_read.rs",
-    tool_call_tag_tool_calls => "tool_call_tag_tool_calls.rs",
+compiled! {
+    input_block_secrets => input InputPolicy "examples/rules/block_secrets.json",
+    input_drop_debug => input InputPolicy "dsl/tests/rules/input/drop_debug.json",
+    input_free_tier => input InputPolicy "dsl/tests/rules/input/free_tier.json",
+    input_hide_system_prompt => input InputPolicy "dsl/tests/rules/input/hide_system_prompt.json",
+    input_max_length => input InputPolicy "examples/rules/max_length.json",
+    input_no_ssn => input InputPolicy "examples/rules/no_ssn.json",
+    input_ping => input InputPolicy "dsl/tests/rules/input/ping.json",
+    input_prompt_injection => input InputPolicy "dsl/tests/rules/input/prompt_injection.json",
+    input_roles => input InputPolicy "dsl/tests/rules/input/roles.json",
+    input_sign_latest => input InputPolicy "dsl/tests/rules/input/sign_latest.json",
+    output_audit_refunds => output OutputPolicy "examples/rules/audit_refunds.json",
+    output_leaked_secret => output OutputPolicy "dsl/tests/rules/output/leaked_secret.json",
+    output_phone_numbers => output OutputPolicy "dsl/tests/rules/output/phone_numbers.json",
+    output_long_answer => output OutputPolicy "dsl/tests/rules/output/long_answer.json",
+    output_no_urls => output OutputPolicy "dsl/tests/rules/output/no_urls.json",
+    tool_call_approved_tools => tool_call ToolCallPolicy "examples/rules/approved_tools.json",
+    tool_call_dangerous_shell => tool_call ToolCallPolicy "dsl/tests/rules/tool_call/dangerous_shell.json",
+    tool_call_large_page => tool_call ToolCallPolicy "dsl/tests/rules/tool_call/large_page.json",
+    tool_call_only_read => tool_call ToolCallPolicy "dsl/tests/rules/tool_call/only_read.json",
+    tool_call_tag_tool_calls => tool_call ToolCallPolicy "examples/rules/tag_tool_calls.json",
 }
 
 const TESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/dsl/tests/rules");

@@ -38,7 +38,7 @@ async fn ten_thousand_concurrent_mixed_evaluations_are_all_correct() {
     // At most 64 requests are in flight; a slot is free again as soon as its answer is read,
     // a moment before the connection is back in the pool, so a few more connections may open,
     // but never one per evaluation.
-    let limit = portcullis::http::client::DEFAULT_MAX_CONNECTIONS;
+    let limit = portcullis::http::DEFAULT_MAX_CONNECTIONS;
     assert!(
         server.connections_accepted() <= 2 * limit,
         "{} connections for a pool of {limit} requests in flight",

@@ -1,8 +1,10 @@
-//! Code generation for compile-time rules (feature `codegen`): a [`CheckedRule`] becomes a
-//! Rust expression of a type implementing the point's policy trait.
+//! Code generation for compile-time rules (feature `codegen`): the pieces of Rust that the
+//! `dsl_policy!` macro builds a policy type around.
 //!
-//! The `dsl_policy!` macro checks the rule with [`check_source`](crate::check_source) and
-//! calls [`expand`]. The generated code:
+//! The macro checks the rule with [`check_source`](crate::check_source), then declares a unit
+//! struct named after the file and implements the point's policy trait for it: `evaluate`
+//! calls the decision function of [`decide_closure`] in place, and an output rule's
+//! `streaming` returns [`streaming_rules`]. The generated code:
 //! - names everything by absolute path through the facade: `::portcullis::...` for engine
 //!   items, `::portcullis::__private::dsl::...` for this crate's support items;
 //! - parses no JSON and reads no file at run time: paths are constant segment lists,
@@ -25,39 +27,19 @@
 //!     "rules/approved_tools.json",
 //!     InterceptionPoint::ToolCall,
 //! ).unwrap();
-//! let tokens = codegen::expand(&rule, "approved_tools").to_string();
-//! assert!(tokens.contains("GeneratedToolCallPolicy"));
+//! let closure = codegen::decide_closure(&rule).to_string();
+//! assert!(closure.starts_with("| context : & :: portcullis :: ToolCallContext |"));
+//! assert!(codegen::streaming_rules(&rule).is_none());
 //! ```
 
 use portcullis_engine::path::{FieldPath, Segment};
-use portcullis_engine::{InterceptionPoint, PolicyMode, RedactionStrategy, StreamingRule};
+use portcullis_engine::{InterceptionPoint, RedactionStrategy, StreamingRule};
 use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use serde_json::Value;
 
 use crate::check::{CheckedCondition, CheckedRule, TemplatePart};
 use crate::model::Action;
-
-/// The expression for `rule` as a policy with id `id`: a value of
-/// `::portcullis::__private::dsl::Generated{Input,ToolCall,Output}Policy<_>`, which implements
-/// the point's policy trait (`InputPolicy`, `ToolCallPolicy` or `OutputPolicy`).
-pub fn expand(rule: &CheckedRule, id: &str) -> TokenStream {
-    let policy = match rule.point() {
-        InterceptionPoint::Input => quote!(GeneratedInputPolicy),
-        InterceptionPoint::ToolCall => quote!(GeneratedToolCallPolicy),
-        InterceptionPoint::Output => quote!(GeneratedOutputPolicy),
-    };
-    let mode = match rule.mode() {
-        PolicyMode::Enforce => quote!(::portcullis::PolicyMode::Enforce),
-        PolicyMode::Monitor => quote!(::portcullis::PolicyMode::Monitor),
-    };
-    let decide = decide_closure(rule);
-    let streaming = streaming_rules(rule).map(|rules| quote!(.with_streaming(#rules)));
-    quote! {
-        ::portcullis::__private::dsl::#policy::new(#id, #mode, #decide)
-        #streaming
-    }
-}
 
 /// The rule's decision function alone: a closure expression
 /// `|context: &::portcullis::InputContext| -> ::portcullis::PolicyDecision { .. }` (with the

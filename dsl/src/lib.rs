@@ -1,4 +1,4 @@
-//! JSON rules for Portcullis: policies for people who do not write Rust (SPEC §6).
+//! JSON rules for Portcullis: policies for people who do not write Rust.
 //!
 //! A rule is one JSON file; its stem is the policy id. When the condition holds, the action's
 //! decision is returned; otherwise the rule allows.
@@ -67,8 +67,8 @@
 //! in the schema) and `transform`: each `"field": "template"` pair of `transformation` becomes
 //! a `set` operation whose value is the template with every `{{path}}` replaced by that path's
 //! value (a string as it is, anything else as JSON text, nothing when the path does not
-//! resolve). The operations come in the order of their field paths (sorted). A placeholder
-//! shows one value, so its path cannot contain `*`.
+//! resolve). The operations come in the file's key order. A placeholder shows one value, so its
+//! path cannot contain `*`.
 //!
 //! # Streaming
 //!
@@ -77,26 +77,71 @@
 //! ASCII needles (a `contains`, or an `any` of them), and `always`-`redact` with `replace`
 //! redactions of `response.content`. Other output rules are evaluated on the whole text.
 //!
-//! # The checker
+//! # The checker: errors and warnings
 //!
 //! [`check_source`] parses and checks a rule for one interception point and reports every
-//! problem at once ([`Problems`]), each with where it is — line and column for JSON syntax,
-//! the JSON path of the offending part (`condition.all[1].field`) otherwise — and what to do.
-//! It rejects, among others: unknown keys, operators, actions and strategies (with "did you
-//! mean"), a missing action or condition, `redact` without `redactions`, an invalid regular
-//! expression, a bad template, a `field` that cannot exist in the point's context
-//! (`tool_name` in an input rule, `messages.0.contnet`), an operator that cannot apply to the
-//! field (`greater_than` on text), a value the field can never equal, and changes that would
-//! always break the context (removing `tool_name`, masking a whole message). Below
-//! `arguments` and the extra keys of `metadata` any key is allowed.
+//! finding at once, each with where it is — line and column for JSON syntax, the JSON path of
+//! the offending part (`condition.all[1].field`) otherwise — and what to do.
 //!
-//! The `dsl_policy!` macro uses the same checker at build time, and the
-//! `codegen` module (feature `codegen`) to turn a checked rule into Rust.
+//! **Errors** refuse the rule ([`Problems`]): bad JSON; a shape the rule schema rejects
+//! (unknown keys, operators, actions and strategies, with "did you mean"; a missing action or
+//! condition; an operand of the wrong type); a `field` that cannot exist in the point's
+//! context (`tool_name` in an input rule, `messages.0.contnet`); an invalid regular
+//! expression; a bad path in a template placeholder. Below `arguments` and the extra keys of
+//! `metadata` any key is allowed.
+//!
+//! **Warnings** are what the checker knows beyond the schema. A rule that is valid under the
+//! schema loads and decides as written (as the reference implementation decides), and its
+//! warnings are kept on the loaded rule ([`CheckedRule::warnings`], and `warnings()` on each
+//! policy), each a [`Warning`] with the file, the place in the rule and a hint:
+//! - a condition that can never hold (`messages.0.role` equals `"USER"`: roles are lower
+//!   case; `greater_than` on text; `contains` on a list);
+//! - a change that breaks the context when applied (a `remove` of `messages.0.content`, a
+//!   `mask` of a whole message, a template written to a list): the rule loads, and applying
+//!   its decision is an evaluation error at run time;
+//! - a redaction pattern that can never match, and parts the action ignores (`redactions` on
+//!   a `deny` rule, a `pattern` on a `mask`, a `redact` rule without redactions);
+//! - template text that is not a placeholder (an unclosed `{{`, kept as text; an empty
+//!   `{{ }}`, which shows nothing).
+//!
+//! Strict loading turns warnings into errors: [`CheckedRule::deny_warnings`],
+//! `DslInputPolicy::new_strict` and `from_source_strict` (and their twins). [`Problems`]
+//! also carries the warnings found next to the errors ([`Problems::warnings`]), so a tool
+//! can show everything at once. Each finding has its file ([`Problem::origin`]), its place
+//! ([`Problem::line_column`] in the text, [`Problem::json_path`] in the rule), its message
+//! and hint, and its [`Severity`]; `Display` writes it all as a compiler would:
+//!
+//! ```
+//! use portcullis_dsl::check_source;
+//! use portcullis_engine::InterceptionPoint;
+//!
+//! let source = r#"{
+//!   "condition": { "field": "messages.0.role", "equals": "USER" },
+//!   "action": "deny"
+//! }"#;
+//! let findings: Vec<String> = match check_source(source, "rules/roles.json", InterceptionPoint::Input) {
+//!     Ok(rule) => rule.warnings().iter().map(|w| format!("{}: {w}", w.severity())).collect(),
+//!     Err(problems) => problems
+//!         .iter()
+//!         .chain(problems.warnings())
+//!         .map(|p| format!("{}: {p}", p.severity()))
+//!         .collect(),
+//! };
+//! assert_eq!(findings, [
+//!     r#"warning: rules/roles.json:2:46: at condition.equals: "messages.0.role" is a message role (text), so equals "USER" can never match; a role is "system", "user" or "assistant""#,
+//! ]);
+//! ```
+//!
+//! The `dsl_policy!` macro uses the same checker at build time: errors are compile errors,
+//! warnings are compiler warnings (carried by the `deprecated` lint, so `#[deny(deprecated)]`
+//! or `-D warnings` make them errors). It uses the `codegen` module (feature `codegen`) to
+//! turn a checked rule into Rust.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod check;
 mod eval;
+mod json_kind;
 mod model;
 mod ops;
 mod policy;
@@ -113,6 +158,10 @@ pub mod codegen;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use check::{CheckedRule, Location, Problem, Problems, check_rule, check_source, check_value};
+pub use check::{
+    CheckedRule, Location, Problem, Problems, Severity, Warning, check_rule, check_source,
+    check_value,
+};
+pub use json_kind::JsonKind;
 pub use model::{Action, Condition, Rule, RuleMode, RuleRedaction, RuleStrategy};
 pub use policy::{DslError, DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, load, validate_id};

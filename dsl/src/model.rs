@@ -1,4 +1,5 @@
-//! The typed model of a rule (SPEC §6 and `dsl-policy.schema.json`, plus the extensions).
+//! The typed model of a rule: the shape of `dsl-policy.schema.json`, plus the extensions
+//! (`all`, `any`, `not`, `mode`).
 //!
 //! These types serialize to, and deserialize from, the JSON shape of a rule file. Deserializing
 //! with serde stops at the first mistake and knows nothing of interception points; to load a
@@ -34,10 +35,15 @@ pub struct Rule {
     /// The redactions of a `redact` rule (at least one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redactions: Option<Vec<RuleRedaction>>,
-    /// The transformation of a `transform` rule: field path → template, applied as `set`
-    /// operations in the order of the paths (sorted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transformation: Option<std::collections::BTreeMap<String, String>>,
+    /// The transformation of a `transform` rule: field path → template pairs, in the file's
+    /// key order, applied as `set` operations in that order. (De)serialized as a JSON object
+    /// whose keys keep that order.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "ordered_templates"
+    )]
+    pub transformation: Option<Vec<(String, String)>>,
     /// Extension: `monitor` evaluates and audits the rule without enforcing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<RuleMode>,
@@ -172,4 +178,54 @@ pub struct RuleRedaction {
     /// The regular expression to replace (`replace` only, required there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
+}
+
+/// `transformation` as a JSON object read and written in its key order (whatever map type
+/// `serde_json` is built with). A key written twice keeps its first place and its last
+/// template, as JavaScript's `JSON.parse` does.
+mod ordered_templates {
+    use std::fmt;
+
+    use serde::de::{MapAccess, Visitor};
+    use serde::ser::SerializeMap;
+    use serde::{Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        templates: &Option<Vec<(String, String)>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let templates = templates.as_deref().unwrap_or_default();
+        let mut map = serializer.serialize_map(Some(templates.len()))?;
+        for (field, template) in templates {
+            map.serialize_entry(field, template)?;
+        }
+        map.end()
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Vec<(String, String)>>, D::Error> {
+        struct Ordered;
+
+        impl<'de> Visitor<'de> for Ordered {
+            type Value = Vec<(String, String)>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of field paths to templates")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut templates: Vec<(String, String)> = Vec::new();
+                while let Some((field, template)) = map.next_entry::<String, String>()? {
+                    match templates.iter_mut().find(|(known, _)| *known == field) {
+                        Some(entry) => entry.1 = template,
+                        None => templates.push((field, template)),
+                    }
+                }
+                Ok(templates)
+            }
+        }
+
+        deserializer.deserialize_map(Ordered).map(Some)
+    }
 }

@@ -9,7 +9,7 @@ use portcullis_engine::{
     PolicyDecision, PolicyMode, ToolCallContext, ToolCallPolicy,
 };
 
-use crate::check::{CheckedRule, Problems, check_source};
+use crate::check::{CheckedRule, Problems, Warning, check_source};
 use crate::eval::CompiledRule;
 
 /// Why a DSL policy could not be built.
@@ -66,8 +66,8 @@ impl fmt::Display for DslError {
             DslError::InvalidId { id, problem } => {
                 write!(f, "invalid DSL policy id {id:?}: {problem}")
             }
-            DslError::Read { path, source } => {
-                write!(f, "cannot read the rule file {}: {source}", path.display())
+            DslError::Read { path, .. } => {
+                write!(f, "cannot read the rule file {}", path.display())
             }
             DslError::OutsideDirectory {
                 path,
@@ -96,11 +96,12 @@ impl fmt::Display for DslError {
     }
 }
 
+/// The I/O error of [`DslError::Read`] is its source. The problems of an invalid rule are the
+/// error's own message (see [`DslError::problems`]), not a cause.
 impl std::error::Error for DslError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             DslError::Read { source, .. } => Some(source),
-            DslError::Invalid(problems) => Some(problems),
             _ => None,
         }
     }
@@ -178,10 +179,21 @@ macro_rules! dsl_policy {
             /// not read again: evaluation never touches the file system.
             ///
             /// Fails when the id is empty or has a path separator or `..`, when the file
-            /// cannot be read, or when the rule is invalid (with every problem).
+            /// cannot be read, or when the rule is invalid (with every problem). A rule that
+            /// is valid but has warnings loads; they are kept ([`warnings`](Self::warnings)).
             pub fn new(id: impl Into<String>, dir: impl AsRef<Path>) -> Result<Self, DslError> {
                 let id = id.into();
                 let rule = load(&id, dir.as_ref(), $point)?;
+                Self::from_checked(id, rule)
+            }
+
+            /// [`new`](Self::new), loading strictly: a rule with warnings (see
+            /// [`warnings`](Self::warnings)) is refused, every warning reported as an error.
+            pub fn new_strict(id: impl Into<String>, dir: impl AsRef<Path>) -> Result<Self, DslError> {
+                let id = id.into();
+                let rule = load(&id, dir.as_ref(), $point)?
+                    .deny_warnings()
+                    .map_err(DslError::Invalid)?;
                 Self::from_checked(id, rule)
             }
 
@@ -196,7 +208,21 @@ macro_rules! dsl_policy {
                 Self::from_checked(id, rule)
             }
 
-            /// A policy from a rule checked for this point.
+            /// [`from_source`](Self::from_source), loading strictly: a rule with warnings is
+            /// refused, every warning reported as an error.
+            pub fn from_source_strict(
+                id: impl Into<String>,
+                source: &str,
+                origin: &str,
+            ) -> Result<Self, DslError> {
+                let rule = check_source(source, origin, $point)
+                    .and_then(CheckedRule::deny_warnings)
+                    .map_err(DslError::Invalid)?;
+                Self::from_checked(id, rule)
+            }
+
+            /// A policy from a rule checked for this point (its warnings are kept; call
+            /// [`CheckedRule::deny_warnings`] first to refuse them).
             pub fn from_checked(id: impl Into<String>, rule: CheckedRule) -> Result<Self, DslError> {
                 if rule.point() != $point {
                     return Err(DslError::WrongPoint {
@@ -221,6 +247,14 @@ macro_rules! dsl_policy {
             /// The checked rule.
             pub fn rule(&self) -> &CheckedRule {
                 &self.rule
+            }
+
+            /// What the checker found beyond the schema without refusing the rule (a
+            /// condition that can never hold, a change that breaks the context when applied,
+            /// ...), each with the file, where in the rule, and what to do. Empty for a clean
+            /// rule. See [`CheckedRule::warnings`].
+            pub fn warnings(&self) -> &[Warning] {
+                self.rule.warnings()
             }
 
             /// Decides on `context` (what [`evaluate`]($trait::evaluate) returns, without the

@@ -375,3 +375,175 @@ fn other_point_having(point: InterceptionPoint, key: &str) -> Option<String> {
         )
     })
 }
+
+/// The context's JSON shape is written down in the engine's types (their serde derives), in
+/// the selectors (`select.rs`) and here. These tests serialize a fully populated context of
+/// each point (struct literals: a new field does not compile until it is filled in here) and
+/// compare, recursively, its keys with what the selectors and this schema know, so a field one
+/// of them does not know fails here instead of being silently unreachable to rules.
+#[cfg(test)]
+mod tests {
+    use portcullis_engine::{
+        InputContext, Message, Metadata, OutputContext, Role, ToolCallContext,
+    };
+    use serde_json::{Map, Value, json};
+
+    use super::*;
+    use crate::select::{Node, Root, Walk, select};
+
+    /// The extra metadata key the contexts carry: an open map's key, not a field.
+    const EXTRA: &str = "tier";
+
+    fn metadata() -> Metadata {
+        let mut extra = Map::new();
+        extra.insert(EXTRA.to_owned(), json!("gold"));
+        Metadata {
+            agent_id: "agent".to_owned(),
+            session_id: "session".to_owned(),
+            timestamp: "2026-01-01T00:00:00Z".to_owned(),
+            extra,
+        }
+    }
+
+    fn message(role: Role, content: &str) -> Message {
+        Message {
+            role,
+            content: content.to_owned(),
+        }
+    }
+
+    fn input() -> InputContext {
+        InputContext {
+            messages: vec![
+                message(Role::System, "be brief"),
+                message(Role::User, "hello"),
+            ],
+            metadata: metadata(),
+        }
+    }
+
+    fn tool_call() -> ToolCallContext {
+        let mut arguments = Map::new();
+        arguments.insert("query".to_owned(), json!("rust"));
+        ToolCallContext {
+            tool_name: "search".to_owned(),
+            arguments,
+            calling_message: message(Role::Assistant, "searching"),
+            metadata: metadata(),
+        }
+    }
+
+    fn output() -> OutputContext {
+        OutputContext {
+            response: message(Role::Assistant, "an answer"),
+            metadata: metadata(),
+        }
+    }
+
+    /// Walks `value` (the JSON at `path` of a part of shape `shape`) and checks that the
+    /// schema and the selectors know every key, and the schema no key the JSON lacks.
+    fn compare<C: Root>(
+        point: InterceptionPoint,
+        context: &C,
+        shape: Shape,
+        path: &str,
+        value: &Value,
+    ) {
+        // The root has no path of its own.
+        if !path.is_empty() {
+            let parsed = FieldPath::parse(path).expect("a valid path");
+            // The selectors find exactly the serialized value there.
+            let mut found = Vec::new();
+            select(context.node(), parsed.segments(), &mut |node: Node<'_>| {
+                found.push(node.to_json());
+                Walk::Continue
+            });
+            assert_eq!(
+                found,
+                std::slice::from_ref(value),
+                "the selectors at {path:?}"
+            );
+            // The schema types it as what it is.
+            let typed = type_path(point, &parsed, Use::Read)
+                .unwrap_or_else(|problem| panic!("the schema at {path:?}: {}", problem.message));
+            let fits = matches!(
+                (typed.kind, value),
+                (Kind::Text | Kind::Role, Value::String(_))
+                    | (Kind::List, Value::Array(_))
+                    | (Kind::Object | Kind::Map, Value::Object(_))
+                    | (Kind::Any, _)
+            );
+            assert!(
+                fits,
+                "the schema says {path:?} is {:?}, the JSON is {value}",
+                typed.kind
+            );
+        }
+
+        match (shape, value) {
+            (Shape::Record(record), Value::Object(object)) => {
+                let mut keys: Vec<&str> = object
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|key| !(record.open && *key == EXTRA))
+                    .collect();
+                keys.sort_unstable();
+                let mut known: Vec<&str> = record.fields.iter().map(|(name, _)| *name).collect();
+                known.sort_unstable();
+                assert_eq!(keys, known, "the fields of {path:?} ({})", record.name);
+                for (name, field_shape) in record.fields {
+                    let child = if path.is_empty() {
+                        (*name).to_owned()
+                    } else {
+                        format!("{path}.{name}")
+                    };
+                    compare(point, context, *field_shape, &child, &object[*name]);
+                }
+            }
+            (Shape::Messages, Value::Array(items)) => {
+                for (index, item) in items.iter().enumerate() {
+                    compare(
+                        point,
+                        context,
+                        Shape::Record(&MESSAGE),
+                        &format!("{path}.{index}"),
+                        item,
+                    );
+                }
+            }
+            (Shape::Text | Shape::Role, Value::String(_)) | (Shape::OpenMap, Value::Object(_)) => {}
+            (shape, value) => panic!("{path:?}: the schema has {shape:?}, the JSON {value}"),
+        }
+    }
+
+    fn root_value(value: &Value) -> &Map<String, Value> {
+        value.as_object().expect("a context is an object")
+    }
+
+    #[test]
+    fn the_schema_and_the_selectors_know_every_field_of_an_input_context() {
+        let context = input();
+        let value = serde_json::to_value(&context).expect("serializable");
+        let point = InterceptionPoint::Input;
+        assert!(!root_value(&value).is_empty());
+        compare(point, &context, Shape::Record(root(point)), "", &value);
+    }
+
+    #[test]
+    fn the_schema_and_the_selectors_know_every_field_of_a_tool_call_context() {
+        let context = tool_call();
+        let value = serde_json::to_value(&context).expect("serializable");
+        let point = InterceptionPoint::ToolCall;
+        assert!(!root_value(&value).is_empty());
+        compare(point, &context, Shape::Record(root(point)), "", &value);
+    }
+
+    #[test]
+    fn the_schema_and_the_selectors_know_every_field_of_an_output_context() {
+        let context = output();
+        let value = serde_json::to_value(&context).expect("serializable");
+        let point = InterceptionPoint::Output;
+        assert!(!root_value(&value).is_empty());
+        compare(point, &context, Shape::Record(root(point)), "", &value);
+    }
+}

@@ -1,8 +1,9 @@
 //! Selecting values in a typed context, without turning it into JSON.
 //!
-//! The walk follows the JSON shape of the context exactly (SPEC §1), so a path selects here
-//! what it would select in the context's JSON: a name selects an object key, an integer a list
-//! element (negative: from the end) or a key written as a number, `*` every element or value.
+//! The walk follows the JSON shape of the context exactly (the shape its serde derives give;
+//! the tests of `schema.rs` keep the two in step), so a path selects here what it would select
+//! in the context's JSON: a name selects an object key, an integer a list element (negative:
+//! from the end) or a key written as a number, `*` every element or value.
 //! A final `length` on a list or a text gives its length (in characters for a text); on an
 //! object it is a key like any other.
 

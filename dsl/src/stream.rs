@@ -19,6 +19,10 @@ pub(crate) fn streaming_form(rule: &CheckedRule) -> Option<Vec<StreamingRule>> {
         Action::Deny => {
             let mut needles = Vec::new();
             collect_needles(&rule.condition, &mut needles)?;
+            // An empty needle holds on any text, even before the first byte arrives.
+            if needles.iter().any(String::is_empty) {
+                return None;
+            }
             let alternatives = needles
                 .iter()
                 .map(|needle| needle_pattern(needle))
@@ -29,20 +33,25 @@ pub(crate) fn streaming_form(rule: &CheckedRule) -> Option<Vec<StreamingRule>> {
                 max_match_len: None,
             }])
         }
-        Action::Redact if matches!(rule.condition, CheckedCondition::Always) => rule
-            .redactions
-            .iter()
-            .map(|redaction| {
-                let pattern = redaction.pattern.clone()?;
-                let on_content = redaction.field == "response.content";
-                let replace = redaction.strategy == portcullis_engine::RedactionStrategy::Replace;
-                (on_content && replace).then(|| StreamingRule::Replace {
-                    pattern,
-                    replacement: redaction.replacement_or_default().to_owned(),
-                    max_match_len: None,
+        Action::Redact
+            if matches!(rule.condition, CheckedCondition::Always)
+                && !rule.redactions.is_empty() =>
+        {
+            rule.redactions
+                .iter()
+                .map(|redaction| {
+                    let pattern = redaction.pattern.clone()?;
+                    let on_content = redaction.field == "response.content";
+                    let replace =
+                        redaction.strategy == portcullis_engine::RedactionStrategy::Replace;
+                    (on_content && replace).then(|| StreamingRule::Replace {
+                        pattern,
+                        replacement: redaction.replacement_or_default().to_owned(),
+                        max_match_len: None,
+                    })
                 })
-            })
-            .collect(),
+                .collect()
+        }
         _ => None,
     }
 }

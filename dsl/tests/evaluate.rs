@@ -465,3 +465,117 @@ async fn policies_are_usable_as_trait_objects() {
     assert_eq!(tool.id(), "only_read");
     let _ = Map::<String, Value>::new();
 }
+
+/// `transformation` operations come in the file's key order, as the reference implementation
+/// emits them, not sorted by path; from source text, from a typed rule and through serde.
+#[test]
+fn transform_operations_keep_the_files_key_order() {
+    let source = r#"{ "condition": { "always": true }, "action": "transform",
+        "transformation": {
+            "metadata.zeta": "z",
+            "messages.-1.content": "[checked] {{messages.-1.content}}",
+            "metadata.alpha": "a",
+            "messages.0.content": "first"
+        } }"#;
+    let expected = PolicyDecision::transform([
+        TransformOperation::set("metadata.zeta", "z"),
+        TransformOperation::set("messages.-1.content", "[checked] hi"),
+        TransformOperation::set("metadata.alpha", "a"),
+        TransformOperation::set("messages.0.content", "first"),
+    ]);
+    let context = input(&[("user", "hi")]);
+    let policy = DslInputPolicy::from_source("order", source, "order.json").expect("valid");
+    assert_eq!(policy.decide(&context), expected);
+
+    // The typed model keeps the order too, and a rule checked from it decides alike.
+    let rule: portcullis_dsl::Rule = serde_json::from_str(source).expect("a rule");
+    let keys: Vec<&str> = rule
+        .transformation
+        .iter()
+        .flatten()
+        .map(|(field, _)| field.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "metadata.zeta",
+            "messages.-1.content",
+            "metadata.alpha",
+            "messages.0.content"
+        ]
+    );
+    let written = serde_json::to_string(&rule).expect("serializable");
+    assert!(
+        written.find("metadata.zeta") < written.find("metadata.alpha"),
+        "{written}"
+    );
+    let checked = portcullis_dsl::check_rule(
+        &rule,
+        "order.json",
+        portcullis_engine::InterceptionPoint::Input,
+    )
+    .expect("valid");
+    let typed = DslInputPolicy::from_checked("order", checked).expect("an input rule");
+    assert_eq!(typed.decide(&context), expected);
+}
+
+/// Rules valid under the schema load whatever the checker knows beyond it, and decide as the
+/// reference implementation does: a condition that can never hold allows, a `remove` of a
+/// required field is a redaction the engine then refuses to apply (an evaluation error), a
+/// `redact` rule without redactions redacts nothing.
+#[tokio::test]
+async fn schema_valid_rules_with_warnings_load_and_decide() {
+    let dir = "tests/rules/warnings/input";
+    let upper = DslInputPolicy::new("role_in_upper_case", dir).expect("loads");
+    assert_eq!(upper.warnings().len(), 1);
+    assert_eq!(
+        upper.decide(&input(&[("user", "hi")])),
+        PolicyDecision::allow()
+    );
+
+    let remove = DslInputPolicy::new("remove_content", dir).expect("loads");
+    let context = input(&[("user", "my secret")]);
+    assert_eq!(
+        remove.decide(&context),
+        PolicyDecision::redact([Redaction::remove("messages.0.content")])
+    );
+    assert_eq!(
+        remove.decide(&input(&[("user", "hi")])),
+        PolicyDecision::allow()
+    );
+    let engine = PolicyEngine::builder()
+        .policy_set(PolicySet::builder().input(remove).build())
+        .build();
+    let error = engine.evaluate_input(&context).await.unwrap_err();
+    assert!(matches!(error, EngineError::Evaluation(_)), "{error}");
+
+    let nothing = DslOutputPolicy::new("redact_without_redactions", "tests/rules/warnings/output")
+        .expect("loads");
+    let answer = OutputContext::new(Message::assistant("hello"), metadata());
+    assert_eq!(
+        nothing.decide(&answer),
+        PolicyDecision::Redact {
+            redactions: Vec::new()
+        }
+    );
+    let empty =
+        DslOutputPolicy::new("nothing_to_change", "tests/rules/warnings/output").expect("loads");
+    assert_eq!(empty.decide(&answer), PolicyDecision::allow());
+
+    // Unclosed and empty placeholders render as the reference renders them.
+    let odd = DslToolCallPolicy::from_source(
+        "odd",
+        r#"{ "condition": { "always": true }, "action": "transform",
+             "transformation": { "arguments.note": "{{tool_name", "arguments.other": "[{{ }}] {{tool_name}}" } }"#,
+        "odd.json",
+    )
+    .expect("loads");
+    assert_eq!(odd.warnings().len(), 2);
+    assert_eq!(
+        odd.decide(&tool_call("search", json!({}))),
+        PolicyDecision::transform([
+            TransformOperation::set("arguments.note", "{{tool_name"),
+            TransformOperation::set("arguments.other", "[] search"),
+        ])
+    );
+}

@@ -5,7 +5,7 @@
 //! Each macro is a few lines forwarding to `portcullis-macros-core`, where parsing, checking
 //! and expansion live as ordinary, tested code.
 
-use portcullis_macros_core::{Point, dsl_policy, policy_fn, policy_set};
+use portcullis_macros_core::{InterceptionPoint, dsl_policy, policy_fn, policy_set};
 use proc_macro::TokenStream;
 
 /// Makes a function an input policy.
@@ -51,7 +51,7 @@ use proc_macro::TokenStream;
 /// ```
 #[proc_macro_attribute]
 pub fn input_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
-    policy_fn::expand_attribute(Point::Input, attribute.into(), item.into()).into()
+    policy_fn::expand_attribute(InterceptionPoint::Input, attribute.into(), item.into()).into()
 }
 
 /// Makes a function a tool-call policy: like [`input_policy`](macro@input_policy), with
@@ -82,7 +82,7 @@ pub fn input_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
 /// ```
 #[proc_macro_attribute]
 pub fn tool_call_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
-    policy_fn::expand_attribute(Point::ToolCall, attribute.into(), item.into()).into()
+    policy_fn::expand_attribute(InterceptionPoint::ToolCall, attribute.into(), item.into()).into()
 }
 
 /// Makes a function an output policy: like [`input_policy`](macro@input_policy), with
@@ -104,7 +104,7 @@ pub fn tool_call_policy(attribute: TokenStream, item: TokenStream) -> TokenStrea
 /// ```
 #[proc_macro_attribute]
 pub fn output_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
-    policy_fn::expand_attribute(Point::Output, attribute.into(), item.into()).into()
+    policy_fn::expand_attribute(InterceptionPoint::Output, attribute.into(), item.into()).into()
 }
 
 /// Builds a `PolicySet`: `policy_set! { on_error: deny, input: [..], tool_call: [..], output: [..] }`.
@@ -141,12 +141,14 @@ pub fn policy_set(input: TokenStream) -> TokenStream {
 ///
 /// The path is relative to the crate's manifest directory (`CARGO_MANIFEST_DIR`). The rule is
 /// checked by the same checker as the runtime `DslInputPolicy::new` (and twins), so every
-/// problem is a compile error naming the file (and, for JSON syntax, the line and column),
-/// spanned on the path: invalid JSON, an unknown key or operator, a field that does not exist
-/// in the point's context, an operator applied to a field of the wrong type, an invalid
-/// regular expression, `redact` without `redactions`. The compiled rule decides exactly like
-/// the runtime one, parses no JSON and reads no file at run time; the file is tracked, so
-/// editing it rebuilds the crate.
+/// error is a compile error naming the file, line and column, spanned on the path: invalid
+/// JSON, an unknown key or operator, a field that does not exist in the point's context, an
+/// invalid regular expression. What the checker knows beyond the rule schema (a condition that
+/// can never hold, an operator applied to a field of the wrong type, a `remove` of a field the
+/// context requires, `redact` without `redactions`) is a compiler warning instead, carried by
+/// the `deprecated` lint (`#[deny(deprecated)]` or `-D warnings` make it an error), and the
+/// rule compiles as written. The compiled rule decides exactly like the runtime one, parses no
+/// JSON and reads no file at run time; the file is tracked, so editing it rebuilds the crate.
 ///
 /// ```
 /// use portcullis::{InputPolicy, PolicySet, dsl_policy};

@@ -1,5 +1,5 @@
-//! Policies evaluated by a remote decision endpoint over HTTP (SPEC §7.3), so a platform team
-//! can run policy centrally while agents only ask.
+//! Policies evaluated by a remote decision endpoint over HTTP, so a platform team can run
+//! policy centrally while agents only ask.
 //!
 //! Each evaluation is one request:
 //!
@@ -10,18 +10,21 @@
 //! {"policy_id": "pii", "interception_point": "input", "context": { ..the context.. }}
 //! ```
 //!
-//! and a 2xx answer whose body is a decision object (SPEC §2), such as
+//! and a 2xx answer whose body is a decision object (the wire form of a `PolicyDecision`: a
+//! `decision` field naming its kind, and that kind's fields), such as
 //! `{"decision": "deny", "reason": "contains an SSN"}`. Anything else is an evaluation error
 //! (a [`RemoteError`] that says which request, the status and the first
 //! bytes of the body): a connection refused, no complete answer within the time-out (5 s
 //! unless set), a non-2xx status (redirects are not followed), a body that cannot be read, is
 //! longer than the cap (1 MiB unless set; checked while reading, so an endless body costs at
-//! most the cap), declares a content type other than JSON, or is not a decision. The policy
+//! most the cap), or is not a decision. The body is read as JSON whatever `Content-Type` the
+//! answer declares (a decision labelled `text/plain`, or not labelled at all, is a decision). The policy
 //! set's `on_error` then decides whether the call fails (the default) or goes on.
 //!
 //! All policies built from one [`HttpClientOptions`] value (or its clones) share one
 //! connection pool: concurrent evaluations reuse kept-alive connections instead of opening one
-//! each. The [`client`] module holds that client, which `portcullis-rego-rest` uses too.
+//! each. The client is the one `portcullis-rego-rest` uses too (its options are that crate's
+//! `RegoServerClientOptions`: one type under the name of each backend).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -74,8 +77,6 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod client;
-
 use async_trait::async_trait;
 use portcullis_engine::{
     BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy,
@@ -84,18 +85,24 @@ use portcullis_engine::{
 use serde::Serialize;
 use url::Url;
 
-use client::RemoteClient;
+use portcullis_http_client::RemoteClient;
 
 /// The errors shared with the `rego-rest` backend: [`ClientError`] when a policy cannot be
 /// built, [`RemoteError`] (with its [`RemoteErrorKind`]) when a request fails.
-pub use client::{ClientError, RemoteError, RemoteErrorKind, ServiceError};
+pub use portcullis_http_client::{ClientError, RemoteError, RemoteErrorKind, ServiceError};
 
-/// Where the decision endpoint is and how to reach it: the [`client::ClientOptions`] of this
-/// backend (base URL, time-out, extra headers, body cap; clones share one connection pool).
+/// The client's defaults: time-out, body cap and connection limit.
+pub use portcullis_http_client::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_TIMEOUT,
+};
+
+/// Where the decision endpoint is and how to reach it: base URL, time-out, extra headers, body
+/// cap, connection limit; clones share one connection pool. The same type as
+/// `portcullis_rego_rest::RegoServerClientOptions`.
 #[doc(inline)]
-pub use client::ClientOptions as HttpClientOptions;
+pub use portcullis_http_client::ClientOptions as HttpClientOptions;
 
-/// What one evaluation request carries (SPEC §7.3).
+/// What one evaluation request carries: the policy id, the interception point and the context.
 #[derive(Serialize)]
 struct EvaluateRequest<'a, C> {
     policy_id: &'a str,
@@ -133,10 +140,11 @@ impl HttpPolicy {
             context,
         };
         let response = self.client.post_json(&self.endpoint, &request).await?;
-        let body: serde_json::Value = response.json()?;
-        serde_json::from_value(body).map_err(|error| {
-            response.shape_error(format!("the body is not a decision (SPEC §2): {error}"))
-        })
+        // A decision is a decision whatever the answer's Content-Type says (or if it says
+        // nothing): the body is read as JSON in every case, as the reference client does.
+        let body: serde_json::Value = response.json_ignoring_content_type()?;
+        serde_json::from_value(body)
+            .map_err(|error| response.shape_error(format!("the body is not a decision: {error}")))
     }
 }
 

@@ -11,7 +11,7 @@ use portcullis_engine::{
     OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction,
     ToolCallContext, ToolCallPolicy, TransformOperation,
 };
-use portcullis_http::client::{ClientError, RemoteError, RemoteErrorKind};
+use portcullis_http::{ClientError, RemoteError, RemoteErrorKind};
 use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpOutputPolicy, HttpToolCallPolicy};
 use portcullis_testing::{EvaluateServer, Reply};
 use serde_json::json;
@@ -183,6 +183,34 @@ async fn every_decision_kind_comes_back() {
     assert_eq!(denial.policy_id(), "central-pii");
 }
 
+/// The reference client reads the body as JSON whatever the header says: a valid decision is
+/// a decision under any label, or none.
+#[tokio::test]
+async fn a_decision_is_read_whatever_its_content_type() {
+    let decision = PolicyDecision::deny("labelled oddly");
+    let body = serde_json::to_string(&decision).unwrap();
+    for content_type in [
+        Some("text/plain"),
+        Some("text/html; charset=utf-8"),
+        Some("application/octet-stream"),
+        None,
+    ] {
+        let mut reply = Reply::status(200).with_body(body.clone());
+        if let Some(content_type) = content_type {
+            reply = reply.with_content_type(content_type);
+        }
+        let server = EvaluateServer::replying(reply).await.unwrap();
+        let policy = HttpInputPolicy::new("remote", HttpClientOptions::new(server.url())).unwrap();
+        let got = policy.evaluate(&input("hello")).await;
+        assert_eq!(
+            got.map_err(|error| error.to_string()),
+            Ok(decision.clone()),
+            "Content-Type {content_type:?}"
+        );
+        server.shutdown().await;
+    }
+}
+
 /// What one failure class should look like.
 struct Failure {
     name: &'static str,
@@ -274,13 +302,17 @@ fn failures() -> Vec<Failure> {
             message: "redirected to \"/engine/evaluate\"; redirects are not followed",
         },
         Failure {
-            name: "wrong content type",
-            reply: Some(Reply::decision(&PolicyDecision::allow()).with_content_type("text/html")),
+            name: "not a decision, labelled text/plain",
+            reply: Some(
+                Reply::status(200)
+                    .with_content_type("text/plain")
+                    .with_body("all good"),
+            ),
             timeout: quick,
-            kind: RemoteErrorKind::ContentType,
+            kind: RemoteErrorKind::Shape,
             status: Some(200),
-            excerpt: Some(r#"{"decision":"allow"}"#),
-            message: "Content-Type is \"text/html\"",
+            excerpt: Some("all good"),
+            message: "the body is not the JSON expected",
         },
         Failure {
             name: "not JSON",

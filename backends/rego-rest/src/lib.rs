@@ -1,5 +1,5 @@
 //! Policies written in Rego and evaluated by a policy server speaking the Open Policy Agent
-//! REST API (SPEC §7.2): OPA itself (`opa run --server`) or anything compatible.
+//! REST API: OPA itself (`opa run --server`) or anything compatible.
 //!
 //! # The OPA API calls used
 //!
@@ -18,14 +18,15 @@
 //! Errors come back as non-2xx answers with OPA's error body `{"code": .., "message": ..}` (and,
 //! for a policy that does not compile, `errors` with each error's location); both are in the
 //! error returned ([`RemoteError::service_error`] and its message). To authenticate, give
-//! the options a bearer token ([`ClientOptions::bearer_token`](portcullis_http::client::ClientOptions::bearer_token)),
+//! the options a bearer token ([`RegoServerClientOptions::bearer_token`]),
 //! as OPA's `--authentication=token` expects.
 //!
 //! # Reading the decision
 //!
 //! The document at the package path is read as a decision:
 //!
-//! - its `decision` is an object shaped as a decision (SPEC §2): that is the decision;
+//! - its `decision` is an object shaped as a decision (the wire form of a `PolicyDecision`):
+//!   that is the decision;
 //! - its `decision` is a string naming the decision: the package's sibling rules `reason`,
 //!   `redactions` and `transformation` complete it;
 //! - its `decision` is a boolean: `true` is allow, `false` is deny (with the sibling `reason`
@@ -106,21 +107,20 @@ use portcullis_engine::{
     BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
     ToolCallContext, ToolCallPolicy,
 };
-use portcullis_http::client::{Method, RemoteClient, RemoteResponse};
+use portcullis_http_client::{Method, RemoteClient, RemoteResponse};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use url::Url;
 
 /// The errors and error parts shared with the `http` backend: [`ClientError`] when a client or
 /// policy cannot be built, [`RemoteError`] when a request fails.
-pub use portcullis_http::client::{ClientError, RemoteError, RemoteErrorKind, ServiceError};
+pub use portcullis_http_client::{ClientError, RemoteError, RemoteErrorKind, ServiceError};
 
-/// Where the policy server is and how to reach it: the
-/// [`ClientOptions`](portcullis_http::client::ClientOptions) shared with the `http` backend
-/// (base URL, time-out, extra headers such as a bearer token, body cap; clones share one
-/// connection pool).
+/// Where the policy server is and how to reach it: base URL, time-out, extra headers such as
+/// a bearer token, body cap, connection limit; clones share one connection pool. The same type
+/// as `portcullis_http::HttpClientOptions`.
 #[doc(inline)]
-pub use portcullis_http::client::ClientOptions as RegoServerClientOptions;
+pub use portcullis_http_client::ClientOptions as RegoServerClientOptions;
 
 /// A client of a policy server: loads policies and evaluates documents.
 ///

@@ -12,11 +12,11 @@ use portcullis_engine::{
     OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
     ToolCallPolicy, TransformOperation,
 };
-use portcullis_http::client::{RemoteError, RemoteErrorKind};
 use portcullis_rego_rest::{
     RegoServerClient, RegoServerClientOptions, RegoServerInputPolicy, RegoServerOutputPolicy,
     RegoServerToolCallPolicy,
 };
+use portcullis_rego_rest::{RemoteError, RemoteErrorKind};
 use portcullis_testing::{EvaluateServer, RegoServer, Reply};
 use serde_json::json;
 

@@ -21,7 +21,7 @@
 //! use quote::quote;
 //!
 //! let tokens = portcullis_macros_core::policy_fn::expand_attribute(
-//!     portcullis_macros_core::Point::Input,
+//!     portcullis_macros_core::InterceptionPoint::Input,
 //!     quote!(),
 //!     quote! {
 //!         fn no_ssn(context: &InputContext) -> PolicyDecision {
@@ -35,8 +35,10 @@
 mod diagnostics;
 pub mod dsl_policy;
 pub mod paths;
-mod point;
+pub mod point;
 pub mod policy_fn;
 pub mod policy_set;
 
-pub use point::Point;
+pub use point::PointNames;
+/// The interception points, as the engine names them (re-exported for the proc-macro crate).
+pub use portcullis_engine::InterceptionPoint;

@@ -1,106 +1,118 @@
-//! The three interception points, as the macros name them.
+//! The names a macro needs for an interception point.
+//!
+//! The point itself is the engine's [`InterceptionPoint`] (its `as_str()` is the wire name, the
+//! key in `policy_set!` and the first argument of `dsl_policy!`); [`PointNames`] adds what only
+//! the macros need: the names of the point's context type, policy trait and attribute, prose
+//! for messages, and the absolute paths generated code uses.
 
+use portcullis_engine::InterceptionPoint;
 use proc_macro2::TokenStream;
 
 use crate::paths;
 
-/// An interception point, with the names a macro needs to talk about it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Point {
-    /// Before the request is sent to the model.
-    Input,
-    /// Before a tool runs.
-    ToolCall,
-    /// After the model has answered.
-    Output,
-}
-
-impl Point {
+/// What the macros call each interception point.
+pub trait PointNames: Sized {
     /// Every point, in the order the engine documents them.
-    pub const ALL: [Point; 3] = [Point::Input, Point::ToolCall, Point::Output];
+    const ALL: [Self; 3];
 
-    /// The wire name, which is also the key in `policy_set!` and the first argument of
-    /// `dsl_policy!`: `input`, `tool_call`, `output`.
-    pub const fn key(self) -> &'static str {
-        match self {
-            Point::Input => "input",
-            Point::ToolCall => "tool_call",
-            Point::Output => "output",
-        }
-    }
-
-    /// The point from its wire name.
-    pub fn from_key(key: &str) -> Option<Point> {
-        Point::ALL.into_iter().find(|point| point.key() == key)
-    }
+    /// The point from its wire name (`input`, `tool_call`, `output`).
+    fn from_key(key: &str) -> Option<Self>;
 
     /// The name of the point's context type: `InputContext`, ...
-    pub const fn context_name(self) -> &'static str {
+    fn context_name(self) -> &'static str;
+
+    /// The point whose context type has this name.
+    fn from_context_name(name: &str) -> Option<Self>;
+
+    /// The name of the point's policy trait: `InputPolicy`, ...
+    fn trait_name(self) -> &'static str;
+
+    /// The attribute that makes a function a policy of this point: `input_policy`, ...
+    fn attribute(self) -> &'static str;
+
+    /// How prose names a policy of this point: "an input policy", ...
+    fn policy_noun(self) -> &'static str;
+
+    /// How prose names the policies of this point: "input policies", ...
+    fn policies_noun(self) -> &'static str;
+
+    /// The absolute path of the point's context type.
+    fn context_path(self) -> TokenStream;
+
+    /// The absolute path of the point's policy trait.
+    fn trait_path(self) -> TokenStream;
+}
+
+impl PointNames for InterceptionPoint {
+    const ALL: [InterceptionPoint; 3] = [
+        InterceptionPoint::Input,
+        InterceptionPoint::ToolCall,
+        InterceptionPoint::Output,
+    ];
+
+    fn from_key(key: &str) -> Option<InterceptionPoint> {
+        Self::ALL.into_iter().find(|point| point.as_str() == key)
+    }
+
+    fn context_name(self) -> &'static str {
         match self {
-            Point::Input => "InputContext",
-            Point::ToolCall => "ToolCallContext",
-            Point::Output => "OutputContext",
+            InterceptionPoint::Input => "InputContext",
+            InterceptionPoint::ToolCall => "ToolCallContext",
+            InterceptionPoint::Output => "OutputContext",
         }
     }
 
-    /// The point whose context type has this name.
-    pub fn from_context_name(name: &str) -> Option<Point> {
-        Point::ALL
+    fn from_context_name(name: &str) -> Option<InterceptionPoint> {
+        Self::ALL
             .into_iter()
             .find(|point| point.context_name() == name)
     }
 
-    /// The name of the point's policy trait: `InputPolicy`, ...
-    pub const fn trait_name(self) -> &'static str {
+    fn trait_name(self) -> &'static str {
         match self {
-            Point::Input => "InputPolicy",
-            Point::ToolCall => "ToolCallPolicy",
-            Point::Output => "OutputPolicy",
+            InterceptionPoint::Input => "InputPolicy",
+            InterceptionPoint::ToolCall => "ToolCallPolicy",
+            InterceptionPoint::Output => "OutputPolicy",
         }
     }
 
-    /// The attribute that makes a function a policy of this point: `input_policy`, ...
-    pub const fn attribute(self) -> &'static str {
+    fn attribute(self) -> &'static str {
         match self {
-            Point::Input => "input_policy",
-            Point::ToolCall => "tool_call_policy",
-            Point::Output => "output_policy",
+            InterceptionPoint::Input => "input_policy",
+            InterceptionPoint::ToolCall => "tool_call_policy",
+            InterceptionPoint::Output => "output_policy",
         }
     }
 
-    /// How prose names a policy of this point: "an input policy", ...
-    pub const fn policy_noun(self) -> &'static str {
+    fn policy_noun(self) -> &'static str {
         match self {
-            Point::Input => "an input policy",
-            Point::ToolCall => "a tool-call policy",
-            Point::Output => "an output policy",
+            InterceptionPoint::Input => "an input policy",
+            InterceptionPoint::ToolCall => "a tool-call policy",
+            InterceptionPoint::Output => "an output policy",
         }
     }
 
-    /// How prose names the policies of this point: "input policies", ...
-    pub const fn policies_noun(self) -> &'static str {
+    fn policies_noun(self) -> &'static str {
         match self {
-            Point::Input => "input policies",
-            Point::ToolCall => "tool-call policies",
-            Point::Output => "output policies",
+            InterceptionPoint::Input => "input policies",
+            InterceptionPoint::ToolCall => "tool-call policies",
+            InterceptionPoint::Output => "output policies",
         }
     }
 
-    /// The absolute path of the point's context type.
-    pub fn context_path(self) -> TokenStream {
+    fn context_path(self) -> TokenStream {
         match self {
-            Point::Input => paths::input_context(),
-            Point::ToolCall => paths::tool_call_context(),
-            Point::Output => paths::output_context(),
+            InterceptionPoint::Input => paths::input_context(),
+            InterceptionPoint::ToolCall => paths::tool_call_context(),
+            InterceptionPoint::Output => paths::output_context(),
         }
     }
 
-    /// The absolute path of the point's policy trait.
-    pub fn trait_path(self) -> TokenStream {
+    fn trait_path(self) -> TokenStream {
         match self {
-            Point::Input => paths::input_policy(),
-            Point::ToolCall => paths::tool_call_policy(),
-            Point::Output => paths::output_policy(),
+            InterceptionPoint::Input => paths::input_policy(),
+            InterceptionPoint::ToolCall => paths::tool_call_policy(),
+            InterceptionPoint::Output => paths::output_policy(),
         }
     }
 }
@@ -111,11 +123,14 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for point in Point::ALL {
-            assert_eq!(Point::from_key(point.key()), Some(point));
-            assert_eq!(Point::from_context_name(point.context_name()), Some(point));
+        for point in InterceptionPoint::ALL {
+            assert_eq!(InterceptionPoint::from_key(point.as_str()), Some(point));
+            assert_eq!(
+                InterceptionPoint::from_context_name(point.context_name()),
+                Some(point)
+            );
         }
-        assert_eq!(Point::from_key("tool-call"), None);
-        assert_eq!(Point::from_context_name("Context"), None);
+        assert_eq!(InterceptionPoint::from_key("tool-call"), None);
+        assert_eq!(InterceptionPoint::from_context_name("Context"), None);
     }
 }

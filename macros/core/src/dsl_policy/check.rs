@@ -3,10 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use portcullis_dsl::{CheckedRule, check_source, validate_id};
-use portcullis_engine::InterceptionPoint;
 
 use super::parse::Invocation;
-use crate::Point;
 use crate::diagnostics::Errors;
 
 /// A rule file that was read and checked.
@@ -22,15 +20,6 @@ pub struct LoadedRule {
 /// The crate being compiled, from `CARGO_MANIFEST_DIR` (set by Cargo for every compilation).
 pub(crate) fn manifest_dir() -> Option<PathBuf> {
     std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from)
-}
-
-/// The engine's name for a point.
-fn interception_point(point: Point) -> InterceptionPoint {
-    match point {
-        Point::Input => InterceptionPoint::Input,
-        Point::ToolCall => InterceptionPoint::ToolCall,
-        Point::Output => InterceptionPoint::Output,
-    }
 }
 
 /// Reads and checks the rule named by `invocation`, relative to `manifest_dir`. On failure
@@ -93,7 +82,7 @@ pub(crate) fn load(
         }
     };
 
-    let checked = check_source(&source, &written, interception_point(invocation.point));
+    let checked = check_source(&source, &written, invocation.point);
     match (checked, id) {
         (Ok(rule), Some(id)) => Ok(LoadedRule { rule, id, file }),
         (Ok(_), None) => Err(Some(file)),

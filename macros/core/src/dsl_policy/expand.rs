@@ -18,6 +18,7 @@ use syn::Ident;
 use super::check::LoadedRule;
 use super::parse::Invocation;
 use crate::paths;
+use crate::point::PointNames;
 
 /// `const _: &str = include_str!("<file>");`, which makes the compiler rebuild the crate when
 /// the file changes. `None` when the path is not valid UTF-8 (then it cannot be tracked).
@@ -50,10 +51,36 @@ fn type_name(stem: &str, span: Span) -> Ident {
     }
 }
 
+/// The checker's warnings as compiler warnings: there is no warning API for procedural macros
+/// on stable Rust, so each warning is a deprecated constant, spanned on the rule file's path,
+/// whose use makes the compiler print the warning's text as the deprecation note (a
+/// `warning: use of deprecated constant`, which `#[deny(deprecated)]` or `-D warnings` turn
+/// into an error, like any warning).
+fn warnings(invocation: &Invocation, loaded: &LoadedRule) -> TokenStream {
+    let span = invocation.path.span();
+    loaded
+        .rule
+        .warnings()
+        .iter()
+        .map(|warning| {
+            let note = format!("{warning}");
+            quote_spanned! {span=>
+                {
+                    #[deprecated(note = #note)]
+                    #[allow(non_upper_case_globals)]
+                    const dsl_rule_warning: () = ();
+                    let () = dsl_rule_warning;
+                }
+            }
+        })
+        .collect()
+}
+
 /// The policy struct, its trait impl, and the expression building it.
+/// `preamble` comes first in the block: the file tracking and the warnings.
 fn policy_block(
     invocation: &Invocation,
-    track: Option<TokenStream>,
+    preamble: TokenStream,
     name: &Ident,
     id: &str,
     mode: PolicyMode,
@@ -72,7 +99,7 @@ fn policy_block(
         PolicyMode::Monitor => quote!(#policy_mode::Monitor),
     };
     quote!({
-        #track
+        #preamble
 
         #[allow(non_camel_case_types)]
         #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug)]
@@ -126,9 +153,10 @@ pub(crate) fn expand(invocation: &Invocation, loaded: &LoadedRule) -> TokenStrea
             }
         }
     });
+    let warnings = warnings(invocation, loaded);
     policy_block(
         invocation,
-        track,
+        quote!(#track #warnings),
         &name,
         &loaded.id,
         loaded.rule.mode(),
@@ -151,7 +179,7 @@ pub(crate) fn expand_dummy(invocation: &Invocation, file: Option<&Path>) -> Toke
     let decision = paths::policy_decision();
     policy_block(
         invocation,
-        track,
+        quote!(#track),
         &name,
         &stem,
         PolicyMode::Enforce,

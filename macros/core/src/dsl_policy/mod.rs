@@ -2,10 +2,13 @@
 //!
 //! The rule file is read relative to `CARGO_MANIFEST_DIR` (the crate being compiled) and
 //! checked by the runtime DSL's own checker, `portcullis_dsl::check_source`, so a rule the
-//! macro accepts is a rule `DslInputPolicy::new` accepts, with the same messages. The checked
-//! rule is expanded with `portcullis_dsl::codegen` into an expression of a type
-//! implementing the point's policy trait, with the file stem as its id. The expansion also
-//! holds `const _: &str = include_str!("<file>");`, so editing the file rebuilds the crate.
+//! macro accepts is a rule `DslInputPolicy::new` accepts, with the same messages and the
+//! same warnings. The expansion is the one code generator of compile-time rules: a unit struct
+//! named after the file stem, implementing the point's policy trait around the decision
+//! function and streaming form of `portcullis_dsl::codegen`, with the stem as its id. It also
+//! holds `const _: &str = include_str!("<file>");`, so editing the file rebuilds the crate,
+//! and one deprecated constant per warning, so the compiler prints it. What it gives for each
+//! rule file of the repository is pinned in `tests/expanded/`.
 //!
 //! Stages: [`parse`] reads `point, "path"`, [`check`] reads and checks the rule file into a
 //! [`check::LoadedRule`], [`expand`] writes the expression.
@@ -20,10 +23,11 @@ use crate::diagnostics::Errors;
 
 /// Expands `dsl_policy!(point, "path")` into a policy expression.
 ///
-/// Every problem of the rule is a compile error naming the file (and, for JSON syntax, the
-/// line and column), spanned on the path literal. Next to the errors the expansion is a
-/// policy of the right point that allows everything, so the code around the macro does not
-/// add errors of its own.
+/// Every error of the rule is a compile error naming the file, line and column, spanned on
+/// the path literal. Next to the errors the expansion is a policy of the right point that
+/// allows everything, so the code around the macro does not add errors of its own. A rule
+/// without errors expands to the compiled policy, with each of its warnings as a compiler
+/// warning (see `expand`).
 pub fn expand_macro(input: TokenStream) -> TokenStream {
     let invocation = match parse::parse(input) {
         Ok(invocation) => invocation,

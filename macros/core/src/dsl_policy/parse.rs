@@ -4,12 +4,13 @@ use proc_macro2::TokenStream;
 use syn::parse::{Parse, ParseStream};
 use syn::{Ident, LitStr, Token};
 
-use crate::Point;
+use crate::point::PointNames;
+use portcullis_engine::InterceptionPoint;
 
 /// `dsl_policy!(point, "path")` as written.
 pub struct Invocation {
     /// The interception point.
-    pub point: Point,
+    pub point: InterceptionPoint,
     /// The point as written, for spans.
     pub point_ident: Ident,
     /// The rule file, relative to `CARGO_MANIFEST_DIR`.
@@ -26,7 +27,7 @@ impl Parse for Invocation {
         let point_ident: Ident = input
             .parse()
             .map_err(|error| syn::Error::new(error.span(), usage))?;
-        let point = Point::from_key(&point_ident.to_string()).ok_or_else(|| {
+        let point = InterceptionPoint::from_key(&point_ident.to_string()).ok_or_else(|| {
             syn::Error::new(
                 point_ident.span(),
                 format!(

@@ -5,13 +5,14 @@ use syn::spanned::Spanned;
 use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type, TypePath};
 
 use super::parse::Arguments;
-use crate::Point;
 use crate::diagnostics::Errors;
+use crate::point::PointNames;
+use portcullis_engine::InterceptionPoint;
 
 /// A policy function whose signature was checked.
 pub struct PolicyFn {
     /// The point the function is a policy of.
-    pub point: Point,
+    pub point: InterceptionPoint,
     /// The policy id: `id = "..."`, or the function's name.
     pub id: String,
     /// Whether the function is `async`.
@@ -26,7 +27,7 @@ pub struct PolicyFn {
 /// Returns the model when the signature is usable (`errors` may still hold errors about the
 /// arguments of the attribute).
 pub(crate) fn check(
-    point: Point,
+    point: InterceptionPoint,
     arguments: &Arguments,
     function: &ItemFn,
     errors: &mut Errors,
@@ -143,9 +144,9 @@ pub(crate) fn check(
     })
 }
 
-/// Checks that `ty` is `&<Point>Context` (any path ending in that name, shared reference,
+/// Checks that `ty` is `&<InterceptionPoint>Context` (any path ending in that name, shared reference,
 /// no named lifetime). Returns whether it is.
-fn check_context_type(point: Point, ty: &Type, errors: &mut Errors) -> bool {
+fn check_context_type(point: InterceptionPoint, ty: &Type, errors: &mut Errors) -> bool {
     let expected = point.context_name();
     let Type::Reference(reference) = ty else {
         errors.spanned(
@@ -179,7 +180,7 @@ fn check_context_type(point: Point, ty: &Type, errors: &mut Errors) -> bool {
     match context_name_of(&reference.elem) {
         Some(name) if name == expected => ok,
         Some(name) => {
-            let message = match Point::from_context_name(&name) {
+            let message = match InterceptionPoint::from_context_name(&name) {
                 Some(other) => format!(
                     "`#[{}]` takes `&{expected}`, but `{name}` is the context of {}: \
                      use `#[{}]`",

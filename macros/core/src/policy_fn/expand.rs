@@ -5,7 +5,9 @@ use quote::{quote, quote_spanned};
 use syn::{Attribute, Ident, ItemFn};
 
 use super::check::PolicyFn;
-use crate::{Point, paths};
+use crate::paths;
+use crate::point::PointNames;
+use portcullis_engine::InterceptionPoint;
 
 /// The attributes of the user's function, sorted by where they go.
 struct SortedAttributes<'a> {
@@ -119,7 +121,7 @@ pub(crate) fn expand(policy: &PolicyFn, function: &ItemFn) -> TokenStream {
 /// What is emitted next to the errors: the user's function (so its body is still checked and
 /// its name still resolves) and a policy of the same name (so `.input(name)` and
 /// `policy_set!` elsewhere do not add errors of their own).
-pub(crate) fn expand_dummy(point: Point, function: &ItemFn) -> TokenStream {
+pub(crate) fn expand_dummy(point: InterceptionPoint, function: &ItemFn) -> TokenStream {
     let attributes = sort_attributes(&function.attrs);
     let items = struct_and_function(function, &attributes);
     let name = &function.sig.ident;

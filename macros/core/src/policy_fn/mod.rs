@@ -17,15 +17,19 @@ pub mod parse;
 
 use proc_macro2::TokenStream;
 
-use crate::Point;
 use crate::diagnostics::Errors;
+use portcullis_engine::InterceptionPoint;
 
 /// Expands `#[<point>_policy(attribute)] item`.
 ///
 /// On any error the output holds every error, spanned on the offending token, plus the user's
 /// function and a dummy policy of the same name, so uses of the policy elsewhere do not add
 /// unrelated errors.
-pub fn expand_attribute(point: Point, attribute: TokenStream, item: TokenStream) -> TokenStream {
+pub fn expand_attribute(
+    point: InterceptionPoint,
+    attribute: TokenStream,
+    item: TokenStream,
+) -> TokenStream {
     let mut errors = Errors::default();
     let arguments = parse::parse_arguments(point, attribute, &mut errors);
     let function = match parse::parse_function(point, item.clone()) {

@@ -4,8 +4,9 @@ use proc_macro2::TokenStream;
 use syn::parse::{ParseStream, Parser};
 use syn::{Expr, ItemFn, LitStr, Token};
 
-use crate::Point;
 use crate::diagnostics::Errors;
+use crate::point::PointNames;
+use portcullis_engine::InterceptionPoint;
 
 /// The attribute's arguments: `#[input_policy]` or `#[input_policy(id = "...")]`.
 #[derive(Default)]
@@ -17,7 +18,7 @@ pub struct Arguments {
 /// Reads the attribute's arguments. Every unknown, repeated or malformed argument is an error
 /// added to `errors`; reading goes on after each so all of them are reported.
 pub(crate) fn parse_arguments(
-    point: Point,
+    point: InterceptionPoint,
     attribute: TokenStream,
     errors: &mut Errors,
 ) -> Arguments {
@@ -77,7 +78,7 @@ fn skip_value(input: ParseStream<'_>) -> syn::Result<()> {
 }
 
 /// Reads the annotated item, which must be a function.
-pub(crate) fn parse_function(point: Point, item: TokenStream) -> syn::Result<ItemFn> {
+pub(crate) fn parse_function(point: InterceptionPoint, item: TokenStream) -> syn::Result<ItemFn> {
     syn::parse2::<ItemFn>(item.clone()).map_err(|_| {
         syn::Error::new_spanned(
             item,

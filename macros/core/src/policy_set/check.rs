@@ -6,8 +6,9 @@ use proc_macro2::Span;
 use syn::Expr;
 
 use super::parse::Entry;
-use crate::Point;
 use crate::diagnostics::Errors;
+use crate::point::PointNames;
+use portcullis_engine::InterceptionPoint;
 
 /// `on_error`'s value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +25,7 @@ pub struct PolicySetModel {
     /// `on_error`, with the span of its value.
     pub on_error: Option<(OnError, Span)>,
     /// The policies of each point, in declared order.
-    pub policies: Vec<(Point, Vec<Expr>)>,
+    pub policies: Vec<(InterceptionPoint, Vec<Expr>)>,
 }
 
 const KEYS: &str = "`on_error`, `input`, `tool_call` and `output`";
@@ -35,7 +36,7 @@ pub(crate) fn check(entries: Vec<Entry>, errors: &mut Errors) -> PolicySetModel 
     let mut seen: HashMap<String, Span> = HashMap::new();
     for Entry { key, value } in entries {
         let name = key.to_string();
-        let is_known = name == "on_error" || Point::from_key(&name).is_some();
+        let is_known = name == "on_error" || InterceptionPoint::from_key(&name).is_some();
         if !is_known {
             let hint = suggestion(&name)
                 .map(|known| format!(" (did you mean `{known}`?)"))
@@ -53,7 +54,7 @@ pub(crate) fn check(entries: Vec<Entry>, errors: &mut Errors) -> PolicySetModel 
             );
             continue;
         }
-        match Point::from_key(&name) {
+        match InterceptionPoint::from_key(&name) {
             Some(point) => match value {
                 Expr::Array(array) => {
                     model

@@ -5,7 +5,8 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use super::check::{OnError, PolicySetModel};
-use crate::{Point, paths};
+use crate::paths;
+use portcullis_engine::InterceptionPoint;
 
 /// The builder chain, an expression of type `PolicySet`. No local variable is introduced, so
 /// no name can capture one of the user's.
@@ -22,9 +23,9 @@ pub(crate) fn expand(model: &PolicySetModel) -> TokenStream {
     }
     for (point, policies) in &model.policies {
         let method = match point {
-            Point::Input => quote!(input),
-            Point::ToolCall => quote!(tool_call),
-            Point::Output => quote!(output),
+            InterceptionPoint::Input => quote!(input),
+            InterceptionPoint::ToolCall => quote!(tool_call),
+            InterceptionPoint::Output => quote!(output),
         };
         for policy in policies {
             // The call is spanned on the element, so an unsatisfied trait bound points at it.

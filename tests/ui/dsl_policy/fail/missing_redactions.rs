@@ -1,7 +1,10 @@
+//! A `redact` rule without redactions is valid under the schema: it compiles with a warning,
+//! which `deny(deprecated)` turns into an error; the policy keeps its type all the same.
+#![deny(deprecated)]
+
 use portcullis::{PolicySet, dsl_policy};
 
 fn main() {
-    // The policy still has the right type next to the error: the builder adds no error.
     let _ = PolicySet::builder()
         .output(dsl_policy!(
             output,
