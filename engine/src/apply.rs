@@ -1,4 +1,4 @@
-//! Applying `redact` and `transform` decisions to a context (SPEC §2).
+//! Applying `redact` and `transform` decisions to a context.
 //!
 //! The context is turned into its JSON shape, changed in place, then read back as the same
 //! kind of context: whatever the changes produce must still be a valid context, or the whole
@@ -12,20 +12,20 @@
 //! - `set` replaces a value, or adds a key to an object that exists; `prepend` and `append`
 //!   need a string value and a string to add.
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
-
-use regex::{Regex, RegexBuilder};
 use serde_json::Value;
 
+use crate::decision::{
+    PolicyDecision, Redaction, RedactionStrategy, TransformOp, TransformOperation,
+};
 use crate::error::ApplyError;
 use crate::path::{FieldPath, Segment, list_position};
-use crate::{
-    PolicyContext, PolicyDecision, Redaction, RedactionStrategy, TransformOp, TransformOperation,
-};
+use crate::point::PolicyContext;
 
-/// Largest compiled size of a redaction pattern.
-pub const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+// Pattern support the dsl and rego crates call; not public API.
+#[doc(hidden)]
+pub use crate::pattern::{
+    PATTERN_CACHE_CAPACITY, PATTERN_SIZE_LIMIT, cached_regex, compile_pattern,
+};
 
 /// Applies the changes a decision asks for. Returns `Ok(None)` for decisions that change
 /// nothing (`allow`, `deny`, `audit`).
@@ -81,7 +81,7 @@ fn change<C: PolicyContext>(
     })?;
     changed
         .check()
-        .map_err(|problem| ApplyError::new("", problem))?;
+        .map_err(|problem| ApplyError::new("", problem.problem()))?;
     Ok(changed)
 }
 
@@ -325,42 +325,4 @@ fn remove(root: &mut Value, path: &FieldPath) -> Result<(), ApplyError> {
         }
         (segment, other) => Err(not_found(path, segment, other)),
     })
-}
-
-/// Compiles a redaction pattern with size limits, reusing recent compilations.
-///
-/// Patterns come from decisions, possibly from remote services, so the cache is bounded: it
-/// is emptied when it reaches [`PATTERN_CACHE_CAPACITY`] entries.
-pub fn cached_regex(pattern: &str) -> Result<Arc<Regex>, String> {
-    static CACHE: LazyLock<Mutex<HashMap<String, Arc<Regex>>>> =
-        LazyLock::new(|| Mutex::new(HashMap::new()));
-    if let Ok(cache) = CACHE.lock()
-        && let Some(regex) = cache.get(pattern)
-    {
-        return Ok(Arc::clone(regex));
-    }
-    let regex = Arc::new(compile_pattern(pattern)?);
-    if let Ok(mut cache) = CACHE.lock() {
-        if cache.len() >= PATTERN_CACHE_CAPACITY {
-            cache.clear();
-        }
-        cache.insert(pattern.to_owned(), Arc::clone(&regex));
-    }
-    Ok(regex)
-}
-
-/// How many compiled redaction patterns [`cached_regex`] keeps.
-pub const PATTERN_CACHE_CAPACITY: usize = 256;
-
-/// Compiles a pattern with the size limits every user-supplied pattern gets.
-///
-/// The regex engine runs in time linear in the text whatever the pattern, so no pattern can
-/// cause catastrophic backtracking; the limits bound the memory a pattern may take.
-pub fn compile_pattern(pattern: &str) -> Result<Regex, String> {
-    RegexBuilder::new(pattern)
-        .size_limit(PATTERN_SIZE_LIMIT)
-        .dfa_size_limit(4 * PATTERN_SIZE_LIMIT)
-        .nest_limit(100)
-        .build()
-        .map_err(|error| format!("invalid pattern {pattern:?}: {error}"))
 }

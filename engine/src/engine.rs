@@ -1,4 +1,4 @@
-//! The engine: runs the policies of a point and applies their decisions (SPEC §3).
+//! The engine: runs the policies of a point and applies their decisions.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -11,13 +11,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_decision;
 use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
-use crate::error::{ApplyError, DeadlineScope, PolicyTimedOut, error_chain};
-use crate::set::{Entry, OnError, PolicySet};
-use crate::unwind::CatchUnwind;
-use crate::{
-    BoxError, EngineError, InputContext, OutputContext, PolicyContext, PolicyDecision,
-    PolicyDenialError, PolicyEvaluationError, ToolCallContext, timer,
+use crate::context::{InputContext, OutputContext, ToolCallContext};
+use crate::decision::PolicyDecision;
+use crate::error::{
+    BoxError, DeadlineScope, EngineError, InvalidContext, PolicyDenialError, PolicyEvaluationError,
+    PolicyTimedOut, error_chain,
 };
+use crate::point::PolicyContext;
+use crate::set::{Entry, OnError, PolicySet};
+use crate::stream::plan::StreamPlan;
+use crate::timer;
+use crate::unwind::CatchUnwind;
 
 /// The id under which the engine reports a context it refuses before any policy runs
 /// (for example tool arguments nested deeper than [`MAX_NESTING`](crate::MAX_NESTING)).
@@ -61,6 +65,9 @@ pub const CONTEXT_CHECK_ID: &str = "portcullis.context";
 /// ```
 pub struct PolicyEngine {
     set: PolicySet,
+    /// How the streaming guard runs the output policies: compiled from the set when a stream
+    /// is first asked for, so an engine that never streams never compiles streaming rules.
+    stream_plan: OnceLock<StreamPlan>,
     audit: Option<Arc<dyn AuditHandler>>,
 }
 
@@ -98,6 +105,7 @@ impl PolicyEngineBuilder {
     pub fn build(self) -> PolicyEngine {
         PolicyEngine {
             set: self.set.unwrap_or_default(),
+            stream_plan: OnceLock::new(),
             audit: self.audit,
         }
     }
@@ -224,6 +232,12 @@ impl PolicyEngine {
     /// The engine's policies.
     pub fn policy_set(&self) -> &PolicySet {
         &self.set
+    }
+
+    /// How this engine's output policies stream (worked out on the first call, then kept).
+    pub fn stream_plan(&self) -> &StreamPlan {
+        self.stream_plan
+            .get_or_init(|| StreamPlan::build(&self.set))
     }
 
     /// Runs the input policies on `context`.
@@ -471,11 +485,11 @@ impl PolicyEngine {
 
     /// Refuses a context before any policy runs; audited as an evaluation error of
     /// [`CONTEXT_CHECK_ID`].
-    fn reject<C: PolicyContext>(&self, context: &C, problem: String) -> EngineError {
+    fn reject<C: PolicyContext>(&self, context: &C, problem: InvalidContext) -> EngineError {
         self.record(
             CONTEXT_CHECK_ID,
             AuditDecision::EvaluationError,
-            Some(Cow::Borrowed(problem.as_str())),
+            Some(Cow::Borrowed(problem.problem())),
             context,
             true,
             None,
@@ -483,7 +497,7 @@ impl PolicyEngine {
         EngineError::Evaluation(PolicyEvaluationError::new(
             CONTEXT_CHECK_ID,
             C::POINT,
-            ApplyError::new("", problem),
+            problem,
         ))
     }
 
@@ -538,5 +552,46 @@ async fn evaluate_entry<C: PolicyContext>(
     match timer::until(deadline, future).await {
         Some(outcome) => outcome.unwrap_or_else(|panic| Err(Box::new(panic))),
         None => Err(Box::new(timed_out)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{Message, Metadata};
+    use crate::stream::StreamingRule;
+
+    struct Streams;
+
+    #[async_trait::async_trait]
+    impl crate::policy::OutputPolicy for Streams {
+        fn id(&self) -> &str {
+            "streams"
+        }
+
+        async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
+            Ok(PolicyDecision::allow())
+        }
+
+        fn streaming(&self) -> Option<Vec<StreamingRule>> {
+            Some(vec![StreamingRule::deny_on_any(&["secret"], None)])
+        }
+    }
+
+    #[test]
+    fn the_stream_plan_is_compiled_only_when_a_stream_is_asked_for() {
+        let engine = PolicyEngine::builder()
+            .policy_set(PolicySet::builder().output(Streams).build())
+            .build();
+        let context = OutputContext::new(Message::assistant("hi"), Metadata::new("a", "s"));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            assert!(engine.evaluate_output(&context).await.is_ok());
+        });
+        assert!(engine.stream_plan.get().is_none());
+        let _ = engine.output_stream(Metadata::new("a", "s"));
+        assert!(engine.stream_plan.get().is_some());
     }
 }

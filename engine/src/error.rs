@@ -1,9 +1,15 @@
-//! Errors of the engine (SPEC §4), and the causes it reports for failed policies.
+//! Errors of the engine, and the causes it reports for failed policies.
+//!
+//! An evaluation call fails with an [`EngineError`]: a [`PolicyDenialError`] when an enforced
+//! policy denied, a [`PolicyEvaluationError`] when a policy could not be evaluated. The latter
+//! carries its cause ([`PolicyPanicked`], [`PolicyTimedOut`], [`ApplyError`], or whatever the
+//! policy returned) behind [`source`](std::error::Error::source).
 
 use std::error::Error as StdError;
 use std::fmt;
 
-use crate::InterceptionPoint;
+use crate::context::InterceptionPoint;
+pub use crate::context::InvalidContext;
 
 /// The error type policies return: anything that is an error and can cross threads.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;

@@ -24,26 +24,35 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod apply;
-mod audit;
+// Modules in layers, each using only the ones above it in this list (`tests/layers.rs` checks
+// it; `docs/architecture.md` explains it).
+//
+// Plain data: no module here knows policies, sets or the engine.
 mod context;
 mod decision;
-mod engine;
 pub mod error;
 pub mod path;
-mod policy;
-mod set;
-pub mod stream;
+mod pattern;
 mod time;
 mod timer;
+// Policies and sets, on the data.
+pub mod apply;
+mod audit;
+mod point;
+mod policy;
+mod set;
+// The engine, on those.
+mod engine;
 mod unwind;
+// Streaming, on the engine (its leaves `stream::rule` and `stream::report` are plain data).
+pub mod stream;
 
 pub use async_trait::async_trait;
 
 pub use audit::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
-    InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, PolicyContext,
-    Role, ToolCallContext,
+    InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, Role,
+    ToolCallContext,
 };
 pub use decision::{
     DEFAULT_REPLACEMENT, PolicyDecision, Redaction, RedactionStrategy, TransformOp,
@@ -51,6 +60,7 @@ pub use decision::{
 };
 pub use engine::{CONTEXT_CHECK_ID, DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder};
 pub use error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
+pub use point::PolicyContext;
 pub use policy::{
     InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy, WithDeadline,
 };

@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::stream::StreamingRule;
-use crate::{BoxError, BoxFuture, InputContext, OutputContext, PolicyDecision, ToolCallContext};
+use crate::BoxFuture;
+use crate::context::{InputContext, OutputContext, ToolCallContext};
+use crate::decision::PolicyDecision;
+use crate::error::BoxError;
+use crate::stream::rule::StreamingRule;
 
 macro_rules! policy_trait {
     (

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::policy::PolicyMode;
-use crate::stream::{StreamPlan, StreamingRule};
-use crate::{InputPolicy, InterceptionPoint, OutputPolicy, ToolCallPolicy};
+use crate::context::InterceptionPoint;
+use crate::policy::{InputPolicy, OutputPolicy, PolicyMode, ToolCallPolicy};
+use crate::stream::rule::StreamingRule;
 
 /// What the engine does when a policy cannot be evaluated (it fails, panics, times out, or its
 /// decision cannot be applied).
@@ -104,11 +104,11 @@ pub struct PolicySet {
     pub(crate) tool_call: PointPolicies<dyn ToolCallPolicy>,
     pub(crate) output: PointPolicies<dyn OutputPolicy>,
     pub(crate) on_error: OnError,
-    /// The streaming forms of the output policies, read when each was added.
-    output_streaming: Vec<Option<Vec<StreamingRule>>>,
-    stream_checkpoint: Option<usize>,
-    stream_batch: usize,
-    pub(crate) stream_plan: StreamPlan,
+    /// The streaming forms of the output policies, read when each was added. The engine
+    /// compiles them into its stream plan when a stream is first asked for.
+    pub(crate) output_streaming: Vec<Option<Vec<StreamingRule>>>,
+    pub(crate) stream_checkpoint: Option<usize>,
+    pub(crate) stream_batch: usize,
 }
 
 impl PolicySet {
@@ -160,7 +160,6 @@ impl Default for PolicySet {
             output_streaming: Vec::new(),
             stream_checkpoint: None,
             stream_batch: 0,
-            stream_plan: StreamPlan::build(&PointPolicies::new(), &[], None, 0),
         }
     }
 }
@@ -290,12 +289,6 @@ impl PolicySetBuilder {
         self.set.input.finish();
         self.set.tool_call.finish();
         self.set.output.finish();
-        self.set.stream_plan = StreamPlan::build(
-            &self.set.output,
-            &self.set.output_streaming,
-            self.set.stream_checkpoint,
-            self.set.stream_batch,
-        );
         self.set
     }
 }
