@@ -21,9 +21,11 @@ const LAYERS: &[(&str, u32)] = &[
     ("point", 6),
     ("stream/plan", 6),
     ("apply", 7),
+    ("stream/stage", 7),
     ("unwind", 7),
     ("engine", 8),
-    ("stream", 9),
+    ("stream/guard", 9),
+    ("stream", 10),
 ];
 
 /// Items defined at the crate root that any module may use.

@@ -1,4 +1,5 @@
-//! What a stream's audit records report: [`StreamReport`] and [`StreamMode`].
+//! What a stream's audit records report: [`StreamReport`], its [`StreamEvent`] and
+//! [`StreamOutcome`], and the [`StreamMode`].
 //!
 //! A leaf: audit records carry a report, so it depends on nothing above plain data.
 
@@ -22,16 +23,74 @@ pub enum StreamMode {
     },
 }
 
+/// Which of a stream's two records a report belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamEvent {
+    /// The stream started.
+    Start,
+    /// The stream ended (finished, stopped, or dropped unfinished).
+    End,
+}
+
+impl StreamEvent {
+    /// The wire name: `start` or `end`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StreamEvent::Start => "start",
+            StreamEvent::End => "end",
+        }
+    }
+}
+
+impl std::fmt::Display for StreamEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// How a stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamOutcome {
+    /// Finished; everything the policies allowed was released.
+    Allowed,
+    /// An output policy denied; nothing more was released.
+    Denied,
+    /// An evaluation error stopped the stream; nothing more was released.
+    Error,
+    /// The guard was dropped before it finished (the reader went away).
+    Abandoned,
+}
+
+impl StreamOutcome {
+    /// The wire name: `allowed`, `denied`, `error` or `abandoned`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StreamOutcome::Allowed => "allowed",
+            StreamOutcome::Denied => "denied",
+            StreamOutcome::Error => "error",
+            StreamOutcome::Abandoned => "abandoned",
+        }
+    }
+}
+
+impl std::fmt::Display for StreamOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// The numbers of a stream, as the start and end audit records report them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StreamReport {
-    /// `start` or `end`.
-    pub event: &'static str,
+    /// The record's event (serialized `start` or `end`).
+    pub event: StreamEvent,
     /// The mode.
     pub mode: StreamMode,
-    /// At the end: `allowed`, `denied` or `error`.
+    /// At the end: how the stream ended.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<&'static str>,
+    pub outcome: Option<StreamOutcome>,
     /// Characters received.
     pub raw_chars: usize,
     /// Characters released. For a denied stream this depends on how far the answer had got

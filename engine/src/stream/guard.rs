@@ -1,0 +1,1021 @@
+//! The streaming output guard: [`OutputStream`], the [`Feed`] of each push, and what a push
+//! yields ([`StreamItem`]).
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use regex_automata::Span;
+
+use crate::audit::{AuditContext, AuditDecision, AuditRecord};
+use crate::context::{InterceptionPoint, Message, Metadata, OutputContext};
+use crate::decision::{PolicyDecision, Redaction};
+use crate::engine::PolicyEngine;
+use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
+use crate::stream::plan::{Stage, StageAction, StreamPlan, Watch};
+use crate::stream::report::{
+    STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
+};
+use crate::stream::stage::{Sink, StageState, Watching};
+
+/// What a push or the end of a stream yields.
+#[derive(Debug)]
+pub enum StreamItem {
+    /// Checked text, to release to the reader.
+    Text(String),
+    /// A policy denied the answer; nothing more is released.
+    Denied(PolicyDenialError),
+    /// A policy could not be evaluated; nothing more is released.
+    Error(PolicyEvaluationError),
+}
+
+impl StreamItem {
+    /// The released text, or why the stream stopped, as the error the non-streaming
+    /// evaluation would give.
+    pub fn into_text(self) -> Result<String, EngineError> {
+        match self {
+            StreamItem::Text(text) => Ok(text),
+            StreamItem::Denied(denial) => Err(EngineError::Denied(denial)),
+            StreamItem::Error(error) => Err(EngineError::Evaluation(error)),
+        }
+    }
+}
+
+/// The characters of `text`; ASCII (most deltas) is checked a word at a time, much faster
+/// than counting short text character by character.
+fn char_count(text: &str) -> usize {
+    if text.is_ascii() {
+        text.len()
+    } else {
+        text.chars().count()
+    }
+}
+
+/// The streaming output guard; see the [module docs](self).
+pub struct OutputStream<'e> {
+    engine: &'e PolicyEngine,
+    plan: &'e StreamPlan,
+    metadata: Metadata,
+    stages: Vec<StageState>,
+    /// Everything received.
+    raw: String,
+    /// Characters pushed after the end (not kept in `raw`).
+    chars_after_end: usize,
+    /// Characters received but not released, in the buffer and checkpoint modes.
+    buffered_chars: usize,
+    /// Characters received since the last checkpoint.
+    since_checkpoint: usize,
+    /// Everything released.
+    released: String,
+    /// Bytes of `raw` handed to the rules (incremental mode); in the fast lane, bytes released.
+    fed: usize,
+    /// Incremental mode: the text goes past the stages (see [`OutputStream::lane_feed`]).
+    in_lane: bool,
+    /// Bytes of `raw` when the fast lane last searched it.
+    lane_searched: usize,
+    /// Incremental mode in batches: while `raw` stays shorter than this, a push only keeps the
+    /// text (0 when every push runs the rules, and once the stream has stopped).
+    quiet_until: usize,
+    /// Bytes the stages held after they last ran (0 in the fast lane).
+    stage_held: usize,
+    /// Where the text released by the last call starts, in `released`.
+    lent_from: usize,
+    /// Why the last call stopped the stream, until its [`Feed`] reports it.
+    failure: Option<EngineError>,
+    /// The last call left something for its [`Feed`]: an error in `failure`, or a checkpoint
+    /// evaluation to wait for.
+    outstanding: bool,
+    /// The checkpoint evaluation the last call started, until its [`Feed`] has waited for it.
+    /// Only ever reached through `&mut self` (never locked): the mutex keeps the guard `Sync`.
+    checkpoint: Mutex<Option<Checkpoint<'e>>>,
+    /// Bytes of `raw` covered by released text (buffer and checkpoint modes).
+    released_raw: usize,
+    incomplete_utf8: Vec<u8>,
+    started: Instant,
+    first_release: Option<Duration>,
+    max_held_chars: usize,
+    finished: Option<StreamOutcome>,
+    reported_end: bool,
+}
+
+impl PolicyEngine {
+    /// Starts guarding a streamed answer; see [`stream`](crate::stream).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use portcullis_engine::stream::{StreamItem, StreamingRule};
+    /// use portcullis_engine::{
+    ///     async_trait, BoxError, Metadata, OutputContext, OutputPolicy, PolicyDecision,
+    ///     PolicyEngine, PolicySet, Redaction,
+    /// };
+    ///
+    /// /// Replaces SSNs, in whole answers and in streams.
+    /// struct RedactSsn;
+    ///
+    /// const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
+    ///
+    /// #[async_trait]
+    /// impl OutputPolicy for RedactSsn {
+    ///     fn id(&self) -> &str {
+    ///         "redact_ssn"
+    ///     }
+    ///
+    ///     async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
+    ///         Ok(PolicyDecision::redact([Redaction::replace("response.content", SSN)]))
+    ///     }
+    ///
+    ///     fn streaming(&self) -> Option<Vec<StreamingRule>> {
+    ///         Some(vec![StreamingRule::Replace {
+    ///             pattern: SSN.into(),
+    ///             replacement: "[REDACTED]".into(),
+    ///             max_match_len: None,
+    ///         }])
+    ///     }
+    /// }
+    ///
+    /// let engine = PolicyEngine::builder()
+    ///     .policy_set(PolicySet::builder().output(RedactSsn).build())
+    ///     .build();
+    /// let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+    /// let mut shown = String::new();
+    /// for delta in ["Your SSN is 123-45-", "6789, keep it ", "safe."] {
+    ///     for item in guard.push(delta).await {
+    ///         if let StreamItem::Text(text) = item {
+    ///             shown.push_str(&text);
+    ///         }
+    ///     }
+    /// }
+    /// for item in guard.finish().await {
+    ///     if let StreamItem::Text(text) = item {
+    ///         shown.push_str(&text);
+    ///     }
+    /// }
+    /// assert_eq!(shown, "Your SSN is [REDACTED], keep it safe.");
+    /// # });
+    /// ```
+    pub fn output_stream(&self, metadata: Metadata) -> OutputStream<'_> {
+        let plan = self.stream_plan();
+        let mut stream = OutputStream {
+            engine: self,
+            plan,
+            metadata,
+            stages: plan.stages.iter().map(StageState::new).collect(),
+            raw: String::new(),
+            chars_after_end: 0,
+            buffered_chars: 0,
+            since_checkpoint: 0,
+            released: String::new(),
+            released_raw: 0,
+            fed: 0,
+            in_lane: plan.lane,
+            lane_searched: 0,
+            quiet_until: 0,
+            stage_held: 0,
+            lent_from: 0,
+            failure: None,
+            outstanding: false,
+            checkpoint: Mutex::new(None),
+            incomplete_utf8: Vec::new(),
+            started: Instant::now(),
+            first_release: None,
+            max_held_chars: 0,
+            finished: None,
+            reported_end: false,
+        };
+        stream.plan_next_run();
+        stream.report(StreamEvent::Start);
+        stream
+    }
+}
+
+impl<'e> OutputStream<'e> {
+    /// The stream's plan.
+    pub fn plan(&self) -> &StreamPlan {
+        self.plan
+    }
+
+    /// Everything released so far.
+    pub fn released(&self) -> &str {
+        &self.released
+    }
+
+    /// Characters received but not released yet.
+    pub fn held_chars(&self) -> usize {
+        match self.plan.mode {
+            StreamMode::Incremental => {
+                let held: usize = self
+                    .stages
+                    .iter()
+                    .map(|state| char_count(state.held()))
+                    .sum();
+                held + char_count(&self.raw[self.fed..])
+            }
+            StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.buffered_chars,
+        }
+    }
+
+    /// Adds a delta of the answer and returns what can be released now.
+    ///
+    /// [`feed`](Self::feed) does the same and lends the released text instead of allocating it.
+    pub async fn push(&mut self, delta: &str) -> Vec<StreamItem> {
+        items(self.feed(delta).await.map(str::to_owned))
+    }
+
+    /// Adds raw bytes of the answer (for example from a network body), which may split a
+    /// UTF-8 character; the incomplete end is kept until the next bytes. Invalid UTF-8 is an
+    /// evaluation error.
+    pub async fn push_bytes(&mut self, bytes: &[u8]) -> Vec<StreamItem> {
+        items(self.feed_bytes(bytes).await.map(str::to_owned))
+    }
+
+    /// Adds a delta of the answer and returns the text released by it (often empty), or why
+    /// the stream stopped: a denial, or an evaluation error. A call that stops the stream
+    /// releases nothing; once the stop is reported, calls release nothing and return `Ok("")`.
+    ///
+    /// This is [`push`](Self::push) without an allocation per call: the text is lent from the
+    /// guard's record of everything released.
+    ///
+    /// The delta is taken, and the incremental rules run, when `feed` is called; the returned
+    /// [`Feed`] is ready at once unless a checkpoint evaluation is due (checkpoint mode), which
+    /// it runs when awaited. Dropping it unawaited loses nothing: text it would have released
+    /// can be read from [`released`](Self::released), a denial or error it would have
+    /// reported is reported by the next call (or by [`finish`](Self::finish)), and a
+    /// checkpoint that did not finish leaves its text held for the next one (or the final
+    /// evaluation).
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use portcullis_engine::{Metadata, PolicyEngine, PolicySet};
+    ///
+    /// let engine = PolicyEngine::builder()
+    ///     .policy_set(PolicySet::builder().build())
+    ///     .build();
+    /// let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+    /// let mut shown = String::new();
+    /// for delta in ["Hello, ", "world."] {
+    ///     shown.push_str(guard.feed(delta).await?);
+    /// }
+    /// for item in guard.finish().await {
+    ///     shown.push_str(&item.into_text()?);
+    /// }
+    /// assert_eq!(shown, "Hello, world.");
+    /// # Ok::<(), portcullis_engine::EngineError>(())
+    /// # }).unwrap();
+    /// ```
+    #[inline]
+    pub fn feed(&mut self, delta: &str) -> Feed<'_, 'e> {
+        // Between two runs of the rules (batches) a push only keeps the text: inlined into the
+        // caller, this is all most pushes of a batched stream cost.
+        let len = self.raw.len() + delta.len();
+        if len < self.quiet_until {
+            self.raw.push_str(delta);
+            self.lent_from = self.released.len();
+            // Only a new record of held text needs counting.
+            if self.stage_held + len - self.fed > self.max_held_chars {
+                self.note_held();
+            }
+            return Feed { stream: Some(self) };
+        }
+        self.feed_text(delta);
+        Feed { stream: Some(self) }
+    }
+
+    /// [`feed`](Self::feed) past its fast path: leaves what the call released from `lent_from`
+    /// on, or why the stream stopped in `failure`, or a checkpoint evaluation to wait for.
+    fn feed_text(&mut self, delta: &str) {
+        // A checkpoint whose `Feed` was dropped before it finished is given up: its text
+        // stays held for the next one. (An error such a `Feed` did not report stays in
+        // `failure`, for the next call to report.)
+        *self.pending_checkpoint() = None;
+        self.lent_from = self.released.len();
+        // Text pushed after the end still counts as received, so the end record says how
+        // much the stream carried whatever the chunking.
+        if self.finished.is_some() {
+            self.chars_after_end += char_count(delta);
+            return;
+        }
+        self.raw.push_str(delta);
+        if self.plan.mode != StreamMode::Incremental {
+            let chars = char_count(delta);
+            self.buffered_chars += chars;
+            self.since_checkpoint += chars;
+        }
+        let ran = match self.plan.mode {
+            // A whole batch has arrived since the lane's last search (the fast path of `feed`
+            // keeps the text otherwise).
+            StreamMode::Incremental if self.in_lane => self.lane_feed(false),
+            StreamMode::Incremental if self.raw.len() - self.fed >= self.plan.batch => {
+                self.run_stages(false).map(|()| self.try_lane())
+            }
+            StreamMode::Incremental | StreamMode::Buffer => Ok(()),
+            StreamMode::Checkpoint { every } if self.since_checkpoint >= every => {
+                self.start_checkpoint();
+                Ok(())
+            }
+            StreamMode::Checkpoint { .. } => Ok(()),
+        };
+        self.plan_next_run();
+        if let Err(error) = ran {
+            self.failure = Some(error);
+            self.outstanding = true;
+            return;
+        }
+        self.note_held();
+        self.note_release();
+    }
+
+    /// Notes the time of the first release, if the text from `lent_from` on is it.
+    fn note_release(&mut self) {
+        if self.released.len() > self.lent_from && self.first_release.is_none() {
+            self.first_release = Some(self.started.elapsed());
+        }
+    }
+
+    /// Waits for what the last call left outstanding: the checkpoint evaluation it started.
+    /// Ready once nothing is left but, perhaps, the error to report in `failure`.
+    fn poll_outstanding(&mut self, context: &mut Context<'_>) -> Poll<()> {
+        if let Some(checkpoint) = self.pending_checkpoint() {
+            let Poll::Ready(result) = checkpoint.as_mut().poll(context) else {
+                return Poll::Pending;
+            };
+            *self.pending_checkpoint() = None;
+            self.end_checkpoint(result);
+        }
+        self.outstanding = false;
+        Poll::Ready(())
+    }
+
+    /// Works out how much text the next pushes may only keep before the rules run again (see
+    /// the fast path of [`feed`](Self::feed)).
+    fn plan_next_run(&mut self) {
+        let batching = self.plan.mode == StreamMode::Incremental
+            && self.plan.batch > 0
+            && self.finished.is_none();
+        self.stage_held = if self.in_lane {
+            0
+        } else {
+            self.stages.iter().map(|state| state.held().len()).sum()
+        };
+        self.quiet_until = match (batching, self.in_lane) {
+            (false, _) => 0,
+            (true, true) => self.lane_searched + self.plan.batch,
+            (true, false) => self.fed + self.plan.batch,
+        };
+    }
+
+    /// [`push_bytes`](Self::push_bytes) lending the released text, as [`feed`](Self::feed)
+    /// does.
+    pub fn feed_bytes(&mut self, bytes: &[u8]) -> Feed<'_, 'e> {
+        let pending;
+        let bytes = if self.incomplete_utf8.is_empty() {
+            bytes
+        } else {
+            self.incomplete_utf8.extend_from_slice(bytes);
+            pending = std::mem::take(&mut self.incomplete_utf8);
+            &pending[..]
+        };
+        let text = match std::str::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(error) if error.error_len().is_none() => {
+                let (valid, rest) = bytes.split_at(error.valid_up_to());
+                self.incomplete_utf8.extend_from_slice(rest);
+                match std::str::from_utf8(valid) {
+                    Ok(text) => text,
+                    Err(error) => return self.failed(Box::new(error)),
+                }
+            }
+            Err(_) if self.finished.is_some() => {
+                self.chars_after_end += String::from_utf8_lossy(bytes).chars().count();
+                self.lent_from = self.released.len();
+                return Feed { stream: Some(self) };
+            }
+            Err(error) => return self.failed(Box::new(error)),
+        };
+        self.feed(text)
+    }
+
+    /// A `Feed` of the error `cause`, which stops the stream.
+    fn failed(&mut self, cause: BoxError) -> Feed<'_, 'e> {
+        *self.pending_checkpoint() = None;
+        self.failure = Some(self.fail(cause));
+        self.outstanding = true;
+        Feed { stream: Some(self) }
+    }
+
+    /// Ends the stream: runs the final evaluation and releases the rest.
+    pub async fn finish(mut self) -> Vec<StreamItem> {
+        let result = self.settle().await;
+        if self.finished.is_none() {
+            self.finished = Some(StreamOutcome::Allowed);
+        }
+        self.report(StreamEvent::End);
+        items(result)
+    }
+
+    async fn settle(&mut self) -> Result<String, EngineError> {
+        // The last call stopped the stream and its `Feed` was dropped before reporting why.
+        self.outstanding = false;
+        if let Some(error) = self.failure.take() {
+            return Err(error);
+        }
+        *self.pending_checkpoint() = None;
+        if self.finished.is_some() {
+            return Ok(String::new());
+        }
+        if !self.incomplete_utf8.is_empty() {
+            let bytes = std::mem::take(&mut self.incomplete_utf8);
+            if let Err(error) = std::str::from_utf8(&bytes) {
+                return Err(self.fail(Box::new(error)));
+            }
+        }
+        self.lent_from = self.released.len();
+        match self.plan.mode {
+            StreamMode::Incremental => {
+                if self.in_lane {
+                    self.lane_feed(true)?;
+                } else {
+                    self.run_stages(true)?;
+                }
+                self.record_stage_decisions();
+                self.evaluate_monitored().await;
+            }
+            StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.final_evaluation().await?,
+        }
+        self.note_release();
+        Ok(self.released[self.lent_from..].to_owned())
+    }
+
+    #[inline]
+    fn note_held(&mut self) {
+        // Characters never outnumber bytes: count them only when the bytes could set a record.
+        let held_bytes = match self.plan.mode {
+            // The stages hold nothing in the fast lane.
+            StreamMode::Incremental if self.in_lane => self.raw.len() - self.fed,
+            StreamMode::Incremental => {
+                let held: usize = self.stages.iter().map(|state| state.held().len()).sum();
+                held + self.raw.len() - self.fed
+            }
+            _ => self.raw.len() - self.released_raw,
+        };
+        if held_bytes > self.max_held_chars {
+            let held = self.held_chars();
+            self.max_held_chars = self.max_held_chars.max(held);
+        }
+    }
+
+    /// Runs the stages as a pipeline: each passes what it has cleared into the next one's
+    /// buffer, the last into `released`.
+    fn run_stages(&mut self, end: bool) -> Result<(), EngineError> {
+        let delta = &self.raw[self.fed..];
+        self.fed = self.raw.len();
+        let Some(first) = self.stages.first_mut() else {
+            self.released.push_str(delta);
+            return Ok(());
+        };
+        first.buffer.push_str(delta);
+        let plan = self.plan;
+        let mut released_unchanged = 0;
+        for (index, stage) in plan.stages.iter().enumerate() {
+            let (head, tail) = self.stages.split_at_mut(index + 1);
+            let mut out = match tail.first_mut() {
+                Some(next) => Sink {
+                    text: &mut next.buffer,
+                    unchanged: &mut next.unchanged,
+                },
+                None => Sink {
+                    text: &mut self.released,
+                    unchanged: &mut released_unchanged,
+                },
+            };
+            if head[index].advance(stage, end, &mut out).is_ok() {
+                continue;
+            }
+            let StageAction::Deny { reason } = &stage.action else {
+                continue;
+            };
+            self.record_stage(
+                stage,
+                PolicyDecision::Deny {
+                    reason: reason.clone(),
+                    policy_id: None,
+                },
+            );
+            self.finished = Some(StreamOutcome::Denied);
+            return Err(EngineError::Denied(PolicyDenialError::new(
+                stage.policy_id.clone(),
+                InterceptionPoint::Output,
+                reason.clone(),
+            )));
+        }
+        Ok(())
+    }
+
+    /// The fast lane: while no literal any stage watches for occurs in the unreleased text,
+    /// no stage can match in it and every stage would pass it on unchanged, so the stages
+    /// are skipped. Each push (or batch) costs one literal search per stage over the new
+    /// bytes, and the lane holds back what the pipeline would: the windows of all stages.
+    /// When a literal turns up, the unreleased text goes to the stages and the pipeline runs
+    /// until it is quiet again ([`try_lane`](Self::try_lane)).
+    fn lane_feed(&mut self, end: bool) -> Result<(), EngineError> {
+        let len = self.raw.len();
+        self.lane_searched = len;
+        let raw = self.raw.as_bytes();
+        let hit = self
+            .plan
+            .stages
+            .iter()
+            .zip(&mut self.stages)
+            .any(|(stage, state)| {
+                let Watch::Literals { prefilter, longest } = &stage.watch else {
+                    return true;
+                };
+                if state.lane_scanned < len
+                    && prefilter
+                        .find(raw, Span::from(state.lane_scanned..len))
+                        .is_some()
+                {
+                    return true;
+                }
+                state.lane_scanned = (len + 1).saturating_sub(*longest).max(state.lane_scanned);
+                false
+            });
+        if hit {
+            self.leave_lane();
+            return self.run_stages(end);
+        }
+        let cut = if end {
+            len
+        } else {
+            self.raw
+                .floor_char_boundary(len.saturating_sub(self.plan.windows))
+        };
+        if cut > self.fed {
+            self.released.push_str(&self.raw[self.fed..cut]);
+            self.fed = cut;
+        }
+        Ok(())
+    }
+
+    /// Hands the unreleased text to the stages: each starts afresh at `fed`, with the
+    /// character before it as look-behind context.
+    fn leave_lane(&mut self) {
+        self.in_lane = false;
+        let at = self.fed;
+        let behind = self.raw[..at].chars().next_back().map_or(0, char::len_utf8);
+        let look_behind = &self.raw[at - behind..at];
+        for (stage, state) in self.plan.stages.iter().zip(&mut self.stages) {
+            state.buffer.clear();
+            state.buffer.push_str(look_behind);
+            state.held_from = state.buffer.len();
+            state.unchanged = state.buffer.len();
+            state.rewatch(stage, None);
+        }
+    }
+
+    /// Takes the fast lane again once the pipeline is quiet: no stage has seen a literal in
+    /// the text it holds, and the held text of every stage, with the character before it, is
+    /// the answer's text as it came (no replacement in it, for any stage). The held texts
+    /// then lie end to end in `raw`, and the lane goes on from where the first of them starts.
+    fn try_lane(&mut self) {
+        if !self.plan.lane
+            || !self
+                .stages
+                .iter()
+                .all(|state| matches!(state.watching, Watching::Literals { found: false, .. }))
+        {
+            return;
+        }
+        let held: usize = self.stages.iter().map(|state| state.held().len()).sum();
+        // A replacement longer than what it replaced can make the held text outgrow the text
+        // received; such held text is not the answer's text as it came, and the lane waits.
+        let Some(before) = self
+            .fed
+            .checked_sub(held)
+            .and_then(|start| self.raw.get(..start))
+        else {
+            return;
+        };
+        let start = before.len();
+        let behind = before.chars().next_back().map_or(0, char::len_utf8);
+        // The first stage reads `raw` itself; each later one must have received its held
+        // text, the held text of the stages after it and the character before unchanged.
+        let mut needed = behind;
+        for state in self.stages.iter().skip(1).rev() {
+            needed += state.held().len();
+            if state.unchanged < needed {
+                return;
+            }
+        }
+        debug_assert_eq!(
+            self.stages
+                .iter()
+                .rev()
+                .map(StageState::held)
+                .collect::<String>(),
+            self.raw[start..self.fed],
+        );
+        // What each stage has searched: its held text up to its search position; the text of
+        // the stages before it (later in the answer) is new to it.
+        let mut end = self.fed;
+        for state in &mut self.stages {
+            let unsearched = match state.watching {
+                Watching::Literals { search_from, .. } => {
+                    state.buffer.len() - search_from.max(state.held_from)
+                }
+                _ => state.held().len(),
+            };
+            state.lane_scanned = (end - unsearched).max(start);
+            end -= state.held().len();
+            state.buffer.clear();
+            state.held_from = 0;
+        }
+        self.fed = start;
+        self.in_lane = true;
+    }
+
+    /// One record per incremental policy at the end: `redact` if it replaced anything,
+    /// `allow` otherwise.
+    fn record_stage_decisions(&self) {
+        if !self.engine.audits() {
+            return;
+        }
+        let mut index = 0;
+        while index < self.plan.stages.len() {
+            let policy_index = self.plan.stages[index].policy_index;
+            let mut redactions = Vec::new();
+            let first = &self.plan.stages[index];
+            while index < self.plan.stages.len()
+                && self.plan.stages[index].policy_index == policy_index
+            {
+                let stage = &self.plan.stages[index];
+                if let StageAction::Replace { replacement } = &stage.action
+                    && self.stages[index].replacements > 0
+                {
+                    redactions.push(
+                        Redaction::replace("response.content", stage.pattern.clone())
+                            .with_replacement(replacement.clone()),
+                    );
+                }
+                index += 1;
+            }
+            let decision = if redactions.is_empty() {
+                PolicyDecision::allow()
+            } else {
+                PolicyDecision::Redact { redactions }
+            };
+            self.record_stage(first, decision);
+        }
+    }
+
+    fn record_stage(&self, stage: &Stage, decision: PolicyDecision) {
+        if !self.engine.audits() {
+            return;
+        }
+        let context =
+            OutputContext::new(Message::assistant(self.raw.clone()), self.metadata.clone());
+        self.engine.emit(AuditRecord {
+            policy_id: &stage.policy_id,
+            decision: AuditDecision::from(&decision),
+            interception_point: InterceptionPoint::Output,
+            reason: decision.reason().map(Cow::Borrowed),
+            context: AuditContext::Output(&context),
+            timestamp: SystemTime::now(),
+            enforced: true,
+            policy_decision: Some(&decision),
+            stream: None,
+        });
+    }
+
+    /// Evaluates the monitored output policies on the whole text (they never hold text back).
+    async fn evaluate_monitored(&self) {
+        let output = &self.engine.policy_set().output;
+        if !output.entries.iter().any(|entry| entry.monitor) {
+            return;
+        }
+        let context = self.whole_context();
+        self.engine.evaluate_monitored_output(&context).await;
+    }
+
+    fn whole_context(&self) -> OutputContext {
+        OutputContext::new(Message::assistant(self.raw.clone()), self.metadata.clone())
+    }
+
+    /// Starts evaluating the accumulated text; the [`Feed`] of the call waits for it.
+    fn start_checkpoint(&mut self) {
+        self.since_checkpoint = 0;
+        let engine = self.engine;
+        let context = self.whole_context();
+        self.outstanding = true;
+        *self.pending_checkpoint() = Some(Box::pin(async move {
+            engine
+                .evaluate_output(&context)
+                .await
+                .map(|evaluation| evaluation.is_modified())
+        }));
+    }
+
+    /// The checkpoint evaluation under way, if any.
+    fn pending_checkpoint(&mut self) -> &mut Option<Checkpoint<'e>> {
+        self.checkpoint
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Releases the text a checkpoint evaluation allowed unchanged; a change holds the text
+    /// until the final evaluation, an error stops the stream.
+    fn end_checkpoint(&mut self, result: Result<bool, EngineError>) {
+        match result {
+            Ok(false) => {
+                self.released.push_str(&self.raw[self.released_raw..]);
+                self.released_raw = self.raw.len();
+                self.buffered_chars = 0;
+            }
+            Ok(true) => {}
+            Err(error) => self.failure = Some(self.stop(error)),
+        }
+        self.note_held();
+        self.note_release();
+    }
+
+    async fn final_evaluation(&mut self) -> Result<(), EngineError> {
+        let context = self.whole_context();
+        let result = self.engine.evaluate_output(&context).await;
+        match result {
+            Ok(evaluation) => {
+                let forwarded = &evaluation.context().response.content;
+                match forwarded.strip_prefix(self.released.as_str()) {
+                    Some(rest) => {
+                        self.released.push_str(rest);
+                        self.released_raw = self.raw.len();
+                        self.buffered_chars = 0;
+                        Ok(())
+                    }
+                    None => Err(self.fail(
+                        "the final evaluation changed text already released at a checkpoint; \
+                         the rest is withheld"
+                            .into(),
+                    )),
+                }
+            }
+            Err(error) => Err(self.stop(error)),
+        }
+    }
+
+    /// Ends the stream with `error`: nothing more is released.
+    fn stop(&mut self, error: EngineError) -> EngineError {
+        self.finished = Some(match error {
+            EngineError::Denied(_) => StreamOutcome::Denied,
+            EngineError::Evaluation(_) => StreamOutcome::Error,
+        });
+        self.quiet_until = 0;
+        error
+    }
+
+    fn fail(&mut self, cause: BoxError) -> EngineError {
+        self.stop(EngineError::Evaluation(PolicyEvaluationError::new(
+            STREAM_POLICY_ID,
+            InterceptionPoint::Output,
+            cause,
+        )))
+    }
+
+    fn report(&mut self, event: StreamEvent) {
+        if event == StreamEvent::End {
+            if self.reported_end {
+                return;
+            }
+            self.reported_end = true;
+        }
+        if !self.engine.audits() {
+            return;
+        }
+        let report = StreamReport {
+            event,
+            mode: self.plan.mode,
+            outcome: if event == StreamEvent::End {
+                self.finished
+            } else {
+                None
+            },
+            raw_chars: self.raw.chars().count() + self.chars_after_end,
+            released_chars: self.released.chars().count(),
+            max_held_chars: self.max_held_chars,
+            time_to_first_release: self.first_release,
+        };
+        let reason = match report.outcome {
+            Some(outcome) => format!("stream ended: {outcome}"),
+            None => "stream started".to_owned(),
+        };
+        let context = OutputContext::new(Message::assistant(String::new()), self.metadata.clone());
+        let decision = PolicyDecision::Audit {
+            reason: Some(reason),
+        };
+        self.engine.emit(AuditRecord {
+            policy_id: STREAM_POLICY_ID,
+            decision: AuditDecision::Audit,
+            interception_point: InterceptionPoint::Output,
+            reason: decision.reason().map(Cow::Borrowed),
+            context: AuditContext::Output(&context),
+            timestamp: SystemTime::now(),
+            enforced: true,
+            policy_decision: Some(&decision),
+            stream: Some(&report),
+        });
+    }
+}
+
+/// The future returned by [`OutputStream::feed`] and [`OutputStream::feed_bytes`]: the text the
+/// delta released, or why the stream stopped.
+///
+/// It is ready at once except when a checkpoint evaluation is due (checkpoint mode), so a
+/// stream in incremental or buffer mode never waits on it.
+#[must_use = "the future holds the released text, or why the stream stopped"]
+pub struct Feed<'a, 'e> {
+    // Only the stream: the call left its outcome there. One word, so that awaiting a `Feed`
+    // that is ready (nearly all of them) costs the caller next to nothing.
+    stream: Option<&'a mut OutputStream<'e>>,
+}
+
+/// A checkpoint evaluation under way: whether the evaluation changed the text.
+type Checkpoint<'e> = Pin<Box<dyn Future<Output = Result<bool, EngineError>> + Send + 'e>>;
+
+impl<'a> Future for Feed<'a, '_> {
+    type Output = Result<&'a str, EngineError>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        // Polled again after completion: nothing more was released.
+        let Some(stream) = this.stream.take() else {
+            return Poll::Ready(Ok(""));
+        };
+        if stream.outstanding {
+            if stream.poll_outstanding(context).is_pending() {
+                this.stream = Some(stream);
+                return Poll::Pending;
+            }
+            if let Some(error) = stream.failure.take() {
+                return Poll::Ready(Err(error));
+            }
+        }
+        Poll::Ready(Ok(&stream.released[stream.lent_from..]))
+    }
+}
+
+impl std::fmt::Debug for Feed<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.stream {
+            Some(stream)
+                if stream
+                    .checkpoint
+                    .try_lock()
+                    .is_ok_and(|checkpoint| checkpoint.is_some()) =>
+            {
+                "waiting for a checkpoint evaluation"
+            }
+            Some(_) => "ready",
+            None => "done",
+        };
+        f.debug_struct("Feed").field("state", &state).finish()
+    }
+}
+
+/// The items of one call: its text, if any, or why the stream stopped.
+fn items(result: Result<String, EngineError>) -> Vec<StreamItem> {
+    match result {
+        Ok(text) if text.is_empty() => Vec::new(),
+        Ok(text) => vec![StreamItem::Text(text)],
+        Err(EngineError::Denied(denial)) => vec![StreamItem::Denied(denial)],
+        Err(EngineError::Evaluation(error)) => vec![StreamItem::Error(error)],
+    }
+}
+
+impl Drop for OutputStream<'_> {
+    fn drop(&mut self) {
+        // A stream dropped without `finish` (the reader went away) still gets its end record.
+        if self.finished.is_none() {
+            self.finished = Some(StreamOutcome::Abandoned);
+        }
+        self.report(StreamEvent::End);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::OutputPolicy;
+    use crate::stream::StreamingRule;
+    use crate::stream::plan::required_literals;
+
+    fn literals_of(pattern: &str) -> Option<Watch> {
+        let hir = regex_syntax::ParserBuilder::new()
+            .build()
+            .parse(pattern)
+            .expect("a valid pattern");
+        required_literals(&hir)
+    }
+
+    /// The literal the watch of `pattern` finds in a text holding a match of it.
+    fn watched_by(pattern: &str) -> Option<Vec<u8>> {
+        let Watch::Literals { prefilter, .. } = literals_of(pattern)? else {
+            return None;
+        };
+        let probe = b"xx ops@example.com 123-45-6789 evil.INVALID";
+        let found = prefilter.find(probe, Span::from(0..probe.len()))?;
+        Some(probe[found.range()].to_vec())
+    }
+
+    #[test]
+    fn the_rarest_required_literal_is_watched() {
+        // The `@` of an e-mail address, not its common `.`.
+        assert_eq!(
+            watched_by(r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}").as_deref(),
+            Some(&b"@"[..])
+        );
+        assert_eq!(
+            watched_by(r"\b\d{3}-\d{2}-\d{4}\b").as_deref(),
+            Some(&b"-"[..])
+        );
+        // Case-insensitive alternatives: a prefix of each case variant.
+        let found = watched_by(r"(?i:phishing\.example|evil\.invalid)").expect("literals");
+        assert!(found.eq_ignore_ascii_case(&b"evil.invalid"[..found.len()]));
+    }
+
+    struct Redact(&'static str, &'static str);
+
+    #[async_trait::async_trait]
+    impl OutputPolicy for Redact {
+        fn id(&self) -> &str {
+            self.1
+        }
+
+        async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, crate::BoxError> {
+            Ok(PolicyDecision::allow())
+        }
+
+        fn streaming(&self) -> Option<Vec<StreamingRule>> {
+            Some(vec![StreamingRule::Replace {
+                pattern: self.0.into(),
+                replacement: format!("[{}]", self.1),
+                max_match_len: None,
+            }])
+        }
+    }
+
+    #[test]
+    fn text_without_watched_literals_takes_the_fast_lane() {
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+                    .build(),
+            )
+            .build();
+        let plan = engine.stream_plan();
+        assert!(plan.lane);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            let plain = "nothing to see in this sentence at all. ".repeat(8);
+            for chunk in plain.as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+                assert!(guard.in_lane);
+                assert!(guard.raw.len() - guard.fed <= plan.windows);
+            }
+            assert_eq!(guard.held_chars(), plan.windows);
+
+            // A literal sends the text through the rules, and once they are quiet again the
+            // guard is back in the lane.
+            let secret = "mail ops@example.com or call 123-45-6789 now. ";
+            let mut left_the_lane = false;
+            for chunk in [secret, &plain].concat().as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+                left_the_lane |= !guard.in_lane;
+            }
+            assert!(left_the_lane);
+            assert!(guard.in_lane);
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("text"));
+            }
+            assert_eq!(
+                shown,
+                format!("{plain}mail [EMAIL] or call [SSN] now. {plain}")
+            );
+        });
+    }
+
+    #[test]
+    fn patterns_without_a_common_literal_are_stepped_by_a_dfa() {
+        assert!(literals_of(r"\b\d{5}\b").is_none());
+        assert!(literals_of(r"\w{3,8}").is_none());
+    }
+}
