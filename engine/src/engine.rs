@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::apply::apply_decision;
+use crate::apply::apply_changes;
 use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
 use crate::context::{InputContext, OutputContext, ToolCallContext};
 use crate::decision::PolicyDecision;
@@ -382,7 +382,7 @@ impl PolicyEngine {
             PolicyDecision::Redact { .. } | PolicyDecision::Transform { .. }
         );
         let changed = if enforced && changes {
-            match apply_decision(&**current, &decision) {
+            match apply_changes(&**current, &decision) {
                 Ok(changed) => changed,
                 Err(error) => {
                     let evaluated = evaluated.unwrap_or(current);
@@ -419,9 +419,7 @@ impl PolicyEngine {
         });
         // A change that changed nothing (a redaction that matched nothing) keeps forwarding
         // the context as it was.
-        if let Some(changed) = changed
-            && changed != **current
-        {
+        if let Some(changed) = changed {
             *current = Cow::Owned(changed);
         }
         Ok(())
