@@ -67,6 +67,16 @@ pub use policy::{
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
 pub use stream::{Feed, OutputStream, StreamItem, StreamingRule};
 
+/// Support for the workspace's other crates (the dsl and rego crates share the engine's
+/// pattern cache and list positions). Not public API: it may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::path::list_position;
+    pub use crate::pattern::{
+        PATTERN_CACHE_CAPACITY, PATTERN_SIZE_LIMIT, cached_regex, compile_pattern,
+    };
+}
+
 /// A boxed future that can cross threads, as policy traits return.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
