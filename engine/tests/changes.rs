@@ -312,7 +312,8 @@ async fn a_result_that_is_no_longer_a_valid_context_is_an_evaluation_error() {
         )
         .build();
     let error = engine.evaluate_output(&output("x")).await.unwrap_err();
-    assert!(error.to_string().contains("assistant"), "{error}");
+    let text = portcullis_engine::error::error_chain(&error);
+    assert!(text.contains("assistant"), "{text}");
 }
 
 #[tokio::test]
