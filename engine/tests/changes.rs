@@ -1,4 +1,4 @@
-//! Redactions and transforms applied by the engine (SPEC §2).
+//! Redactions and transforms applied by the engine.
 
 mod support;
 

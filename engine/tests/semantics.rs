@@ -1,4 +1,4 @@
-//! Engine semantics (SPEC §3): order, denial, audit, errors, panics, concurrency.
+//! Engine semantics: order, denial, audit, errors, panics, concurrency.
 
 mod support;
 

@@ -54,7 +54,7 @@ fn char_count(text: &str) -> usize {
     }
 }
 
-/// The streaming output guard; see the [module docs](self).
+/// The streaming output guard; see the [module docs](crate::stream).
 pub struct OutputStream<'e> {
     engine: &'e PolicyEngine,
     plan: &'e StreamPlan,

@@ -47,6 +47,8 @@
 //!
 //! [`PolicySetBuilder::stream_checkpoint`]: crate::PolicySetBuilder::stream_checkpoint
 //! [`PolicySetBuilder::stream_batch`]: crate::PolicySetBuilder::stream_batch
+//! [`PolicyEngine::output_stream`]: crate::PolicyEngine::output_stream
+//! [`PolicyEngine::evaluate_output`]: crate::PolicyEngine::evaluate_output
 
 mod guard;
 pub(crate) mod plan;
