@@ -42,7 +42,7 @@ pub use portcullis_engine::{
 };
 // Policies, and the wrappers that change how one runs.
 pub use portcullis_engine::{
-    BoxError, BoxFuture, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode,
+    Blocking, BoxError, BoxFuture, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode,
     ToolCallPolicy, WithDeadline, async_trait,
 };
 // Policy sets.

@@ -529,7 +529,9 @@ impl PolicyEngine {
     }
 }
 
-/// Evaluates one policy, turning a panic or a missed deadline into an error.
+/// Evaluates one policy, turning a panic or a missed deadline into an error: a policy still
+/// running at its deadline is cancelled (its future dropped), and an answer that comes after the
+/// deadline (from a policy that blocked its thread) counts as a time-out too.
 async fn evaluate_entry<C: PolicyContext>(
     entry: &Entry<C::Policy>,
     context: &C,
@@ -548,6 +550,9 @@ async fn evaluate_entry<C: PolicyContext>(
         (_, Some((call, after))) => (call, PolicyTimedOut::new(DeadlineScope::Call, after)),
     };
     match timer::until(deadline, future).await {
+        // A policy that blocked instead of yielding may answer after its deadline: the
+        // deadline could not interrupt it, but its answer is too late to be taken.
+        Some(_) if Instant::now() > deadline => Err(Box::new(timed_out)),
         Some(outcome) => outcome.unwrap_or_else(|panic| Err(Box::new(panic))),
         None => Err(Box::new(timed_out)),
     }

@@ -308,8 +308,8 @@ pub enum DeadlineScope {
     Call,
 }
 
-/// The cause of an evaluation error when a policy was still running at its deadline and was
-/// cancelled.
+/// The cause of an evaluation error when a policy had not answered by its deadline: it was
+/// still running and was cancelled, or it blocked its thread and answered too late.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyTimedOut {
     scope: DeadlineScope,
@@ -341,7 +341,7 @@ impl fmt::Display for PolicyTimedOut {
         };
         write!(
             f,
-            "timed out: {whose} of {:?} passed and the policy was cancelled",
+            "timed out: {whose} of {:?} passed before the policy answered",
             self.after
         )
     }

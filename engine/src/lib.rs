@@ -14,6 +14,10 @@
 //! - a policy that fails, panics, misses its deadline or returns a decision that cannot be
 //!   applied is an evaluation error: [`OnError::Deny`] (the default) fails the call,
 //!   [`OnError::Allow`] skips the policy; either way an `evaluation_error` record is emitted;
+//! - a deadline cancels a policy where it awaits; a policy that blocks its thread cannot be
+//!   interrupted, but an answer after the deadline is refused as a time-out all the same, and
+//!   [`PolicyExt::blocking`] runs such a policy off the executor so the call returns at the
+//!   deadline;
 //! - `redact` and `transform` decisions are applied in order to the context being forwarded,
 //!   and later policies see the change; when nothing changes the original context is
 //!   forwarded without a copy;
@@ -28,6 +32,7 @@
 // it; `docs/architecture.md` explains it).
 //
 // Plain data: no module here knows policies, sets or the engine.
+mod blocking;
 mod context;
 mod decision;
 pub mod error;
@@ -62,7 +67,8 @@ pub use engine::{CONTEXT_CHECK_ID, DecisionEntry, Evaluation, PolicyEngine, Poli
 pub use error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 pub use point::PolicyContext;
 pub use policy::{
-    InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy, WithDeadline,
+    Blocking, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy,
+    WithDeadline,
 };
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
 pub use stream::{Feed, OutputStream, StreamItem, StreamingRule};

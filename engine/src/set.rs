@@ -225,14 +225,20 @@ impl PolicySetBuilder {
 
     /// Gives every policy of `point` that sets no deadline of its own this one. A policy still
     /// running at its deadline is cancelled (its future is dropped) and counts as an
-    /// evaluation error.
+    /// evaluation error; so does an answer that arrives after the deadline.
+    ///
+    /// A deadline can interrupt a policy only where it yields (awaits): a policy that blocks
+    /// its thread (synchronous I/O, a long loop) runs until it returns, and only then is its
+    /// late answer refused. Wrap such a policy in [`blocking`](crate::PolicyExt::blocking) to
+    /// run it off the executor, so the call fails at the deadline itself.
     pub fn policy_deadline(mut self, point: InterceptionPoint, deadline: Duration) -> Self {
         self.settings_mut(point).policy_deadline = Some(deadline);
         self
     }
 
     /// Bounds the whole evaluation of `point`: every policy not finished at the deadline is
-    /// cancelled and counts as an evaluation error.
+    /// cancelled and counts as an evaluation error, as does an answer that arrives after it
+    /// (see [`policy_deadline`](Self::policy_deadline) for what a deadline can interrupt).
     pub fn call_deadline(mut self, point: InterceptionPoint, deadline: Duration) -> Self {
         self.settings_mut(point).call_deadline = Some(deadline);
         self

@@ -431,3 +431,143 @@ async fn concurrent_points_respect_the_call_deadline() {
     assert_eq!(error.policy_id(), "b");
     assert_eq!(timed_out(&error).scope(), DeadlineScope::Call);
 }
+
+/// A policy that blocks its thread (as synchronous code does) and never yields.
+struct Blocks {
+    id: &'static str,
+    for_: Duration,
+    decision: PolicyDecision,
+    finished: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Blocks {
+    fn new(id: &'static str, for_: Duration, decision: PolicyDecision) -> Self {
+        Blocks {
+            id,
+            for_,
+            decision,
+            finished: Arc::default(),
+        }
+    }
+}
+
+#[portcullis_engine::async_trait]
+impl portcullis_engine::InputPolicy for Blocks {
+    fn id(&self) -> &str {
+        self.id
+    }
+
+    async fn evaluate(
+        &self,
+        _: &InputContext,
+    ) -> Result<PolicyDecision, portcullis_engine::BoxError> {
+        std::thread::sleep(self.for_);
+        self.finished.store(true, Ordering::SeqCst);
+        Ok(self.decision.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_result_that_arrives_after_the_deadline_is_a_time_out() {
+    // The policy blocks the executor: the deadline cannot interrupt it, but its late answer
+    // is not taken.
+    let blocks = Blocks::new(
+        "blocks",
+        Duration::from_millis(300),
+        PolicyDecision::allow(),
+    );
+    let recorder = Recorder::default();
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(blocks.with_deadline(Duration::from_millis(50)))
+                .build(),
+        )
+        .on_audit(recorder.handler())
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    let cause = timed_out(&error);
+    assert_eq!(cause.scope(), DeadlineScope::Policy);
+    assert_eq!(cause.after(), Duration::from_millis(50));
+    let records = recorder.take();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].decision, "evaluation_error");
+    assert!(records[0].reason.as_deref().unwrap().contains("timed out"));
+}
+
+#[tokio::test]
+async fn a_late_result_under_a_call_deadline_is_a_time_out() {
+    let blocks = Blocks::new(
+        "blocks",
+        Duration::from_millis(300),
+        PolicyDecision::allow(),
+    );
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(blocks)
+                .call_deadline(INPUT, Duration::from_millis(50))
+                .build(),
+        )
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    assert_eq!(timed_out(&error).scope(), DeadlineScope::Call);
+}
+
+#[tokio::test]
+async fn a_blocking_policy_run_off_the_executor_is_cancelled_at_its_deadline() {
+    let blocks = Blocks::new(
+        "blocks",
+        Duration::from_millis(300),
+        PolicyDecision::allow(),
+    );
+    let finished = Arc::clone(&blocks.finished);
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(blocks.blocking().with_deadline(Duration::from_millis(50)))
+                .build(),
+        )
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    assert_eq!(timed_out(&error).scope(), DeadlineScope::Policy);
+    // The call returned at the deadline, before the policy's thread was done.
+    assert!(!finished.load(Ordering::SeqCst));
+    // The thread finishes on its own; its answer goes nowhere.
+    while !finished.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_blocking_policy_decides_as_it_would_on_the_executor() {
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(
+                    Blocks::new(
+                        "denies",
+                        Duration::from_millis(5),
+                        PolicyDecision::deny("no"),
+                    )
+                    .blocking(),
+                )
+                .build(),
+        )
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    let denial = error.as_denial().expect("a denial");
+    assert_eq!(denial.policy_id(), "denies");
+    assert_eq!(denial.reason(), Some("no"));
+
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(Scripted::panicking("panics").blocking())
+                .build(),
+        )
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    let cause = error.as_evaluation().expect("an evaluation error").cause();
+    assert!(cause.to_string().contains("panicked"), "{cause}");
+}

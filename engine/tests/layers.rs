@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("decision", 1),
     ("error", 2),
     ("stream/rule", 3),
+    ("blocking", 3),
     ("audit", 3),
     ("policy", 4),
     ("set", 5),
