@@ -1,7 +1,8 @@
 //! Applying `redact` and `transform` decisions to a context.
 //!
-//! Whatever the changes produce must still be a valid context, or the whole application fails
-//! and the context is left as it was.
+//! Whatever the changes produce must still be a valid context (the shape its schema gives,
+//! with a tool call's and an answer's message the assistant's, and a timestamp that is an RFC
+//! 3339 date-time), or the whole application fails and the context is left as it was.
 //!
 //! Rules, for each redaction or operation in order:
 //! - every segment of the path but `*` must resolve, otherwise it is an error; a `*` that
@@ -36,6 +37,7 @@ use crate::decision::{
 use crate::error::ApplyError;
 use crate::path::{FieldPath, Segment, list_position};
 use crate::point::PolicyContext;
+use crate::time::is_rfc3339;
 
 // Pattern support the dsl and rego crates call; not public API.
 #[doc(hidden)]
@@ -205,8 +207,7 @@ fn change<'d, C: PolicyContext>(
             if !changed {
                 return Ok(None);
             }
-            copy.check()
-                .map_err(|problem| ApplyError::new("", problem.problem()))?;
+            check_changed(context, &copy)?;
             return Ok(Some(copy));
         }
     }
@@ -228,10 +229,26 @@ fn change<'d, C: PolicyContext>(
             format!("it is no longer a valid {}: {error}", C::POINT.as_str()),
         )
     })?;
+    check_changed(context, &changed)?;
+    Ok((changed != *context).then_some(changed))
+}
+
+/// Checks what the schema of a context asks that its types cannot say: the rules of
+/// [`PolicyContext::check`], and that a timestamp the changes touched is still an RFC 3339
+/// date-time.
+fn check_changed<C: PolicyContext>(original: &C, changed: &C) -> Result<(), ApplyError> {
     changed
         .check()
         .map_err(|problem| ApplyError::new("", problem.problem()))?;
-    Ok((changed != *context).then_some(changed))
+    let (before, after) = (original.audit_context(), changed.audit_context());
+    let timestamp = &after.metadata().timestamp;
+    if *timestamp != before.metadata().timestamp && !is_rfc3339(timestamp) {
+        return Err(ApplyError::new(
+            "",
+            format!("`metadata.timestamp` must be an RFC 3339 date-time, found {timestamp:?}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Parsed paths, per thread: decisions name the same few fields again and again.
