@@ -381,9 +381,12 @@ impl PolicyEngine {
             decision,
             PolicyDecision::Redact { .. } | PolicyDecision::Transform { .. }
         );
-        let changed = if enforced && changes {
+        // A monitored change is applied too, to a scratch copy that is then dropped: a change
+        // that would fail is audited as the evaluation error it would be.
+        let changed = if changes {
             match apply_changes(&**current, &decision) {
-                Ok(changed) => changed,
+                Ok(changed) if enforced => changed,
+                Ok(_) => None,
                 Err(error) => {
                     let evaluated = evaluated.unwrap_or(current);
                     return self.fail(policy_id, enforced, Box::new(error), evaluated);

@@ -22,6 +22,8 @@
 //!   and later policies see the change; when nothing changes the original context is
 //!   forwarded without a copy;
 //! - policies in monitor mode are evaluated and audited (`enforced: false`) but take no effect;
+//!   their records show what enforcing would do, including a redaction or transform that
+//!   would fail (audited as the evaluation error it would be);
 //! - a point can run its policies concurrently (see [`PolicySetBuilder::concurrent`]).
 //!
 //! Most applications use this crate through the `portcullis` facade.

@@ -208,7 +208,9 @@ pub enum PolicyMode {
     Enforce,
     /// Decisions are evaluated and audited (with `enforced: false`) but take no effect: a
     /// `deny` does not block, redactions and transforms are not applied, and an error does not
-    /// fail the call. This is how a new policy is rolled out safely.
+    /// fail the call. The records show what enforcing would do: a redaction or transform is
+    /// tried on a scratch copy of the context, and one that would fail is audited as the
+    /// evaluation error it would be. This is how a new policy is rolled out safely.
     Monitor,
 }
 

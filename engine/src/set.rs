@@ -245,7 +245,9 @@ impl PolicySetBuilder {
     }
 
     /// Runs every policy of `point` in monitor mode: evaluated and audited, but a `deny` does
-    /// not block, changes are not applied and errors do not fail the call.
+    /// not block, changes are not applied and errors do not fail the call. A redaction or
+    /// transform is still tried on a scratch copy: one that would fail is audited as the
+    /// evaluation error it would be, so the records show what enforcing would do.
     pub fn monitor(mut self, point: InterceptionPoint) -> Self {
         self.settings_mut(point).monitor = true;
         self
@@ -259,6 +261,7 @@ impl PolicySetBuilder {
     /// earlier policy of the point (in concurrent mode every policy sees the context as it
     /// was when the call began). Once the winning `deny` (or failing policy) is known, the
     /// policies still running are cancelled.
+
     pub fn concurrent(mut self, point: InterceptionPoint) -> Self {
         self.settings_mut(point).concurrent = true;
         self

@@ -571,3 +571,77 @@ async fn a_blocking_policy_decides_as_it_would_on_the_executor() {
     let cause = error.as_evaluation().expect("an evaluation error").cause();
     assert!(cause.to_string().contains("panicked"), "{cause}");
 }
+
+#[tokio::test]
+async fn a_monitored_change_that_would_fail_is_audited_as_the_error_it_would_be() {
+    let recorder = Recorder::default();
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(
+                    Scripted::returning(
+                        "new_redact",
+                        PolicyDecision::redact([Redaction::mask("messages.9.content")]),
+                    )
+                    .monitored(),
+                )
+                .input(
+                    Scripted::returning(
+                        "new_transform",
+                        PolicyDecision::transform([TransformOperation::set(
+                            "metadata.timestamp",
+                            "soon",
+                        )]),
+                    )
+                    .monitored(),
+                )
+                .input(
+                    Scripted::returning(
+                        "new_mask",
+                        PolicyDecision::redact([Redaction::mask("messages.0.content")]),
+                    )
+                    .monitored(),
+                )
+                .build(),
+        )
+        .on_audit(recorder.handler())
+        .build();
+    let context = input(&["hello"]);
+    let evaluation = engine.evaluate_input(&context).await.unwrap();
+    // Nothing monitored changes what is forwarded.
+    assert!(std::ptr::eq(evaluation.context(), &context));
+    let records = recorder.take();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.policy_id.as_str(), r.decision.as_str(), r.enforced))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("new_redact", "evaluation_error", false),
+            ("new_transform", "evaluation_error", false),
+            ("new_mask", "redact", false),
+        ]
+    );
+    assert!(
+        records[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("does not exist"),
+        "{:?}",
+        records[0].reason
+    );
+    assert!(
+        records[1].reason.as_deref().unwrap().contains("RFC 3339"),
+        "{:?}",
+        records[1].reason
+    );
+    // What enforcing would have listed: the failures are not decisions.
+    let listed: Vec<_> = evaluation
+        .decisions()
+        .iter()
+        .map(|d| d.policy_id.as_str())
+        .collect();
+    assert_eq!(listed, ["new_mask"]);
+}
