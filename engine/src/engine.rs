@@ -325,7 +325,31 @@ impl PolicyEngine {
                     &mut decisions,
                 );
                 if let Err(error) = settled {
-                    // Cancel whatever is still running.
+                    // Cancel whatever is still running, and audit every policy after the
+                    // winner: it ran, and its outcome is not taken.
+                    let winner = C::policy_id(&entries[next].policy);
+                    let why = match &error {
+                        EngineError::Denied(_) => "denied",
+                        EngineError::Evaluation(_) => "failed",
+                    };
+                    for (at, entry) in entries.iter().enumerate().skip(next + 1) {
+                        let reason = if running[at].is_some() {
+                            format!("cancelled after `{winner}` {why}")
+                        } else {
+                            format!(
+                                "discarded after `{winner}` {why}: it had decided, but its \
+                                 decision was not applied"
+                            )
+                        };
+                        self.record(
+                            C::policy_id(&entry.policy),
+                            AuditDecision::EvaluationError,
+                            Some(Cow::Owned(reason)),
+                            context,
+                            !entry.monitor,
+                            None,
+                        );
+                    }
                     running.clear();
                     return Poll::Ready(Err(error));
                 }

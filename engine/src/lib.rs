@@ -24,7 +24,9 @@
 //! - policies in monitor mode are evaluated and audited (`enforced: false`) but take no effect;
 //!   their records show what enforcing would do, including a redaction or transform that
 //!   would fail (audited as the evaluation error it would be);
-//! - a point can run its policies concurrently (see [`PolicySetBuilder::concurrent`]).
+//! - a point can run its policies concurrently (see [`PolicySetBuilder::concurrent`]); the
+//!   policies it cancels once the outcome is known are audited too, as evaluation errors
+//!   saying so.
 //!
 //! Most applications use this crate through the `portcullis` facade.
 

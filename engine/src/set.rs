@@ -261,7 +261,12 @@ impl PolicySetBuilder {
     /// earlier policy of the point (in concurrent mode every policy sees the context as it
     /// was when the call began). Once the winning `deny` (or failing policy) is known, the
     /// policies still running are cancelled.
-
+    ///
+    /// Every policy that ran is audited: each policy after the winner in declared order gets an
+    /// `evaluation_error` record whose reason says why its outcome was not taken,
+    /// ``cancelled after `<winner>` denied`` when it was still running (or `failed` when the
+    /// winner was an evaluation error), or ``discarded after `<winner>` denied: …`` when it had
+    /// already decided. These records come after the winner's, in declared order.
     pub fn concurrent(mut self, point: InterceptionPoint) -> Self {
         self.settings_mut(point).concurrent = true;
         self

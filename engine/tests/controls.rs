@@ -304,9 +304,19 @@ async fn concurrent_evaluation_has_the_sequential_outcome() {
     ];
     for kinds in &table {
         for on_error in [OnError::Deny, OnError::Allow] {
-            let sequential = run(build(kinds, on_error, false)).await;
-            let concurrent = run(build(kinds, on_error, true)).await;
+            let (sequential, sequential_records) = run(build(kinds, on_error, false)).await;
+            let (concurrent, concurrent_records) = run(build(kinds, on_error, true)).await;
             assert_eq!(concurrent, sequential, "{kinds:?} with {on_error:?}");
+            // The same records, then one `evaluation_error` for each policy after the one
+            // that stopped the call: concurrent mode ran it and audits its cancellation.
+            let mut expected = sequential_records.clone();
+            if sequential.is_err() {
+                expected.extend(
+                    (sequential_records.len()..kinds.len())
+                        .map(|at| (format!("p{at}"), "evaluation_error".to_owned())),
+                );
+            }
+            assert_eq!(concurrent_records, expected, "{kinds:?} with {on_error:?}");
         }
     }
 }
@@ -644,4 +654,51 @@ async fn a_monitored_change_that_would_fail_is_audited_as_the_error_it_would_be(
         .map(|d| d.policy_id.as_str())
         .collect();
     assert_eq!(listed, ["new_mask"]);
+}
+
+#[tokio::test]
+async fn concurrent_evaluation_audits_the_policies_it_cancels() {
+    let recorder = Recorder::default();
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(Scripted::returning("first", PolicyDecision::allow()))
+                .input(
+                    Scripted::returning("deny", PolicyDecision::deny("stop"))
+                        .after(Duration::from_millis(10)),
+                )
+                .input(
+                    Scripted::returning("slow", PolicyDecision::allow())
+                        .after(Duration::from_secs(5)),
+                )
+                .input(Scripted::returning("done", PolicyDecision::allow()))
+                .concurrent(INPUT)
+                .build(),
+        )
+        .on_audit(recorder.handler())
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    assert_eq!(error.policy_id(), "deny");
+    let records = recorder.take();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.policy_id.as_str(), r.decision.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("first", "allow"),
+            ("deny", "deny"),
+            ("slow", "evaluation_error"),
+            ("done", "evaluation_error"),
+        ]
+    );
+    assert_eq!(
+        records[2].reason.as_deref(),
+        Some("cancelled after `deny` denied")
+    );
+    assert_eq!(
+        records[3].reason.as_deref(),
+        Some("discarded after `deny` denied: it had decided, but its decision was not applied")
+    );
 }
