@@ -112,7 +112,7 @@ async fn main() {
                 println!(
                     "  audit: stream {} ({}), {} chars in, {} out, at most {} held",
                     report.event,
-                    report.outcome.unwrap_or("-"),
+                    report.outcome.map_or("-", |outcome| outcome.as_str()),
                     report.raw_chars,
                     report.released_chars,
                     report.max_held_chars

@@ -27,7 +27,38 @@
 
 extern crate self as portcullis;
 
-pub use portcullis_engine::*;
+// The engine, unit by unit. Each item is listed: a new engine item becomes public API here
+// only when it is added on purpose.
+
+// Contexts: what policies see.
+pub use portcullis_engine::{
+    InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, PolicyContext,
+    Role, ToolCallContext,
+};
+// Decisions: what policies return.
+pub use portcullis_engine::{
+    DEFAULT_REPLACEMENT, PolicyDecision, Redaction, RedactionStrategy, TransformOp,
+    TransformOperation, Transformation,
+};
+// Policies, and the wrappers that change how one runs.
+pub use portcullis_engine::{
+    Blocking, BoxError, BoxFuture, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode,
+    ToolCallPolicy, WithDeadline, async_trait,
+};
+// Policy sets.
+pub use portcullis_engine::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
+// The engine and what an evaluation returns.
+pub use portcullis_engine::{
+    CONTEXT_CHECK_ID, DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder,
+};
+// Errors (their causes are in `error`).
+pub use portcullis_engine::{EngineError, PolicyDenialError, PolicyEvaluationError};
+// Audit records.
+pub use portcullis_engine::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
+// Streaming answers (the rest is in `stream`).
+pub use portcullis_engine::{Feed, OutputStream, StreamItem, StreamingRule};
+// The engine's modules: applying decisions, the causes of errors, field paths, streaming.
+pub use portcullis_engine::{apply, error, path, stream};
 
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]

@@ -230,9 +230,10 @@ async fn arguments_nested_ten_thousand_levels_deep_are_a_clear_error() {
         let call = deep_call();
         let error = engine.evaluate_tool_call(&call).await.expect_err(kind);
         assert_eq!(error.policy_id(), CONTEXT_CHECK_ID, "{kind}: {error}");
+        let text = portcullis::error::error_chain(&error);
         assert!(
-            error.to_string().contains("nested deeper than 128 levels"),
-            "{kind}: {error}"
+            text.contains("nested deeper than 128 levels"),
+            "{kind}: {text}"
         );
         dismantle_call(call);
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use criterion::{Criterion, criterion_group, criterion_main};
 use portcullis_engine::{
     AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision,
-    PolicyEngine, PolicyExt, PolicySet, async_trait,
+    PolicyEngine, PolicyExt, PolicySet, Redaction, TransformOperation, async_trait,
 };
 
 struct AllowAll(String);
@@ -102,5 +102,77 @@ fn bench(c: &mut Criterion) {
     assert!(counted.load(Ordering::Relaxed) > 0);
 }
 
-criterion_group!(benches, bench);
+/// A policy that always returns the same decision.
+struct Decides(&'static str, PolicyDecision);
+
+#[async_trait]
+impl InputPolicy for Decides {
+    fn id(&self) -> &str {
+        self.0
+    }
+
+    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
+        Ok(self.1.clone())
+    }
+}
+
+/// Applying redactions and transforms: the cost of changing a context.
+fn changes(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let mut messages = vec![Message::system("You are a helpful assistant.")];
+    for at in 0..10 {
+        messages.push(Message::user(format!(
+            "Message {at}: please mail ops{at}@example.com about ticket {at}."
+        )));
+        messages.push(Message::assistant(format!("Noted, ticket {at}.")));
+    }
+    let context = InputContext::new(
+        messages,
+        Metadata::new("agent-1", "session-1").with_extra("tenant", "acme"),
+    );
+    let decisions = [
+        (
+            "replace e-mails in every message",
+            PolicyDecision::redact([Redaction::replace(
+                "messages.*.content",
+                r"[a-z0-9]+@[a-z]+\.com",
+            )]),
+        ),
+        (
+            "mask the last message",
+            PolicyDecision::redact([Redaction::mask("messages.-1.content")]),
+        ),
+        (
+            "replace that matches nothing",
+            PolicyDecision::redact([Redaction::replace("messages.*.content", r"\d{3}-\d{4}")]),
+        ),
+        (
+            "append to the first message",
+            PolicyDecision::transform([TransformOperation::append(
+                "messages.0.content",
+                " Be brief.",
+            )]),
+        ),
+    ];
+    let mut group = c.benchmark_group("changes");
+    for (name, decision) in decisions {
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                PolicySet::builder()
+                    .input(Decides("change", decision))
+                    .build(),
+            )
+            .build();
+        group.bench_function(name, |b| {
+            b.to_async(&runtime).iter(|| async {
+                std::hint::black_box(engine.evaluate_input(&context).await.is_ok())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, changes);
 criterion_main!(benches);

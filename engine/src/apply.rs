@@ -1,8 +1,8 @@
-//! Applying `redact` and `transform` decisions to a context (SPEC §2).
+//! Applying `redact` and `transform` decisions to a context.
 //!
-//! The context is turned into its JSON shape, changed in place, then read back as the same
-//! kind of context: whatever the changes produce must still be a valid context, or the whole
-//! application fails and the context is left as it was.
+//! Whatever the changes produce must still be a valid context (the shape its schema gives,
+//! with a tool call's and an answer's message the assistant's, and a timestamp that is an RFC
+//! 3339 date-time), or the whole application fails and the context is left as it was.
 //!
 //! Rules, for each redaction or operation in order:
 //! - every segment of the path but `*` must resolve, otherwise it is an error; a `*` that
@@ -11,21 +11,39 @@
 //!   the pattern in a string value; `remove` deletes an object key or drops a list element;
 //! - `set` replaces a value, or adds a key to an object that exists; `prepend` and `append`
 //!   need a string value and a string to add.
+//!
+//! Changes are made on a copy of the typed context: a path to a string field (a message's
+//! content, a tool's name, a metadata field) changes that string, and a path into the open JSON
+//! values (tool arguments, extra metadata) changes the value in place. Paths and patterns are
+//! parsed and compiled once per thread and kept (see [`cached_regex`]), so applying the same
+//! decision again takes no lock and parses nothing. The rare changes that replace a structured
+//! part of a context as a whole (`set` of `messages.0`, `remove` of a message, a `*` over a
+//! message's fields) go through the context's JSON shape instead, and must read back as a valid
+//! context.
 
+use std::any::Any;
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::rc::Rc;
+use std::sync::Arc;
 
-use regex::{Regex, RegexBuilder};
-use serde_json::Value;
+use regex::Regex;
+use serde_json::{Map, Value};
 
+use crate::context::{InputContext, Message, Metadata, OutputContext, ToolCallContext};
+use crate::decision::{
+    PolicyDecision, Redaction, RedactionStrategy, TransformOp, TransformOperation,
+};
 use crate::error::ApplyError;
 use crate::path::{FieldPath, Segment, list_position};
-use crate::{
-    PolicyContext, PolicyDecision, Redaction, RedactionStrategy, TransformOp, TransformOperation,
-};
+use crate::point::PolicyContext;
+use crate::time::is_rfc3339;
 
-/// Largest compiled size of a redaction pattern.
-pub const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+// Pattern support the dsl and rego crates call; not public API.
+#[doc(hidden)]
+pub use crate::pattern::{
+    PATTERN_CACHE_CAPACITY, PATTERN_SIZE_LIMIT, cached_regex, compile_pattern,
+};
 
 /// Applies the changes a decision asks for. Returns `Ok(None)` for decisions that change
 /// nothing (`allow`, `deny`, `audit`).
@@ -47,11 +65,7 @@ pub fn apply_redactions<C: PolicyContext>(
     context: &C,
     redactions: &[Redaction],
 ) -> Result<C, ApplyError> {
-    change(context, |root| {
-        redactions
-            .iter()
-            .try_for_each(|redaction| redact(root, redaction))
-    })
+    Ok(changed_redactions(context, redactions, true)?.unwrap_or_else(|| context.clone()))
 }
 
 /// Applies transform operations in order and returns the changed context.
@@ -59,60 +73,379 @@ pub fn apply_operations<C: PolicyContext>(
     context: &C,
     operations: &[TransformOperation],
 ) -> Result<C, ApplyError> {
-    change(context, |root| {
-        operations
-            .iter()
-            .try_for_each(|operation| transform(root, operation))
+    Ok(changed_operations(context, operations, true)?.unwrap_or_else(|| context.clone()))
+}
+
+/// Applies the changes a decision asks for; `Ok(None)` when the context stays as it was (a
+/// decision that changes nothing, or changes that changed nothing, such as a redaction that
+/// matched nothing).
+pub(crate) fn apply_changes<C: PolicyContext>(
+    context: &C,
+    decision: &PolicyDecision,
+) -> Result<Option<C>, ApplyError> {
+    match decision {
+        PolicyDecision::Redact { redactions } => changed_redactions(context, redactions, true),
+        PolicyDecision::Transform { transformation } => {
+            changed_operations(context, &transformation.operations, true)
+        }
+        _ => Ok(None),
+    }
+}
+
+fn changed_redactions<C: PolicyContext>(
+    context: &C,
+    redactions: &[Redaction],
+    typed: bool,
+) -> Result<Option<C>, ApplyError> {
+    change(context, redactions.len(), typed, |at| {
+        let redaction = &redactions[at];
+        let path = parse(&redaction.field)?;
+        let change = match redaction.strategy {
+            RedactionStrategy::Mask => Change::Mask(redaction.replacement_or_default()),
+            RedactionStrategy::Replace => {
+                let pattern = redaction.pattern.as_deref().ok_or_else(|| {
+                    ApplyError::new(&redaction.field, "the `replace` strategy needs a `pattern`")
+                })?;
+                let regex = cached_regex(pattern)
+                    .map_err(|problem| ApplyError::new(&redaction.field, problem))?;
+                Change::Replace(regex, redaction.replacement_or_default())
+            }
+            RedactionStrategy::Remove => Change::Remove,
+        };
+        Ok((path, change))
     })
 }
 
-fn change<C: PolicyContext>(
+fn changed_operations<C: PolicyContext>(
     context: &C,
-    edit: impl FnOnce(&mut Value) -> Result<(), ApplyError>,
-) -> Result<C, ApplyError> {
+    operations: &[TransformOperation],
+    typed: bool,
+) -> Result<Option<C>, ApplyError> {
+    change(context, operations.len(), typed, |at| {
+        let operation = &operations[at];
+        let path = parse(&operation.field)?;
+        let change = match (operation.op, &operation.value) {
+            (TransformOp::Set, value) => Change::Set(value),
+            (TransformOp::Prepend, Value::String(text)) => Change::Prepend(text),
+            (TransformOp::Append, Value::String(text)) => Change::Append(text),
+            (op, other) => {
+                return Err(ApplyError::new(
+                    &operation.field,
+                    format!(
+                        "`{}` needs a string value, found {}",
+                        op_name(op),
+                        kind(other)
+                    ),
+                ));
+            }
+        };
+        Ok((path, change))
+    })
+}
+
+/// One redaction or operation, ready to apply.
+enum Change<'d> {
+    Mask(&'d str),
+    Replace(Arc<Regex>, &'d str),
+    Remove,
+    Set(&'d Value),
+    Prepend(&'d str),
+    Append(&'d str),
+}
+
+/// Why a change could not be made on the typed context.
+enum Edit {
+    /// It fails, as it would on the JSON shape.
+    Failed(ApplyError),
+    /// It reaches past what the typed context edits in place: the JSON shape takes over.
+    Untyped,
+}
+
+impl From<ApplyError> for Edit {
+    fn from(error: ApplyError) -> Self {
+        Edit::Failed(error)
+    }
+}
+
+/// Applies `count` changes, the `at`-th made by `prepare(at)`, on a copy of `context`; `None`
+/// when nothing changed. Without `typed`, on the JSON shape only (the reference the typed
+/// application is tested against).
+fn change<'d, C: PolicyContext>(
+    context: &C,
+    count: usize,
+    typed: bool,
+    mut prepare: impl FnMut(usize) -> Result<(Rc<FieldPath>, Change<'d>), ApplyError>,
+) -> Result<Option<C>, ApplyError> {
+    // Extras named like a metadata field do not survive the JSON shape (the field wins): such
+    // a context is changed through it, as its JSON readers see it.
+    let shadowed = METADATA_FIELDS.iter().any(|field| {
+        context
+            .audit_context()
+            .metadata()
+            .extra
+            .contains_key(*field)
+    });
+    let mut json = None;
+    if typed && !shadowed {
+        let mut copy = context.clone();
+        let mut changed = false;
+        let mut prepared = Vec::new();
+        for at in 0..count {
+            let (path, change) = prepare(at)?;
+            match edit_typed(&mut copy, &path, &change) {
+                Ok(did) => changed |= did,
+                Err(Edit::Failed(error)) => return Err(error),
+                Err(Edit::Untyped) => {
+                    prepared.push((path, change));
+                    json = Some(prepared);
+                    break;
+                }
+            }
+            prepared.push((path, change));
+        }
+        if json.is_none() {
+            if !changed {
+                return Ok(None);
+            }
+            check_changed(context, &copy)?;
+            return Ok(Some(copy));
+        }
+    }
+    // The JSON shape, from the start: the changes already prepared, then the others, each
+    // prepared and applied in turn (so errors come in the same order as on the typed path).
+    let prepared = json.unwrap_or_default();
     let mut root = serde_json::to_value(context)
         .map_err(|error| ApplyError::new("", format!("cannot read the context: {error}")))?;
-    edit(&mut root)?;
+    for (path, change) in &prepared {
+        apply_json(&mut root, path, path.segments(), change, &mut false)?;
+    }
+    for at in prepared.len()..count {
+        let (path, change) = prepare(at)?;
+        apply_json(&mut root, &path, path.segments(), &change, &mut false)?;
+    }
     let changed: C = serde_json::from_value(root).map_err(|error| {
         ApplyError::new(
             "",
             format!("it is no longer a valid {}: {error}", C::POINT.as_str()),
         )
     })?;
+    check_changed(context, &changed)?;
+    Ok((changed != *context).then_some(changed))
+}
+
+/// Checks what the schema of a context asks that its types cannot say: the rules of
+/// [`PolicyContext::check`], and that a timestamp the changes touched is still an RFC 3339
+/// date-time.
+fn check_changed<C: PolicyContext>(original: &C, changed: &C) -> Result<(), ApplyError> {
     changed
         .check()
-        .map_err(|problem| ApplyError::new("", problem))?;
+        .map_err(|problem| ApplyError::new("", problem.problem()))?;
+    let (before, after) = (original.audit_context(), changed.audit_context());
+    let timestamp = &after.metadata().timestamp;
+    if *timestamp != before.metadata().timestamp && !is_rfc3339(timestamp) {
+        return Err(ApplyError::new(
+            "",
+            format!("`metadata.timestamp` must be an RFC 3339 date-time, found {timestamp:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Parsed paths, per thread: decisions name the same few fields again and again.
+fn parse(field: &str) -> Result<Rc<FieldPath>, ApplyError> {
+    thread_local! {
+        static PATHS: RefCell<HashMap<Box<str>, Rc<FieldPath>>> = RefCell::new(HashMap::new());
+    }
+    PATHS.with(|paths| {
+        if let Some(path) = paths.borrow().get(field) {
+            return Ok(Rc::clone(path));
+        }
+        let path = Rc::new(
+            FieldPath::parse(field).map_err(|error| ApplyError::new(field, error.to_string()))?,
+        );
+        let mut paths = paths.borrow_mut();
+        if paths.len() >= PATTERN_CACHE_CAPACITY {
+            paths.clear();
+        }
+        paths.insert(field.into(), Rc::clone(&path));
+        Ok(path)
+    })
+}
+
+/// Makes one change on a typed context; whether it changed anything.
+fn edit_typed<C: PolicyContext>(
+    context: &mut C,
+    path: &FieldPath,
+    change: &Change<'_>,
+) -> Result<bool, Edit> {
+    let Some((Segment::Name(first), rest)) = path.segments().split_first() else {
+        return Err(Edit::Untyped);
+    };
+    let context: &mut dyn Any = context;
+    if let Some(input) = context.downcast_mut::<InputContext>() {
+        match first.as_str() {
+            "messages" => edit_messages(&mut input.messages, path, rest, change),
+            "metadata" => edit_metadata(&mut input.metadata, path, rest, change),
+            _ => Err(Edit::Untyped),
+        }
+    } else if let Some(call) = context.downcast_mut::<ToolCallContext>() {
+        match first.as_str() {
+            "tool_name" => edit_string(&mut call.tool_name, rest, change),
+            "arguments" => edit_map(&mut call.arguments, path, rest, change),
+            "calling_message" => edit_message(&mut call.calling_message, rest, change),
+            "metadata" => edit_metadata(&mut call.metadata, path, rest, change),
+            _ => Err(Edit::Untyped),
+        }
+    } else if let Some(output) = context.downcast_mut::<OutputContext>() {
+        match first.as_str() {
+            "response" => edit_message(&mut output.response, rest, change),
+            "metadata" => edit_metadata(&mut output.metadata, path, rest, change),
+            _ => Err(Edit::Untyped),
+        }
+    } else {
+        Err(Edit::Untyped)
+    }
+}
+
+fn edit_messages(
+    messages: &mut [Message],
+    path: &FieldPath,
+    rest: &[Segment],
+    change: &Change<'_>,
+) -> Result<bool, Edit> {
+    let _ = path;
+    match rest.split_first() {
+        Some((Segment::Index { index, .. }, rest)) => {
+            let at = list_position(*index, messages.len()).ok_or(Edit::Untyped)?;
+            edit_message(&mut messages[at], rest, change)
+        }
+        Some((Segment::Any, rest)) => {
+            let mut changed = false;
+            for message in messages {
+                changed |= edit_message(message, rest, change)?;
+            }
+            Ok(changed)
+        }
+        _ => Err(Edit::Untyped),
+    }
+}
+
+fn edit_message(
+    message: &mut Message,
+    rest: &[Segment],
+    change: &Change<'_>,
+) -> Result<bool, Edit> {
+    match rest {
+        [Segment::Name(name)] if name == "content" => {
+            edit_string(&mut message.content, &[], change)
+        }
+        _ => Err(Edit::Untyped),
+    }
+}
+
+/// The keys of metadata that are fields of their own; any other key is an extra.
+const METADATA_FIELDS: [&str; 3] = ["agent_id", "session_id", "timestamp"];
+
+fn edit_metadata(
+    metadata: &mut Metadata,
+    path: &FieldPath,
+    rest: &[Segment],
+    change: &Change<'_>,
+) -> Result<bool, Edit> {
+    let Some(key) = rest.first().and_then(Segment::key) else {
+        return Err(Edit::Untyped);
+    };
+    match key {
+        "agent_id" => edit_string(&mut metadata.agent_id, &rest[1..], change),
+        "session_id" => edit_string(&mut metadata.session_id, &rest[1..], change),
+        "timestamp" => edit_string(&mut metadata.timestamp, &rest[1..], change),
+        _ => edit_map(&mut metadata.extra, path, rest, change),
+    }
+}
+
+/// Makes a change below an open JSON object (tool arguments, extra metadata).
+fn edit_map(
+    map: &mut Map<String, Value>,
+    path: &FieldPath,
+    rest: &[Segment],
+    change: &Change<'_>,
+) -> Result<bool, Edit> {
+    if rest.is_empty() {
+        return Err(Edit::Untyped);
+    }
+    let mut object = Value::Object(std::mem::take(map));
+    let mut changed = false;
+    let result = apply_json(&mut object, path, rest, change, &mut changed);
+    if let Value::Object(back) = object {
+        *map = back;
+    }
+    result?;
     Ok(changed)
 }
 
-fn parse(field: &str) -> Result<FieldPath, ApplyError> {
-    FieldPath::parse(field).map_err(|error| ApplyError::new(field, error.to_string()))
+/// Makes a change to a string field of a context.
+fn edit_string(text: &mut String, rest: &[Segment], change: &Change<'_>) -> Result<bool, Edit> {
+    if !rest.is_empty() {
+        return Err(Edit::Untyped);
+    }
+    let changed = match change {
+        Change::Mask(replacement) => assign(text, replacement),
+        Change::Replace(regex, replacement) => replace(regex, text, replacement),
+        Change::Set(Value::String(value)) => assign(text, value),
+        Change::Prepend(addition) => {
+            text.insert_str(0, addition);
+            !addition.is_empty()
+        }
+        Change::Append(addition) => {
+            text.push_str(addition);
+            !addition.is_empty()
+        }
+        Change::Set(_) | Change::Remove => return Err(Edit::Untyped),
+    };
+    Ok(changed)
 }
 
-fn redact(root: &mut Value, redaction: &Redaction) -> Result<(), ApplyError> {
-    let path = parse(&redaction.field)?;
-    let field = redaction.field.as_str();
-    match redaction.strategy {
-        RedactionStrategy::Mask => {
-            let replacement = redaction.replacement_or_default();
-            on_each_target(root, &path, &mut |target| {
-                *target = Value::String(replacement.to_owned());
-                Ok(())
-            })
+fn assign(text: &mut String, value: &str) -> bool {
+    if text == value {
+        return false;
+    }
+    value.clone_into(text);
+    true
+}
+
+fn replace(regex: &Regex, text: &mut String, replacement: &str) -> bool {
+    match regex.replace_all(text, regex::NoExpand(replacement)) {
+        std::borrow::Cow::Owned(replaced) => {
+            let changed = replaced != *text;
+            *text = replaced;
+            changed
         }
-        RedactionStrategy::Replace => {
-            let pattern = redaction.pattern.as_deref().ok_or_else(|| {
-                ApplyError::new(field, "the `replace` strategy needs a `pattern`")
-            })?;
-            let regex = cached_regex(pattern).map_err(|problem| ApplyError::new(field, problem))?;
-            let replacement = redaction.replacement_or_default();
-            on_each_target(root, &path, &mut |target| match target {
+        std::borrow::Cow::Borrowed(_) => false,
+    }
+}
+
+/// Makes a change on a JSON value, along `segments` (the part of `path` below `root`);
+/// `changed` is set when anything changed.
+fn apply_json(
+    root: &mut Value,
+    path: &FieldPath,
+    segments: &[Segment],
+    change: &Change<'_>,
+    changed: &mut bool,
+) -> Result<(), ApplyError> {
+    let field = path.as_str();
+    match change {
+        Change::Mask(replacement) => on_each_parent(root, path, segments, &mut |target| {
+            if !matches!(target, Value::String(text) if text == replacement) {
+                *target = Value::String((*replacement).to_owned());
+                *changed = true;
+            }
+            Ok(())
+        }),
+        Change::Replace(regex, replacement) => {
+            on_each_parent(root, path, segments, &mut |target| match target {
                 Value::String(text) => {
-                    if let std::borrow::Cow::Owned(replaced) =
-                        regex.replace_all(text, regex::NoExpand(replacement))
-                    {
-                        *text = replaced;
-                    }
+                    *changed |= replace(regex, text, replacement);
                     Ok(())
                 }
                 other => Err(ApplyError::new(
@@ -121,40 +454,28 @@ fn redact(root: &mut Value, redaction: &Redaction) -> Result<(), ApplyError> {
                 )),
             })
         }
-        RedactionStrategy::Remove => remove(root, &path),
-    }
-}
-
-fn transform(root: &mut Value, operation: &TransformOperation) -> Result<(), ApplyError> {
-    let path = parse(&operation.field)?;
-    let field = operation.field.as_str();
-    match operation.op {
-        TransformOp::Set => set(root, &path, &operation.value),
-        TransformOp::Prepend | TransformOp::Append => {
-            let Value::String(addition) = &operation.value else {
-                return Err(ApplyError::new(
-                    field,
-                    format!(
-                        "`{}` needs a string value, found {}",
-                        op_name(operation.op),
-                        kind(&operation.value)
-                    ),
-                ));
+        Change::Remove => remove(root, path, segments, changed),
+        Change::Set(value) => set(root, path, segments, value, changed),
+        Change::Prepend(addition) | Change::Append(addition) => {
+            let (op, prepend) = match change {
+                Change::Prepend(_) => (TransformOp::Prepend, true),
+                _ => (TransformOp::Append, false),
             };
-            on_each_target(root, &path, &mut |target| match target {
+            on_each_parent(root, path, segments, &mut |target| match target {
                 Value::String(text) => {
-                    if operation.op == TransformOp::Prepend {
+                    if prepend {
                         text.insert_str(0, addition);
                     } else {
                         text.push_str(addition);
                     }
+                    *changed |= !addition.is_empty();
                     Ok(())
                 }
                 other => Err(ApplyError::new(
                     field,
                     format!(
                         "`{}` needs a string field, found {}",
-                        op_name(operation.op),
+                        op_name(op),
                         kind(other)
                     ),
                 )),
@@ -235,39 +556,39 @@ fn not_found_kind(path: &FieldPath, segment: &Segment, parent_kind: &str) -> App
     )
 }
 
-fn split_last(path: &FieldPath) -> (&[Segment], &Segment) {
-    let segments = path.segments();
-    let (last, parents) = segments
-        .split_last()
-        .expect("a parsed path has at least one segment");
-    (parents, last)
-}
-
-/// Calls `visit` on every value the path selects; it must select at least one unless a
-/// `*` is involved.
-fn on_each_target(
+fn set(
     root: &mut Value,
     path: &FieldPath,
-    visit: &mut dyn FnMut(&mut Value) -> Result<(), ApplyError>,
+    segments: &[Segment],
+    new_value: &Value,
+    changed: &mut bool,
 ) -> Result<(), ApplyError> {
-    on_each_parent(root, path, path.segments(), visit)
-}
-
-fn set(root: &mut Value, path: &FieldPath, new_value: &Value) -> Result<(), ApplyError> {
-    let (parents, last) = split_last(path);
+    let Some((last, parents)) = segments.split_last() else {
+        if root != new_value {
+            new_value.clone_into(root);
+            *changed = true;
+        }
+        return Ok(());
+    };
+    let put = |item: &mut Value, changed: &mut bool| {
+        if item != new_value {
+            new_value.clone_into(item);
+            *changed = true;
+        }
+    };
     on_each_parent(root, path, parents, &mut |parent| match (last, parent) {
         (Segment::Any, Value::Array(items)) => {
-            items.iter_mut().for_each(|item| *item = new_value.clone());
+            items.iter_mut().for_each(|item| put(item, changed));
             Ok(())
         }
         (Segment::Any, Value::Object(map)) => {
-            map.values_mut().for_each(|item| *item = new_value.clone());
+            map.values_mut().for_each(|item| put(item, changed));
             Ok(())
         }
         (Segment::Index { index, .. }, Value::Array(items)) => {
             match list_position(*index, items.len()).and_then(|at| items.get_mut(at)) {
                 Some(item) => {
-                    *item = new_value.clone();
+                    put(item, changed);
                     Ok(())
                 }
                 None => Err(ApplyError::new(
@@ -282,21 +603,37 @@ fn set(root: &mut Value, path: &FieldPath, new_value: &Value) -> Result<(), Appl
         }
         (segment, Value::Object(map)) => {
             let key = segment.key().unwrap_or_default();
-            map.insert(key.to_owned(), new_value.clone());
+            match map.get_mut(key) {
+                Some(item) => put(item, changed),
+                None => {
+                    map.insert(key.to_owned(), new_value.clone());
+                    *changed = true;
+                }
+            }
             Ok(())
         }
         (segment, other) => Err(not_found(path, segment, other)),
     })
 }
 
-fn remove(root: &mut Value, path: &FieldPath) -> Result<(), ApplyError> {
-    let (parents, last) = split_last(path);
+fn remove(
+    root: &mut Value,
+    path: &FieldPath,
+    segments: &[Segment],
+    changed: &mut bool,
+) -> Result<(), ApplyError> {
+    let Some((last, parents)) = segments.split_last() else {
+        // Removing the root itself: nothing to remove it from.
+        return Err(ApplyError::new(path.as_str(), "the path selects no field"));
+    };
     on_each_parent(root, path, parents, &mut |parent| match (last, parent) {
         (Segment::Any, Value::Array(items)) => {
+            *changed |= !items.is_empty();
             items.clear();
             Ok(())
         }
         (Segment::Any, Value::Object(map)) => {
+            *changed |= !map.is_empty();
             map.clear();
             Ok(())
         }
@@ -304,6 +641,7 @@ fn remove(root: &mut Value, path: &FieldPath) -> Result<(), ApplyError> {
             match list_position(*index, items.len()) {
                 Some(at) => {
                     items.remove(at);
+                    *changed = true;
                     Ok(())
                 }
                 None => Err(ApplyError::new(
@@ -319,7 +657,10 @@ fn remove(root: &mut Value, path: &FieldPath) -> Result<(), ApplyError> {
         (segment, Value::Object(map)) => {
             let key = segment.key().unwrap_or_default();
             match map.remove(key) {
-                Some(_) => Ok(()),
+                Some(_) => {
+                    *changed = true;
+                    Ok(())
+                }
                 None => Err(not_found_kind(path, segment, "the object")),
             }
         }
@@ -327,40 +668,192 @@ fn remove(root: &mut Value, path: &FieldPath) -> Result<(), ApplyError> {
     })
 }
 
-/// Compiles a redaction pattern with size limits, reusing recent compilations.
-///
-/// Patterns come from decisions, possibly from remote services, so the cache is bounded: it
-/// is emptied when it reaches [`PATTERN_CACHE_CAPACITY`] entries.
-pub fn cached_regex(pattern: &str) -> Result<Arc<Regex>, String> {
-    static CACHE: LazyLock<Mutex<HashMap<String, Arc<Regex>>>> =
-        LazyLock::new(|| Mutex::new(HashMap::new()));
-    if let Ok(cache) = CACHE.lock()
-        && let Some(regex) = cache.get(pattern)
-    {
-        return Ok(Arc::clone(regex));
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    const PATHS: &[&str] = &[
+        "messages.0.content",
+        "messages.*.content",
+        "messages.-1.content",
+        "messages.5.content",
+        "messages.0.role",
+        "messages.0",
+        "messages.*",
+        "messages",
+        "metadata.agent_id",
+        "metadata.timestamp",
+        "metadata.tenant",
+        "metadata.tenant.0",
+        "metadata.new_key",
+        "metadata.*",
+        "arguments.a",
+        "arguments.*",
+        "arguments.b.x",
+        "arguments.q.0",
+        "arguments.q.*",
+        "arguments",
+        "tool_name",
+        "calling_message.content",
+        "calling_message.role",
+        "response.content",
+        "response",
+        "nope",
+        "*",
+        "*.content",
+        "messages.0.content.x",
+    ];
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!("v")),
+            Just(json!("2026-01-01T00:00:00Z")),
+            Just(json!("assistant")),
+            Just(json!(1)),
+            Just(json!({"x": "y"})),
+            Just(json!({"role": "user", "content": "c"})),
+            Just(json!(["a", "b"])),
+            Just(Value::Null),
+        ]
     }
-    let regex = Arc::new(compile_pattern(pattern)?);
-    if let Ok(mut cache) = CACHE.lock() {
-        if cache.len() >= PATTERN_CACHE_CAPACITY {
-            cache.clear();
+
+    fn redaction() -> impl Strategy<Value = Redaction> {
+        (
+            prop::sample::select(PATHS),
+            0..3u8,
+            prop::option::of(prop::sample::select(&["R", "[REDACTED]", ""][..])),
+            prop::sample::select(&["a+", "zzz", "(", "b|c"][..]),
+        )
+            .prop_map(|(path, strategy, replacement, pattern)| {
+                let redaction = match strategy {
+                    0 => Redaction::mask(path),
+                    1 => Redaction::remove(path),
+                    _ => Redaction::replace(path, pattern),
+                };
+                match replacement {
+                    Some(text) => redaction.with_replacement(text),
+                    None => redaction,
+                }
+            })
+    }
+
+    fn operation() -> impl Strategy<Value = TransformOperation> {
+        (
+            prop::sample::select(PATHS),
+            0..3u8,
+            value(),
+            prop::sample::select(&["p", ""][..]),
+        )
+            .prop_map(|(path, op, value, text)| match op {
+                0 => TransformOperation::set(path, value),
+                1 => TransformOperation::prepend(path, text),
+                _ => TransformOperation {
+                    op: TransformOp::Append,
+                    field: path.into(),
+                    value: if text.is_empty() {
+                        json!(3)
+                    } else {
+                        json!(text)
+                    },
+                },
+            })
+    }
+
+    fn metadata() -> impl Strategy<Value = Metadata> {
+        prop::option::of(prop::sample::select(&["acme", "agent_id"][..])).prop_map(|extra| {
+            let metadata = Metadata::new("agent", "session").with_timestamp("2026-01-01T00:00:00Z");
+            match extra {
+                Some("agent_id") => metadata.with_extra("agent_id", "shadow"),
+                Some(tenant) => metadata.with_extra("tenant", json!([tenant, "b"])),
+                None => metadata,
+            }
+        })
+    }
+
+    fn input() -> impl Strategy<Value = InputContext> {
+        (
+            prop::collection::vec(
+                (0..3u8, prop::sample::select(&["aab", "xyz", "", "b a"][..])),
+                0..4,
+            ),
+            metadata(),
+        )
+            .prop_map(|(messages, metadata)| {
+                let messages = messages
+                    .into_iter()
+                    .map(|(role, text)| match role {
+                        0 => Message::user(text),
+                        1 => Message::assistant(text),
+                        _ => Message::system(text),
+                    })
+                    .collect();
+                InputContext::new(messages, metadata)
+            })
+    }
+
+    fn tool_call() -> impl Strategy<Value = ToolCallContext> {
+        (
+            prop::collection::btree_map(prop::sample::select(&["a", "b", "q"][..]), value(), 0..3),
+            metadata(),
+        )
+            .prop_map(|(arguments, metadata)| {
+                ToolCallContext::new(
+                    "search",
+                    arguments
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .collect(),
+                    Message::assistant("calling aab"),
+                    metadata,
+                )
+            })
+    }
+
+    /// The typed application decides exactly as the JSON shape does: same result, same error.
+    fn same<C: PolicyContext>(
+        context: &C,
+        redactions: &[Redaction],
+        operations: &[TransformOperation],
+    ) -> Result<(), TestCaseError> {
+        let typed = changed_redactions(context, redactions, true);
+        let reference = changed_redactions(context, redactions, false);
+        prop_assert_eq!(typed, reference);
+        let typed = changed_operations(context, operations, true);
+        let reference = changed_operations(context, operations, false);
+        prop_assert_eq!(typed, reference);
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn typed_changes_match_the_json_shape_on_inputs(
+            context in input(),
+            redactions in prop::collection::vec(redaction(), 1..4),
+            operations in prop::collection::vec(operation(), 1..4),
+        ) {
+            same(&context, &redactions, &operations)?;
         }
-        cache.insert(pattern.to_owned(), Arc::clone(&regex));
+
+        #[test]
+        fn typed_changes_match_the_json_shape_on_tool_calls(
+            context in tool_call(),
+            redactions in prop::collection::vec(redaction(), 1..4),
+            operations in prop::collection::vec(operation(), 1..4),
+        ) {
+            same(&context, &redactions, &operations)?;
+        }
+
+        #[test]
+        fn typed_changes_match_the_json_shape_on_outputs(
+            content in prop::sample::select(&["aab", "", "zzz b"][..]),
+            metadata in metadata(),
+            redactions in prop::collection::vec(redaction(), 1..4),
+            operations in prop::collection::vec(operation(), 1..4),
+        ) {
+            let context = OutputContext::new(Message::assistant(content), metadata);
+            same(&context, &redactions, &operations)?;
+        }
     }
-    Ok(regex)
-}
-
-/// How many compiled redaction patterns [`cached_regex`] keeps.
-pub const PATTERN_CACHE_CAPACITY: usize = 256;
-
-/// Compiles a pattern with the size limits every user-supplied pattern gets.
-///
-/// The regex engine runs in time linear in the text whatever the pattern, so no pattern can
-/// cause catastrophic backtracking; the limits bound the memory a pattern may take.
-pub fn compile_pattern(pattern: &str) -> Result<Regex, String> {
-    RegexBuilder::new(pattern)
-        .size_limit(PATTERN_SIZE_LIMIT)
-        .dfa_size_limit(4 * PATTERN_SIZE_LIMIT)
-        .nest_limit(100)
-        .build()
-        .map_err(|error| format!("invalid pattern {pattern:?}: {error}"))
 }

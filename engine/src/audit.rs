@@ -1,4 +1,7 @@
-//! Audit records (SPEC §5) and the handlers that receive them.
+//! Audit records and the handlers that receive them.
+//!
+//! Every decision of every policy that ran produces one [`AuditRecord`], handed synchronously
+//! to the engine's [`AuditHandler`] before the evaluation call returns.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -6,9 +9,9 @@ use std::time::SystemTime;
 
 use serde::{Serialize, Serializer};
 
-use crate::{
-    InputContext, InterceptionPoint, Metadata, OutputContext, PolicyDecision, ToolCallContext,
-};
+use crate::context::{InputContext, InterceptionPoint, Metadata, OutputContext, ToolCallContext};
+use crate::decision::PolicyDecision;
+use crate::stream::report::StreamReport;
 
 /// The decision an audit record reports: one of the five decision kinds, or an evaluation
 /// error.
@@ -127,7 +130,7 @@ pub struct AuditRecord<'a> {
     pub policy_decision: Option<&'a PolicyDecision>,
     /// For the records a streaming guard emits when a stream starts and ends: its numbers.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stream: Option<&'a crate::stream::StreamReport>,
+    pub stream: Option<&'a StreamReport>,
 }
 
 fn serialize_timestamp<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {

@@ -1,13 +1,13 @@
-//! The three contexts a policy sees, and the pieces they are made of (SPEC §1).
+//! The three contexts a policy sees, and the pieces they are made of: plain data.
+//!
+//! An input context holds the messages about to go to the model, a tool-call context the tool
+//! the model wants to run with its arguments, an output context the model's answer; each
+//! carries the interaction's [`Metadata`]. Their JSON shape (the serde derives) is what
+//! policies written in other languages see; `tests/wire.rs` pins it field by field.
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt;
-
-use crate::audit::AuditContext;
-use crate::policy::{InputPolicy, OutputPolicy, ToolCallPolicy};
-use crate::{BoxError, BoxFuture, PointPolicies, PolicyDecision, PolicySet};
 
 /// Who wrote a [`Message`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -208,60 +208,6 @@ impl fmt::Display for InterceptionPoint {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for super::InputContext {}
-    impl Sealed for super::ToolCallContext {}
-    impl Sealed for super::OutputContext {}
-}
-
-/// The contexts of the three interception points, for code that is generic over them.
-///
-/// This trait is sealed: [`InputContext`], [`ToolCallContext`] and [`OutputContext`] are the only
-/// implementations.
-pub trait PolicyContext:
-    sealed::Sealed
-    + Serialize
-    + DeserializeOwned
-    + Clone
-    + PartialEq
-    + fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
-    /// The interception point this context belongs to.
-    const POINT: InterceptionPoint;
-
-    /// The object-safe policy trait of this point (`dyn InputPolicy` for [`InputContext`], …).
-    type Policy: ?Sized + Send + Sync;
-
-    /// The policies of this point in a set.
-    #[doc(hidden)]
-    fn point_policies(set: &PolicySet) -> &PointPolicies<Self::Policy>;
-
-    /// The id of a policy of this point.
-    fn policy_id(policy: &Self::Policy) -> &str;
-
-    /// Evaluates a policy of this point on `self`.
-    fn evaluate_policy<'a>(
-        policy: &'a Self::Policy,
-        context: &'a Self,
-    ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>>;
-
-    /// A borrowed view of this context, as audit records hold it.
-    fn audit_context(&self) -> AuditContext<'_>;
-
-    /// Checks that no open JSON value of the context (tool arguments, extra metadata) is
-    /// nested deeper than [`MAX_NESTING`] levels. The engine runs this before any policy, so
-    /// no policy, serializer or matcher ever recurses into a hostile depth.
-    fn check_nesting(&self) -> Result<(), String>;
-
-    /// Checks the rules the type system cannot express (for example that a tool call's
-    /// `calling_message` has the `assistant` role). Used after redactions and transforms.
-    fn check(&self) -> Result<(), String>;
-}
-
 /// How deeply the open JSON values of a context (tool arguments, extra metadata) may nest.
 /// `serde_json` refuses deeper documents when parsing (its limit is 128 too); contexts built
 /// in code are checked by the engine before any policy runs.
@@ -284,124 +230,94 @@ fn nests_deeper_than(value: &Value, limit: usize) -> bool {
     false
 }
 
-fn check_map_nesting(field: &str, map: &Map<String, Value>) -> Result<(), String> {
+fn check_map_nesting(field: &str, map: &Map<String, Value>) -> Result<(), InvalidContext> {
     // The map itself is the first level.
     if map
         .values()
         .any(|value| nests_deeper_than(value, MAX_NESTING - 1))
     {
-        Err(format!(
+        Err(InvalidContext::new(format!(
             "`{field}` is nested deeper than {MAX_NESTING} levels"
-        ))
+        )))
     } else {
         Ok(())
     }
 }
 
-fn check_assistant(field: &str, message: &Message) -> Result<(), String> {
+fn check_assistant(field: &str, message: &Message) -> Result<(), InvalidContext> {
     if message.role == Role::Assistant {
         Ok(())
     } else {
-        Err(format!(
+        Err(InvalidContext::new(format!(
             "`{field}.role` must be \"assistant\", found \"{}\"",
             message.role
-        ))
+        )))
     }
 }
 
-impl PolicyContext for InputContext {
-    fn point_policies(set: &PolicySet) -> &PointPolicies<Self::Policy> {
-        &set.input
-    }
-
-    const POINT: InterceptionPoint = InterceptionPoint::Input;
-    type Policy = dyn InputPolicy;
-
-    fn policy_id(policy: &Self::Policy) -> &str {
-        policy.id()
-    }
-
-    fn evaluate_policy<'a>(
-        policy: &'a Self::Policy,
-        context: &'a Self,
-    ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>> {
-        policy.evaluate(context)
-    }
-
-    fn audit_context(&self) -> AuditContext<'_> {
-        AuditContext::Input(self)
-    }
-
-    fn check_nesting(&self) -> Result<(), String> {
+impl InputContext {
+    /// Checks that no open JSON value (extra metadata) nests deeper than [`MAX_NESTING`].
+    pub(crate) fn check_nesting_depth(&self) -> Result<(), InvalidContext> {
         check_map_nesting("metadata", &self.metadata.extra)
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// Checks the rules the type system cannot express.
+    pub(crate) fn check_rules(&self) -> Result<(), InvalidContext> {
         Ok(())
     }
 }
 
-impl PolicyContext for ToolCallContext {
-    fn point_policies(set: &PolicySet) -> &PointPolicies<Self::Policy> {
-        &set.tool_call
-    }
-
-    const POINT: InterceptionPoint = InterceptionPoint::ToolCall;
-    type Policy = dyn ToolCallPolicy;
-
-    fn policy_id(policy: &Self::Policy) -> &str {
-        policy.id()
-    }
-
-    fn evaluate_policy<'a>(
-        policy: &'a Self::Policy,
-        context: &'a Self,
-    ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>> {
-        policy.evaluate(context)
-    }
-
-    fn audit_context(&self) -> AuditContext<'_> {
-        AuditContext::ToolCall(self)
-    }
-
-    fn check_nesting(&self) -> Result<(), String> {
+impl ToolCallContext {
+    /// Checks that no open JSON value (arguments, extra metadata) nests deeper than
+    /// [`MAX_NESTING`].
+    pub(crate) fn check_nesting_depth(&self) -> Result<(), InvalidContext> {
         check_map_nesting("arguments", &self.arguments)?;
         check_map_nesting("metadata", &self.metadata.extra)
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// Checks the rules the type system cannot express: the calling message is the
+    /// assistant's.
+    pub(crate) fn check_rules(&self) -> Result<(), InvalidContext> {
         check_assistant("calling_message", &self.calling_message)
     }
 }
 
-impl PolicyContext for OutputContext {
-    fn point_policies(set: &PolicySet) -> &PointPolicies<Self::Policy> {
-        &set.output
-    }
-
-    const POINT: InterceptionPoint = InterceptionPoint::Output;
-    type Policy = dyn OutputPolicy;
-
-    fn policy_id(policy: &Self::Policy) -> &str {
-        policy.id()
-    }
-
-    fn evaluate_policy<'a>(
-        policy: &'a Self::Policy,
-        context: &'a Self,
-    ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>> {
-        policy.evaluate(context)
-    }
-
-    fn audit_context(&self) -> AuditContext<'_> {
-        AuditContext::Output(self)
-    }
-
-    fn check_nesting(&self) -> Result<(), String> {
+impl OutputContext {
+    /// Checks that no open JSON value (extra metadata) nests deeper than [`MAX_NESTING`].
+    pub(crate) fn check_nesting_depth(&self) -> Result<(), InvalidContext> {
         check_map_nesting("metadata", &self.metadata.extra)
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// Checks the rules the type system cannot express: the answer is the assistant's.
+    pub(crate) fn check_rules(&self) -> Result<(), InvalidContext> {
         check_assistant("response", &self.response)
     }
 }
+
+/// A context that breaks a rule of its shape (for example a tool call whose calling message
+/// is not the assistant's, or tool arguments nested too deeply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidContext {
+    problem: String,
+}
+
+impl InvalidContext {
+    pub(crate) fn new(problem: impl Into<String>) -> Self {
+        InvalidContext {
+            problem: problem.into(),
+        }
+    }
+
+    /// What is wrong, without the "invalid context" prefix.
+    pub fn problem(&self) -> &str {
+        &self.problem
+    }
+}
+
+impl fmt::Display for InvalidContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid context: {}", self.problem)
+    }
+}
+
+impl std::error::Error for InvalidContext {}

@@ -1,4 +1,10 @@
-//! What a policy decides (SPEC §2).
+//! What a policy decides: [`PolicyDecision`], with the redactions and transform operations a
+//! decision can carry.
+//!
+//! Five kinds: `allow` and `audit` let the interaction proceed (`audit` to record a note),
+//! `deny` stops it, `redact` and `transform` change the context before it is forwarded (see
+//! [`apply`](crate::apply) for how). Field paths are dotted paths into the context's JSON
+//! shape (see [`path`](crate::path)).
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;

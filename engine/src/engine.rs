@@ -1,4 +1,4 @@
-//! The engine: runs the policies of a point and applies their decisions (SPEC §3).
+//! The engine: runs the policies of a point and applies their decisions.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -9,15 +9,19 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::apply::apply_decision;
+use crate::apply::apply_changes;
 use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
-use crate::error::{ApplyError, DeadlineScope, PolicyTimedOut, error_chain};
-use crate::set::{Entry, OnError, PolicySet};
-use crate::unwind::CatchUnwind;
-use crate::{
-    BoxError, EngineError, InputContext, OutputContext, PolicyContext, PolicyDecision,
-    PolicyDenialError, PolicyEvaluationError, ToolCallContext, timer,
+use crate::context::{InputContext, OutputContext, ToolCallContext};
+use crate::decision::PolicyDecision;
+use crate::error::{
+    BoxError, DeadlineScope, EngineError, InvalidContext, PolicyDenialError, PolicyEvaluationError,
+    PolicyTimedOut, error_chain,
 };
+use crate::point::PolicyContext;
+use crate::set::{Entry, OnError, PolicySet};
+use crate::stream::plan::StreamPlan;
+use crate::timer;
+use crate::unwind::CatchUnwind;
 
 /// The id under which the engine reports a context it refuses before any policy runs
 /// (for example tool arguments nested deeper than [`MAX_NESTING`](crate::MAX_NESTING)).
@@ -61,6 +65,9 @@ pub const CONTEXT_CHECK_ID: &str = "portcullis.context";
 /// ```
 pub struct PolicyEngine {
     set: PolicySet,
+    /// How the streaming guard runs the output policies: compiled from the set when a stream
+    /// is first asked for, so an engine that never streams never compiles streaming rules.
+    stream_plan: OnceLock<StreamPlan>,
     audit: Option<Arc<dyn AuditHandler>>,
 }
 
@@ -98,6 +105,7 @@ impl PolicyEngineBuilder {
     pub fn build(self) -> PolicyEngine {
         PolicyEngine {
             set: self.set.unwrap_or_default(),
+            stream_plan: OnceLock::new(),
             audit: self.audit,
         }
     }
@@ -226,6 +234,12 @@ impl PolicyEngine {
         &self.set
     }
 
+    /// How this engine's output policies stream (worked out on the first call, then kept).
+    pub fn stream_plan(&self) -> &StreamPlan {
+        self.stream_plan
+            .get_or_init(|| StreamPlan::build(&self.set))
+    }
+
     /// Runs the input policies on `context`.
     pub async fn evaluate_input<'a>(
         &'a self,
@@ -311,7 +325,31 @@ impl PolicyEngine {
                     &mut decisions,
                 );
                 if let Err(error) = settled {
-                    // Cancel whatever is still running.
+                    // Cancel whatever is still running, and audit every policy after the
+                    // winner: it ran, and its outcome is not taken.
+                    let winner = C::policy_id(&entries[next].policy);
+                    let why = match &error {
+                        EngineError::Denied(_) => "denied",
+                        EngineError::Evaluation(_) => "failed",
+                    };
+                    for (at, entry) in entries.iter().enumerate().skip(next + 1) {
+                        let reason = if running[at].is_some() {
+                            format!("cancelled after `{winner}` {why}")
+                        } else {
+                            format!(
+                                "discarded after `{winner}` {why}: it had decided, but its \
+                                 decision was not applied"
+                            )
+                        };
+                        self.record(
+                            C::policy_id(&entry.policy),
+                            AuditDecision::EvaluationError,
+                            Some(Cow::Owned(reason)),
+                            context,
+                            !entry.monitor,
+                            None,
+                        );
+                    }
                     running.clear();
                     return Poll::Ready(Err(error));
                 }
@@ -367,9 +405,12 @@ impl PolicyEngine {
             decision,
             PolicyDecision::Redact { .. } | PolicyDecision::Transform { .. }
         );
-        let changed = if enforced && changes {
-            match apply_decision(&**current, &decision) {
-                Ok(changed) => changed,
+        // A monitored change is applied too, to a scratch copy that is then dropped: a change
+        // that would fail is audited as the evaluation error it would be.
+        let changed = if changes {
+            match apply_changes(&**current, &decision) {
+                Ok(changed) if enforced => changed,
+                Ok(_) => None,
                 Err(error) => {
                     let evaluated = evaluated.unwrap_or(current);
                     return self.fail(policy_id, enforced, Box::new(error), evaluated);
@@ -405,9 +446,7 @@ impl PolicyEngine {
         });
         // A change that changed nothing (a redaction that matched nothing) keeps forwarding
         // the context as it was.
-        if let Some(changed) = changed
-            && changed != **current
-        {
+        if let Some(changed) = changed {
             *current = Cow::Owned(changed);
         }
         Ok(())
@@ -471,11 +510,11 @@ impl PolicyEngine {
 
     /// Refuses a context before any policy runs; audited as an evaluation error of
     /// [`CONTEXT_CHECK_ID`].
-    fn reject<C: PolicyContext>(&self, context: &C, problem: String) -> EngineError {
+    fn reject<C: PolicyContext>(&self, context: &C, problem: InvalidContext) -> EngineError {
         self.record(
             CONTEXT_CHECK_ID,
             AuditDecision::EvaluationError,
-            Some(Cow::Borrowed(problem.as_str())),
+            Some(Cow::Borrowed(problem.problem())),
             context,
             true,
             None,
@@ -483,7 +522,7 @@ impl PolicyEngine {
         EngineError::Evaluation(PolicyEvaluationError::new(
             CONTEXT_CHECK_ID,
             C::POINT,
-            ApplyError::new("", problem),
+            problem,
         ))
     }
 
@@ -517,7 +556,9 @@ impl PolicyEngine {
     }
 }
 
-/// Evaluates one policy, turning a panic or a missed deadline into an error.
+/// Evaluates one policy, turning a panic or a missed deadline into an error: a policy still
+/// running at its deadline is cancelled (its future dropped), and an answer that comes after the
+/// deadline (from a policy that blocked its thread) counts as a time-out too.
 async fn evaluate_entry<C: PolicyContext>(
     entry: &Entry<C::Policy>,
     context: &C,
@@ -536,7 +577,51 @@ async fn evaluate_entry<C: PolicyContext>(
         (_, Some((call, after))) => (call, PolicyTimedOut::new(DeadlineScope::Call, after)),
     };
     match timer::until(deadline, future).await {
+        // A policy that blocked instead of yielding may answer after its deadline: the
+        // deadline could not interrupt it, but its answer is too late to be taken.
+        Some(_) if Instant::now() > deadline => Err(Box::new(timed_out)),
         Some(outcome) => outcome.unwrap_or_else(|panic| Err(Box::new(panic))),
         None => Err(Box::new(timed_out)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{Message, Metadata};
+    use crate::stream::StreamingRule;
+
+    struct Streams;
+
+    #[async_trait::async_trait]
+    impl crate::policy::OutputPolicy for Streams {
+        fn id(&self) -> &str {
+            "streams"
+        }
+
+        async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
+            Ok(PolicyDecision::allow())
+        }
+
+        fn streaming(&self) -> Option<Vec<StreamingRule>> {
+            Some(vec![StreamingRule::deny_on_any(&["secret"], None)])
+        }
+    }
+
+    #[test]
+    fn the_stream_plan_is_compiled_only_when_a_stream_is_asked_for() {
+        let engine = PolicyEngine::builder()
+            .policy_set(PolicySet::builder().output(Streams).build())
+            .build();
+        let context = OutputContext::new(Message::assistant("hi"), Metadata::new("a", "s"));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            assert!(engine.evaluate_output(&context).await.is_ok());
+        });
+        assert!(engine.stream_plan.get().is_none());
+        let _ = engine.output_stream(Metadata::new("a", "s"));
+        assert!(engine.stream_plan.get().is_some());
     }
 }

@@ -1,9 +1,15 @@
-//! Errors of the engine (SPEC §4), and the causes it reports for failed policies.
+//! Errors of the engine, and the causes it reports for failed policies.
+//!
+//! An evaluation call fails with an [`EngineError`]: a [`PolicyDenialError`] when an enforced
+//! policy denied, a [`PolicyEvaluationError`] when a policy could not be evaluated. The latter
+//! carries its cause ([`PolicyPanicked`], [`PolicyTimedOut`], [`ApplyError`], or whatever the
+//! policy returned) behind [`source`](std::error::Error::source).
 
 use std::error::Error as StdError;
 use std::fmt;
 
-use crate::InterceptionPoint;
+use crate::context::InterceptionPoint;
+pub use crate::context::InvalidContext;
 
 /// The error type policies return: anything that is an error and can cross threads.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -59,7 +65,11 @@ impl fmt::Display for PolicyDenialError {
 impl StdError for PolicyDenialError {}
 
 /// A policy could not be evaluated (it failed, panicked, timed out, or its decision could not
-/// be applied). The cause is available through [`source`](std::error::Error::source).
+/// be applied).
+///
+/// As std's errors do, it displays its own message only (`policy `pii` failed at the input
+/// point`) and returns the cause from [`source`](std::error::Error::source); a reporter that
+/// walks the chain prints each cause once.
 #[derive(Debug)]
 pub struct PolicyEvaluationError {
     policy_id: String,
@@ -107,14 +117,14 @@ impl PolicyEvaluationError {
     }
 }
 
+/// Says which policy failed where; the cause is the [`source`](StdError::source) (its text with
+/// the causes' is [`cause_chain`](PolicyEvaluationError::cause_chain)).
 impl fmt::Display for PolicyEvaluationError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "policy `{}` failed at the {} point: {}",
-            self.policy_id,
-            self.interception_point,
-            self.cause_chain()
+            "policy `{}` failed at the {} point",
+            self.policy_id, self.interception_point
         )
     }
 }
@@ -184,6 +194,9 @@ impl EngineError {
     }
 }
 
+/// `EngineError` is the error it holds, said at the engine's level: it displays that error's
+/// message (a denial with the denying policy's id) and returns that error's cause from
+/// [`source`](StdError::source), so no message appears twice in a chain.
 impl fmt::Display for EngineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -196,8 +209,8 @@ impl fmt::Display for EngineError {
 impl StdError for EngineError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            EngineError::Denied(denial) => Some(denial),
-            EngineError::Evaluation(error) => Some(error),
+            EngineError::Denied(denial) => denial.source(),
+            EngineError::Evaluation(error) => error.source(),
         }
     }
 }
@@ -295,8 +308,8 @@ pub enum DeadlineScope {
     Call,
 }
 
-/// The cause of an evaluation error when a policy was still running at its deadline and was
-/// cancelled.
+/// The cause of an evaluation error when a policy had not answered by its deadline: it was
+/// still running and was cancelled, or it blocked its thread and answered too late.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyTimedOut {
     scope: DeadlineScope,
@@ -328,7 +341,7 @@ impl fmt::Display for PolicyTimedOut {
         };
         write!(
             f,
-            "timed out: {whose} of {:?} passed and the policy was cancelled",
+            "timed out: {whose} of {:?} passed before the policy answered",
             self.after
         )
     }

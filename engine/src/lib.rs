@@ -14,36 +14,54 @@
 //! - a policy that fails, panics, misses its deadline or returns a decision that cannot be
 //!   applied is an evaluation error: [`OnError::Deny`] (the default) fails the call,
 //!   [`OnError::Allow`] skips the policy; either way an `evaluation_error` record is emitted;
+//! - a deadline cancels a policy where it awaits; a policy that blocks its thread cannot be
+//!   interrupted, but an answer after the deadline is refused as a time-out all the same, and
+//!   [`PolicyExt::blocking`] runs such a policy off the executor so the call returns at the
+//!   deadline;
 //! - `redact` and `transform` decisions are applied in order to the context being forwarded,
 //!   and later policies see the change; when nothing changes the original context is
 //!   forwarded without a copy;
 //! - policies in monitor mode are evaluated and audited (`enforced: false`) but take no effect;
-//! - a point can run its policies concurrently (see [`PolicySetBuilder::concurrent`]).
+//!   their records show what enforcing would do, including a redaction or transform that
+//!   would fail (audited as the evaluation error it would be);
+//! - a point can run its policies concurrently (see [`PolicySetBuilder::concurrent`]); the
+//!   policies it cancels once the outcome is known are audited too, as evaluation errors
+//!   saying so.
 //!
 //! Most applications use this crate through the `portcullis` facade.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod apply;
-mod audit;
+// Modules in layers, each using only the ones above it in this list (`tests/layers.rs` checks
+// it; `docs/architecture.md` explains it).
+//
+// Plain data: no module here knows policies, sets or the engine.
+mod blocking;
 mod context;
 mod decision;
-mod engine;
 pub mod error;
 pub mod path;
-mod policy;
-mod set;
-pub mod stream;
+mod pattern;
 mod time;
 mod timer;
+// Policies and sets, on the data.
+pub mod apply;
+mod audit;
+mod point;
+mod policy;
+mod set;
+// The engine, on those.
+mod engine;
 mod unwind;
+// Streaming, on the engine (its leaves `stream::rule` and `stream::report` are plain data).
+pub mod stream;
 
 pub use async_trait::async_trait;
 
 pub use audit::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
-    InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, PolicyContext,
-    Role, ToolCallContext,
+    InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, Role,
+    ToolCallContext,
 };
 pub use decision::{
     DEFAULT_REPLACEMENT, PolicyDecision, Redaction, RedactionStrategy, TransformOp,
@@ -51,11 +69,23 @@ pub use decision::{
 };
 pub use engine::{CONTEXT_CHECK_ID, DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder};
 pub use error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
+pub use point::PolicyContext;
 pub use policy::{
-    InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy, WithDeadline,
+    Blocking, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy,
+    WithDeadline,
 };
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
 pub use stream::{Feed, OutputStream, StreamItem, StreamingRule};
+
+/// Support for the workspace's other crates (the dsl and rego crates share the engine's
+/// pattern cache and list positions). Not public API: it may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::path::list_position;
+    pub use crate::pattern::{
+        PATTERN_CACHE_CAPACITY, PATTERN_SIZE_LIMIT, cached_regex, compile_pattern,
+    };
+}
 
 /// A boxed future that can cross threads, as policy traits return.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

@@ -48,6 +48,7 @@ impl Segment {
 }
 
 /// The position a list index selects in a list of `len` elements, if any.
+#[doc(hidden)]
 pub fn list_position(index: i64, len: usize) -> Option<usize> {
     if index >= 0 {
         let position = usize::try_from(index).ok()?;

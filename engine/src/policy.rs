@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::stream::StreamingRule;
-use crate::{BoxError, BoxFuture, InputContext, OutputContext, PolicyDecision, ToolCallContext};
+use crate::BoxFuture;
+use crate::context::{InputContext, OutputContext, ToolCallContext};
+use crate::decision::PolicyDecision;
+use crate::error::BoxError;
+use crate::stream::rule::StreamingRule;
 
 macro_rules! policy_trait {
     (
@@ -132,6 +135,40 @@ macro_rules! policy_trait {
         }
 
         #[async_trait]
+        impl<P: $name + 'static> $name for Blocking<P> {
+            fn id(&self) -> &str {
+                self.policy.id()
+            }
+
+            // Runs the inner policy on a pool thread, on a copy of the context.
+            fn evaluate<'life0, 'life1, 'async_trait>(
+                &'life0 self,
+                context: &'life1 $context,
+            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
+            where
+                'life0: 'async_trait,
+                'life1: 'async_trait,
+                Self: 'async_trait,
+            {
+                let policy = Arc::clone(&self.policy);
+                let context = context.clone();
+                Box::pin(crate::blocking::run(move || async move {
+                    policy.evaluate(&context).await
+                }))
+            }
+
+            fn mode(&self) -> PolicyMode {
+                self.policy.mode()
+            }
+
+            fn deadline(&self) -> Option<Duration> {
+                self.policy.deadline()
+            }
+
+            $($( fn $extra(&self) -> $extra_ty { self.policy.$extra() } )*)?
+        }
+
+        #[async_trait]
         impl<P: $name> $name for WithDeadline<P> {
             fn id(&self) -> &str {
                 self.policy.id()
@@ -171,7 +208,9 @@ pub enum PolicyMode {
     Enforce,
     /// Decisions are evaluated and audited (with `enforced: false`) but take no effect: a
     /// `deny` does not block, redactions and transforms are not applied, and an error does not
-    /// fail the call. This is how a new policy is rolled out safely.
+    /// fail the call. The records show what enforcing would do: a redaction or transform is
+    /// tried on a scratch copy of the context, and one that would fail is audited as the
+    /// evaluation error it would be. This is how a new policy is rolled out safely.
     Monitor,
 }
 
@@ -187,6 +226,46 @@ pub struct WithDeadline<P> {
     /// How long one evaluation may take before it is cancelled and counts as an evaluation
     /// error.
     pub deadline: Duration,
+}
+
+/// A policy whose evaluation runs on a thread of its own, off the async executor; made by
+/// [`PolicyExt::blocking`].
+///
+/// Use it for a policy that blocks (synchronous I/O, a long computation, a plain `fn`
+/// policy doing real work): on the executor, such a policy holds the executor's thread until
+/// it returns, and a deadline cannot stop it (its late answer is still refused, but the call
+/// waits for it). Wrapped, the policy runs on a pool thread, the executor stays free, and at
+/// its deadline the call fails with a time-out at once; the thread finishes on its own and its
+/// answer is dropped.
+///
+/// Each evaluation works on a copy of the context. The inner policy's future is driven by a
+/// minimal executor on that thread: a policy that needs an async runtime's services (timers,
+/// sockets of tokio) should not be wrapped.
+#[derive(Debug)]
+pub struct Blocking<P> {
+    policy: Arc<P>,
+}
+
+impl<P> Blocking<P> {
+    /// Runs `policy` off the executor.
+    pub fn new(policy: P) -> Self {
+        Blocking {
+            policy: Arc::new(policy),
+        }
+    }
+
+    /// The wrapped policy.
+    pub fn policy(&self) -> &P {
+        &self.policy
+    }
+}
+
+impl<P> Clone for Blocking<P> {
+    fn clone(&self) -> Self {
+        Blocking {
+            policy: Arc::clone(&self.policy),
+        }
+    }
 }
 
 /// Wrappers that change how a policy of any point runs.
@@ -221,6 +300,12 @@ pub trait PolicyExt: Sized {
             policy: self,
             deadline,
         }
+    }
+
+    /// Runs the policy on a thread of its own, so that a deadline bounds it even when it
+    /// blocks (see [`Blocking`]).
+    fn blocking(self) -> Blocking<Self> {
+        Blocking::new(self)
     }
 }
 

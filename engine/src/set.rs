@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::policy::PolicyMode;
-use crate::stream::{StreamPlan, StreamingRule};
-use crate::{InputPolicy, InterceptionPoint, OutputPolicy, ToolCallPolicy};
+use crate::context::InterceptionPoint;
+use crate::policy::{InputPolicy, OutputPolicy, PolicyMode, ToolCallPolicy};
+use crate::stream::rule::StreamingRule;
 
 /// What the engine does when a policy cannot be evaluated (it fails, panics, times out, or its
 /// decision cannot be applied).
@@ -104,11 +104,11 @@ pub struct PolicySet {
     pub(crate) tool_call: PointPolicies<dyn ToolCallPolicy>,
     pub(crate) output: PointPolicies<dyn OutputPolicy>,
     pub(crate) on_error: OnError,
-    /// The streaming forms of the output policies, read when each was added.
-    output_streaming: Vec<Option<Vec<StreamingRule>>>,
-    stream_checkpoint: Option<usize>,
-    stream_batch: usize,
-    pub(crate) stream_plan: StreamPlan,
+    /// The streaming forms of the output policies, read when each was added. The engine
+    /// compiles them into its stream plan when a stream is first asked for.
+    pub(crate) output_streaming: Vec<Option<Vec<StreamingRule>>>,
+    pub(crate) stream_checkpoint: Option<usize>,
+    pub(crate) stream_batch: usize,
 }
 
 impl PolicySet {
@@ -160,7 +160,6 @@ impl Default for PolicySet {
             output_streaming: Vec::new(),
             stream_checkpoint: None,
             stream_batch: 0,
-            stream_plan: StreamPlan::build(&PointPolicies::new(), &[], None, 0),
         }
     }
 }
@@ -226,21 +225,29 @@ impl PolicySetBuilder {
 
     /// Gives every policy of `point` that sets no deadline of its own this one. A policy still
     /// running at its deadline is cancelled (its future is dropped) and counts as an
-    /// evaluation error.
+    /// evaluation error; so does an answer that arrives after the deadline.
+    ///
+    /// A deadline can interrupt a policy only where it yields (awaits): a policy that blocks
+    /// its thread (synchronous I/O, a long loop) runs until it returns, and only then is its
+    /// late answer refused. Wrap such a policy in [`blocking`](crate::PolicyExt::blocking) to
+    /// run it off the executor, so the call fails at the deadline itself.
     pub fn policy_deadline(mut self, point: InterceptionPoint, deadline: Duration) -> Self {
         self.settings_mut(point).policy_deadline = Some(deadline);
         self
     }
 
     /// Bounds the whole evaluation of `point`: every policy not finished at the deadline is
-    /// cancelled and counts as an evaluation error.
+    /// cancelled and counts as an evaluation error, as does an answer that arrives after it
+    /// (see [`policy_deadline`](Self::policy_deadline) for what a deadline can interrupt).
     pub fn call_deadline(mut self, point: InterceptionPoint, deadline: Duration) -> Self {
         self.settings_mut(point).call_deadline = Some(deadline);
         self
     }
 
     /// Runs every policy of `point` in monitor mode: evaluated and audited, but a `deny` does
-    /// not block, changes are not applied and errors do not fail the call.
+    /// not block, changes are not applied and errors do not fail the call. A redaction or
+    /// transform is still tried on a scratch copy: one that would fail is audited as the
+    /// evaluation error it would be, so the records show what enforcing would do.
     pub fn monitor(mut self, point: InterceptionPoint) -> Self {
         self.settings_mut(point).monitor = true;
         self
@@ -254,6 +261,12 @@ impl PolicySetBuilder {
     /// earlier policy of the point (in concurrent mode every policy sees the context as it
     /// was when the call began). Once the winning `deny` (or failing policy) is known, the
     /// policies still running are cancelled.
+    ///
+    /// Every policy that ran is audited: each policy after the winner in declared order gets an
+    /// `evaluation_error` record whose reason says why its outcome was not taken,
+    /// ``cancelled after `<winner>` denied`` when it was still running (or `failed` when the
+    /// winner was an evaluation error), or ``discarded after `<winner>` denied: …`` when it had
+    /// already decided. These records come after the winner's, in declared order.
     pub fn concurrent(mut self, point: InterceptionPoint) -> Self {
         self.settings_mut(point).concurrent = true;
         self
@@ -290,12 +303,6 @@ impl PolicySetBuilder {
         self.set.input.finish();
         self.set.tool_call.finish();
         self.set.output.finish();
-        self.set.stream_plan = StreamPlan::build(
-            &self.set.output,
-            &self.set.output_streaming,
-            self.set.stream_checkpoint,
-            self.set.stream_batch,
-        );
         self.set
     }
 }

@@ -42,9 +42,101 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (year, month, day)
 }
 
+/// Whether `text` is an RFC 3339 date-time (`2026-11-22T05:30:17.123Z`,
+/// `2026-11-22T06:30:17+01:00`), as the JSON Schema `date-time` format asks: a real calendar
+/// date, hours 00-23, minutes 00-59, seconds 00-60 (a leap second), optional fractional
+/// seconds, and `Z` or a `+hh:mm`/`-hh:mm` offset. `T` and `Z` may be lowercase.
+pub(crate) fn is_rfc3339(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let number = |from: usize, len: usize| -> Option<u32> {
+        let digits = bytes.get(from..from + len)?;
+        digits.iter().try_fold(0u32, |value, byte| {
+            byte.is_ascii_digit()
+                .then(|| value * 10 + u32::from(byte - b'0'))
+        })
+    };
+    let at = |index: usize, expected: &[u8]| bytes.get(index).is_some_and(|b| expected.contains(b));
+    let (Some(year), Some(month), Some(day)) = (number(0, 4), number(5, 2), number(8, 2)) else {
+        return false;
+    };
+    let (Some(hour), Some(minute), Some(second)) = (number(11, 2), number(14, 2), number(17, 2))
+    else {
+        return false;
+    };
+    if !(at(4, b"-") && at(7, b"-") && at(10, b"Tt") && at(13, b":") && at(16, b":")) {
+        return false;
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    if day == 0 || day > days || hour > 23 || minute > 59 || second > 60 {
+        return false;
+    }
+    let mut rest = 19;
+    if at(rest, b".") {
+        let digits = bytes[rest + 1..]
+            .iter()
+            .take_while(|byte| byte.is_ascii_digit())
+            .count();
+        if digits == 0 {
+            return false;
+        }
+        rest += 1 + digits;
+    }
+    match bytes.get(rest) {
+        Some(b'Z' | b'z') => rest + 1 == bytes.len(),
+        Some(b'+' | b'-') => {
+            let (Some(hours), Some(minutes)) = (number(rest + 1, 2), number(rest + 4, 2)) else {
+                return false;
+            };
+            at(rest + 3, b":") && hours <= 23 && minutes <= 59 && rest + 6 == bytes.len()
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_date_times_are_told_from_other_text() {
+        for valid in [
+            "2026-11-22T05:30:17Z",
+            "2026-11-22T05:30:17.123Z",
+            "2024-02-29T23:59:60+00:00",
+            "2026-01-02t03:04:05.5-11:30",
+            "2026-12-31T23:59:59z",
+        ] {
+            assert!(is_rfc3339(valid), "{valid}");
+        }
+        for invalid in [
+            "",
+            "yesterday",
+            "2026-11-22",
+            "2026-11-22 05:30:17Z",
+            "2026-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-11-22T24:00:00Z",
+            "2026-11-22T05:60:00Z",
+            "2026-11-22T05:30:61Z",
+            "2026-11-22T05:30:17",
+            "2026-11-22T05:30:17.Z",
+            "2026-11-22T05:30:17+0100",
+            "2026-11-22T05:30:17+24:00",
+            "2026-11-22T05:30:17Z!",
+            "２026-11-22T05:30:17Z",
+        ] {
+            assert!(!is_rfc3339(invalid), "{invalid}");
+        }
+        assert!(is_rfc3339(&rfc3339(std::time::SystemTime::now())));
+    }
     use std::time::Duration;
 
     fn at(seconds: u64, millis: u64) -> String {

@@ -5,9 +5,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::context::PolicyContext;
-use crate::error::PolicyPanicked;
-use crate::{BoxError, BoxFuture, PolicyDecision};
+use crate::BoxFuture;
+use crate::decision::PolicyDecision;
+use crate::error::{BoxError, PolicyPanicked};
+use crate::point::PolicyContext;
 
 type Outcome = Result<PolicyDecision, BoxError>;
 

@@ -1,4 +1,4 @@
-//! Redactions and transforms applied by the engine (SPEC §2).
+//! Redactions and transforms applied by the engine.
 
 mod support;
 
@@ -312,7 +312,8 @@ async fn a_result_that_is_no_longer_a_valid_context_is_an_evaluation_error() {
         )
         .build();
     let error = engine.evaluate_output(&output("x")).await.unwrap_err();
-    assert!(error.to_string().contains("assistant"), "{error}");
+    let text = portcullis_engine::error::error_chain(&error);
+    assert!(text.contains("assistant"), "{text}");
 }
 
 #[tokio::test]
@@ -346,4 +347,47 @@ async fn wildcards_that_select_nothing_change_nothing() {
     let context = portcullis_engine::InputContext::new(vec![], metadata());
     let evaluation = engine.evaluate_input(&context).await.unwrap();
     assert!(evaluation.context().messages.is_empty());
+}
+
+#[tokio::test]
+async fn a_timestamp_changed_to_something_that_is_not_rfc_3339_is_an_evaluation_error() {
+    for (name, decision) in [
+        (
+            "set",
+            PolicyDecision::transform([TransformOperation::set("metadata.timestamp", "yesterday")]),
+        ),
+        (
+            "append",
+            PolicyDecision::transform([TransformOperation::append("metadata.timestamp", "!")]),
+        ),
+        (
+            "mask",
+            PolicyDecision::redact([Redaction::mask("metadata.timestamp")]),
+        ),
+        (
+            "February 30",
+            PolicyDecision::transform([TransformOperation::set(
+                "metadata.timestamp",
+                "2026-02-30T10:00:00Z",
+            )]),
+        ),
+    ] {
+        let engine = engine_with_input(vec![decision]);
+        let error = apply_error(&engine, &input(&["hello"])).await;
+        assert!(error.contains("RFC 3339"), "{name}: {error}");
+    }
+}
+
+#[tokio::test]
+async fn a_timestamp_changed_to_another_rfc_3339_time_is_applied() {
+    let engine = engine_with_input(vec![PolicyDecision::transform([TransformOperation::set(
+        "metadata.timestamp",
+        "2026-01-02T03:04:05.678+01:00",
+    )])]);
+    let context = input(&["hello"]);
+    let evaluation = engine.evaluate_input(&context).await.unwrap();
+    assert_eq!(
+        evaluation.context().metadata.timestamp,
+        "2026-01-02T03:04:05.678+01:00"
+    );
 }

@@ -304,9 +304,19 @@ async fn concurrent_evaluation_has_the_sequential_outcome() {
     ];
     for kinds in &table {
         for on_error in [OnError::Deny, OnError::Allow] {
-            let sequential = run(build(kinds, on_error, false)).await;
-            let concurrent = run(build(kinds, on_error, true)).await;
+            let (sequential, sequential_records) = run(build(kinds, on_error, false)).await;
+            let (concurrent, concurrent_records) = run(build(kinds, on_error, true)).await;
             assert_eq!(concurrent, sequential, "{kinds:?} with {on_error:?}");
+            // The same records, then one `evaluation_error` for each policy after the one
+            // that stopped the call: concurrent mode ran it and audits its cancellation.
+            let mut expected = sequential_records.clone();
+            if sequential.is_err() {
+                expected.extend(
+                    (sequential_records.len()..kinds.len())
+                        .map(|at| (format!("p{at}"), "evaluation_error".to_owned())),
+                );
+            }
+            assert_eq!(concurrent_records, expected, "{kinds:?} with {on_error:?}");
         }
     }
 }
@@ -430,4 +440,265 @@ async fn concurrent_points_respect_the_call_deadline() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(error.policy_id(), "b");
     assert_eq!(timed_out(&error).scope(), DeadlineScope::Call);
+}
+
+/// A policy that blocks its thread (as synchronous code does) and never yields.
+struct Blocks {
+    id: &'static str,
+    for_: Duration,
+    decision: PolicyDecision,
+    finished: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Blocks {
+    fn new(id: &'static str, for_: Duration, decision: PolicyDecision) -> Self {
+        Blocks {
+            id,
+            for_,
+            decision,
+            finished: Arc::default(),
+        }
+    }
+}
+
+#[portcullis_engine::async_trait]
+impl portcullis_engine::InputPolicy for Blocks {
+    fn id(&self) -> &str {
+        self.id
+    }
+
+    async fn evaluate(
+        &self,
+        _: &InputContext,
+    ) -> Result<PolicyDecision, portcullis_engine::BoxError> {
+        std::thread::sleep(self.for_);
+        self.finished.store(true, Ordering::SeqCst);
+        Ok(self.decision.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_result_that_arrives_after_the_deadline_is_a_time_out() {
+    // The policy blocks the executor: the deadline cannot interrupt it, but its late answer
+    // is not taken.
+    let blocks = Blocks::new(
+        "blocks",
+        Duration::from_millis(300),
+        PolicyDecision::allow(),
+    );
+    let recorder = Recorder::default();
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(blocks.with_deadline(Duration::from_millis(50)))
+                .build(),
+        )
+        .on_audit(recorder.handler())
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    let cause = timed_out(&error);
+    assert_eq!(cause.scope(), DeadlineScope::Policy);
+    assert_eq!(cause.after(), Duration::from_millis(50));
+    let records = recorder.take();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].decision, "evaluation_error");
+    assert!(records[0].reason.as_deref().unwrap().contains("timed out"));
+}
+
+#[tokio::test]
+async fn a_late_result_under_a_call_deadline_is_a_time_out() {
+    let blocks = Blocks::new(
+        "blocks",
+        Duration::from_millis(300),
+        PolicyDecision::allow(),
+    );
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(blocks)
+                .call_deadline(INPUT, Duration::from_millis(50))
+                .build(),
+        )
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    assert_eq!(timed_out(&error).scope(), DeadlineScope::Call);
+}
+
+#[tokio::test]
+async fn a_blocking_policy_run_off_the_executor_is_cancelled_at_its_deadline() {
+    let blocks = Blocks::new(
+        "blocks",
+        Duration::from_millis(300),
+        PolicyDecision::allow(),
+    );
+    let finished = Arc::clone(&blocks.finished);
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(blocks.blocking().with_deadline(Duration::from_millis(50)))
+                .build(),
+        )
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    assert_eq!(timed_out(&error).scope(), DeadlineScope::Policy);
+    // The call returned at the deadline, before the policy's thread was done.
+    assert!(!finished.load(Ordering::SeqCst));
+    // The thread finishes on its own; its answer goes nowhere.
+    while !finished.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_blocking_policy_decides_as_it_would_on_the_executor() {
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(
+                    Blocks::new(
+                        "denies",
+                        Duration::from_millis(5),
+                        PolicyDecision::deny("no"),
+                    )
+                    .blocking(),
+                )
+                .build(),
+        )
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    let denial = error.as_denial().expect("a denial");
+    assert_eq!(denial.policy_id(), "denies");
+    assert_eq!(denial.reason(), Some("no"));
+
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(Scripted::panicking("panics").blocking())
+                .build(),
+        )
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    let cause = error.as_evaluation().expect("an evaluation error").cause();
+    assert!(cause.to_string().contains("panicked"), "{cause}");
+}
+
+#[tokio::test]
+async fn a_monitored_change_that_would_fail_is_audited_as_the_error_it_would_be() {
+    let recorder = Recorder::default();
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(
+                    Scripted::returning(
+                        "new_redact",
+                        PolicyDecision::redact([Redaction::mask("messages.9.content")]),
+                    )
+                    .monitored(),
+                )
+                .input(
+                    Scripted::returning(
+                        "new_transform",
+                        PolicyDecision::transform([TransformOperation::set(
+                            "metadata.timestamp",
+                            "soon",
+                        )]),
+                    )
+                    .monitored(),
+                )
+                .input(
+                    Scripted::returning(
+                        "new_mask",
+                        PolicyDecision::redact([Redaction::mask("messages.0.content")]),
+                    )
+                    .monitored(),
+                )
+                .build(),
+        )
+        .on_audit(recorder.handler())
+        .build();
+    let context = input(&["hello"]);
+    let evaluation = engine.evaluate_input(&context).await.unwrap();
+    // Nothing monitored changes what is forwarded.
+    assert!(std::ptr::eq(evaluation.context(), &context));
+    let records = recorder.take();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.policy_id.as_str(), r.decision.as_str(), r.enforced))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("new_redact", "evaluation_error", false),
+            ("new_transform", "evaluation_error", false),
+            ("new_mask", "redact", false),
+        ]
+    );
+    assert!(
+        records[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("does not exist"),
+        "{:?}",
+        records[0].reason
+    );
+    assert!(
+        records[1].reason.as_deref().unwrap().contains("RFC 3339"),
+        "{:?}",
+        records[1].reason
+    );
+    // What enforcing would have listed: the failures are not decisions.
+    let listed: Vec<_> = evaluation
+        .decisions()
+        .iter()
+        .map(|d| d.policy_id.as_str())
+        .collect();
+    assert_eq!(listed, ["new_mask"]);
+}
+
+#[tokio::test]
+async fn concurrent_evaluation_audits_the_policies_it_cancels() {
+    let recorder = Recorder::default();
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(Scripted::returning("first", PolicyDecision::allow()))
+                .input(
+                    Scripted::returning("deny", PolicyDecision::deny("stop"))
+                        .after(Duration::from_millis(10)),
+                )
+                .input(
+                    Scripted::returning("slow", PolicyDecision::allow())
+                        .after(Duration::from_secs(5)),
+                )
+                .input(Scripted::returning("done", PolicyDecision::allow()))
+                .concurrent(INPUT)
+                .build(),
+        )
+        .on_audit(recorder.handler())
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    assert_eq!(error.policy_id(), "deny");
+    let records = recorder.take();
+    let seen: Vec<_> = records
+        .iter()
+        .map(|r| (r.policy_id.as_str(), r.decision.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("first", "allow"),
+            ("deny", "deny"),
+            ("slow", "evaluation_error"),
+            ("done", "evaluation_error"),
+        ]
+    );
+    assert_eq!(
+        records[2].reason.as_deref(),
+        Some("cancelled after `deny` denied")
+    );
+    assert_eq!(
+        records[3].reason.as_deref(),
+        Some("discarded after `deny` denied: it had decided, but its decision was not applied")
+    );
 }

@@ -265,7 +265,8 @@ async fn arguments_built_too_deep_are_rejected_before_any_policy_runs() {
         )
         .build();
     let error = engine.evaluate_tool_call(&context).await.unwrap_err();
-    assert!(error.to_string().contains("nested deeper than"), "{error}");
+    let text = portcullis_engine::error::error_chain(&error);
+    assert!(text.contains("nested deeper than"), "{text}");
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
     // Dropping a deep value recurses too: unwind it iteratively here.
     let mut arguments = context.arguments;

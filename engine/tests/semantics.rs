@@ -1,4 +1,4 @@
-//! Engine semantics (SPEC §3): order, denial, audit, errors, panics, concurrency.
+//! Engine semantics: order, denial, audit, errors, panics, concurrency.
 
 mod support;
 
@@ -67,6 +67,8 @@ async fn a_denial_names_the_policy_the_decision_names() {
     assert_eq!(denial.to_string(), DENIED_WITHOUT_REASON);
     assert_eq!(error.policy_id(), "corporate/pii");
     assert!(error.to_string().contains("corporate/pii"), "{error}");
+    // A denial has no cause: its reason is said once, by the error itself.
+    assert!(std::error::Error::source(&error).is_none());
 }
 
 #[tokio::test]
@@ -205,6 +207,24 @@ async fn an_error_fails_the_call_under_on_error_deny() {
     assert_eq!(
         std::error::Error::source(&error).unwrap().to_string(),
         "backend unreachable"
+    );
+    // As std's errors do: the message of this level, the cause from `source`, each once.
+    assert_eq!(
+        error.to_string(),
+        "policy `broken` failed at the input point"
+    );
+    let whole = EngineError::Evaluation(error);
+    assert_eq!(
+        whole.to_string(),
+        "policy `broken` failed at the input point"
+    );
+    assert_eq!(
+        std::error::Error::source(&whole).map(ToString::to_string),
+        Some("backend unreachable".to_owned())
+    );
+    assert_eq!(
+        portcullis_engine::error::error_chain(&whole),
+        "policy `broken` failed at the input point: backend unreachable"
     );
     assert_eq!(later_calls.load(Ordering::SeqCst), 0);
     let records = recorder.take();

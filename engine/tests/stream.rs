@@ -5,7 +5,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use portcullis_engine::stream::{StreamMode, StreamingRule, decide_whole_text};
+use portcullis_engine::stream::{StreamEvent, StreamMode, StreamingRule, decide_whole_text};
 use portcullis_engine::{
     AuditRecord, BoxError, EngineError, Feed, Metadata, OutputContext, OutputPolicy, OutputStream,
     PolicyDecision, PolicyEngine, PolicyExt, PolicySet, StreamItem, async_trait,
@@ -126,7 +126,7 @@ impl Ends {
         let ends = Arc::clone(&self.0);
         move |record: &AuditRecord<'_>| {
             if let Some(report) = record.stream
-                && report.event == "end"
+                && report.event == StreamEvent::End
             {
                 let mut json = serde_json::to_value(report).unwrap();
                 // These depend on timing and chunking by nature.

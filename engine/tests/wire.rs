@@ -243,3 +243,114 @@ fn wire_names_of_points_and_roles() {
     }
     assert_eq!(serde_json::to_value(Role::System).unwrap(), json!("system"));
 }
+
+/// The keys `value` serializes to, sorted.
+fn keys(value: &impl serde::Serialize) -> Vec<String> {
+    let Value::Object(map) = serde_json::to_value(value).expect("serializable") else {
+        panic!("not an object");
+    };
+    let mut keys: Vec<String> = map.keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+/// The property names a schema (or one of the base schema's definitions) gives an object.
+fn schema_properties(file: &str, definition: Option<&str>) -> Vec<String> {
+    let text = std::fs::read_to_string(schema_dir().join(file)).expect("a readable schema");
+    let schema: Value = serde_json::from_str(&text).expect("a JSON schema");
+    let object = match definition {
+        Some(name) => &schema["$defs"][name],
+        None => &schema,
+    };
+    let mut names: Vec<String> = object["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .cloned()
+        .collect();
+    names.sort();
+    names
+}
+
+/// The one description of each context's JSON shape that the others are checked against.
+///
+/// Each context is destructured without `..`: a new field does not compile until this test
+/// names it, and then its serialized key. When it fails, the other places that know the
+/// shape must learn the field too: the Rego input writer (`backends/rego/src/input.rs`), the
+/// DSL's selectors and schema (`dsl/src/select.rs`, `dsl/src/schema.rs`), and the JSON
+/// Schemas.
+#[test]
+fn every_field_of_every_context_is_known() {
+    let metadata = portcullis_engine::Metadata::new("agent", "session").with_extra("tenant", "a");
+    let portcullis_engine::Metadata {
+        agent_id: _,
+        session_id: _,
+        timestamp: _,
+        extra: _,
+    } = &metadata;
+    // Extra keys sit beside the three fields.
+    assert_eq!(
+        keys(&metadata),
+        ["agent_id", "session_id", "tenant", "timestamp"]
+    );
+
+    let message = Message::user("hi");
+    let Message { role, content: _ } = &message;
+    match role {
+        Role::System | Role::User | Role::Assistant => {}
+    }
+    assert_eq!(keys(&message), ["content", "role"]);
+
+    let input = InputContext::new(vec![message.clone()], metadata.clone());
+    let InputContext {
+        messages: _,
+        metadata: _,
+    } = &input;
+    assert_eq!(keys(&input), ["messages", "metadata"]);
+
+    let call = ToolCallContext::new(
+        "search",
+        serde_json::Map::new(),
+        Message::assistant("calling"),
+        metadata.clone(),
+    );
+    let ToolCallContext {
+        tool_name: _,
+        arguments: _,
+        calling_message: _,
+        metadata: _,
+    } = &call;
+    assert_eq!(
+        keys(&call),
+        ["arguments", "calling_message", "metadata", "tool_name"]
+    );
+
+    let output = OutputContext::new(Message::assistant("answer"), metadata);
+    let OutputContext {
+        response: _,
+        metadata: _,
+    } = &output;
+    assert_eq!(keys(&output), ["metadata", "response"]);
+
+    // The normative schemas name the same fields.
+    assert_eq!(
+        schema_properties("base.schema.json", Some("Metadata")),
+        ["agent_id", "session_id", "timestamp"]
+    );
+    assert_eq!(
+        schema_properties("base.schema.json", Some("Message")),
+        keys(&Message::user("x"))
+    );
+    assert_eq!(
+        schema_properties("input-context.schema.json", None),
+        keys(&input)
+    );
+    assert_eq!(
+        schema_properties("tool-call-context.schema.json", None),
+        keys(&call)
+    );
+    assert_eq!(
+        schema_properties("output-context.schema.json", None),
+        keys(&output)
+    );
+}

@@ -229,9 +229,12 @@ impl DecisionSpan {
             attributes.push(KeyValue::new(attributes::REASON, reason.clone()));
         }
         if let Some(stream) = record.stream {
-            attributes.push(KeyValue::new(attributes::STREAM_EVENT, stream.event));
+            attributes.push(KeyValue::new(
+                attributes::STREAM_EVENT,
+                stream.event.as_str(),
+            ));
             if let Some(outcome) = stream.outcome {
-                attributes.push(KeyValue::new(attributes::STREAM_OUTCOME, outcome));
+                attributes.push(KeyValue::new(attributes::STREAM_OUTCOME, outcome.as_str()));
             }
             attributes.push(KeyValue::new(
                 attributes::STREAM_RAW_CHARS,

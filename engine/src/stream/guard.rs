@@ -1,463 +1,25 @@
-//! Streaming output: release only text the output policies have cleared.
-//!
-//! Models stream their answers. [`PolicyEngine::output_stream`] returns an [`OutputStream`]
-//! guard: push each delta as it arrives, and release only what the guard yields as
-//! [`StreamItem::Text`]. The guard never yields text its output policies have not cleared,
-//! and holds back only as much as the policies need.
-//!
-//! # Modes
-//!
-//! The mode is chosen once, when the policy set is built (see [`StreamPlan`]):
-//!
-//! - **Incremental**, when every enforced output policy has a streaming form
-//!   ([`OutputPolicy::streaming`]): DSL `contains` rules and
-//!   regex redactions of `response.content`. Each rule looks at the text once, as it arrives,
-//!   with its state kept between pushes: a SIMD search for literals one of which every match
-//!   contains (the `@` of an e-mail pattern, prefixes of each alternative of `foo|bar`) or,
-//!   when the pattern has none, a lazy DFA stepped byte by byte; the regex itself runs only
-//!   where a match may be. A rule holds back at most its *window*: the longest
-//!   possible match plus one character of look-ahead when the pattern has a boundary
-//!   assertion (`\b`, `$`). Rules run as a pipeline in declared order, so a rule sees the text
-//!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. When
-//!   every rule is watched with literals, text in which none of them occurs skips the pipeline
-//!   (no rule can match in it, nor change it): it is searched once per rule and released from
-//!   where it was received, and the pipeline runs only around the literals. A
-//!   pattern with no upper bound on its match length (`\d+`) cannot stream unless the rule
-//!   states a maximum; nor can a pattern that matches the empty string. Guarantees: the
-//!   released text is always a prefix of what the whole-text evaluation forwards, and at the
-//!   end it equals it; a denial is reported before any byte of the offending match (or after
-//!   it) is released.
-//! - **Buffer** (the default when any enforced output policy is whole-text only: code
-//!   policies without a streaming form, Rego, remote): nothing is released until the whole
-//!   answer has been evaluated at [`finish`](OutputStream::finish).
-//! - **Checkpoint** (opt-in with [`PolicySetBuilder::stream_checkpoint`]): the accumulated text
-//!   is evaluated every N characters, and released up to that point when the evaluation
-//!   allows it unchanged; the final evaluation runs before the tail is released. A later
-//!   evaluation can deny after earlier text was released: checkpoint mode trades that
-//!   guarantee for latency. Errors and time-outs fail closed: held text is never released.
-//!
-//! [`OutputStream::feed`] is [`push`](OutputStream::push) lending the released text rather
-//! than allocating it. With [`PolicySetBuilder::stream_batch`] the incremental rules run once
-//! per batch of bytes instead of on every push, for answers that come in many tiny deltas.
-//!
-//! Policies in monitor mode never hold text back: they are evaluated once, on the whole text,
-//! when the stream finishes.
-//!
-//! After a denial or an error nothing more is released.
-//!
-//! [`PolicySetBuilder::stream_checkpoint`]: crate::PolicySetBuilder::stream_checkpoint
-//! [`PolicySetBuilder::stream_batch`]: crate::PolicySetBuilder::stream_batch
+//! The streaming output guard: [`OutputStream`], the [`Feed`] of each push, and what a push
+//! yields ([`StreamItem`]).
 
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
-use regex::Regex;
-use regex_automata::hybrid::{self, LazyStateID};
-use regex_automata::util::prefilter::Prefilter;
-use regex_automata::util::start;
-use regex_automata::{Anchored, MatchKind, Span};
-use regex_syntax::hir::literal::{ExtractKind, Extractor};
-use regex_syntax::hir::{Hir, HirKind};
-use serde::Serialize;
+use regex_automata::Span;
 
-use crate::apply::compile_pattern;
-use crate::audit::{AuditDecision, AuditRecord};
+use crate::audit::{AuditContext, AuditDecision, AuditRecord};
+use crate::context::{InterceptionPoint, Message, Metadata, OutputContext};
+use crate::decision::{PolicyDecision, Redaction};
 use crate::engine::PolicyEngine;
-use crate::error::{PolicyDenialError, PolicyEvaluationError};
-use crate::set::PointPolicies;
-use crate::{
-    EngineError, InterceptionPoint, Message, Metadata, OutputContext, OutputPolicy, PolicyDecision,
-    Redaction,
+use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
+use crate::stream::plan::{Stage, StageAction, StreamPlan, Watch};
+use crate::stream::report::{
+    STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
-
-/// One rule of a policy's streaming form: a regular expression over `response.content`.
-///
-/// A policy that returns streaming rules promises that its whole-text decision is what the
-/// rules give: `deny` when a [`DenyOnMatch`](StreamingRule::DenyOnMatch) pattern matches,
-/// otherwise a `redact` of `response.content` with the
-/// [`Replace`](StreamingRule::Replace) rules in order (or `allow` when nothing matched).
-/// [`decide_whole_text`] computes exactly that decision, so an `evaluate` built on it keeps the
-/// promise by construction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamingRule {
-    /// Deny as soon as `pattern` matches.
-    DenyOnMatch {
-        /// The regular expression.
-        pattern: String,
-        /// The denial's reason.
-        reason: Option<String>,
-        /// The longest match, in bytes, when the pattern itself has no bound.
-        max_match_len: Option<usize>,
-    },
-    /// Replace every match of `pattern` with `replacement`.
-    Replace {
-        /// The regular expression.
-        pattern: String,
-        /// The replacement text, inserted literally.
-        replacement: String,
-        /// The longest match, in bytes, when the pattern itself has no bound.
-        max_match_len: Option<usize>,
-    },
-}
-
-impl StreamingRule {
-    /// A rule that denies when any of `needles` occurs, ignoring case (Unicode simple case
-    /// folding), as a DSL `contains` rule does.
-    pub fn deny_on_any(needles: &[impl AsRef<str>], reason: Option<String>) -> Self {
-        let alternatives: Vec<String> = needles
-            .iter()
-            .map(|needle| regex::escape(needle.as_ref()))
-            .collect();
-        StreamingRule::DenyOnMatch {
-            pattern: format!("(?i:{})", alternatives.join("|")),
-            reason,
-            max_match_len: None,
-        }
-    }
-
-    fn pattern(&self) -> &str {
-        match self {
-            StreamingRule::DenyOnMatch { pattern, .. } | StreamingRule::Replace { pattern, .. } => {
-                pattern
-            }
-        }
-    }
-
-    fn stated_max(&self) -> Option<usize> {
-        match self {
-            StreamingRule::DenyOnMatch { max_match_len, .. }
-            | StreamingRule::Replace { max_match_len, .. } => *max_match_len,
-        }
-    }
-}
-
-/// The whole-text decision a list of streaming rules stands for, on `text` (the answer's
-/// `response.content`): rules apply in order, a [`Replace`](StreamingRule::Replace) changes the
-/// text later rules see, and the first [`DenyOnMatch`](StreamingRule::DenyOnMatch) that
-/// matches denies. Otherwise the decision is a `redact` of `response.content` with the
-/// replace rules that matched, or `allow`.
-///
-/// An output policy whose [`evaluate`](crate::OutputPolicy::evaluate) returns this for its own
-/// rules decides exactly as the streaming guard does when it runs them incrementally.
-pub fn decide_whole_text(
-    rules: &[StreamingRule],
-    text: &str,
-) -> Result<PolicyDecision, crate::BoxError> {
-    let mut current = Cow::Borrowed(text);
-    let mut redactions = Vec::new();
-    for rule in rules {
-        let regex = crate::apply::cached_regex(rule.pattern())?;
-        match rule {
-            StreamingRule::DenyOnMatch { reason, .. } => {
-                if regex.is_match(&current) {
-                    return Ok(PolicyDecision::Deny {
-                        reason: reason.clone(),
-                        policy_id: None,
-                    });
-                }
-            }
-            StreamingRule::Replace {
-                pattern,
-                replacement,
-                ..
-            } => {
-                if let Cow::Owned(replaced) =
-                    regex.replace_all(&current, regex::NoExpand(replacement))
-                {
-                    current = Cow::Owned(replaced);
-                    redactions.push(
-                        Redaction::replace("response.content", pattern.clone())
-                            .with_replacement(replacement.clone()),
-                    );
-                }
-            }
-        }
-    }
-    Ok(if redactions.is_empty() {
-        PolicyDecision::allow()
-    } else {
-        PolicyDecision::Redact { redactions }
-    })
-}
-
-/// How the guard runs the output policies of a set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StreamMode {
-    /// Every enforced output policy streams: text is released as soon as no rule can still
-    /// match it.
-    Incremental,
-    /// Nothing is released until the whole answer has been evaluated.
-    Buffer,
-    /// The accumulated text is evaluated every `n` characters.
-    Checkpoint {
-        /// Characters between evaluations.
-        every: usize,
-    },
-}
-
-/// What the guard will do with a policy set's output policies, worked out when the set is
-/// built.
-#[derive(Debug, Clone)]
-pub struct StreamPlan {
-    mode: StreamMode,
-    /// Bytes that arrive before the rules run again (incremental mode).
-    batch: usize,
-    stages: Vec<Stage>,
-    /// Every stage watches for literals: text none of them occurs in can bypass the stages.
-    lane: bool,
-    /// The windows of all stages together: what the pipeline holds back, and the fast lane
-    /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
-    /// hold back less).
-    windows: usize,
-    whole_text_reasons: Vec<String>,
-}
-
-#[derive(Debug, Clone)]
-struct Stage {
-    policy_index: usize,
-    policy_id: String,
-    regex: Arc<Regex>,
-    pattern: String,
-    action: StageAction,
-    /// Bytes this stage may hold back: longest match, look-ahead, and a partial character.
-    window: usize,
-    /// How the stage tells text that cannot hold a match from text that may.
-    watch: Watch,
-}
-
-/// What a stage runs over each new piece of text, so that the regex searches only where a match
-/// may be.
-#[derive(Debug, Clone)]
-enum Watch {
-    /// Every match contains one of a few literals (`@` in an e-mail pattern, a prefix of each
-    /// alternative of `foo|bar`): a SIMD literal search over the new text finds the places a
-    /// match may be, and text far enough before the first of them is final.
-    Literals {
-        prefilter: Prefilter,
-        /// The longest literal, in bytes: an occurrence may straddle two pushes.
-        longest: usize,
-    },
-    /// A lazy DFA stepped over each new byte. It gives up ("quits") on non-ASCII text when the
-    /// pattern has a Unicode word boundary; the stage then searches its window on every push.
-    Dfa(Arc<hybrid::dfa::DFA>),
-}
-
-#[derive(Debug, Clone)]
-enum StageAction {
-    Deny { reason: Option<String> },
-    Replace { replacement: String },
-}
-
-impl StreamPlan {
-    /// The mode.
-    pub fn mode(&self) -> StreamMode {
-        self.mode
-    }
-
-    /// The most text, in bytes, the incremental mode holds back (0 in the other modes, which
-    /// hold back everything or everything since the last checkpoint).
-    pub fn hold_back(&self) -> usize {
-        if self.mode != StreamMode::Incremental {
-            return 0;
-        }
-        self.batch + self.windows
-    }
-
-    /// Why the set cannot stream incrementally, one line per enforced output policy that
-    /// cannot (empty in incremental mode).
-    pub fn whole_text_reasons(&self) -> &[String] {
-        &self.whole_text_reasons
-    }
-
-    pub(crate) fn build(
-        output: &PointPolicies<dyn OutputPolicy>,
-        forms: &[Option<Vec<StreamingRule>>],
-        checkpoint: Option<usize>,
-        batch: usize,
-    ) -> StreamPlan {
-        let mut stages = Vec::new();
-        let mut reasons = Vec::new();
-        for (index, (entry, form)) in output.entries.iter().zip(forms).enumerate() {
-            if entry.monitor {
-                continue;
-            }
-            let id = entry.policy.id();
-            match form {
-                None => reasons.push(format!("`{id}` has no streaming form")),
-                Some(rules) => match rules
-                    .iter()
-                    .map(|rule| Stage::compile(index, id, rule))
-                    .collect::<Result<Vec<_>, String>>()
-                {
-                    Ok(compiled) => stages.extend(compiled),
-                    Err(problem) => reasons.push(format!("`{id}` cannot stream: {problem}")),
-                },
-            }
-        }
-        let mode = if reasons.is_empty() {
-            StreamMode::Incremental
-        } else {
-            stages.clear();
-            match checkpoint {
-                Some(every) => StreamMode::Checkpoint {
-                    every: every.max(1),
-                },
-                None => StreamMode::Buffer,
-            }
-        };
-        let lane = !stages.is_empty()
-            && stages
-                .iter()
-                .all(|stage| matches!(stage.watch, Watch::Literals { .. }));
-        let windows = stages.iter().map(|stage| stage.window).sum();
-        StreamPlan {
-            mode,
-            batch,
-            stages,
-            lane,
-            windows,
-            whole_text_reasons: reasons,
-        }
-    }
-}
-
-impl Stage {
-    fn compile(
-        policy_index: usize,
-        policy_id: &str,
-        rule: &StreamingRule,
-    ) -> Result<Stage, String> {
-        let pattern = rule.pattern();
-        let regex = compile_pattern(pattern)?;
-        let hir = regex_syntax::ParserBuilder::new()
-            .build()
-            .parse(pattern)
-            .map_err(|error| format!("invalid pattern {pattern:?}: {error}"))?;
-        let properties = hir.properties();
-        if properties.minimum_len() == Some(0) {
-            return Err(format!("the pattern {pattern:?} can match empty text"));
-        }
-        let longest = match (properties.maximum_len(), rule.stated_max()) {
-            (_, Some(stated)) => stated,
-            (Some(bound), None) => bound,
-            (None, None) => {
-                return Err(format!(
-                    "the pattern {pattern:?} has no upper bound on its match length; state a maximum"
-                ));
-            }
-        };
-        // One more character of look-ahead for boundary assertions, and up to three bytes to
-        // stop at a character boundary.
-        let lookahead = if properties.look_set().is_empty() {
-            0
-        } else {
-            4
-        };
-        let action = match rule {
-            StreamingRule::DenyOnMatch { reason, .. } => StageAction::Deny {
-                reason: reason.clone(),
-            },
-            StreamingRule::Replace { replacement, .. } => StageAction::Replace {
-                replacement: replacement.clone(),
-            },
-        };
-        let watch = match required_literals(&hir) {
-            Some(watch) => watch,
-            None => {
-                let dfa = hybrid::dfa::DFA::builder()
-                    .configure(
-                        hybrid::dfa::DFA::config()
-                            .match_kind(MatchKind::LeftmostFirst)
-                            .unicode_word_boundary(true)
-                            .cache_capacity(4 * crate::apply::PATTERN_SIZE_LIMIT),
-                    )
-                    .thompson(
-                        regex_automata::nfa::thompson::Config::new()
-                            .nfa_size_limit(Some(crate::apply::PATTERN_SIZE_LIMIT)),
-                    )
-                    .build(pattern)
-                    .map_err(|error| format!("the pattern {pattern:?} cannot stream: {error}"))?;
-                Watch::Dfa(Arc::new(dfa))
-            }
-        };
-        Ok(Stage {
-            policy_index,
-            policy_id: policy_id.to_owned(),
-            regex: Arc::new(regex),
-            pattern: pattern.to_owned(),
-            action,
-            window: longest + lookahead + 3,
-            watch,
-        })
-    }
-}
-
-/// Literals one of which every match of `hir` contains, when there are few enough of them for a
-/// fast search: the prefixes of the whole pattern, or of one part of a concatenation (every
-/// match of `a@b` contains a match of `@`). Of several candidates the one with the longest
-/// shortest literal wins, then the one with fewer literals, then the one whose literals start
-/// with a byte that is rare in prose.
-fn required_literals(hir: &Hir) -> Option<Watch> {
-    /// More literals than this search no faster than the DFA steps.
-    const MOST_LITERALS: usize = 32;
-    let mut hir = hir;
-    while let HirKind::Capture(capture) = hir.kind() {
-        hir = &capture.sub;
-    }
-    let mut parts = vec![hir];
-    if let HirKind::Concat(subs) = hir.kind() {
-        parts.extend(subs.iter());
-    }
-    let mut extractor = Extractor::new();
-    extractor.kind(ExtractKind::Prefix);
-    let rarity = |literal: &[u8]| match literal.first() {
-        Some(byte) if byte.is_ascii_alphanumeric() || b" .,;:'\"-\n\t".contains(byte) => 0,
-        _ => 1,
-    };
-    let mut candidates = Vec::new();
-    for part in parts {
-        let seq = extractor.extract(part);
-        if seq.literals().is_none_or(<[_]>::is_empty) {
-            continue;
-        }
-        let shortest = seq.min_literal_len().unwrap_or(0);
-        if shortest == 0 {
-            continue;
-        }
-        // Case-insensitive text gives many literals: shorter prefixes of them are fewer, and
-        // still one of them starts every match.
-        let mut seq = seq.clone();
-        let mut keep = shortest + 1;
-        while seq.len().is_some_and(|count| count > MOST_LITERALS) && keep > 1 {
-            keep -= 1;
-            seq.keep_first_bytes(keep);
-            seq.dedup();
-        }
-        let Some(literals) = seq.literals() else {
-            continue;
-        };
-        if literals.len() > MOST_LITERALS {
-            continue;
-        }
-        let bytes: Vec<Vec<u8>> = literals.iter().map(|l| l.as_bytes().to_vec()).collect();
-        let shortest = bytes.iter().map(Vec::len).min().unwrap_or(0);
-        let rare = bytes.iter().map(|l| rarity(l)).min().unwrap_or(0);
-        candidates.push(((shortest, std::cmp::Reverse(bytes.len()), rare), bytes));
-    }
-    candidates.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
-    let prefilter = candidates.iter().find_map(|(_, literals)| {
-        Prefilter::new(MatchKind::LeftmostFirst, literals).filter(Prefilter::is_fast)
-    })?;
-    Some(Watch::Literals {
-        longest: prefilter.max_needle_len(),
-        prefilter,
-    })
-}
+use crate::stream::stage::{Sink, StageState, Watching};
 
 /// What a push or the end of a stream yields.
 #[derive(Debug)]
@@ -482,307 +44,6 @@ impl StreamItem {
     }
 }
 
-/// The numbers of a stream, as the start and end audit records report them.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StreamReport {
-    /// `start` or `end`.
-    pub event: &'static str,
-    /// The mode.
-    pub mode: StreamMode,
-    /// At the end: `allowed`, `denied` or `error`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<&'static str>,
-    /// Characters received.
-    pub raw_chars: usize,
-    /// Characters released. For a denied stream this depends on how far the answer had got
-    /// when the offending text arrived.
-    pub released_chars: usize,
-    /// The most text held back at once, in characters.
-    pub max_held_chars: usize,
-    /// Time from the start of the stream to the first released byte.
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "millis")]
-    pub time_to_first_release: Option<Duration>,
-}
-
-fn millis<S: serde::Serializer>(
-    value: &Option<Duration>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match value {
-        Some(duration) => serializer.serialize_f64(duration.as_secs_f64() * 1000.0),
-        None => serializer.serialize_none(),
-    }
-}
-
-/// The id audit records of the stream itself carry.
-pub const STREAM_POLICY_ID: &str = "portcullis.stream";
-
-/// The text one incremental stage has not passed on yet, and its watching state.
-///
-/// Positions are offsets in `buffer`. Text before `held_from` has been passed on; one
-/// character of it stays as look-behind context. The buffer is compacted only once enough
-/// passed text has piled up, so a push costs no move of the held text.
-struct StageState {
-    buffer: String,
-    /// Where the held text starts.
-    held_from: usize,
-    /// Replacements made.
-    replacements: usize,
-    /// Bytes at the end of what this stage received that the stage before passed on unchanged
-    /// (since its last replacement).
-    unchanged: usize,
-    /// Where the fast lane's search for this stage's literals goes on, in `raw`.
-    lane_scanned: usize,
-    watching: Watching,
-}
-
-/// Passed text kept before the buffer is compacted.
-const COMPACT_AFTER: usize = 4096;
-
-enum Watching {
-    Literals {
-        /// Where the next literal search starts.
-        search_from: usize,
-        /// A literal occurs in the held text: a match may contain it.
-        found: bool,
-    },
-    Dfa(Box<Scanner>),
-    /// The DFA gave up: the stage searches its held text on every push.
-    Blind,
-}
-
-/// The DFA's state over the text since the last reset point.
-struct Scanner {
-    cache: hybrid::dfa::Cache,
-    state: LazyStateID,
-    /// Where the DFA has got to.
-    scanned: usize,
-    /// The DFA has seen a match since the last reset point.
-    matched: bool,
-}
-
-/// A deny stage found a match.
-struct Matched;
-
-impl StageState {
-    fn new(stage: &Stage) -> Self {
-        let mut state = StageState {
-            buffer: String::new(),
-            held_from: 0,
-            replacements: 0,
-            unchanged: 0,
-            lane_scanned: 0,
-            watching: Watching::Blind,
-        };
-        state.rewatch(stage, None);
-        state
-    }
-
-    #[inline]
-    fn held(&self) -> &str {
-        &self.buffer[self.held_from..]
-    }
-
-    /// Starts watching again at `held_from`, over the held text; a DFA reuses `cache`.
-    fn rewatch(&mut self, stage: &Stage, cache: Option<hybrid::dfa::Cache>) {
-        self.watching = match &stage.watch {
-            Watch::Literals { .. } => Watching::Literals {
-                search_from: self.held_from,
-                found: false,
-            },
-            Watch::Dfa(dfa) => {
-                let look_behind = self.buffer.as_bytes()[..self.held_from].last().copied();
-                let config = start::Config::new()
-                    .anchored(Anchored::No)
-                    .look_behind(look_behind);
-                let mut cache = cache.unwrap_or_else(|| dfa.create_cache());
-                match dfa.start_state(&mut cache, &config) {
-                    Ok(state) => Watching::Dfa(Box::new(Scanner {
-                        cache,
-                        state,
-                        scanned: self.held_from,
-                        matched: false,
-                    })),
-                    Err(_) => Watching::Blind,
-                }
-            }
-        };
-        self.watch(stage, false);
-    }
-
-    /// Runs the watch over the text it has not seen; with `end`, the text is complete.
-    fn watch(&mut self, stage: &Stage, end: bool) {
-        let len = self.buffer.len();
-        match (&mut self.watching, &stage.watch) {
-            (
-                Watching::Literals {
-                    search_from,
-                    found: found @ false,
-                },
-                Watch::Literals { prefilter, longest },
-            ) if *search_from < len => {
-                let span = Span::from(*search_from..len);
-                match prefilter.find(self.buffer.as_bytes(), span) {
-                    Some(_) => *found = true,
-                    // An occurrence may start in the last `longest - 1` bytes and end in the
-                    // next push.
-                    None => *search_from = (len + 1).saturating_sub(*longest).max(*search_from),
-                }
-            }
-            (Watching::Dfa(scanner), Watch::Dfa(dfa)) => {
-                let gave_up = !scanner.step(dfa, &self.buffer, end);
-                if gave_up {
-                    self.watching = Watching::Blind;
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Passes on to `out` what is final of the held text; with `end`, everything is final.
-    fn advance(&mut self, stage: &Stage, end: bool, out: &mut Sink<'_>) -> Result<(), Matched> {
-        self.watch(stage, end);
-        let len = self.buffer.len();
-        let horizon = if end {
-            len
-        } else {
-            self.buffer
-                .floor_char_boundary(len.saturating_sub(stage.window).max(self.held_from))
-        };
-        let clean = match &self.watching {
-            // No match can lie in the text seen since the last reset point: everything before
-            // the horizon is final.
-            Watching::Literals { found, .. } => !found,
-            Watching::Dfa(scanner) if !scanner.matched => true,
-            // The DFA saw a complete match: the whole text holds it too.
-            Watching::Dfa(_) if matches!(stage.action, StageAction::Deny { .. }) => {
-                return Err(Matched);
-            }
-            Watching::Dfa(_) | Watching::Blind => false,
-        };
-        if clean {
-            self.pass(horizon, out);
-            return Ok(());
-        }
-        let mut position = self.held_from;
-        while let Some(found) = stage.regex.find_at(&self.buffer, position) {
-            if found.start() >= horizon && !end {
-                break;
-            }
-            match &stage.action {
-                StageAction::Deny { .. } => return Err(Matched),
-                StageAction::Replace { replacement } => {
-                    out.pass(&self.buffer[position..found.start()]);
-                    out.replace(replacement);
-                    self.replacements += 1;
-                    position = found.end();
-                }
-            }
-            if end && position >= len {
-                break;
-            }
-        }
-        let cut = position.max(horizon);
-        out.pass(&self.buffer[position..cut]);
-        self.cut_at(cut);
-        let cache = match std::mem::replace(&mut self.watching, Watching::Blind) {
-            Watching::Dfa(scanner) => Some(scanner.cache),
-            Watching::Blind if matches!(stage.watch, Watch::Dfa(_)) => {
-                // The DFA gave up on this text; it stays given up.
-                return Ok(());
-            }
-            _ => None,
-        };
-        self.rewatch(stage, cache);
-        Ok(())
-    }
-
-    /// Passes the held text before `cut` on to `out`.
-    fn pass(&mut self, cut: usize, out: &mut Sink<'_>) {
-        out.pass(&self.buffer[self.held_from..cut]);
-        self.cut_at(cut);
-    }
-
-    /// Marks the text before `cut` as passed, keeping one character before it as look-behind
-    /// context; compacts the buffer when enough passed text has piled up.
-    fn cut_at(&mut self, cut: usize) {
-        self.held_from = cut;
-        if cut < COMPACT_AFTER {
-            return;
-        }
-        let keep_from = self.buffer[..cut]
-            .char_indices()
-            .next_back()
-            .map_or(cut, |(at, _)| at);
-        self.buffer.drain(..keep_from);
-        self.held_from -= keep_from;
-        match &mut self.watching {
-            Watching::Literals { search_from, .. } => {
-                *search_from = search_from.saturating_sub(keep_from);
-            }
-            Watching::Dfa(scanner) => scanner.scanned = scanner.scanned.saturating_sub(keep_from),
-            Watching::Blind => {}
-        }
-    }
-}
-
-/// Where a stage passes its text on: the next stage's buffer, or the released text.
-struct Sink<'a> {
-    text: &'a mut String,
-    /// The receiver's [`StageState::unchanged`].
-    unchanged: &'a mut usize,
-}
-
-impl Sink<'_> {
-    /// Passes `text` on as it came.
-    fn pass(&mut self, text: &str) {
-        self.text.push_str(text);
-        *self.unchanged = self.unchanged.saturating_add(text.len());
-    }
-
-    /// Passes a replacement on.
-    fn replace(&mut self, replacement: &str) {
-        self.text.push_str(replacement);
-        *self.unchanged = 0;
-    }
-}
-
-impl Scanner {
-    /// Steps the DFA over `text[scanned..]`; `false` when it gives up.
-    fn step(&mut self, dfa: &hybrid::dfa::DFA, text: &str, end: bool) -> bool {
-        if self.matched {
-            return true;
-        }
-        let mut state = self.state;
-        for &byte in &text.as_bytes()[self.scanned..] {
-            match dfa.next_state(&mut self.cache, state, byte) {
-                Ok(next) => state = next,
-                Err(_) => return false,
-            }
-            if state.is_tagged() {
-                if state.is_match() {
-                    self.matched = true;
-                    break;
-                }
-                if state.is_quit() {
-                    return false;
-                }
-            }
-        }
-        self.scanned = text.len();
-        if end && !self.matched {
-            match dfa.next_eoi_state(&mut self.cache, state) {
-                Ok(next) if next.is_match() => self.matched = true,
-                Ok(next) if next.is_quit() => return false,
-                Ok(_) => {}
-                Err(_) => return false,
-            }
-        }
-        self.state = state;
-        true
-    }
-}
-
 /// The characters of `text`; ASCII (most deltas) is checked a word at a time, much faster
 /// than counting short text character by character.
 fn char_count(text: &str) -> usize {
@@ -793,7 +54,7 @@ fn char_count(text: &str) -> usize {
     }
 }
 
-/// The streaming output guard; see the [module docs](self).
+/// The streaming output guard; see the [module docs](crate::stream).
 pub struct OutputStream<'e> {
     engine: &'e PolicyEngine,
     plan: &'e StreamPlan,
@@ -836,7 +97,7 @@ pub struct OutputStream<'e> {
     started: Instant,
     first_release: Option<Duration>,
     max_held_chars: usize,
-    finished: Option<&'static str>,
+    finished: Option<StreamOutcome>,
     reported_end: bool,
 }
 
@@ -896,7 +157,7 @@ impl PolicyEngine {
     /// # });
     /// ```
     pub fn output_stream(&self, metadata: Metadata) -> OutputStream<'_> {
-        let plan = &self.policy_set().stream_plan;
+        let plan = self.stream_plan();
         let mut stream = OutputStream {
             engine: self,
             plan,
@@ -925,13 +186,8 @@ impl PolicyEngine {
             reported_end: false,
         };
         stream.plan_next_run();
-        stream.report("start");
+        stream.report(StreamEvent::Start);
         stream
-    }
-
-    /// How this engine's output policies stream.
-    pub fn stream_plan(&self) -> &StreamPlan {
-        &self.policy_set().stream_plan
     }
 }
 
@@ -1142,7 +398,7 @@ impl<'e> OutputStream<'e> {
     }
 
     /// A `Feed` of the error `cause`, which stops the stream.
-    fn failed(&mut self, cause: crate::BoxError) -> Feed<'_, 'e> {
+    fn failed(&mut self, cause: BoxError) -> Feed<'_, 'e> {
         *self.pending_checkpoint() = None;
         self.failure = Some(self.fail(cause));
         self.outstanding = true;
@@ -1153,9 +409,9 @@ impl<'e> OutputStream<'e> {
     pub async fn finish(mut self) -> Vec<StreamItem> {
         let result = self.settle().await;
         if self.finished.is_none() {
-            self.finished = Some("allowed");
+            self.finished = Some(StreamOutcome::Allowed);
         }
-        self.report("end");
+        self.report(StreamEvent::End);
         items(result)
     }
 
@@ -1247,7 +503,7 @@ impl<'e> OutputStream<'e> {
                     policy_id: None,
                 },
             );
-            self.finished = Some("denied");
+            self.finished = Some(StreamOutcome::Denied);
             return Err(EngineError::Denied(PolicyDenialError::new(
                 stage.policy_id.clone(),
                 InterceptionPoint::Output,
@@ -1425,7 +681,7 @@ impl<'e> OutputStream<'e> {
             decision: AuditDecision::from(&decision),
             interception_point: InterceptionPoint::Output,
             reason: decision.reason().map(Cow::Borrowed),
-            context: crate::AuditContext::Output(&context),
+            context: AuditContext::Output(&context),
             timestamp: SystemTime::now(),
             enforced: true,
             policy_decision: Some(&decision),
@@ -1511,14 +767,14 @@ impl<'e> OutputStream<'e> {
     /// Ends the stream with `error`: nothing more is released.
     fn stop(&mut self, error: EngineError) -> EngineError {
         self.finished = Some(match error {
-            EngineError::Denied(_) => "denied",
-            EngineError::Evaluation(_) => "error",
+            EngineError::Denied(_) => StreamOutcome::Denied,
+            EngineError::Evaluation(_) => StreamOutcome::Error,
         });
         self.quiet_until = 0;
         error
     }
 
-    fn fail(&mut self, cause: crate::BoxError) -> EngineError {
+    fn fail(&mut self, cause: BoxError) -> EngineError {
         self.stop(EngineError::Evaluation(PolicyEvaluationError::new(
             STREAM_POLICY_ID,
             InterceptionPoint::Output,
@@ -1526,8 +782,8 @@ impl<'e> OutputStream<'e> {
         )))
     }
 
-    fn report(&mut self, event: &'static str) {
-        if event == "end" {
+    fn report(&mut self, event: StreamEvent) {
+        if event == StreamEvent::End {
             if self.reported_end {
                 return;
             }
@@ -1539,7 +795,11 @@ impl<'e> OutputStream<'e> {
         let report = StreamReport {
             event,
             mode: self.plan.mode,
-            outcome: if event == "end" { self.finished } else { None },
+            outcome: if event == StreamEvent::End {
+                self.finished
+            } else {
+                None
+            },
             raw_chars: self.raw.chars().count() + self.chars_after_end,
             released_chars: self.released.chars().count(),
             max_held_chars: self.max_held_chars,
@@ -1558,7 +818,7 @@ impl<'e> OutputStream<'e> {
             decision: AuditDecision::Audit,
             interception_point: InterceptionPoint::Output,
             reason: decision.reason().map(Cow::Borrowed),
-            context: crate::AuditContext::Output(&context),
+            context: AuditContext::Output(&context),
             timestamp: SystemTime::now(),
             enforced: true,
             policy_decision: Some(&decision),
@@ -1637,15 +897,18 @@ impl Drop for OutputStream<'_> {
     fn drop(&mut self) {
         // A stream dropped without `finish` (the reader went away) still gets its end record.
         if self.finished.is_none() {
-            self.finished = Some("abandoned");
+            self.finished = Some(StreamOutcome::Abandoned);
         }
-        self.report("end");
+        self.report(StreamEvent::End);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::OutputPolicy;
+    use crate::stream::StreamingRule;
+    use crate::stream::plan::required_literals;
 
     fn literals_of(pattern: &str) -> Option<Watch> {
         let hir = regex_syntax::ParserBuilder::new()

@@ -1,0 +1,62 @@
+//! Streaming output: release only text the output policies have cleared.
+//!
+//! Models stream their answers. [`PolicyEngine::output_stream`] returns an [`OutputStream`]
+//! guard: push each delta as it arrives, and release only what the guard yields as
+//! [`StreamItem::Text`]. The guard never yields text its output policies have not cleared,
+//! and holds back only as much as the policies need.
+//!
+//! # Modes
+//!
+//! The mode is chosen once, when the policy set is built (see [`StreamPlan`]):
+//!
+//! - **Incremental**, when every enforced output policy has a streaming form
+//!   ([`OutputPolicy::streaming`](crate::OutputPolicy::streaming)): DSL `contains` rules and
+//!   regex redactions of `response.content`. Each rule looks at the text once, as it arrives,
+//!   with its state kept between pushes: a SIMD search for literals one of which every match
+//!   contains (the `@` of an e-mail pattern, prefixes of each alternative of `foo|bar`) or,
+//!   when the pattern has none, a lazy DFA stepped byte by byte; the regex itself runs only
+//!   where a match may be. A rule holds back at most its *window*: the longest
+//!   possible match plus one character of look-ahead when the pattern has a boundary
+//!   assertion (`\b`, `$`). Rules run as a pipeline in declared order, so a rule sees the text
+//!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. When
+//!   every rule is watched with literals, text in which none of them occurs skips the pipeline
+//!   (no rule can match in it, nor change it): it is searched once per rule and released from
+//!   where it was received, and the pipeline runs only around the literals. A
+//!   pattern with no upper bound on its match length (`\d+`) cannot stream unless the rule
+//!   states a maximum; nor can a pattern that matches the empty string. Guarantees: the
+//!   released text is always a prefix of what the whole-text evaluation forwards, and at the
+//!   end it equals it; a denial is reported before any byte of the offending match (or after
+//!   it) is released.
+//! - **Buffer** (the default when any enforced output policy is whole-text only: code
+//!   policies without a streaming form, Rego, remote): nothing is released until the whole
+//!   answer has been evaluated at [`finish`](OutputStream::finish).
+//! - **Checkpoint** (opt-in with [`PolicySetBuilder::stream_checkpoint`]): the accumulated text
+//!   is evaluated every N characters, and released up to that point when the evaluation
+//!   allows it unchanged; the final evaluation runs before the tail is released. A later
+//!   evaluation can deny after earlier text was released: checkpoint mode trades that
+//!   guarantee for latency. Errors and time-outs fail closed: held text is never released.
+//!
+//! [`OutputStream::feed`] is [`push`](OutputStream::push) lending the released text rather
+//! than allocating it. With [`PolicySetBuilder::stream_batch`] the incremental rules run once
+//! per batch of bytes instead of on every push, for answers that come in many tiny deltas.
+//!
+//! Policies in monitor mode never hold text back: they are evaluated once, on the whole text,
+//! when the stream finishes.
+//!
+//! After a denial or an error nothing more is released.
+//!
+//! [`PolicySetBuilder::stream_checkpoint`]: crate::PolicySetBuilder::stream_checkpoint
+//! [`PolicySetBuilder::stream_batch`]: crate::PolicySetBuilder::stream_batch
+//! [`PolicyEngine::output_stream`]: crate::PolicyEngine::output_stream
+//! [`PolicyEngine::evaluate_output`]: crate::PolicyEngine::evaluate_output
+
+mod guard;
+pub(crate) mod plan;
+pub(crate) mod report;
+pub(crate) mod rule;
+mod stage;
+
+pub use guard::{Feed, OutputStream, StreamItem};
+pub use plan::StreamPlan;
+pub use report::{STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport};
+pub use rule::{StreamingRule, decide_whole_text};

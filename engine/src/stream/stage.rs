@@ -1,0 +1,279 @@
+//! Stage scanning: the state one incremental stage keeps between pushes, and how it decides
+//! which of the text it holds is final.
+
+use regex_automata::hybrid::{self, LazyStateID};
+use regex_automata::util::start;
+use regex_automata::{Anchored, Span};
+
+use crate::stream::plan::{Stage, StageAction, Watch};
+
+/// The text one incremental stage has not passed on yet, and its watching state.
+///
+/// Positions are offsets in `buffer`. Text before `held_from` has been passed on; one
+/// character of it stays as look-behind context. The buffer is compacted only once enough
+/// passed text has piled up, so a push costs no move of the held text.
+pub(super) struct StageState {
+    pub(super) buffer: String,
+    /// Where the held text starts.
+    pub(super) held_from: usize,
+    /// Replacements made.
+    pub(super) replacements: usize,
+    /// Bytes at the end of what this stage received that the stage before passed on unchanged
+    /// (since its last replacement).
+    pub(super) unchanged: usize,
+    /// Where the fast lane's search for this stage's literals goes on, in `raw`.
+    pub(super) lane_scanned: usize,
+    pub(super) watching: Watching,
+}
+
+/// Passed text kept before the buffer is compacted.
+pub(super) const COMPACT_AFTER: usize = 4096;
+
+pub(super) enum Watching {
+    Literals {
+        /// Where the next literal search starts.
+        search_from: usize,
+        /// A literal occurs in the held text: a match may contain it.
+        found: bool,
+    },
+    Dfa(Box<Scanner>),
+    /// The DFA gave up: the stage searches its held text on every push.
+    Blind,
+}
+
+/// The DFA's state over the text since the last reset point.
+pub(super) struct Scanner {
+    cache: hybrid::dfa::Cache,
+    state: LazyStateID,
+    /// Where the DFA has got to.
+    scanned: usize,
+    /// The DFA has seen a match since the last reset point.
+    matched: bool,
+}
+
+/// A deny stage found a match.
+pub(super) struct Matched;
+
+impl StageState {
+    pub(super) fn new(stage: &Stage) -> Self {
+        let mut state = StageState {
+            buffer: String::new(),
+            held_from: 0,
+            replacements: 0,
+            unchanged: 0,
+            lane_scanned: 0,
+            watching: Watching::Blind,
+        };
+        state.rewatch(stage, None);
+        state
+    }
+
+    #[inline]
+    pub(super) fn held(&self) -> &str {
+        &self.buffer[self.held_from..]
+    }
+
+    /// Starts watching again at `held_from`, over the held text; a DFA reuses `cache`.
+    pub(super) fn rewatch(&mut self, stage: &Stage, cache: Option<hybrid::dfa::Cache>) {
+        self.watching = match &stage.watch {
+            Watch::Literals { .. } => Watching::Literals {
+                search_from: self.held_from,
+                found: false,
+            },
+            Watch::Dfa(dfa) => {
+                let look_behind = self.buffer.as_bytes()[..self.held_from].last().copied();
+                let config = start::Config::new()
+                    .anchored(Anchored::No)
+                    .look_behind(look_behind);
+                let mut cache = cache.unwrap_or_else(|| dfa.create_cache());
+                match dfa.start_state(&mut cache, &config) {
+                    Ok(state) => Watching::Dfa(Box::new(Scanner {
+                        cache,
+                        state,
+                        scanned: self.held_from,
+                        matched: false,
+                    })),
+                    Err(_) => Watching::Blind,
+                }
+            }
+        };
+        self.watch(stage, false);
+    }
+
+    /// Runs the watch over the text it has not seen; with `end`, the text is complete.
+    pub(super) fn watch(&mut self, stage: &Stage, end: bool) {
+        let len = self.buffer.len();
+        match (&mut self.watching, &stage.watch) {
+            (
+                Watching::Literals {
+                    search_from,
+                    found: found @ false,
+                },
+                Watch::Literals { prefilter, longest },
+            ) if *search_from < len => {
+                let span = Span::from(*search_from..len);
+                match prefilter.find(self.buffer.as_bytes(), span) {
+                    Some(_) => *found = true,
+                    // An occurrence may start in the last `longest - 1` bytes and end in the
+                    // next push.
+                    None => *search_from = (len + 1).saturating_sub(*longest).max(*search_from),
+                }
+            }
+            (Watching::Dfa(scanner), Watch::Dfa(dfa)) => {
+                let gave_up = !scanner.step(dfa, &self.buffer, end);
+                if gave_up {
+                    self.watching = Watching::Blind;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Passes on to `out` what is final of the held text; with `end`, everything is final.
+    pub(super) fn advance(
+        &mut self,
+        stage: &Stage,
+        end: bool,
+        out: &mut Sink<'_>,
+    ) -> Result<(), Matched> {
+        self.watch(stage, end);
+        let len = self.buffer.len();
+        let horizon = if end {
+            len
+        } else {
+            self.buffer
+                .floor_char_boundary(len.saturating_sub(stage.window).max(self.held_from))
+        };
+        let clean = match &self.watching {
+            // No match can lie in the text seen since the last reset point: everything before
+            // the horizon is final.
+            Watching::Literals { found, .. } => !found,
+            Watching::Dfa(scanner) if !scanner.matched => true,
+            // The DFA saw a complete match: the whole text holds it too.
+            Watching::Dfa(_) if matches!(stage.action, StageAction::Deny { .. }) => {
+                return Err(Matched);
+            }
+            Watching::Dfa(_) | Watching::Blind => false,
+        };
+        if clean {
+            self.pass(horizon, out);
+            return Ok(());
+        }
+        let mut position = self.held_from;
+        while let Some(found) = stage.regex.find_at(&self.buffer, position) {
+            if found.start() >= horizon && !end {
+                break;
+            }
+            match &stage.action {
+                StageAction::Deny { .. } => return Err(Matched),
+                StageAction::Replace { replacement } => {
+                    out.pass(&self.buffer[position..found.start()]);
+                    out.replace(replacement);
+                    self.replacements += 1;
+                    position = found.end();
+                }
+            }
+            if end && position >= len {
+                break;
+            }
+        }
+        let cut = position.max(horizon);
+        out.pass(&self.buffer[position..cut]);
+        self.cut_at(cut);
+        let cache = match std::mem::replace(&mut self.watching, Watching::Blind) {
+            Watching::Dfa(scanner) => Some(scanner.cache),
+            Watching::Blind if matches!(stage.watch, Watch::Dfa(_)) => {
+                // The DFA gave up on this text; it stays given up.
+                return Ok(());
+            }
+            _ => None,
+        };
+        self.rewatch(stage, cache);
+        Ok(())
+    }
+
+    /// Passes the held text before `cut` on to `out`.
+    pub(super) fn pass(&mut self, cut: usize, out: &mut Sink<'_>) {
+        out.pass(&self.buffer[self.held_from..cut]);
+        self.cut_at(cut);
+    }
+
+    /// Marks the text before `cut` as passed, keeping one character before it as look-behind
+    /// context; compacts the buffer when enough passed text has piled up.
+    pub(super) fn cut_at(&mut self, cut: usize) {
+        self.held_from = cut;
+        if cut < COMPACT_AFTER {
+            return;
+        }
+        let keep_from = self.buffer[..cut]
+            .char_indices()
+            .next_back()
+            .map_or(cut, |(at, _)| at);
+        self.buffer.drain(..keep_from);
+        self.held_from -= keep_from;
+        match &mut self.watching {
+            Watching::Literals { search_from, .. } => {
+                *search_from = search_from.saturating_sub(keep_from);
+            }
+            Watching::Dfa(scanner) => scanner.scanned = scanner.scanned.saturating_sub(keep_from),
+            Watching::Blind => {}
+        }
+    }
+}
+
+/// Where a stage passes its text on: the next stage's buffer, or the released text.
+pub(super) struct Sink<'a> {
+    pub(super) text: &'a mut String,
+    /// The receiver's [`StageState::unchanged`].
+    pub(super) unchanged: &'a mut usize,
+}
+
+impl Sink<'_> {
+    /// Passes `text` on as it came.
+    pub(super) fn pass(&mut self, text: &str) {
+        self.text.push_str(text);
+        *self.unchanged = self.unchanged.saturating_add(text.len());
+    }
+
+    /// Passes a replacement on.
+    fn replace(&mut self, replacement: &str) {
+        self.text.push_str(replacement);
+        *self.unchanged = 0;
+    }
+}
+
+impl Scanner {
+    /// Steps the DFA over `text[scanned..]`; `false` when it gives up.
+    fn step(&mut self, dfa: &hybrid::dfa::DFA, text: &str, end: bool) -> bool {
+        if self.matched {
+            return true;
+        }
+        let mut state = self.state;
+        for &byte in &text.as_bytes()[self.scanned..] {
+            match dfa.next_state(&mut self.cache, state, byte) {
+                Ok(next) => state = next,
+                Err(_) => return false,
+            }
+            if state.is_tagged() {
+                if state.is_match() {
+                    self.matched = true;
+                    break;
+                }
+                if state.is_quit() {
+                    return false;
+                }
+            }
+        }
+        self.scanned = text.len();
+        if end && !self.matched {
+            match dfa.next_eoi_state(&mut self.cache, state) {
+                Ok(next) if next.is_match() => self.matched = true,
+                Ok(next) if next.is_quit() => return false,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        self.state = state;
+        true
+    }
+}

@@ -1,0 +1,137 @@
+//! The engine's modules depend on each other one way: plain data at the bottom, policies and
+//! sets on it, the engine on those, streaming on the engine. This test reads the sources and
+//! fails when a module uses one of its own layer or above (see `docs/architecture.md`).
+
+use std::path::Path;
+
+/// Each module and its layer; a module may use only modules of a lower layer.
+const LAYERS: &[(&str, u32)] = &[
+    ("time", 0),
+    ("timer", 0),
+    ("path", 0),
+    ("pattern", 0),
+    ("stream/report", 0),
+    ("context", 1),
+    ("decision", 1),
+    ("error", 2),
+    ("stream/rule", 3),
+    ("blocking", 3),
+    ("audit", 3),
+    ("policy", 4),
+    ("set", 5),
+    ("point", 6),
+    ("stream/plan", 6),
+    ("apply", 7),
+    ("stream/stage", 7),
+    ("unwind", 7),
+    ("engine", 8),
+    ("stream/guard", 9),
+    ("stream", 10),
+];
+
+/// Items defined at the crate root that any module may use.
+const ROOT_ITEMS: &[&str] = &["BoxFuture", "async_trait"];
+
+fn layer(module: &str) -> Option<u32> {
+    LAYERS
+        .iter()
+        .find(|(name, _)| *name == module)
+        .map(|(_, layer)| *layer)
+}
+
+/// The module a `crate::…` path names, from the text after `crate::`.
+fn module_of(path: &str) -> String {
+    let mut segments = path.split("::");
+    let first = segments.next().unwrap_or_default();
+    if first == "stream"
+        && let Some(second) = segments.next()
+        && layer(&format!("stream/{second}")).is_some()
+    {
+        return format!("stream/{second}");
+    }
+    first.to_owned()
+}
+
+/// The code of a file, without comments and without its test module.
+fn code(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    text.lines()
+        .map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn sources(dir: &Path, found: &mut Vec<(String, String)>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for entry in std::fs::read_dir(dir).expect("a readable source directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            sources(&path, found);
+            continue;
+        }
+        let relative = path
+            .strip_prefix(&root)
+            .expect("under src")
+            .with_extension("")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let module = relative
+            .strip_suffix("/mod")
+            .unwrap_or(&relative)
+            .to_owned();
+        let text = std::fs::read_to_string(&path).expect("a readable source file");
+        found.push((module, text));
+    }
+}
+
+#[test]
+fn modules_depend_on_lower_layers_only() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut problems = Vec::new();
+    for (module, text) in &files {
+        if module == "lib" {
+            continue;
+        }
+        let Some(own) = layer(module) else {
+            problems.push(format!("`{module}` has no layer in this test"));
+            continue;
+        };
+        let code = code(text);
+        for (at, _) in code.match_indices("crate::") {
+            let rest = &code[at + "crate::".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(rest.len());
+            let path = rest[..end].trim_end_matches(':');
+            if path.starts_with('{') || path.is_empty() {
+                problems.push(format!("`{module}` imports a group from the crate root"));
+                continue;
+            }
+            if ROOT_ITEMS.contains(&path.split("::").next().unwrap_or_default()) {
+                continue;
+            }
+            let used = module_of(path);
+            match layer(&used) {
+                Some(theirs) if theirs < own => {}
+                Some(_) if used == *module => {}
+                Some(theirs) => problems.push(format!(
+                    "`{module}` (layer {own}) uses `crate::{path}` of `{used}` (layer {theirs})"
+                )),
+                None => problems.push(format!(
+                    "`{module}` uses `crate::{path}`: name the module it comes from"
+                )),
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
