@@ -116,6 +116,11 @@ impl EvaluateServer {
         self.running.connections_accepted()
     }
 
+    /// The most requests the server had in flight at once so far.
+    pub fn peak_in_flight(&self) -> usize {
+        self.running.peak_in_flight()
+    }
+
     /// Stops the server and closes the connections still open.
     pub async fn shutdown(self) {
         self.running.shutdown().await;

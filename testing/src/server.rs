@@ -98,6 +98,10 @@ pub(crate) type Handler = Arc<dyn Fn(RecordedRequest) -> HandlerFuture + Send + 
 #[derive(Default)]
 struct Stats {
     connections: AtomicUsize,
+    /// Requests whose handler has started and whose response has not been produced yet.
+    in_flight: AtomicUsize,
+    /// The most requests ever in flight at once.
+    peak_in_flight: AtomicUsize,
     requests: Mutex<Vec<RecordedRequest>>,
 }
 
@@ -153,6 +157,12 @@ impl Running {
         self.stats.connections.load(Ordering::SeqCst)
     }
 
+    /// The most requests the server had in flight at once (from the first byte read to the
+    /// response produced).
+    pub(crate) fn peak_in_flight(&self) -> usize {
+        self.stats.peak_in_flight.load(Ordering::SeqCst)
+    }
+
     pub(crate) async fn shutdown(mut self) {
         self.accept_loop.abort();
         // The loop owns the connections: once it is gone, so are they. Its result can only be
@@ -187,6 +197,7 @@ async fn accept_loop(listener: TcpListener, handler: Handler, stats: Arc<Stats>)
                         let handler = Arc::clone(&handler);
                         let stats = Arc::clone(&stats);
                         async move {
+                            let _in_flight = InFlight::enter(&stats);
                             let recorded = record(request).await;
                             stats
                                 .requests
@@ -205,6 +216,24 @@ async fn accept_loop(listener: TcpListener, handler: Handler, stats: Arc<Stats>)
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
+    }
+}
+
+/// Counts one request in flight while it lives (a handler dropped half-way, when its
+/// connection is cut, leaves too).
+struct InFlight<'a>(&'a Stats);
+
+impl<'a> InFlight<'a> {
+    fn enter(stats: &'a Stats) -> InFlight<'a> {
+        let now = stats.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        stats.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(stats)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -20,7 +20,8 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// How many requests one connection pool has in flight at most, unless
 /// [`ClientOptions::max_connections`] says otherwise: 64. Further requests wait for a free slot
-/// (within their time-out), so a burst of evaluations never opens more connections than this.
+/// (within their time-out), so a burst of evaluations keeps at most this many requests open at
+/// the service (a connection on its way back to the pool can make a new one open meanwhile).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 
 /// Where a remote policy service is and how to talk to it.
@@ -139,7 +140,9 @@ impl ClientOptions {
 
     /// How many requests the options' pool has in flight at most (at least 1); further
     /// requests wait for one to finish, and the wait counts against their time-out. A burst of
-    /// concurrent evaluations thus opens at most this many connections to the service.
+    /// concurrent evaluations thus has at most this many requests open at the service. Finished
+    /// connections are reused, though one still on its way back to the pool when the next
+    /// request starts can make that request open a new one.
     pub fn max_connections(mut self, max_connections: usize) -> ClientOptions {
         self.max_connections = max_connections.max(1);
         self.pool = Arc::default();
