@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
+use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
     PaginatedRequestParams, Tool,
 };
 use rmcp::service::{Peer, RoleClient, ServiceError};
-use rmcp::ErrorData;
 
 use crate::guard::{CallCheck, ToolGuard};
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use portcullis_engine::apply::apply_decision;
 use portcullis_engine::error::DENIED_WITHOUT_REASON;
 use portcullis_engine::{
-    EngineError, Message, Metadata, OutputContext, PolicyDecision, PolicyDenialError,
-    PolicyEngine, ToolCallContext,
+    EngineError, Message, Metadata, OutputContext, PolicyDecision, PolicyDenialError, PolicyEngine,
+    ToolCallContext,
 };
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, Tool};
 use serde_json::{Map, Value, json};

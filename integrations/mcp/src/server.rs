@@ -8,7 +8,9 @@ use rmcp::model::{
     ReadResourceResponse, ServerCapabilities, ServerConfig, ServerResult, SubscribeRequestParams,
     UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext, RoleClient, RoleServer, ServiceError};
+use rmcp::service::{
+    NotificationContext, Peer, RequestContext, RoleClient, RoleServer, ServiceError,
+};
 use rmcp::{ErrorData, ServerHandler};
 
 use crate::client::GuardedClient;
@@ -77,12 +79,16 @@ fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
         // The upstream's own protocol error (an unknown prompt, invalid params): the client
         // reads it as the upstream wrote it.
         ServiceError::McpError(error) => error,
-        ServiceError::TransportClosed | ServiceError::TransportSend(_) => ErrorData::internal_error(
-            format!("{method}: the upstream MCP server is not connected ({error})"),
-            None,
-        ),
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+            ErrorData::internal_error(
+                format!("{method}: the upstream MCP server is not connected ({error})"),
+                None,
+            )
+        }
         ServiceError::UnexpectedResponse => ErrorData::internal_error(
-            format!("{method}: the upstream MCP server answered with something that is not a valid response"),
+            format!(
+                "{method}: the upstream MCP server answered with something that is not a valid response"
+            ),
             None,
         ),
         other => ErrorData::internal_error(
@@ -218,8 +224,11 @@ impl ServerHandler for GuardedServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.forward("resources/read", self.upstream().read_resource_once(request))
-            .await
+        self.forward(
+            "resources/read",
+            self.upstream().read_resource_once(request),
+        )
+        .await
     }
 
     #[allow(deprecated)]
@@ -238,8 +247,11 @@ impl ServerHandler for GuardedServer {
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.forward("resources/unsubscribe", self.upstream().unsubscribe(request))
-            .await
+        self.forward(
+            "resources/unsubscribe",
+            self.upstream().unsubscribe(request),
+        )
+        .await
     }
 
     async fn on_custom_request(

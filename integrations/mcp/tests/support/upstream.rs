@@ -1,14 +1,16 @@
 //! The scripted upstream MCP server the tests put behind the guard: a few tools, one
 //! resource, one prompt, and a record of every tool call it received.
 
+#![allow(unreachable_pub)]
+
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
     GetPromptResponse, GetPromptResult, JsonObject, ListPromptsResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role,
-    ServerCapabilities, ServerConfig, Tool,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -30,7 +32,10 @@ pub struct Upstream {
 impl Upstream {
     /// Every tool call received, in order: the tool's name and arguments.
     pub fn calls(&self) -> Vec<(String, Option<JsonObject>)> {
-        self.calls.lock().map(|calls| calls.clone()).unwrap_or_default()
+        self.calls
+            .lock()
+            .map(|calls| calls.clone())
+            .unwrap_or_default()
     }
 
     /// How many calls of `name` were received.
@@ -72,7 +77,10 @@ impl ServerHandler for Upstream {
         Ok(ListToolsResult::with_all_items(vec![
             tool("send_email", "Sends an email."),
             tool("read_file", "Reads a file."),
-            tool("lookup_employee", "Looks an employee up, with structured content."),
+            tool(
+                "lookup_employee",
+                "Looks an employee up, with structured content.",
+            ),
             tool("launch_status", "Reports the launch status."),
             tool("search", "Searches; echoes its arguments."),
             tool("delete_database", "Deletes the database."),
@@ -105,6 +113,10 @@ impl ServerHandler for Upstream {
             }
             "launch_status" => text("All systems nominal; the launch codes are 0000."),
             "search" | "secret_tool" | "delete_database" => text(arguments.to_string()),
+            // The process dies in the middle of the call: only when started for that.
+            "exit" if std::env::var_os("SCRIPTED_UPSTREAM_EXIT_TOOL").is_some() => {
+                std::process::exit(3)
+            }
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("no tool named {other}"),
@@ -131,9 +143,12 @@ impl ServerHandler for Upstream {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(vec![
-            ResourceContents::text(format!("the notes at {}", request.uri), request.uri),
-        ])))
+        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
+            vec![ResourceContents::text(
+                format!("the notes at {}", request.uri),
+                request.uri,
+            )],
+        )))
     }
 
     async fn list_prompts(
