@@ -63,7 +63,8 @@
 //!
 //! # Transports
 //!
-//! The guard works over any rmcp transport. The features `transport-child-process`,
+//! The guard works over any rmcp transport. The features `transport-io` (this process's
+//! stdio), `transport-child-process`,
 //! `transport-streamable-http-client` (reqwest, without a TLS stack: the application's own
 //! `rmcp` or `reqwest` dependency chooses one) and `transport-streamable-http-server` turn
 //! on rmcp's transports of the same names for applications that let this crate choose.
