@@ -289,7 +289,40 @@ async fn streamable_http_on_both_sides() -> Result<(), TestError> {
     let client = guard_http.client().await?;
     tool_scenario(client.peer(), &upstream, &audit).await?;
     pass_through_scenario(client.peer()).await?;
+
+    // Malformed JSON-RPC bodies get an HTTP error; the guard keeps serving its sessions.
+    for body in [
+        "{\"jsonrpc\": \"2.0\", \"id\": 1, \"method",
+        "[1, 2, 3]",
+        "\"tools/call\"",
+    ] {
+        let status = raw_post(guard_http.address, body).await?;
+        assert!((400..500).contains(&status), "{body}: HTTP {status}");
+    }
+    let record = client
+        .call_tool(params("read_file", json!({"path": "/hr/jane"})))
+        .await?;
+    assert_eq!(texts(&record), ["Employee: Jane Roe\nSSN: [REDACTED]"]);
     Ok(())
+}
+
+/// Posts `body` to `/mcp` as an MCP client would, over a plain TCP connection; returns the
+/// HTTP status.
+async fn raw_post(address: std::net::SocketAddr, body: &str) -> Result<u16, TestError> {
+    let mut stream = tokio::net::TcpStream::connect(address).await?;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut lines = BufReader::new(stream).lines();
+    let status_line = lines.next_line().await?.ok_or("no HTTP answer")?;
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("not an HTTP status line: {status_line}"))?;
+    Ok(status)
 }
 
 fn scripted_upstream_command() -> Result<tokio::process::Command, TestError> {
@@ -455,6 +488,89 @@ async fn upstream_answering_garbage() -> Result<(), TestError> {
         .call_tool(params("delete_database", json!({})))
         .await?;
     assert_eq!(refused.is_error, Some(true));
+    Ok(())
+}
+
+/// Fails every evaluation, for the fail-closed checks.
+#[derive(Debug, Clone, Copy)]
+struct Broken;
+
+#[portcullis_engine::async_trait]
+impl portcullis_engine::ToolCallPolicy for Broken {
+    fn id(&self) -> &str {
+        "broken"
+    }
+
+    async fn evaluate(
+        &self,
+        _: &portcullis_engine::ToolCallContext,
+    ) -> Result<portcullis_engine::PolicyDecision, portcullis_engine::BoxError> {
+        Err("the policy server is down".into())
+    }
+}
+
+#[portcullis_engine::async_trait]
+impl portcullis_engine::OutputPolicy for Broken {
+    fn id(&self) -> &str {
+        "broken"
+    }
+
+    async fn evaluate(
+        &self,
+        _: &portcullis_engine::OutputContext,
+    ) -> Result<portcullis_engine::PolicyDecision, portcullis_engine::BoxError> {
+        Err("the policy server is down".into())
+    }
+}
+
+#[tokio::test]
+async fn policies_that_cannot_be_evaluated_fail_closed() -> Result<(), TestError> {
+    let upstream = Upstream::default();
+    let (client, _server) = connect_in_process(upstream.clone()).await?;
+    let connect = |set| {
+        let engine = portcullis_engine::PolicyEngine::builder()
+            .policy_set(set)
+            .build();
+        GuardedClient::new(
+            client.peer().clone(),
+            tool_guard(&std::sync::Arc::new(engine)),
+        )
+    };
+
+    // A broken tool-call policy: no tool is listed, no call goes upstream.
+    let guarded = connect(
+        portcullis_engine::PolicySet::builder()
+            .tool_call(Broken)
+            .build(),
+    );
+    assert!(guarded.list_all_tools().await?.is_empty());
+    let refused = guarded
+        .call("read_file", json!({"path": "/hr/jane"}))
+        .await?;
+    assert_eq!(refused.is_error, Some(true));
+    assert!(
+        texts(&refused)[0].contains("could not be evaluated"),
+        "{:?}",
+        texts(&refused)
+    );
+    assert!(
+        denial(&refused).is_none(),
+        "an evaluation error is not a denial"
+    );
+    assert_eq!(upstream.count("read_file"), 0);
+
+    // A broken output policy: the tool runs, its result is withheld.
+    let guarded = connect(
+        portcullis_engine::PolicySet::builder()
+            .output(Broken)
+            .build(),
+    );
+    let withheld = guarded
+        .call("read_file", json!({"path": "/hr/jane"}))
+        .await?;
+    assert_eq!(upstream.count("read_file"), 1);
+    assert_eq!(withheld.is_error, Some(true));
+    assert!(!texts(&withheld).join("\n").contains("123-45-6789"));
     Ok(())
 }
 
