@@ -80,22 +80,25 @@ impl ToolGuard {
     /// denial, or a policy that could not be evaluated, refuses the call with an error
     /// result that names the policy and the reason.
     pub async fn check_call(&self, mut params: CallToolRequestParams) -> CallCheck {
-        let arguments = params.arguments.clone().unwrap_or_default();
+        let calling_message = Message::assistant(describe_call(&params));
+        let had_arguments = params.arguments.is_some();
         let context = ToolCallContext::new(
             params.name.as_ref(),
-            arguments,
-            Message::assistant(describe_call(&params)),
+            params.arguments.take().unwrap_or_default(),
+            calling_message,
             self.metadata("tools/call"),
         );
-        match self.engine.evaluate_tool_call(&context).await {
-            Ok(evaluation) => {
-                if evaluation.is_modified() {
-                    params.arguments = Some(evaluation.into_context().arguments);
-                }
-                CallCheck::Proceed(params)
-            }
-            Err(error) => CallCheck::Refused(refusal(&params.name, &error)),
-        }
+        let changed = match self.engine.evaluate_tool_call(&context).await {
+            Ok(evaluation) => evaluation
+                .is_modified()
+                .then(|| evaluation.into_context().arguments),
+            Err(error) => return CallCheck::Refused(refusal(&params.name, &error)),
+        };
+        params.arguments = match changed {
+            Some(arguments) => Some(arguments),
+            None => had_arguments.then_some(context.arguments),
+        };
+        CallCheck::Proceed(params)
     }
 
     /// Keeps the tools whose call with empty arguments the tool-call policies allow (with
@@ -147,7 +150,8 @@ impl ToolGuard {
                 )
             })
             .collect();
-        match apply_to_result(result, &context.metadata, &changes) {
+        let cleared = &evaluation.context().response.content;
+        match apply_to_result(result, &context.metadata, &changes, cleared) {
             Ok(result) => result,
             Err(problem) => refused_result(
                 "portcullis-mcp",
@@ -168,7 +172,7 @@ fn describe_call(params: &CallToolRequestParams) -> String {
         Some(arguments) => format!(
             "Call tool \"{}\" with arguments {}.",
             params.name,
-            Value::Object(arguments.clone())
+            serde_json::to_string(arguments).unwrap_or_default()
         ),
         None => format!("Call tool \"{}\" without arguments.", params.name),
     }
@@ -192,10 +196,16 @@ fn result_text(result: &CallToolResult) -> String {
 }
 
 /// Applies `changes` to each text block and each string of `structuredContent`.
+///
+/// When the text blocks so changed do not join into `cleared` (the text the policies
+/// returned: a pattern matched across two blocks, a mask or an append applied once to the
+/// whole), they are replaced by one text block holding `cleared`, where the first was: the
+/// client never reads text the policies have not cleared.
 fn apply_to_result(
     mut result: CallToolResult,
     metadata: &Metadata,
     changes: &[&PolicyDecision],
+    cleared: &str,
 ) -> Result<CallToolResult, String> {
     let rewrite = |text: &mut String| -> Result<(), String> {
         let mut context =
@@ -214,6 +224,18 @@ fn apply_to_result(
         if let ContentBlock::Text(text) = block {
             rewrite(&mut text.text)?;
         }
+    }
+    if result_text(&result) != cleared {
+        let mut first = true;
+        result.content.retain_mut(|block| match block {
+            ContentBlock::Text(text) if first => {
+                first = false;
+                cleared.clone_into(&mut text.text);
+                true
+            }
+            ContentBlock::Text(_) => false,
+            _ => true,
+        });
     }
     if let Some(structured) = &mut result.structured_content {
         rewrite_strings(structured, &rewrite)?;
@@ -315,4 +337,67 @@ pub fn denial(result: &CallToolResult) -> Option<PolicyDenialError> {
         .filter(|reason| !reason.is_empty())
         .map(str::to_owned);
     Some(PolicyDenialError::new(policy_id, point, reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use portcullis_engine::{BoxError, OutputPolicy, PolicySet, Redaction, async_trait};
+
+    use super::*;
+
+    struct Redact(Redaction);
+
+    #[async_trait]
+    impl OutputPolicy for Redact {
+        fn id(&self) -> &str {
+            "redact"
+        }
+
+        async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, BoxError> {
+            Ok(PolicyDecision::redact([self.0.clone()]))
+        }
+    }
+
+    fn engine(redaction: Redaction) -> PolicyEngine {
+        PolicyEngine::builder()
+            .policy_set(PolicySet::builder().output(Redact(redaction)).build())
+            .build()
+    }
+
+    fn blocks(texts: &[&str]) -> CallToolResult {
+        let mut content: Vec<ContentBlock> = texts.iter().map(|t| ContentBlock::text(*t)).collect();
+        content.insert(1, ContentBlock::image("aGk=", "image/png"));
+        CallToolResult::success(content)
+    }
+
+    fn texts(result: &CallToolResult) -> Vec<&str> {
+        result
+            .content
+            .iter()
+            .filter_map(|block| block.as_text().map(|text| text.text.as_str()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_match_within_blocks_is_redacted_block_by_block() {
+        let guard = ToolGuard::new(engine(Redaction::replace("response.content", r"\d{3}")));
+        let result = guard.check_result("t", blocks(&["a 123", "b 456"])).await;
+        assert_eq!(texts(&result), ["a [REDACTED]", "b [REDACTED]"]);
+        assert_eq!(result.content.len(), 3, "the image stays");
+    }
+
+    #[tokio::test]
+    async fn a_match_across_blocks_leaves_only_cleared_text() {
+        let guard = ToolGuard::new(engine(Redaction::replace("response.content", r"12\n34")));
+        let result = guard.check_result("t", blocks(&["a 12", "34 b"])).await;
+        assert_eq!(texts(&result), ["a [REDACTED] b"]);
+        assert_eq!(result.content.len(), 2, "the image stays");
+    }
+
+    #[tokio::test]
+    async fn a_mask_masks_the_whole_text_once() {
+        let guard = ToolGuard::new(engine(Redaction::mask("response.content")));
+        let result = guard.check_result("t", blocks(&["a", "b"])).await;
+        assert_eq!(texts(&result), ["[REDACTED]"]);
+    }
 }

@@ -31,11 +31,25 @@
 //! tool it does not have, or hides one a client calls anyway, gets no call past the
 //! policies.
 //!
+//! The output policies see text: image, audio and resource blocks of a result pass as they
+//! are. Their changes are applied block by block, so a result keeps its blocks; when the
+//! blocks so changed would not join into the text the policies cleared (a pattern that
+//! spans two blocks, a mask of the whole text), the text blocks are replaced by one block
+//! holding the cleared text.
+//!
 //! The checks apply to tools. Other requests (prompts, resources, completion) pass through
 //! unchanged, and so do requests for more input (`InputRequired`) that an upstream sends
 //! back to the client. Tasks, whose results would arrive past the output policies, are
 //! refused. Requests the upstream makes of the client (sampling, elicitation, roots) and
 //! its notifications are not relayed by [`GuardedServer`].
+//!
+//! # Approvals
+//!
+//! The engine does not ask a person yet. A policy outcome other than proceeding or a denial
+//! refuses the call like an evaluation error; once the engine reports escalations, the
+//! server form will ask the person through the client (MCP elicitation, when the client
+//! supports it) in [`GuardedServer`]'s `tools/call`, where the client's connection is at
+//! hand, and the client form will report them to the application.
 //!
 //! # Example
 //!
