@@ -106,7 +106,7 @@ pub fn engine() -> (Arc<PolicyEngine>, Audit) {
     let engine = PolicyEngine::builder()
         .policy_set(set)
         .on_audit(move |record: &portcullis_engine::AuditRecord| {
-            let context = serde_json::to_value(&record.context).unwrap_or(Value::Null);
+            let context = serde_json::to_value(record.context).unwrap_or(Value::Null);
             if let Ok(mut list) = records.0.lock() {
                 list.push((record.interception_point.as_str().to_owned(), context));
             }

@@ -22,16 +22,19 @@ pub const RECORD: &str = "Employee: Jane Roe\nSSN: 123-45-6789";
 /// The server's instructions, which the guard's clients must see unchanged.
 pub const INSTRUCTIONS: &str = "A scripted upstream for the portcullis-mcp tests.";
 
+/// One tool call as the upstream received it: the tool's name and arguments.
+pub type Call = (String, Option<JsonObject>);
+
 /// The scripted upstream; clones share the record of calls.
 #[derive(Debug, Clone, Default)]
 pub struct Upstream {
-    calls: Arc<Mutex<Vec<(String, Option<JsonObject>)>>>,
+    calls: Arc<Mutex<Vec<Call>>>,
 }
 
 #[allow(dead_code)]
 impl Upstream {
     /// Every tool call received, in order: the tool's name and arguments.
-    pub fn calls(&self) -> Vec<(String, Option<JsonObject>)> {
+    pub fn calls(&self) -> Vec<Call> {
         self.calls
             .lock()
             .map(|calls| calls.clone())
