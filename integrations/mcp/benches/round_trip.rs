@@ -64,7 +64,7 @@ async fn over_http() -> Result<Setup, TestError> {
     let upstream = HttpServer::start(Upstream::default()).await?;
     let direct = upstream.client().await?;
     let upstream_client = upstream.client().await?;
-    let guard = HttpServer::start(GuardedServer::new(
+    let guard = HttpServer::guard(GuardedServer::new(
         upstream_client.peer().clone(),
         tool_guard(&engine),
     ))

@@ -34,6 +34,7 @@ pub struct ToolGuard {
 
 /// What the tool-call check decided.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum CallCheck {
     /// Send this request upstream (its arguments as the policies left them).
     Proceed(CallToolRequestParams),

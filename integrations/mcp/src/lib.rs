@@ -7,7 +7,8 @@
 //! - [`GuardedServer`]: an MCP server (an rmcp [`ServerHandler`]) in front of an upstream
 //!   MCP server reached through an rmcp client connection (a child process on stdio,
 //!   streamable HTTP, any transport). Any MCP client pointed at it is guarded; served on
-//!   stdio or streamable HTTP, it is what `portcullis proxy mcp` runs.
+//!   stdio or streamable HTTP ([`GuardedServer::streamable_http_service`]), it is what
+//!   `portcullis proxy mcp` runs.
 //! - [`GuardedClient`]: for Rust agents that use an rmcp client themselves, the same checks
 //!   on `call_tool` and `list_tools`.
 //!
@@ -77,11 +78,11 @@
 //!
 //! # Transports
 //!
-//! The guard works over any rmcp transport. The features `transport-io` (this process's
-//! stdio), `transport-child-process`,
-//! `transport-streamable-http-client` (reqwest, without a TLS stack: the application's own
-//! `rmcp` or `reqwest` dependency chooses one) and `transport-streamable-http-server` turn
-//! on rmcp's transports of the same names for applications that let this crate choose.
+//! The guard works over any rmcp transport. [`GuardedServer::streamable_http_service`]
+//! serves it on streamable HTTP. The features `transport-io` (this process's stdio),
+//! `transport-child-process` and `transport-streamable-http-client` (reqwest, without a TLS
+//! stack: the application's own `rmcp` or `reqwest` dependency chooses one) turn on rmcp's
+//! transports of those names for applications that let this crate choose.
 //!
 //! The crate's tests run an rmcp server and an rmcp client on both sides of the guard,
 //! over in-process pipes, over streamable HTTP on 127.0.0.1, and with the upstream as a

@@ -52,6 +52,33 @@ impl GuardedServer {
         GuardedServer { client }
     }
 
+    /// A tower service serving this guard on streamable HTTP, one clone per session
+    /// (mount it at the MCP endpoint's path: `/mcp` by convention). Sessions live in memory.
+    ///
+    /// ```no_run
+    /// # fn run(guarded: portcullis_mcp::GuardedServer) {
+    /// use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+    ///
+    /// let service = guarded.streamable_http_service(StreamableHttpServerConfig::default());
+    /// // Serve `service` with hyper (hyper_util::service::TowerToHyperService) or mount it
+    /// // in an axum router.
+    /// # drop(service);
+    /// # }
+    /// ```
+    pub fn streamable_http_service(
+        self,
+        config: rmcp::transport::streamable_http_server::StreamableHttpServerConfig,
+    ) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+        GuardedServer,
+        rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+    > {
+        rmcp::transport::streamable_http_server::StreamableHttpService::new(
+            move || Ok(self.clone()),
+            std::sync::Arc::default(),
+            config,
+        )
+    }
+
     /// The guarded upstream connection.
     pub fn client(&self) -> &GuardedClient {
         &self.client

@@ -285,7 +285,7 @@ async fn streamable_http_on_both_sides() -> Result<(), TestError> {
     let upstream_http = HttpServer::start(upstream.clone()).await?;
     let upstream_client = upstream_http.client().await?;
     let guarded = GuardedServer::new(upstream_client.peer().clone(), tool_guard(&engine));
-    let guard_http = HttpServer::start(guarded).await?;
+    let guard_http = HttpServer::guard(guarded).await?;
     let client = guard_http.client().await?;
     tool_scenario(client.peer(), &upstream, &audit).await?;
     pass_through_scenario(client.peer()).await?;

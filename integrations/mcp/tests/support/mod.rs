@@ -184,11 +184,23 @@ pub struct HttpServer {
 impl HttpServer {
     /// Serves a clone of `handler` per session.
     pub async fn start<S: ServerHandler + Clone>(handler: S) -> Result<HttpServer, TestError> {
-        let service = StreamableHttpService::new(
+        HttpServer::serve(StreamableHttpService::new(
             move || Ok(handler.clone()),
             Arc::new(LocalSessionManager::default()),
             StreamableHttpServerConfig::default(),
-        );
+        ))
+        .await
+    }
+
+    /// Serves the guard through [`GuardedServer::streamable_http_service`].
+    pub async fn guard(guarded: GuardedServer) -> Result<HttpServer, TestError> {
+        HttpServer::serve(guarded.streamable_http_service(StreamableHttpServerConfig::default()))
+            .await
+    }
+
+    async fn serve<S: ServerHandler>(
+        service: StreamableHttpService<S, LocalSessionManager>,
+    ) -> Result<HttpServer, TestError> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let accept = tokio::spawn(async move {
