@@ -1,5 +1,8 @@
 //! The client form: a guarded view of an rmcp client connection.
 
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::ErrorData;
@@ -7,7 +10,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
     PaginatedRequestParams, Tool,
 };
-use rmcp::service::{Peer, RoleClient, ServiceError};
+use rmcp::service::{Peer, RoleClient, RunningService, Service, ServiceError};
 
 use crate::guard::{CallCheck, ToolGuard};
 
@@ -28,8 +31,7 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(300);
 /// use rmcp::{ServiceExt, model::CallToolRequestParams};
 ///
 /// # let transport = rmcp::transport::async_rw::AsyncRwTransport::new_client(tokio::io::empty(), tokio::io::sink());
-/// let client = ().serve(transport).await?;
-/// let guarded = GuardedClient::new(client.peer().clone(), ToolGuard::new(engine));
+/// let guarded = GuardedClient::from_running(().serve(transport).await?, ToolGuard::new(engine));
 /// let result = guarded.call_tool(CallToolRequestParams::new("read_file")).await?;
 /// if let Some(denial) = portcullis_mcp::denial(&result) {
 ///     eprintln!("refused by {}", denial.policy_id());
@@ -37,21 +39,49 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(300);
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GuardedClient {
     peer: Peer<RoleClient>,
     guard: ToolGuard,
     timeout: Duration,
+    /// The running connection, when the guard owns it: dropping an rmcp `RunningService`
+    /// closes its connection.
+    connection: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for GuardedClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardedClient")
+            .field("peer", &self.peer)
+            .field("guard", &self.guard)
+            .field("timeout", &self.timeout)
+            .field("owns_connection", &self.connection.is_some())
+            .finish()
+    }
 }
 
 impl GuardedClient {
-    /// Guards the connection `peer` (`RunningService::peer().clone()`) with `guard`.
+    /// Guards the connection `peer` (`RunningService::peer().clone()`) with `guard`. The
+    /// caller keeps the `RunningService` alive: dropping it closes the connection (see
+    /// [`from_running`](Self::from_running)).
     pub fn new(peer: Peer<RoleClient>, guard: ToolGuard) -> Self {
         GuardedClient {
             peer,
             guard,
             timeout: DEFAULT_UPSTREAM_TIMEOUT,
+            connection: None,
         }
+    }
+
+    /// Guards the running connection `connection` with `guard`, and keeps it open as long as
+    /// this client or a clone of it lives.
+    pub fn from_running<S: Service<RoleClient>>(
+        connection: RunningService<RoleClient, S>,
+        guard: ToolGuard,
+    ) -> Self {
+        let mut client = GuardedClient::new(connection.peer().clone(), guard);
+        client.connection = Some(Arc::new(connection));
+        client
     }
 
     /// How long to wait for the server's answer to one request (default

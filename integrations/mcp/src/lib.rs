@@ -64,10 +64,7 @@
 //! // The upstream: any rmcp client connection (here a child process on stdio).
 //! # let upstream_transport = rmcp::transport::async_rw::AsyncRwTransport::new_client(tokio::io::empty(), tokio::io::sink());
 //! let upstream = ().serve(upstream_transport).await?;
-//! let guarded = GuardedServer::new(
-//!     upstream.peer().clone(),
-//!     ToolGuard::new(engine).agent_id("ide-assistant"),
-//! );
+//! let guarded = GuardedServer::from_running(upstream, ToolGuard::new(engine).agent_id("ide-assistant"));
 //! // Serve the guarded server to the real client, on stdio.
 //! # let client_transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(tokio::io::empty(), tokio::io::sink());
 //! let running = guarded.serve(client_transport).await?;

@@ -9,7 +9,8 @@ use rmcp::model::{
     UnsubscribeRequestParams,
 };
 use rmcp::service::{
-    NotificationContext, Peer, RequestContext, RoleClient, RoleServer, ServiceError,
+    NotificationContext, Peer, RequestContext, RoleClient, RoleServer, RunningService, Service,
+    ServiceError,
 };
 use rmcp::{ErrorData, ServerHandler};
 
@@ -41,9 +42,20 @@ pub struct GuardedServer {
 
 impl GuardedServer {
     /// A server in front of the upstream connection `upstream` (an initialized rmcp client:
-    /// `RunningService::peer().clone()`), guarded by `guard`.
+    /// `RunningService::peer().clone()`), guarded by `guard`. The caller keeps the
+    /// `RunningService` alive (see [`from_running`](Self::from_running)).
     pub fn new(upstream: Peer<RoleClient>, guard: ToolGuard) -> Self {
         GuardedServer::from_client(GuardedClient::new(upstream, guard))
+    }
+
+    /// A server in front of the running upstream connection `upstream` (an initialized rmcp
+    /// client), guarded by `guard`; the connection stays open as long as the server (or a
+    /// clone of it: one per HTTP session) lives.
+    pub fn from_running<S: Service<RoleClient>>(
+        upstream: RunningService<RoleClient, S>,
+        guard: ToolGuard,
+    ) -> Self {
+        GuardedServer::from_client(GuardedClient::from_running(upstream, guard))
     }
 
     /// A server over a guarded client (to share its settings, such as the upstream

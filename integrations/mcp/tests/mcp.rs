@@ -346,8 +346,11 @@ async fn stdio_child_process_upstream() -> Result<(), TestError> {
     let (engine, _audit) = engine();
     let mut command = scripted_upstream_command()?;
     command.env("SCRIPTED_UPSTREAM_EXIT_TOOL", "1");
-    let upstream_client = ().serve(TokioChildProcess::new(command)?).await?;
-    let guarded = GuardedServer::new(upstream_client.peer().clone(), tool_guard(&engine));
+    // The guard owns the connection: no other handle keeps it open.
+    let guarded = GuardedServer::from_running(
+        ().serve(TokioChildProcess::new(command)?).await?,
+        tool_guard(&engine),
+    );
     let (client, _guard) = connect_in_process(guarded).await?;
 
     let names: Vec<String> = client
