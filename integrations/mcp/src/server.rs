@@ -26,6 +26,7 @@ use crate::guard::{CallCheck, ToolGuard};
 /// - `tools/call` goes through the tool-call policies, then upstream, then the output
 ///   policies ([`GuardedClient::call_tool_once`]); a refusal is a tool result with
 ///   `isError: true` and the reason, and the upstream is not called.
+///   A call the client cancels is cancelled upstream too.
 /// - `tools/list` hides the tools the policies would refuse.
 /// - `initialize` answers with the upstream's server info, instructions and capabilities
 ///   (without the tasks extension, which would let results skip the output policies).
@@ -110,6 +111,23 @@ impl GuardedServer {
             .await
             .map_err(|error| upstream_error(method, error))
     }
+
+    /// [`forward`](Self::forward), given up when the client cancels its request: the
+    /// upstream request is dropped, and rmcp tells the upstream it is cancelled.
+    async fn forward_cancellable<T>(
+        &self,
+        method: &str,
+        cancelled: impl Future<Output = ()>,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ErrorData> {
+        tokio::select! {
+            answer = self.forward(method, request) => answer,
+            () = cancelled => Err(ErrorData::internal_error(
+                format!("{method}: the client cancelled the request"),
+                None,
+            )),
+        }
+    }
 }
 
 /// The error a client receives when the upstream could not answer `method`.
@@ -161,10 +179,10 @@ impl ServerHandler for GuardedServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         // The seam for approvals: a call the policies escalate will be asked of the person
-        // through `_context.peer` (MCP elicitation) when the client supports it.
+        // through `context.peer` (MCP elicitation) when the client supports it.
         let guard = self.client.guard();
         let params = match guard.check_call(request).await {
             CallCheck::Proceed(params) => params,
@@ -172,7 +190,11 @@ impl ServerHandler for GuardedServer {
         };
         let name = params.name.clone();
         match self
-            .forward("tools/call", self.upstream().call_tool_once(params))
+            .forward_cancellable(
+                "tools/call",
+                context.ct.cancelled(),
+                self.upstream().call_tool_once(params),
+            )
             .await?
         {
             CallToolResponse::Complete(result) => Ok(CallToolResponse::Complete(

@@ -425,6 +425,35 @@ async fn upstream_dying_mid_session() -> Result<(), TestError> {
     Ok(())
 }
 
+#[tokio::test]
+async fn a_cancelled_call_is_cancelled_upstream() -> Result<(), TestError> {
+    let setup = InProcess::start().await?;
+    // Dropping the call's future makes rmcp send `notifications/cancelled`.
+    let call = setup.client.call_tool(params("slow", json!({})));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), call)
+            .await
+            .is_err()
+    );
+    let mut waited = Duration::ZERO;
+    while setup.upstream.cancelled() == 0 {
+        assert!(
+            waited < Duration::from_secs(10),
+            "the upstream call was not cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += Duration::from_millis(20);
+    }
+    assert_eq!(setup.upstream.count("slow"), 1);
+    // The guard goes on serving.
+    let record = setup
+        .client
+        .call_tool(params("read_file", json!({"path": "/hr/jane"})))
+        .await?;
+    assert_eq!(texts(&record), ["Employee: Jane Roe\nSSN: [REDACTED]"]);
+    Ok(())
+}
+
 /// An upstream that answers `initialize` properly, then garbage to everything.
 async fn garbage_upstream(stream: tokio::io::DuplexStream) -> std::io::Result<()> {
     let (read, mut write) = tokio::io::split(stream);

@@ -3,7 +3,9 @@
 
 #![allow(unreachable_pub)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
@@ -29,6 +31,7 @@ pub type Call = (String, Option<JsonObject>);
 #[derive(Debug, Clone, Default)]
 pub struct Upstream {
     calls: Arc<Mutex<Vec<Call>>>,
+    cancelled: Arc<AtomicUsize>,
 }
 
 #[allow(dead_code)]
@@ -39,6 +42,11 @@ impl Upstream {
             .lock()
             .map(|calls| calls.clone())
             .unwrap_or_default()
+    }
+
+    /// How many calls of `slow` were cancelled by the caller.
+    pub fn cancelled(&self) -> usize {
+        self.cancelled.load(Ordering::SeqCst)
     }
 
     /// How many calls of `name` were received.
@@ -93,7 +101,7 @@ impl ServerHandler for Upstream {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if let Ok(mut calls) = self.calls.lock() {
             calls.push((request.name.to_string(), request.arguments.clone()));
@@ -113,6 +121,16 @@ impl ServerHandler for Upstream {
                     ContentBlock::text("Her SSN is 123-45-6789."),
                 ];
                 result
+            }
+            // Answers after a minute, unless the caller cancels first.
+            "slow" => {
+                tokio::select! {
+                    () = context.ct.cancelled() => {
+                        self.cancelled.fetch_add(1, Ordering::SeqCst);
+                        return Err(ErrorData::internal_error("cancelled", None));
+                    }
+                    () = tokio::time::sleep(Duration::from_secs(60)) => text("done"),
+                }
             }
             "launch_status" => text("All systems nominal; the launch codes are 0000."),
             "search" | "secret_tool" | "delete_database" => text(arguments.to_string()),
