@@ -41,8 +41,9 @@
 //! The checks apply to tools. Other requests (prompts, resources, completion) pass through
 //! unchanged, and so do requests for more input (`InputRequired`) that an upstream sends
 //! back to the client. Tasks, whose results would arrive past the output policies, are
-//! refused. Requests the upstream makes of the client (sampling, elicitation, roots) and
-//! its notifications are not relayed by [`GuardedServer`].
+//! refused. The upstream's notifications (lists changed, resources updated, log messages)
+//! reach the client when its connection is made with an [`UpstreamRelay`]; the requests it
+//! makes of the client (sampling, elicitation, roots) are not relayed.
 //!
 //! # Approvals
 //!
@@ -92,10 +93,12 @@
 
 mod client;
 mod guard;
+mod relay;
 mod server;
 
 pub use client::{DEFAULT_UPSTREAM_TIMEOUT, GuardedClient};
 pub use guard::{CallCheck, DENIAL_META_KEY, MCP_METHOD_KEY, ToolGuard, denial};
+pub use relay::UpstreamRelay;
 pub use server::GuardedServer;
 
 /// The rmcp crate this crate was built against, for applications that want the same one.

@@ -3,10 +3,10 @@
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientNotification, ClientRequest,
     CompleteRequestParams, CompleteResult, CustomNotification, CustomRequest, CustomResult,
-    GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, ServerResult, SubscribeRequestParams,
-    UnsubscribeRequestParams,
+    GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{
     NotificationContext, Peer, RequestContext, RoleClient, RoleServer, RunningService, Service,
@@ -16,6 +16,7 @@ use rmcp::{ErrorData, ServerHandler};
 
 use crate::client::GuardedClient;
 use crate::guard::{CallCheck, ToolGuard};
+use crate::relay::UpstreamRelay;
 
 /// An MCP server that serves what an upstream MCP server offers, with its tools guarded.
 ///
@@ -39,6 +40,7 @@ use crate::guard::{CallCheck, ToolGuard};
 #[derive(Debug, Clone)]
 pub struct GuardedServer {
     client: GuardedClient,
+    relay: Option<UpstreamRelay>,
 }
 
 impl GuardedServer {
@@ -62,7 +64,17 @@ impl GuardedServer {
     /// A server over a guarded client (to share its settings, such as the upstream
     /// time-out).
     pub fn from_client(client: GuardedClient) -> Self {
-        GuardedServer { client }
+        GuardedServer {
+            client,
+            relay: None,
+        }
+    }
+
+    /// Relays the upstream's notifications through `relay`, the client handler its
+    /// connection was made with, to the client that initializes a session with this server.
+    pub fn relay(mut self, relay: UpstreamRelay) -> Self {
+        self.relay = Some(relay);
+        self
     }
 
     /// A tower service serving this guard on streamable HTTP, one clone per session
@@ -174,6 +186,18 @@ impl ServerHandler for GuardedServer {
         }
         info.meta.clone_from(&upstream.meta);
         info
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        if let Some(relay) = &self.relay {
+            relay.attach(context.peer.clone());
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn call_tool(

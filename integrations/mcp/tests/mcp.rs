@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use portcullis_engine::InterceptionPoint;
-use portcullis_mcp::{GuardedClient, GuardedServer, denial};
+use portcullis_mcp::{GuardedClient, GuardedServer, UpstreamRelay, denial};
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, GetPromptRequestParams, JsonObject,
@@ -422,6 +422,46 @@ async fn upstream_dying_mid_session() -> Result<(), TestError> {
     setup.upstream_server.cancel().await?;
     assert_upstream_gone(&peer).await?;
     drop(setup.upstream_client);
+    Ok(())
+}
+
+/// A client that counts the `tools/list_changed` notifications it receives.
+#[derive(Debug, Clone, Default)]
+struct ListChanges(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rmcp::ClientHandler for ListChanges {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn upstream_notifications_reach_the_client() -> Result<(), TestError> {
+    let (engine, _audit) = engine();
+    let (guard_end, upstream_end) = tokio::io::duplex(1 << 16);
+    let serving = tokio::spawn(Upstream::default().serve(upstream_end));
+    let relay = UpstreamRelay::default();
+    let upstream_client = relay.clone().serve(guard_end).await?;
+    let upstream_server = serving.await??;
+    let guarded = GuardedServer::from_running(upstream_client, tool_guard(&engine)).relay(relay);
+
+    let (client_end, server_end) = tokio::io::duplex(1 << 16);
+    let serving = tokio::spawn(guarded.serve(server_end));
+    let changes = ListChanges::default();
+    let client = changes.clone().serve(client_end).await?;
+    let _guard = serving.await??;
+
+    upstream_server.peer().notify_tool_list_changed().await?;
+    let mut waited = Duration::ZERO;
+    while changes.0.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            waited < Duration::from_secs(10),
+            "the notification did not arrive"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += Duration::from_millis(20);
+    }
+    assert_eq!(client.list_all_tools().await?.len(), 5);
     Ok(())
 }
 
