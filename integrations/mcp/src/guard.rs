@@ -13,7 +13,9 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObjec
 use serde_json::{Map, Value, json};
 
 /// The `_meta` key of a tool result the guard wrote because a policy refused the call or its
-/// result: `{"policy_id", "interception_point", "reason"}` (see [`denial`]).
+/// result: `{"policy_id", "interception_point", "reason", "evaluation_error"}` (see
+/// [`denial`]); `evaluation_error` is `true` when the policy could not be evaluated rather
+/// than denied.
 pub const DENIAL_META_KEY: &str = "portcullis/denial";
 
 /// The `metadata` key naming the MCP method a context comes from (`"tools/call"` or
@@ -280,8 +282,13 @@ fn refusal(tool_name: &str, error: &EngineError) -> CallToolResult {
         // An evaluation error, or any other way the engine refuses (an approval a person
         // has not given yet): fail closed. This is where an escalation will be turned into
         // an MCP elicitation once the engine reports approvals.
+        None if error.interception_point() == portcullis_engine::InterceptionPoint::Output => {
+            format!(
+                "The result of tool \"{tool_name}\" was withheld: policy \"{policy_id}\" could not be evaluated ({error})."
+            )
+        }
         None => format!(
-            "The call to tool \"{tool_name}\" was refused: policy \"{policy_id}\" could not be evaluated ({error})."
+            "The call to tool \"{tool_name}\" was refused: policy \"{policy_id}\" could not be evaluated ({error}). The tool did not run."
         ),
     };
     let reason = error
@@ -324,7 +331,8 @@ fn refused_result(
 ///
 /// Reads the `_meta` entry the guard writes ([`DENIAL_META_KEY`]), so it works on results
 /// read from a [`GuardedClient`](crate::GuardedClient) and on results a client received
-/// through a [`GuardedServer`](crate::GuardedServer).
+/// through a [`GuardedServer`](crate::GuardedServer). A refusal because a policy could not
+/// be evaluated is not a denial: `None`.
 pub fn denial(result: &CallToolResult) -> Option<PolicyDenialError> {
     let details = result.meta.as_ref()?.0.get(DENIAL_META_KEY)?;
     if details.get("evaluation_error") != Some(&Value::Bool(false)) {

@@ -643,6 +643,7 @@ async fn policies_that_cannot_be_evaluated_fail_closed() -> Result<(), TestError
     assert_eq!(upstream.count("read_file"), 1);
     assert_eq!(withheld.is_error, Some(true));
     assert!(!texts(&withheld).join("\n").contains("123-45-6789"));
+    assert!(texts(&withheld)[0].starts_with("The result of tool \"read_file\" was withheld"));
     Ok(())
 }
 
