@@ -19,8 +19,9 @@
 //! | `full` | all of the above | no |
 //! | `openai` | `openai`: a tower layer guarding async-openai chat completions | no |
 //! | `rig` | `rig`: an agent hook guarding rig-agent runs | no |
+//! | `mcp` | `mcp`: a guarded MCP server in front of another, and a guarded rmcp client | no |
 //!
-//! The framework integrations (`openai`, `rig`) are not part of `full`: they pull in the
+//! The framework integrations (`openai`, `rig`, `mcp`) are not part of `full`: they pull in the
 //! frameworks themselves, which only their users want.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -74,6 +75,10 @@ pub use portcullis_openai as openai;
 #[cfg(feature = "rig")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
 pub use portcullis_rig as rig;
+
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub use portcullis_mcp as mcp;
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

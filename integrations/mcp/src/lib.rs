@@ -1,0 +1,105 @@
+//! Portcullis for the [Model Context Protocol][mcp], on [rmcp], the official Rust SDK:
+//! every tool call an MCP client makes goes through a [`PolicyEngine`]'s tool-call
+//! policies, and every tool result through its output policies.
+//!
+//! Two forms share one implementation ([`ToolGuard`]):
+//!
+//! - [`GuardedServer`]: an MCP server (an rmcp [`ServerHandler`]) in front of an upstream
+//!   MCP server reached through an rmcp client connection (a child process on stdio,
+//!   streamable HTTP, any transport). Any MCP client pointed at it is guarded; served on
+//!   stdio or streamable HTTP ([`GuardedServer::streamable_http_service`]), it is what
+//!   `portcullis proxy mcp` runs.
+//! - [`GuardedClient`]: for Rust agents that use an rmcp client themselves, the same checks
+//!   on `call_tool` and `list_tools`.
+//!
+//! # What is checked
+//!
+//! | MCP | Policies | Effect |
+//! |---|---|---|
+//! | `tools/call` request | tool call: `tool_name`, `arguments` (`{}` when absent), `calling_message` an assistant message describing the call, `metadata.mcp_method = "tools/call"` | a redaction or transformation rewrites the arguments sent upstream; a denial answers a tool result with `isError: true` and the reason, and the upstream is never called |
+//! | `tools/list` result | tool call, per tool: its name, empty arguments, `metadata.mcp_method = "tools/list"` | a tool whose check is denied (or fails) is hidden |
+//! | `tools/call` result | output: `response.content` is the result's text blocks joined by newlines, `metadata.mcp_method = "tools/call"`, `metadata.tool_name` | redactions and transformations are applied to every text block and to every string of `structuredContent`; a denial replaces the result with `isError: true` and the reason |
+//!
+//! Every context carries `metadata.agent_id` and `metadata.session_id` as configured
+//! ([`ToolGuard::agent_id`], [`ToolGuard::session_id`]) and `metadata.framework = "mcp"`.
+//!
+//! A policy that cannot be evaluated (with `on_error: deny`) refuses like a denial: the
+//! guard fails closed. A refused call or result is an ordinary tool result, so the model
+//! reads why; its `_meta` carries the policy ([`DENIAL_META_KEY`]) and [`denial`] reads it
+//! back.
+//!
+//! Policies are checked on every call, whatever `tools/list` said: an upstream that lists a
+//! tool it does not have, or hides one a client calls anyway, gets no call past the
+//! policies.
+//!
+//! The output policies see text: image, audio and resource blocks of a result pass as they
+//! are. Their changes are applied block by block, so a result keeps its blocks; when the
+//! blocks so changed would not join into the text the policies cleared (a pattern that
+//! spans two blocks, a mask of the whole text), the text blocks are replaced by one block
+//! holding the cleared text.
+//!
+//! The checks apply to tools. Other requests (prompts, resources, completion) pass through
+//! unchanged, and so do requests for more input (`InputRequired`) that an upstream sends
+//! back to the client. Tasks, whose results would arrive past the output policies, are
+//! refused. The upstream's notifications (lists changed, resources updated, log messages)
+//! reach the client when its connection is made with an [`UpstreamRelay`]; the requests it
+//! makes of the client (sampling, elicitation, roots) are not relayed.
+//!
+//! # Approvals
+//!
+//! The engine does not ask a person yet. A policy outcome other than proceeding or a denial
+//! refuses the call like an evaluation error; once the engine reports escalations, the
+//! server form will ask the person through the client (MCP elicitation, when the client
+//! supports it) in [`GuardedServer`]'s `tools/call`, where the client's connection is at
+//! hand, and the client form will report them to the application.
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use portcullis_engine::{PolicyEngine, PolicySet};
+//! use portcullis_mcp::{GuardedServer, ToolGuard};
+//! use rmcp::ServiceExt;
+//!
+//! let engine = PolicyEngine::builder().policy_set(PolicySet::builder().build()).build();
+//! // The upstream: any rmcp client connection (here a child process on stdio).
+//! # let upstream_transport = rmcp::transport::async_rw::AsyncRwTransport::new_client(tokio::io::empty(), tokio::io::sink());
+//! let upstream = ().serve(upstream_transport).await?;
+//! let guarded = GuardedServer::from_running(upstream, ToolGuard::new(engine).agent_id("ide-assistant"));
+//! // Serve the guarded server to the real client, on stdio.
+//! # let client_transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(tokio::io::empty(), tokio::io::sink());
+//! let running = guarded.serve(client_transport).await?;
+//! running.waiting().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Transports
+//!
+//! The guard works over any rmcp transport. [`GuardedServer::streamable_http_service`]
+//! serves it on streamable HTTP. The features `transport-io` (this process's stdio),
+//! `transport-child-process` and `transport-streamable-http-client` (reqwest, without a TLS
+//! stack: the application's own `rmcp` or `reqwest` dependency chooses one) turn on rmcp's
+//! transports of those names for applications that let this crate choose.
+//!
+//! The crate's tests run an rmcp server and an rmcp client on both sides of the guard,
+//! over in-process pipes, over streamable HTTP on 127.0.0.1, and with the upstream as a
+//! child process on stdio.
+//!
+//! [mcp]: https://modelcontextprotocol.io
+//! [rmcp]: https://docs.rs/rmcp
+//! [`PolicyEngine`]: portcullis_engine::PolicyEngine
+//! [`ServerHandler`]: rmcp::ServerHandler
+
+mod client;
+mod guard;
+mod relay;
+mod server;
+
+pub use client::{DEFAULT_UPSTREAM_TIMEOUT, GuardedClient};
+pub use guard::{CallCheck, DENIAL_META_KEY, MCP_METHOD_KEY, ToolGuard, denial};
+pub use relay::UpstreamRelay;
+pub use server::GuardedServer;
+
+/// The rmcp crate this crate was built against, for applications that want the same one.
+pub use rmcp;

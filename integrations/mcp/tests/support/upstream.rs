@@ -1,0 +1,196 @@
+//! The scripted upstream MCP server the tests put behind the guard: a few tools, one
+//! resource, one prompt, and a record of every tool call it received.
+
+#![allow(unreachable_pub)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, JsonObject, ListPromptsResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::{Value, json};
+
+/// The text `read_file` answers with: an employee record with an SSN in it.
+pub const RECORD: &str = "Employee: Jane Roe\nSSN: 123-45-6789";
+
+/// The server's instructions, which the guard's clients must see unchanged.
+pub const INSTRUCTIONS: &str = "A scripted upstream for the portcullis-mcp tests.";
+
+/// One tool call as the upstream received it: the tool's name and arguments.
+pub type Call = (String, Option<JsonObject>);
+
+/// The scripted upstream; clones share the record of calls.
+#[derive(Debug, Clone, Default)]
+pub struct Upstream {
+    calls: Arc<Mutex<Vec<Call>>>,
+    cancelled: Arc<AtomicUsize>,
+}
+
+#[allow(dead_code)]
+impl Upstream {
+    /// Every tool call received, in order: the tool's name and arguments.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls
+            .lock()
+            .map(|calls| calls.clone())
+            .unwrap_or_default()
+    }
+
+    /// How many calls of `slow` were cancelled by the caller.
+    pub fn cancelled(&self) -> usize {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// How many calls of `name` were received.
+    pub fn count(&self, name: &str) -> usize {
+        self.calls().iter().filter(|(tool, _)| tool == name).count()
+    }
+}
+
+fn tool(name: &'static str, description: &'static str) -> Tool {
+    let schema = json!({"type": "object"});
+    let Value::Object(schema) = schema else {
+        unreachable!("a JSON object literal")
+    };
+    Tool::new(name, description, Arc::new(schema))
+}
+
+fn text(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text)])
+}
+
+impl ServerHandler for Upstream {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_prompts()
+                .build(),
+        )
+        .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        // `secret_tool` exists but is not listed; `delete_database` is listed.
+        Ok(ListToolsResult::with_all_items(vec![
+            tool("send_email", "Sends an email."),
+            tool("read_file", "Reads a file."),
+            tool(
+                "lookup_employee",
+                "Looks an employee up, with structured content.",
+            ),
+            tool("launch_status", "Reports the launch status."),
+            tool("search", "Searches; echoes its arguments."),
+            tool("delete_database", "Deletes the database."),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.push((request.name.to_string(), request.arguments.clone()));
+        }
+        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+        let result = match request.name.as_ref() {
+            "send_email" => text(format!("sent to {}", arguments["to"])),
+            "read_file" => text(RECORD),
+            "lookup_employee" => {
+                let mut result = CallToolResult::structured(json!({
+                    "name": "Jane Roe",
+                    "ssn": "123-45-6789",
+                    "history": [{"note": "badge 987-65-4321 reissued"}, 42],
+                }));
+                result.content = vec![
+                    ContentBlock::text("Found Jane Roe."),
+                    ContentBlock::text("Her SSN is 123-45-6789."),
+                ];
+                result
+            }
+            // Answers after a minute, unless the caller cancels first.
+            "slow" => {
+                tokio::select! {
+                    () = context.ct.cancelled() => {
+                        self.cancelled.fetch_add(1, Ordering::SeqCst);
+                        return Err(ErrorData::internal_error("cancelled", None));
+                    }
+                    () = tokio::time::sleep(Duration::from_secs(60)) => text("done"),
+                }
+            }
+            "launch_status" => text("All systems nominal; the launch codes are 0000."),
+            "search" | "secret_tool" | "delete_database" => text(arguments.to_string()),
+            // The process dies in the middle of the call: only when started for that.
+            "exit" if std::env::var_os("SCRIPTED_UPSTREAM_EXIT_TOOL").is_some() => {
+                std::process::exit(3)
+            }
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("no tool named {other}"),
+                    None,
+                ));
+            }
+        };
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![Resource::new(
+            "file:///notes.txt",
+            "notes",
+        )]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
+            vec![ResourceContents::text(
+                format!("the notes at {}", request.uri),
+                request.uri,
+            )],
+        )))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(vec![Prompt::new(
+            "greeting",
+            Some("Greets someone."),
+            None,
+        )]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        Ok(GetPromptResponse::Complete(GetPromptResult::new(vec![
+            PromptMessage::new_text(Role::User, format!("Say hello ({}).", request.name)),
+        ])))
+    }
+}
