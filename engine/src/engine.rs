@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -15,8 +15,8 @@ use crate::error::{ApplyError, DeadlineScope, PolicyTimedOut, error_chain};
 use crate::set::{Entry, OnError, PolicySet};
 use crate::unwind::CatchUnwind;
 use crate::{
-    BoxError, EngineError, InputContext, OutputContext, PolicyContext, PolicyDecision,
-    PolicyDenialError, PolicyEvaluationError, ToolCallContext, timer,
+    BoxError, EngineError, InputContext, InterceptionPoint, OutputContext, PolicyContext,
+    PolicyDecision, PolicyDenialError, PolicyEvaluationError, ToolCallContext, timer,
 };
 
 /// The id under which the engine reports a context it refuses before any policy runs
@@ -60,14 +60,16 @@ pub const CONTEXT_CHECK_ID: &str = "portcullis.context";
 /// # });
 /// ```
 pub struct PolicyEngine {
-    set: PolicySet,
+    /// The set new evaluations start on; an evaluation holds its own handle to it, so a
+    /// replacement never changes an evaluation under way.
+    set: RwLock<Arc<PolicySet>>,
     audit: Option<Arc<dyn AuditHandler>>,
 }
 
 impl fmt::Debug for PolicyEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PolicyEngine")
-            .field("set", &self.set)
+            .field("set", &self.policy_set())
             .field("audit", &self.audit.is_some())
             .finish()
     }
@@ -97,7 +99,7 @@ impl PolicyEngineBuilder {
     /// The engine.
     pub fn build(self) -> PolicyEngine {
         PolicyEngine {
-            set: self.set.unwrap_or_default(),
+            set: RwLock::new(Arc::new(self.set.unwrap_or_default())),
             audit: self.audit,
         }
     }
@@ -116,17 +118,20 @@ pub struct DecisionEntry {
 
 /// A successful evaluation: the context to forward and the decisions taken.
 ///
-/// It borrows the context it was given (and the engine's policy ids) for `'a`.
+/// It borrows the context it was given for `'a`, and holds the policy set it ran on.
 pub struct Evaluation<'a, C: Clone> {
     context: Cow<'a, C>,
-    taken: Mutex<Vec<Taken<'a>>>,
+    taken: Mutex<Vec<Taken>>,
     decisions: OnceLock<Vec<DecisionEntry>>,
+    set: Arc<PolicySet>,
+    point: InterceptionPoint,
 }
 
-/// A decision as the hot path keeps it: the id stays borrowed from the policy until someone
-/// asks for [`DecisionEntry`] values, and an `allow` (the common case) is kept in two bytes.
-struct Taken<'a> {
-    policy_id: &'a str,
+/// A decision as the hot path keeps it: the policy is named by its place in the point until
+/// someone asks for [`DecisionEntry`] values, and an `allow` (the common case) is kept in two
+/// bytes.
+struct Taken {
+    index: usize,
     decision: Kept,
     enforced: bool,
 }
@@ -153,11 +158,18 @@ impl Kept {
 }
 
 impl<'a, C: Clone> Evaluation<'a, C> {
-    fn new(context: Cow<'a, C>, taken: Vec<Taken<'a>>) -> Self {
+    fn new(
+        context: Cow<'a, C>,
+        taken: Vec<Taken>,
+        set: Arc<PolicySet>,
+        point: InterceptionPoint,
+    ) -> Self {
         Evaluation {
             context,
             taken: Mutex::new(taken),
             decisions: OnceLock::new(),
+            set,
+            point,
         }
     }
 
@@ -187,7 +199,7 @@ impl<'a, C: Clone> Evaluation<'a, C> {
             taken
                 .drain(..)
                 .map(|taken| DecisionEntry {
-                    policy_id: taken.policy_id.to_owned(),
+                    policy_id: policy_id_at(&self.set, self.point, taken.index).to_owned(),
                     decision: taken.decision.into_decision(),
                     enforced: taken.enforced,
                 })
@@ -221,9 +233,18 @@ impl PolicyEngine {
         PolicyEngineBuilder::default()
     }
 
-    /// The engine's policies.
-    pub fn policy_set(&self) -> &PolicySet {
-        &self.set
+    /// The engine's policies: the set new evaluations start on.
+    pub fn policy_set(&self) -> Arc<PolicySet> {
+        Arc::clone(&self.set.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the policy set while the engine serves: evaluations (and output streams)
+    /// under way finish on the set they started with, new ones start on `set`, and none fails
+    /// because of the swap. Returns the set that was replaced.
+    pub fn replace_policy_set(&self, set: PolicySet) -> Arc<PolicySet> {
+        let set = Arc::new(set);
+        let mut current = self.set.write().unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(&mut *current, set)
     }
 
     /// Runs the input policies on `context`.
@@ -255,34 +276,53 @@ impl PolicyEngine {
         &'a self,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
+        self.evaluate_on(self.policy_set(), context).await
+    }
+
+    /// Runs the policies of `C`'s point of `set` on `context`.
+    pub(crate) async fn evaluate_on<'a, C: PolicyContext>(
+        &'a self,
+        set: Arc<PolicySet>,
+        context: &'a C,
+    ) -> Result<Evaluation<'a, C>, EngineError> {
         if let Err(problem) = context.check_nesting() {
             return Err(self.reject(context, problem));
         }
-        let point = C::point_policies(&self.set);
+        let on_error = set.on_error;
+        let point = C::point_policies(&set);
         let call_deadline = point
             .settings
             .call_deadline
             .map(|deadline| (Instant::now() + deadline, deadline));
         if point.settings.concurrent && point.entries.len() > 1 {
-            return self
-                .evaluate_concurrently(&point.entries, context, call_deadline)
-                .await;
+            let taken = self
+                .evaluate_concurrently(&point.entries, on_error, context, call_deadline)
+                .await?;
+            return Ok(Evaluation::new(taken.0, taken.1, set, C::POINT));
         }
         let mut current = Cow::Borrowed(context);
         let mut decisions = Vec::with_capacity(point.entries.len());
-        for entry in &point.entries {
+        for (index, entry) in point.entries.iter().enumerate() {
             let outcome = evaluate_entry::<C>(entry, &*current, call_deadline).await;
-            self.settle(entry, outcome, None, &mut current, &mut decisions)?;
+            self.settle(
+                on_error,
+                (index, entry),
+                outcome,
+                None,
+                &mut current,
+                &mut decisions,
+            )?;
         }
-        Ok(Evaluation::new(current, decisions))
+        Ok(Evaluation::new(current, decisions, set, C::POINT))
     }
 
     async fn evaluate_concurrently<'a, C: PolicyContext>(
         &self,
-        entries: &'a [Entry<C::Policy>],
+        entries: &[Entry<C::Policy>],
+        on_error: OnError,
         context: &'a C,
         call_deadline: Option<(Instant, Duration)>,
-    ) -> Result<Evaluation<'a, C>, EngineError> {
+    ) -> Result<(Cow<'a, C>, Vec<Taken>), EngineError> {
         type Running<'f> = Pin<Box<dyn Future<Output = Outcome> + Send + 'f>>;
         let mut running: Vec<Option<Running<'_>>> = entries
             .iter()
@@ -304,7 +344,8 @@ impl PolicyEngine {
             // Settle in declared order, as far as the outcomes allow.
             while let Some(outcome) = finished.get_mut(next).and_then(Option::take) {
                 let settled = self.settle(
-                    &entries[next],
+                    on_error,
+                    (next, &entries[next]),
                     outcome,
                     Some(context),
                     &mut current,
@@ -324,19 +365,20 @@ impl PolicyEngine {
             }
         })
         .await?;
-        Ok(Evaluation::new(current, decisions))
+        Ok((current, decisions))
     }
 
     /// Audits one outcome and applies it: a change to `current`, a decision to `taken`, or
     /// the error that stops the evaluation. `evaluated` is the context the policy saw, when it
     /// is not `current` (the one changes apply to).
-    fn settle<'a, C: PolicyContext>(
+    fn settle<C: PolicyContext>(
         &self,
-        entry: &'a Entry<C::Policy>,
+        on_error: OnError,
+        (index, entry): (usize, &Entry<C::Policy>),
         outcome: Outcome,
         evaluated: Option<&C>,
         current: &mut Cow<'_, C>,
-        taken: &mut Vec<Taken<'a>>,
+        taken: &mut Vec<Taken>,
     ) -> Result<(), EngineError> {
         let policy_id = C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
@@ -351,7 +393,7 @@ impl PolicyEngine {
                 Some(allow),
             );
             taken.push(Taken {
-                policy_id,
+                index,
                 decision: Kept::Allow { audit: *audit },
                 enforced,
             });
@@ -360,7 +402,13 @@ impl PolicyEngine {
         let decision = match outcome {
             Ok(decision) => decision,
             Err(error) => {
-                return self.fail(policy_id, enforced, error, evaluated.unwrap_or(current));
+                return self.fail(
+                    on_error,
+                    policy_id,
+                    enforced,
+                    error,
+                    evaluated.unwrap_or(current),
+                );
             }
         };
         let changes = matches!(
@@ -372,7 +420,7 @@ impl PolicyEngine {
                 Ok(changed) => changed,
                 Err(error) => {
                     let evaluated = evaluated.unwrap_or(current);
-                    return self.fail(policy_id, enforced, Box::new(error), evaluated);
+                    return self.fail(on_error, policy_id, enforced, Box::new(error), evaluated);
                 }
             }
         } else {
@@ -399,7 +447,7 @@ impl PolicyEngine {
             )));
         }
         taken.push(Taken {
-            policy_id,
+            index,
             decision: Kept::new(decision),
             enforced,
         });
@@ -417,6 +465,7 @@ impl PolicyEngine {
     /// monitored or errors are set to allow.
     fn fail<C: PolicyContext>(
         &self,
+        on_error: OnError,
         policy_id: &str,
         enforced: bool,
         error: BoxError,
@@ -433,7 +482,7 @@ impl PolicyEngine {
                 None,
             );
         }
-        if enforced && self.set.on_error == OnError::Deny {
+        if enforced && on_error == OnError::Deny {
             Err(EngineError::Evaluation(PolicyEvaluationError::new(
                 policy_id,
                 C::POINT,
@@ -501,13 +550,15 @@ impl PolicyEngine {
         }
     }
 
-    /// Runs only the monitored output policies on `context`, for their audit records.
-    pub(crate) async fn evaluate_monitored_output(&self, context: &OutputContext) {
-        for entry in self.set.output.entries.iter().filter(|entry| entry.monitor) {
+    /// Runs only the monitored output policies of `set` on `context`, for their audit records.
+    pub(crate) async fn evaluate_monitored_output(&self, set: &PolicySet, context: &OutputContext) {
+        let entries = set.output.entries.iter().enumerate();
+        for (index, entry) in entries.filter(|(_, entry)| entry.monitor) {
             let outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
             // Monitored: nothing to apply and nothing that stops.
             let _ = self.settle(
-                entry,
+                set.on_error,
+                (index, entry),
                 outcome,
                 None,
                 &mut Cow::Borrowed(context),
@@ -515,6 +566,16 @@ impl PolicyEngine {
             );
         }
     }
+}
+
+/// The id of the policy at `index` of `point` in `set`.
+fn policy_id_at(set: &PolicySet, point: InterceptionPoint, index: usize) -> &str {
+    let id = match point {
+        InterceptionPoint::Input => set.input.entries.get(index).map(|e| e.policy.id()),
+        InterceptionPoint::ToolCall => set.tool_call.entries.get(index).map(|e| e.policy.id()),
+        InterceptionPoint::Output => set.output.entries.get(index).map(|e| e.policy.id()),
+    };
+    id.unwrap_or_default()
 }
 
 /// Evaluates one policy, turning a panic or a missed deadline into an error.

@@ -108,7 +108,7 @@ pub struct PolicySet {
     output_streaming: Vec<Option<Vec<StreamingRule>>>,
     stream_checkpoint: Option<usize>,
     stream_batch: usize,
-    pub(crate) stream_plan: StreamPlan,
+    pub(crate) stream_plan: std::sync::Arc<StreamPlan>,
 }
 
 impl PolicySet {
@@ -160,7 +160,7 @@ impl Default for PolicySet {
             output_streaming: Vec::new(),
             stream_checkpoint: None,
             stream_batch: 0,
-            stream_plan: StreamPlan::build(&PointPolicies::new(), &[], None, 0),
+            stream_plan: StreamPlan::build(&PointPolicies::new(), &[], None, 0).into(),
         }
     }
 }
@@ -295,7 +295,8 @@ impl PolicySetBuilder {
             &self.set.output_streaming,
             self.set.stream_checkpoint,
             self.set.stream_batch,
-        );
+        )
+        .into();
         self.set
     }
 }

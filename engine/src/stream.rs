@@ -68,7 +68,7 @@ use crate::apply::compile_pattern;
 use crate::audit::{AuditDecision, AuditRecord};
 use crate::engine::PolicyEngine;
 use crate::error::{PolicyDenialError, PolicyEvaluationError};
-use crate::set::PointPolicies;
+use crate::set::{PointPolicies, PolicySet};
 use crate::{
     EngineError, InterceptionPoint, Message, Metadata, OutputContext, OutputPolicy, PolicyDecision,
     Redaction,
@@ -796,7 +796,9 @@ fn char_count(text: &str) -> usize {
 /// The streaming output guard; see the [module docs](self).
 pub struct OutputStream<'e> {
     engine: &'e PolicyEngine,
-    plan: &'e StreamPlan,
+    /// The set the stream started on: it runs on it to the end.
+    set: Arc<PolicySet>,
+    plan: Arc<StreamPlan>,
     metadata: Metadata,
     stages: Vec<StageState>,
     /// Everything received.
@@ -896,10 +898,11 @@ impl PolicyEngine {
     /// # });
     /// ```
     pub fn output_stream(&self, metadata: Metadata) -> OutputStream<'_> {
-        let plan = &self.policy_set().stream_plan;
+        let set = self.policy_set();
+        let plan = Arc::clone(&set.stream_plan);
         let mut stream = OutputStream {
             engine: self,
-            plan,
+            set,
             metadata,
             stages: plan.stages.iter().map(StageState::new).collect(),
             raw: String::new(),
@@ -910,6 +913,7 @@ impl PolicyEngine {
             released_raw: 0,
             fed: 0,
             in_lane: plan.lane,
+            plan,
             lane_searched: 0,
             quiet_until: 0,
             stage_held: 0,
@@ -929,16 +933,16 @@ impl PolicyEngine {
         stream
     }
 
-    /// How this engine's output policies stream.
-    pub fn stream_plan(&self) -> &StreamPlan {
-        &self.policy_set().stream_plan
+    /// How this engine's output policies stream (those of the set new streams start on).
+    pub fn stream_plan(&self) -> Arc<StreamPlan> {
+        Arc::clone(&self.policy_set().stream_plan)
     }
 }
 
 impl<'e> OutputStream<'e> {
     /// The stream's plan.
     pub fn plan(&self) -> &StreamPlan {
-        self.plan
+        &self.plan
     }
 
     /// Everything released so far.
@@ -1220,7 +1224,7 @@ impl<'e> OutputStream<'e> {
             return Ok(());
         };
         first.buffer.push_str(delta);
-        let plan = self.plan;
+        let plan = Arc::clone(&self.plan);
         let mut released_unchanged = 0;
         for (index, stage) in plan.stages.iter().enumerate() {
             let (head, tail) = self.stages.split_at_mut(index + 1);
@@ -1435,12 +1439,13 @@ impl<'e> OutputStream<'e> {
 
     /// Evaluates the monitored output policies on the whole text (they never hold text back).
     async fn evaluate_monitored(&self) {
-        let output = &self.engine.policy_set().output;
-        if !output.entries.iter().any(|entry| entry.monitor) {
+        if !self.set.output.entries.iter().any(|entry| entry.monitor) {
             return;
         }
         let context = self.whole_context();
-        self.engine.evaluate_monitored_output(&context).await;
+        self.engine
+            .evaluate_monitored_output(&self.set, &context)
+            .await;
     }
 
     fn whole_context(&self) -> OutputContext {
@@ -1451,11 +1456,12 @@ impl<'e> OutputStream<'e> {
     fn start_checkpoint(&mut self) {
         self.since_checkpoint = 0;
         let engine = self.engine;
+        let set = Arc::clone(&self.set);
         let context = self.whole_context();
         self.outstanding = true;
         *self.pending_checkpoint() = Some(Box::pin(async move {
             engine
-                .evaluate_output(&context)
+                .evaluate_on(set, &context)
                 .await
                 .map(|evaluation| evaluation.is_modified())
         }));
@@ -1486,7 +1492,10 @@ impl<'e> OutputStream<'e> {
 
     async fn final_evaluation(&mut self) -> Result<(), EngineError> {
         let context = self.whole_context();
-        let result = self.engine.evaluate_output(&context).await;
+        let result = self
+            .engine
+            .evaluate_on(Arc::clone(&self.set), &context)
+            .await;
         match result {
             Ok(evaluation) => {
                 let forwarded = &evaluation.context().response.content;
