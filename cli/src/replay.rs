@@ -211,7 +211,6 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
     while let Some(call) = open.pop_front() {
         finish(call, &mut totals);
     }
-    drop(finish);
     let summary = format!(
         "{} calls, {} unchanged, {} changed",
         totals.calls, totals.unchanged, totals.changed

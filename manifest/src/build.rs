@@ -915,7 +915,7 @@ impl ToolCallPolicy for ToolScoped {
     }
 
     async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        if self.tools.iter().any(|tool| *tool == context.tool_name) {
+        if self.tools.contains(&context.tool_name) {
             Ok(self.policy.decide(context))
         } else {
             Ok(PolicyDecision::allow())

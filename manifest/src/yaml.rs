@@ -16,7 +16,8 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// The deepest nesting of lists and maps accepted (deep enough for any manifest or context,
 /// shallow enough for a thread with a small stack).
 pub const MAX_DEPTH: usize = 32;
-/// The most aliases (`*name`) a file may use.
+/// The most aliases (`*name`) a file may use (what they expand to is bounded too: 100,000
+/// values in all).
 pub const MAX_ALIASES: usize = 256;
 
 /// A line and a column, both from 1.
@@ -190,8 +191,12 @@ pub fn parse(text: &str) -> Result<Node, YamlError> {
     budget.max_anchors = MAX_ALIASES;
     budget.max_nodes = 1_000_000;
     budget.max_documents = 1;
+    budget.max_recorded_anchor_events = 100_000;
     let mut options = Options::default();
     options.budget = Some(budget);
+    // What aliases may expand to, in all: a manifest has no use for more.
+    options.alias_limits.max_total_replayed_events = 100_000;
+    options.alias_limits.max_replay_stack_depth = 16;
     options.duplicate_keys = DuplicateKeyPolicy::Error;
     options.with_snippet = false;
     serde_saphyr::from_str_with_options::<Node>(text, options).map_err(|error| {

@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub struct Scratch(pub PathBuf);
+pub(crate) struct Scratch(pub(crate) PathBuf);
 
 impl Scratch {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "portcullis-manifest-{name}-{}-{}",
@@ -20,18 +20,18 @@ impl Scratch {
         Scratch(dir)
     }
 
-    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.0.join(name);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, text).unwrap();
         path
     }
 
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.0
     }
 }
@@ -42,19 +42,19 @@ impl Drop for Scratch {
     }
 }
 
-pub const NO_SSN: &str = r#"{
+pub(crate) const NO_SSN: &str = r#"{
   "condition": { "field": "messages.*.content", "contains": ["ssn"] },
   "action": "deny",
   "reason": "no SSN"
 }"#;
 
-pub const REDACT_CARD: &str = r#"{
+pub(crate) const REDACT_CARD: &str = r#"{
   "condition": { "always": true },
   "action": "redact",
   "redactions": [{ "field": "messages.0.content", "strategy": "replace", "pattern": "\\d{4}-\\d{4}", "replacement": "[CARD]" }]
 }"#;
 
-pub const BLOCK_RM: &str = r#"{
+pub(crate) const BLOCK_RM: &str = r#"{
   "condition": { "field": "arguments.command", "contains": ["rm -rf"] },
   "action": "deny",
   "reason": "no rm -rf"
