@@ -4,7 +4,7 @@
 //! those with the same interception point and the same context metadata (agent, session,
 //! timestamp), each policy once: a record whose policy already has one in the open call
 //! starts a new call. Records of concurrent calls may interleave; a call is complete when a
-//! new call with its key starts, after [`WINDOW`] lines without a record of it, or at the end.
+//! new call with its key starts, [`WINDOW`] lines after its first record, or at the end.
 //!
 //! What the log says a call did: denied by the policy of its enforced `deny` record; an
 //! error when its last record is an enforced `evaluation_error`; otherwise allowed, forwarding
@@ -12,8 +12,8 @@
 //! decision (`policy_decision`, as the manifest's `audit: jsonl` log writes it). When a log
 //! does not say what a last change did, the forwarded context is not compared.
 
-use std::collections::VecDeque;
-use std::io::BufRead;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Write};
 use std::path::Path;
 
 use portcullis::apply::apply_decision;
@@ -24,26 +24,28 @@ use serde_json::{Value, json};
 use crate::outcome::{self, Context, Outcome};
 use crate::{Format, render};
 
-/// Lines after which a call without a new record is complete.
+/// Lines after its first record by which a call is complete.
 const WINDOW: u64 = 4096;
 /// The longest line read (longer ones are reported as broken).
 const MAX_LINE: usize = 64 * 1024 * 1024;
 
+type Key = (InterceptionPoint, (String, String, String));
+
 struct Call {
     first_line: u64,
-    last_line: u64,
     point: InterceptionPoint,
     key: (String, String, String),
+    /// The context of the first record: what the call was given.
     context: Value,
+    /// The context of the last record: what the last policy saw.
+    last_context: Value,
     policies: Vec<String>,
     records: Vec<Record>,
 }
 
 struct Record {
-    policy_id: String,
     decision: String,
     enforced: bool,
-    context: Value,
     change: Option<PolicyDecision>,
 }
 
@@ -85,22 +87,27 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
     let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
     let mut line = Vec::new();
     let mut number = 0u64;
-    let mut open: VecDeque<Call> = VecDeque::new();
+    // The calls still open, by the line they start on, and where each key's call is.
+    let mut open: BTreeMap<u64, Call> = BTreeMap::new();
+    let mut index: HashMap<Key, u64> = HashMap::new();
     let mut totals = Totals::default();
-    let mut changes = Vec::new();
     let json_out = format == Format::Json;
-    let mut finish = |call: Call, totals: &mut Totals| {
-        totals.calls += 1;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if json_out {
+        let _ = write!(out, "{{\"changes\": [");
+    }
+    let finish = |call: Call, totals: &mut Totals, out: &mut dyn Write| {
         let recorded = recorded(&call);
         let context = match outcome::parse_context(call.point, call.context.clone()) {
             Ok(context) => context,
             Err(message) => {
                 totals.broken += 1;
-                report_broken(log, call.first_line, &message, json_out);
-                totals.calls -= 1;
+                report_broken(log, call.first_line, &message);
                 return;
             }
         };
+        totals.calls += 1;
         let now = runtime.block_on(outcome::evaluate(&engine, &taken, &context));
         match difference(&recorded, &now) {
             None => totals.unchanged += 1,
@@ -108,16 +115,19 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
                 totals.changed += 1;
                 let description = describe(&call, &context);
                 if json_out {
-                    changes.push(json!({
+                    let change = json!({
                         "line": call.first_line,
                         "point": call.point.as_str(),
                         "call": description,
                         "change": what,
                         "recorded": recorded.outcome,
                         "now": now.to_json(),
-                    }));
+                    });
+                    let comma = if totals.changed > 1 { "," } else { "" };
+                    let _ = write!(out, "{comma}\n  {change}");
                 } else {
-                    println!(
+                    let _ = writeln!(
+                        out,
                         "{}:{}: {description}: {what}",
                         log.display(),
                         call.first_line
@@ -145,7 +155,7 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
         if line.len() > MAX_LINE && !line.ends_with(b"\n") {
             // Skip the rest of an overlong line.
             totals.broken += 1;
-            report_broken(log, number, "the line is too long", json_out);
+            report_broken(log, number, "the line is too long");
             let mut rest = Vec::new();
             let _ = reader.read_until(b'\n', &mut rest);
             continue;
@@ -155,82 +165,82 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
         if text.trim().is_empty() {
             continue;
         }
-        let record = match parse_record(text) {
-            Ok(record) => record,
+        let (point, key, policy_id, context, record) = match parse_record(text) {
+            Ok(parsed) => parsed,
             Err(message) => {
                 totals.broken += 1;
-                report_broken(log, number, &message, json_out);
+                report_broken(log, number, &message);
                 continue;
             }
         };
-        let (point, key, record) = record;
-        // Complete the calls this record closes: its own key's when the policy repeats, and
-        // those that have been silent too long.
-        while let Some(call) = open.front() {
-            if number - call.last_line > WINDOW {
-                let call = open.pop_front().expect("a front call");
-                finish(call, &mut totals);
-            } else {
+        // Calls that began more than a window ago are complete.
+        while let Some(entry) = open.first_entry() {
+            if number - entry.get().first_line <= WINDOW {
                 break;
             }
+            let call = entry.remove();
+            index.remove(&(call.point, call.key.clone()));
+            finish(call, &mut totals, &mut out);
         }
-        let existing = open
-            .iter()
-            .position(|call| call.point == point && call.key == key);
-        if let Some(at) = existing
-            && open[at].policies.contains(&record.policy_id)
+        let key = (point, key);
+        // A policy that already has a record in its key's open call starts a new call: the
+        // open one is complete, and so are those that began before it (log order).
+        if let Some(&id) = index.get(&key)
+            && open
+                .get(&id)
+                .is_some_and(|call| call.policies.contains(&policy_id))
         {
-            let call = open.remove(at).expect("an open call");
-            // Calls that began before it are finished first, to report in log order.
-            let earlier: Vec<Call> = open.drain(..at).collect();
-            for call in earlier {
-                finish(call, &mut totals);
+            let later = open.split_off(&(id + 1));
+            for (_, call) in std::mem::replace(&mut open, later) {
+                index.remove(&(call.point, call.key.clone()));
+                finish(call, &mut totals, &mut out);
             }
-            finish(call, &mut totals);
         }
-        match open
-            .iter_mut()
-            .find(|call| call.point == point && call.key == key)
-        {
+        match index.get(&key).and_then(|id| open.get_mut(id)) {
             Some(call) => {
-                call.last_line = number;
-                call.policies.push(record.policy_id.clone());
+                call.policies.push(policy_id);
+                call.last_context = context;
                 call.records.push(record);
             }
-            None => open.push_back(Call {
-                first_line: number,
-                last_line: number,
-                point,
-                key,
-                context: record.context.clone(),
-                policies: vec![record.policy_id.clone()],
-                records: vec![record],
-            }),
+            None => {
+                index.insert(key.clone(), number);
+                open.insert(
+                    number,
+                    Call {
+                        first_line: number,
+                        point: key.0,
+                        key: key.1,
+                        last_context: context.clone(),
+                        context,
+                        policies: vec![policy_id],
+                        records: vec![record],
+                    },
+                );
+            }
         }
     }
-    while let Some(call) = open.pop_front() {
-        finish(call, &mut totals);
+    for (_, call) in std::mem::take(&mut open) {
+        finish(call, &mut totals, &mut out);
     }
     let summary = format!(
         "{} calls, {} unchanged, {} changed",
         totals.calls, totals.unchanged, totals.changed
     );
     if json_out {
-        let document = json!({
-            "calls": totals.calls,
-            "unchanged": totals.unchanged,
-            "changed": totals.changed,
-            "broken_lines": totals.broken,
-            "changes": changes,
-        });
-        println!("{document:#}");
+        let newline = if totals.changed > 0 { "\n" } else { "" };
+        let _ = writeln!(
+            out,
+            "{newline}],\n\"calls\": {}, \"unchanged\": {}, \"changed\": {}, \"broken_lines\": {}}}",
+            totals.calls, totals.unchanged, totals.changed, totals.broken
+        );
     } else {
         if totals.broken > 0 {
             let noun = if totals.broken == 1 { "line" } else { "lines" };
-            println!("{} broken {noun} skipped", totals.broken);
+            let _ = writeln!(out, "{} broken {noun} skipped", totals.broken);
         }
-        println!("{summary}");
+        let _ = writeln!(out, "{summary}");
     }
+    let _ = out.flush();
     if fail_on_change && totals.changed > 0 {
         2
     } else {
@@ -238,13 +248,18 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
     }
 }
 
-fn report_broken(log: &Path, line: u64, message: &str, json_out: bool) {
-    // Broken lines go to standard error in both formats: standard output stays one document.
-    let _ = json_out;
+/// Broken lines go to standard error in both formats: standard output stays one document.
+fn report_broken(log: &Path, line: u64, message: &str) {
     eprintln!("{}:{line}: error: {message}", log.display());
 }
 
-type ParsedRecord = (InterceptionPoint, (String, String, String), Record);
+type ParsedRecord = (
+    InterceptionPoint,
+    (String, String, String),
+    String,
+    Value,
+    Record,
+);
 
 fn parse_record(text: &str) -> Result<ParsedRecord, String> {
     let value: Value =
@@ -282,26 +297,25 @@ fn parse_record(text: &str) -> Result<ParsedRecord, String> {
     Ok((
         point,
         key,
+        policy_id,
+        context,
         Record {
-            policy_id,
             decision,
             enforced,
-            context,
             change,
         },
     ))
 }
 
 fn recorded(call: &Call) -> Recorded {
-    if let Some(denial) = call
+    if let Some(at) = call
         .records
         .iter()
-        .rev()
-        .find(|r| r.enforced && r.decision == "deny")
+        .rposition(|r| r.enforced && r.decision == "deny")
     {
         return Recorded {
             outcome: "denied",
-            policy_id: Some(denial.policy_id.clone()),
+            policy_id: call.policies.get(at).cloned(),
             context: None,
         };
     }
@@ -315,14 +329,14 @@ fn recorded(call: &Call) -> Recorded {
     if last.enforced && last.decision == "evaluation_error" {
         return Recorded {
             outcome: "error",
-            policy_id: Some(last.policy_id.clone()),
+            policy_id: call.policies.last().cloned(),
             context: None,
         };
     }
     let changes = matches!(last.decision.as_str(), "redact" | "transform");
     let context = match (changes && last.enforced, &last.change) {
-        (false, _) => Some(last.context.clone()),
-        (true, Some(decision)) => apply(call.point, &last.context, decision),
+        (false, _) => Some(call.last_context.clone()),
+        (true, Some(decision)) => apply(call.point, &call.last_context, decision),
         (true, None) => None,
     };
     Recorded {

@@ -431,3 +431,67 @@ fn opa_fixtures() -> PathBuf {
     );
     dir
 }
+
+#[test]
+fn replay_groups_interleaved_calls_and_applies_recorded_changes() {
+    let dir =
+        std::env::temp_dir().join(format!("portcullis-cli-interleaved-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("audit.jsonl");
+    let context = |session: &str, text: &str| {
+        json!({
+            "messages": [{ "role": "user", "content": text }],
+            "metadata": { "agent_id": "a", "session_id": session, "timestamp": "2026-01-01T00:00:00Z" }
+        })
+    };
+    let record = |policy: &str, decision: &str, context: Value, change: Option<Value>| {
+        let mut record = json!({
+            "policy_id": policy, "decision": decision, "interception_point": "input",
+            "context": context, "timestamp": "2026-01-01T00:00:00.001Z", "enforced": true
+        });
+        if let Some(change) = change {
+            record["policy_decision"] = change;
+        }
+        record.to_string()
+    };
+    let card = "card 1234-5678-9012-3456";
+    let redaction = json!({ "decision": "redact", "redactions": [{
+        "field": "messages.0.content", "strategy": "replace",
+        "pattern": "\\d{4}-\\d{4}-\\d{4}-\\d{4}", "replacement": "[CARD]" }] });
+    let mut other_redaction = redaction.clone();
+    other_redaction["redactions"][0]["replacement"] = json!("[C]");
+    let lines = [
+        record("a_no_ssn", "allow", context("x", card), None),
+        record("a_no_ssn", "allow", context("y", "hello"), None),
+        record(
+            "b_redact_card",
+            "redact",
+            context("x", card),
+            Some(redaction),
+        ),
+        record("b_redact_card", "allow", context("y", "hello"), None),
+        // The same key again: a new call (its recorded outcome differs from today's).
+        record("a_no_ssn", "deny", context("y", "hello"), None),
+        // A call whose recorded change differs from today's: another forwarded context.
+        record("a_no_ssn", "allow", context("z", card), None),
+        record(
+            "b_redact_card",
+            "redact",
+            context("z", card),
+            Some(other_redaction),
+        ),
+    ];
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let run = portcullis(&["replay", "portcullis.yaml", log.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out = run.stdout.replace(log.to_str().unwrap(), "<log>");
+    assert_eq!(
+        out,
+        "<log>:5: input (agent a, session y, 2026-01-01T00:00:00Z): denied by a_no_ssn → allowed\n\
+         <log>:6: input (agent a, session z, 2026-01-01T00:00:00Z): allowed, forwarding a different context: \
+         {\"messages\":[{\"content\":\"card [C]\",\"role\":\"user\"}],\"metadata\":{\"agent_id\":\"a\",\"session_id\":\"z\",\"timestamp\":\"2026-01-01T00:00:00Z\"}} → \
+         {\"messages\":[{\"content\":\"card [CARD]\",\"role\":\"user\"}],\"metadata\":{\"agent_id\":\"a\",\"session_id\":\"z\",\"timestamp\":\"2026-01-01T00:00:00Z\"}}\n\
+         4 calls, 2 unchanged, 2 changed\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
