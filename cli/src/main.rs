@@ -127,6 +127,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let format = match &cli.command {
+        Command::Check { format, .. }
+        | Command::Eval { format, .. }
+        | Command::Replay { format, .. } => Some(*format),
+        Command::Test { .. } => None,
+    };
+    if format == Some(Format::Junit) {
+        eprintln!("error: `--format junit` is for `portcullis test`; use human or json here");
+        return ExitCode::from(1);
+    }
     let code = match cli.command {
         Command::Check {
             paths,

@@ -238,11 +238,11 @@ impl Manifest {
             && !parent.as_os_str().is_empty()
             && !parent.is_dir()
         {
-            let diagnostic = Diagnostic::error(
+            let diagnostic = Diagnostic::warning(
                 &self.path,
                 None,
                 format!(
-                    "`audit.jsonl`: the folder {} does not exist",
+                    "`audit.jsonl`: the folder {} does not exist (yet): the log cannot be opened until it does",
                     parent.display()
                 ),
             );
