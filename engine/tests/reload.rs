@@ -99,3 +99,55 @@ async fn an_evaluation_keeps_its_set_after_a_swap() {
     assert_eq!(after.decisions()[0].policy_id, "b0");
     assert_eq!(engine.policy_set().input().len(), 3);
 }
+
+/// Denies an answer that mentions its word.
+struct Forbid(&'static str);
+
+#[async_trait]
+impl portcullis_engine::OutputPolicy for Forbid {
+    fn id(&self) -> &str {
+        self.0
+    }
+
+    async fn evaluate(
+        &self,
+        context: &portcullis_engine::OutputContext,
+    ) -> Result<PolicyDecision, BoxError> {
+        Ok(if context.response.content.contains(self.0) {
+            PolicyDecision::deny(self.0)
+        } else {
+            PolicyDecision::allow()
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_stream_finishes_on_the_set_it_started_with() {
+    use portcullis_engine::StreamItem;
+    let engine = PolicyEngine::builder()
+        .policy_set(PolicySet::builder().output(Forbid("apple")).build())
+        .build();
+    let mut stream = engine.output_stream(Metadata::new("agent", "s"));
+    let _ = stream.push("I like ").await;
+    engine.replace_policy_set(PolicySet::builder().output(Forbid("pear")).build());
+    let _ = stream.push("apple and pear").await;
+    let items = stream.finish().await;
+    let denied: Vec<&str> = items
+        .iter()
+        .filter_map(|item| match item {
+            StreamItem::Denied(denial) => Some(denial.policy_id()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(denied, ["apple"], "{items:?}");
+    // A stream started now runs on the new set.
+    let mut stream = engine.output_stream(Metadata::new("agent", "s"));
+    let _ = stream.push("apple and pear").await;
+    let items = stream.finish().await;
+    assert!(
+        items
+            .iter()
+            .any(|item| matches!(item, StreamItem::Denied(d) if d.policy_id() == "pear")),
+        "{items:?}"
+    );
+}
