@@ -85,6 +85,9 @@ fn check_path(path: &Path, named: bool, out: &mut Vec<Diagnostic>, checked: &mut
         return;
     }
     match kind(path) {
+        Some(Kind::Manifest) if !named && is_test_file(path) => {
+            // Test cases found in a folder are not manifests: `portcullis test` reads them.
+        }
         Some(Kind::Manifest) => {
             *checked += 1;
             match Manifest::load(path, &CodeRegistry::new()) {
@@ -107,6 +110,19 @@ fn check_path(path: &Path, named: bool, out: &mut Vec<Diagnostic>, checked: &mut
             Diagnostic::error(path, None, "cannot tell what this file is")
                 .with_help("check takes manifests (*.yaml, *.yml), rules (*.json) and bundles (*.tar.gz, *.wasm)"),
         ),
+    }
+}
+
+/// Whether a YAML file is a test file (a map with `tests`).
+fn is_test_file(path: &Path) -> bool {
+    match portcullis::manifest::yaml::read(path) {
+        Ok((_, root)) => match &root.value {
+            portcullis::manifest::yaml::NodeValue::Map(entries) => {
+                entries.iter().any(|(key, _)| key.as_str() == Some("tests"))
+            }
+            _ => false,
+        },
+        Err(_) => false,
     }
 }
 

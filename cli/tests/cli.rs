@@ -106,6 +106,9 @@ fn check_warnings_pass_unless_denied() {
 
 #[test]
 fn check_rules_folders_and_bundles() {
+    // A folder of tests is not a folder of manifests.
+    let run = portcullis(&["check", "tests"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
     let run = portcullis(&["check", "rules"]);
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(
