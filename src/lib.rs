@@ -16,6 +16,7 @@
 //! | `http` | `http`: the remote `/engine/evaluate` endpoint | no |
 //! | `otel` | `otel`: OpenTelemetry spans for audit records | no |
 //! | `observability` | `observability`: OTLP export to an LLM observability platform | no |
+//! | `manifest` | `manifest`: policy sets as YAML files, reloaded when they change | no |
 //! | `full` | all of the above | no |
 //! | `openai` | `openai`: a tower layer guarding async-openai chat completions | no |
 //! | `rig` | `rig`: an agent hook guarding rig-agent runs | no |
@@ -117,3 +118,7 @@ pub use portcullis_rego as rego;
 #[cfg(feature = "rego-rest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rego-rest")))]
 pub use portcullis_rego_rest as rego_rest;
+
+#[cfg(feature = "manifest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "manifest")))]
+pub use portcullis_manifest as manifest;

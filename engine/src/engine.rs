@@ -5,13 +5,13 @@ use std::fmt;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_changes;
 use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
-use crate::context::{InputContext, OutputContext, ToolCallContext};
+use crate::context::{InputContext, InterceptionPoint, OutputContext, ToolCallContext};
 use crate::decision::PolicyDecision;
 use crate::error::{
     BoxError, DeadlineScope, EngineError, InvalidContext, PolicyDenialError, PolicyEvaluationError,
@@ -64,19 +64,43 @@ pub const CONTEXT_CHECK_ID: &str = "portcullis.context";
 /// # });
 /// ```
 pub struct PolicyEngine {
-    set: PolicySet,
-    /// How the streaming guard runs the output policies: compiled from the set when a stream
-    /// is first asked for, so an engine that never streams never compiles streaming rules.
-    stream_plan: OnceLock<StreamPlan>,
+    /// The set new evaluations start on, with its stream plan; an evaluation holds its own
+    /// handle to the set, so a replacement never changes an evaluation under way.
+    active: RwLock<Arc<Active>>,
     audit: Option<Arc<dyn AuditHandler>>,
 }
 
 impl fmt::Debug for PolicyEngine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PolicyEngine")
-            .field("set", &self.set)
+            .field("set", &self.policy_set())
             .field("audit", &self.audit.is_some())
             .finish()
+    }
+}
+
+/// A policy set as the engine serves it: the set, and how its output policies stream,
+/// compiled when a stream of this set is first asked for, so an engine that never streams never
+/// compiles streaming rules.
+pub(crate) struct Active {
+    pub(crate) set: Arc<PolicySet>,
+    stream_plan: OnceLock<Arc<StreamPlan>>,
+}
+
+impl Active {
+    fn new(set: PolicySet) -> Arc<Active> {
+        Arc::new(Active {
+            set: Arc::new(set),
+            stream_plan: OnceLock::new(),
+        })
+    }
+
+    /// The set's stream plan, compiled on the first call.
+    pub(crate) fn stream_plan(&self) -> Arc<StreamPlan> {
+        Arc::clone(
+            self.stream_plan
+                .get_or_init(|| Arc::new(StreamPlan::build(&self.set))),
+        )
     }
 }
 
@@ -104,8 +128,7 @@ impl PolicyEngineBuilder {
     /// The engine.
     pub fn build(self) -> PolicyEngine {
         PolicyEngine {
-            set: self.set.unwrap_or_default(),
-            stream_plan: OnceLock::new(),
+            active: RwLock::new(Active::new(self.set.unwrap_or_default())),
             audit: self.audit,
         }
     }
@@ -124,17 +147,20 @@ pub struct DecisionEntry {
 
 /// A successful evaluation: the context to forward and the decisions taken.
 ///
-/// It borrows the context it was given (and the engine's policy ids) for `'a`.
+/// It borrows the context it was given for `'a`, and holds the policy set it ran on.
 pub struct Evaluation<'a, C: Clone> {
     context: Cow<'a, C>,
-    taken: Mutex<Vec<Taken<'a>>>,
+    taken: Mutex<Vec<Taken>>,
     decisions: OnceLock<Vec<DecisionEntry>>,
+    set: Arc<PolicySet>,
+    point: InterceptionPoint,
 }
 
-/// A decision as the hot path keeps it: the id stays borrowed from the policy until someone
-/// asks for [`DecisionEntry`] values, and an `allow` (the common case) is kept in two bytes.
-struct Taken<'a> {
-    policy_id: &'a str,
+/// A decision as the hot path keeps it: the policy is named by its place in the point until
+/// someone asks for [`DecisionEntry`] values, and an `allow` (the common case) is kept in two
+/// bytes.
+struct Taken {
+    index: usize,
     decision: Kept,
     enforced: bool,
 }
@@ -161,11 +187,18 @@ impl Kept {
 }
 
 impl<'a, C: Clone> Evaluation<'a, C> {
-    fn new(context: Cow<'a, C>, taken: Vec<Taken<'a>>) -> Self {
+    fn new(
+        context: Cow<'a, C>,
+        taken: Vec<Taken>,
+        set: Arc<PolicySet>,
+        point: InterceptionPoint,
+    ) -> Self {
         Evaluation {
             context,
             taken: Mutex::new(taken),
             decisions: OnceLock::new(),
+            set,
+            point,
         }
     }
 
@@ -195,7 +228,7 @@ impl<'a, C: Clone> Evaluation<'a, C> {
             taken
                 .drain(..)
                 .map(|taken| DecisionEntry {
-                    policy_id: taken.policy_id.to_owned(),
+                    policy_id: policy_id_at(&self.set, self.point, taken.index).to_owned(),
                     decision: taken.decision.into_decision(),
                     enforced: taken.enforced,
                 })
@@ -229,15 +262,29 @@ impl PolicyEngine {
         PolicyEngineBuilder::default()
     }
 
-    /// The engine's policies.
-    pub fn policy_set(&self) -> &PolicySet {
-        &self.set
+    /// The engine's policies: the set new evaluations start on.
+    pub fn policy_set(&self) -> Arc<PolicySet> {
+        Arc::clone(&self.active().set)
     }
 
-    /// How this engine's output policies stream (worked out on the first call, then kept).
-    pub fn stream_plan(&self) -> &StreamPlan {
-        self.stream_plan
-            .get_or_init(|| StreamPlan::build(&self.set))
+    /// The set new evaluations start on, with its stream plan.
+    pub(crate) fn active(&self) -> Arc<Active> {
+        Arc::clone(&self.active.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the policy set while the engine serves: evaluations (and output streams)
+    /// under way finish on the set they started with, new ones start on `set`, and none fails
+    /// because of the swap. Returns the set that was replaced.
+    pub fn replace_policy_set(&self, set: PolicySet) -> Arc<PolicySet> {
+        let active = Active::new(set);
+        let mut current = self.active.write().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(&std::mem::replace(&mut *current, active).set)
+    }
+
+    /// How the output policies of the set new streams start on stream (worked out on the
+    /// first stream of that set, then kept).
+    pub fn stream_plan(&self) -> Arc<StreamPlan> {
+        self.active().stream_plan()
     }
 
     /// Runs the input policies on `context`.
@@ -269,34 +316,53 @@ impl PolicyEngine {
         &'a self,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
+        self.evaluate_on(self.policy_set(), context).await
+    }
+
+    /// Runs the policies of `C`'s point of `set` on `context`.
+    pub(crate) async fn evaluate_on<'a, C: PolicyContext>(
+        &'a self,
+        set: Arc<PolicySet>,
+        context: &'a C,
+    ) -> Result<Evaluation<'a, C>, EngineError> {
         if let Err(problem) = context.check_nesting() {
             return Err(self.reject(context, problem));
         }
-        let point = C::point_policies(&self.set);
+        let on_error = set.on_error;
+        let point = C::point_policies(&set);
         let call_deadline = point
             .settings
             .call_deadline
             .map(|deadline| (Instant::now() + deadline, deadline));
         if point.settings.concurrent && point.entries.len() > 1 {
-            return self
-                .evaluate_concurrently(&point.entries, context, call_deadline)
-                .await;
+            let taken = self
+                .evaluate_concurrently(&point.entries, on_error, context, call_deadline)
+                .await?;
+            return Ok(Evaluation::new(taken.0, taken.1, set, C::POINT));
         }
         let mut current = Cow::Borrowed(context);
         let mut decisions = Vec::with_capacity(point.entries.len());
-        for entry in &point.entries {
+        for (index, entry) in point.entries.iter().enumerate() {
             let outcome = evaluate_entry::<C>(entry, &*current, call_deadline).await;
-            self.settle(entry, outcome, None, &mut current, &mut decisions)?;
+            self.settle(
+                on_error,
+                (index, entry),
+                outcome,
+                None,
+                &mut current,
+                &mut decisions,
+            )?;
         }
-        Ok(Evaluation::new(current, decisions))
+        Ok(Evaluation::new(current, decisions, set, C::POINT))
     }
 
     async fn evaluate_concurrently<'a, C: PolicyContext>(
         &self,
-        entries: &'a [Entry<C::Policy>],
+        entries: &[Entry<C::Policy>],
+        on_error: OnError,
         context: &'a C,
         call_deadline: Option<(Instant, Duration)>,
-    ) -> Result<Evaluation<'a, C>, EngineError> {
+    ) -> Result<(Cow<'a, C>, Vec<Taken>), EngineError> {
         type Running<'f> = Pin<Box<dyn Future<Output = Outcome> + Send + 'f>>;
         let mut running: Vec<Option<Running<'_>>> = entries
             .iter()
@@ -318,7 +384,8 @@ impl PolicyEngine {
             // Settle in declared order, as far as the outcomes allow.
             while let Some(outcome) = finished.get_mut(next).and_then(Option::take) {
                 let settled = self.settle(
-                    &entries[next],
+                    on_error,
+                    (next, &entries[next]),
                     outcome,
                     Some(context),
                     &mut current,
@@ -362,19 +429,20 @@ impl PolicyEngine {
             }
         })
         .await?;
-        Ok(Evaluation::new(current, decisions))
+        Ok((current, decisions))
     }
 
     /// Audits one outcome and applies it: a change to `current`, a decision to `taken`, or
     /// the error that stops the evaluation. `evaluated` is the context the policy saw, when it
     /// is not `current` (the one changes apply to).
-    fn settle<'a, C: PolicyContext>(
+    fn settle<C: PolicyContext>(
         &self,
-        entry: &'a Entry<C::Policy>,
+        on_error: OnError,
+        (index, entry): (usize, &Entry<C::Policy>),
         outcome: Outcome,
         evaluated: Option<&C>,
         current: &mut Cow<'_, C>,
-        taken: &mut Vec<Taken<'a>>,
+        taken: &mut Vec<Taken>,
     ) -> Result<(), EngineError> {
         let policy_id = C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
@@ -389,7 +457,7 @@ impl PolicyEngine {
                 Some(allow),
             );
             taken.push(Taken {
-                policy_id,
+                index,
                 decision: Kept::Allow { audit: *audit },
                 enforced,
             });
@@ -398,7 +466,13 @@ impl PolicyEngine {
         let decision = match outcome {
             Ok(decision) => decision,
             Err(error) => {
-                return self.fail(policy_id, enforced, error, evaluated.unwrap_or(current));
+                return self.fail(
+                    on_error,
+                    policy_id,
+                    enforced,
+                    error,
+                    evaluated.unwrap_or(current),
+                );
             }
         };
         let changes = matches!(
@@ -413,7 +487,7 @@ impl PolicyEngine {
                 Ok(_) => None,
                 Err(error) => {
                     let evaluated = evaluated.unwrap_or(current);
-                    return self.fail(policy_id, enforced, Box::new(error), evaluated);
+                    return self.fail(on_error, policy_id, enforced, Box::new(error), evaluated);
                 }
             }
         } else {
@@ -440,7 +514,7 @@ impl PolicyEngine {
             )));
         }
         taken.push(Taken {
-            policy_id,
+            index,
             decision: Kept::new(decision),
             enforced,
         });
@@ -456,6 +530,7 @@ impl PolicyEngine {
     /// monitored or errors are set to allow.
     fn fail<C: PolicyContext>(
         &self,
+        on_error: OnError,
         policy_id: &str,
         enforced: bool,
         error: BoxError,
@@ -472,7 +547,7 @@ impl PolicyEngine {
                 None,
             );
         }
-        if enforced && self.set.on_error == OnError::Deny {
+        if enforced && on_error == OnError::Deny {
             Err(EngineError::Evaluation(PolicyEvaluationError::new(
                 policy_id,
                 C::POINT,
@@ -540,13 +615,15 @@ impl PolicyEngine {
         }
     }
 
-    /// Runs only the monitored output policies on `context`, for their audit records.
-    pub(crate) async fn evaluate_monitored_output(&self, context: &OutputContext) {
-        for entry in self.set.output.entries.iter().filter(|entry| entry.monitor) {
+    /// Runs only the monitored output policies of `set` on `context`, for their audit records.
+    pub(crate) async fn evaluate_monitored_output(&self, set: &PolicySet, context: &OutputContext) {
+        let entries = set.output.entries.iter().enumerate();
+        for (index, entry) in entries.filter(|(_, entry)| entry.monitor) {
             let outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
             // Monitored: nothing to apply and nothing that stops.
             let _ = self.settle(
-                entry,
+                set.on_error,
+                (index, entry),
                 outcome,
                 None,
                 &mut Cow::Borrowed(context),
@@ -554,6 +631,16 @@ impl PolicyEngine {
             );
         }
     }
+}
+
+/// The id of the policy at `index` of `point` in `set`.
+fn policy_id_at(set: &PolicySet, point: InterceptionPoint, index: usize) -> &str {
+    let id = match point {
+        InterceptionPoint::Input => set.input.entries.get(index).map(|e| e.policy.id()),
+        InterceptionPoint::ToolCall => set.tool_call.entries.get(index).map(|e| e.policy.id()),
+        InterceptionPoint::Output => set.output.entries.get(index).map(|e| e.policy.id()),
+    };
+    id.unwrap_or_default()
 }
 
 /// Evaluates one policy, turning a panic or a missed deadline into an error: a policy still
@@ -620,8 +707,8 @@ mod tests {
         runtime.block_on(async {
             assert!(engine.evaluate_output(&context).await.is_ok());
         });
-        assert!(engine.stream_plan.get().is_none());
+        assert!(engine.active().stream_plan.get().is_none());
         let _ = engine.output_stream(Metadata::new("a", "s"));
-        assert!(engine.stream_plan.get().is_some());
+        assert!(engine.active().stream_plan.get().is_some());
     }
 }

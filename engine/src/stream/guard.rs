@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -14,6 +14,7 @@ use crate::audit::{AuditContext, AuditDecision, AuditRecord};
 use crate::context::{InterceptionPoint, Message, Metadata, OutputContext};
 use crate::decision::{PolicyDecision, Redaction};
 use crate::engine::PolicyEngine;
+use crate::set::PolicySet;
 use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 use crate::stream::plan::{Stage, StageAction, StreamPlan, Watch};
 use crate::stream::report::{
@@ -57,7 +58,9 @@ fn char_count(text: &str) -> usize {
 /// The streaming output guard; see the [module docs](crate::stream).
 pub struct OutputStream<'e> {
     engine: &'e PolicyEngine,
-    plan: &'e StreamPlan,
+    /// The set the stream started on: it runs on it to the end.
+    set: Arc<PolicySet>,
+    plan: Arc<StreamPlan>,
     metadata: Metadata,
     stages: Vec<StageState>,
     /// Everything received.
@@ -157,12 +160,15 @@ impl PolicyEngine {
     /// # });
     /// ```
     pub fn output_stream(&self, metadata: Metadata) -> OutputStream<'_> {
-        let plan = self.stream_plan();
+        let active = self.active();
+        let plan = active.stream_plan();
         let mut stream = OutputStream {
             engine: self,
+            set: Arc::clone(&active.set),
+            stages: plan.stages.iter().map(StageState::new).collect(),
+            in_lane: plan.lane,
             plan,
             metadata,
-            stages: plan.stages.iter().map(StageState::new).collect(),
             raw: String::new(),
             chars_after_end: 0,
             buffered_chars: 0,
@@ -170,7 +176,6 @@ impl PolicyEngine {
             released: String::new(),
             released_raw: 0,
             fed: 0,
-            in_lane: plan.lane,
             lane_searched: 0,
             quiet_until: 0,
             stage_held: 0,
@@ -194,7 +199,7 @@ impl PolicyEngine {
 impl<'e> OutputStream<'e> {
     /// The stream's plan.
     pub fn plan(&self) -> &StreamPlan {
-        self.plan
+        &self.plan
     }
 
     /// Everything released so far.
@@ -476,7 +481,7 @@ impl<'e> OutputStream<'e> {
             return Ok(());
         };
         first.buffer.push_str(delta);
-        let plan = self.plan;
+        let plan = Arc::clone(&self.plan);
         let mut released_unchanged = 0;
         for (index, stage) in plan.stages.iter().enumerate() {
             let (head, tail) = self.stages.split_at_mut(index + 1);
@@ -691,12 +696,13 @@ impl<'e> OutputStream<'e> {
 
     /// Evaluates the monitored output policies on the whole text (they never hold text back).
     async fn evaluate_monitored(&self) {
-        let output = &self.engine.policy_set().output;
-        if !output.entries.iter().any(|entry| entry.monitor) {
+        if !self.set.output.entries.iter().any(|entry| entry.monitor) {
             return;
         }
         let context = self.whole_context();
-        self.engine.evaluate_monitored_output(&context).await;
+        self.engine
+            .evaluate_monitored_output(&self.set, &context)
+            .await;
     }
 
     fn whole_context(&self) -> OutputContext {
@@ -707,11 +713,12 @@ impl<'e> OutputStream<'e> {
     fn start_checkpoint(&mut self) {
         self.since_checkpoint = 0;
         let engine = self.engine;
+        let set = Arc::clone(&self.set);
         let context = self.whole_context();
         self.outstanding = true;
         *self.pending_checkpoint() = Some(Box::pin(async move {
             engine
-                .evaluate_output(&context)
+                .evaluate_on(set, &context)
                 .await
                 .map(|evaluation| evaluation.is_modified())
         }));
@@ -742,7 +749,10 @@ impl<'e> OutputStream<'e> {
 
     async fn final_evaluation(&mut self) -> Result<(), EngineError> {
         let context = self.whole_context();
-        let result = self.engine.evaluate_output(&context).await;
+        let result = self
+            .engine
+            .evaluate_on(Arc::clone(&self.set), &context)
+            .await;
         match result {
             Ok(evaluation) => {
                 let forwarded = &evaluation.context().response.content;

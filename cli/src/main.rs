@@ -1,0 +1,180 @@
+//! `portcullis`: check, evaluate, test and replay policy sets without writing Rust.
+//!
+//! Exit status, for every subcommand: 0 success, 1 the command's own input is wrong (a bad
+//! manifest, an unreadable context or test file). `eval` adds 2 denied, 3 evaluation error,
+//! 4 approval required; `test` adds 2 when a case failed; `replay --fail-on-change` adds 2
+//! when a call's outcome would change.
+
+mod check;
+mod outcome;
+mod render;
+mod replay;
+mod test;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Check, evaluate, test and replay Portcullis policy sets.
+///
+/// A policy set is described by a manifest (`portcullis.yaml`) that names JSON rules, Rego
+/// bundles, policy servers and remote endpoints for each interception point (input,
+/// tool_call, output).
+#[derive(Debug, Parser)]
+#[command(name = "portcullis", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// How results are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// For people, like a compiler's messages.
+    Human,
+    /// One JSON document, for programs.
+    Json,
+    /// JUnit XML (`test` only), for CI.
+    Junit,
+}
+
+/// An interception point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+enum Point {
+    /// Before the request is sent to the model.
+    Input,
+    /// Before a tool runs.
+    ToolCall,
+    /// After the model has answered.
+    Output,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Load and check manifests, rule files, bundles and folders of them.
+    ///
+    /// Prints every problem as `file:line:col: error: ...` (then the warnings). Exit status
+    /// 0 when there is no error (warnings only), 1 when there is one (or a warning, with
+    /// --deny-warnings).
+    Check {
+        /// Manifests (*.yaml, *.yml), rule files (*.json), bundles (*.tar.gz, *.wasm) or
+        /// folders holding them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Treat warnings as errors.
+        #[arg(long)]
+        deny_warnings: bool,
+        /// Output format (human or json).
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+    /// Evaluate one context against a manifest's policy set and print the outcome as JSON.
+    ///
+    /// Exit status 0 allowed, 2 denied, 3 evaluation error, 4 approval required, 1 when the
+    /// manifest or the context is wrong.
+    Eval {
+        /// The manifest.
+        manifest: PathBuf,
+        /// The interception point.
+        #[arg(long, value_enum)]
+        point: Point,
+        /// The context as JSON (or YAML): a file, or `-` for standard input.
+        #[arg(long)]
+        context: String,
+        /// Record a grant for this action digest before evaluating (repeatable).
+        #[arg(long = "grant", value_name = "ACTION_DIGEST")]
+        grants: Vec<String>,
+        /// Output format (json; human is the same JSON, indented).
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
+    },
+    /// Run test cases (YAML) against a manifest's policy set.
+    ///
+    /// The cases of one file run in order on one engine. Prints one line per case and
+    /// `N passed, N failed`. Exit status 0 all passed, 2 a case failed, 1 when the manifest
+    /// or a test file is wrong.
+    Test {
+        /// The manifest.
+        manifest: PathBuf,
+        /// Test files (*.yaml, *.yml) or folders of them.
+        #[arg(required = true)]
+        tests: Vec<PathBuf>,
+        /// Output format (human, json or junit).
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+    /// Re-evaluate the calls of an audit log against a manifest's set and report what would
+    /// change.
+    ///
+    /// Reads the log line by line. Prints each call whose outcome would change, then
+    /// `N calls, N unchanged, N changed`. Exit status 0, or 2 with --fail-on-change when a
+    /// call would change.
+    Replay {
+        /// The manifest of the candidate set.
+        manifest: PathBuf,
+        /// The audit log (one audit record per line).
+        log: PathBuf,
+        /// Exit with status 2 when any call would change.
+        #[arg(long)]
+        fail_on_change: bool,
+        /// Output format (human or json).
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let format = match &cli.command {
+        Command::Check { format, .. }
+        | Command::Eval { format, .. }
+        | Command::Replay { format, .. } => Some(*format),
+        Command::Test { .. } => None,
+    };
+    if format == Some(Format::Junit) {
+        eprintln!("error: `--format junit` is for `portcullis test`; use human or json here");
+        return ExitCode::from(1);
+    }
+    let code = match cli.command {
+        Command::Check {
+            paths,
+            deny_warnings,
+            format,
+        } => check::run(&paths, deny_warnings, format),
+        Command::Eval {
+            manifest,
+            point,
+            context,
+            grants,
+            format,
+        } => outcome::run_eval(&manifest, point, &context, &grants, format),
+        Command::Test {
+            manifest,
+            tests,
+            format,
+        } => test::run(&manifest, &tests, format),
+        Command::Replay {
+            manifest,
+            log,
+            fail_on_change,
+            format,
+        } => replay::run(&manifest, &log, fail_on_change, format),
+    };
+    ExitCode::from(code)
+}
+
+/// A current-thread runtime for the evaluations of one command.
+fn runtime() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            std::process::exit(1);
+        }
+    }
+}

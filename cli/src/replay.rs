@@ -1,0 +1,410 @@
+//! `portcullis replay`: the calls of an audit log against a candidate set.
+//!
+//! The log is read line by line; memory stays flat in its size. The records of one call are
+//! those with the same interception point and the same context metadata (agent, session,
+//! timestamp), each policy once: a record whose policy already has one in the open call
+//! starts a new call. Records of concurrent calls may interleave; a call is complete when a
+//! new call with its key starts, [`WINDOW`] lines after its first record, or at the end.
+//!
+//! What the log says a call did: denied by the policy of its enforced `deny` record; an
+//! error when its last record is an enforced `evaluation_error`; otherwise allowed, forwarding
+//! the context of its last record, with that record's change applied when the record holds the
+//! decision (`policy_decision`, as the manifest's `audit: jsonl` log writes it). When a log
+//! does not say what a last change did, the forwarded context is not compared.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use portcullis::apply::apply_decision;
+use portcullis::manifest::{CodeRegistry, Manifest};
+use portcullis::{InterceptionPoint, PolicyDecision};
+use serde_json::{Value, json};
+
+use crate::outcome::{self, Context, Outcome};
+use crate::{Format, render};
+
+/// Lines after its first record by which a call is complete.
+const WINDOW: u64 = 4096;
+/// The longest line read (longer ones are reported as broken).
+const MAX_LINE: usize = 64 * 1024 * 1024;
+
+type Key = (InterceptionPoint, (String, String, String));
+
+struct Call {
+    first_line: u64,
+    point: InterceptionPoint,
+    key: (String, String, String),
+    /// The context of the first record: what the call was given.
+    context: Value,
+    /// The context of the last record: what the last policy saw.
+    last_context: Value,
+    policies: Vec<String>,
+    records: Vec<Record>,
+}
+
+struct Record {
+    decision: String,
+    enforced: bool,
+    change: Option<PolicyDecision>,
+}
+
+/// What the log says a call came to.
+struct Recorded {
+    outcome: &'static str,
+    policy_id: Option<String>,
+    context: Option<Value>,
+}
+
+#[derive(Default)]
+struct Totals {
+    calls: u64,
+    unchanged: u64,
+    changed: u64,
+    broken: u64,
+}
+
+pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: Format) -> u8 {
+    let loaded = match Manifest::load(manifest, &CodeRegistry::new()) {
+        Ok(loaded) => loaded,
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            return 1;
+        }
+    };
+    let file = match std::fs::File::open(log) {
+        Ok(file) => file,
+        Err(error) => {
+            eprintln!(
+                "{}: error: cannot read the audit log: {error}",
+                log.display()
+            );
+            return 1;
+        }
+    };
+    let (engine, taken) = outcome::engine(loaded.into_policy_set());
+    let runtime = crate::runtime();
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut line = Vec::new();
+    let mut number = 0u64;
+    // The calls still open, by the line they start on, and where each key's call is.
+    let mut open: BTreeMap<u64, Call> = BTreeMap::new();
+    let mut index: HashMap<Key, u64> = HashMap::new();
+    let mut totals = Totals::default();
+    let json_out = format == Format::Json;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if json_out {
+        let _ = write!(out, "{{\"changes\": [");
+    }
+    let finish = |call: Call, totals: &mut Totals, out: &mut dyn Write| {
+        let recorded = recorded(&call);
+        let context = match outcome::parse_context(call.point, call.context.clone()) {
+            Ok(context) => context,
+            Err(message) => {
+                totals.broken += 1;
+                report_broken(log, call.first_line, &message);
+                return;
+            }
+        };
+        totals.calls += 1;
+        let now = runtime.block_on(outcome::evaluate(&engine, &taken, &context));
+        match difference(&recorded, &now) {
+            None => totals.unchanged += 1,
+            Some(what) => {
+                totals.changed += 1;
+                let description = describe(&call, &context);
+                if json_out {
+                    let change = json!({
+                        "line": call.first_line,
+                        "point": call.point.as_str(),
+                        "call": description,
+                        "change": what,
+                        "recorded": recorded.outcome,
+                        "now": now.to_json(),
+                    });
+                    let comma = if totals.changed > 1 { "," } else { "" };
+                    let _ = write!(out, "{comma}\n  {change}");
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "{}:{}: {description}: {what}",
+                        log.display(),
+                        call.first_line
+                    );
+                }
+            }
+        }
+    };
+    loop {
+        line.clear();
+        let read =
+            std::io::Read::take(&mut reader, MAX_LINE as u64 + 1).read_until(b'\n', &mut line);
+        match read {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => {
+                eprintln!(
+                    "{}: error: cannot read the audit log: {error}",
+                    log.display()
+                );
+                return 1;
+            }
+        }
+        number += 1;
+        if line.len() > MAX_LINE && !line.ends_with(b"\n") {
+            // Skip the rest of an overlong line.
+            totals.broken += 1;
+            report_broken(log, number, "the line is too long");
+            let mut rest = Vec::new();
+            let _ = reader.read_until(b'\n', &mut rest);
+            continue;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let (point, key, policy_id, context, record) = match parse_record(text) {
+            Ok(parsed) => parsed,
+            Err(message) => {
+                totals.broken += 1;
+                report_broken(log, number, &message);
+                continue;
+            }
+        };
+        // Calls that began more than a window ago are complete.
+        while let Some(entry) = open.first_entry() {
+            if number - entry.get().first_line <= WINDOW {
+                break;
+            }
+            let call = entry.remove();
+            index.remove(&(call.point, call.key.clone()));
+            finish(call, &mut totals, &mut out);
+        }
+        let key = (point, key);
+        // A policy that already has a record in its key's open call starts a new call: the
+        // open one is complete, and so are those that began before it (log order).
+        if let Some(&id) = index.get(&key)
+            && open
+                .get(&id)
+                .is_some_and(|call| call.policies.contains(&policy_id))
+        {
+            let later = open.split_off(&(id + 1));
+            for (_, call) in std::mem::replace(&mut open, later) {
+                index.remove(&(call.point, call.key.clone()));
+                finish(call, &mut totals, &mut out);
+            }
+        }
+        match index.get(&key).and_then(|id| open.get_mut(id)) {
+            Some(call) => {
+                call.policies.push(policy_id);
+                call.last_context = context;
+                call.records.push(record);
+            }
+            None => {
+                index.insert(key.clone(), number);
+                open.insert(
+                    number,
+                    Call {
+                        first_line: number,
+                        point: key.0,
+                        key: key.1,
+                        last_context: context.clone(),
+                        context,
+                        policies: vec![policy_id],
+                        records: vec![record],
+                    },
+                );
+            }
+        }
+    }
+    for (_, call) in std::mem::take(&mut open) {
+        finish(call, &mut totals, &mut out);
+    }
+    let summary = format!(
+        "{} calls, {} unchanged, {} changed",
+        totals.calls, totals.unchanged, totals.changed
+    );
+    if json_out {
+        let newline = if totals.changed > 0 { "\n" } else { "" };
+        let _ = writeln!(
+            out,
+            "{newline}],\n\"calls\": {}, \"unchanged\": {}, \"changed\": {}, \"broken_lines\": {}}}",
+            totals.calls, totals.unchanged, totals.changed, totals.broken
+        );
+    } else {
+        if totals.broken > 0 {
+            let noun = if totals.broken == 1 { "line" } else { "lines" };
+            let _ = writeln!(out, "{} broken {noun} skipped", totals.broken);
+        }
+        let _ = writeln!(out, "{summary}");
+    }
+    let _ = out.flush();
+    if fail_on_change && totals.changed > 0 {
+        2
+    } else {
+        0
+    }
+}
+
+/// Broken lines go to standard error in both formats: standard output stays one document.
+fn report_broken(log: &Path, line: u64, message: &str) {
+    eprintln!("{}:{line}: error: {message}", log.display());
+}
+
+type ParsedRecord = (
+    InterceptionPoint,
+    (String, String, String),
+    String,
+    Value,
+    Record,
+);
+
+fn parse_record(text: &str) -> Result<ParsedRecord, String> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|error| format!("not a JSON audit record: {error}"))?;
+    let field = |name: &str| value.get(name);
+    let string = |name: &str| -> Result<String, String> {
+        field(name)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("the record has no `{name}` (a string)"))
+    };
+    let point = match string("interception_point")?.as_str() {
+        "input" => InterceptionPoint::Input,
+        "tool_call" => InterceptionPoint::ToolCall,
+        "output" => InterceptionPoint::Output,
+        other => return Err(format!("unknown interception point {other:?}")),
+    };
+    let policy_id = string("policy_id")?;
+    let decision = string("decision")?;
+    let context = field("context")
+        .filter(|c| c.is_object())
+        .cloned()
+        .ok_or("the record has no `context` (an object)")?;
+    let metadata = context.get("metadata");
+    let meta = |name: &str| {
+        metadata
+            .and_then(|m| m.get(name))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let key = (meta("agent_id"), meta("session_id"), meta("timestamp"));
+    let enforced = field("enforced").and_then(Value::as_bool).unwrap_or(true);
+    let change = field("policy_decision").and_then(|d| serde_json::from_value(d.clone()).ok());
+    Ok((
+        point,
+        key,
+        policy_id,
+        context,
+        Record {
+            decision,
+            enforced,
+            change,
+        },
+    ))
+}
+
+fn recorded(call: &Call) -> Recorded {
+    if let Some(at) = call
+        .records
+        .iter()
+        .rposition(|r| r.enforced && r.decision == "deny")
+    {
+        return Recorded {
+            outcome: "denied",
+            policy_id: call.policies.get(at).cloned(),
+            context: None,
+        };
+    }
+    let Some(last) = call.records.last() else {
+        return Recorded {
+            outcome: "allowed",
+            policy_id: None,
+            context: Some(call.context.clone()),
+        };
+    };
+    if last.enforced && last.decision == "evaluation_error" {
+        return Recorded {
+            outcome: "error",
+            policy_id: call.policies.last().cloned(),
+            context: None,
+        };
+    }
+    let changes = matches!(last.decision.as_str(), "redact" | "transform");
+    let context = match (changes && last.enforced, &last.change) {
+        (false, _) => Some(call.last_context.clone()),
+        (true, Some(decision)) => apply(call.point, &call.last_context, decision),
+        (true, None) => None,
+    };
+    Recorded {
+        outcome: "allowed",
+        policy_id: None,
+        context,
+    }
+}
+
+/// `context` with `decision`'s change applied, as JSON.
+fn apply(point: InterceptionPoint, context: &Value, decision: &PolicyDecision) -> Option<Value> {
+    fn changed<C: portcullis::PolicyContext + serde::Serialize>(
+        context: &C,
+        decision: &PolicyDecision,
+    ) -> Option<Value> {
+        match apply_decision(context, decision).ok()? {
+            Some(changed) => serde_json::to_value(changed).ok(),
+            None => serde_json::to_value(context).ok(),
+        }
+    }
+    match outcome::parse_context(point, context.clone()).ok()? {
+        Context::Input(context) => changed(&context, decision),
+        Context::ToolCall(context) => changed(&context, decision),
+        Context::Output(context) => changed(&context, decision),
+    }
+}
+
+/// What changed, if anything.
+fn difference(recorded: &Recorded, now: &Outcome) -> Option<String> {
+    let now_policy = now
+        .denial
+        .as_ref()
+        .map(|(id, _)| id.clone())
+        .or(now.error.as_ref().map(|(id, _)| id.clone()));
+    let name = |outcome: &str, policy: &Option<String>| match (outcome, policy) {
+        ("denied", Some(id)) => format!("denied by {id}"),
+        ("error", Some(id)) => format!("error in {id}"),
+        (outcome, _) => outcome.to_owned(),
+    };
+    if recorded.outcome != now.outcome {
+        return Some(format!(
+            "{} → {}",
+            name(recorded.outcome, &recorded.policy_id),
+            name(now.outcome, &now_policy)
+        ));
+    }
+    if recorded.outcome != "allowed" && recorded.policy_id != now_policy {
+        return Some(format!(
+            "{} → {}",
+            name(recorded.outcome, &recorded.policy_id),
+            name(now.outcome, &now_policy)
+        ));
+    }
+    if let (Some(before), Some(after)) = (&recorded.context, &now.context)
+        && before != after
+    {
+        return Some(format!(
+            "allowed, forwarding a different context: {before} → {after}"
+        ));
+    }
+    None
+}
+
+fn describe(call: &Call, context: &Context) -> String {
+    let (agent, session, timestamp) = &call.key;
+    let what = match context {
+        Context::ToolCall(context) => format!("tool_call {}", context.tool_name),
+        _ => call.point.as_str().to_owned(),
+    };
+    format!("{what} (agent {agent}, session {session}, {timestamp})")
+}

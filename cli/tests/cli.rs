@@ -1,0 +1,500 @@
+//! The `portcullis` binary, run as a process on the fixtures, for every subcommand, outcome
+//! and exit status. Human and JSON output are compared with the files in `tests/golden`
+//! (refresh them with `PORTCULLIS_BLESS=1`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use portcullis::manifest::{CodeRegistry, JsonlAuditLog, Manifest};
+use portcullis::{InputContext, Message, Metadata, PolicyEngine, ToolCallContext};
+use serde_json::{Value, json};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the binary in the fixtures folder (paths in messages stay short) without colours.
+fn portcullis(args: &[&str]) -> Run {
+    portcullis_with_input(args, None)
+}
+
+fn portcullis_with_input(args: &[&str], input: Option<&str>) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(args)
+        .current_dir(fixtures())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    if let Some(input) = input {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    } else {
+        drop(child.stdin.take());
+    }
+    let output = child.wait_with_output().unwrap();
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// Compares `actual` with the golden file `name`, or writes it with `PORTCULLIS_BLESS=1`.
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("PORTCULLIS_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "missing golden file {}; run with PORTCULLIS_BLESS=1",
+            path.display()
+        )
+    });
+    assert_eq!(actual, expected, "output differs from {}", path.display());
+}
+
+#[test]
+fn check_a_clean_manifest() {
+    let run = portcullis(&["check", "portcullis.yaml"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    golden("check-clean.txt", &run.stdout);
+}
+
+#[test]
+fn check_reports_every_problem_like_a_compiler() {
+    let run = portcullis(&["check", "broken/portcullis.yaml"]);
+    assert_eq!(run.code, 1);
+    golden("check-broken.txt", &run.stdout);
+    let run = portcullis(&["check", "broken/portcullis.yaml", "--format", "json"]);
+    assert_eq!(run.code, 1);
+    golden("check-broken.json", &run.stdout);
+    let document: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(document["ok"], false);
+    assert_eq!(document["errors"].as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn check_warnings_pass_unless_denied() {
+    let run = portcullis(&["check", "warnings.yaml"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("warning: `sessions` is read and checked but not applied yet")
+    );
+    let run = portcullis(&["check", "warnings.yaml", "--deny-warnings"]);
+    assert_eq!(run.code, 1);
+}
+
+#[test]
+fn check_rules_folders_and_bundles() {
+    // A folder of tests is not a folder of manifests.
+    let run = portcullis(&["check", "tests"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let run = portcullis(&["check", "rules"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("4 checked: 0 errors, 0 warnings"),
+        "{}",
+        run.stdout
+    );
+    let run = portcullis(&[
+        "check",
+        "broken/rules/typo.json",
+        "broken/junk.tar.gz",
+        "nowhere.json",
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stdout
+            .contains("broken/rules/typo.json:2:18: error: field \"messages.0.contnet\""),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("broken/junk.tar.gz: error: the bundle cannot be used"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("nowhere.json: error: cannot read the file"),
+        "{}",
+        run.stdout
+    );
+    let bundle = opa_fixtures().join("rego-wasm/no-ssn-input.tar.gz");
+    let run = portcullis(&["check", bundle.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+}
+
+#[test]
+fn eval_allowed_with_the_forwarded_context() {
+    let run = portcullis(&[
+        "eval",
+        "portcullis.yaml",
+        "--point",
+        "input",
+        "--context",
+        "contexts/input-card.json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    golden("eval-allowed.json", &run.stdout);
+}
+
+#[test]
+fn eval_denied() {
+    let run = portcullis(&[
+        "eval",
+        "portcullis.yaml",
+        "--point",
+        "tool_call",
+        "--context",
+        "contexts/tool-rm.json",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    golden("eval-denied.json", &run.stdout);
+    // The same from standard input.
+    let context = std::fs::read_to_string(fixtures().join("contexts/input-ssn.json")).unwrap();
+    let run = portcullis_with_input(
+        &[
+            "eval",
+            "portcullis.yaml",
+            "--point",
+            "input",
+            "--context",
+            "-",
+            "--format",
+            "human",
+        ],
+        Some(&context),
+    );
+    assert_eq!(run.code, 2);
+    golden("eval-denied-human.json", &run.stdout);
+}
+
+#[test]
+fn eval_evaluation_error() {
+    let run = portcullis(&[
+        "eval",
+        "remote.yaml",
+        "--point",
+        "tool_call",
+        "--context",
+        "contexts/tool-rm.json",
+    ]);
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    let document: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(document["outcome"], "error");
+    assert_eq!(document["error"]["policy_id"], "remote");
+    assert!(
+        document["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1:9"),
+        "{document}"
+    );
+    assert_eq!(
+        document["decisions"],
+        json!([{ "policy_id": "remote", "decision": "evaluation_error" }])
+    );
+}
+
+#[test]
+fn eval_bad_input_is_status_1() {
+    let run = portcullis(&[
+        "eval",
+        "portcullis.yaml",
+        "--point",
+        "input",
+        "--context",
+        "contexts/not-a-context.json",
+    ]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        "contexts/not-a-context.json: error: not a valid input context: invalid type: string \"hello\", expected a sequence\n"
+    );
+    let run = portcullis(&[
+        "eval",
+        "portcullis.yaml",
+        "--point",
+        "input",
+        "--context",
+        "contexts/missing.json",
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("cannot read the file"),
+        "{}",
+        run.stderr
+    );
+    let run = portcullis(&[
+        "eval",
+        "broken/portcullis.yaml",
+        "--point",
+        "input",
+        "--context",
+        "contexts/input-ssn.json",
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .starts_with("broken/portcullis.yaml:1:1: error: unknown key `on_eror`"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty());
+}
+
+#[test]
+fn eval_a_rego_bundle() {
+    let scratch = std::env::temp_dir().join(format!("portcullis-cli-rego-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let manifest = scratch.join("portcullis.yaml");
+    let bundle = opa_fixtures().join("rego-wasm/no-ssn-input.tar.gz");
+    std::fs::write(
+        &manifest,
+        format!("input:\n  - rego: {}\n", bundle.display()),
+    )
+    .unwrap();
+    let context = fixtures().join("contexts/input-ssn.json");
+    let run = portcullis(&[
+        "eval",
+        manifest.to_str().unwrap(),
+        "--point",
+        "input",
+        "--context",
+        context.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stdout,
+        "{\"outcome\":\"denied\",\"decisions\":[{\"policy_id\":\"no-ssn-input\",\"decision\":\"deny\"}],\"denial\":{\"policy_id\":\"no-ssn-input\",\"reason\":\"Message contains a potential SSN.\"}}\n"
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+#[test]
+fn test_all_passing() {
+    let run = portcullis(&["test", "portcullis.yaml", "tests/policies.yaml"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    golden("test-passing.txt", &run.stdout);
+}
+
+#[test]
+fn test_with_a_failing_case() {
+    let run = portcullis(&["test", "portcullis.yaml", "tests"]);
+    assert_eq!(run.code, 2);
+    golden("test-failing.txt", &run.stdout);
+    let run = portcullis(&["test", "portcullis.yaml", "tests", "--format", "json"]);
+    assert_eq!(run.code, 2);
+    golden("test-failing.json", &run.stdout);
+    let run = portcullis(&["test", "portcullis.yaml", "tests", "--format", "junit"]);
+    assert_eq!(run.code, 2);
+    golden("test-failing.xml", &run.stdout);
+}
+
+#[test]
+fn test_files_with_unknown_keys_are_status_1() {
+    let run = portcullis(&["test", "portcullis.yaml", "broken/tests-unknown-key.yaml"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.is_empty());
+    golden("test-broken.txt", &run.stderr);
+}
+
+/// Records an audit log with the `before` set, as an application with `audit: jsonl` does.
+fn record_log(path: &Path) {
+    let loaded = Manifest::load(fixtures().join("before.yaml"), &CodeRegistry::new()).unwrap();
+    let engine = PolicyEngine::builder()
+        .policy_set(loaded.into_policy_set())
+        .on_audit(JsonlAuditLog::open(path).unwrap())
+        .build();
+    let metadata = |session: &str| {
+        let mut metadata = Metadata::new("agent", session);
+        metadata.timestamp = format!("2026-01-01T00:00:0{}Z", session.len());
+        metadata
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for (session, text) in [
+            ("s1", "hello"),
+            ("s22", "my ssn is 1"),
+            ("s333", "card 1234-5678-9012-3456"),
+        ] {
+            let context = InputContext::new(vec![Message::user(text)], metadata(session));
+            let _ = engine.evaluate_input(&context).await;
+        }
+        // A tool call the `before` set had no policy for: no record, nothing to replay.
+        let call = ToolCallContext::new(
+            "shell",
+            json!({ "command": "rm -rf /" })
+                .as_object()
+                .unwrap()
+                .clone(),
+            Message::assistant(""),
+            metadata("s4444"),
+        );
+        let _ = engine.evaluate_tool_call(&call).await;
+    });
+    // A line a crash cut short.
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    file.write_all(b"{\"policy_id\": \"a_no_ssn\", \"deci\n")
+        .unwrap();
+}
+
+#[test]
+fn replay_reports_what_would_change() {
+    let dir = std::env::temp_dir().join(format!("portcullis-cli-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("audit.jsonl");
+    let _ = std::fs::remove_file(&log);
+    record_log(&log);
+    let log_arg = log.to_str().unwrap();
+    let run = portcullis(&["replay", "portcullis.yaml", log_arg]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    golden("replay.txt", &run.stdout.replace(log_arg, "<log>"));
+    let stderr = run.stderr.replace(log_arg, "<log>");
+    assert!(
+        stderr.starts_with("<log>:4: error: not a JSON audit record: EOF while parsing"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let run = portcullis(&["replay", "portcullis.yaml", log_arg, "--fail-on-change"]);
+    assert_eq!(run.code, 2);
+    let run = portcullis(&["replay", "portcullis.yaml", log_arg, "--format", "json"]);
+    assert_eq!(run.code, 0);
+    golden("replay.json", &run.stdout.replace(log_arg, "<log>"));
+    // Against the set it was recorded with, nothing changes.
+    let run = portcullis(&["replay", "before.yaml", log_arg, "--fail-on-change"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.ends_with("3 calls, 3 unchanged, 0 changed\n"),
+        "{}",
+        run.stdout
+    );
+    let run = portcullis(&["replay", "portcullis.yaml", "no-such.jsonl"]);
+    assert_eq!(run.code, 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn help_and_usage_errors() {
+    let run = portcullis(&["--help"]);
+    assert_eq!(run.code, 0);
+    for command in ["check", "eval", "test", "replay"] {
+        assert!(run.stdout.contains(command), "{}", run.stdout);
+    }
+    assert!(
+        !run.stdout
+            .lines()
+            .any(|line| line.trim_start().starts_with("serve ")
+                || line.trim_start().starts_with("proxy "))
+    );
+    let run = portcullis(&[
+        "eval",
+        "portcullis.yaml",
+        "--point",
+        "inptu",
+        "--context",
+        "x",
+    ]);
+    assert_eq!(run.code, 2, "clap's usage errors");
+}
+
+fn opa_fixtures() -> PathBuf {
+    let dir = std::env::var_os("PORTCULLIS_OPA_FIXTURES").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
+        PathBuf::from,
+    );
+    assert!(
+        dir.join("rego-wasm").is_dir(),
+        "the OPA WebAssembly fixtures are missing: looked in {}; set PORTCULLIS_OPA_FIXTURES",
+        dir.display()
+    );
+    dir
+}
+
+#[test]
+fn replay_groups_interleaved_calls_and_applies_recorded_changes() {
+    let dir =
+        std::env::temp_dir().join(format!("portcullis-cli-interleaved-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("audit.jsonl");
+    let context = |session: &str, text: &str| {
+        json!({
+            "messages": [{ "role": "user", "content": text }],
+            "metadata": { "agent_id": "a", "session_id": session, "timestamp": "2026-01-01T00:00:00Z" }
+        })
+    };
+    let record = |policy: &str, decision: &str, context: Value, change: Option<Value>| {
+        let mut record = json!({
+            "policy_id": policy, "decision": decision, "interception_point": "input",
+            "context": context, "timestamp": "2026-01-01T00:00:00.001Z", "enforced": true
+        });
+        if let Some(change) = change {
+            record["policy_decision"] = change;
+        }
+        record.to_string()
+    };
+    let card = "card 1234-5678-9012-3456";
+    let redaction = json!({ "decision": "redact", "redactions": [{
+        "field": "messages.0.content", "strategy": "replace",
+        "pattern": "\\d{4}-\\d{4}-\\d{4}-\\d{4}", "replacement": "[CARD]" }] });
+    let mut other_redaction = redaction.clone();
+    other_redaction["redactions"][0]["replacement"] = json!("[C]");
+    let lines = [
+        record("a_no_ssn", "allow", context("x", card), None),
+        record("a_no_ssn", "allow", context("y", "hello"), None),
+        record(
+            "b_redact_card",
+            "redact",
+            context("x", card),
+            Some(redaction),
+        ),
+        record("b_redact_card", "allow", context("y", "hello"), None),
+        // The same key again: a new call (its recorded outcome differs from today's).
+        record("a_no_ssn", "deny", context("y", "hello"), None),
+        // A call whose recorded change differs from today's: another forwarded context.
+        record("a_no_ssn", "allow", context("z", card), None),
+        record(
+            "b_redact_card",
+            "redact",
+            context("z", card),
+            Some(other_redaction),
+        ),
+    ];
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let run = portcullis(&["replay", "portcullis.yaml", log.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out = run.stdout.replace(log.to_str().unwrap(), "<log>");
+    assert_eq!(
+        out,
+        "<log>:5: input (agent a, session y, 2026-01-01T00:00:00Z): denied by a_no_ssn → allowed\n\
+         <log>:6: input (agent a, session z, 2026-01-01T00:00:00Z): allowed, forwarding a different context: \
+         {\"messages\":[{\"content\":\"card [C]\",\"role\":\"user\"}],\"metadata\":{\"agent_id\":\"a\",\"session_id\":\"z\",\"timestamp\":\"2026-01-01T00:00:00Z\"}} → \
+         {\"messages\":[{\"content\":\"card [CARD]\",\"role\":\"user\"}],\"metadata\":{\"agent_id\":\"a\",\"session_id\":\"z\",\"timestamp\":\"2026-01-01T00:00:00Z\"}}\n\
+         4 calls, 2 unchanged, 2 changed\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

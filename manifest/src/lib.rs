@@ -1,0 +1,100 @@
+//! Policy sets as files: a YAML manifest that people who write policies, not Rust, own.
+//!
+//! ```yaml
+//! on_error: deny                  # deny (default) | allow
+//! input:                          # the policies of a point, in order
+//!   - dsl: rules/no_ssn.json      # a JSON rule; id: the file stem
+//!   - dsl: rules/input/           # a folder: every *.json in it, sorted by name
+//!   - rego: bundles/pii.tar.gz    # an OPA WebAssembly bundle; id: the file name without .tar.gz/.wasm
+//!     entrypoint: aps/input/decision
+//!   - rego_server: http://localhost:8181    # a policy server speaking the OPA REST API
+//!     package: portcullis/input
+//!     id: pii
+//!   - http: https://policy.internal         # a remote /engine/evaluate endpoint
+//!     id: pii-remote
+//!     bearer_token_env: POLICY_TOKEN        # secrets come from the environment, never the file
+//!     timeout: 500ms
+//!   - code: no_shouting           # registered by name from Rust (CodeRegistry)
+//!     monitor: true               # any entry: monitor, deadline
+//!     deadline: 50ms
+//! tool_call: []
+//! output: []
+//! include:                        # policy-set files (APS policy-set schema)
+//!   - aps/policies.json
+//! settings:                       # per point: concurrent, monitor, policy_deadline, call_deadline;
+//!   input: { concurrent: true, call_deadline: 300ms }   # output also stream_batch, stream_checkpoint
+//! audit:
+//!   jsonl: logs/audit.jsonl       # one audit record per line
+//!   otlp: http://localhost:4318   # kept in the loaded manifest; the application wires the exporter
+//! sessions: { store: memory, ttl: 24h }   # read and checked; not applied yet (a warning says so)
+//! approvals: { timeout: 5m }              # read and checked; not applied yet (a warning says so)
+//! ```
+//!
+//! Relative paths are relative to the manifest's folder. Values are never interpolated
+//! (`${VAR}` is an error): secrets come from the environment through the `*_env` keys.
+//!
+//! [`Manifest::load`] reads the manifest, opens everything it names and builds a
+//! [`PolicySet`](portcullis_engine::PolicySet). Every problem of every file is reported at
+//! once ([`ManifestErrors`]), each with its file, line and column, and a suggestion for a
+//! misspelled key. Durations are written `500ms`, `30s`, `5m`, `24h`.
+//!
+//! Entries of an `include` file go to the points of their `applies_to` (all three when
+//! absent), after the points' own policies; a `tool_call` entry with `tools` decides only for
+//! those tools and allows any other without evaluating. Their ids are
+//! `<file stem>#<index>`, the index counted from 0 in file order.
+//!
+//! ```no_run
+//! use portcullis_engine::PolicyEngine;
+//! use portcullis_manifest::{CodeRegistry, Manifest};
+//!
+//! let loaded = match Manifest::load("portcullis.yaml", &CodeRegistry::new()) {
+//!     Ok(loaded) => loaded,
+//!     Err(errors) => {
+//!         for diagnostic in errors.iter() {
+//!             eprintln!("{diagnostic}");
+//!         }
+//!         std::process::exit(1);
+//!     }
+//! };
+//! let engine = PolicyEngine::builder().policy_set(loaded.into_policy_set()).build();
+//! # drop(engine);
+//! ```
+//!
+//! [`ManifestWatcher`] reloads a manifest when one of its files changes and swaps the new set
+//! into a running engine; a reload that fails keeps the set in use.
+//!
+//! Backends beyond the JSON rules come with the features `rego`, `rego-rest` and `http`; a
+//! manifest naming one this build lacks gets a load error that names the feature.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod audit;
+mod build;
+mod diagnostic;
+mod duration;
+mod model;
+mod watch;
+pub mod yaml;
+
+pub use audit::JsonlAuditLog;
+pub use build::{CodeRegistry, LoadedManifest, bundle_id};
+pub use diagnostic::{Diagnostic, ManifestErrors, Severity};
+pub use duration::parse_duration;
+pub use model::{
+    ApprovalSettings, AuditSettings, Include, Manifest, PointOptions, PolicyEntry, PolicySource,
+    SessionSettings, SessionStore, Settings,
+};
+pub use watch::{ManifestWatcher, ManifestWatcherBuilder, ReloadOutcome, reload};
+pub use yaml::Position;
+
+/// Turns a DSL rule's problems into diagnostics with line and column, for tools that check
+/// rule files on their own (the checker names a JSON path; the rule's text says where it is).
+pub fn rule_diagnostics(
+    path: &std::path::Path,
+    source: &str,
+    problems: &portcullis_dsl::Problems,
+) -> Vec<Diagnostic> {
+    let mut report = diagnostic::Report::default();
+    build::rule_problems(&mut report, path, source, problems);
+    report.diagnostics
+}

@@ -1,0 +1,757 @@
+//! The manifest as written: every key read and checked, nothing opened yet.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use portcullis_engine::{InterceptionPoint, OnError};
+
+use crate::diagnostic::{Diagnostic, Report, closest};
+use crate::duration::parse_duration;
+use crate::yaml::{Node, NodeValue, Position};
+
+/// A manifest as written, checked key by key (nothing it names is opened yet).
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Manifest {
+    /// The manifest file.
+    pub path: PathBuf,
+    /// The folder relative paths are resolved against (the manifest's own).
+    pub base: PathBuf,
+    /// `on_error`: what happens when a policy cannot be evaluated.
+    pub on_error: OnError,
+    /// The `input` policies, in order.
+    pub input: Vec<PolicyEntry>,
+    /// The `tool_call` policies, in order.
+    pub tool_call: Vec<PolicyEntry>,
+    /// The `output` policies, in order.
+    pub output: Vec<PolicyEntry>,
+    /// `include`: policy-set files whose entries go after the point's own policies.
+    pub include: Vec<Include>,
+    /// `settings`, per point.
+    pub settings: Settings,
+    /// `audit`: where audit records go.
+    pub audit: AuditSettings,
+    /// `sessions` (read and checked; the engine does not keep session state yet).
+    pub sessions: Option<SessionSettings>,
+    /// `approvals` (read and checked; the engine does not resolve approvals yet).
+    pub approvals: Option<ApprovalSettings>,
+}
+
+impl Manifest {
+    /// The entries of one point.
+    pub fn entries(&self, point: InterceptionPoint) -> &[PolicyEntry] {
+        match point {
+            InterceptionPoint::Input => &self.input,
+            InterceptionPoint::ToolCall => &self.tool_call,
+            InterceptionPoint::Output => &self.output,
+        }
+    }
+
+    fn entries_mut(&mut self, point: InterceptionPoint) -> &mut Vec<PolicyEntry> {
+        match point {
+            InterceptionPoint::Input => &mut self.input,
+            InterceptionPoint::ToolCall => &mut self.tool_call,
+            InterceptionPoint::Output => &mut self.output,
+        }
+    }
+}
+
+/// One policy of a point.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PolicyEntry {
+    /// Where the policy comes from.
+    pub source: PolicySource,
+    /// `monitor: true`: evaluated and audited, never enforced.
+    pub monitor: bool,
+    /// `deadline`: how long one evaluation may take.
+    pub deadline: Option<Duration>,
+    /// Where the entry is in the manifest.
+    pub position: Position,
+}
+
+/// Where a policy comes from.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum PolicySource {
+    /// `dsl: <file or folder>`: a JSON rule (id: the file stem), or every `*.json` of a
+    /// folder, sorted by name.
+    Dsl {
+        /// The file or folder, resolved against the manifest's folder.
+        path: PathBuf,
+    },
+    /// `rego: <bundle>`: an OPA WebAssembly bundle (`.tar.gz`) or module (`.wasm`); id: the
+    /// file name without those endings.
+    Rego {
+        /// The bundle, resolved against the manifest's folder.
+        path: PathBuf,
+        /// `entrypoint`, when the bundle's decision entrypoint must be named.
+        entrypoint: Option<String>,
+    },
+    /// `rego_server: <url>`: a policy server speaking the OPA REST API.
+    RegoServer {
+        /// The server's base URL.
+        url: String,
+        /// `package`: the package whose `decision` is evaluated.
+        package: String,
+        /// `id`: the policy's id.
+        id: String,
+    },
+    /// `http: <url>`: a remote `/engine/evaluate` endpoint.
+    Http {
+        /// The base URL.
+        url: String,
+        /// `id`: the policy's id.
+        id: String,
+        /// `bearer_token_env`: the environment variable holding the bearer token.
+        bearer_token_env: Option<String>,
+        /// `timeout`: the request time-out.
+        timeout: Option<Duration>,
+    },
+    /// `code: <name>`: a policy registered from Rust under this name.
+    Code {
+        /// The name it was registered under.
+        name: String,
+    },
+}
+
+/// One `include` entry: a policy-set file.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Include {
+    /// The file, resolved against the manifest's folder.
+    pub path: PathBuf,
+    /// Where the entry is in the manifest.
+    pub position: Position,
+}
+
+/// The `settings` of every point.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Settings {
+    /// `settings.input`.
+    pub input: PointOptions,
+    /// `settings.tool_call`.
+    pub tool_call: PointOptions,
+    /// `settings.output`.
+    pub output: PointOptions,
+}
+
+impl Settings {
+    /// The settings of one point.
+    pub fn point(&self, point: InterceptionPoint) -> &PointOptions {
+        match point {
+            InterceptionPoint::Input => &self.input,
+            InterceptionPoint::ToolCall => &self.tool_call,
+            InterceptionPoint::Output => &self.output,
+        }
+    }
+}
+
+/// How one point runs (the engine's point settings, as written).
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct PointOptions {
+    /// `concurrent: true`: the point's policies start at once.
+    pub concurrent: bool,
+    /// `monitor: true`: every policy of the point runs in monitor mode.
+    pub monitor: bool,
+    /// `policy_deadline`: the deadline of each policy that sets none.
+    pub policy_deadline: Option<Duration>,
+    /// `call_deadline`: the deadline of the whole point.
+    pub call_deadline: Option<Duration>,
+    /// `stream_batch` (output only): bytes gathered before streaming rules run again.
+    pub stream_batch: Option<usize>,
+    /// `stream_checkpoint` (output only): characters between checkpoint evaluations.
+    pub stream_checkpoint: Option<usize>,
+}
+
+/// The `audit` section.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct AuditSettings {
+    /// `jsonl`: the file audit records are appended to, one per line.
+    pub jsonl: Option<PathBuf>,
+    /// `otlp`: the OTLP/HTTP endpoint of a collector (kept; not exported by this crate).
+    pub otlp: Option<String>,
+}
+
+/// The `sessions` section.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SessionSettings {
+    /// `store`: `memory` or a `redis://` URL.
+    pub store: SessionStore,
+    /// `ttl`: how long a session's state is kept after its last update.
+    pub ttl: Option<Duration>,
+}
+
+/// Where session state is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionStore {
+    /// In the process.
+    Memory,
+    /// In Redis, at this URL.
+    Redis(String),
+}
+
+/// The `approvals` section.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ApprovalSettings {
+    /// `timeout`: how long an approval is waited for.
+    pub timeout: Option<Duration>,
+}
+
+const TOP_KEYS: &[&str] = &[
+    "on_error",
+    "input",
+    "tool_call",
+    "output",
+    "include",
+    "settings",
+    "audit",
+    "sessions",
+    "approvals",
+];
+const KIND_KEYS: &[&str] = &["dsl", "rego", "rego_server", "http", "code"];
+const ENTRY_KEYS: &[&str] = &[
+    "dsl",
+    "rego",
+    "rego_server",
+    "http",
+    "code",
+    "entrypoint",
+    "package",
+    "id",
+    "bearer_token_env",
+    "timeout",
+    "monitor",
+    "deadline",
+];
+const POINT_KEYS: &[&str] = &["input", "tool_call", "output"];
+const SETTING_KEYS: &[&str] = &[
+    "concurrent",
+    "monitor",
+    "policy_deadline",
+    "call_deadline",
+    "stream_batch",
+    "stream_checkpoint",
+];
+
+/// Reads the keys of maps, reporting what does not fit.
+pub(crate) struct Reader<'r> {
+    pub(crate) file: &'r Path,
+    pub(crate) report: &'r mut Report,
+}
+
+impl Reader<'_> {
+    pub(crate) fn error(&mut self, position: Position, message: impl Into<String>) -> Diagnostic {
+        Diagnostic::error(self.file, Some(position), message)
+    }
+
+    pub(crate) fn push(&mut self, diagnostic: Diagnostic) {
+        self.report.push(diagnostic);
+    }
+
+    /// The entries of a map whose keys must be among `allowed`; unknown keys are reported
+    /// (with the closest allowed key) and left out.
+    pub(crate) fn map<'n>(
+        &mut self,
+        node: &'n Node,
+        what: &str,
+        allowed: &[&str],
+    ) -> Option<Vec<(&'n str, &'n Node, &'n Node)>> {
+        let NodeValue::Map(entries) = &node.value else {
+            let diagnostic = self.error(
+                node.position,
+                format!("{what} must be a map, not {}", node.kind()),
+            );
+            self.push(diagnostic);
+            return None;
+        };
+        let mut fields = Vec::new();
+        for (key, value) in entries {
+            let Some(name) = key.as_str() else {
+                let diagnostic = self.error(
+                    key.position,
+                    format!("the keys of {what} are names, not {}", key.kind()),
+                );
+                self.push(diagnostic);
+                continue;
+            };
+            if allowed.contains(&name) {
+                fields.push((name, key, value));
+            } else {
+                let help = closest(name, allowed)
+                    .map(|suggestion| format!("did you mean `{suggestion}`?"))
+                    .or_else(|| Some(format!("the keys of {what} are: {}", allowed.join(", "))));
+                let diagnostic = self
+                    .error(key.position, format!("unknown key `{name}` in {what}"))
+                    .with_optional_help(help);
+                self.push(diagnostic);
+            }
+        }
+        Some(fields)
+    }
+
+    pub(crate) fn string(&mut self, node: &Node, what: &str) -> Option<String> {
+        match &node.value {
+            NodeValue::String(text) if text.contains("${") => {
+                let diagnostic = self
+                    .error(
+                        node.position,
+                        format!("{what} contains `${{`: values are not interpolated"),
+                    )
+                    .with_help(
+                        "secrets come from the environment through the `*_env` keys (for example `bearer_token_env: POLICY_TOKEN`)",
+                    );
+                self.push(diagnostic);
+                None
+            }
+            NodeValue::String(text) if text.is_empty() => {
+                let diagnostic = self.error(node.position, format!("{what} is empty"));
+                self.push(diagnostic);
+                None
+            }
+            NodeValue::String(text) => Some(text.clone()),
+            _ => {
+                let diagnostic = self.error(
+                    node.position,
+                    format!("{what} must be a string, not {}", node.kind()),
+                );
+                self.push(diagnostic);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn boolean(&mut self, node: &Node, what: &str) -> Option<bool> {
+        match node.value {
+            NodeValue::Bool(value) => Some(value),
+            _ => {
+                let diagnostic = self.error(
+                    node.position,
+                    format!("{what} must be true or false, not {}", node.kind()),
+                );
+                self.push(diagnostic);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn duration(&mut self, node: &Node, what: &str) -> Option<Duration> {
+        let NodeValue::String(text) = &node.value else {
+            let diagnostic = self.error(
+                node.position,
+                format!(
+                    "{what} must be a duration such as 500ms, 5m or 24h, not {}",
+                    node.kind()
+                ),
+            );
+            self.push(diagnostic);
+            return None;
+        };
+        match parse_duration(text) {
+            Ok(duration) => Some(duration),
+            Err(message) => {
+                let diagnostic = self
+                    .error(node.position, format!("{what}: {message}"))
+                    .with_help("durations are written like 500ms, 30s, 5m or 24h");
+                self.push(diagnostic);
+                None
+            }
+        }
+    }
+
+    fn count(&mut self, node: &Node, what: &str) -> Option<usize> {
+        match &node.value {
+            NodeValue::Number(number) => {
+                match number.as_u64().and_then(|n| usize::try_from(n).ok()) {
+                    Some(count) => Some(count),
+                    None => {
+                        let diagnostic = self.error(
+                            node.position,
+                            format!("{what} must be a whole number, at least 0"),
+                        );
+                        self.push(diagnostic);
+                        None
+                    }
+                }
+            }
+            _ => {
+                let diagnostic = self.error(
+                    node.position,
+                    format!("{what} must be a whole number, not {}", node.kind()),
+                );
+                self.push(diagnostic);
+                None
+            }
+        }
+    }
+
+    fn list<'n>(&mut self, node: &'n Node, what: &str) -> Option<&'n [Node]> {
+        match &node.value {
+            NodeValue::List(items) => Some(items),
+            NodeValue::Null => Some(&[]),
+            _ => {
+                let diagnostic = self.error(
+                    node.position,
+                    format!("{what} must be a list, not {}", node.kind()),
+                );
+                self.push(diagnostic);
+                None
+            }
+        }
+    }
+}
+
+/// Reads a manifest's tree into the model; every problem goes to `report`.
+pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Manifest {
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut manifest = Manifest {
+        path: path.to_owned(),
+        base: base.clone(),
+        ..Manifest::default()
+    };
+    let mut reader = Reader { file: path, report };
+    if root.value == NodeValue::Null {
+        // An empty manifest is an empty policy set.
+        return manifest;
+    }
+    let Some(fields) = reader.map(root, "the manifest", TOP_KEYS) else {
+        return manifest;
+    };
+    for (name, key, value) in fields {
+        match name {
+            "on_error" => match value.as_str() {
+                Some("deny") => manifest.on_error = OnError::Deny,
+                Some("allow") => manifest.on_error = OnError::Allow,
+                _ => {
+                    let diagnostic = reader
+                        .error(value.position, "`on_error` must be `deny` or `allow`")
+                        .with_help("`deny` fails a call whose policy cannot be evaluated; `allow` skips that policy");
+                    reader.push(diagnostic);
+                }
+            },
+            "input" | "tool_call" | "output" => {
+                let point = point_named(name);
+                let Some(items) = reader.list(value, &format!("`{name}`")) else {
+                    continue;
+                };
+                for item in items {
+                    if let Some(entry) = read_entry(&mut reader, &base, item, name) {
+                        manifest.entries_mut(point).push(entry);
+                    }
+                }
+            }
+            "include" => {
+                let Some(items) = reader.list(value, "`include`") else {
+                    continue;
+                };
+                for item in items {
+                    if let Some(file) = reader.string(item, "an `include` entry") {
+                        manifest.include.push(Include {
+                            path: base.join(file),
+                            position: item.position,
+                        });
+                    }
+                }
+            }
+            "settings" => {
+                let Some(points) = reader.map(value, "`settings`", POINT_KEYS) else {
+                    continue;
+                };
+                for (point_name, _, options) in points {
+                    let point = point_named(point_name);
+                    let read = read_point_options(&mut reader, options, point_name, point);
+                    match point {
+                        InterceptionPoint::Input => manifest.settings.input = read,
+                        InterceptionPoint::ToolCall => manifest.settings.tool_call = read,
+                        InterceptionPoint::Output => manifest.settings.output = read,
+                    }
+                }
+            }
+            "audit" => {
+                let Some(fields) = reader.map(value, "`audit`", &["jsonl", "otlp"]) else {
+                    continue;
+                };
+                for (key, _, value) in fields {
+                    match key {
+                        "jsonl" => {
+                            manifest.audit.jsonl = reader
+                                .string(value, "`audit.jsonl`")
+                                .map(|file| base.join(file));
+                        }
+                        _ => {
+                            if let Some(url) = reader.string(value, "`audit.otlp`") {
+                                if url.starts_with("http://") || url.starts_with("https://") {
+                                    manifest.audit.otlp = Some(url);
+                                } else {
+                                    let diagnostic = reader
+                                        .error(value.position, "`audit.otlp` must be an http:// or https:// URL")
+                                        .with_help("the collector's OTLP/HTTP endpoint, for example http://localhost:4318");
+                                    reader.push(diagnostic);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            "sessions" => {
+                let diagnostic = Diagnostic::warning(
+                    path,
+                    Some(key.position),
+                    "`sessions` is read and checked but not applied yet: this engine keeps no session state",
+                );
+                reader.push(diagnostic);
+                let Some(fields) = reader.map(value, "`sessions`", &["store", "ttl"]) else {
+                    continue;
+                };
+                let mut sessions = SessionSettings {
+                    store: SessionStore::Memory,
+                    ttl: None,
+                };
+                let mut ok = true;
+                for (key, _, value) in fields {
+                    match key {
+                        "store" => match reader.string(value, "`sessions.store`") {
+                            Some(store) if store == "memory" => {}
+                            Some(store)
+                                if store.starts_with("redis://")
+                                    || store.starts_with("rediss://") =>
+                            {
+                                sessions.store = SessionStore::Redis(store);
+                            }
+                            Some(_) => {
+                                let diagnostic = reader.error(
+                                    value.position,
+                                    "`sessions.store` must be `memory` or a redis:// URL",
+                                );
+                                reader.push(diagnostic);
+                                ok = false;
+                            }
+                            None => ok = false,
+                        },
+                        _ => match reader.duration(value, "`sessions.ttl`") {
+                            Some(ttl) => sessions.ttl = Some(ttl),
+                            None => ok = false,
+                        },
+                    }
+                }
+                if ok {
+                    manifest.sessions = Some(sessions);
+                }
+            }
+            "approvals" => {
+                let diagnostic = Diagnostic::warning(
+                    path,
+                    Some(key.position),
+                    "`approvals` is read and checked but not applied yet: this engine does not resolve approvals",
+                );
+                reader.push(diagnostic);
+                let Some(fields) = reader.map(value, "`approvals`", &["timeout"]) else {
+                    continue;
+                };
+                let mut approvals = ApprovalSettings { timeout: None };
+                for (_, _, value) in fields {
+                    approvals.timeout = reader.duration(value, "`approvals.timeout`");
+                }
+                manifest.approvals = Some(approvals);
+            }
+            _ => {}
+        }
+    }
+    manifest
+}
+
+pub(crate) fn point_named(name: &str) -> InterceptionPoint {
+    match name {
+        "tool_call" => InterceptionPoint::ToolCall,
+        "output" => InterceptionPoint::Output,
+        _ => InterceptionPoint::Input,
+    }
+}
+
+fn read_point_options(
+    reader: &mut Reader<'_>,
+    node: &Node,
+    name: &str,
+    point: InterceptionPoint,
+) -> PointOptions {
+    let mut options = PointOptions::default();
+    let what = format!("`settings.{name}`");
+    let Some(fields) = reader.map(node, &what, SETTING_KEYS) else {
+        return options;
+    };
+    for (key, key_node, value) in fields {
+        let what = format!("`settings.{name}.{key}`");
+        match key {
+            "concurrent" => options.concurrent = reader.boolean(value, &what).unwrap_or(false),
+            "monitor" => options.monitor = reader.boolean(value, &what).unwrap_or(false),
+            "policy_deadline" => options.policy_deadline = reader.duration(value, &what),
+            "call_deadline" => options.call_deadline = reader.duration(value, &what),
+            "stream_batch" | "stream_checkpoint" if point != InterceptionPoint::Output => {
+                let diagnostic = reader
+                    .error(
+                        key_node.position,
+                        format!("{what} only applies to `output`"),
+                    )
+                    .with_help("streaming settings belong under `settings.output`");
+                reader.push(diagnostic);
+            }
+            "stream_batch" => options.stream_batch = reader.count(value, &what),
+            _ => options.stream_checkpoint = reader.count(value, &what),
+        }
+    }
+    options
+}
+
+fn read_entry(
+    reader: &mut Reader<'_>,
+    base: &Path,
+    node: &Node,
+    point: &str,
+) -> Option<PolicyEntry> {
+    let what = format!("a `{point}` entry");
+    if let NodeValue::String(text) = &node.value {
+        let diagnostic = reader
+            .error(
+                node.position,
+                format!("{what} must be a map such as `dsl: {text}`"),
+            )
+            .with_help(format!(
+                "each entry names its kind: {}",
+                KIND_KEYS.join(", ")
+            ));
+        reader.push(diagnostic);
+        return None;
+    }
+    let fields = reader.map(node, &what, ENTRY_KEYS)?;
+    let kinds: Vec<_> = fields
+        .iter()
+        .filter(|(name, _, _)| KIND_KEYS.contains(name))
+        .collect();
+    let (kind, _, kind_value) = match kinds.as_slice() {
+        [one] => **one,
+        [] => {
+            let diagnostic = reader
+                .error(node.position, format!("{what} names no policy"))
+                .with_help(format!("add one of: {}", KIND_KEYS.join(", ")));
+            reader.push(diagnostic);
+            return None;
+        }
+        [_, second, ..] => {
+            let diagnostic = reader
+                .error(
+                    second.1.position,
+                    format!("{what} names more than one policy"),
+                )
+                .with_help("write each policy as its own entry of the list");
+            reader.push(diagnostic);
+            return None;
+        }
+    };
+    // Which keys go with which kind.
+    let allowed: &[&str] = match kind {
+        "rego" => &["entrypoint"],
+        "rego_server" => &["package", "id"],
+        "http" => &["id", "bearer_token_env", "timeout"],
+        _ => &[],
+    };
+    let mut entry = PolicyEntry {
+        source: PolicySource::Code {
+            name: String::new(),
+        },
+        monitor: false,
+        deadline: None,
+        position: node.position,
+    };
+    let mut ok = true;
+    let mut entrypoint = None;
+    let mut package = None;
+    let mut id = None;
+    let mut bearer_token_env = None;
+    let mut timeout = None;
+    for (name, key, value) in &fields {
+        match *name {
+            "monitor" => entry.monitor = reader.boolean(value, "`monitor`").unwrap_or(false),
+            "deadline" => entry.deadline = reader.duration(value, "`deadline`"),
+            other if KIND_KEYS.contains(&other) => {}
+            other if !allowed.contains(&other) => {
+                let diagnostic = reader
+                    .error(
+                        key.position,
+                        format!("`{other}` does not apply to a `{kind}` entry"),
+                    )
+                    .with_help(if allowed.is_empty() {
+                        format!(
+                            "a `{kind}` entry takes only `monitor` and `deadline` besides `{kind}`"
+                        )
+                    } else {
+                        format!(
+                            "a `{kind}` entry takes {}, `monitor` and `deadline`",
+                            quoted(allowed)
+                        )
+                    });
+                reader.push(diagnostic);
+                ok = false;
+            }
+            "entrypoint" => entrypoint = reader.string(value, "`entrypoint`"),
+            "package" => package = reader.string(value, "`package`"),
+            "id" => id = reader.string(value, "`id`"),
+            "bearer_token_env" => bearer_token_env = reader.string(value, "`bearer_token_env`"),
+            _ => timeout = reader.duration(value, "`timeout`"),
+        }
+    }
+    let text = reader.string(kind_value, &format!("`{kind}`"))?;
+    let mut required = |value: Option<String>, key: &str, reader: &mut Reader<'_>| match value {
+        Some(value) => Some(value),
+        None => {
+            if !fields.iter().any(|(name, _, _)| *name == key) {
+                let diagnostic =
+                    reader.error(node.position, format!("a `{kind}` entry needs `{key}`"));
+                reader.push(diagnostic);
+            }
+            ok = false;
+            None
+        }
+    };
+    entry.source = match kind {
+        "dsl" => PolicySource::Dsl {
+            path: base.join(text),
+        },
+        "rego" => PolicySource::Rego {
+            path: base.join(text),
+            entrypoint,
+        },
+        "rego_server" => {
+            let package = required(package, "package", reader);
+            let id = required(id, "id", reader);
+            PolicySource::RegoServer {
+                url: text,
+                package: package.unwrap_or_default(),
+                id: id.unwrap_or_default(),
+            }
+        }
+        "http" => {
+            let id = required(id, "id", reader);
+            PolicySource::Http {
+                url: text,
+                id: id.unwrap_or_default(),
+                bearer_token_env,
+                timeout,
+            }
+        }
+        _ => PolicySource::Code { name: text },
+    };
+    ok.then_some(entry)
+}
+
+fn quoted(keys: &[&str]) -> String {
+    keys.iter()
+        .map(|key| format!("`{key}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

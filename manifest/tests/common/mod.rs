@@ -1,0 +1,61 @@
+//! A scratch folder per test.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub(crate) struct Scratch(pub(crate) PathBuf);
+
+impl Scratch {
+    pub(crate) fn new(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "portcullis-manifest-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub(crate) const NO_SSN: &str = r#"{
+  "condition": { "field": "messages.*.content", "contains": ["ssn"] },
+  "action": "deny",
+  "reason": "no SSN"
+}"#;
+
+pub(crate) const REDACT_CARD: &str = r#"{
+  "condition": { "always": true },
+  "action": "redact",
+  "redactions": [{ "field": "messages.0.content", "strategy": "replace", "pattern": "\\d{4}-\\d{4}", "replacement": "[CARD]" }]
+}"#;
+
+pub(crate) const BLOCK_RM: &str = r#"{
+  "condition": { "field": "arguments.command", "contains": ["rm -rf"] },
+  "action": "deny",
+  "reason": "no rm -rf"
+}"#;
