@@ -163,13 +163,22 @@ fn check_json(path: &Path, out: &mut Vec<Diagnostic>) {
         return;
     }
     let mut best: Option<Vec<Diagnostic>> = None;
+    let mut loads: Option<Vec<Diagnostic>> = None;
     for point in [
         InterceptionPoint::Input,
         InterceptionPoint::ToolCall,
         InterceptionPoint::Output,
     ] {
         match portcullis::dsl::check_source(&source, &path.display().to_string(), point) {
-            Ok(_) => return,
+            Ok(rule) => {
+                // The rule loads at this point: its warnings are what is left to say (those
+                // of the point with the fewest, when it loads at several).
+                let found =
+                    portcullis::manifest::rule_warning_diagnostics(path, &source, rule.warnings());
+                if loads.as_ref().is_none_or(|loads| found.len() < loads.len()) {
+                    loads = Some(found);
+                }
+            }
             Err(problems) => {
                 let found = portcullis::manifest::rule_diagnostics(path, &source, &problems);
                 if best.as_ref().is_none_or(|best| found.len() < best.len()) {
@@ -178,7 +187,10 @@ fn check_json(path: &Path, out: &mut Vec<Diagnostic>) {
             }
         }
     }
-    out.extend(best.unwrap_or_default());
+    match loads {
+        Some(warnings) => out.extend(warnings),
+        None => out.extend(best.unwrap_or_default()),
+    }
 }
 
 fn check_policy_set(path: &Path, out: &mut Vec<Diagnostic>) {

@@ -105,6 +105,28 @@ fn check_warnings_pass_unless_denied() {
 }
 
 #[test]
+fn check_shows_a_rules_warnings_with_their_place() {
+    // A rule the schema accepts loads; what the checker knows beyond the schema is a warning,
+    // on the rule file's line and column, whether the rule is checked alone or by its manifest.
+    for target in ["warned/shouting_user.json", "warned/portcullis.yaml"] {
+        let run = portcullis(&["check", target]);
+        assert_eq!(run.code, 0, "{target}: {}", run.stdout);
+        assert!(
+            run.stdout
+                .contains("warned/shouting_user.json:2:46: warning: "),
+            "{target}: {}",
+            run.stdout
+        );
+        assert!(run.stdout.contains("0 errors, 1 warning"), "{}", run.stdout);
+        let run = portcullis(&["check", target, "--deny-warnings"]);
+        assert_eq!(run.code, 1, "{target}: {}", run.stdout);
+        let run = portcullis(&["check", target, "--format", "json"]);
+        let document: Value = serde_json::from_str(&run.stdout).unwrap();
+        assert_eq!(document["warnings"].as_array().map(Vec::len), Some(1));
+    }
+}
+
+#[test]
 fn check_rules_folders_and_bundles() {
     // A folder of tests is not a folder of manifests.
     let run = portcullis(&["check", "tests"]);

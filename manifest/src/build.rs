@@ -12,7 +12,7 @@ use portcullis_engine::{
 };
 use serde_json::Value;
 
-use crate::diagnostic::{Diagnostic, Report, closest};
+use crate::diagnostic::{Diagnostic, Report, Severity, closest};
 use crate::model::{Manifest, PolicyEntry, PolicySource, Reader, point_named};
 use crate::yaml::{self, Node, NodeValue, Position};
 
@@ -943,15 +943,25 @@ fn load_rule(report: &mut Report, point: InterceptionPoint, path: &Path) -> Opti
         }
     };
     let origin = path.display().to_string();
+    // A rule that loads may still carry warnings: they go into the report with their place.
+    let mut warned = |warnings: &[portcullis_dsl::Warning]| {
+        rule_findings(report, path, &source, warnings, Severity::Warning);
+    };
     let built = match point {
-        InterceptionPoint::Input => {
-            DslInputPolicy::from_source(id, &source, &origin).map(|p| Built::Input(Box::new(p)))
+        InterceptionPoint::Input => DslInputPolicy::from_source(id, &source, &origin).map(|p| {
+            warned(p.warnings());
+            Built::Input(Box::new(p))
+        }),
+        InterceptionPoint::ToolCall => {
+            DslToolCallPolicy::from_source(id, &source, &origin).map(|p| {
+                warned(p.warnings());
+                Built::ToolCall(Box::new(p))
+            })
         }
-        InterceptionPoint::ToolCall => DslToolCallPolicy::from_source(id, &source, &origin)
-            .map(|p| Built::ToolCall(Box::new(p))),
-        InterceptionPoint::Output => {
-            DslOutputPolicy::from_source(id, &source, &origin).map(|p| Built::Output(Box::new(p)))
-        }
+        InterceptionPoint::Output => DslOutputPolicy::from_source(id, &source, &origin).map(|p| {
+            warned(p.warnings());
+            Built::Output(Box::new(p))
+        }),
     };
     match built {
         Ok(built) => Some(built),
@@ -968,17 +978,34 @@ fn load_rule(report: &mut Report, point: InterceptionPoint, path: &Path) -> Opti
 /// Turns a DSL rule's problems into diagnostics with line and column (the checker names a
 /// JSON path; the rule's text says where that is).
 pub(crate) fn rule_problems(report: &mut Report, path: &Path, source: &str, problems: &Problems) {
+    let errors: Vec<_> = problems.iter().cloned().collect();
+    rule_findings(report, path, source, &errors, Severity::Error);
+    rule_findings(report, path, source, problems.warnings(), Severity::Warning);
+}
+
+/// Turns a DSL checker's findings of one rule into diagnostics of `severity`.
+pub(crate) fn rule_findings(
+    report: &mut Report,
+    path: &Path,
+    source: &str,
+    findings: &[portcullis_dsl::Problem],
+    severity: Severity,
+) {
+    if findings.is_empty() {
+        return;
+    }
     let tree = yaml::parse(source).ok();
-    for problem in problems.iter() {
-        let position = match (problem.line_column(), problem.json_path(), &tree) {
+    for finding in findings {
+        let position = match (finding.line_column(), finding.json_path(), &tree) {
             (Some((line, column)), _, _) => Some(Position { line, column }),
             (None, Some(json_path), Some(tree)) => Some(tree.locate(json_path)),
             _ => None,
         };
-        report.push(
-            Diagnostic::error(path, position, problem.message())
-                .with_optional_help(problem.help().map(str::to_owned)),
-        );
+        let diagnostic = match severity {
+            Severity::Error => Diagnostic::error(path, position, finding.message()),
+            Severity::Warning => Diagnostic::warning(path, position, finding.message()),
+        };
+        report.push(diagnostic.with_optional_help(finding.help().map(str::to_owned)));
     }
 }
 

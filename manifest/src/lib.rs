@@ -98,3 +98,15 @@ pub fn rule_diagnostics(
     build::rule_problems(&mut report, path, source, problems);
     report.diagnostics
 }
+
+/// Turns the warnings of a DSL rule that loads into diagnostics with line and column, as
+/// [`rule_diagnostics`] does for a rule's problems.
+pub fn rule_warning_diagnostics(
+    path: &std::path::Path,
+    source: &str,
+    warnings: &[portcullis_dsl::Warning],
+) -> Vec<Diagnostic> {
+    let mut report = diagnostic::Report::default();
+    build::rule_findings(&mut report, path, source, warnings, Severity::Warning);
+    report.diagnostics
+}
