@@ -27,7 +27,7 @@ use wasmtime::{
     ResourceLimiter, SharedMemory, Store, Trap, TypedFunc, Val, ValType,
 };
 
-use crate::builtins::{BuiltinContext, HostBuiltin};
+use crate::builtins::{BuiltinContext, BuiltinError, HostBuiltin};
 use crate::error::RegoEvaluationError;
 use crate::input::InputJson;
 use crate::meter;
@@ -368,9 +368,8 @@ struct StoreState {
 }
 
 impl StoreState {
-    /// Sets the deadline `limits` allow from now.
-    fn set_deadline(store: &mut Store<StoreState>, limits: Limits) -> wasmtime::Result<()> {
-        let tick = limits.deadline();
+    /// Sets the evaluation's deadline: the clock's `tick`.
+    fn set_deadline(store: &mut Store<StoreState>, tick: u64) -> wasmtime::Result<()> {
         let state = store.data_mut();
         state.deadline_tick = tick;
         state.expired = false;
@@ -604,7 +603,9 @@ impl CompiledModule {
                 memory: None,
                 funcs: None,
                 builtins: Arc::clone(&self.builtin_table),
-                builtin_context: BuiltinContext::default(),
+                builtin_context: BuiltinContext::new(limits.memory, deadline_tick, |tick| {
+                    now() >= tick
+                }),
                 abort: None,
                 builtin_error: None,
                 deadline: None,
@@ -824,25 +825,38 @@ fn call_builtin(
     for &arg in args {
         values.push(dump_value(&mut caller, &funcs, memory, arg)?);
     }
-    let result = (builtin.func)(&values, &mut caller.data_mut().builtin_context);
+    let context = &mut caller.data_mut().builtin_context;
+    context.begin_call();
+    let result = (builtin.func)(&values, context);
     // A builtin can take long (a regular expression over a long text): a loop calling it
     // stops at the deadline here, not only at its next check.
-    if caller.data().past_deadline() {
+    if matches!(result, Err(BuiltinError::TimeLimit)) || caller.data().past_deadline() {
         caller.data_mut().expired = true;
-        return Err(wasmtime::Error::msg(
-            "the time limit passed during a builtin",
-        ));
+        return Err(wasmtime::Error::msg(format!(
+            "the time limit passed during builtin {}",
+            builtin.name
+        )));
     }
     match result {
         Ok(value) => {
             let json = serde_json::to_vec(&value)?;
             load_json(&mut caller, &funcs, memory, &json)
         }
-        Err(message) => {
+        // The guest reads a null value as "undefined".
+        Err(BuiltinError::Undefined) => Ok(0),
+        Err(BuiltinError::MemoryLimit(message)) => {
+            caller.data_mut().limiter.refused = true;
+            Err(wasmtime::Error::msg(format!(
+                "builtin {}: {message}",
+                builtin.name
+            )))
+        }
+        Err(BuiltinError::Failed(message)) => {
             let text = format!("builtin {} failed: {message}", builtin.name);
             caller.data_mut().builtin_error = Some((builtin.name.to_owned(), message));
             Err(wasmtime::Error::msg(text))
         }
+        Err(BuiltinError::TimeLimit) => Err(wasmtime::Error::msg("the time limit passed")),
     }
 }
 
@@ -882,8 +896,12 @@ impl PooledInstance {
                 "its JSON is {len} bytes, more than the 2 GiB a guest can take"
             )));
         }
-        self.store.data_mut().builtin_context.reset();
-        if let Err(error) = StoreState::set_deadline(&mut self.store, limits) {
+        let deadline = limits.deadline();
+        self.store
+            .data_mut()
+            .builtin_context
+            .reset(limits.memory, deadline);
+        if let Err(error) = StoreState::set_deadline(&mut self.store, deadline) {
             self.poisoned = true;
             return Err(RegoEvaluationError::Trap(format!("{error:#}")));
         }
