@@ -294,3 +294,70 @@ pub fn call_module(name: &str, args: &[String]) -> Vec<u8> {
 
 /// In the arguments of [`call_module`]: the evaluation's input.
 pub const INPUT: &str = "<input>";
+
+/// A module in the style of [`test_module`] whose entrypoints (`entrypoints[i]` has id `i`)
+/// each evaluate to a constant: the JSON text `documents[i]`.
+pub fn document_module(entrypoints: &[&str], documents: &[&str]) -> Vec<u8> {
+    let escape = |json: &str| json.replace('\\', "\\\\").replace('"', "\\\"");
+    let names: Vec<String> = entrypoints
+        .iter()
+        .enumerate()
+        .map(|(id, name)| format!("\"{name}\":{id}"))
+        .collect();
+    let mut data = String::new();
+    let mut answers = String::new();
+    let mut next = 4096;
+    for (id, document) in documents.iter().enumerate() {
+        let result = format!(r#"[{{"result":{document}}}]"#);
+        data.push_str(&format!(
+            "  (data (i32.const {next}) \"{}\\00\")\n",
+            escape(&result)
+        ));
+        answers.push_str(&format!(
+            "    (if (i32.eq (local.get $entrypoint) (i32.const {id})) (then (return (i32.const {next}))))\n"
+        ));
+        next += result.len() + 1;
+    }
+    let heap = next.next_multiple_of(16);
+    let text = format!(
+        r#"
+(module
+  (import "env" "memory" (memory 2))
+  (import "env" "opa_abort" (func $abort (param i32)))
+  (global $heap (mut i32) (i32.const {heap}))
+  (global (export "opa_wasm_abi_version") i32 (i32.const 1))
+  (global (export "opa_wasm_abi_minor_version") i32 (i32.const 2))
+  (data (i32.const 16) "{{}}\00")
+  (data (i32.const 32) "{{{}}}\00")
+  (data (i32.const 2048) "[]\00")
+{data}
+  (func $malloc (export "opa_malloc") (param $size i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (local.get $p) (i32.add (local.get $size) (i32.const 1))))
+    (local.get $p))
+  (func (export "opa_free") (param i32))
+  (func (export "opa_json_parse") (param $addr i32) (param $len i32) (result i32)
+    (i32.store8 (i32.add (local.get $addr) (local.get $len)) (i32.const 0))
+    (local.get $addr))
+  (func (export "opa_json_dump") (param i32) (result i32) (local.get 0))
+  (func (export "opa_heap_ptr_get") (result i32) (global.get $heap))
+  (func (export "opa_heap_ptr_set") (param i32) (global.set $heap (local.get 0)))
+  (func (export "opa_eval_ctx_new") (result i32) (i32.const 0))
+  (func (export "opa_eval_ctx_set_input") (param i32 i32))
+  (func (export "opa_eval_ctx_set_data") (param i32 i32))
+  (func (export "opa_eval_ctx_set_entrypoint") (param i32 i32))
+  (func (export "opa_eval_ctx_get_result") (param i32) (result i32) (i32.const 2048))
+  (func (export "eval") (param i32) (result i32) (i32.const 0))
+  (func (export "builtins") (result i32) (i32.const 16))
+  (func (export "entrypoints") (result i32) (i32.const 32))
+  (func (export "opa_eval")
+    (param $reserved i32) (param $entrypoint i32) (param $data i32) (param $input i32)
+    (param $len i32) (param $heap i32) (param $format i32) (result i32)
+{answers}    (i32.const 2048))
+)
+"#,
+        escape(&names.join(","))
+    );
+    wat::parse_str(&text).expect("the document module is valid WAT")
+}
