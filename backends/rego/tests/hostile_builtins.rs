@@ -187,6 +187,24 @@ fn a_long_builtin_stops_at_the_time_limit() {
 #[test]
 fn reasonable_calls_answer() {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    // A builtin without a value for its operands leaves the expression undefined, as in OPA.
+    let (result, _) = call(
+        "uuid.parse",
+        &[json!("nope")],
+        "test/call",
+        Duration::from_secs(10),
+    );
+    assert_eq!(result, Ok(None));
+    let (result, _) = call(
+        "uuid.parse",
+        &[json!("00000000-0000-4000-8000-000000000000")],
+        "test/call",
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        result,
+        Ok(Some(json!({"variant": "RFC4122", "version": 4})))
+    );
     let (result, _) = call(
         "sprintf",
         &[json!("%s=%d"), json!(["x", 5])],

@@ -62,6 +62,10 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         name: "urlquery.encode_object",
         func: urlquery_encode_object,
     },
+    HostBuiltin {
+        name: "urlquery.decode_object",
+        func: urlquery_decode_object,
+    },
 ];
 
 /// Go's `hex.DecodeString`, the bytes read as UTF-8 (U+FFFD for what is not).
@@ -200,6 +204,36 @@ fn urlquery_encode_object(args: &[Value], context: &mut BuiltinContext) -> Outco
         }
     }
     Ok(Value::from(out))
+}
+
+/// Go's `url.ParseQuery`: each key to the array of its values, in order.
+fn urlquery_decode_object(args: &[Value], context: &mut BuiltinContext) -> Outcome {
+    let text = string(args, 0)?;
+    context.charge(
+        text.len().saturating_mul(2),
+        "urlquery.decode_object's output",
+    )?;
+    let mut object = serde_json::Map::new();
+    for pair in text.split('&') {
+        context.check_time()?;
+        if pair.is_empty() {
+            continue;
+        }
+        if pair.contains(';') {
+            return Err("invalid semicolon separator in query".into());
+        }
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let key = query_unescape(key)?;
+        let value = query_unescape(value)?;
+        context.charge(super::VALUE_COST * 2, "urlquery.decode_object's output")?;
+        if let Value::Array(values) = object
+            .entry(key)
+            .or_insert_with(|| Value::Array(Vec::new()))
+        {
+            values.push(Value::from(value));
+        }
+    }
+    Ok(Value::Object(object))
 }
 
 /// Go's JSON nesting limit.
@@ -433,6 +467,19 @@ mod tests {
             Ok(json!("a=x+y&b=2&b=1"))
         );
         assert!(call("urlquery.encode_object", json!([{"a": 1}])).is_err());
+    }
+
+    #[test]
+    fn query_objects_decode_as_go_does() {
+        assert_eq!(
+            call(
+                "urlquery.decode_object",
+                json!(["a=1&b=x+y&a=2&c&&d=%C3%A9"])
+            ),
+            Ok(json!({"a": ["1", "2"], "b": ["x y"], "c": [""], "d": ["é"]}))
+        );
+        assert!(call("urlquery.decode_object", json!(["a=1;b=2"])).is_err());
+        assert!(call("urlquery.decode_object", json!(["a=%zz"])).is_err());
     }
 
     #[test]

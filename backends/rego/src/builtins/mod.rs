@@ -5,8 +5,9 @@
 //! plausibly uses; a module that needs another one fails when it is opened, naming it.
 //! The list is [`HOST_BUILTINS`].
 //!
-//! One module per family: [`sprintf`](self::sprintf), [`time`](self::time),
-//! [`strings`](self::strings) (strings and regular expressions), [`encoding`](self::encoding).
+//! One module per family: `sprintf`, `time`, `strings` (strings, globs and regular
+//! expressions), `encoding` (hex, URL queries, JSON syntax), `crypto` (hashes and HMACs), `net`
+//! (CIDRs), `numbers` (ranges and units), `identifiers` (SemVer and UUIDs).
 //!
 //! # Bounds
 //! A builtin runs on the host, outside the guest's memory and its clock checks, so it bounds
@@ -16,7 +17,11 @@
 //! over its input [checks the deadline](BuiltinContext::check_time) as it goes; passing either
 //! ends the evaluation with the time or memory limit error, as if the guest had passed it.
 
+mod crypto;
 mod encoding;
+mod identifiers;
+mod net;
+mod numbers;
 mod sprintf;
 mod strings;
 mod time;
@@ -189,6 +194,27 @@ pub const HOST_BUILTINS: &[&str] = &[
     "urlquery.encode_object",
     "opa.runtime",
     "trace",
+    "time.diff",
+    "strings.count",
+    "glob.quote_meta",
+    "urlquery.decode_object",
+    "crypto.sha256",
+    "crypto.sha1",
+    "crypto.md5",
+    "crypto.hmac.sha256",
+    "crypto.hmac.sha512",
+    "crypto.hmac.sha1",
+    "crypto.hmac.md5",
+    "crypto.hmac.equal",
+    "net.cidr_is_valid",
+    "net.cidr_expand",
+    "net.cidr_merge",
+    "numbers.range_step",
+    "units.parse",
+    "units.parse_bytes",
+    "semver.is_valid",
+    "semver.compare",
+    "uuid.parse",
 ];
 
 /// The tables of the families.
@@ -197,6 +223,10 @@ const TABLES: &[&[HostBuiltin]] = &[
     time::TABLE,
     strings::TABLE,
     encoding::TABLE,
+    crypto::TABLE,
+    net::TABLE,
+    numbers::TABLE,
+    identifiers::TABLE,
     &[
         HostBuiltin {
             name: "opa.runtime",

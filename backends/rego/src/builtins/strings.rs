@@ -66,6 +66,34 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         name: "indexof_n",
         func: indexof_n,
     },
+    HostBuiltin {
+        name: "strings.count",
+        func: |args, _| {
+            let (text, part) = (string(args, 0)?, string(args, 1)?);
+            // Go's `strings.Count`: non-overlapping; an empty substring counts the gaps.
+            let count = if part.is_empty() {
+                text.chars().count() + 1
+            } else {
+                text.matches(part).count()
+            };
+            Ok(Value::from(count))
+        },
+    },
+    HostBuiltin {
+        name: "glob.quote_meta",
+        func: |args, context| {
+            let text = string(args, 0)?;
+            context.charge(text.len().saturating_mul(2), "glob.quote_meta's output")?;
+            let mut out = String::with_capacity(text.len());
+            for c in text.chars() {
+                if matches!(c, '*' | '?' | '\\' | '[' | ']' | '{' | '}') {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            Ok(Value::from(out))
+        },
+    },
 ];
 
 /// The most compiled patterns kept; the cache starts over when it is full.
@@ -553,6 +581,22 @@ mod tests {
             Ok(json!(["", "aaa", ""]))
         );
         assert_eq!(call("regex.find_n", json!(["a", "aaa", 0])), Ok(json!([])));
+    }
+
+    /// The examples of OPA's documentation.
+    #[test]
+    fn counts_and_quotes_answer_as_opa_does() {
+        assert_eq!(call("strings.count", json!(["cheese", "e"])), Ok(json!(3)));
+        assert_eq!(call("strings.count", json!(["aaaa", "aa"])), Ok(json!(2)));
+        assert_eq!(call("strings.count", json!(["héllo", ""])), Ok(json!(6)));
+        assert_eq!(
+            call("glob.quote_meta", json!(["*.github.com"])),
+            Ok(json!("\\*.github.com"))
+        );
+        assert_eq!(
+            call("glob.quote_meta", json!(["[a]{b}?\\"])),
+            Ok(json!("\\[a\\]\\{b\\}\\?\\\\"))
+        );
     }
 
     #[test]

@@ -64,6 +64,10 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         name: "time.format",
         func: time_format,
     },
+    HostBuiltin {
+        name: "time.diff",
+        func: time_diff,
+    },
 ];
 
 const NANOS_PER_SECOND: i128 = 1_000_000_000;
@@ -160,6 +164,48 @@ fn time_add_date(args: &[Value], _: &mut BuiltinContext) -> Outcome {
     i64::try_from(total)
         .map(Value::from)
         .map_err(|_| out_of_range())
+}
+
+/// OPA's `time.diff`: `[years, months, days, hours, minutes, seconds]` between two times, in
+/// the first one's zone, the earlier subtracted from the later, each unit borrowing from the
+/// next larger one.
+fn time_diff(args: &[Value], _: &mut BuiltinContext) -> Outcome {
+    let (first, _) = zoned_operand(args)?;
+    let (second, _) = zoned_operand(&args[1.min(args.len())..])?;
+    let second = second.with_time_zone(first.time_zone().clone());
+    let (early, late) = if first.timestamp() > second.timestamp() {
+        (second, first)
+    } else {
+        (first, second)
+    };
+    let part = |f: fn(&ZonedDateTime) -> i64| f(&late) - f(&early);
+    let mut year = part(|z| i64::from(z.year()));
+    let mut month = part(|z| i64::from(z.month()));
+    let mut day = part(|z| i64::from(z.day()));
+    let mut hour = part(|z| i64::from(z.hour()));
+    let mut minute = part(|z| i64::from(z.minute()));
+    let mut second = part(|z| i64::from(z.second()));
+    if second < 0 {
+        second += 60;
+        minute -= 1;
+    }
+    if minute < 0 {
+        minute += 60;
+        hour -= 1;
+    }
+    if hour < 0 {
+        hour += 24;
+        day -= 1;
+    }
+    if day < 0 {
+        day += i64::from(early.days_in_month());
+        month -= 1;
+    }
+    if month < 0 {
+        month += 12;
+        year -= 1;
+    }
+    Ok(Value::from(vec![year, month, day, hour, minute, second]))
 }
 
 fn time_format(args: &[Value], context: &mut BuiltinContext) -> Outcome {
@@ -784,6 +830,30 @@ mod tests {
                 json!([[noon, "UTC", "2006-01-02T15:04:05Z07:00 MST"]])
             ),
             Ok(json!("2024-07-01T12:00:00Z UTC"))
+        );
+    }
+
+    /// The examples of OPA's documentation, and borrowing across a month end.
+    #[test]
+    fn differences_answer_as_opa_does() {
+        let at = |text: &str| parse_rfc3339(text).expect("timestamp");
+        assert_eq!(
+            call(
+                "time.diff",
+                json!([at("2021-11-07T09:42:51Z"), at("1995-12-07T10:26:52Z")])
+            ),
+            Ok(json!([25, 10, 30, 23, 15, 59]))
+        );
+        assert_eq!(
+            call(
+                "time.diff",
+                json!([at("2024-01-31T00:00:00Z"), at("2024-03-01T00:00:00Z")])
+            ),
+            Ok(json!([0, 1, 1, 0, 0, 0]))
+        );
+        assert_eq!(
+            call("time.diff", json!([0, 0])),
+            Ok(json!([0, 0, 0, 0, 0, 0]))
         );
     }
 
