@@ -7,7 +7,7 @@
 //!
 //! One module per family: `sprintf`, `time`, `strings` (strings, globs and regular
 //! expressions), `encoding` (hex, URL queries, JSON syntax), `crypto` (hashes and HMACs), `net`
-//! (CIDRs), `numbers` (ranges and units), `identifiers` (SemVer and UUIDs).
+//! (CIDRs), `numbers` (ranges and units), `identifiers` (SemVer and UUIDs), `jwt` (decoding and HMAC verification).
 //!
 //! # Bounds
 //! A builtin runs on the host, outside the guest's memory and its clock checks, so it bounds
@@ -20,6 +20,7 @@
 mod crypto;
 mod encoding;
 mod identifiers;
+mod jwt;
 mod net;
 mod numbers;
 mod sprintf;
@@ -215,6 +216,11 @@ pub const HOST_BUILTINS: &[&str] = &[
     "semver.is_valid",
     "semver.compare",
     "uuid.parse",
+    "regex.template_match",
+    "io.jwt.decode",
+    "io.jwt.verify_hs256",
+    "io.jwt.verify_hs384",
+    "io.jwt.verify_hs512",
 ];
 
 /// The tables of the families.
@@ -227,6 +233,7 @@ const TABLES: &[&[HostBuiltin]] = &[
     net::TABLE,
     numbers::TABLE,
     identifiers::TABLE,
+    jwt::TABLE,
     &[
         HostBuiltin {
             name: "opa.runtime",

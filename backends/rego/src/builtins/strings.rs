@@ -67,6 +67,10 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         func: indexof_n,
     },
     HostBuiltin {
+        name: "regex.template_match",
+        func: template_match,
+    },
+    HostBuiltin {
         name: "strings.count",
         func: |args, _| {
             let (text, part) = (string(args, 0)?, string(args, 1)?);
@@ -310,6 +314,71 @@ fn repetition(rest: &[char]) -> Result<Option<usize>, String> {
         ));
     }
     Ok(Some(i + 1))
+}
+
+/// OPA's `regex.template_match(template, value, start, end)`: the template's parts between the
+/// delimiters are regular expressions, the rest literal text, and the whole must match.
+fn template_match(args: &[Value], context: &mut BuiltinContext) -> Outcome {
+    let template = string(args, 0)?;
+    let value = string(args, 1)?;
+    let delimiter = |index: usize| -> Result<char, BuiltinError> {
+        string(args, index)?
+            .chars()
+            .next()
+            .ok_or_else(|| BuiltinError::Failed(format!("operand {} must not be empty", index + 1)))
+    };
+    let (open, close) = (delimiter(2)?, delimiter(3)?);
+    context.charge(
+        template.len().saturating_mul(2),
+        "regex.template_match's pattern",
+    )?;
+    let mut pattern = String::from("^");
+    let mut literal = String::new();
+    let mut inner = String::new();
+    let mut level = 0usize;
+    for c in template.chars() {
+        if c == open {
+            level += 1;
+            if level == 1 {
+                for l in literal.drain(..) {
+                    escape_char(&mut pattern, l);
+                }
+                continue;
+            }
+        } else if c == close && level > 0 {
+            level -= 1;
+            if level == 0 {
+                pattern.push('(');
+                pattern.push_str(&inner);
+                pattern.push(')');
+                inner.clear();
+                continue;
+            }
+        } else if c == close {
+            return Err(BuiltinError::Failed(format!(
+                "unbalanced braces in {template:?}"
+            )));
+        }
+        if level > 0 {
+            inner.push(c);
+        } else {
+            literal.push(c);
+        }
+    }
+    if level > 0 {
+        return Err(BuiltinError::Failed(format!(
+            "unbalanced braces in {template:?}"
+        )));
+    }
+    for l in literal.drain(..) {
+        escape_char(&mut pattern, l);
+    }
+    pattern.push('$');
+    Ok(Value::Bool(
+        compile(&pattern)
+            .map_err(BuiltinError::Failed)?
+            .is_match(value),
+    ))
 }
 
 /// The count operand of the `_n` builtins: negative is "all".
@@ -581,6 +650,39 @@ mod tests {
             Ok(json!(["", "aaa", ""]))
         );
         assert_eq!(call("regex.find_n", json!(["a", "aaa", 0])), Ok(json!([])));
+    }
+
+    /// The examples of OPA's documentation.
+    #[test]
+    fn templates_match_as_opa_does() {
+        let matches = |template: &str, value: &str| {
+            call("regex.template_match", json!([template, value, "{", "}"]))
+        };
+        assert_eq!(matches("urn:foo:{.*}", "urn:foo:bar:baz"), Ok(json!(true)));
+        assert_eq!(
+            matches("urn:foo.bar.com:{.*}", "urn:foo.bar.com:bar:baz"),
+            Ok(json!(true))
+        );
+        assert_eq!(
+            matches("urn:foo.bar.com:{.*}", "urn:foo_bar_com:bar:baz"),
+            Ok(json!(false))
+        );
+        assert_eq!(
+            matches("urn:foo:{[a-z]{2}}:x", "urn:foo:ab:x"),
+            Ok(json!(true))
+        );
+        assert_eq!(
+            matches("urn:foo:{[a-z]{2}}:x", "urn:foo:abc:x"),
+            Ok(json!(false))
+        );
+        assert!(matches("urn:foo:{.*", "urn:foo:x").is_err());
+        assert_eq!(
+            call(
+                "regex.template_match",
+                json!(["a<[0-9]+>b", "a12b", "<", ">"])
+            ),
+            Ok(json!(true))
+        );
     }
 
     /// The examples of OPA's documentation.
