@@ -54,6 +54,7 @@ const CHOSEN_BUILTINS: &[&str] = &[
     "time.format",
     "time.now_ns",
     "time.parse_duration_ns",
+    "time.parse_ns",
     "time.parse_rfc3339_ns",
     "time.weekday",
     "trace",

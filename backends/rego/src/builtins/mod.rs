@@ -217,6 +217,7 @@ pub const HOST_BUILTINS: &[&str] = &[
     "semver.compare",
     "uuid.parse",
     "regex.template_match",
+    "time.parse_ns",
     "io.jwt.decode",
     "io.jwt.verify_hs256",
     "io.jwt.verify_hs384",

@@ -68,6 +68,10 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         name: "time.diff",
         func: time_diff,
     },
+    HostBuiltin {
+        name: "time.parse_ns",
+        func: |args, _| Ok(Value::from(parse_go(string(args, 0)?, string(args, 1)?)?)),
+    },
 ];
 
 const NANOS_PER_SECOND: i128 = 1_000_000_000;
@@ -494,6 +498,358 @@ fn write_offset(
     }
 }
 
+/// Go's `getnum`: one or two digits (exactly two when `fixed`).
+fn get_number(value: &str, fixed: bool) -> Option<(i64, &str)> {
+    let bytes = value.as_bytes();
+    let digit = |i: usize| {
+        bytes
+            .get(i)
+            .filter(|b| b.is_ascii_digit())
+            .map(|b| i64::from(b - b'0'))
+    };
+    let first = digit(0)?;
+    match digit(1) {
+        Some(second) => Some((first * 10 + second, &value[2..])),
+        None if fixed => None,
+        None => Some((first, &value[1..])),
+    }
+}
+
+/// Go's `lookup`: the index of the name `value` starts with, ignoring ASCII case.
+fn lookup_name<'v>(names: &[&str], value: &'v str, short: bool) -> Option<(usize, &'v str)> {
+    names.iter().enumerate().find_map(|(index, name)| {
+        let name = if short { &name[..3] } else { name };
+        let head = value.get(..name.len())?;
+        head.eq_ignore_ascii_case(name)
+            .then(|| (index, &value[name.len()..]))
+    })
+}
+
+/// Go's `skip`: the layout's literal text at the start of `value` (a space matching any run).
+fn skip_literal<'v>(value: &'v str, literal: &str) -> Option<&'v str> {
+    let (mut value, mut literal) = (value, literal);
+    while let Some(c) = literal.chars().next() {
+        if c == ' ' {
+            if !value.is_empty() && !value.starts_with(' ') {
+                return None;
+            }
+            literal = literal.trim_start_matches(' ');
+            value = value.trim_start_matches(' ');
+            continue;
+        }
+        value = value.strip_prefix(c)?;
+        literal = &literal[c.len_utf8()..];
+    }
+    Some(value)
+}
+
+/// Go's `parseNanoseconds`: the fraction after the separator at `value[0]`, `len` bytes in all.
+fn nanoseconds(value: &str, len: usize) -> Option<i64> {
+    if !value.starts_with(['.', ',']) {
+        return None;
+    }
+    let digits = value.get(1..len.min(10))?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut ns: i64 = digits.parse().ok()?;
+    for _ in digits.len()..9 {
+        ns *= 10;
+    }
+    Some(ns)
+}
+
+/// Go's `parseTimeZone`: the length of a zone abbreviation at the start of `value`.
+fn zone_abbreviation(value: &str) -> Option<usize> {
+    let bytes = value.as_bytes();
+    if value.starts_with("ChST") || value.starts_with("MeST") {
+        return Some(4);
+    }
+    if value.starts_with("GMT") {
+        let rest = &bytes[3..];
+        let signed = matches!(rest.first(), Some(b'+' | b'-'));
+        let digits = rest
+            .iter()
+            .skip(1)
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        return Some(if signed && digits > 0 { 4 + digits } else { 3 });
+    }
+    let upper = bytes.iter().take_while(|b| b.is_ascii_uppercase()).count();
+    match upper {
+        3 => Some(3),
+        4 if bytes[3] == b'T' || value.starts_with("WITA") => Some(4),
+        5 if bytes[4] == b'T' => Some(5),
+        _ => None,
+    }
+}
+
+/// Go's `time.Parse(layout, value)` as nanoseconds since the epoch (a zone without an offset
+/// in the value, such as `MST`, counts as UTC, as on a host whose local zone is UTC).
+pub(crate) fn parse_go(layout: &str, value: &str) -> Result<i64, BuiltinError> {
+    let original = value;
+    let bad = |rest: &str| {
+        BuiltinError::Failed(format!(
+            "parsing time {original:?} as {layout:?}: cannot parse {rest:?}"
+        ))
+    };
+    let out_of_range = |what: &str| {
+        BuiltinError::Failed(format!("parsing time {original:?}: {what} out of range"))
+    };
+    let (mut year, mut month, mut day, mut year_day) = (0i64, -1i64, -1i64, -1i64);
+    let (mut hour, mut minute, mut second, mut nanos) = (0i64, 0i64, 0i64, 0i64);
+    let (mut pm, mut am) = (false, false);
+    let mut offset: Option<i64> = None;
+    let mut zone_name: Option<&str> = None;
+    let mut rest_layout = layout;
+    let mut value = value;
+    loop {
+        let (literal, found) = next_chunk(rest_layout);
+        value = skip_literal(value, literal).ok_or_else(|| bad(value))?;
+        let Some((std, after)) = found else {
+            if !value.is_empty() {
+                return Err(BuiltinError::Failed(format!(
+                    "parsing time {original:?}: extra text: {value:?}"
+                )));
+            }
+            break;
+        };
+        rest_layout = after;
+        let here = value;
+        match std {
+            Std::Year => {
+                let digits = value
+                    .get(..2)
+                    .filter(|d| d.bytes().all(|b| b.is_ascii_digit()));
+                let digits = digits.ok_or_else(|| bad(here))?;
+                let two: i64 = digits.parse().map_err(|_| bad(here))?;
+                year = if two >= 69 { 1900 + two } else { 2000 + two };
+                value = &value[2..];
+            }
+            Std::LongYear => {
+                let digits = value
+                    .get(..4)
+                    .filter(|d| d.bytes().all(|b| b.is_ascii_digit()));
+                year = digits
+                    .ok_or_else(|| bad(here))?
+                    .parse()
+                    .map_err(|_| bad(here))?;
+                value = &value[4..];
+            }
+            Std::Month | Std::LongMonth => {
+                let (index, rest) =
+                    lookup_name(&MONTHS, value, std == Std::Month).ok_or_else(|| bad(here))?;
+                month = i64::try_from(index).unwrap_or(0) + 1;
+                value = rest;
+            }
+            Std::NumMonth | Std::ZeroMonth => {
+                let (n, rest) =
+                    get_number(value, std == Std::ZeroMonth).ok_or_else(|| bad(here))?;
+                if !(1..=12).contains(&n) {
+                    return Err(out_of_range("month"));
+                }
+                month = n;
+                value = rest;
+            }
+            Std::WeekDay | Std::LongWeekDay => {
+                let (_, rest) =
+                    lookup_name(&WEEKDAYS, value, std == Std::WeekDay).ok_or_else(|| bad(here))?;
+                value = rest;
+            }
+            Std::Day | Std::UnderDay | Std::ZeroDay => {
+                if std == Std::UnderDay {
+                    value = value.strip_prefix(' ').unwrap_or(value);
+                }
+                let (n, rest) = get_number(value, std == Std::ZeroDay).ok_or_else(|| bad(here))?;
+                day = n;
+                value = rest;
+            }
+            Std::UnderYearDay | Std::ZeroYearDay => {
+                let digits = value.get(..3).map(|d| d.trim_start_matches(' '));
+                let digits =
+                    digits.filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+                year_day = digits
+                    .ok_or_else(|| bad(here))?
+                    .parse()
+                    .map_err(|_| bad(here))?;
+                value = &value[3..];
+            }
+            Std::Hour => {
+                let (n, rest) = get_number(value, false).ok_or_else(|| bad(here))?;
+                if n > 23 {
+                    return Err(out_of_range("hour"));
+                }
+                hour = n;
+                value = rest;
+            }
+            Std::Hour12 | Std::ZeroHour12 => {
+                let (n, rest) =
+                    get_number(value, std == Std::ZeroHour12).ok_or_else(|| bad(here))?;
+                if n > 12 {
+                    return Err(out_of_range("hour"));
+                }
+                hour = n;
+                value = rest;
+            }
+            Std::Minute | Std::ZeroMinute => {
+                let (n, rest) =
+                    get_number(value, std == Std::ZeroMinute).ok_or_else(|| bad(here))?;
+                if n > 59 {
+                    return Err(out_of_range("minute"));
+                }
+                minute = n;
+                value = rest;
+            }
+            Std::Second | Std::ZeroSecond => {
+                let (n, rest) =
+                    get_number(value, std == Std::ZeroSecond).ok_or_else(|| bad(here))?;
+                if n > 59 {
+                    return Err(out_of_range("second"));
+                }
+                second = n;
+                value = rest;
+                // A fraction the layout does not name is read all the same.
+                let next_is_fraction =
+                    matches!(next_chunk(rest_layout).1, Some((Std::Fraction { .. }, _)))
+                        && next_chunk(rest_layout).0.is_empty();
+                if !next_is_fraction
+                    && value.starts_with(['.', ','])
+                    && value.as_bytes().get(1).is_some_and(u8::is_ascii_digit)
+                {
+                    let len = 1 + value[1..].bytes().take_while(u8::is_ascii_digit).count();
+                    nanos = nanoseconds(value, len).ok_or_else(|| bad(value))?;
+                    value = &value[len..];
+                }
+            }
+            Std::Pm { upper } => {
+                let head = value.get(..2).ok_or_else(|| bad(here))?;
+                let (p, a) = if upper { ("PM", "AM") } else { ("pm", "am") };
+                if head == p {
+                    pm = true;
+                } else if head == a {
+                    am = true;
+                } else {
+                    return Err(bad(here));
+                }
+                value = &value[2..];
+            }
+            Std::Offset {
+                z,
+                colon,
+                minutes,
+                seconds,
+            } => {
+                if z && let Some(rest) = value.strip_prefix('Z') {
+                    offset = Some(0);
+                    value = rest;
+                    continue;
+                }
+                let b = value.as_bytes();
+                let field =
+                    |from: usize| value.get(from..from + 2).and_then(|f| get_number(f, true));
+                let (len, h, m, s) = match (colon, minutes, seconds) {
+                    (_, false, _) => (3, field(1), Some((0, "")), Some((0, ""))),
+                    (true, true, false) if b.get(3) == Some(&b':') => {
+                        (6, field(1), field(4), Some((0, "")))
+                    }
+                    (true, true, true) if b.get(3) == Some(&b':') && b.get(6) == Some(&b':') => {
+                        (9, field(1), field(4), field(7))
+                    }
+                    (false, true, true) => (7, field(1), field(3), field(5)),
+                    (false, true, false) => (5, field(1), field(3), Some((0, ""))),
+                    _ => return Err(bad(here)),
+                };
+                let (Some((h, _)), Some((m, _)), Some((s, _))) = (h, m, s) else {
+                    return Err(bad(here));
+                };
+                if h > 24 || m > 60 || s > 60 {
+                    return Err(out_of_range("time zone offset"));
+                }
+                let magnitude = (h * 60 + m) * 60 + s;
+                offset = Some(match b.first() {
+                    Some(b'+') => magnitude,
+                    Some(b'-') => -magnitude,
+                    _ => return Err(bad(here)),
+                });
+                value = &value[len..];
+            }
+            Std::Tz => {
+                if let Some(rest) = value.strip_prefix("UTC") {
+                    offset = Some(0);
+                    value = rest;
+                    continue;
+                }
+                let len = zone_abbreviation(value).ok_or_else(|| bad(here))?;
+                zone_name = Some(&value[..len]);
+                value = &value[len..];
+            }
+            Std::Fraction { digits, trim, .. } => {
+                if trim {
+                    if value.len() < 2
+                        || !value.starts_with(['.', ','])
+                        || !value.as_bytes()[1].is_ascii_digit()
+                    {
+                        continue;
+                    }
+                    let len = 1 + value[1..].bytes().take_while(u8::is_ascii_digit).count();
+                    nanos = nanoseconds(value, len).ok_or_else(|| bad(here))?;
+                    value = &value[len..];
+                } else {
+                    nanos = nanoseconds(value, digits + 1).ok_or_else(|| bad(here))?;
+                    value = &value[digits + 1..];
+                }
+            }
+        }
+    }
+    if pm && hour < 12 {
+        hour += 12;
+    } else if am && hour == 12 {
+        hour = 0;
+    }
+    let narrow = |n: i64, what: &str| i8::try_from(n).map_err(|_| out_of_range(what));
+    let year16 = i16::try_from(year).map_err(|_| out_of_range("year"))?;
+    if year_day >= 0 {
+        let first = jiff::civil::Date::new(year16, 1, 1).map_err(|_| out_of_range("year"))?;
+        let date = first
+            .with()
+            .day_of_year(i16::try_from(year_day).map_err(|_| out_of_range("day-of-year"))?)
+            .build()
+            .map_err(|_| out_of_range("day-of-year"))?;
+        if (month >= 0 && month != i64::from(date.month()))
+            || (day >= 0 && day != i64::from(date.day()))
+        {
+            return Err(BuiltinError::Failed(format!(
+                "parsing time {original:?}: day-of-year does not match the date"
+            )));
+        }
+        month = i64::from(date.month());
+        day = i64::from(date.day());
+    }
+    let month = if month < 0 { 1 } else { month };
+    let day = if day < 0 { 1 } else { day };
+    let date = jiff::civil::Date::new(year16, narrow(month, "month")?, narrow(day, "day")?)
+        .map_err(|_| out_of_range("day"))?;
+    let midnight = date
+        .to_zoned_datetime(TimeZone::UTC)
+        .map_err(|_| out_of_range("year"))?
+        .timestamp()
+        .as_second();
+    let offset = offset.unwrap_or_else(|| {
+        // An abbreviation Go cannot place: `GMT+N` is N hours, anything else UTC.
+        zone_name
+            .and_then(|name| name.strip_prefix("GMT"))
+            .and_then(|hours| hours.parse::<i64>().ok())
+            .map_or(0, |hours| hours * 3600)
+    });
+    let seconds =
+        i128::from(midnight) + i128::from(hour * 3600 + minute * 60 + second) - i128::from(offset);
+    i64::try_from(seconds * NANOS_PER_SECOND + i128::from(nanos)).map_err(|_| {
+        BuiltinError::Failed(format!(
+            "parsing time {original:?}: time outside of the valid range"
+        ))
+    })
+}
+
 /// Go's `time.Parse(time.RFC3339, text)` as nanoseconds since the epoch: exactly
 /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`, with an upper-case `T` and `Z`, a day that
 /// exists in its month, and a second below 60.
@@ -831,6 +1187,48 @@ mod tests {
             ),
             Ok(json!("2024-07-01T12:00:00Z UTC"))
         );
+    }
+
+    /// Go's `time.Parse`, as OPA's `time.parse_ns` calls it.
+    #[test]
+    fn go_layouts_parse_as_go_does() {
+        let parse = |layout: &str, value: &str| call("time.parse_ns", json!([layout, value]));
+        assert_eq!(
+            parse("2006-01-02", "1970-01-02"),
+            Ok(json!(86_400_000_000_000i64))
+        );
+        assert_eq!(
+            parse("2006-01-02T15:04:05Z07:00", "2024-02-29T14:45:30.5+01:00"),
+            Ok(json!(LEAP_DAY))
+        );
+        assert_eq!(
+            parse(
+                "Mon Jan _2 15:04:05 MST 2006",
+                "Thu Feb 29 13:45:30 UTC 2024"
+            ),
+            Ok(json!(LEAP_DAY - 500_000_000))
+        );
+        assert_eq!(
+            parse("02 Jan 06 3:04PM -0700", "29 feb 24 1:45PM +0000"),
+            Ok(json!(LEAP_DAY - 30_500_000_000))
+        );
+        assert_eq!(
+            parse("2006-01-02 15:04:05.000", "2024-02-29 13:45:30.500"),
+            Ok(json!(LEAP_DAY))
+        );
+        assert_eq!(
+            parse("2006 002", "1970 002"),
+            Ok(json!(86_400_000_000_000i64))
+        );
+        assert_eq!(
+            parse("15:04 MST", "00:00 GMT+1").is_err(),
+            true,
+            "year 0 is out of range"
+        );
+        assert!(parse("2006-01-02", "2024-02-30").is_err());
+        assert!(parse("2006-01-02", "2024-02-29x").is_err());
+        assert!(parse("2006-01-02", "24-02-29").is_err());
+        assert!(parse("15:04", "25:00").is_err());
     }
 
     /// The examples of OPA's documentation, and borrowing across a month end.
