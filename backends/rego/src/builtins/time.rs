@@ -1220,9 +1220,8 @@ mod tests {
             parse("2006 002", "1970 002"),
             Ok(json!(86_400_000_000_000i64))
         );
-        assert_eq!(
+        assert!(
             parse("15:04 MST", "00:00 GMT+1").is_err(),
-            true,
             "year 0 is out of range"
         );
         assert!(parse("2006-01-02", "2024-02-30").is_err());
