@@ -28,6 +28,7 @@ const CHOSEN_BUILTINS: &[&str] = &[
     "io.jwt.verify_hs384",
     "io.jwt.verify_hs512",
     "json.is_valid",
+    "json.patch",
     "net.cidr_expand",
     "net.cidr_is_valid",
     "net.cidr_merge",

@@ -66,7 +66,69 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         name: "urlquery.decode_object",
         func: urlquery_decode_object,
     },
+    HostBuiltin {
+        name: "json.patch",
+        func: json_patch,
+    },
 ];
+
+/// RFC 6902 JSON Patch (the `json-patch` crate), with OPA's paths: a JSON pointer string or an
+/// array of segments. A patch that does not apply (a failed `test`, a missing path) is an error.
+fn json_patch(args: &[Value], context: &mut BuiltinContext) -> Outcome {
+    let mut target = arg(args, 0)?.clone();
+    let Value::Array(operations) = arg(args, 1)? else {
+        return Err(BuiltinError::Failed(format!(
+            "operand 2 must be an array, got {}",
+            type_name(arg(args, 1)?)
+        )));
+    };
+    let mut patch = Vec::with_capacity(operations.len());
+    for operation in operations {
+        context.check_time()?;
+        let Value::Object(fields) = operation else {
+            return Err("each patch must be an object".into());
+        };
+        let mut fields = fields.clone();
+        for key in ["path", "from"] {
+            if let Some(Value::Array(segments)) = fields.get(key) {
+                let pointer = pointer_of(segments)?;
+                fields.insert(key.to_owned(), Value::from(pointer));
+            }
+        }
+        patch.push(Value::Object(fields));
+    }
+    // Copies can double the document: charge the document once per operation.
+    let size = serde_json::to_vec(&target).map_or(0, |json| json.len());
+    context.charge(
+        size.saturating_mul(operations.len().max(1))
+            .min(usize::MAX / 2),
+        "json.patch's document",
+    )?;
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(patch))
+        .map_err(|error| BuiltinError::Failed(format!("invalid patch: {error}")))?;
+    json_patch::patch(&mut target, &patch)
+        .map_err(|error| BuiltinError::Failed(error.to_string()))?;
+    Ok(target)
+}
+
+/// An array of path segments as a JSON pointer (`["a", 0]` is `/a/0`).
+fn pointer_of(segments: &[Value]) -> Result<String, BuiltinError> {
+    let mut pointer = String::new();
+    for segment in segments {
+        pointer.push('/');
+        match segment {
+            Value::String(s) => pointer.push_str(&s.replace('~', "~0").replace('/', "~1")),
+            Value::Number(n) => pointer.push_str(&n.to_string()),
+            other => {
+                return Err(BuiltinError::Failed(format!(
+                    "a path segment must be a string or a number, got {}",
+                    type_name(other)
+                )));
+            }
+        }
+    }
+    Ok(pointer)
+}
 
 /// Go's `hex.DecodeString`, the bytes read as UTF-8 (U+FFFD for what is not).
 fn hex_decode(args: &[Value], _: &mut BuiltinContext) -> Outcome {
@@ -480,6 +542,49 @@ mod tests {
         );
         assert!(call("urlquery.decode_object", json!(["a=1;b=2"])).is_err());
         assert!(call("urlquery.decode_object", json!(["a=%zz"])).is_err());
+    }
+
+    /// The examples of OPA's documentation and of RFC 6902.
+    #[test]
+    fn patches_apply_as_opa_does() {
+        let patch = |target: Value, patches: Value| call("json.patch", json!([target, patches]));
+        assert_eq!(
+            patch(
+                json!({"a": {"foo": 1}}),
+                json!([{"op": "add", "path": "/a/bar", "value": 2}])
+            ),
+            Ok(json!({"a": {"foo": 1, "bar": 2}}))
+        );
+        assert_eq!(
+            patch(
+                json!({"a": {"foo": 1}}),
+                json!([{"op": "add", "path": ["a", "bar"], "value": 2}])
+            ),
+            Ok(json!({"a": {"foo": 1, "bar": 2}}))
+        );
+        assert_eq!(
+            patch(
+                json!({"a": [1, 2], "b/c": 3}),
+                json!([
+                    {"op": "add", "path": "/a/-", "value": 3},
+                    {"op": "remove", "path": ["a", 0]},
+                    {"op": "move", "from": "/b~1c", "path": "/d"},
+                    {"op": "copy", "from": "/d", "path": "/e"},
+                    {"op": "replace", "path": "/e", "value": "x"},
+                    {"op": "test", "path": "/d", "value": 3}
+                ])
+            ),
+            Ok(json!({"a": [2, 3], "d": 3, "e": "x"}))
+        );
+        assert!(
+            patch(
+                json!({"a": 1}),
+                json!([{"op": "test", "path": "/a", "value": 2}])
+            )
+            .is_err()
+        );
+        assert!(patch(json!({"a": 1}), json!([{"op": "remove", "path": "/b"}])).is_err());
+        assert!(patch(json!({"a": 1}), json!([{"op": "frobnicate", "path": "/a"}])).is_err());
     }
 
     #[test]
