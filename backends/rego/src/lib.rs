@@ -80,7 +80,8 @@
 //! Builtins that OPA leaves to the host are provided for the names in [`HOST_BUILTINS`], and
 //! answer as OPA v1.20 does: `sprintf` is Go's formatter as OPA feeds it; the time builtins use
 //! IANA zones from a built-in database and Go's layouts; regular expressions mean what they mean
-//! in Go's RE2 (ASCII `\d`, `\w`, `\s`; repetition counts up to 1000); hashes, HMACs, CIDRs,
+//! in Go's RE2 (ASCII `\d`, `\w`, `\s`; repetition counts up to 1000); JSON patches and
+//! schemas (a schema never loads anything outside itself), JWTs, hashes, HMACs, CIDRs,
 //! units, SemVer and UUIDs are the field's crates. A builtin without a value for its operands
 //! (`uuid.parse("nope")`) leaves the expression undefined, as in OPA.
 //!

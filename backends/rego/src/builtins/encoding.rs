@@ -70,7 +70,98 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         name: "json.patch",
         func: json_patch,
     },
+    HostBuiltin {
+        name: "json.verify_schema",
+        func: |args, _| {
+            Ok(match compile_schema(arg(args, 0)?) {
+                Ok(_) => Value::from(vec![Value::Bool(true), Value::Null]),
+                Err(message) => Value::from(vec![Value::Bool(false), Value::from(message)]),
+            })
+        },
+    },
+    HostBuiltin {
+        name: "json.match_schema",
+        func: match_schema,
+    },
 ];
+
+/// Where a schema is put in the validator: a name, never fetched (a `$ref` to anything else
+/// fails, as nothing outside the schema is loaded).
+const SCHEMA_URL: &str = "urn:portcullis:schema";
+
+/// A JSON Schema (an object, a boolean, or its JSON text) compiled, draft 7 unless its
+/// `$schema` says otherwise (the `boon` crate).
+fn compile_schema(schema: &Value) -> Result<(boon::Schemas, boon::SchemaIndex), String> {
+    let schema = match schema {
+        Value::String(text) => serde_json::from_str(text).map_err(|error| error.to_string())?,
+        other => other.clone(),
+    };
+    let mut compiler = boon::Compiler::new();
+    // A loader for no scheme at all: a `$ref` outside the schema (a file, a URL) never loads.
+    compiler.use_loader(Box::new(boon::SchemeUrlLoader::new()));
+    compiler.set_default_draft(boon::Draft::V7);
+    compiler
+        .add_resource(SCHEMA_URL, schema)
+        .map_err(|error| error.to_string())?;
+    let mut schemas = boon::Schemas::new();
+    let index = compiler
+        .compile(SCHEMA_URL, &mut schemas)
+        .map_err(|error| format!("{error:#}"))?;
+    Ok((schemas, index))
+}
+
+/// `[true, []]` when `document` matches the schema, else `[false, errors]`, each error an
+/// object with the `field` (dotted, `(root)` for the document), the failing keyword as `type`,
+/// a `desc`ription and the whole `error`, as OPA lays them out.
+fn match_schema(args: &[Value], context: &mut BuiltinContext) -> Outcome {
+    let document = arg(args, 0)?;
+    let (schemas, index) = compile_schema(arg(args, 1)?).map_err(BuiltinError::Failed)?;
+    let Err(error) = schemas.validate(document, index) else {
+        return Ok(Value::from(vec![
+            Value::Bool(true),
+            Value::Array(Vec::new()),
+        ]));
+    };
+    let mut errors = Vec::new();
+    let mut pending = vec![&error];
+    while let Some(error) = pending.pop() {
+        context.check_time()?;
+        if !error.causes.is_empty() {
+            pending.extend(error.causes.iter().rev());
+            continue;
+        }
+        let field = if error.instance_location.tokens.is_empty() {
+            "(root)".to_owned()
+        } else {
+            error
+                .instance_location
+                .tokens
+                .iter()
+                .map(|token| match token {
+                    boon::InstanceToken::Prop(name) => name.to_string(),
+                    boon::InstanceToken::Item(index) => index.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(".")
+        };
+        let kind = error
+            .kind
+            .keyword_path()
+            .map_or("schema", |path| path.keyword);
+        let desc = error.kind.to_string();
+        context.charge(
+            field.len() * 2 + desc.len() * 2 + 4 * super::VALUE_COST,
+            "json.match_schema's errors",
+        )?;
+        errors.push(serde_json::json!({
+            "error": format!("{field}: {desc}"),
+            "type": kind,
+            "field": field,
+            "desc": desc,
+        }));
+    }
+    Ok(Value::from(vec![Value::Bool(false), Value::from(errors)]))
+}
 
 /// RFC 6902 JSON Patch (the `json-patch` crate), with OPA's paths: a JSON pointer string or an
 /// array of segments. A patch that does not apply (a failed `test`, a missing path) is an error.
@@ -542,6 +633,57 @@ mod tests {
         );
         assert!(call("urlquery.decode_object", json!(["a=1;b=2"])).is_err());
         assert!(call("urlquery.decode_object", json!(["a=%zz"])).is_err());
+    }
+
+    /// The examples of OPA's documentation.
+    #[test]
+    fn schemas_verify_and_match_as_opa_does() -> Result<(), BuiltinError> {
+        let schema = json!({
+            "properties": {"id": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+            "required": ["id"]
+        });
+        assert_eq!(
+            call("json.verify_schema", json!([schema])),
+            Ok(json!([true, null]))
+        );
+        assert_eq!(
+            call("json.verify_schema", json!([schema.to_string()])),
+            Ok(json!([true, null]))
+        );
+        let refused = call("json.verify_schema", json!([{"type": 5}])).expect("answers");
+        assert_eq!(refused[0], json!(false));
+        assert!(refused[1].is_string());
+        assert_eq!(
+            call(
+                "json.match_schema",
+                json!([{"id": 5, "tags": ["a"]}, schema])
+            ),
+            Ok(json!([true, []]))
+        );
+        let mismatch = call(
+            "json.match_schema",
+            json!([{"id": "x", "tags": [1]}, schema]),
+        )
+        .expect("answers");
+        assert_eq!(mismatch[0], json!(false));
+        let fields: Vec<&str> = mismatch[1]
+            .as_array()
+            .expect("errors")
+            .iter()
+            .filter_map(|error| error["field"].as_str())
+            .collect();
+        assert_eq!(fields, ["id", "tags.0"]);
+        assert_eq!(mismatch[1][0]["type"], json!("type"));
+        let missing = call("json.match_schema", json!([{}, schema])).expect("answers");
+        assert_eq!(missing[1][0]["field"], json!("(root)"));
+        assert_eq!(missing[1][0]["type"], json!("required"));
+        // Nothing outside the schema is fetched.
+        let remote = json!({"$ref": "https://example.com/schema.json"});
+        assert_eq!(
+            call("json.verify_schema", json!([remote]))?[0],
+            json!(false)
+        );
+        Ok(())
     }
 
     /// The examples of OPA's documentation and of RFC 6902.

@@ -6,7 +6,7 @@
 //! The list is [`HOST_BUILTINS`].
 //!
 //! One module per family: `sprintf`, `time`, `strings` (strings, globs and regular
-//! expressions), `encoding` (hex, URL queries, JSON syntax and patches), `crypto` (hashes and HMACs), `net`
+//! expressions), `encoding` (hex, URL queries, JSON syntax, patches and schemas), `crypto` (hashes and HMACs), `net`
 //! (CIDRs), `numbers` (ranges and units), `identifiers` (SemVer and UUIDs), `jwt` (decoding and HMAC verification).
 //!
 //! # Bounds
@@ -219,6 +219,8 @@ pub const HOST_BUILTINS: &[&str] = &[
     "regex.template_match",
     "time.parse_ns",
     "json.patch",
+    "json.verify_schema",
+    "json.match_schema",
     "io.jwt.decode",
     "io.jwt.verify_hs256",
     "io.jwt.verify_hs384",
