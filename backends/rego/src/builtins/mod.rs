@@ -7,7 +7,7 @@
 //!
 //! One module per family: `sprintf`, `time`, `strings` (strings, globs and regular
 //! expressions), `encoding` (hex, URL queries, JSON syntax, patches and schemas), `crypto` (hashes and HMACs), `net`
-//! (CIDRs), `numbers` (ranges and units), `identifiers` (SemVer and UUIDs), `jwt` (decoding and HMAC verification).
+//! (CIDRs), `numbers` (ranges and units), `identifiers` (SemVer and UUIDs), `jwt` (decoding, HMAC, RSA and P-256 verification).
 //!
 //! # Bounds
 //! A builtin runs on the host, outside the guest's memory and its clock checks, so it bounds
@@ -225,6 +225,8 @@ pub const HOST_BUILTINS: &[&str] = &[
     "io.jwt.verify_hs256",
     "io.jwt.verify_hs384",
     "io.jwt.verify_hs512",
+    "io.jwt.verify_rs256",
+    "io.jwt.verify_es256",
 ];
 
 /// The tables of the families.
