@@ -322,6 +322,101 @@ mod tests {
         assert_eq!(HOST_BUILTINS.len(), implemented);
     }
 
+    /// Any JSON value, with strings drawn to reach the builtins' parsers (formats, dates,
+    /// durations, patterns, CIDRs, versions) as well as at random.
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let interesting = prop::sample::select(vec![
+            "%9999999999s",
+            "%*d",
+            "%[2]d",
+            "%.1000000f",
+            "%-08.3e",
+            "%x",
+            "%q",
+            "%v%v%v",
+            "2024-02-29T13:45:30.5Z",
+            "2006-01-02T15:04:05Z07:00",
+            "Mon Jan _2 15:04:05 MST 2006",
+            "1h30m",
+            "-1.5s",
+            "9223372036854775807ns",
+            ".5us",
+            "a{1000}",
+            "(a*)*",
+            "\\Q.*\\E",
+            "[[:alpha:]]",
+            "10.0.0.0/8",
+            "::/0",
+            "1.2.3-rc.1",
+            "1Ki",
+            "1e400",
+            "[[[[",
+            "Europe/Paris",
+            "%FF%zz",
+            "ff",
+            "eyJhbGciOiJIUzI1NiJ9.e30.e30",
+            "{.*}",
+        ])
+        .prop_map(Value::from);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            (-1e300f64..1e300).prop_map(Value::from),
+            "[ -~é%0-9.:/]{0,12}".prop_map(Value::from),
+            interesting,
+        ];
+        leaf.prop_recursive(2, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map("[a-z]{1,3}", inner, 0..3)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// No operands make a builtin panic or outgrow a 1 MiB limit unnoticed: every call
+        /// answers a value, undefined, or an error.
+        #[test]
+        fn no_operands_make_a_builtin_panic(
+            args in proptest::collection::vec(any_value(), 0..5)
+        ) {
+            for table in TABLES {
+                for builtin in *table {
+                    let mut context = BuiltinContext::new(1 << 20, u64::MAX, |_| false);
+                    context.begin_call();
+                    let _ = (builtin.func)(&args, &mut context);
+                }
+            }
+        }
+
+        /// Formats made of verbs, flags, widths and indexes, on any operands.
+        #[test]
+        fn no_format_makes_sprintf_panic(
+            format in "([%-+# 0-9.*\\[\\]vdsqxXeEfFgGtbocUz]|[a-z ]){0,24}",
+            operands in proptest::collection::vec(any_value(), 0..4)
+        ) {
+            let mut context = BuiltinContext::new(1 << 20, u64::MAX, |_| false);
+            context.begin_call();
+            let result = sprintf::go_format(&format, &operands.iter().map(sprintf::GoValue::of).collect::<Vec<_>>(), &mut context);
+            proptest::prop_assert!(result.is_ok() || matches!(result, Err(BuiltinError::MemoryLimit(_))));
+        }
+
+        /// Date arithmetic on any numbers: a time or an error.
+        #[test]
+        fn no_numbers_make_date_arithmetic_panic(
+            numbers in proptest::collection::vec(proptest::prelude::any::<i64>(), 4)
+        ) {
+            let builtin = lookup("time.add_date").expect("time.add_date");
+            let args: Vec<Value> = numbers.into_iter().map(Value::from).collect();
+            let _ = (builtin.func)(&args, &mut BuiltinContext::default());
+        }
+    }
+
     #[test]
     fn charges_add_up_to_the_limit() {
         let mut context = BuiltinContext::new(100, u64::MAX, |_| false);
