@@ -70,6 +70,9 @@ const CHOSEN_BUILTINS: &[&str] = &[
     "urlquery.encode",
     "urlquery.encode_object",
     "uuid.parse",
+    "yaml.is_valid",
+    "yaml.marshal",
+    "yaml.unmarshal",
 ];
 
 #[test]

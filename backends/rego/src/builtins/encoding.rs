@@ -83,7 +83,41 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         name: "json.match_schema",
         func: match_schema,
     },
+    HostBuiltin {
+        name: "yaml.is_valid",
+        func: |args, context| {
+            Ok(Value::Bool(match arg(args, 0)? {
+                Value::String(text) => yaml_value(text, context).is_ok(),
+                _ => false,
+            }))
+        },
+    },
+    HostBuiltin {
+        name: "yaml.unmarshal",
+        func: |args, context| yaml_value(string(args, 0)?, context),
+    },
+    HostBuiltin {
+        name: "yaml.marshal",
+        func: |args, context| {
+            let value = arg(args, 0)?;
+            let text = serde_norway::to_string(value)
+                .map_err(|error| BuiltinError::Failed(format!("yaml.marshal: {error}")))?;
+            context.charge(text.len(), "yaml.marshal's output")?;
+            Ok(Value::from(text))
+        },
+    },
 ];
+
+/// A YAML document as JSON. Aliases are expanded within the parser's own bounds; the document
+/// is charged against the memory limit for what its values may take.
+fn yaml_value(text: &str, context: &mut BuiltinContext) -> Outcome {
+    context.charge(
+        text.len().saturating_mul(super::VALUE_COST),
+        "yaml.unmarshal's document",
+    )?;
+    serde_norway::from_str::<Value>(text)
+        .map_err(|error| BuiltinError::Failed(format!("yaml: {error}")))
+}
 
 /// Where a schema is put in the validator: a name, never fetched (a `$ref` to anything else
 /// fails, as nothing outside the schema is loaded).
@@ -684,6 +718,34 @@ mod tests {
             json!(false)
         );
         Ok(())
+    }
+
+    /// The examples of OPA's documentation.
+    #[test]
+    fn yaml_answers_as_opa_does() {
+        assert_eq!(
+            call(
+                "yaml.unmarshal",
+                json!(["foo:\n- 1\n- two\nbar: {a: true}\n"])
+            ),
+            Ok(json!({"foo": [1, "two"], "bar": {"a": true}}))
+        );
+        assert_eq!(
+            call("yaml.marshal", json!([{"foo": [1, 2, 3]}])),
+            Ok(json!("foo:\n- 1\n- 2\n- 3\n"))
+        );
+        assert_eq!(call("yaml.is_valid", json!(["a: [1, 2"])), Ok(json!(false)));
+        assert_eq!(call("yaml.is_valid", json!(["a: 1"])), Ok(json!(true)));
+        assert_eq!(call("yaml.is_valid", json!([3])), Ok(json!(false)));
+        assert!(call("yaml.unmarshal", json!(["a: [1, 2"])).is_err());
+        // A billion laughs stops at the parser's bounds.
+        let mut laughs = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        for level in 1..10 {
+            let previous = format!("*a{}", level - 1);
+            let items = vec![previous.as_str(); 9].join(", ");
+            laughs.push_str(&format!("a{level}: &a{level} [{items}]\n"));
+        }
+        assert!(call("yaml.unmarshal", json!([laughs])).is_err());
     }
 
     /// The examples of OPA's documentation and of RFC 6902.

@@ -6,7 +6,7 @@
 //! The list is [`HOST_BUILTINS`].
 //!
 //! One module per family: `sprintf`, `time`, `strings` (strings, globs and regular
-//! expressions), `encoding` (hex, URL queries, JSON syntax, patches and schemas), `crypto` (hashes and HMACs), `net`
+//! expressions), `encoding` (hex, URL queries, JSON syntax, patches and schemas, YAML), `crypto` (hashes and HMACs), `net`
 //! (CIDRs), `numbers` (ranges and units), `identifiers` (SemVer and UUIDs), `jwt` (decoding, HMAC, RSA and P-256 verification).
 //!
 //! # Bounds
@@ -221,6 +221,9 @@ pub const HOST_BUILTINS: &[&str] = &[
     "json.patch",
     "json.verify_schema",
     "json.match_schema",
+    "yaml.is_valid",
+    "yaml.unmarshal",
+    "yaml.marshal",
     "io.jwt.decode",
     "io.jwt.verify_hs256",
     "io.jwt.verify_hs384",
