@@ -742,7 +742,7 @@ mod tests {
         let mut laughs = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
         for level in 1..10 {
             let previous = format!("*a{}", level - 1);
-            let items = vec![previous.as_str(); 9].join(", ");
+            let items = [previous.as_str(); 9].join(", ");
             laughs.push_str(&format!("a{level}: &a{level} [{items}]\n"));
         }
         assert!(call("yaml.unmarshal", json!([laughs])).is_err());
