@@ -32,6 +32,9 @@
 //! - its `decision` is a boolean: `true` is allow, `false` is deny (with the sibling `reason`
 //!   if there is one, else a reason naming the rule).
 //!
+//! The in-process backend (`portcullis-rego`) reads a document the same way: both use
+//! [`portcullis_rego_decision::read_decision`].
+//!
 //! A package path that names the `decision` rule itself (`portcullis/input/decision`) works
 //! too: its value is read the same way. No `result` (the package or rule is undefined: not
 //! loaded, misspelt, or no rule matched and there is no default) is an evaluation error, and so
@@ -109,7 +112,7 @@ use portcullis_engine::{
 };
 use portcullis_http_client::{Method, RemoteClient, RemoteResponse};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use url::Url;
 
 /// The errors and error parts shared with the `http` backend: [`ClientError`] when a client or
@@ -272,50 +275,10 @@ async fn query(
     Ok((response, result))
 }
 
-/// Reads the document at a package path (or the `decision` rule itself) as a decision.
+/// Reads the document at a package path (or the `decision` rule itself) as a decision, as
+/// both Rego backends read it (see [`portcullis_rego_decision`]).
 fn read_decision(document: Value, package: &str) -> Result<PolicyDecision, String> {
-    let (decision, siblings) = match document {
-        Value::Object(mut object) => match object.remove("decision") {
-            Some(decision) => (decision, object),
-            None => {
-                let rules: Vec<&str> = object.keys().map(String::as_str).collect();
-                return Err(format!(
-                    "`{package}` has no `decision` rule (its rules: {})",
-                    if rules.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        rules.join(", ")
-                    }
-                ));
-            }
-        },
-        other => (other, Map::new()),
-    };
-    let reason = siblings.get("reason").cloned();
-    match decision {
-        Value::Object(object) => serde_json::from_value(Value::Object(object))
-            .map_err(|error| format!("`{package}` decision is not a decision object: {error}")),
-        Value::String(name) => {
-            let mut object = Map::new();
-            object.insert("decision".into(), Value::String(name));
-            for key in ["reason", "redactions", "transformation"] {
-                if let Some(value) = siblings.get(key) {
-                    object.insert(key.into(), value.clone());
-                }
-            }
-            serde_json::from_value(Value::Object(object)).map_err(|error| {
-                format!("`{package}` decision with its sibling rules is not a decision: {error}")
-            })
-        }
-        Value::Bool(true) => Ok(PolicyDecision::allow()),
-        Value::Bool(false) => Ok(PolicyDecision::deny(match reason {
-            Some(Value::String(reason)) => reason,
-            _ => format!("`{package}` decision is false"),
-        })),
-        other => Err(format!(
-            "`{package}` decision is {other}: expected an object, a string or a boolean"
-        )),
-    }
+    portcullis_rego_decision::read_decision(package, document).map_err(|error| error.to_string())
 }
 
 /// What the three policy types share.
@@ -438,7 +401,7 @@ mod tests {
         assert_eq!(read(json!({"decision": true})), Ok(PolicyDecision::allow()));
         assert_eq!(
             read(json!({"decision": false})),
-            Ok(PolicyDecision::deny("`data.p` decision is false"))
+            Ok(PolicyDecision::deny("denied by data.p"))
         );
         assert_eq!(read(json!("allow")), Ok(PolicyDecision::allow()));
         let error = read(json!({"allow": true})).unwrap_err();

@@ -225,7 +225,7 @@ async fn boolean_decisions_and_a_path_to_the_decision_rule() {
         RegoServerInputPolicy::new("rule", options.clone(), "portcullis/boolean/decision").unwrap();
     assert_eq!(
         rule.evaluate(&stranger).await.unwrap(),
-        PolicyDecision::deny("`data.portcullis.boolean.decision` decision is false")
+        PolicyDecision::deny("denied by data.portcullis.boolean.decision")
     );
     // The object rule itself.
     let rule = RegoServerInputPolicy::new("rule", options, "portcullis/input/decision").unwrap();

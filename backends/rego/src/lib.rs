@@ -69,8 +69,26 @@
 //! memory or waits on one (`memory.atomic.wait32/64`) is refused when it is opened: a wait could
 //! outlast any deadline.
 //!
-//! Builtins that OPA leaves to the host are provided for the names in [`HOST_BUILTINS`]
-//! (`sprintf`, `time.now_ns` and other time, string, regex, encoding helpers).
+//! # Reading the decision
+//! The entrypoint's value is read by the reader both Rego backends share
+//! (`portcullis-rego-decision`), so a policy decides the same in process and on a policy server:
+//! a decision object, a string naming the decision, a boolean (`false` denies), or the document of
+//! a whole package (`opa build -e aps/input`), whose `decision` rule is completed by its sibling
+//! rules (`reason`, `redactions`, …). An undefined entrypoint is an evaluation error.
+//!
+//! # Host builtins
+//! Builtins that OPA leaves to the host are provided for the names in [`HOST_BUILTINS`], and
+//! answer as OPA v1.20 does: `sprintf` is Go's formatter as OPA feeds it; the time builtins use
+//! IANA zones from a built-in database and Go's layouts; regular expressions mean what they mean
+//! in Go's RE2 (ASCII `\d`, `\w`, `\s`; repetition counts up to 1000); JSON patches and
+//! schemas (a schema never loads anything outside itself), JWTs, hashes, HMACs, CIDRs,
+//! units, SemVer and UUIDs are the field's crates. A builtin without a value for its operands
+//! (`uuid.parse("nope")`) leaves the expression undefined, as in OPA.
+//!
+//! A builtin runs on the host, outside the guest's memory and clock checks, so it bounds itself
+//! by the evaluation's limits: it charges what it allocates against the memory limit and checks
+//! the deadline while it loops. Passing either is the same [`RegoEvaluationError`] as when the
+//! guest passes it (`MemoryLimit`, `TimeLimit`); no operand makes a builtin panic.
 
 mod builtins;
 mod bundle;

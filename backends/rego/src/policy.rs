@@ -75,7 +75,9 @@ impl RegoPolicy {
     }
 }
 
-/// Reads the result set `[{"result": <decision>}]` (or `[]`) as a decision (SPEC §7.1).
+/// Reads the result set `[{"result": <decision>}]` (or `[]`) as a decision. The common shapes
+/// are read straight from the bytes; every other goes through the reader both Rego backends
+/// share, [`portcullis_rego_decision::read_decision`].
 fn read_decision(entrypoint: &str, bytes: &[u8]) -> Result<PolicyDecision, RegoEvaluationError> {
     // An allow, the commonest answer by far, as OPA's JSON dump writes it: no parser needed.
     if let Some(result) = bytes
@@ -140,7 +142,7 @@ fn decision_from_bool(entrypoint: &str, allowed: bool) -> PolicyDecision {
     if allowed {
         PolicyDecision::allow()
     } else {
-        PolicyDecision::deny(format!("denied by {entrypoint}"))
+        PolicyDecision::deny(portcullis_rego_decision::false_reason(entrypoint))
     }
 }
 
@@ -168,26 +170,13 @@ fn read_decision_value(
     decision_from_value(entrypoint, value).map_err(bad)
 }
 
-/// An object shaped as a decision, a bare decision name, or a boolean (`false` denies with a
-/// reason naming the entrypoint).
+/// The entrypoint's value read as a decision, as both Rego backends read it (see
+/// [`portcullis_rego_decision`]).
 pub(crate) fn decision_from_value(
     entrypoint: &str,
     value: Value,
 ) -> Result<PolicyDecision, String> {
-    match value {
-        Value::Bool(allowed) => Ok(decision_from_bool(entrypoint, allowed)),
-        Value::String(name) => {
-            let object = serde_json::json!({ "decision": name });
-            serde_json::from_value(object).map_err(|error| format!("{name:?}: {error}"))
-        }
-        Value::Object(ref map) if map.contains_key("decision") => {
-            serde_json::from_value(value).map_err(|error| error.to_string())
-        }
-        Value::Object(_) => Err("an object without a \"decision\" key".to_owned()),
-        other => Err(format!(
-            "expected an object, a string or a boolean, got {other}"
-        )),
-    }
+    portcullis_rego_decision::read_decision(entrypoint, value).map_err(|error| error.to_string())
 }
 
 macro_rules! rego_policy {
@@ -343,6 +332,10 @@ mod tests {
             read(r#"[{"result":{"decision":"deny","reason":"no"}}]"#),
             Ok(PolicyDecision::deny("no"))
         );
+        assert_eq!(
+            read(r#"[{"result":{"decision":false,"reason":"no"}}]"#),
+            Ok(PolicyDecision::deny("no"))
+        );
         assert!(matches!(
             read("[]"),
             Err(RegoEvaluationError::NoDecision { .. })
@@ -392,6 +385,15 @@ mod tests {
         assert!(read(json!("maybe")).is_err());
         assert!(read(json!({"reason": "x"})).is_err());
         assert!(read(json!(3)).is_err());
+        // A package document: the sibling `reason` of a `false` decision is the reason.
+        assert_eq!(
+            read(json!({"decision": false, "reason": "no secrets", "helper": 1})),
+            Ok(PolicyDecision::deny("no secrets"))
+        );
+        assert_eq!(
+            read(json!({"decision": {"decision": "audit", "reason": "look"}})),
+            Ok(PolicyDecision::audit("look"))
+        );
     }
 
     #[test]

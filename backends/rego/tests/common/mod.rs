@@ -167,3 +167,197 @@ const WAT: &str = r#"
     (i32.const 576))
 )
 "#;
+
+/// A module in the style of [`test_module`] whose entrypoint `test/call` calls the host builtin
+/// `name` once with `args` (each the JSON text of one operand) and returns its value, or
+/// undefined when the builtin answers undefined, and whose `test/loop` calls it again and
+/// again, forever (freeing each answer, so only the time limit stops it). An argument equal to
+/// [`INPUT`] is the evaluation's input instead (for long operands: a module's own data is
+/// copied in when it is set up, under the time limit).
+pub fn call_module(name: &str, args: &[String]) -> Vec<u8> {
+    let escape = |bytes: &[u8]| -> String {
+        let mut out = String::with_capacity(bytes.len());
+        for &b in bytes {
+            if b.is_ascii_graphic() && b != b'"' && b != b'\\' || b == b' ' {
+                out.push(char::from(b));
+            } else {
+                out.push_str(&format!("\\{b:02x}"));
+            }
+        }
+        out
+    };
+    let mut data = String::new();
+    let mut addresses = Vec::new();
+    let mut next = 1 << 16;
+    for arg in args {
+        if arg == INPUT {
+            addresses.push(None);
+            continue;
+        }
+        data.push_str(&format!(
+            "  (data (i32.const {next}) \"{}\\00\")\n",
+            escape(arg.as_bytes())
+        ));
+        addresses.push(Some(next));
+        next += arg.len() + 1;
+    }
+    let heap = next.next_multiple_of(16);
+    let pages = (heap >> 16) + 2;
+    let call: String = addresses
+        .iter()
+        .map(|addr| match addr {
+            Some(addr) => format!(" (i32.const {addr})"),
+            None => " (local.get $input)".to_owned(),
+        })
+        .collect();
+    let arity = args.len();
+    let params = "i32 ".repeat(arity + 2);
+    let builtins = format!(r#"{{\"{name}\":0}}"#);
+    let text = format!(
+        r#"
+(module
+  (import "env" "memory" (memory {pages}))
+  (import "env" "opa_abort" (func $abort (param i32)))
+  (import "env" "opa_builtin{arity}" (func $builtin (param {params}) (result i32)))
+  (global $heap (mut i32) (i32.const {heap}))
+  (global (export "opa_wasm_abi_version") i32 (i32.const 1))
+  (global (export "opa_wasm_abi_minor_version") i32 (i32.const 2))
+  (data (i32.const 16) "{builtins}\00")
+  (data (i32.const 256) "{{\"test/call\":0,\"test/loop\":1}}\00")
+  (data (i32.const 512) "opa_malloc: failed\00")
+  (data (i32.const 544) "[{{\"result\":\00")
+  (data (i32.const 576) "[{{\"result\":true}}]\00")
+  (data (i32.const 608) "[]\00")
+{data}
+  (func $malloc (export "opa_malloc") (param $size i32) (result i32)
+    (local $p i32) (local $end i32)
+    (local.set $p (global.get $heap))
+    (local.set $end (i32.add (local.get $p) (i32.add (local.get $size) (i32.const 1))))
+    (block $ok
+      (loop $grow
+        (br_if $ok (i32.le_u (local.get $end) (i32.mul (memory.size) (i32.const 65536))))
+        (if (i32.eq (memory.grow (i32.const 16)) (i32.const -1))
+          (then (call $abort (i32.const 512)) (unreachable)))
+        (br $grow)))
+    (global.set $heap (local.get $end))
+    (local.get $p))
+  (func (export "opa_free") (param i32))
+  (func (export "opa_json_parse") (param $addr i32) (param $len i32) (result i32)
+    (i32.store8 (i32.add (local.get $addr) (local.get $len)) (i32.const 0))
+    (local.get $addr))
+  (func (export "opa_json_dump") (param i32) (result i32) (local.get 0))
+  (func (export "opa_heap_ptr_get") (result i32) (global.get $heap))
+  (func (export "opa_heap_ptr_set") (param i32) (global.set $heap (local.get 0)))
+  (func (export "opa_eval_ctx_new") (result i32) (i32.const 0))
+  (func (export "opa_eval_ctx_set_input") (param i32 i32))
+  (func (export "opa_eval_ctx_set_data") (param i32 i32))
+  (func (export "opa_eval_ctx_set_entrypoint") (param i32 i32))
+  (func (export "opa_eval_ctx_get_result") (param i32) (result i32) (i32.const 576))
+  (func (export "eval") (param i32) (result i32) (i32.const 0))
+  (func (export "builtins") (result i32) (i32.const 16))
+  (func (export "entrypoints") (result i32) (i32.const 256))
+  (func $strlen (param $p i32) (result i32)
+    (local $n i32)
+    (block $done
+      (loop $next
+        (br_if $done (i32.eqz (i32.load8_u (i32.add (local.get $p) (local.get $n)))))
+        (local.set $n (i32.add (local.get $n) (i32.const 1)))
+        (br $next)))
+    (local.get $n))
+  (func (export "opa_eval")
+    (param $reserved i32) (param $entrypoint i32) (param $data i32) (param $input i32)
+    (param $len i32) (param $heap i32) (param $format i32) (result i32)
+    (local $r i32) (local $n i32) (local $out i32)
+    (i32.store8 (local.get $heap) (i32.const 0))
+    (global.set $heap (i32.add (local.get $heap) (i32.const 1)))
+    (if (i32.eq (local.get $entrypoint) (i32.const 1))
+      (then
+        (local.set $out (global.get $heap))
+        (loop $again
+          (drop (call $builtin (i32.const 0) (i32.const 0){call}))
+          (global.set $heap (local.get $out))
+          (br $again))))
+    (local.set $r (call $builtin (i32.const 0) (i32.const 0){call}))
+    (if (i32.eqz (local.get $r)) (then (return (i32.const 608))))
+    (local.set $n (call $strlen (local.get $r)))
+    (local.set $out (call $malloc (i32.add (local.get $n) (i32.const 16))))
+    (memory.copy (local.get $out) (i32.const 544) (i32.const 11))
+    (memory.copy (i32.add (local.get $out) (i32.const 11)) (local.get $r) (local.get $n))
+    (i32.store16 (i32.add (i32.add (local.get $out) (i32.const 11)) (local.get $n)) (i32.const 0x5d7d))
+    (i32.store8 (i32.add (i32.add (local.get $out) (i32.const 13)) (local.get $n)) (i32.const 0))
+    (local.get $out))
+)
+"#
+    );
+    wat::parse_str(&text).expect("the call module is valid WAT")
+}
+
+/// In the arguments of [`call_module`]: the evaluation's input.
+pub const INPUT: &str = "<input>";
+
+/// A module in the style of [`test_module`] whose entrypoints (`entrypoints[i]` has id `i`)
+/// each evaluate to a constant: the JSON text `documents[i]`.
+pub fn document_module(entrypoints: &[&str], documents: &[&str]) -> Vec<u8> {
+    let escape = |json: &str| json.replace('\\', "\\\\").replace('"', "\\\"");
+    let names: Vec<String> = entrypoints
+        .iter()
+        .enumerate()
+        .map(|(id, name)| format!("\"{name}\":{id}"))
+        .collect();
+    let mut data = String::new();
+    let mut answers = String::new();
+    let mut next = 4096;
+    for (id, document) in documents.iter().enumerate() {
+        let result = format!(r#"[{{"result":{document}}}]"#);
+        data.push_str(&format!(
+            "  (data (i32.const {next}) \"{}\\00\")\n",
+            escape(&result)
+        ));
+        answers.push_str(&format!(
+            "    (if (i32.eq (local.get $entrypoint) (i32.const {id})) (then (return (i32.const {next}))))\n"
+        ));
+        next += result.len() + 1;
+    }
+    let heap = next.next_multiple_of(16);
+    let text = format!(
+        r#"
+(module
+  (import "env" "memory" (memory 2))
+  (import "env" "opa_abort" (func $abort (param i32)))
+  (global $heap (mut i32) (i32.const {heap}))
+  (global (export "opa_wasm_abi_version") i32 (i32.const 1))
+  (global (export "opa_wasm_abi_minor_version") i32 (i32.const 2))
+  (data (i32.const 16) "{{}}\00")
+  (data (i32.const 32) "{{{}}}\00")
+  (data (i32.const 2048) "[]\00")
+{data}
+  (func $malloc (export "opa_malloc") (param $size i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (local.get $p) (i32.add (local.get $size) (i32.const 1))))
+    (local.get $p))
+  (func (export "opa_free") (param i32))
+  (func (export "opa_json_parse") (param $addr i32) (param $len i32) (result i32)
+    (i32.store8 (i32.add (local.get $addr) (local.get $len)) (i32.const 0))
+    (local.get $addr))
+  (func (export "opa_json_dump") (param i32) (result i32) (local.get 0))
+  (func (export "opa_heap_ptr_get") (result i32) (global.get $heap))
+  (func (export "opa_heap_ptr_set") (param i32) (global.set $heap (local.get 0)))
+  (func (export "opa_eval_ctx_new") (result i32) (i32.const 0))
+  (func (export "opa_eval_ctx_set_input") (param i32 i32))
+  (func (export "opa_eval_ctx_set_data") (param i32 i32))
+  (func (export "opa_eval_ctx_set_entrypoint") (param i32 i32))
+  (func (export "opa_eval_ctx_get_result") (param i32) (result i32) (i32.const 2048))
+  (func (export "eval") (param i32) (result i32) (i32.const 0))
+  (func (export "builtins") (result i32) (i32.const 16))
+  (func (export "entrypoints") (result i32) (i32.const 32))
+  (func (export "opa_eval")
+    (param $reserved i32) (param $entrypoint i32) (param $data i32) (param $input i32)
+    (param $len i32) (param $heap i32) (param $format i32) (result i32)
+{answers}    (i32.const 2048))
+)
+"#,
+        escape(&names.join(","))
+    );
+    wat::parse_str(&text).expect("the document module is valid WAT")
+}

@@ -1,0 +1,446 @@
+//! One instance and its store: the host functions it imports (`opa_abort`, the builtins), the
+//! memory limiter, and one evaluation from the post-data heap.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use wasmtime::{Caller, Global, Instance, Memory, ResourceLimiter, Store, Trap, TypedFunc, Val};
+
+use super::*;
+use crate::builtins::{BuiltinContext, BuiltinError, HostBuiltin};
+use crate::error::RegoEvaluationError;
+use crate::input::InputJson;
+
+pub(super) const WASM_PAGE: usize = 64 * 1024;
+
+/// The module's exports used by the host.
+#[derive(Clone)]
+pub(super) struct GuestFuncs {
+    pub(super) malloc: TypedFunc<i32, i32>,
+    pub(super) json_parse: TypedFunc<(i32, i32), i32>,
+    pub(super) json_dump: TypedFunc<i32, i32>,
+    pub(super) heap_ptr_get: TypedFunc<(), i32>,
+    pub(super) heap_ptr_set: TypedFunc<i32, ()>,
+    pub(super) eval_ctx_new: TypedFunc<(), i32>,
+    pub(super) eval_ctx_set_input: TypedFunc<(i32, i32), ()>,
+    pub(super) eval_ctx_set_data: TypedFunc<(i32, i32), ()>,
+    pub(super) eval_ctx_set_entrypoint: Option<TypedFunc<(i32, i32), ()>>,
+    pub(super) eval_ctx_get_result: TypedFunc<i32, i32>,
+    pub(super) eval: TypedFunc<i32, i32>,
+    pub(super) opa_eval: Option<FastEval>,
+    pub(super) builtins: TypedFunc<(), i32>,
+    pub(super) entrypoints: Option<TypedFunc<(), i32>>,
+}
+
+pub(super) type FastEval = TypedFunc<(i32, i32, i32, i32, i32, i32, i32), i32>;
+
+impl GuestFuncs {
+    pub(super) fn new(
+        store: &mut Store<StoreState>,
+        instance: &Instance,
+        minor: i32,
+    ) -> Result<Self, String> {
+        fn get<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+            store: &mut Store<StoreState>,
+            instance: &Instance,
+            name: &str,
+        ) -> Result<TypedFunc<P, R>, String> {
+            instance
+                .get_typed_func::<P, R>(&mut *store, name)
+                .map_err(|error| format!("export {name}: {error}"))
+        }
+        fn optional<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
+            store: &mut Store<StoreState>,
+            instance: &Instance,
+            name: &str,
+        ) -> Result<Option<TypedFunc<P, R>>, String> {
+            if instance.get_export(&mut *store, name).is_none() {
+                return Ok(None);
+            }
+            get(store, instance, name).map(Some)
+        }
+        let opa_eval = if minor >= 2 {
+            optional(store, instance, "opa_eval")?
+        } else {
+            None
+        };
+        Ok(Self {
+            malloc: get(store, instance, "opa_malloc")?,
+            json_parse: get(store, instance, "opa_json_parse")?,
+            json_dump: get(store, instance, "opa_json_dump")?,
+            heap_ptr_get: get(store, instance, "opa_heap_ptr_get")?,
+            heap_ptr_set: get(store, instance, "opa_heap_ptr_set")?,
+            eval_ctx_new: get(store, instance, "opa_eval_ctx_new")?,
+            eval_ctx_set_input: get(store, instance, "opa_eval_ctx_set_input")?,
+            eval_ctx_set_data: get(store, instance, "opa_eval_ctx_set_data")?,
+            eval_ctx_set_entrypoint: optional(store, instance, "opa_eval_ctx_set_entrypoint")?,
+            eval_ctx_get_result: get(store, instance, "opa_eval_ctx_get_result")?,
+            eval: get(store, instance, "eval")?,
+            opa_eval,
+            builtins: get(store, instance, "builtins")?,
+            entrypoints: optional(store, instance, "entrypoints")?,
+        })
+    }
+}
+
+/// Counts linear-memory growth against the limit and remembers a refusal.
+pub(super) struct MemoryLimiter {
+    pub(super) limit: usize,
+    pub(super) refused: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // A table element is a pointer; count it against the same budget.
+        Ok(desired.saturating_mul(size_of::<usize>()) <= self.limit)
+    }
+}
+
+/// The host side of one store.
+pub(super) struct StoreState {
+    pub(super) limiter: MemoryLimiter,
+    pub(super) memory: Option<Memory>,
+    pub(super) funcs: Option<GuestFuncs>,
+    pub(super) builtins: Arc<[Option<&'static HostBuiltin>]>,
+    /// Per-evaluation state of the builtins (`time.now_ns` is fixed for one evaluation).
+    pub(super) builtin_context: BuiltinContext,
+    pub(super) abort: Option<String>,
+    pub(super) builtin_error: Option<(String, String)>,
+    /// The guest's deadline global, and the tick it holds.
+    pub(super) deadline: Option<Global>,
+    pub(super) deadline_tick: u64,
+    /// Set when a host builtin returned after the deadline.
+    pub(super) expired: bool,
+}
+
+impl StoreState {
+    /// Sets the evaluation's deadline: the clock's `tick`.
+    fn set_deadline(store: &mut Store<StoreState>, tick: u64) -> wasmtime::Result<()> {
+        let state = store.data_mut();
+        state.deadline_tick = tick;
+        state.expired = false;
+        if let Some(global) = state.deadline {
+            global.set(&mut *store, Val::I64(tick_value(tick)))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the evaluation has passed its deadline.
+    fn past_deadline(&self) -> bool {
+        now() >= self.deadline_tick
+    }
+}
+
+/// A tick as the guest compares it (`i64.ge_u`): the same bits.
+pub(super) fn tick_value(tick: u64) -> i64 {
+    i64::from_ne_bytes(tick.to_ne_bytes())
+}
+
+/// Reads the NUL-terminated string at `addr`.
+pub(super) fn c_str(data: &[u8], addr: i32) -> Result<&[u8], String> {
+    let start = usize::try_from(addr).map_err(|_| format!("bad address {addr}"))?;
+    let tail = data
+        .get(start..)
+        .ok_or_else(|| format!("address {addr} outside memory"))?;
+    std::ffi::CStr::from_bytes_until_nul(tail)
+        .map(std::ffi::CStr::to_bytes)
+        .map_err(|_| "unterminated string".to_owned())
+}
+
+/// `opa_json_dump` of a guest value, parsed.
+pub(super) fn dump_value(
+    mut store: impl wasmtime::AsContextMut<Data = StoreState>,
+    funcs: &GuestFuncs,
+    memory: Memory,
+    value_addr: i32,
+) -> wasmtime::Result<Value> {
+    let addr = funcs.json_dump.call(&mut store, value_addr)?;
+    let bytes = c_str(memory.data(&store), addr).map_err(wasmtime::Error::msg)?;
+    Ok(serde_json::from_slice(bytes)?)
+}
+
+/// Copies `json` into guest memory and parses it there with `opa_json_parse`.
+pub(super) fn load_json(
+    mut store: impl wasmtime::AsContextMut<Data = StoreState>,
+    funcs: &GuestFuncs,
+    memory: Memory,
+    json: &[u8],
+) -> wasmtime::Result<i32> {
+    let len =
+        i32::try_from(json.len()).map_err(|_| wasmtime::Error::msg("JSON larger than 2 GiB"))?;
+    let addr = funcs.malloc.call(&mut store, len)?;
+    let start = usize::try_from(addr)
+        .map_err(|_| wasmtime::Error::msg("opa_malloc returned a bad address"))?;
+    memory.write(&mut store, start, json)?;
+    let value = funcs.json_parse.call(&mut store, (addr, len))?;
+    if value == 0 {
+        return Err(wasmtime::Error::msg(
+            "opa_json_parse could not parse the JSON",
+        ));
+    }
+    Ok(value)
+}
+
+pub(super) fn host_abort(mut caller: Caller<'_, StoreState>, addr: i32) -> wasmtime::Result<()> {
+    let message = match caller.data().memory {
+        Some(memory) => c_str(memory.data(&caller), addr)
+            .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+            .unwrap_or_else(|error| format!("(unreadable message: {error})")),
+        None => "(no memory)".to_owned(),
+    };
+    caller.data_mut().abort = Some(message.clone());
+    Err(wasmtime::Error::msg(format!("opa_abort: {message}")))
+}
+
+pub(super) fn call_builtin(
+    mut caller: Caller<'_, StoreState>,
+    id: i32,
+    args: &[i32],
+) -> wasmtime::Result<i32> {
+    let builtin = usize::try_from(id)
+        .ok()
+        .and_then(|index| caller.data().builtins.get(index).copied().flatten())
+        .ok_or_else(|| {
+            wasmtime::Error::msg(format!("the module called unknown builtin id {id}"))
+        })?;
+    let (Some(funcs), Some(memory)) = (caller.data().funcs.clone(), caller.data().memory) else {
+        return Err(wasmtime::Error::msg(
+            "builtin called before the instance was set up",
+        ));
+    };
+    let mut values = Vec::with_capacity(args.len());
+    for &arg in args {
+        values.push(dump_value(&mut caller, &funcs, memory, arg)?);
+    }
+    let context = &mut caller.data_mut().builtin_context;
+    context.begin_call();
+    let result = (builtin.func)(&values, context);
+    // A builtin can take long (a regular expression over a long text): a loop calling it
+    // stops at the deadline here, not only at its next check.
+    if matches!(result, Err(BuiltinError::TimeLimit)) || caller.data().past_deadline() {
+        caller.data_mut().expired = true;
+        return Err(wasmtime::Error::msg(format!(
+            "the time limit passed during builtin {}",
+            builtin.name
+        )));
+    }
+    match result {
+        Ok(value) => {
+            let json = serde_json::to_vec(&value)?;
+            load_json(&mut caller, &funcs, memory, &json)
+        }
+        // The guest reads a null value as "undefined".
+        Err(BuiltinError::Undefined) => Ok(0),
+        Err(BuiltinError::MemoryLimit(message)) => {
+            caller.data_mut().limiter.refused = true;
+            Err(wasmtime::Error::msg(format!(
+                "builtin {}: {message}",
+                builtin.name
+            )))
+        }
+        Err(BuiltinError::Failed(message)) => {
+            let text = format!("builtin {} failed: {message}", builtin.name);
+            caller.data_mut().builtin_error = Some((builtin.name.to_owned(), message));
+            Err(wasmtime::Error::msg(text))
+        }
+        Err(BuiltinError::TimeLimit) => Err(wasmtime::Error::msg("the time limit passed")),
+    }
+}
+
+/// One instance, ready to evaluate: its store, the data document's address and the post-data heap.
+pub(crate) struct PooledInstance {
+    pub(super) store: Store<StoreState>,
+    pub(super) memory: Memory,
+    pub(super) funcs: GuestFuncs,
+    pub(super) data_addr: i32,
+    pub(super) heap_ptr: i32,
+    /// Where the heap ended after the last evaluation (only tracked with `keep_heap`).
+    pub(super) heap_end: i32,
+    /// For a module with builtin caches: how many bytes above the post-data heap may be kept
+    /// between evaluations (see [`run`](Self::run)).
+    pub(super) keep_heap: Option<usize>,
+    /// The input's JSON, reused between evaluations.
+    pub(super) input: Vec<u8>,
+    /// Set when an evaluation trapped or aborted: the instance's state is unknown, drop it.
+    pub(super) poisoned: bool,
+}
+
+impl PooledInstance {
+    /// Evaluates `entrypoint` on `input` and hands the raw JSON result set to `read`.
+    pub(crate) fn evaluate<R>(
+        &mut self,
+        entrypoint: i32,
+        input: &impl InputJson,
+        limits: Limits,
+        read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
+    ) -> Result<R, RegoEvaluationError> {
+        self.input.clear();
+        input.write_json(&mut self.input);
+        if i32::try_from(self.input.len()).is_err() {
+            let len = self.input.len();
+            self.input = Vec::new();
+            return Err(RegoEvaluationError::Input(format!(
+                "its JSON is {len} bytes, more than the 2 GiB a guest can take"
+            )));
+        }
+        let deadline = limits.deadline();
+        self.store
+            .data_mut()
+            .builtin_context
+            .reset(limits.memory, deadline);
+        if let Err(error) = StoreState::set_deadline(&mut self.store, deadline) {
+            self.poisoned = true;
+            return Err(RegoEvaluationError::Trap(format!("{error:#}")));
+        }
+        let result_addr = match self.run(entrypoint) {
+            Ok(addr) => addr,
+            Err(error) => {
+                self.poisoned = true;
+                return Err(self.classify(error, limits));
+            }
+        };
+        let bytes = c_str(self.memory.data(&self.store), result_addr)
+            .map_err(RegoEvaluationError::Result)?;
+        read(bytes)
+    }
+
+    /// Whether the instance may go back to the pool.
+    pub(crate) fn is_reusable(&self) -> bool {
+        !self.poisoned
+    }
+
+    /// Runs one evaluation on `self.input` and returns the address of the result set's JSON.
+    ///
+    /// Three ways, all starting from the data document loaded at the bottom of the heap:
+    /// - a module whose runtime caches compiled patterns (regular expressions, globs) in its
+    ///   builtin caches: setting the heap pointer clears those caches, and `opa_eval` always sets
+    ///   it, so such a module is evaluated through the `opa_eval_ctx_*` calls and its heap is
+    ///   reset to the post-data heap only once the garbage of earlier evaluations passes
+    ///   [`kept_heap_limit`]. Until then a pattern is compiled once, not at every evaluation
+    ///   (the caches map a pattern to its compiled form, nothing an input can change). The
+    ///   garbage counts against the memory limit like everything in the instance's memory;
+    /// - otherwise, from ABI 1.2, the fast path: the input is written just above the post-data
+    ///   heap and `opa_eval` parses and evaluates it in one call;
+    /// - otherwise the `opa_eval_ctx_*` calls after resetting the heap.
+    fn run(&mut self, entrypoint: i32) -> wasmtime::Result<i32> {
+        let len = i32::try_from(self.input.len())
+            .map_err(|_| wasmtime::Error::msg("input larger than 2 GiB"))?;
+        if let Some(keep) = self.keep_heap {
+            let kept =
+                usize::try_from(self.heap_end.wrapping_sub(self.heap_ptr)).unwrap_or(usize::MAX);
+            let reset = kept > keep;
+            let result = self.run_ctx(entrypoint, reset);
+            if result.is_ok() {
+                self.heap_end = self.funcs.heap_ptr_get.call(&mut self.store, ())?;
+            }
+            return result;
+        }
+        if let Some(opa_eval) = &self.funcs.opa_eval {
+            let input_addr = self.heap_ptr;
+            let start = usize::try_from(input_addr)
+                .map_err(|_| wasmtime::Error::msg("bad heap pointer"))?;
+            let end = start + self.input.len();
+            let size = self.memory.data_size(&self.store);
+            if end > size {
+                let pages = (end - size).div_ceil(WASM_PAGE);
+                self.memory
+                    .grow(&mut self.store, u64::try_from(pages).unwrap_or(u64::MAX))?;
+            }
+            match self.memory.data_mut(&mut self.store).get_mut(start..end) {
+                Some(target) => target.copy_from_slice(&self.input),
+                None => return Err(wasmtime::Error::msg("the input does not fit in memory")),
+            }
+            opa_eval.call(
+                &mut self.store,
+                (
+                    0,
+                    entrypoint,
+                    self.data_addr,
+                    input_addr,
+                    len,
+                    input_addr + len,
+                    0,
+                ),
+            )
+        } else {
+            self.run_ctx(entrypoint, true)
+        }
+    }
+
+    /// An evaluation through the `opa_eval_ctx_*` calls, after resetting the heap to the
+    /// post-data heap when `reset`.
+    fn run_ctx(&mut self, entrypoint: i32, reset: bool) -> wasmtime::Result<i32> {
+        let funcs = &self.funcs;
+        if reset {
+            funcs.heap_ptr_set.call(&mut self.store, self.heap_ptr)?;
+        }
+        let input = load_json(&mut self.store, funcs, self.memory, &self.input)?;
+        let ctx = funcs.eval_ctx_new.call(&mut self.store, ())?;
+        funcs
+            .eval_ctx_set_input
+            .call(&mut self.store, (ctx, input))?;
+        funcs
+            .eval_ctx_set_data
+            .call(&mut self.store, (ctx, self.data_addr))?;
+        if let Some(set_entrypoint) = &funcs.eval_ctx_set_entrypoint {
+            set_entrypoint.call(&mut self.store, (ctx, entrypoint))?;
+        }
+        let code = funcs.eval.call(&mut self.store, ctx)?;
+        if code != 0 {
+            return Err(wasmtime::Error::msg(format!(
+                "eval returned error code {code}"
+            )));
+        }
+        let result = funcs.eval_ctx_get_result.call(&mut self.store, ctx)?;
+        funcs.json_dump.call(&mut self.store, result)
+    }
+
+    fn classify(&mut self, error: wasmtime::Error, limits: Limits) -> RegoEvaluationError {
+        let state = self.store.data_mut();
+        let refused = state.limiter.refused;
+        let memory_limit = |detail: String| RegoEvaluationError::MemoryLimit {
+            limit: limits.memory,
+            detail,
+        };
+        if let Some(message) = state.abort.take() {
+            return if refused {
+                memory_limit(message)
+            } else {
+                RegoEvaluationError::Aborted(message)
+            };
+        }
+        if let Some((name, message)) = state.builtin_error.take() {
+            return RegoEvaluationError::Builtin { name, message };
+        }
+        // The clock checks trap with `unreachable` once the deadline has passed.
+        let unreachable = matches!(
+            error.downcast_ref::<Trap>(),
+            Some(Trap::UnreachableCodeReached)
+        );
+        if state.expired || (unreachable && state.past_deadline()) {
+            return RegoEvaluationError::TimeLimit(limits.time);
+        }
+        if refused {
+            return memory_limit(format!("{error:#}"));
+        }
+        RegoEvaluationError::Trap(format!("{error:#}"))
+    }
+}
