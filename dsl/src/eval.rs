@@ -74,7 +74,7 @@ enum Outcome {
     /// A decision that does not depend on the context.
     Fixed(PolicyDecision),
     /// `set` operations whose values are rendered templates.
-    Transform(Vec<(String, Vec<TemplatePart>)>),
+    Transform(Vec<(String, Vec<TemplatePart>)>, Vec<String>),
 }
 
 /// A checked rule, compiled for evaluation.
@@ -89,17 +89,19 @@ impl CompiledRule {
         // The checker compiled the redaction patterns through the engine's pattern cache, so
         // the first redaction does not compile them again.
         let reason = rule.rule.reason.clone();
+        let labels = rule.rule.labels.clone();
         let outcome = match rule.rule.action {
-            Action::Allow => Outcome::Fixed(PolicyDecision::allow()),
+            Action::Allow => Outcome::Fixed(PolicyDecision::allow().with_labels(labels)),
             Action::Deny => Outcome::Fixed(PolicyDecision::Deny {
                 reason,
                 policy_id: None,
             }),
-            Action::Audit => Outcome::Fixed(PolicyDecision::Audit { reason }),
+            Action::Audit => Outcome::Fixed(PolicyDecision::Audit { reason, labels }),
             Action::Redact => Outcome::Fixed(PolicyDecision::Redact {
                 redactions: rule.redactions.clone(),
+                labels,
             }),
-            Action::Transform => Outcome::Transform(rule.transformation.clone()),
+            Action::Transform => Outcome::Transform(rule.transformation.clone(), labels),
         };
         CompiledRule {
             condition: Compiled::new(&rule.condition),
@@ -113,7 +115,7 @@ impl CompiledRule {
         }
         match &self.outcome {
             Outcome::Fixed(decision) => decision.clone(),
-            Outcome::Transform(templates) => PolicyDecision::Transform {
+            Outcome::Transform(templates, labels) => PolicyDecision::Transform {
                 transformation: Transformation {
                     operations: templates
                         .iter()
@@ -122,6 +124,7 @@ impl CompiledRule {
                         })
                         .collect(),
                 },
+                labels: labels.clone(),
             },
         }
     }

@@ -147,14 +147,17 @@ enum Kept {
 impl Kept {
     fn new(decision: PolicyDecision) -> Self {
         match decision {
-            PolicyDecision::Allow { audit } => Kept::Allow { audit },
+            PolicyDecision::Allow { audit, labels } if labels.is_empty() => Kept::Allow { audit },
             other => Kept::Other(Box::new(other)),
         }
     }
 
     fn into_decision(self) -> PolicyDecision {
         match self {
-            Kept::Allow { audit } => PolicyDecision::Allow { audit },
+            Kept::Allow { audit } => PolicyDecision::Allow {
+                audit,
+                labels: Vec::new(),
+            },
             Kept::Other(decision) => *decision,
         }
     }
@@ -379,7 +382,9 @@ impl PolicyEngine {
         let policy_id = C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
         // The common case, without moving the decision around.
-        if let Ok(allow @ PolicyDecision::Allow { audit }) = &outcome {
+        if let Ok(allow @ PolicyDecision::Allow { audit, labels }) = &outcome
+            && labels.is_empty()
+        {
             self.record(
                 policy_id,
                 AuditDecision::from(allow),

@@ -664,7 +664,7 @@ impl<'e> OutputStream<'e> {
             let decision = if redactions.is_empty() {
                 PolicyDecision::allow()
             } else {
-                PolicyDecision::Redact { redactions }
+                PolicyDecision::redact(redactions)
             };
             self.record_stage(first, decision);
         }
@@ -810,9 +810,7 @@ impl<'e> OutputStream<'e> {
             None => "stream started".to_owned(),
         };
         let context = OutputContext::new(Message::assistant(String::new()), self.metadata.clone());
-        let decision = PolicyDecision::Audit {
-            reason: Some(reason),
-        };
+        let decision = PolicyDecision::audit(reason);
         self.engine.emit(AuditRecord {
             policy_id: STREAM_POLICY_ID,
             decision: AuditDecision::Audit,
