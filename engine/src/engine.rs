@@ -18,6 +18,8 @@ use crate::error::{
     PolicyTimedOut, error_chain,
 };
 use crate::point::PolicyContext;
+use crate::session::flow;
+use crate::session::store::{SESSION_POLICY_ID, SessionStore};
 use crate::set::{Entry, OnError, PolicySet};
 use crate::stream::plan::StreamPlan;
 use crate::timer;
@@ -69,6 +71,7 @@ pub struct PolicyEngine {
     /// is first asked for, so an engine that never streams never compiles streaming rules.
     stream_plan: OnceLock<StreamPlan>,
     audit: Option<Arc<dyn AuditHandler>>,
+    sessions: Option<Arc<dyn SessionStore>>,
 }
 
 impl fmt::Debug for PolicyEngine {
@@ -76,6 +79,7 @@ impl fmt::Debug for PolicyEngine {
         f.debug_struct("PolicyEngine")
             .field("set", &self.set)
             .field("audit", &self.audit.is_some())
+            .field("sessions", &self.sessions.is_some())
             .finish()
     }
 }
@@ -86,6 +90,7 @@ impl fmt::Debug for PolicyEngine {
 pub struct PolicyEngineBuilder {
     set: Option<PolicySet>,
     audit: Option<Arc<dyn AuditHandler>>,
+    sessions: Option<Arc<dyn SessionStore>>,
 }
 
 impl PolicyEngineBuilder {
@@ -101,12 +106,28 @@ impl PolicyEngineBuilder {
         self
     }
 
+    /// Where the engine keeps per-session facts (labels and counters) that policies read in
+    /// `metadata.session`; see [`session`](crate::session). Optional: without a store,
+    /// `metadata.session` is whatever the caller sent, and nothing is recorded.
+    pub fn sessions(mut self, store: impl SessionStore) -> Self {
+        self.sessions = Some(Arc::new(store));
+        self
+    }
+
+    /// [`sessions`](Self::sessions) with a store that is shared (by several engines, for
+    /// example).
+    pub fn shared_sessions(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.sessions = Some(store);
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> PolicyEngine {
         PolicyEngine {
             set: self.set.unwrap_or_default(),
             stream_plan: OnceLock::new(),
             audit: self.audit,
+            sessions: self.sessions,
         }
     }
 }
@@ -272,9 +293,80 @@ impl PolicyEngine {
         &'a self,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
+        let (evaluation, labels) = self.evaluate_unrecorded(context).await?;
+        if self.sessions.is_some() {
+            self.record_session(context, &labels).await?;
+        }
+        Ok(evaluation)
+    }
+
+    /// Runs the point with the session's facts when there is a store (session step 1), and
+    /// returns the labels its enforced decisions carried, without recording them: the
+    /// streaming guard records once, when a stream ends.
+    pub(crate) async fn evaluate_unrecorded<'a, C: PolicyContext>(
+        &'a self,
+        context: &'a C,
+    ) -> Result<(Evaluation<'a, C>, Vec<String>), EngineError> {
         if let Err(problem) = context.check_nesting() {
             return Err(self.reject(context, problem));
         }
+        let Some(store) = &self.sessions else {
+            let (current, taken) = self.run_point(context).await?;
+            return Ok((Evaluation::new(current, taken), Vec::new()));
+        };
+        // Session step 1: the facts, in the context the policies see.
+        let key = flow::key_of(context).map_err(|problem| self.reject(context, problem))?;
+        let facts = match store.load(key).await {
+            Ok(facts) => Some(facts),
+            Err(error) => {
+                self.fail(SESSION_POLICY_ID, true, error, context)?;
+                None
+            }
+        };
+        let seen = flow::with_facts(context, facts.as_ref());
+        let (current, taken) = self.run_point(&seen).await?;
+        let mut labels = Vec::new();
+        for taken in taken.iter().filter(|taken| taken.enforced) {
+            if let Kept::Other(decision) = &taken.decision {
+                flow::gather(&mut labels, decision.labels());
+            }
+        }
+        // Forward the caller's context, or the changed one with the caller's own
+        // `metadata.session`.
+        let forwarded = match current {
+            Cow::Borrowed(_) => Cow::Borrowed(context),
+            Cow::Owned(mut changed) => {
+                flow::restore(&mut changed, context);
+                Cow::Owned(changed)
+            }
+        };
+        Ok((Evaluation::new(forwarded, taken), labels))
+    }
+
+    /// Session step 2: after a call that proceeds, one atomic record of its point (and tool)
+    /// and of the labels its decisions carried. A failing store is an evaluation error of
+    /// [`SESSION_POLICY_ID`].
+    pub(crate) async fn record_session<C: PolicyContext>(
+        &self,
+        context: &C,
+        labels: &[String],
+    ) -> Result<(), EngineError> {
+        let Some(store) = &self.sessions else {
+            return Ok(());
+        };
+        let key = flow::key_of(context).map_err(|problem| self.reject(context, problem))?;
+        match store.record(key, flow::update_of(context, labels)).await {
+            Ok(()) => Ok(()),
+            Err(error) => self.fail(SESSION_POLICY_ID, true, error, context),
+        }
+    }
+
+    /// Runs the policies of `C`'s point on `context`: the context to forward and the
+    /// decisions taken.
+    async fn run_point<'a, 'c, C: PolicyContext>(
+        &'a self,
+        context: &'c C,
+    ) -> Result<(Cow<'c, C>, Vec<Taken<'a>>), EngineError> {
         let point = C::point_policies(&self.set);
         let call_deadline = point
             .settings
@@ -291,15 +383,15 @@ impl PolicyEngine {
             let outcome = evaluate_entry::<C>(entry, &*current, call_deadline).await;
             self.settle(entry, outcome, None, &mut current, &mut decisions)?;
         }
-        Ok(Evaluation::new(current, decisions))
+        Ok((current, decisions))
     }
 
-    async fn evaluate_concurrently<'a, C: PolicyContext>(
+    async fn evaluate_concurrently<'a, 'c, C: PolicyContext>(
         &self,
         entries: &'a [Entry<C::Policy>],
-        context: &'a C,
+        context: &'c C,
         call_deadline: Option<(Instant, Duration)>,
-    ) -> Result<Evaluation<'a, C>, EngineError> {
+    ) -> Result<(Cow<'c, C>, Vec<Taken<'a>>), EngineError> {
         type Running<'f> = Pin<Box<dyn Future<Output = Outcome> + Send + 'f>>;
         let mut running: Vec<Option<Running<'_>>> = entries
             .iter()
@@ -365,7 +457,7 @@ impl PolicyEngine {
             }
         })
         .await?;
-        Ok(Evaluation::new(current, decisions))
+        Ok((current, decisions))
     }
 
     /// Audits one outcome and applies it: a change to `current`, a decision to `taken`, or
@@ -529,6 +621,11 @@ impl PolicyEngine {
             C::POINT,
             problem,
         ))
+    }
+
+    /// Whether a session store is configured.
+    pub(crate) fn keeps_sessions(&self) -> bool {
+        self.sessions.is_some()
     }
 
     /// Whether records go anywhere: without a handler, nothing needs to build them.

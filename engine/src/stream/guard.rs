@@ -99,6 +99,9 @@ pub struct OutputStream<'e> {
     max_held_chars: usize,
     finished: Option<StreamOutcome>,
     reported_end: bool,
+    /// The labels the final evaluation's decisions carried, recorded in the session when the
+    /// stream finishes without a denial.
+    session_labels: Vec<String>,
 }
 
 impl PolicyEngine {
@@ -184,6 +187,7 @@ impl PolicyEngine {
             max_held_chars: 0,
             finished: None,
             reported_end: false,
+            session_labels: Vec::new(),
         };
         stream.plan_next_run();
         stream.report(StreamEvent::Start);
@@ -407,7 +411,15 @@ impl<'e> OutputStream<'e> {
 
     /// Ends the stream: runs the final evaluation and releases the rest.
     pub async fn finish(mut self) -> Vec<StreamItem> {
-        let result = self.settle().await;
+        let mut result = self.settle().await;
+        if result.is_ok() && self.finished.is_none() && self.engine.keeps_sessions() {
+            // The stream proceeded: one record in the session, as for a whole answer.
+            let context = self.whole_context();
+            let labels = std::mem::take(&mut self.session_labels);
+            if let Err(error) = self.engine.record_session(&context, &labels).await {
+                result = Err(self.stop(error));
+            }
+        }
         if self.finished.is_none() {
             self.finished = Some(StreamOutcome::Allowed);
         }
@@ -711,9 +723,9 @@ impl<'e> OutputStream<'e> {
         self.outstanding = true;
         *self.pending_checkpoint() = Some(Box::pin(async move {
             engine
-                .evaluate_output(&context)
+                .evaluate_unrecorded(&context)
                 .await
-                .map(|evaluation| evaluation.is_modified())
+                .map(|(evaluation, _)| evaluation.is_modified())
         }));
     }
 
@@ -742,9 +754,10 @@ impl<'e> OutputStream<'e> {
 
     async fn final_evaluation(&mut self) -> Result<(), EngineError> {
         let context = self.whole_context();
-        let result = self.engine.evaluate_output(&context).await;
+        let result = self.engine.evaluate_unrecorded(&context).await;
         match result {
-            Ok(evaluation) => {
+            Ok((evaluation, labels)) => {
+                self.session_labels = labels;
                 let forwarded = &evaluation.context().response.content;
                 match forwarded.strip_prefix(self.released.as_str()) {
                     Some(rest) => {
