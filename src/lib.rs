@@ -58,7 +58,9 @@ pub use portcullis_engine::{AuditContext, AuditDecision, AuditHandler, AuditReco
 // Streaming answers (the rest is in `stream`).
 pub use portcullis_engine::{Feed, OutputStream, StreamItem, StreamingRule};
 // The engine's modules: applying decisions, the causes of errors, field paths, streaming.
-pub use portcullis_engine::{apply, error, path, stream};
+pub use portcullis_engine::{apply, error, path, session, stream};
+// Session state: the store trait and the in-memory store (see the `session` module).
+pub use portcullis_engine::{MemorySessionStore, SessionFacts, SessionStore};
 
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]

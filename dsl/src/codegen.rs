@@ -241,6 +241,13 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
             let threshold = float(*threshold);
             quote!(::portcullis::__private::dsl::greater_than(context, #field, #threshold))
         }
+        CheckedCondition::HasLabel {
+            path: field,
+            labels,
+        } => {
+            let field = path(field);
+            quote!(::portcullis::__private::dsl::has_label(context, #field, &[#(#labels),*]))
+        }
         CheckedCondition::Always => quote!(true),
         CheckedCondition::All(items) => join(items, &quote!(&&)),
         CheckedCondition::Any(items) => join(items, &quote!(||)),

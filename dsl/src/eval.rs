@@ -6,16 +6,34 @@ use serde_json::Value;
 
 use crate::check::{CheckedCondition, CheckedRule, TemplatePart};
 use crate::model::Action;
-use crate::ops::{Needles, ValueSet, contains, equals, greater_than, not_in, push_field};
+use crate::ops::{
+    Needles, ValueSet, contains, equals, greater_than, has_label, not_in, push_field,
+};
 use crate::select::Root;
 
 /// A condition with everything precomputed.
 #[derive(Debug, Clone)]
 enum Compiled {
-    Contains { path: FieldPath, needles: Needles },
-    Equals { path: FieldPath, value: Value },
-    NotIn { path: FieldPath, values: ValueSet },
-    GreaterThan { path: FieldPath, threshold: f64 },
+    Contains {
+        path: FieldPath,
+        needles: Needles,
+    },
+    Equals {
+        path: FieldPath,
+        value: Value,
+    },
+    NotIn {
+        path: FieldPath,
+        values: ValueSet,
+    },
+    GreaterThan {
+        path: FieldPath,
+        threshold: f64,
+    },
+    HasLabel {
+        path: FieldPath,
+        labels: Vec<String>,
+    },
     Always,
     All(Vec<Compiled>),
     Any(Vec<Compiled>),
@@ -41,6 +59,10 @@ impl Compiled {
                 path: path.clone(),
                 threshold: *threshold,
             },
+            CheckedCondition::HasLabel { path, labels } => Compiled::HasLabel {
+                path: path.clone(),
+                labels: labels.clone(),
+            },
             CheckedCondition::Always => Compiled::Always,
             CheckedCondition::All(items) => {
                 Compiled::All(items.iter().map(Compiled::new).collect())
@@ -60,6 +82,7 @@ impl Compiled {
             Compiled::GreaterThan { path, threshold } => {
                 greater_than(context, path.segments(), *threshold)
             }
+            Compiled::HasLabel { path, labels } => has_label(context, path.segments(), labels),
             Compiled::Always => true,
             Compiled::All(items) => items.iter().all(|item| item.holds(context)),
             Compiled::Any(items) => items.iter().any(|item| item.holds(context)),

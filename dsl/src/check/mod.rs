@@ -127,6 +127,11 @@ pub(crate) enum CheckedCondition {
         path: FieldPath,
         threshold: f64,
     },
+    /// `contains` on `metadata.session.labels`: a label equals one of `labels`, exactly.
+    HasLabel {
+        path: FieldPath,
+        labels: Vec<String>,
+    },
     Always,
     All(Vec<CheckedCondition>),
     Any(Vec<CheckedCondition>),
