@@ -16,6 +16,7 @@
 //! | `http` | `http`: the remote `/engine/evaluate` endpoint | no |
 //! | `otel` | `otel`: OpenTelemetry spans for audit records | no |
 //! | `observability` | `observability`: OTLP export to an LLM observability platform | no |
+//! | `redis` | `redis`: a session store in Redis, shared by a fleet of processes | no |
 //! | `full` | all of the above | no |
 //! | `openai` | `openai`: a tower layer guarding async-openai chat completions | no |
 //! | `rig` | `rig`: an agent hook guarding rig-agent runs | no |
@@ -76,6 +77,10 @@ pub use portcullis_openai as openai;
 #[cfg(feature = "rig")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
 pub use portcullis_rig as rig;
+
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use portcullis_redis as redis;
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]
