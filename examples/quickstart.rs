@@ -40,7 +40,10 @@ fn no_phishing(context: &OutputContext) -> PolicyDecision {
     if context.response.content.contains("phishing.example") {
         PolicyDecision::deny("the answer links to a blocked domain")
     } else {
-        PolicyDecision::Allow { audit: true }
+        PolicyDecision::Allow {
+            audit: true,
+            labels: Vec::new(),
+        }
     }
 }
 

@@ -17,6 +17,7 @@
 //! | `otel` | `otel`: OpenTelemetry spans for audit records | no |
 //! | `observability` | `observability`: OTLP export to an LLM observability platform | no |
 //! | `manifest` | `manifest`: policy sets as YAML files, reloaded when they change | no |
+//! | `redis` | `redis`: a session store in Redis, shared by a fleet of processes | no |
 //! | `full` | all of the above | no |
 //! | `openai` | `openai`: a tower layer guarding async-openai chat completions | no |
 //! | `rig` | `rig`: an agent hook guarding rig-agent runs | no |
@@ -60,7 +61,9 @@ pub use portcullis_engine::{AuditContext, AuditDecision, AuditHandler, AuditReco
 // Streaming answers (the rest is in `stream`).
 pub use portcullis_engine::{Feed, OutputStream, StreamItem, StreamingRule};
 // The engine's modules: applying decisions, the causes of errors, field paths, streaming.
-pub use portcullis_engine::{apply, error, path, stream};
+pub use portcullis_engine::{apply, error, path, session, stream};
+// Session state: the store trait and the in-memory store (see the `session` module).
+pub use portcullis_engine::{MemorySessionStore, SessionFacts, SessionStore};
 
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
@@ -80,6 +83,10 @@ pub use portcullis_rig as rig;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
 pub use portcullis_mcp as mcp;
+
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use portcullis_redis as redis;
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

@@ -241,6 +241,13 @@ fn condition(condition: &CheckedCondition) -> TokenStream {
             let threshold = float(*threshold);
             quote!(::portcullis::__private::dsl::greater_than(context, #field, #threshold))
         }
+        CheckedCondition::HasLabel {
+            path: field,
+            labels,
+        } => {
+            let field = path(field);
+            quote!(::portcullis::__private::dsl::has_label(context, #field, &[#(#labels),*]))
+        }
         CheckedCondition::Always => quote!(true),
         CheckedCondition::All(items) => join(items, &quote!(&&)),
         CheckedCondition::Any(items) => join(items, &quote!(||)),
@@ -277,17 +284,40 @@ fn optional_text(text: Option<&str>) -> TokenStream {
     }
 }
 
+/// The `labels` of a decision: an empty `Vec` (no allocation) when the rule has none.
+fn labels(rule: &CheckedRule) -> TokenStream {
+    if rule.rule.labels.is_empty() {
+        return quote!(::std::vec::Vec::new());
+    }
+    let labels = rule.rule.labels.iter();
+    quote!(::std::vec![#(::std::string::String::from(#labels)),*])
+}
+
 fn decision(rule: &CheckedRule) -> TokenStream {
     let reason = optional_text(rule.rule.reason.as_deref());
+    let labels = labels(rule);
     match rule.rule.action {
-        Action::Allow => quote!(::portcullis::PolicyDecision::allow()),
+        Action::Allow if rule.rule.labels.is_empty() => {
+            quote!(::portcullis::PolicyDecision::allow())
+        }
+        Action::Allow => quote! {
+            ::portcullis::PolicyDecision::Allow {
+                audit: false,
+                labels: #labels,
+            }
+        },
         Action::Deny => quote! {
             ::portcullis::PolicyDecision::Deny {
                 reason: #reason,
                 policy_id: ::std::option::Option::None,
             }
         },
-        Action::Audit => quote!(::portcullis::PolicyDecision::Audit { reason: #reason }),
+        Action::Audit => quote! {
+            ::portcullis::PolicyDecision::Audit {
+                reason: #reason,
+                labels: #labels,
+            }
+        },
         Action::Redact => {
             let redactions = rule.redactions.iter().map(|redaction| {
                 let field = &redaction.field;
@@ -310,6 +340,7 @@ fn decision(rule: &CheckedRule) -> TokenStream {
             quote! {
                 ::portcullis::PolicyDecision::Redact {
                     redactions: ::std::vec![#(#redactions),*],
+                    labels: #labels,
                 }
             }
         }
@@ -344,6 +375,7 @@ fn decision(rule: &CheckedRule) -> TokenStream {
                     transformation: ::portcullis::Transformation {
                         operations: ::std::vec![#(#operations),*],
                     },
+                    labels: #labels,
                 }
             }
         }

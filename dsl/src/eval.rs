@@ -6,16 +6,34 @@ use serde_json::Value;
 
 use crate::check::{CheckedCondition, CheckedRule, TemplatePart};
 use crate::model::Action;
-use crate::ops::{Needles, ValueSet, contains, equals, greater_than, not_in, push_field};
+use crate::ops::{
+    Needles, ValueSet, contains, equals, greater_than, has_label, not_in, push_field,
+};
 use crate::select::Root;
 
 /// A condition with everything precomputed.
 #[derive(Debug, Clone)]
 enum Compiled {
-    Contains { path: FieldPath, needles: Needles },
-    Equals { path: FieldPath, value: Value },
-    NotIn { path: FieldPath, values: ValueSet },
-    GreaterThan { path: FieldPath, threshold: f64 },
+    Contains {
+        path: FieldPath,
+        needles: Needles,
+    },
+    Equals {
+        path: FieldPath,
+        value: Value,
+    },
+    NotIn {
+        path: FieldPath,
+        values: ValueSet,
+    },
+    GreaterThan {
+        path: FieldPath,
+        threshold: f64,
+    },
+    HasLabel {
+        path: FieldPath,
+        labels: Vec<String>,
+    },
     Always,
     All(Vec<Compiled>),
     Any(Vec<Compiled>),
@@ -41,6 +59,10 @@ impl Compiled {
                 path: path.clone(),
                 threshold: *threshold,
             },
+            CheckedCondition::HasLabel { path, labels } => Compiled::HasLabel {
+                path: path.clone(),
+                labels: labels.clone(),
+            },
             CheckedCondition::Always => Compiled::Always,
             CheckedCondition::All(items) => {
                 Compiled::All(items.iter().map(Compiled::new).collect())
@@ -60,6 +82,7 @@ impl Compiled {
             Compiled::GreaterThan { path, threshold } => {
                 greater_than(context, path.segments(), *threshold)
             }
+            Compiled::HasLabel { path, labels } => has_label(context, path.segments(), labels),
             Compiled::Always => true,
             Compiled::All(items) => items.iter().all(|item| item.holds(context)),
             Compiled::Any(items) => items.iter().any(|item| item.holds(context)),
@@ -74,7 +97,7 @@ enum Outcome {
     /// A decision that does not depend on the context.
     Fixed(PolicyDecision),
     /// `set` operations whose values are rendered templates.
-    Transform(Vec<(String, Vec<TemplatePart>)>),
+    Transform(Vec<(String, Vec<TemplatePart>)>, Vec<String>),
 }
 
 /// A checked rule, compiled for evaluation.
@@ -89,17 +112,19 @@ impl CompiledRule {
         // The checker compiled the redaction patterns through the engine's pattern cache, so
         // the first redaction does not compile them again.
         let reason = rule.rule.reason.clone();
+        let labels = rule.rule.labels.clone();
         let outcome = match rule.rule.action {
-            Action::Allow => Outcome::Fixed(PolicyDecision::allow()),
+            Action::Allow => Outcome::Fixed(PolicyDecision::allow().with_labels(labels)),
             Action::Deny => Outcome::Fixed(PolicyDecision::Deny {
                 reason,
                 policy_id: None,
             }),
-            Action::Audit => Outcome::Fixed(PolicyDecision::Audit { reason }),
+            Action::Audit => Outcome::Fixed(PolicyDecision::Audit { reason, labels }),
             Action::Redact => Outcome::Fixed(PolicyDecision::Redact {
                 redactions: rule.redactions.clone(),
+                labels,
             }),
-            Action::Transform => Outcome::Transform(rule.transformation.clone()),
+            Action::Transform => Outcome::Transform(rule.transformation.clone(), labels),
         };
         CompiledRule {
             condition: Compiled::new(&rule.condition),
@@ -113,7 +138,7 @@ impl CompiledRule {
         }
         match &self.outcome {
             Outcome::Fixed(decision) => decision.clone(),
-            Outcome::Transform(templates) => PolicyDecision::Transform {
+            Outcome::Transform(templates, labels) => PolicyDecision::Transform {
                 transformation: Transformation {
                     operations: templates
                         .iter()
@@ -122,6 +147,7 @@ impl CompiledRule {
                         })
                         .collect(),
                 },
+                labels: labels.clone(),
             },
         }
     }

@@ -1,5 +1,5 @@
 //! The typed model of a rule: the shape of `dsl-policy.schema.json`, plus the extensions
-//! (`all`, `any`, `not`, `mode`).
+//! (`all`, `any`, `not`, `mode`, `labels`).
 //!
 //! These types serialize to, and deserialize from, the JSON shape of a rule file. Deserializing
 //! with serde stops at the first mistake and knows nothing of interception points; to load a
@@ -47,6 +47,10 @@ pub struct Rule {
     /// Extension: `monitor` evaluates and audits the rule without enforcing it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<RuleMode>,
+    /// Extension: labels the rule's decision carries when its condition holds, added to the
+    /// session's state when the call proceeds. A `deny` carries none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
 }
 
 /// A condition. The first five are the schema's; `all`, `any` and `not` are extensions.

@@ -249,6 +249,22 @@ pub fn contains<C: Root, S: PathSegment>(context: &C, path: &[S], needles: &Need
     })
 }
 
+/// `contains` on the session's labels (`metadata.session.labels`): a label equals one of
+/// `labels` exactly (labels are names, not text to search).
+pub fn has_label<C: Root, S: PathSegment, L: AsRef<str>>(
+    context: &C,
+    path: &[S],
+    labels: &[L],
+) -> bool {
+    let wanted = |text: &str| labels.iter().any(|label| label.as_ref() == text);
+    any(context, path, |node| match node {
+        Node::Json(Value::Array(items)) => {
+            items.iter().any(|item| item.as_str().is_some_and(wanted))
+        }
+        node => node.text().is_some_and(wanted),
+    })
+}
+
 /// `equals`: some selected value equals `value`.
 pub fn equals<C: Root, S: PathSegment>(context: &C, path: &[S], value: &Value) -> bool {
     any(context, path, |node| node_equals(node, value))

@@ -4,7 +4,8 @@
 //! are the very functions the runtime policies call, so both decide alike.
 
 pub use crate::ops::{
-    Needles, ValueSet, contains, equals, greater_than, json_equal, node_equals, not_in, push_field,
+    Needles, ValueSet, contains, equals, greater_than, has_label, json_equal, node_equals, not_in,
+    push_field,
 };
 pub use crate::select::{Node, PathSegment, Root, Seg, SegmentRef, Walk, any, select};
 pub use serde_json;

@@ -19,6 +19,12 @@ enum Shape {
     Record(&'static Record),
     /// A JSON object with any keys (`arguments`).
     OpenMap,
+    /// A number (a session counter).
+    Number,
+    /// A list of strings (the session's labels).
+    Labels,
+    /// An object whose keys are any names and whose values are numbers (counters by tool).
+    Counts,
 }
 
 #[derive(Debug)]
@@ -42,9 +48,51 @@ const METADATA: Record = Record {
         ("agent_id", Shape::Text),
         ("session_id", Shape::Text),
         ("timestamp", Shape::Text),
+        ("session", Shape::Record(&SESSION)),
     ],
     open: true,
 };
+
+/// `metadata.session`: the facts a session store keeps, put there by the engine.
+const SESSION: Record = Record {
+    name: "the session's facts",
+    fields: &[
+        ("labels", Shape::Labels),
+        ("counters", Shape::Record(&COUNTERS)),
+    ],
+    open: false,
+};
+
+const COUNTERS: Record = Record {
+    name: "the session's counters",
+    fields: &[
+        ("input", Shape::Record(&COUNTER)),
+        ("output", Shape::Record(&COUNTER)),
+        ("tool_call", Shape::Record(&TOOL_CALL_COUNTERS)),
+    ],
+    open: false,
+};
+
+const COUNTER: Record = Record {
+    name: "a point's counter",
+    fields: &[("total", Shape::Number)],
+    open: false,
+};
+
+const TOOL_CALL_COUNTERS: Record = Record {
+    name: "the tool-call counters",
+    fields: &[("total", Shape::Number), ("by_tool", Shape::Counts)],
+    open: false,
+};
+
+/// Whether `path` is `metadata.session.labels`, on which `contains` matches labels exactly.
+pub(crate) fn is_session_labels(path: &FieldPath) -> bool {
+    matches!(
+        path.segments(),
+        [Segment::Name(a), Segment::Name(b), Segment::Name(c)]
+            if a == "metadata" && b == "session" && c == "labels"
+    )
+}
 
 const INPUT: Record = Record {
     name: "an input context",
@@ -193,6 +241,41 @@ pub(crate) fn type_path(
                     removable: true,
                 });
             }
+            Shape::Counts => {
+                // Any tool name; its count is a number.
+                shape = Shape::Number;
+                removable = true;
+                continue;
+            }
+            Shape::Number => {
+                return fail(
+                    format!(
+                        "\"{prefix}\" is a number, it has no \"{}\"",
+                        segment.as_str()
+                    ),
+                    Some(format!("use \"{prefix}\" itself")),
+                );
+            }
+            Shape::Labels => match segment {
+                Segment::Index { .. } | Segment::Any => {
+                    shape = Shape::Text;
+                    removable = true;
+                }
+                Segment::Name(name) if name == "length" && last && usage == Use::Read => {
+                    return Ok(Typed {
+                        kind: Kind::Number,
+                        removable: false,
+                    });
+                }
+                Segment::Name(name) => {
+                    return fail(
+                        format!("\"{prefix}\" is a list of labels, it has no \"{name}\""),
+                        Some(format!(
+                            "test it with {{ \"field\": \"{prefix}\", \"contains\": [\"a label\"] }}"
+                        )),
+                    );
+                }
+            },
             Shape::Text | Shape::Role => {
                 if last && usage == Use::Read && segment.as_str() == "length" {
                     return Ok(Typed {
@@ -309,7 +392,9 @@ pub(crate) fn type_path(
         Shape::Role => Kind::Role,
         Shape::Messages => Kind::List,
         Shape::Record(_) => Kind::Object,
-        Shape::OpenMap => Kind::Map,
+        Shape::OpenMap | Shape::Counts => Kind::Map,
+        Shape::Number => Kind::Number,
+        Shape::Labels => Kind::List,
     };
     Ok(Typed { kind, removable })
 }
@@ -397,6 +482,16 @@ mod tests {
     fn metadata() -> Metadata {
         let mut extra = Map::new();
         extra.insert(EXTRA.to_owned(), json!("gold"));
+        // What the engine puts there with a session store.
+        let mut facts = portcullis_engine::SessionFacts::default();
+        facts.labels.push("untrusted".to_owned());
+        facts.counters.tool_call.total = 2;
+        facts
+            .counters
+            .tool_call
+            .by_tool
+            .insert("shell".to_owned(), 2);
+        extra.insert("session".to_owned(), facts.to_value());
         Metadata {
             agent_id: "agent".to_owned(),
             session_id: "session".to_owned(),
@@ -471,6 +566,7 @@ mod tests {
                 (Kind::Text | Kind::Role, Value::String(_))
                     | (Kind::List, Value::Array(_))
                     | (Kind::Object | Kind::Map, Value::Object(_))
+                    | (Kind::Number, Value::Number(_))
                     | (Kind::Any, _)
             );
             assert!(
@@ -511,7 +607,31 @@ mod tests {
                     );
                 }
             }
-            (Shape::Text | Shape::Role, Value::String(_)) | (Shape::OpenMap, Value::Object(_)) => {}
+            (Shape::Labels, Value::Array(items)) => {
+                for (index, item) in items.iter().enumerate() {
+                    compare(
+                        point,
+                        context,
+                        Shape::Text,
+                        &format!("{path}.{index}"),
+                        item,
+                    );
+                }
+            }
+            (Shape::Counts, Value::Object(object)) => {
+                for (name, item) in object {
+                    compare(
+                        point,
+                        context,
+                        Shape::Number,
+                        &format!("{path}.{name}"),
+                        item,
+                    );
+                }
+            }
+            (Shape::Text | Shape::Role, Value::String(_))
+            | (Shape::OpenMap, Value::Object(_))
+            | (Shape::Number, Value::Number(_)) => {}
             (shape, value) => panic!("{path:?}: the schema has {shape:?}, the JSON {value}"),
         }
     }

@@ -555,7 +555,8 @@ async fn schema_valid_rules_with_warnings_load_and_decide() {
     assert_eq!(
         nothing.decide(&answer),
         PolicyDecision::Redact {
-            redactions: Vec::new()
+            redactions: Vec::new(),
+            labels: Vec::new()
         }
     );
     let empty =

@@ -65,6 +65,7 @@ fn rules_built_in_rust_are_checked() {
         redactions: None,
         transformation: None,
         mode: Some(RuleMode::Monitor),
+        labels: vec!["seen".into()],
     };
     let checked = check_rule(&rule, "built.json", InterceptionPoint::ToolCall).expect("valid");
     assert_eq!(checked.rule(), &rule);

@@ -52,8 +52,10 @@ pub fn apply_decision<C: PolicyContext>(
     decision: &PolicyDecision,
 ) -> Result<Option<C>, ApplyError> {
     match decision {
-        PolicyDecision::Redact { redactions } => apply_redactions(context, redactions).map(Some),
-        PolicyDecision::Transform { transformation } => {
+        PolicyDecision::Redact { redactions, .. } => {
+            apply_redactions(context, redactions).map(Some)
+        }
+        PolicyDecision::Transform { transformation, .. } => {
             apply_operations(context, &transformation.operations).map(Some)
         }
         _ => Ok(None),
@@ -84,8 +86,8 @@ pub(crate) fn apply_changes<C: PolicyContext>(
     decision: &PolicyDecision,
 ) -> Result<Option<C>, ApplyError> {
     match decision {
-        PolicyDecision::Redact { redactions } => changed_redactions(context, redactions, true),
-        PolicyDecision::Transform { transformation } => {
+        PolicyDecision::Redact { redactions, .. } => changed_redactions(context, redactions, true),
+        PolicyDecision::Transform { transformation, .. } => {
             changed_operations(context, &transformation.operations, true)
         }
         _ => Ok(None),

@@ -32,6 +32,9 @@ pub enum PolicyDecision {
         /// Ask for this interaction to be audited too (informational: every decision is audited).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         audit: bool,
+        /// Labels added to the session's state when the call proceeds (with a session store).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        labels: Vec<String>,
     },
     /// Stop: the engine fails the call with a [`PolicyDenialError`](crate::PolicyDenialError).
     Deny {
@@ -47,17 +50,26 @@ pub enum PolicyDecision {
         /// A note for the audit record.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// Labels added to the session's state when the call proceeds (with a session store).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        labels: Vec<String>,
     },
     /// Apply the redactions to the context, then proceed.
     Redact {
         /// The redactions, applied in order (at least one).
         #[serde(deserialize_with = "non_empty")]
         redactions: Vec<Redaction>,
+        /// Labels added to the session's state when the call proceeds (with a session store).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        labels: Vec<String>,
     },
     /// Apply the operations to the context, then proceed.
     Transform {
         /// The operations, applied in order.
         transformation: Transformation,
+        /// Labels added to the session's state when the call proceeds (with a session store).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        labels: Vec<String>,
     },
 }
 
@@ -75,7 +87,10 @@ fn non_empty<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Redaction
 impl PolicyDecision {
     /// `allow`.
     pub const fn allow() -> Self {
-        PolicyDecision::Allow { audit: false }
+        PolicyDecision::Allow {
+            audit: false,
+            labels: Vec::new(),
+        }
     }
 
     /// `deny` with a reason.
@@ -98,6 +113,7 @@ impl PolicyDecision {
     pub fn audit(reason: impl Into<String>) -> Self {
         PolicyDecision::Audit {
             reason: Some(reason.into()),
+            labels: Vec::new(),
         }
     }
 
@@ -105,6 +121,7 @@ impl PolicyDecision {
     pub fn redact(redactions: impl IntoIterator<Item = Redaction>) -> Self {
         PolicyDecision::Redact {
             redactions: redactions.into_iter().collect(),
+            labels: Vec::new(),
         }
     }
 
@@ -114,6 +131,7 @@ impl PolicyDecision {
             transformation: Transformation {
                 operations: operations.into_iter().collect(),
             },
+            labels: Vec::new(),
         }
     }
 
@@ -131,11 +149,55 @@ impl PolicyDecision {
     /// The reason carried by a `deny` or `audit` decision.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            PolicyDecision::Deny { reason, .. } | PolicyDecision::Audit { reason } => {
+            PolicyDecision::Deny { reason, .. } | PolicyDecision::Audit { reason, .. } => {
                 reason.as_deref()
             }
             _ => None,
         }
+    }
+
+    /// The labels this decision adds to the session's state when the call proceeds (always
+    /// empty for `deny`).
+    pub fn labels(&self) -> &[String] {
+        match self {
+            PolicyDecision::Allow { labels, .. }
+            | PolicyDecision::Audit { labels, .. }
+            | PolicyDecision::Redact { labels, .. }
+            | PolicyDecision::Transform { labels, .. } => labels,
+            PolicyDecision::Deny { .. } => &[],
+        }
+    }
+
+    /// This decision with `labels` added to the ones it carries. A `deny` carries no labels
+    /// (a denied call changes no session), so it is returned unchanged.
+    ///
+    /// ```
+    /// use portcullis_engine::PolicyDecision;
+    ///
+    /// let decision = PolicyDecision::allow().with_labels(["untrusted"]);
+    /// assert_eq!(decision.labels(), ["untrusted"]);
+    /// assert_eq!(
+    ///     serde_json::to_string(&decision).unwrap(),
+    ///     r#"{"decision":"allow","labels":["untrusted"]}"#
+    /// );
+    /// assert!(PolicyDecision::deny("no").with_labels(["x"]).labels().is_empty());
+    /// ```
+    #[must_use]
+    pub fn with_labels<I, S>(mut self, labels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        match &mut self {
+            PolicyDecision::Allow { labels: own, .. }
+            | PolicyDecision::Audit { labels: own, .. }
+            | PolicyDecision::Redact { labels: own, .. }
+            | PolicyDecision::Transform { labels: own, .. } => {
+                own.extend(labels.into_iter().map(Into::into));
+            }
+            PolicyDecision::Deny { .. } => {}
+        }
+        self
     }
 
     /// Whether this is a `deny`.

@@ -18,6 +18,8 @@ use crate::error::{
     PolicyTimedOut, error_chain,
 };
 use crate::point::PolicyContext;
+use crate::session::flow;
+use crate::session::store::{SESSION_POLICY_ID, SessionStore};
 use crate::set::{Entry, OnError, PolicySet};
 use crate::stream::plan::StreamPlan;
 use crate::timer;
@@ -68,6 +70,7 @@ pub struct PolicyEngine {
     /// handle to the set, so a replacement never changes an evaluation under way.
     active: RwLock<Arc<Active>>,
     audit: Option<Arc<dyn AuditHandler>>,
+    sessions: Option<Arc<dyn SessionStore>>,
 }
 
 impl fmt::Debug for PolicyEngine {
@@ -75,6 +78,7 @@ impl fmt::Debug for PolicyEngine {
         f.debug_struct("PolicyEngine")
             .field("set", &self.policy_set())
             .field("audit", &self.audit.is_some())
+            .field("sessions", &self.sessions.is_some())
             .finish()
     }
 }
@@ -110,6 +114,7 @@ impl Active {
 pub struct PolicyEngineBuilder {
     set: Option<PolicySet>,
     audit: Option<Arc<dyn AuditHandler>>,
+    sessions: Option<Arc<dyn SessionStore>>,
 }
 
 impl PolicyEngineBuilder {
@@ -125,11 +130,27 @@ impl PolicyEngineBuilder {
         self
     }
 
+    /// Where the engine keeps per-session facts (labels and counters) that policies read in
+    /// `metadata.session`; see [`session`](crate::session). Optional: without a store,
+    /// `metadata.session` is whatever the caller sent, and nothing is recorded.
+    pub fn sessions(mut self, store: impl SessionStore) -> Self {
+        self.sessions = Some(Arc::new(store));
+        self
+    }
+
+    /// [`sessions`](Self::sessions) with a store that is shared (by several engines, for
+    /// example).
+    pub fn shared_sessions(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.sessions = Some(store);
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> PolicyEngine {
         PolicyEngine {
             active: RwLock::new(Active::new(self.set.unwrap_or_default())),
             audit: self.audit,
+            sessions: self.sessions,
         }
     }
 }
@@ -173,14 +194,17 @@ enum Kept {
 impl Kept {
     fn new(decision: PolicyDecision) -> Self {
         match decision {
-            PolicyDecision::Allow { audit } => Kept::Allow { audit },
+            PolicyDecision::Allow { audit, labels } if labels.is_empty() => Kept::Allow { audit },
             other => Kept::Other(Box::new(other)),
         }
     }
 
     fn into_decision(self) -> PolicyDecision {
         match self {
-            Kept::Allow { audit } => PolicyDecision::Allow { audit },
+            Kept::Allow { audit } => PolicyDecision::Allow {
+                audit,
+                labels: Vec::new(),
+            },
             Kept::Other(decision) => *decision,
         }
     }
@@ -319,26 +343,101 @@ impl PolicyEngine {
         self.evaluate_on(self.policy_set(), context).await
     }
 
-    /// Runs the policies of `C`'s point of `set` on `context`.
+    /// Runs the policies of `C`'s point of `set` on `context`, and records the call in the
+    /// session store when there is one.
     pub(crate) async fn evaluate_on<'a, C: PolicyContext>(
         &'a self,
         set: Arc<PolicySet>,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
+        let on_error = set.on_error;
+        let (evaluation, labels) = self.evaluate_unrecorded(set, context).await?;
+        if self.sessions.is_some() {
+            self.record_session(on_error, context, &labels).await?;
+        }
+        Ok(evaluation)
+    }
+
+    /// Runs the point with the session's facts when there is a store (session step 1), and
+    /// returns the labels its enforced decisions carried, without recording them: the
+    /// streaming guard records once, when a stream ends.
+    pub(crate) async fn evaluate_unrecorded<'a, C: PolicyContext>(
+        &'a self,
+        set: Arc<PolicySet>,
+        context: &'a C,
+    ) -> Result<(Evaluation<'a, C>, Vec<String>), EngineError> {
         if let Err(problem) = context.check_nesting() {
             return Err(self.reject(context, problem));
         }
+        let Some(store) = &self.sessions else {
+            let (current, taken) = self.run_point(&set, context).await?;
+            return Ok((Evaluation::new(current, taken, set, C::POINT), Vec::new()));
+        };
+        // Session step 1: the facts, in the context the policies see.
+        let key = flow::key_of(context).map_err(|problem| self.reject(context, problem))?;
+        let facts = match store.load(key).await {
+            Ok(facts) => Some(facts),
+            Err(error) => {
+                self.fail(set.on_error, SESSION_POLICY_ID, true, error, context)?;
+                None
+            }
+        };
+        let seen = flow::with_facts(context, facts.as_ref());
+        let (current, taken) = self.run_point(&set, &seen).await?;
+        let mut labels = Vec::new();
+        for taken in taken.iter().filter(|taken| taken.enforced) {
+            if let Kept::Other(decision) = &taken.decision {
+                flow::gather(&mut labels, decision.labels());
+            }
+        }
+        // Forward the caller's context, or the changed one with the caller's own
+        // `metadata.session`.
+        let forwarded = match current {
+            Cow::Borrowed(_) => Cow::Borrowed(context),
+            Cow::Owned(mut changed) => {
+                flow::restore(&mut changed, context);
+                Cow::Owned(changed)
+            }
+        };
+        Ok((Evaluation::new(forwarded, taken, set, C::POINT), labels))
+    }
+
+    /// Session step 2: after a call that proceeds, one atomic record of its point (and tool)
+    /// and of the labels its decisions carried. A failing store is an evaluation error of
+    /// [`SESSION_POLICY_ID`].
+    pub(crate) async fn record_session<C: PolicyContext>(
+        &self,
+        on_error: OnError,
+        context: &C,
+        labels: &[String],
+    ) -> Result<(), EngineError> {
+        let Some(store) = &self.sessions else {
+            return Ok(());
+        };
+        let key = flow::key_of(context).map_err(|problem| self.reject(context, problem))?;
+        match store.record(key, flow::update_of(context, labels)).await {
+            Ok(()) => Ok(()),
+            Err(error) => self.fail(on_error, SESSION_POLICY_ID, true, error, context),
+        }
+    }
+
+    /// Runs the policies of `C`'s point on `context`: the context to forward and the
+    /// decisions taken.
+    async fn run_point<'c, C: PolicyContext>(
+        &self,
+        set: &PolicySet,
+        context: &'c C,
+    ) -> Result<(Cow<'c, C>, Vec<Taken>), EngineError> {
         let on_error = set.on_error;
-        let point = C::point_policies(&set);
+        let point = C::point_policies(set);
         let call_deadline = point
             .settings
             .call_deadline
             .map(|deadline| (Instant::now() + deadline, deadline));
         if point.settings.concurrent && point.entries.len() > 1 {
-            let taken = self
+            return self
                 .evaluate_concurrently(&point.entries, on_error, context, call_deadline)
-                .await?;
-            return Ok(Evaluation::new(taken.0, taken.1, set, C::POINT));
+                .await;
         }
         let mut current = Cow::Borrowed(context);
         let mut decisions = Vec::with_capacity(point.entries.len());
@@ -353,16 +452,16 @@ impl PolicyEngine {
                 &mut decisions,
             )?;
         }
-        Ok(Evaluation::new(current, decisions, set, C::POINT))
+        Ok((current, decisions))
     }
 
-    async fn evaluate_concurrently<'a, C: PolicyContext>(
+    async fn evaluate_concurrently<'a, 'c, C: PolicyContext>(
         &self,
         entries: &[Entry<C::Policy>],
         on_error: OnError,
-        context: &'a C,
+        context: &'c C,
         call_deadline: Option<(Instant, Duration)>,
-    ) -> Result<(Cow<'a, C>, Vec<Taken>), EngineError> {
+    ) -> Result<(Cow<'c, C>, Vec<Taken>), EngineError> {
         type Running<'f> = Pin<Box<dyn Future<Output = Outcome> + Send + 'f>>;
         let mut running: Vec<Option<Running<'_>>> = entries
             .iter()
@@ -447,7 +546,9 @@ impl PolicyEngine {
         let policy_id = C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
         // The common case, without moving the decision around.
-        if let Ok(allow @ PolicyDecision::Allow { audit }) = &outcome {
+        if let Ok(allow @ PolicyDecision::Allow { audit, labels }) = &outcome
+            && labels.is_empty()
+        {
             self.record(
                 policy_id,
                 AuditDecision::from(allow),
@@ -599,6 +700,11 @@ impl PolicyEngine {
             C::POINT,
             problem,
         ))
+    }
+
+    /// Whether a session store is configured.
+    pub(crate) fn keeps_sessions(&self) -> bool {
+        self.sessions.is_some()
     }
 
     /// Whether records go anywhere: without a handler, nothing needs to build them.

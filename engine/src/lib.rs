@@ -55,6 +55,9 @@ mod engine;
 mod unwind;
 // Streaming, on the engine (its leaves `stream::rule` and `stream::report` are plain data).
 pub mod stream;
+// Session state: a store's data and trait under the policies, the engine's steps on the
+// contexts, the module's documentation on top.
+pub mod session;
 
 pub use async_trait::async_trait;
 
@@ -74,6 +77,7 @@ pub use policy::{
     Blocking, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy,
     WithDeadline,
 };
+pub use session::{MemorySessionStore, SessionFacts, SessionStore};
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
 pub use stream::{Feed, OutputStream, StreamItem, StreamingRule};
 

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use crate::BoxFuture;
 use crate::audit::AuditContext;
-use crate::context::{InputContext, InterceptionPoint, OutputContext, ToolCallContext};
+use crate::context::{InputContext, InterceptionPoint, Metadata, OutputContext, ToolCallContext};
 use crate::decision::PolicyDecision;
 use crate::error::{BoxError, InvalidContext};
 use crate::policy::{InputPolicy, OutputPolicy, ToolCallPolicy};
@@ -58,6 +58,17 @@ pub trait PolicyContext:
         context: &'a Self,
     ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>>;
 
+    /// The context's metadata.
+    fn metadata(&self) -> &Metadata;
+
+    /// The context's metadata, to change.
+    fn metadata_mut(&mut self) -> &mut Metadata;
+
+    /// The tool a tool-call context calls; `None` for the other points.
+    fn tool_name(&self) -> Option<&str> {
+        None
+    }
+
     /// A borrowed view of this context, as audit records hold it.
     fn audit_context(&self) -> AuditContext<'_>;
 
@@ -88,6 +99,14 @@ impl PolicyContext for InputContext {
         context: &'a Self,
     ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>> {
         policy.evaluate(context)
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
     }
 
     fn audit_context(&self) -> AuditContext<'_> {
@@ -122,6 +141,18 @@ impl PolicyContext for ToolCallContext {
         policy.evaluate(context)
     }
 
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
+    }
+
+    fn tool_name(&self) -> Option<&str> {
+        Some(&self.tool_name)
+    }
+
     fn audit_context(&self) -> AuditContext<'_> {
         AuditContext::ToolCall(self)
     }
@@ -152,6 +183,14 @@ impl PolicyContext for OutputContext {
         context: &'a Self,
     ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>> {
         policy.evaluate(context)
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
     }
 
     fn audit_context(&self) -> AuditContext<'_> {

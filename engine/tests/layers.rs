@@ -27,6 +27,10 @@ const LAYERS: &[(&str, u32)] = &[
     ("engine", 8),
     ("stream/guard", 9),
     ("stream", 10),
+    ("session/store", 3),
+    ("session/memory", 4),
+    ("session/flow", 7),
+    ("session", 10),
 ];
 
 /// Items defined at the crate root that any module may use.
@@ -43,11 +47,10 @@ fn layer(module: &str) -> Option<u32> {
 fn module_of(path: &str) -> String {
     let mut segments = path.split("::");
     let first = segments.next().unwrap_or_default();
-    if first == "stream"
-        && let Some(second) = segments.next()
-        && layer(&format!("stream/{second}")).is_some()
+    if let Some(second) = segments.next()
+        && layer(&format!("{first}/{second}")).is_some()
     {
-        return format!("stream/{second}");
+        return format!("{first}/{second}");
     }
     first.to_owned()
 }

@@ -113,7 +113,10 @@ async fn every_decision_is_audited_with_every_field() {
             PolicySet::builder()
                 .output(Scripted::returning(
                     "allow",
-                    PolicyDecision::Allow { audit: true },
+                    PolicyDecision::Allow {
+                        audit: true,
+                        labels: Vec::new(),
+                    },
                 ))
                 .output(Scripted::returning("note", PolicyDecision::audit("looked")))
                 .output(Scripted::returning(

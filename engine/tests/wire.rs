@@ -85,7 +85,10 @@ impl Validator {
 fn all_decisions() -> Vec<PolicyDecision> {
     vec![
         PolicyDecision::allow(),
-        PolicyDecision::Allow { audit: true },
+        PolicyDecision::Allow {
+            audit: true,
+            labels: Vec::new(),
+        },
         PolicyDecision::deny("nope"),
         PolicyDecision::deny_silently(),
         PolicyDecision::Deny {
@@ -93,7 +96,10 @@ fn all_decisions() -> Vec<PolicyDecision> {
             policy_id: Some("p".into()),
         },
         PolicyDecision::audit("note"),
-        PolicyDecision::Audit { reason: None },
+        PolicyDecision::Audit {
+            reason: None,
+            labels: Vec::new(),
+        },
         PolicyDecision::redact([
             Redaction::mask("messages.0.content"),
             Redaction::remove("metadata.tenant"),
@@ -353,4 +359,33 @@ fn every_field_of_every_context_is_known() {
         schema_properties("output-context.schema.json", None),
         keys(&output)
     );
+}
+
+#[test]
+fn labels_round_trip_on_every_decision_but_deny() {
+    let labelled = [
+        PolicyDecision::allow().with_labels(["untrusted", "web"]),
+        PolicyDecision::audit("a").with_labels(["seen"]),
+        PolicyDecision::redact([Redaction::mask("messages.0.content")]).with_labels(["pii"]),
+        PolicyDecision::transform([TransformOperation::set("arguments.limit", 3)])
+            .with_labels(["rewritten"]),
+    ];
+    for decision in labelled {
+        let json = serde_json::to_value(&decision).unwrap();
+        assert!(json["labels"].is_array(), "{json}");
+        let back: PolicyDecision = serde_json::from_value(json).unwrap();
+        assert_eq!(back, decision);
+    }
+    let read: PolicyDecision =
+        serde_json::from_str(r#"{"decision":"allow","labels":["untrusted"]}"#).unwrap();
+    assert_eq!(read.labels(), ["untrusted"]);
+    // No labels: nothing on the wire, so label-less decisions keep their schema shape.
+    assert_eq!(
+        serde_json::to_string(&PolicyDecision::allow()).unwrap(),
+        r#"{"decision":"allow"}"#
+    );
+    // A deny carries none: `labels` on a deny is ignored like any unknown key.
+    let deny: PolicyDecision =
+        serde_json::from_str(r#"{"decision":"deny","labels":["x"]}"#).unwrap();
+    assert!(deny.labels().is_empty());
 }

@@ -244,6 +244,8 @@ fn rule(point: InterceptionPoint) -> impl Strategy<Value = Rule> {
                 redactions: redactions.filter(|list| !list.is_empty()),
                 transformation,
                 mode,
+                // An extension the reference implementation does not know.
+                labels: Vec::new(),
             },
         )
 }

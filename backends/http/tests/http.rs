@@ -123,7 +123,10 @@ async fn a_base_url_with_a_path_prefix_is_kept() {
 async fn every_decision_kind_comes_back() {
     let decisions = vec![
         PolicyDecision::allow(),
-        PolicyDecision::Allow { audit: true },
+        PolicyDecision::Allow {
+            audit: true,
+            labels: Vec::new(),
+        },
         PolicyDecision::deny("contains an SSN"),
         PolicyDecision::Deny {
             reason: None,

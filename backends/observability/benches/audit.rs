@@ -33,7 +33,10 @@ impl InputPolicy for Allow {
 
     async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
         black_box(context);
-        Ok(PolicyDecision::Allow { audit: true })
+        Ok(PolicyDecision::Allow {
+            audit: true,
+            labels: Vec::new(),
+        })
     }
 }
 

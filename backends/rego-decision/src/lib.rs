@@ -12,7 +12,7 @@
 //!   (`{"decision": {"decision": "deny", "reason": "…"}}`);
 //! - a **package** whose `decision` is a string naming the decision: the package's other rules
 //!   of a decision's field names (`reason`, `policy_id`, `audit`, `redactions`,
-//!   `transformation`) complete it. This is also how a decision object reads
+//!   `transformation`, `labels`) complete it. This is also how a decision object reads
 //!   (`{"decision": "deny", "reason": "…"}`), whether it is one rule's value or a package;
 //! - a **package** whose `decision` is a boolean: `true` allows; `false` denies, with the
 //!   package's `reason` rule as the reason if it is a string, else a reason naming the document;
@@ -39,12 +39,13 @@ use portcullis_engine::PolicyDecision;
 use serde_json::{Map, Value};
 
 /// The fields of a decision that sibling rules of a string `decision` may give.
-const DECISION_FIELDS: [&str; 5] = [
+const DECISION_FIELDS: [&str; 6] = [
     "reason",
     "policy_id",
     "audit",
     "redactions",
     "transformation",
+    "labels",
 ];
 
 /// Why a document is not a decision.
@@ -169,6 +170,13 @@ mod tests {
     #[test]
     fn every_shape_reads() {
         let read = |value: Value| read_decision("data.p", value);
+        assert_eq!(
+            read(json!({"decision": "audit", "labels": ["untrusted"]})),
+            Ok(PolicyDecision::Audit {
+                reason: None,
+                labels: vec!["untrusted".into()]
+            })
+        );
         assert_eq!(
             read(json!({"decision": {"decision": "deny", "reason": "r"}, "reason": "ignored"})),
             Ok(PolicyDecision::deny("r"))

@@ -28,7 +28,7 @@
 //! - its `decision` is an object shaped as a decision (the wire form of a `PolicyDecision`):
 //!   that is the decision;
 //! - its `decision` is a string naming the decision: the package's sibling rules `reason`,
-//!   `redactions` and `transformation` complete it;
+//!   `redactions`, `transformation` and `labels` complete it;
 //! - its `decision` is a boolean: `true` is allow, `false` is deny (with the sibling `reason`
 //!   if there is one, else a reason naming the rule).
 //!
@@ -397,6 +397,17 @@ mod tests {
         assert_eq!(
             read(json!({"decision": "audit", "reason": "look", "other": 1})),
             Ok(PolicyDecision::audit("look"))
+        );
+        assert_eq!(
+            read(json!({"decision": "allow", "labels": ["untrusted"]})),
+            Ok(PolicyDecision::allow().with_labels(["untrusted"]))
+        );
+        assert_eq!(
+            read(json!({"decision": {"decision": "audit", "labels": ["seen"]}})),
+            Ok(PolicyDecision::Audit {
+                reason: None,
+                labels: vec!["seen".into()]
+            })
         );
         assert_eq!(read(json!({"decision": true})), Ok(PolicyDecision::allow()));
         assert_eq!(

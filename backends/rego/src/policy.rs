@@ -322,7 +322,10 @@ mod tests {
         }
         assert_eq!(
             read(r#"[{"result":{"decision":"allow","audit":true}}]"#),
-            Ok(PolicyDecision::Allow { audit: true })
+            Ok(PolicyDecision::Allow {
+                audit: true,
+                labels: Vec::new()
+            })
         );
         assert_eq!(
             read(r#"[{"result":false}]"#),
@@ -381,6 +384,15 @@ mod tests {
                 pattern: None
             }]))
         );
+        assert_eq!(
+            read(json!({"decision": "allow", "labels": ["untrusted", "web"]})),
+            Ok(PolicyDecision::allow().with_labels(["untrusted", "web"]))
+        );
+        assert_eq!(
+            read(json!({"decision": "audit", "reason": "r", "labels": ["seen"]})),
+            Ok(PolicyDecision::audit("r").with_labels(["seen"]))
+        );
+        assert!(read(json!({"decision": "allow", "labels": "untrusted"})).is_err());
         assert!(read(json!("redact")).is_err(), "redact needs redactions");
         assert!(read(json!("maybe")).is_err());
         assert!(read(json!({"reason": "x"})).is_err());

@@ -104,6 +104,16 @@ impl Checker<'_> {
             let (path, _) = field?;
             let checked = checked?;
             let (condition, checked) = match checked {
+                Operand::Contains(needles, _) if crate::schema::is_session_labels(&path) => (
+                    Condition::Contains {
+                        field: path.to_string(),
+                        contains: needles.clone(),
+                    },
+                    CheckedCondition::HasLabel {
+                        path,
+                        labels: needles,
+                    },
+                ),
                 Operand::Contains(needles, lowered) => (
                     Condition::Contains {
                         field: path.to_string(),
@@ -231,6 +241,7 @@ impl Checker<'_> {
         let mut ok = true;
         if let Some((path, kind)) = field
             && !matches!(kind, Kind::Text | Kind::Role | Kind::Any)
+            && !crate::schema::is_session_labels(path)
         {
             let help = match kind {
                 Kind::List => format!(

@@ -127,6 +127,11 @@ pub(crate) enum CheckedCondition {
         path: FieldPath,
         threshold: f64,
     },
+    /// `contains` on `metadata.session.labels`: a label equals one of `labels`, exactly.
+    HasLabel {
+        path: FieldPath,
+        labels: Vec<String>,
+    },
     Always,
     All(Vec<CheckedCondition>),
     Any(Vec<CheckedCondition>),
@@ -317,13 +322,14 @@ pub fn check_rule(
     }
 }
 
-const RULE_KEYS: [&str; 6] = [
+const RULE_KEYS: [&str; 7] = [
     "condition",
     "action",
     "reason",
     "redactions",
     "transformation",
     "mode",
+    "labels",
 ];
 
 fn child(at: &str, key: &str) -> String {
@@ -431,6 +437,7 @@ impl Checker<'_> {
                 None
             }
         };
+        let labels = self.labels(map, action);
         let (redactions, engine_redactions) = self.redactions(map, action);
         let (transformation, templates) = self.transformation(map, action);
 
@@ -441,6 +448,7 @@ impl Checker<'_> {
             redactions,
             transformation,
             mode,
+            labels,
         };
         Some(CheckedRule {
             rule,
@@ -452,6 +460,56 @@ impl Checker<'_> {
             // Filled in by `check_ordered` once every part is checked.
             warnings: Vec::new(),
         })
+    }
+
+    /// The `labels` extension: a list of non-empty strings. On a `deny` they are a warning:
+    /// a denied call changes no session, so they would never be added.
+    fn labels(&mut self, map: &Map<String, Value>, action: Option<Action>) -> Vec<String> {
+        let Some(value) = map.get("labels") else {
+            return Vec::new();
+        };
+        let Value::Array(items) = value else {
+            self.report(
+                "labels",
+                format!(
+                    "\"labels\" must be a list of strings, found {}",
+                    JsonKind::of(value)
+                ),
+                Some("write \"labels\": [\"untrusted\"]".to_owned()),
+            );
+            return Vec::new();
+        };
+        let mut labels = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            match item {
+                Value::String(label) if !label.is_empty() => labels.push(label.clone()),
+                Value::String(_) => {
+                    self.report(
+                        &element("labels", index),
+                        "a label cannot be empty".to_owned(),
+                        None,
+                    );
+                }
+                other => {
+                    self.report(
+                        &element("labels", index),
+                        format!("a label is a string, found {}", JsonKind::of(other)),
+                        None,
+                    );
+                }
+            }
+        }
+        if action == Some(Action::Deny) && !labels.is_empty() {
+            self.warn(
+                "labels",
+                "a deny rule's labels are never added: a denied call changes no session".to_owned(),
+                Some(
+                    "remove \"labels\", or put them on a rule that lets the call proceed"
+                        .to_owned(),
+                ),
+            );
+        }
+        labels
     }
 
     fn action(&mut self, map: &Map<String, Value>) -> Option<Action> {

@@ -14,8 +14,8 @@ use crate::audit::{AuditContext, AuditDecision, AuditRecord};
 use crate::context::{InterceptionPoint, Message, Metadata, OutputContext};
 use crate::decision::{PolicyDecision, Redaction};
 use crate::engine::PolicyEngine;
-use crate::set::PolicySet;
 use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
+use crate::set::PolicySet;
 use crate::stream::plan::{Stage, StageAction, StreamPlan, Watch};
 use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
@@ -102,6 +102,9 @@ pub struct OutputStream<'e> {
     max_held_chars: usize,
     finished: Option<StreamOutcome>,
     reported_end: bool,
+    /// The labels the final evaluation's decisions carried, recorded in the session when the
+    /// stream finishes without a denial.
+    session_labels: Vec<String>,
 }
 
 impl PolicyEngine {
@@ -189,6 +192,7 @@ impl PolicyEngine {
             max_held_chars: 0,
             finished: None,
             reported_end: false,
+            session_labels: Vec::new(),
         };
         stream.plan_next_run();
         stream.report(StreamEvent::Start);
@@ -412,7 +416,20 @@ impl<'e> OutputStream<'e> {
 
     /// Ends the stream: runs the final evaluation and releases the rest.
     pub async fn finish(mut self) -> Vec<StreamItem> {
-        let result = self.settle().await;
+        let mut result = self.settle().await;
+        if result.is_ok() && self.finished.is_none() && self.engine.keeps_sessions() {
+            // The stream proceeded: one record in the session, as for a whole answer.
+            let context = self.whole_context();
+            let labels = std::mem::take(&mut self.session_labels);
+            let on_error = self.set.on_error;
+            if let Err(error) = self
+                .engine
+                .record_session(on_error, &context, &labels)
+                .await
+            {
+                result = Err(self.stop(error));
+            }
+        }
         if self.finished.is_none() {
             self.finished = Some(StreamOutcome::Allowed);
         }
@@ -669,7 +686,7 @@ impl<'e> OutputStream<'e> {
             let decision = if redactions.is_empty() {
                 PolicyDecision::allow()
             } else {
-                PolicyDecision::Redact { redactions }
+                PolicyDecision::redact(redactions)
             };
             self.record_stage(first, decision);
         }
@@ -718,9 +735,9 @@ impl<'e> OutputStream<'e> {
         self.outstanding = true;
         *self.pending_checkpoint() = Some(Box::pin(async move {
             engine
-                .evaluate_on(set, &context)
+                .evaluate_unrecorded(set, &context)
                 .await
-                .map(|evaluation| evaluation.is_modified())
+                .map(|(evaluation, _)| evaluation.is_modified())
         }));
     }
 
@@ -751,10 +768,11 @@ impl<'e> OutputStream<'e> {
         let context = self.whole_context();
         let result = self
             .engine
-            .evaluate_on(Arc::clone(&self.set), &context)
+            .evaluate_unrecorded(Arc::clone(&self.set), &context)
             .await;
         match result {
-            Ok(evaluation) => {
+            Ok((evaluation, labels)) => {
+                self.session_labels = labels;
                 let forwarded = &evaluation.context().response.content;
                 match forwarded.strip_prefix(self.released.as_str()) {
                     Some(rest) => {
@@ -820,9 +838,7 @@ impl<'e> OutputStream<'e> {
             None => "stream started".to_owned(),
         };
         let context = OutputContext::new(Message::assistant(String::new()), self.metadata.clone());
-        let decision = PolicyDecision::Audit {
-            reason: Some(reason),
-        };
+        let decision = PolicyDecision::audit(reason);
         self.engine.emit(AuditRecord {
             policy_id: STREAM_POLICY_ID,
             decision: AuditDecision::Audit,

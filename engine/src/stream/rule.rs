@@ -112,6 +112,6 @@ pub fn decide_whole_text(rules: &[StreamingRule], text: &str) -> Result<PolicyDe
     Ok(if redactions.is_empty() {
         PolicyDecision::allow()
     } else {
-        PolicyDecision::Redact { redactions }
+        PolicyDecision::redact(redactions)
     })
 }

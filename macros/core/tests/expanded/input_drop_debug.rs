@@ -33,6 +33,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                                 replacement: ::std::option::Option::None,
                                 pattern: ::std::option::Option::None,
                             }],
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

@@ -39,6 +39,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                                 ),
                                 pattern: ::std::option::Option::None,
                             }],
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

@@ -60,6 +60,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                                     ),
                                 }
                             ],
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

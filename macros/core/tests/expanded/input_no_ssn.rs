@@ -23,6 +23,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                                     "\\b\\d{3}-\\d{2}-\\d{4}\\b"
                                 )),
                             }],
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

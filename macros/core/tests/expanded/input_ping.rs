@@ -33,6 +33,7 @@ pub(crate) fn policy() -> impl ::portcullis::InputPolicy {
                             reason: ::std::option::Option::Some(::std::string::String::from(
                                 "health check",
                             )),
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

@@ -33,6 +33,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
                             reason: ::std::option::Option::Some(::std::string::String::from(
                                 "the answer mentions a refund",
                             )),
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

@@ -42,6 +42,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
                                     "https?://\\S+"
                                 )),
                             }],
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

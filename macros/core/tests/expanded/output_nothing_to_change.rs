@@ -43,6 +43,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
                             transformation: ::portcullis::Transformation {
                                 operations: ::std::vec![],
                             },
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

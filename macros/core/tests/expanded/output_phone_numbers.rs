@@ -27,6 +27,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
                                     "\\d{3}-\\d{4}"
                                 )),
                             }],
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

@@ -52,6 +52,7 @@ pub(crate) fn policy() -> impl ::portcullis::OutputPolicy {
                     ) {
                         ::portcullis::PolicyDecision::Redact {
                             redactions: ::std::vec![],
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

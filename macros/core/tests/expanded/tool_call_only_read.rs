@@ -36,6 +36,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
                             reason: ::std::option::Option::Some(::std::string::String::from(
                                 "a tool call that may write",
                             )),
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

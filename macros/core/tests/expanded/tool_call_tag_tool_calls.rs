@@ -63,6 +63,7 @@ pub(crate) fn policy() -> impl ::portcullis::ToolCallPolicy {
                                     },
                                 )],
                             },
+                            labels: ::std::vec::Vec::new(),
                         }
                     } else {
                         ::portcullis::PolicyDecision::allow()

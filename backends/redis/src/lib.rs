@@ -1,0 +1,297 @@
+//! A Redis session store for Portcullis: [`RedisSessionStore`].
+//!
+//! With the in-memory store each process has its own view of a session; with this one, every
+//! agent process of a fleet reads and records the same facts. Give it to the engine with
+//! `PolicyEngine::builder().sessions(store)` (see the engine's `session` module for the flow).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use portcullis_engine::PolicyEngine;
+//! use portcullis_redis::RedisSessionStore;
+//!
+//! let store = RedisSessionStore::builder("redis://127.0.0.1:6379/0")
+//!     .ttl(Duration::from_secs(24 * 60 * 60))
+//!     .timeout(Duration::from_millis(200))
+//!     .connect()
+//!     .await?;
+//! let engine = PolicyEngine::builder().sessions(store).build();
+//! # let _ = engine; Ok(()) }
+//! ```
+//!
+//! # How sessions are kept
+//!
+//! - One Redis hash per session, at `<prefix><length of agent_id>:<agent_id>:<session_id>`
+//!   (default prefix `portcullis:session:`): a field per counter (`c:input`, `c:output`,
+//!   `c:tool_call`, `t:<tool>`) and per label (`l:<label>`, whose value orders the labels).
+//! - A record is one Lua script, so Redis applies it atomically: the counters go up, the
+//!   labels are added, and the key's time to live starts again. Concurrent records from any
+//!   number of processes all count, none twice.
+//! - A load is one `HGETALL`. A session not updated for the TTL expires in Redis itself.
+//! - One multiplexed connection, re-established after a failure
+//!   ([`redis::aio::ConnectionManager`]), shared by every clone of the store and every call.
+//!
+//! # Failures
+//!
+//! Every operation is bounded by the time-out (default 200 ms): a Redis that is down, that
+//! cannot be reached, or that answers slowly is an error within that time, which the engine
+//! turns into an evaluation error (the policy set's `on_error` decides). A record that timed
+//! out may still have been applied by Redis: the script runs once or not at all, never twice.
+
+use std::fmt;
+use std::time::Duration;
+
+use portcullis_engine::session::{SessionFacts, SessionKey, SessionStore, SessionUpdate};
+use portcullis_engine::{BoxError, InterceptionPoint};
+use redis::AsyncCommands;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+/// The default prefix of session keys.
+pub const DEFAULT_PREFIX: &str = "portcullis:session:";
+/// The default time-out of each operation.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(200);
+/// The default time a session is kept after its last update (24 hours).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The record script: `KEYS[1]` the session, `ARGV[1]` the TTL in milliseconds, `ARGV[2]` the
+/// point's counter field, `ARGV[3]` the tool's field or `""`, then the label fields.
+const RECORD: &str = r"
+redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+if ARGV[3] ~= '' then redis.call('HINCRBY', KEYS[1], ARGV[3], 1) end
+for i = 4, #ARGV do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then
+    local order = redis.call('HINCRBY', KEYS[1], 'n', 1)
+    redis.call('HSET', KEYS[1], ARGV[i], order)
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+";
+
+/// Why a [`RedisSessionStore`] could not be built or an operation failed.
+#[derive(Debug)]
+pub struct RedisStoreError {
+    what: String,
+    source: Option<redis::RedisError>,
+}
+
+impl RedisStoreError {
+    fn new(what: impl Into<String>, source: Option<redis::RedisError>) -> Self {
+        RedisStoreError {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for RedisStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for RedisStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|error| error as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Builds a [`RedisSessionStore`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RedisSessionStoreBuilder {
+    url: String,
+    prefix: String,
+    ttl: Duration,
+    timeout: Duration,
+}
+
+impl RedisSessionStoreBuilder {
+    /// Prefixes every session key with `prefix` (default [`DEFAULT_PREFIX`]).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Keeps a session `ttl` after its last update (default [`DEFAULT_TTL`]; at least 1 ms).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Bounds every operation, connecting included (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Connects (within the time-out) and returns the store.
+    pub async fn connect(self) -> Result<RedisSessionStore, RedisStoreError> {
+        let client = redis::Client::open(self.url.as_str()).map_err(|error| {
+            RedisStoreError::new(
+                format!("invalid Redis URL {:?}: {error}", self.url),
+                Some(error),
+            )
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(self.timeout);
+        let connecting = ConnectionManager::new_with_config(client, config);
+        let connection = match tokio::time::timeout(self.timeout, connecting).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) => {
+                return Err(RedisStoreError::new(
+                    format!("cannot connect to Redis at {}: {error}", self.url),
+                    Some(error),
+                ));
+            }
+            Err(_) => {
+                return Err(RedisStoreError::new(
+                    format!(
+                        "cannot connect to Redis at {}: no answer within {:?}",
+                        self.url, self.timeout
+                    ),
+                    None,
+                ));
+            }
+        };
+        Ok(RedisSessionStore {
+            connection,
+            script: redis::Script::new(RECORD),
+            prefix: self.prefix,
+            ttl_millis: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
+            timeout: self.timeout,
+        })
+    }
+}
+
+/// Session facts in Redis, shared by every process that uses the same server and prefix.
+/// Cheap to clone: clones share the connection.
+#[derive(Clone)]
+pub struct RedisSessionStore {
+    connection: ConnectionManager,
+    script: redis::Script,
+    prefix: String,
+    ttl_millis: u64,
+    timeout: Duration,
+}
+
+impl fmt::Debug for RedisSessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSessionStore")
+            .field("prefix", &self.prefix)
+            .field("ttl_millis", &self.ttl_millis)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisSessionStore {
+    /// A builder for a store on the Redis at `url` (`redis://host:port/db`).
+    pub fn builder(url: impl Into<String>) -> RedisSessionStoreBuilder {
+        RedisSessionStoreBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            ttl: DEFAULT_TTL,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// The Redis key of a session.
+    pub fn key(&self, key: SessionKey<'_>) -> String {
+        format!(
+            "{}{}:{}:{}",
+            self.prefix,
+            key.agent_id.len(),
+            key.agent_id,
+            key.session_id
+        )
+    }
+
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        operation: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, BoxError> {
+        match tokio::time::timeout(self.timeout, operation).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(Box::new(RedisStoreError::new(
+                format!("Redis failed to {what}: {error}"),
+                Some(error),
+            ))),
+            Err(_) => Err(Box::new(RedisStoreError::new(
+                format!(
+                    "Redis did not answer within {:?} when asked to {what}",
+                    self.timeout
+                ),
+                None,
+            ))),
+        }
+    }
+}
+
+fn facts_from(fields: Vec<(String, u64)>) -> SessionFacts {
+    let mut facts = SessionFacts::default();
+    let mut labels = Vec::new();
+    for (field, value) in fields {
+        if let Some(label) = field.strip_prefix("l:") {
+            labels.push((value, label.to_owned()));
+        } else if let Some(tool) = field.strip_prefix("t:") {
+            facts
+                .counters
+                .tool_call
+                .by_tool
+                .insert(tool.to_owned(), value);
+        } else {
+            match field.as_str() {
+                "c:input" => facts.counters.input.total = value,
+                "c:output" => facts.counters.output.total = value,
+                "c:tool_call" => facts.counters.tool_call.total = value,
+                _ => {}
+            }
+        }
+    }
+    labels.sort();
+    facts.labels = labels.into_iter().map(|(_, label)| label).collect();
+    facts
+}
+
+#[async_trait::async_trait]
+impl SessionStore for RedisSessionStore {
+    async fn load(&self, key: SessionKey<'_>) -> Result<SessionFacts, BoxError> {
+        let mut connection = self.connection.clone();
+        let name = self.key(key);
+        let fields: Vec<(String, u64)> = self
+            .bounded("read the session", connection.hgetall(name))
+            .await?;
+        Ok(facts_from(fields))
+    }
+
+    async fn record(&self, key: SessionKey<'_>, update: SessionUpdate<'_>) -> Result<(), BoxError> {
+        let mut connection = self.connection.clone();
+        let point = match update.point {
+            InterceptionPoint::Input => "c:input",
+            InterceptionPoint::Output => "c:output",
+            InterceptionPoint::ToolCall => "c:tool_call",
+        };
+        let mut invocation = self.script.key(self.key(key));
+        invocation.arg(self.ttl_millis).arg(point);
+        invocation.arg(
+            update
+                .tool
+                .map(|tool| format!("t:{tool}"))
+                .unwrap_or_default(),
+        );
+        for label in update.labels {
+            invocation.arg(format!("l:{label}"));
+        }
+        let _: i64 = self
+            .bounded("record the call", invocation.invoke_async(&mut connection))
+            .await?;
+        Ok(())
+    }
+}
