@@ -288,6 +288,7 @@ fn decision(rule: &CheckedRule) -> TokenStream {
             }
         },
         Action::Audit => quote!(::portcullis::PolicyDecision::Audit { reason: #reason }),
+        Action::Escalate => quote!(::portcullis::PolicyDecision::Escalate { reason: #reason }),
         Action::Redact => {
             let redactions = rule.redactions.iter().map(|redaction| {
                 let field = &redaction.field;

@@ -96,6 +96,7 @@ impl CompiledRule {
                 policy_id: None,
             }),
             Action::Audit => Outcome::Fixed(PolicyDecision::Audit { reason }),
+            Action::Escalate => Outcome::Fixed(PolicyDecision::Escalate { reason }),
             Action::Redact => Outcome::Fixed(PolicyDecision::Redact {
                 redactions: rule.redactions.clone(),
             }),
