@@ -55,10 +55,15 @@ pub use portcullis_engine::{
 pub use portcullis_engine::{EngineError, PolicyDenialError, PolicyEvaluationError};
 // Audit records.
 pub use portcullis_engine::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
+// Approvals: escalations, the person who answers them, and stored grants.
+pub use portcullis_engine::{
+    ApprovalAnswer, ApprovalRequest, ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, Grant,
+    GrantStore, MemoryGrantStore,
+};
 // Streaming answers (the rest is in `stream`).
 pub use portcullis_engine::{Feed, OutputStream, StreamItem, StreamingRule};
 // The engine's modules: applying decisions, the causes of errors, field paths, streaming.
-pub use portcullis_engine::{apply, error, path, stream};
+pub use portcullis_engine::{apply, approval, error, path, stream};
 
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]

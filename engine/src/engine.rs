@@ -10,6 +10,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_changes;
+use crate::approval::ApprovalRequest;
 use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
 use crate::context::{InputContext, OutputContext, ToolCallContext};
 use crate::decision::PolicyDecision;
@@ -18,6 +19,9 @@ use crate::error::{
     PolicyTimedOut, error_chain,
 };
 use crate::point::PolicyContext;
+use crate::resolve::{
+    ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, GrantStore, Resolution,
+};
 use crate::set::{Entry, OnError, PolicySet};
 use crate::stream::plan::StreamPlan;
 use crate::timer;
@@ -69,6 +73,7 @@ pub struct PolicyEngine {
     /// is first asked for, so an engine that never streams never compiles streaming rules.
     stream_plan: OnceLock<StreamPlan>,
     audit: Option<Arc<dyn AuditHandler>>,
+    approvals: Approvals,
 }
 
 impl fmt::Debug for PolicyEngine {
@@ -76,6 +81,7 @@ impl fmt::Debug for PolicyEngine {
         f.debug_struct("PolicyEngine")
             .field("set", &self.set)
             .field("audit", &self.audit.is_some())
+            .field("approvals", &self.approvals)
             .finish()
     }
 }
@@ -86,6 +92,9 @@ impl fmt::Debug for PolicyEngine {
 pub struct PolicyEngineBuilder {
     set: Option<PolicySet>,
     audit: Option<Arc<dyn AuditHandler>>,
+    resolver: Option<Arc<dyn ApprovalResolver>>,
+    approval_timeout: Option<Duration>,
+    grant_store: Option<Arc<dyn GrantStore>>,
 }
 
 impl PolicyEngineBuilder {
@@ -101,12 +110,40 @@ impl PolicyEngineBuilder {
         self
     }
 
+    /// Who answers approval requests (a console prompt, a chat message, a ticket). Optional:
+    /// without a resolver, an escalation without a stored grant fails the call with
+    /// [`EngineError::ApprovalRequired`].
+    pub fn approvals(mut self, resolver: impl ApprovalResolver) -> Self {
+        self.resolver = Some(Arc::new(resolver));
+        self
+    }
+
+    /// How long the engine waits for the resolver's answer (default
+    /// [`DEFAULT_APPROVAL_TIMEOUT`], five minutes); past it the call fails with
+    /// [`EngineError::ApprovalRequired`].
+    pub fn approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = Some(timeout);
+        self
+    }
+
+    /// Where grants are kept (default: a [`MemoryGrantStore`](crate::MemoryGrantStore) of
+    /// this engine's own).
+    pub fn grant_store(mut self, store: impl GrantStore) -> Self {
+        self.grant_store = Some(Arc::new(store));
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> PolicyEngine {
         PolicyEngine {
             set: self.set.unwrap_or_default(),
             stream_plan: OnceLock::new(),
             audit: self.audit,
+            approvals: Approvals::new(
+                self.resolver,
+                self.approval_timeout.unwrap_or(DEFAULT_APPROVAL_TIMEOUT),
+                self.grant_store,
+            ),
         }
     }
 }
@@ -179,6 +216,26 @@ impl<'a, C: Clone> Evaluation<'a, C> {
         self.context.into_owned()
     }
 
+    /// Whether an enforced policy escalated (the engine resolved it, or the call would not
+    /// have returned this evaluation).
+    pub fn escalates(&self) -> bool {
+        let taken = match self.taken.lock() {
+            Ok(taken) => taken,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if self.decisions.get().is_some() {
+            drop(taken);
+            return self
+                .decisions()
+                .iter()
+                .any(|entry| entry.enforced && entry.decision.is_escalate());
+        }
+        taken.iter().any(|taken| {
+            taken.enforced
+                && matches!(&taken.decision, Kept::Other(decision) if decision.is_escalate())
+        })
+    }
+
     /// Whether a redaction or transform changed the context.
     pub fn is_modified(&self) -> bool {
         matches!(self.context, Cow::Owned(_))
@@ -234,6 +291,13 @@ impl PolicyEngine {
         &self.set
     }
 
+    /// The engine's approval machinery: record a grant with
+    /// [`grant`](Approvals::grant) once a person approved an
+    /// [`ApprovalRequest`](crate::ApprovalRequest).
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
+    }
+
     /// How this engine's output policies stream (worked out on the first call, then kept).
     pub fn stream_plan(&self) -> &StreamPlan {
         self.stream_plan
@@ -264,8 +328,18 @@ impl PolicyEngine {
         self.evaluate(context).await
     }
 
-    /// Runs the policies of `C`'s point on `context`.
+    /// Runs the policies of `C`'s point on `context`, then resolves its escalations.
     pub async fn evaluate<'a, C: PolicyContext>(
+        &'a self,
+        context: &'a C,
+    ) -> Result<Evaluation<'a, C>, EngineError> {
+        let evaluation = self.run_policies(context).await?;
+        // Approvals: once the point's policies ran without a denial.
+        self.approve(evaluation).await
+    }
+
+    /// Runs the policies of `C`'s point on `context`, leaving escalations unresolved.
+    pub(crate) async fn run_policies<'a, C: PolicyContext>(
         &'a self,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
@@ -289,6 +363,65 @@ impl PolicyEngine {
             self.settle(entry, outcome, None, &mut current, &mut decisions)?;
         }
         Ok(Evaluation::new(current, decisions))
+    }
+
+    /// The approval step: when enforced policies escalated, the call proceeds only with a
+    /// stored grant or the resolver's yes for this exact action.
+    pub(crate) async fn approve<'a, C: PolicyContext>(
+        &self,
+        mut evaluation: Evaluation<'a, C>,
+    ) -> Result<Evaluation<'a, C>, EngineError> {
+        let taken = match evaluation.taken.get_mut() {
+            Ok(taken) => taken,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut policy_ids = Vec::new();
+        let mut reasons = Vec::new();
+        for taken in taken.iter().filter(|taken| taken.enforced) {
+            if let Kept::Other(decision) = &taken.decision
+                && let PolicyDecision::Escalate { reason } = &**decision
+            {
+                policy_ids.push(taken.policy_id.to_owned());
+                reasons.extend(reason.clone());
+            }
+        }
+        if policy_ids.is_empty() {
+            return Ok(evaluation);
+        }
+        let json = serde_json::to_value(evaluation.context()).unwrap_or_default();
+        let request = ApprovalRequest::new(C::POINT, policy_ids, reasons, json);
+        let resolution = self.approvals.resolve(&request).await;
+        let (decision, reason) = match &resolution {
+            Resolution::Granted { by, from_grant } => (
+                AuditDecision::ApprovalGranted,
+                if *from_grant {
+                    format!("granted by {by} (a stored grant)")
+                } else {
+                    format!("granted by {by}")
+                },
+            ),
+            Resolution::Refused { reason } => (AuditDecision::ApprovalRefused, reason.clone()),
+            Resolution::Pending { reason } => (AuditDecision::ApprovalPending, reason.clone()),
+        };
+        for policy_id in &request.policy_ids {
+            self.record(
+                policy_id,
+                decision,
+                Some(Cow::Borrowed(&reason)),
+                evaluation.context(),
+                true,
+                None,
+            );
+        }
+        match resolution {
+            Resolution::Granted { .. } => Ok(evaluation),
+            Resolution::Refused { reason } => Err(EngineError::Denied(PolicyDenialError::new(
+                request.policy_ids.first().map_or("", String::as_str),
+                C::POINT,
+                Some(reason),
+            ))),
+            Resolution::Pending { .. } => Err(EngineError::ApprovalRequired(Box::new(request))),
+        }
     }
 
     async fn evaluate_concurrently<'a, C: PolicyContext>(
@@ -330,7 +463,7 @@ impl PolicyEngine {
                     let winner = C::policy_id(&entries[next].policy);
                     let why = match &error {
                         EngineError::Denied(_) => "denied",
-                        EngineError::Evaluation(_) => "failed",
+                        EngineError::Evaluation(_) | EngineError::ApprovalRequired(_) => "failed",
                     };
                     for (at, entry) in entries.iter().enumerate().skip(next + 1) {
                         let reason = if running[at].is_some() {

@@ -36,6 +36,7 @@
 // it; `docs/architecture.md` explains it).
 //
 // Plain data: no module here knows policies, sets or the engine.
+pub mod approval;
 mod blocking;
 mod context;
 mod decision;
@@ -49,6 +50,7 @@ pub mod apply;
 mod audit;
 mod point;
 mod policy;
+mod resolve;
 mod set;
 // The engine, on those.
 mod engine;
@@ -58,6 +60,7 @@ pub mod stream;
 
 pub use async_trait::async_trait;
 
+pub use approval::ApprovalRequest;
 pub use audit::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
     InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, Role,
@@ -73,6 +76,10 @@ pub use point::PolicyContext;
 pub use policy::{
     Blocking, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy,
     WithDeadline,
+};
+pub use resolve::{
+    ApprovalAnswer, ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, Grant, GrantStore,
+    MemoryGrantStore,
 };
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
 pub use stream::{Feed, OutputStream, StreamItem, StreamingRule};

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use regex_automata::Span;
 
+use crate::approval::ApprovalRequest;
 use crate::audit::{AuditContext, AuditDecision, AuditRecord};
 use crate::context::{InterceptionPoint, Message, Metadata, OutputContext};
 use crate::decision::{PolicyDecision, Redaction};
@@ -30,6 +31,9 @@ pub enum StreamItem {
     Denied(PolicyDenialError),
     /// A policy could not be evaluated; nothing more is released.
     Error(PolicyEvaluationError),
+    /// An output policy escalated and no approval came (see
+    /// [`EngineError::ApprovalRequired`]); nothing more is released.
+    ApprovalRequired(Box<ApprovalRequest>),
 }
 
 impl StreamItem {
@@ -40,6 +44,7 @@ impl StreamItem {
             StreamItem::Text(text) => Ok(text),
             StreamItem::Denied(denial) => Err(EngineError::Denied(denial)),
             StreamItem::Error(error) => Err(EngineError::Evaluation(error)),
+            StreamItem::ApprovalRequired(request) => Err(EngineError::ApprovalRequired(request)),
         }
     }
 }
@@ -710,10 +715,12 @@ impl<'e> OutputStream<'e> {
         let context = self.whole_context();
         self.outstanding = true;
         *self.pending_checkpoint() = Some(Box::pin(async move {
+            // Escalations are resolved once, on the whole answer: until then an escalation
+            // holds the text, as a change does.
             engine
-                .evaluate_output(&context)
+                .run_policies(&context)
                 .await
-                .map(|evaluation| evaluation.is_modified())
+                .map(|evaluation| evaluation.is_modified() || evaluation.escalates())
         }));
     }
 
@@ -769,6 +776,7 @@ impl<'e> OutputStream<'e> {
         self.finished = Some(match error {
             EngineError::Denied(_) => StreamOutcome::Denied,
             EngineError::Evaluation(_) => StreamOutcome::Error,
+            EngineError::ApprovalRequired(_) => StreamOutcome::ApprovalRequired,
         });
         self.quiet_until = 0;
         error
@@ -890,6 +898,9 @@ fn items(result: Result<String, EngineError>) -> Vec<StreamItem> {
         Ok(text) => vec![StreamItem::Text(text)],
         Err(EngineError::Denied(denial)) => vec![StreamItem::Denied(denial)],
         Err(EngineError::Evaluation(error)) => vec![StreamItem::Error(error)],
+        Err(EngineError::ApprovalRequired(request)) => {
+            vec![StreamItem::ApprovalRequired(request)]
+        }
     }
 }
 
