@@ -10,7 +10,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -104,8 +103,8 @@ fn next_id() -> String {
 /// assert_eq!(digest.len(), 64);
 /// ```
 pub fn action_digest(point: InterceptionPoint, context: &Value) -> String {
-    let canonical = canonical_action(point, context);
-    let hash = Sha256::digest(&canonical);
+    // Hashing one buffer is faster than hashing the many small pieces as they come.
+    let hash = Sha256::digest(canonical_action(point, context));
     let mut hex = String::with_capacity(64);
     for byte in hash {
         hex.push(char::from(HEX[usize::from(byte >> 4)]));
@@ -118,51 +117,170 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The bytes the digest is taken of: the canonical JSON of the action.
 pub fn canonical_action(point: InterceptionPoint, context: &Value) -> Vec<u8> {
-    let action = Action {
-        interception_point: point,
-        context: WithoutTimestamp(context),
-    };
-    // A `Value` always serializes (its keys are strings and its numbers finite).
-    serde_jcs::to_vec(&action).unwrap_or_default()
+    let mut out = Vec::with_capacity(1024);
+    write_action(point, context, &mut out);
+    out
 }
 
-#[derive(Serialize)]
-struct Action<'a> {
-    interception_point: InterceptionPoint,
-    context: WithoutTimestamp<'a>,
+/// The canonical JSON of `value` (RFC 8785): object members sorted by the UTF-16 code units
+/// of their names, no white space, strings with the fewest escapes, numbers as ECMAScript
+/// writes them.
+pub fn canonical_json(value: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_value(value, None, &mut out);
+    out
 }
 
-/// A context's JSON without `metadata.timestamp`, serialized without a copy.
-struct WithoutTimestamp<'a>(&'a Value);
+/// Writes the canonical JSON of the action to `out`.
+fn write_action(point: InterceptionPoint, context: &Value, out: &mut Vec<u8>) {
+    // "context" sorts before "interception_point".
+    out.extend_from_slice(b"{\"context\":");
+    write_value(context, Some(Skip::Timestamp), out);
+    out.extend_from_slice(b",\"interception_point\":\"");
+    out.extend_from_slice(point.as_str().as_bytes());
+    out.extend_from_slice(b"\"}");
+}
 
-impl Serialize for WithoutTimestamp<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let Value::Object(context) = self.0 else {
-            return self.0.serialize(serializer);
-        };
-        let mut map = serializer.serialize_map(Some(context.len()))?;
-        for (key, value) in context {
-            match value {
-                Value::Object(metadata) if key == "metadata" => {
-                    map.serialize_entry(key, &MetadataWithoutTimestamp(metadata))?;
+/// What to leave out of an object on the way down: the context's `metadata.timestamp`.
+#[derive(Clone, Copy)]
+enum Skip {
+    /// At the context: look for `metadata`.
+    Timestamp,
+    /// At `metadata`: leave `timestamp` out.
+    Key(&'static str),
+}
+
+fn write_value(value: &Value, skip: Option<Skip>, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(number) => write_number(number, out),
+        Value::String(text) => write_string(text, out),
+        Value::Array(items) => {
+            out.extend_from_slice(b"[");
+            for (at, item) in items.iter().enumerate() {
+                if at > 0 {
+                    out.extend_from_slice(b",");
                 }
-                _ => map.serialize_entry(key, value)?,
+                write_value(item, None, out);
             }
+            out.extend_from_slice(b"]");
         }
-        map.end()
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map
+                .iter()
+                .filter(|(key, _)| !matches!(skip, Some(Skip::Key(left_out)) if key.as_str() == left_out))
+                .collect();
+            // `Map` iterates in UTF-8 byte order (or insertion order): sort by UTF-16 code
+            // units, as RFC 8785 asks (the two differ above U+FFFF).
+            members.sort_by(|(a, _), (b, _)| compare_utf16(a, b));
+            out.extend_from_slice(b"{");
+            for (at, (key, item)) in members.into_iter().enumerate() {
+                if at > 0 {
+                    out.extend_from_slice(b",");
+                }
+                write_string(key, out);
+                out.extend_from_slice(b":");
+                let inner = match skip {
+                    Some(Skip::Timestamp) if key == "metadata" => Some(Skip::Key("timestamp")),
+                    _ => None,
+                };
+                write_value(item, inner, out);
+            }
+            out.extend_from_slice(b"}");
+        }
     }
 }
 
-struct MetadataWithoutTimestamp<'a>(&'a serde_json::Map<String, Value>);
-
-impl Serialize for MetadataWithoutTimestamp<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        for (key, value) in self.0.iter().filter(|(key, _)| *key != "timestamp") {
-            map.serialize_entry(key, value)?;
-        }
-        map.end()
+fn compare_utf16(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        return a.cmp(b);
     }
+    a.encode_utf16().cmp(b.encode_utf16())
+}
+
+/// A string as RFC 8785 writes it: `"` and `\\` escaped, the control characters as `\b`,
+/// `\t`, `\n`, `\f`, `\r` or `\u00xx` (lowercase hex), everything else as is.
+fn write_string(text: &str, out: &mut Vec<u8>) {
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while let Some(offset) = bytes[start..]
+        .iter()
+        .position(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+    {
+        let at = start + offset;
+        out.extend_from_slice(&bytes[start..at]);
+        let byte = bytes[at];
+        match byte {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xf)],
+            ]),
+        }
+        start = at + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// A number as ECMAScript writes it (RFC 8785): integers up to 2^53 as digits, every other
+/// number as the shortest form of its IEEE 754 double.
+fn write_number(number: &serde_json::Number, out: &mut Vec<u8>) {
+    const EXACT: u64 = 1 << 53;
+    if let Some(integer) = number.as_u64()
+        && integer <= EXACT
+    {
+        let mut buffer = itoa_buffer();
+        out.extend_from_slice(format_u64(integer, &mut buffer));
+        return;
+    }
+    if let Some(integer) = number.as_i64()
+        && integer.unsigned_abs() <= EXACT
+    {
+        out.extend_from_slice(b"-");
+        let mut buffer = itoa_buffer();
+        out.extend_from_slice(format_u64(integer.unsigned_abs(), &mut buffer));
+        return;
+    }
+    // Parsed numbers are finite; a number that has no double (never in practice) is written
+    // as null, as ECMAScript would refuse it.
+    match number.as_f64() {
+        Some(double) if double.is_finite() => {
+            let mut buffer = ryu_js::Buffer::new();
+            out.extend_from_slice(buffer.format_finite(double).as_bytes());
+        }
+        _ => out.extend_from_slice(b"null"),
+    }
+}
+
+const fn itoa_buffer() -> [u8; 20] {
+    [0; 20]
+}
+
+fn format_u64(mut value: u64, buffer: &mut [u8; 20]) -> &[u8] {
+    let mut at = buffer.len();
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    &buffer[at..]
 }
 
 #[cfg(test)]
@@ -171,7 +289,50 @@ mod tests {
     use serde_json::json;
 
     fn canonical(value: &Value) -> String {
-        String::from_utf8(serde_jcs::to_vec(value).unwrap()).unwrap()
+        let ours = String::from_utf8(canonical_json(value)).unwrap();
+        // A second, independent implementation agrees.
+        let theirs = String::from_utf8(serde_jcs::to_vec(value).unwrap()).unwrap();
+        assert_eq!(ours, theirs);
+        ours
+    }
+
+    #[test]
+    fn integers_beyond_2_pow_53_are_written_as_their_double() {
+        assert_eq!(
+            canonical(&json!(9_007_199_254_740_993_u64)),
+            "9007199254740992"
+        );
+        assert_eq!(
+            canonical(&json!(-9_007_199_254_740_992_i64)),
+            "-9007199254740992"
+        );
+        assert_eq!(canonical(&json!(u64::MAX)), "18446744073709552000");
+        assert_eq!(canonical(&json!(-1)), "-1");
+        assert_eq!(canonical(&json!(1.0)), "1");
+    }
+
+    #[test]
+    fn strings_escape_as_rfc_8785_says() {
+        let text: String = (0u8..0x20)
+            .map(char::from)
+            .chain("\"\\/\u{7f}é€😀".chars())
+            .collect();
+        assert_eq!(
+            canonical(&json!(text)),
+            "\"\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007\\b\\t\\n\\u000b\\f\\r\\u000e\\u000f\\u0010\\u0011\\u0012\\u0013\\u0014\\u0015\\u0016\\u0017\\u0018\\u0019\\u001a\\u001b\\u001c\\u001d\\u001e\\u001f\\\"\\\\/\u{7f}é€😀\""
+        );
+    }
+
+    #[test]
+    fn the_digest_hashes_exactly_the_canonical_action() {
+        use sha2::{Digest, Sha256};
+        let context = json!({"metadata": {"timestamp": "x", "agent_id": "a"}, "b": [1, 2.5, "é"]});
+        let bytes = canonical_action(InterceptionPoint::Output, &context);
+        let expected: String = Sha256::digest(&bytes)
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        assert_eq!(action_digest(InterceptionPoint::Output, &context), expected);
     }
 
     /// RFC 8785 section 3.2.2 (the sample of the whole scheme).
