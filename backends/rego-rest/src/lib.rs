@@ -437,6 +437,14 @@ mod tests {
         );
         assert_eq!(read(json!({"decision": true})), Ok(PolicyDecision::allow()));
         assert_eq!(
+            read(json!({"decision": {"decision": "escalate", "reason": "ask"}})),
+            Ok(PolicyDecision::escalate("ask"))
+        );
+        assert_eq!(
+            read(json!({"decision": "escalate"})),
+            Ok(PolicyDecision::Escalate { reason: None })
+        );
+        assert_eq!(
             read(json!({"decision": false})),
             Ok(PolicyDecision::deny("`data.p` decision is false"))
         );

@@ -343,6 +343,14 @@ mod tests {
             read(r#"[{"result":{"decision":"deny","reason":"no"}}]"#),
             Ok(PolicyDecision::deny("no"))
         );
+        assert_eq!(
+            read(r#"[{"result":{"decision":"escalate","reason":"ask"}}]"#),
+            Ok(PolicyDecision::escalate("ask"))
+        );
+        assert_eq!(
+            read(r#"[{"result":"escalate"}]"#),
+            Ok(PolicyDecision::Escalate { reason: None })
+        );
         assert!(matches!(
             read("[]"),
             Err(RegoEvaluationError::NoDecision { .. })
