@@ -15,10 +15,12 @@ use portcullis_engine::{
 use serde_json::json;
 use support::*;
 
+type Answer = dyn Fn(&ApprovalRequest) -> Result<ApprovalAnswer, BoxError> + Send + Sync;
+
 /// A resolver that answers from a script and counts the requests it saw.
 #[derive(Clone)]
 struct Script {
-    answer: Arc<dyn Fn(&ApprovalRequest) -> Result<ApprovalAnswer, BoxError> + Send + Sync>,
+    answer: Arc<Answer>,
     asked: Arc<Mutex<Vec<ApprovalRequest>>>,
     delay: Option<Duration>,
 }
