@@ -95,6 +95,7 @@ fn show(item: &StreamItem) {
         StreamItem::Text(text) => println!("  reader  <- {text:?}"),
         StreamItem::Denied(denial) => println!("  DENIED by {}: {denial}", denial.policy_id()),
         StreamItem::Error(error) => println!("  ERROR: {error}"),
+        StreamItem::ApprovalRequired(request) => println!("  APPROVAL REQUIRED: {request}"),
     }
 }
 

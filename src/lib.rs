@@ -58,10 +58,15 @@ pub use portcullis_engine::{
 pub use portcullis_engine::{EngineError, PolicyDenialError, PolicyEvaluationError};
 // Audit records.
 pub use portcullis_engine::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
+// Approvals: escalations, the person who answers them, and stored grants.
+pub use portcullis_engine::{
+    ApprovalAnswer, ApprovalRequest, ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, Grant,
+    GrantStore, MemoryGrantStore,
+};
 // Streaming answers (the rest is in `stream`).
 pub use portcullis_engine::{Feed, OutputStream, StreamItem, StreamingRule};
 // The engine's modules: applying decisions, the causes of errors, field paths, streaming.
-pub use portcullis_engine::{apply, error, path, session, stream};
+pub use portcullis_engine::{apply, approval, error, path, session, stream};
 // Session state: the store trait and the in-memory store (see the `session` module).
 pub use portcullis_engine::{MemorySessionStore, SessionFacts, SessionStore};
 

@@ -318,6 +318,12 @@ fn decision(rule: &CheckedRule) -> TokenStream {
                 labels: #labels,
             }
         },
+        Action::Escalate => quote! {
+            ::portcullis::PolicyDecision::Escalate {
+                reason: #reason,
+                labels: #labels,
+            }
+        },
         Action::Redact => {
             let redactions = rule.redactions.iter().map(|redaction| {
                 let field = &redaction.field;

@@ -120,6 +120,7 @@ impl CompiledRule {
                 policy_id: None,
             }),
             Action::Audit => Outcome::Fixed(PolicyDecision::Audit { reason, labels }),
+            Action::Escalate => Outcome::Fixed(PolicyDecision::Escalate { reason, labels }),
             Action::Redact => Outcome::Fixed(PolicyDecision::Redact {
                 redactions: rule.redactions.clone(),
                 labels,

@@ -121,16 +121,20 @@ pub enum Action {
     Redact,
     /// Apply the rule's transformation.
     Transform,
+    /// Extension: proceed only once a person approves this exact action (the engine's
+    /// approval flow).
+    Escalate,
 }
 
 impl Action {
     /// All actions, in the order messages list them.
-    pub const ALL: [Action; 5] = [
+    pub const ALL: [Action; 6] = [
         Action::Allow,
         Action::Deny,
         Action::Audit,
         Action::Redact,
         Action::Transform,
+        Action::Escalate,
     ];
 
     /// The wire name.
@@ -141,6 +145,7 @@ impl Action {
             Action::Audit => "audit",
             Action::Redact => "redact",
             Action::Transform => "transform",
+            Action::Escalate => "escalate",
         }
     }
 }

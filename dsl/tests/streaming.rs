@@ -30,6 +30,7 @@ async fn stream(engine: &PolicyEngine, text: &str) -> (String, bool) {
             StreamItem::Text(text) => released.push_str(&text),
             StreamItem::Denied(_) => denied = true,
             StreamItem::Error(error) => panic!("stream error: {error}"),
+            StreamItem::ApprovalRequired(request) => panic!("unexpected escalation: {request}"),
         }
     }
     (released, denied)

@@ -13,8 +13,9 @@ use crate::context::{InputContext, InterceptionPoint, Metadata, OutputContext, T
 use crate::decision::PolicyDecision;
 use crate::stream::report::StreamReport;
 
-/// The decision an audit record reports: one of the five decision kinds, or an evaluation
-/// error.
+/// The decision an audit record reports: one of the six decision kinds, an evaluation error,
+/// or how an escalation was resolved (`approval_granted`, `approval_refused`,
+/// `approval_pending`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AuditDecision {
@@ -30,6 +31,17 @@ pub enum AuditDecision {
     Transform,
     /// The policy could not be evaluated.
     EvaluationError,
+    /// The policy asked for a person's approval.
+    Escalate,
+    /// An escalation was approved (by a stored grant or the resolver); the reason names the
+    /// approver.
+    ApprovalGranted,
+    /// An escalation was refused (by the resolver, or because the resolver failed); the call
+    /// fails as a denial.
+    ApprovalRefused,
+    /// An escalation could not be resolved (no resolver, `Pending`, or the time-out); the call
+    /// fails with [`EngineError::ApprovalRequired`](crate::EngineError::ApprovalRequired).
+    ApprovalPending,
 }
 
 impl AuditDecision {
@@ -42,12 +54,20 @@ impl AuditDecision {
             AuditDecision::Redact => "redact",
             AuditDecision::Transform => "transform",
             AuditDecision::EvaluationError => "evaluation_error",
+            AuditDecision::Escalate => "escalate",
+            AuditDecision::ApprovalGranted => "approval_granted",
+            AuditDecision::ApprovalRefused => "approval_refused",
+            AuditDecision::ApprovalPending => "approval_pending",
         }
     }
 
-    /// Whether this is a `deny` or an `evaluation_error` (the outcomes tracing marks as errors).
+    /// Whether this is a `deny`, an `evaluation_error` or an `approval_refused` (the outcomes
+    /// tracing marks as errors).
     pub const fn is_failure(self) -> bool {
-        matches!(self, AuditDecision::Deny | AuditDecision::EvaluationError)
+        matches!(
+            self,
+            AuditDecision::Deny | AuditDecision::EvaluationError | AuditDecision::ApprovalRefused
+        )
     }
 }
 
@@ -59,6 +79,7 @@ impl From<&PolicyDecision> for AuditDecision {
             PolicyDecision::Audit { .. } => AuditDecision::Audit,
             PolicyDecision::Redact { .. } => AuditDecision::Redact,
             PolicyDecision::Transform { .. } => AuditDecision::Transform,
+            PolicyDecision::Escalate { .. } => AuditDecision::Escalate,
         }
     }
 }

@@ -1,9 +1,10 @@
 //! What a policy decides: [`PolicyDecision`], with the redactions and transform operations a
 //! decision can carry.
 //!
-//! Five kinds: `allow` and `audit` let the interaction proceed (`audit` to record a note),
+//! Six kinds: `allow` and `audit` let the interaction proceed (`audit` to record a note),
 //! `deny` stops it, `redact` and `transform` change the context before it is forwarded (see
-//! [`apply`](crate::apply) for how). Field paths are dotted paths into the context's JSON
+//! [`apply`](crate::apply) for how), and `escalate` lets it proceed only once a person has
+//! approved this exact action (see [`approval`](crate::approval)). Field paths are dotted paths into the context's JSON
 //! shape (see [`path`](crate::path)).
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -13,8 +14,8 @@ use std::fmt;
 /// The decision a policy returns.
 ///
 /// On the wire it is an object whose `decision` field names the kind
-/// (`allow`, `deny`, `audit`, `redact`, `transform`); any other name is rejected when
-/// deserializing.
+/// (`allow`, `deny`, `audit`, `redact`, `transform`, `escalate`); any other name is rejected
+/// when deserializing.
 ///
 /// ```
 /// use portcullis_engine::PolicyDecision;
@@ -67,6 +68,17 @@ pub enum PolicyDecision {
     Transform {
         /// The operations, applied in order.
         transformation: Transformation,
+        /// Labels added to the session's state when the call proceeds (with a session store).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        labels: Vec<String>,
+    },
+    /// Proceed only with a person's approval of this exact action: the engine asks its
+    /// [`ApprovalResolver`](crate::ApprovalResolver) or looks for a stored grant (see
+    /// [`approval`](crate::approval)).
+    Escalate {
+        /// Why an approval is needed, shown to the person asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
         /// Labels added to the session's state when the call proceeds (with a session store).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         labels: Vec<String>,
@@ -135,7 +147,16 @@ impl PolicyDecision {
         }
     }
 
-    /// The wire name of the decision: `allow`, `deny`, `audit`, `redact` or `transform`.
+    /// `escalate` with a reason: proceed only once a person approves.
+    pub fn escalate(reason: impl Into<String>) -> Self {
+        PolicyDecision::Escalate {
+            reason: Some(reason.into()),
+            labels: Vec::new(),
+        }
+    }
+
+    /// The wire name of the decision: `allow`, `deny`, `audit`, `redact`, `transform` or
+    /// `escalate`.
     pub const fn name(&self) -> &'static str {
         match self {
             PolicyDecision::Allow { .. } => "allow",
@@ -143,15 +164,16 @@ impl PolicyDecision {
             PolicyDecision::Audit { .. } => "audit",
             PolicyDecision::Redact { .. } => "redact",
             PolicyDecision::Transform { .. } => "transform",
+            PolicyDecision::Escalate { .. } => "escalate",
         }
     }
 
-    /// The reason carried by a `deny` or `audit` decision.
+    /// The reason carried by a `deny`, `audit` or `escalate` decision.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            PolicyDecision::Deny { reason, .. } | PolicyDecision::Audit { reason, .. } => {
-                reason.as_deref()
-            }
+            PolicyDecision::Deny { reason, .. }
+            | PolicyDecision::Audit { reason, .. }
+            | PolicyDecision::Escalate { reason, .. } => reason.as_deref(),
             _ => None,
         }
     }
@@ -163,7 +185,8 @@ impl PolicyDecision {
             PolicyDecision::Allow { labels, .. }
             | PolicyDecision::Audit { labels, .. }
             | PolicyDecision::Redact { labels, .. }
-            | PolicyDecision::Transform { labels, .. } => labels,
+            | PolicyDecision::Transform { labels, .. }
+            | PolicyDecision::Escalate { labels, .. } => labels,
             PolicyDecision::Deny { .. } => &[],
         }
     }
@@ -192,7 +215,8 @@ impl PolicyDecision {
             PolicyDecision::Allow { labels: own, .. }
             | PolicyDecision::Audit { labels: own, .. }
             | PolicyDecision::Redact { labels: own, .. }
-            | PolicyDecision::Transform { labels: own, .. } => {
+            | PolicyDecision::Transform { labels: own, .. }
+            | PolicyDecision::Escalate { labels: own, .. } => {
                 own.extend(labels.into_iter().map(Into::into));
             }
             PolicyDecision::Deny { .. } => {}
@@ -203,6 +227,11 @@ impl PolicyDecision {
     /// Whether this is a `deny`.
     pub const fn is_deny(&self) -> bool {
         matches!(self, PolicyDecision::Deny { .. })
+    }
+
+    /// Whether this is an `escalate`.
+    pub const fn is_escalate(&self) -> bool {
+        matches!(self, PolicyDecision::Escalate { .. })
     }
 }
 

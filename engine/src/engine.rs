@@ -10,6 +10,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_changes;
+use crate::approval::ApprovalRequest;
 use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
 use crate::context::{InputContext, InterceptionPoint, OutputContext, ToolCallContext};
 use crate::decision::PolicyDecision;
@@ -18,6 +19,9 @@ use crate::error::{
     PolicyTimedOut, error_chain,
 };
 use crate::point::PolicyContext;
+use crate::resolve::{
+    ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, GrantStore, Resolution,
+};
 use crate::session::flow;
 use crate::session::store::{SESSION_POLICY_ID, SessionStore};
 use crate::set::{Entry, OnError, PolicySet};
@@ -71,6 +75,7 @@ pub struct PolicyEngine {
     active: RwLock<Arc<Active>>,
     audit: Option<Arc<dyn AuditHandler>>,
     sessions: Option<Arc<dyn SessionStore>>,
+    approvals: Approvals,
 }
 
 impl fmt::Debug for PolicyEngine {
@@ -79,6 +84,7 @@ impl fmt::Debug for PolicyEngine {
             .field("set", &self.policy_set())
             .field("audit", &self.audit.is_some())
             .field("sessions", &self.sessions.is_some())
+            .field("approvals", &self.approvals)
             .finish()
     }
 }
@@ -115,6 +121,9 @@ pub struct PolicyEngineBuilder {
     set: Option<PolicySet>,
     audit: Option<Arc<dyn AuditHandler>>,
     sessions: Option<Arc<dyn SessionStore>>,
+    resolver: Option<Arc<dyn ApprovalResolver>>,
+    approval_timeout: Option<Duration>,
+    grant_store: Option<Arc<dyn GrantStore>>,
 }
 
 impl PolicyEngineBuilder {
@@ -145,12 +154,40 @@ impl PolicyEngineBuilder {
         self
     }
 
+    /// Who answers approval requests (a console prompt, a chat message, a ticket). Optional:
+    /// without a resolver, an escalation without a stored grant fails the call with
+    /// [`EngineError::ApprovalRequired`].
+    pub fn approvals(mut self, resolver: impl ApprovalResolver) -> Self {
+        self.resolver = Some(Arc::new(resolver));
+        self
+    }
+
+    /// How long the engine waits for the resolver's answer (default
+    /// [`DEFAULT_APPROVAL_TIMEOUT`], five minutes); past it the call fails with
+    /// [`EngineError::ApprovalRequired`].
+    pub fn approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = Some(timeout);
+        self
+    }
+
+    /// Where grants are kept (default: a [`MemoryGrantStore`](crate::MemoryGrantStore) of
+    /// this engine's own).
+    pub fn grant_store(mut self, store: impl GrantStore) -> Self {
+        self.grant_store = Some(Arc::new(store));
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> PolicyEngine {
         PolicyEngine {
             active: RwLock::new(Active::new(self.set.unwrap_or_default())),
             audit: self.audit,
             sessions: self.sessions,
+            approvals: Approvals::new(
+                self.resolver,
+                self.approval_timeout.unwrap_or(DEFAULT_APPROVAL_TIMEOUT),
+                self.grant_store,
+            ),
         }
     }
 }
@@ -236,6 +273,26 @@ impl<'a, C: Clone> Evaluation<'a, C> {
         self.context.into_owned()
     }
 
+    /// Whether an enforced policy escalated (the engine resolved it, or the call would not
+    /// have returned this evaluation).
+    pub fn escalates(&self) -> bool {
+        let taken = match self.taken.lock() {
+            Ok(taken) => taken,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if self.decisions.get().is_some() {
+            drop(taken);
+            return self
+                .decisions()
+                .iter()
+                .any(|entry| entry.enforced && entry.decision.is_escalate());
+        }
+        taken.iter().any(|taken| {
+            taken.enforced
+                && matches!(&taken.decision, Kept::Other(decision) if decision.is_escalate())
+        })
+    }
+
     /// Whether a redaction or transform changed the context.
     pub fn is_modified(&self) -> bool {
         matches!(self.context, Cow::Owned(_))
@@ -311,6 +368,13 @@ impl PolicyEngine {
         self.active().stream_plan()
     }
 
+    /// The engine's approval machinery: record a grant with
+    /// [`grant`](Approvals::grant) once a person approved an
+    /// [`ApprovalRequest`](crate::ApprovalRequest).
+    pub fn approvals(&self) -> &Approvals {
+        &self.approvals
+    }
+
     /// Runs the input policies on `context`.
     pub async fn evaluate_input<'a>(
         &'a self,
@@ -335,7 +399,7 @@ impl PolicyEngine {
         self.evaluate(context).await
     }
 
-    /// Runs the policies of `C`'s point on `context`.
+    /// Runs the policies of `C`'s point on `context`, then resolves its escalations.
     pub async fn evaluate<'a, C: PolicyContext>(
         &'a self,
         context: &'a C,
@@ -352,6 +416,8 @@ impl PolicyEngine {
     ) -> Result<Evaluation<'a, C>, EngineError> {
         let on_error = set.on_error;
         let (evaluation, labels) = self.evaluate_unrecorded(set, context).await?;
+        // Approvals: once the point's policies ran without a denial.
+        let evaluation = self.approve(evaluation).await?;
         if self.sessions.is_some() {
             self.record_session(on_error, context, &labels).await?;
         }
@@ -455,6 +521,65 @@ impl PolicyEngine {
         Ok((current, decisions))
     }
 
+    /// The approval step: when enforced policies escalated, the call proceeds only with a
+    /// stored grant or the resolver's yes for this exact action.
+    pub(crate) async fn approve<'a, C: PolicyContext>(
+        &self,
+        mut evaluation: Evaluation<'a, C>,
+    ) -> Result<Evaluation<'a, C>, EngineError> {
+        let taken = match evaluation.taken.get_mut() {
+            Ok(taken) => taken,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut policy_ids = Vec::new();
+        let mut reasons = Vec::new();
+        for taken in taken.iter().filter(|taken| taken.enforced) {
+            if let Kept::Other(decision) = &taken.decision
+                && let PolicyDecision::Escalate { reason, .. } = &**decision
+            {
+                policy_ids.push(policy_id_at(&evaluation.set, C::POINT, taken.index).to_owned());
+                reasons.extend(reason.clone());
+            }
+        }
+        if policy_ids.is_empty() {
+            return Ok(evaluation);
+        }
+        let json = serde_json::to_value(evaluation.context()).unwrap_or_default();
+        let request = ApprovalRequest::new(C::POINT, policy_ids, reasons, json);
+        let resolution = self.approvals.resolve(&request).await;
+        let (decision, reason) = match &resolution {
+            Resolution::Granted { by, from_grant } => (
+                AuditDecision::ApprovalGranted,
+                if *from_grant {
+                    format!("granted by {by} (a stored grant)")
+                } else {
+                    format!("granted by {by}")
+                },
+            ),
+            Resolution::Refused { reason } => (AuditDecision::ApprovalRefused, reason.clone()),
+            Resolution::Pending { reason } => (AuditDecision::ApprovalPending, reason.clone()),
+        };
+        for policy_id in &request.policy_ids {
+            self.record(
+                policy_id,
+                decision,
+                Some(Cow::Borrowed(&reason)),
+                evaluation.context(),
+                true,
+                None,
+            );
+        }
+        match resolution {
+            Resolution::Granted { .. } => Ok(evaluation),
+            Resolution::Refused { reason } => Err(EngineError::Denied(PolicyDenialError::new(
+                request.policy_ids.first().map_or("", String::as_str),
+                C::POINT,
+                Some(reason),
+            ))),
+            Resolution::Pending { .. } => Err(EngineError::ApprovalRequired(Box::new(request))),
+        }
+    }
+
     async fn evaluate_concurrently<'a, 'c, C: PolicyContext>(
         &self,
         entries: &[Entry<C::Policy>],
@@ -496,7 +621,7 @@ impl PolicyEngine {
                     let winner = C::policy_id(&entries[next].policy);
                     let why = match &error {
                         EngineError::Denied(_) => "denied",
-                        EngineError::Evaluation(_) => "failed",
+                        EngineError::Evaluation(_) | EngineError::ApprovalRequired(_) => "failed",
                     };
                     for (at, entry) in entries.iter().enumerate().skip(next + 1) {
                         let reason = if running[at].is_some() {

@@ -8,6 +8,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 
+use crate::approval::ApprovalRequest;
 use crate::context::InterceptionPoint;
 pub use crate::context::InvalidContext;
 
@@ -158,6 +159,10 @@ pub enum EngineError {
     Denied(PolicyDenialError),
     /// A policy could not be evaluated and the policy set's `on_error` is `deny`.
     Evaluation(PolicyEvaluationError),
+    /// A policy escalated and no approval came: no stored grant, and no resolver, a `Pending`
+    /// answer or the approval time-out. Show the request to a person, record a grant for its
+    /// digest with [`Approvals::grant`](crate::Approvals::grant), and retry the call.
+    ApprovalRequired(Box<ApprovalRequest>),
 }
 
 impl EngineError {
@@ -165,7 +170,15 @@ impl EngineError {
     pub fn as_denial(&self) -> Option<&PolicyDenialError> {
         match self {
             EngineError::Denied(denial) => Some(denial),
-            EngineError::Evaluation(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The approval request, if this is an [`EngineError::ApprovalRequired`].
+    pub fn as_approval_request(&self) -> Option<&ApprovalRequest> {
+        match self {
+            EngineError::ApprovalRequired(request) => Some(request),
+            _ => None,
         }
     }
 
@@ -173,15 +186,18 @@ impl EngineError {
     pub fn as_evaluation(&self) -> Option<&PolicyEvaluationError> {
         match self {
             EngineError::Evaluation(error) => Some(error),
-            EngineError::Denied(_) => None,
+            _ => None,
         }
     }
 
-    /// The policy that denied or failed.
+    /// The policy that denied or failed (for an approval request, the first that escalated).
     pub fn policy_id(&self) -> &str {
         match self {
             EngineError::Denied(denial) => denial.policy_id(),
             EngineError::Evaluation(error) => error.policy_id(),
+            EngineError::ApprovalRequired(request) => {
+                request.policy_ids.first().map_or("", String::as_str)
+            }
         }
     }
 
@@ -190,6 +206,7 @@ impl EngineError {
         match self {
             EngineError::Denied(denial) => denial.interception_point(),
             EngineError::Evaluation(error) => error.interception_point(),
+            EngineError::ApprovalRequired(request) => request.interception_point,
         }
     }
 }
@@ -202,6 +219,7 @@ impl fmt::Display for EngineError {
         match self {
             EngineError::Denied(denial) => write!(f, "denied by `{}`: {denial}", denial.policy_id),
             EngineError::Evaluation(error) => fmt::Display::fmt(error, f),
+            EngineError::ApprovalRequired(request) => fmt::Display::fmt(request, f),
         }
     }
 }
@@ -211,6 +229,7 @@ impl StdError for EngineError {
         match self {
             EngineError::Denied(denial) => denial.source(),
             EngineError::Evaluation(error) => error.source(),
+            EngineError::ApprovalRequired(_) => None,
         }
     }
 }

@@ -28,6 +28,34 @@
 //!   policies it cancels once the outcome is known are audited too, as evaluation errors
 //!   saying so.
 //!
+//! - an enforced `escalate` lets the call proceed only once a person approves this exact
+//!   action (see [Approvals](#approvals)).
+//!
+//! # Approvals
+//!
+//! When a point ends with no denial and at least one enforced `escalate` decision, the engine
+//! builds an [`ApprovalRequest`] whose [`action_digest`](approval::action_digest) is the
+//! SHA-256 of the RFC 8785 canonical JSON of the interception point and the context to forward
+//! (`metadata.timestamp` left out). Later policies of the point still run: a later `deny` wins
+//! and no approval is asked; later changes apply and the request shows them. Then, in order:
+//!
+//! 1. a grant stored for the digest ([`Approvals::grant`], single use, with an expiry; kept
+//!    by a [`GrantStore`], [`MemoryGrantStore`] by default) lets the call proceed;
+//! 2. else the [`ApprovalResolver`] configured with
+//!    [`PolicyEngineBuilder::approvals`] answers within
+//!    [`PolicyEngineBuilder::approval_timeout`] (default [`DEFAULT_APPROVAL_TIMEOUT`], five
+//!    minutes): [`ApprovalAnswer::Granted`] proceeds, [`ApprovalAnswer::Refused`] fails the
+//!    call as a denial by the (first) escalating policy;
+//! 3. no resolver, [`ApprovalAnswer::Pending`] or the time-out fail the call with
+//!    [`EngineError::ApprovalRequired`], carrying the request: show it to a person, record a
+//!    grant, and retry. A retry whose action differs in any byte has another digest.
+//!
+//! A resolver that returns an error or panics, and a grant store that fails, refuse (fail
+//! closed). Each escalation is audited as `escalate`, then each resolution as
+//! `approval_granted`, `approval_refused` or `approval_pending`, with the approver or the
+//! reason. Monitored escalations are audited and ask nobody. In a stream, an escalating output
+//! policy holds the whole answer until its approval is resolved at the end.
+//!
 //! Most applications use this crate through the `portcullis` facade.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -36,6 +64,7 @@
 // it; `docs/architecture.md` explains it).
 //
 // Plain data: no module here knows policies, sets or the engine.
+pub mod approval;
 mod blocking;
 mod context;
 mod decision;
@@ -49,6 +78,7 @@ pub mod apply;
 mod audit;
 mod point;
 mod policy;
+mod resolve;
 mod set;
 // The engine, on those.
 mod engine;
@@ -61,6 +91,7 @@ pub mod session;
 
 pub use async_trait::async_trait;
 
+pub use approval::ApprovalRequest;
 pub use audit::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
     InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, Role,
@@ -76,6 +107,10 @@ pub use point::PolicyContext;
 pub use policy::{
     Blocking, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy,
     WithDeadline,
+};
+pub use resolve::{
+    ApprovalAnswer, ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, Grant, GrantStore,
+    MemoryGrantStore,
 };
 pub use session::{MemorySessionStore, SessionFacts, SessionStore};
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};

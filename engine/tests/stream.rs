@@ -201,7 +201,7 @@ async fn stream(engine: &PolicyEngine, chunks: &[Vec<u8>], whole: Option<&str>) 
                         released: released.clone(),
                     })
                 }
-                StreamItem::Error(_) => {
+                StreamItem::Error(_) | StreamItem::ApprovalRequired(_) => {
                     *ended = Some(End::Failed {
                         released: released.clone(),
                     })

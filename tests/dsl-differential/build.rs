@@ -226,7 +226,14 @@ fn transformation(point: InterceptionPoint) -> impl Strategy<Value = Vec<(String
 fn rule(point: InterceptionPoint) -> impl Strategy<Value = Rule> {
     (
         condition(point),
-        prop::sample::select(&Action::ALL[..]),
+        // The reference implementation knows the schema's five actions (not the `escalate`
+        // extension).
+        prop::sample::select(
+            Action::ALL
+                .into_iter()
+                .filter(|action| *action != Action::Escalate)
+                .collect::<Vec<_>>(),
+        ),
         prop::option::of(word()),
         prop::option::weighted(0.5, prop::collection::vec(redaction(point), 0..3)),
         prop::option::weighted(0.5, transformation(point)),

@@ -678,3 +678,44 @@ async fn waiting_for_a_free_connection_counts_against_the_time_out() {
     }
     server.shutdown().await;
 }
+
+/// A remote policy answering `{"decision": "escalate"}` makes the engine ask its resolver.
+#[tokio::test]
+async fn a_remote_escalation_asks_the_resolver() {
+    use portcullis_engine::{
+        ApprovalAnswer, ApprovalRequest, ApprovalResolver, BoxError, PolicyEngine, PolicySet,
+        async_trait,
+    };
+
+    struct RefuseAll;
+
+    #[async_trait]
+    impl ApprovalResolver for RefuseAll {
+        async fn resolve(&self, request: &ApprovalRequest) -> Result<ApprovalAnswer, BoxError> {
+            assert_eq!(request.reasons, ["ask a person"]);
+            Ok(ApprovalAnswer::Refused {
+                reason: Some("no".into()),
+            })
+        }
+    }
+
+    let server =
+        EvaluateServer::replying(Reply::decision(&PolicyDecision::escalate("ask a person")))
+            .await
+            .unwrap();
+    let policy = HttpToolCallPolicy::new("remote", HttpClientOptions::new(server.url())).unwrap();
+    let engine = PolicyEngine::builder()
+        .policy_set(PolicySet::builder().tool_call(policy).build())
+        .approvals(RefuseAll)
+        .build();
+    let context = portcullis_engine::ToolCallContext::new(
+        "send_email",
+        serde_json::Map::new(),
+        portcullis_engine::Message::assistant("sending"),
+        portcullis_engine::Metadata::new("agent", "session"),
+    );
+    let error = engine.evaluate_tool_call(&context).await.unwrap_err();
+    let denial = error.as_denial().expect("a refusal");
+    assert_eq!(denial.policy_id(), "remote");
+    assert_eq!(denial.reason(), Some("no"));
+}

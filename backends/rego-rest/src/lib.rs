@@ -411,6 +411,17 @@ mod tests {
         );
         assert_eq!(read(json!({"decision": true})), Ok(PolicyDecision::allow()));
         assert_eq!(
+            read(json!({"decision": {"decision": "escalate", "reason": "ask"}})),
+            Ok(PolicyDecision::escalate("ask"))
+        );
+        assert_eq!(
+            read(json!({"decision": "escalate"})),
+            Ok(PolicyDecision::Escalate {
+                reason: None,
+                labels: Vec::new(),
+            })
+        );
+        assert_eq!(
             read(json!({"decision": false})),
             Ok(PolicyDecision::deny("denied by data.p"))
         );

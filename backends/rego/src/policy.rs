@@ -339,6 +339,17 @@ mod tests {
             read(r#"[{"result":{"decision":false,"reason":"no"}}]"#),
             Ok(PolicyDecision::deny("no"))
         );
+        assert_eq!(
+            read(r#"[{"result":{"decision":"escalate","reason":"ask"}}]"#),
+            Ok(PolicyDecision::escalate("ask"))
+        );
+        assert_eq!(
+            read(r#"[{"result":"escalate"}]"#),
+            Ok(PolicyDecision::Escalate {
+                reason: None,
+                labels: Vec::new()
+            })
+        );
         assert!(matches!(
             read("[]"),
             Err(RegoEvaluationError::NoDecision { .. })

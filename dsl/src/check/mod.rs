@@ -164,7 +164,7 @@ pub(crate) enum TemplatePart {
 /// let messages: Vec<String> = problems.iter().map(ToString::to_string).collect();
 /// assert_eq!(messages, [
 ///     r#"rules/shell.json:1:40: at condition.contians: unknown condition operator "contians"; did you mean "contains"?"#,
-///     r#"rules/shell.json: the rule has no "action"; add "action": one of allow, deny, audit, redact, transform"#,
+///     r#"rules/shell.json: the rule has no "action"; add "action": one of allow, deny, audit, redact, transform, escalate"#,
 /// ]);
 /// ```
 pub fn check_source(

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use regex_automata::Span;
 
+use crate::approval::ApprovalRequest;
 use crate::audit::{AuditContext, AuditDecision, AuditRecord};
 use crate::context::{InterceptionPoint, Message, Metadata, OutputContext};
 use crate::decision::{PolicyDecision, Redaction};
@@ -31,6 +32,9 @@ pub enum StreamItem {
     Denied(PolicyDenialError),
     /// A policy could not be evaluated; nothing more is released.
     Error(PolicyEvaluationError),
+    /// An output policy escalated and no approval came (see
+    /// [`EngineError::ApprovalRequired`]); nothing more is released.
+    ApprovalRequired(Box<ApprovalRequest>),
 }
 
 impl StreamItem {
@@ -41,6 +45,7 @@ impl StreamItem {
             StreamItem::Text(text) => Ok(text),
             StreamItem::Denied(denial) => Err(EngineError::Denied(denial)),
             StreamItem::Error(error) => Err(EngineError::Evaluation(error)),
+            StreamItem::ApprovalRequired(request) => Err(EngineError::ApprovalRequired(request)),
         }
     }
 }
@@ -734,10 +739,12 @@ impl<'e> OutputStream<'e> {
         let context = self.whole_context();
         self.outstanding = true;
         *self.pending_checkpoint() = Some(Box::pin(async move {
+            // Escalations are resolved once, on the whole answer: until then an escalation
+            // holds the text, as a change does.
             engine
                 .evaluate_unrecorded(set, &context)
                 .await
-                .map(|(evaluation, _)| evaluation.is_modified())
+                .map(|(evaluation, _)| evaluation.is_modified() || evaluation.escalates())
         }));
     }
 
@@ -766,10 +773,19 @@ impl<'e> OutputStream<'e> {
 
     async fn final_evaluation(&mut self) -> Result<(), EngineError> {
         let context = self.whole_context();
-        let result = self
+        let result = match self
             .engine
             .evaluate_unrecorded(Arc::clone(&self.set), &context)
-            .await;
+            .await
+        {
+            // Escalations are resolved once, on the whole answer.
+            Ok((evaluation, labels)) => self
+                .engine
+                .approve(evaluation)
+                .await
+                .map(|evaluation| (evaluation, labels)),
+            Err(error) => Err(error),
+        };
         match result {
             Ok((evaluation, labels)) => {
                 self.session_labels = labels;
@@ -797,6 +813,7 @@ impl<'e> OutputStream<'e> {
         self.finished = Some(match error {
             EngineError::Denied(_) => StreamOutcome::Denied,
             EngineError::Evaluation(_) => StreamOutcome::Error,
+            EngineError::ApprovalRequired(_) => StreamOutcome::ApprovalRequired,
         });
         self.quiet_until = 0;
         error
@@ -916,6 +933,9 @@ fn items(result: Result<String, EngineError>) -> Vec<StreamItem> {
         Ok(text) => vec![StreamItem::Text(text)],
         Err(EngineError::Denied(denial)) => vec![StreamItem::Denied(denial)],
         Err(EngineError::Evaluation(error)) => vec![StreamItem::Error(error)],
+        Err(EngineError::ApprovalRequired(request)) => {
+            vec![StreamItem::ApprovalRequired(request)]
+        }
     }
 }
 

@@ -59,17 +59,21 @@ pub enum StreamOutcome {
     Denied,
     /// An evaluation error stopped the stream; nothing more was released.
     Error,
+    /// An output policy escalated and no approval came; nothing more was released.
+    ApprovalRequired,
     /// The guard was dropped before it finished (the reader went away).
     Abandoned,
 }
 
 impl StreamOutcome {
-    /// The wire name: `allowed`, `denied`, `error` or `abandoned`.
+    /// The wire name: `allowed`, `denied`, `error`, `approval_required` or
+    /// `abandoned`.
     pub const fn as_str(self) -> &'static str {
         match self {
             StreamOutcome::Allowed => "allowed",
             StreamOutcome::Denied => "denied",
             StreamOutcome::Error => "error",
+            StreamOutcome::ApprovalRequired => "approval_required",
             StreamOutcome::Abandoned => "abandoned",
         }
     }

@@ -4,7 +4,9 @@ use std::error::Error as StdError;
 use std::fmt;
 
 use async_openai::error::OpenAIError;
-use portcullis_engine::{EngineError, InterceptionPoint, PolicyDenialError, PolicyEvaluationError};
+use portcullis_engine::{
+    ApprovalRequest, EngineError, InterceptionPoint, PolicyDenialError, PolicyEvaluationError,
+};
 use serde_json::{Value, json};
 
 /// A request or answer the guard cannot map to or from the policy contexts, or a request it
@@ -133,6 +135,50 @@ fn denial_of_event(content: &str) -> Option<PolicyDenialError> {
 /// The `error.type` of a denial event.
 const DENIAL_TYPE: &str = "policy_denied";
 
+/// The `error.type` of the event that ends a stream waiting for an approval.
+const APPROVAL_TYPE: &str = "approval_required";
+
+/// The approval request inside an error returned by a guarded client, if a policy escalated
+/// and no approval came (no stored grant, no resolver, a pending answer or the time-out).
+///
+/// The application shows the request to a person, records a grant for its digest with
+/// [`Approvals::grant`](portcullis_engine::Approvals::grant), and sends the request again:
+/// the retried call with the same action proceeds once. Whole answers carry the engine's
+/// [`EngineError::ApprovalRequired`] as [`OpenAIError::Boxed`]; streams end with an error
+/// event of type `approval_required` that carries the request.
+///
+/// ```
+/// use async_openai::error::OpenAIError;
+/// use portcullis_engine::{ApprovalRequest, EngineError, InterceptionPoint};
+///
+/// let request = ApprovalRequest::new(
+///     InterceptionPoint::ToolCall,
+///     vec!["ask_before_email".into()],
+///     vec![],
+///     serde_json::json!({"tool_name": "send_email"}),
+/// );
+/// let error = OpenAIError::Boxed(Box::new(EngineError::ApprovalRequired(Box::new(request.clone()))));
+/// assert_eq!(portcullis_openai::approval_request(&error), Some(request));
+/// ```
+pub fn approval_request(error: &OpenAIError) -> Option<ApprovalRequest> {
+    match error {
+        OpenAIError::Boxed(inner) => inner
+            .downcast_ref::<EngineError>()
+            .and_then(EngineError::as_approval_request)
+            .cloned(),
+        OpenAIError::JSONDeserialize(_, content) => {
+            let event: Value = serde_json::from_str(content).ok()?;
+            let error = event.get("error")?;
+            if error.get("type").and_then(Value::as_str) != Some(APPROVAL_TYPE) {
+                return None;
+            }
+            let request = error.get("portcullis")?.get("approval_request")?;
+            serde_json::from_value(request.clone()).ok()
+        }
+        _ => None,
+    }
+}
+
 /// The OpenAI-style error event that ends a guarded stream early.
 pub(crate) fn error_event(failure: &(dyn StdError + Send + Sync + 'static)) -> Value {
     if let Some(denial) = failure.downcast_ref::<PolicyDenialError>() {
@@ -146,6 +192,18 @@ pub(crate) fn error_event(failure: &(dyn StdError + Send + Sync + 'static)) -> V
                 "interception_point": denial.interception_point(),
                 "reason": denial.reason(),
             },
+        }});
+    }
+    if let Some(request) = failure
+        .downcast_ref::<EngineError>()
+        .and_then(EngineError::as_approval_request)
+    {
+        return json!({ "error": {
+            "message": request.to_string(),
+            "type": APPROVAL_TYPE,
+            "code": request.policy_ids.first(),
+            "param": null,
+            "portcullis": { "approval_request": request },
         }});
     }
     let kind = if failure.downcast_ref::<PolicyEvaluationError>().is_some() {
@@ -171,11 +229,13 @@ pub fn evaluation_error(error: &OpenAIError) -> Option<&PolicyEvaluationError> {
     }
 }
 
-/// Boxes the engine's error so callers can downcast to the denial or the evaluation error.
+/// Boxes the engine's error so callers can downcast to the denial or the evaluation error
+/// (an approval request stays inside the engine's error: see [`approval_request`]).
 pub(crate) fn from_engine(error: EngineError) -> OpenAIError {
     match error {
         EngineError::Denied(denial) => OpenAIError::Boxed(Box::new(denial)),
         EngineError::Evaluation(error) => OpenAIError::Boxed(Box::new(error)),
+        approval @ EngineError::ApprovalRequired(_) => OpenAIError::Boxed(Box::new(approval)),
     }
 }
 

@@ -140,7 +140,7 @@ use portcullis_engine::{
 use serde_json::{Map, Value};
 use tower::{Layer, Service};
 
-pub use error::{GuardError, denial, evaluation_error};
+pub use error::{GuardError, approval_request, denial, evaluation_error};
 
 /// The async-openai this crate was built against, for applications that want the same one.
 pub use async_openai;

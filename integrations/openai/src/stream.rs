@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_openai::error::OpenAIError;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use portcullis_engine::{Metadata, OutputStream, PolicyEngine, StreamItem};
+use portcullis_engine::{EngineError, Metadata, OutputStream, PolicyEngine, StreamItem};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
@@ -436,6 +436,9 @@ pub(crate) fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
             StreamItem::Text(released) => text.push_str(&released),
             StreamItem::Denied(denial) => return Err(Box::new(denial)),
             StreamItem::Error(error) => return Err(Box::new(error)),
+            StreamItem::ApprovalRequired(request) => {
+                return Err(Box::new(EngineError::ApprovalRequired(request)));
+            }
         }
     }
     Ok(text)

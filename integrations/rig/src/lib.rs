@@ -100,8 +100,8 @@ mod stream;
 use std::sync::Arc;
 
 use portcullis_engine::{
-    EngineError, InputContext, InterceptionPoint, Message, Metadata, OutputContext,
-    PolicyDenialError, PolicyEngine, Role, ToolCallContext,
+    ApprovalRequest, EngineError, InputContext, InterceptionPoint, Message, Metadata,
+    OutputContext, PolicyDenialError, PolicyEngine, Role, ToolCallContext,
 };
 use rig_agent::agent::{
     DispatchAction, DispatchEvent, OutcomeAction, OutcomeEvent, RunStart, RunStartAction,
@@ -146,6 +146,9 @@ struct PatchedCalls(Vec<(String, Map<String, Value>)>);
 
 /// How a denial is written into the reason of a cancelled run.
 const DENIAL_PREFIX: &str = "portcullis denial: ";
+
+/// Marks a stop reason that carries an approval request (see [`approval_request`]).
+const APPROVAL_PREFIX: &str = "portcullis approval required: ";
 
 impl PortcullisHook {
     /// A hook that evaluates with `engine`.
@@ -468,7 +471,32 @@ fn stop_reason(error: EngineError) -> String {
             error.policy_id(),
             error.cause_chain()
         ),
+        EngineError::ApprovalRequired(request) => {
+            let details = serde_json::to_string(&request).unwrap_or_default();
+            format!("{APPROVAL_PREFIX}{details}")
+        }
     }
+}
+
+/// The approval request that ended a run, if one did: a policy escalated and no approval came
+/// (no stored grant, no resolver, a pending answer or the time-out).
+///
+/// With a resolver configured on the engine, the hook waits for its answer before the tool
+/// runs (a grant lets the tool run, a refusal is a denial); this is what is left when the
+/// resolver could not answer. Record a grant for the request's digest with
+/// [`Approvals::grant`](portcullis_engine::Approvals::grant) and run again.
+pub fn approval_request(error: &rig_agent::run::PromptError) -> Option<ApprovalRequest> {
+    use rig_agent::run::PromptError;
+    let text = match error {
+        PromptError::Cancelled { reason, .. } => reason.as_str(),
+        PromptError::Report(report) => report.message.as_str(),
+        _ => return None,
+    };
+    let start = text.find(APPROVAL_PREFIX)? + APPROVAL_PREFIX.len();
+    serde_json::Deserializer::from_str(&text[start..])
+        .into_iter::<ApprovalRequest>()
+        .next()?
+        .ok()
 }
 
 /// The policy denial that ended a run, if one did.

@@ -285,6 +285,9 @@ fn collect(items: Vec<StreamItem>) -> Result<String, Stop> {
             StreamItem::Text(released) => text.push_str(&released),
             StreamItem::Denied(denial) => return Err(stop_reason(EngineError::Denied(denial))),
             StreamItem::Error(error) => return Err(stop_reason(EngineError::Evaluation(error))),
+            StreamItem::ApprovalRequired(request) => {
+                return Err(stop_reason(EngineError::ApprovalRequired(request)));
+            }
         }
     }
     Ok(text)
