@@ -514,8 +514,8 @@ fn replay_groups_interleaved_calls_and_applies_recorded_changes() {
         out,
         "<log>:5: input (agent a, session y, 2026-01-01T00:00:00Z): denied by a_no_ssn → allowed\n\
          <log>:6: input (agent a, session z, 2026-01-01T00:00:00Z): allowed, forwarding a different context: \
-         {\"messages\":[{\"content\":\"card [C]\",\"role\":\"user\"}],\"metadata\":{\"agent_id\":\"a\",\"session_id\":\"z\",\"timestamp\":\"2026-01-01T00:00:00Z\"}} → \
-         {\"messages\":[{\"content\":\"card [CARD]\",\"role\":\"user\"}],\"metadata\":{\"agent_id\":\"a\",\"session_id\":\"z\",\"timestamp\":\"2026-01-01T00:00:00Z\"}}\n\
+         {\"messages\":[{\"role\":\"user\",\"content\":\"card [C]\"}],\"metadata\":{\"agent_id\":\"a\",\"session_id\":\"z\",\"timestamp\":\"2026-01-01T00:00:00Z\"}} → \
+         {\"messages\":[{\"role\":\"user\",\"content\":\"card [CARD]\"}],\"metadata\":{\"agent_id\":\"a\",\"session_id\":\"z\",\"timestamp\":\"2026-01-01T00:00:00Z\"}}\n\
          4 calls, 2 unchanged, 2 changed\n"
     );
     let _ = std::fs::remove_dir_all(&dir);
