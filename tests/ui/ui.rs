@@ -32,6 +32,10 @@ fn copy_rule_files_into_the_trybuild_project() {
         std::fs::create_dir_all(&destination).expect("the trybuild project directory");
         for entry in std::fs::read_dir(root.join(source)).expect("a rules directory") {
             let path = entry.expect("a directory entry").path();
+            // Rules only: a folder of rules (for an example's manifest) is not a case here.
+            if path.is_dir() {
+                continue;
+            }
             if let Some(name) = path.file_name() {
                 let copy = destination.join(name);
                 // Only rewrite changed files, so unchanged cases are not rebuilt.
