@@ -580,7 +580,7 @@ impl PolicyEngine {
         }
     }
 
-    async fn evaluate_concurrently<'a, 'c, C: PolicyContext>(
+    async fn evaluate_concurrently<'c, C: PolicyContext>(
         &self,
         entries: &[Entry<C::Policy>],
         on_error: OnError,
