@@ -20,14 +20,12 @@ const ENTRYPOINT: &str = "seed/decision";
 
 const REGO: &str = "package seed\n\ndefault decision := {\"decision\": \"allow\"}\n";
 
+/// The bundle's `.manifest`, written out so its bytes do not depend on whether a build orders
+/// serde_json's maps (a whole-workspace build turns `preserve_order` on).
 fn manifest() -> String {
-    json!({
-        "revision": "",
-        "roots": [""],
-        "wasm": [{"entrypoint": ENTRYPOINT, "module": "/policy.wasm"}],
-        "rego_version": 1
-    })
-    .to_string()
+    format!(
+        r#"{{"rego_version":1,"revision":"","roots":[""],"wasm":[{{"entrypoint":"{ENTRYPOINT}","module":"/policy.wasm"}}]}}"#
+    )
 }
 
 /// A tar archive of `files`, each under its absolute name, as OPA writes bundles.
@@ -124,8 +122,8 @@ fn the_seeds_open_as_their_names_say() {
 }
 
 /// What a seed holds: its mode byte and, for a gzip seed, the uncompressed bytes (the
-/// compressed ones depend on which deflate backend the build picked); any other seed's bytes
-/// as they are. `None` for a gzip seed that does not decompress.
+/// compressed ones depend on which deflate backend a build picks); any other seed's bytes as
+/// they are. `None` for a gzip seed that does not decompress.
 fn content(name: &str, bytes: &[u8]) -> Option<Vec<u8>> {
     if !name.ends_with(".gz") {
         return Some(bytes.to_vec());
