@@ -96,12 +96,6 @@ fn pair<P: ?Sized>(
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a tokio runtime")
-}
-
 #[test]
 fn every_valid_rule_file_is_compared() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -180,23 +174,7 @@ fn compiled_and_runtime_policies_have_the_same_id_mode_and_streaming_form() {
 
 mod dsl_contexts;
 
-use dsl_contexts::{input_context, output_context, tool_call_context};
-
-fn same(
-    file: &str,
-    compiled: Result<PolicyDecision, portcullis::BoxError>,
-    runtime: Result<PolicyDecision, portcullis::BoxError>,
-) -> Result<(), TestCaseError> {
-    match (compiled, runtime) {
-        (Ok(compiled), Ok(runtime)) => {
-            prop_assert_eq!(compiled, runtime, "{}", file);
-            Ok(())
-        }
-        (compiled, runtime) => Err(TestCaseError::fail(format!(
-            "{file}: a DSL rule never fails, got {compiled:?} and {runtime:?}"
-        ))),
-    }
-}
+use dsl_contexts::{input_context, output_context, runtime, same, tool_call_context};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]

@@ -4,7 +4,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use portcullis::{InputContext, Message, Metadata, OutputContext, Role, ToolCallContext};
+use portcullis::{
+    InputContext, Message, Metadata, OutputContext, PolicyDecision, Role, ToolCallContext,
+};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
@@ -121,4 +123,29 @@ pub fn tool_call_context() -> impl Strategy<Value = ToolCallContext> {
 pub fn output_context() -> impl Strategy<Value = OutputContext> {
     (text(), metadata())
         .prop_map(|(content, metadata)| OutputContext::new(Message::assistant(content), metadata))
+}
+
+/// A runtime for the async `evaluate` of the policies compared.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// Whether a compiled rule and the same rule loaded at run time decided alike (a DSL rule
+/// never fails, so an error on either side is a failure too).
+pub fn same(
+    file: &str,
+    compiled: Result<PolicyDecision, portcullis::BoxError>,
+    runtime: Result<PolicyDecision, portcullis::BoxError>,
+) -> Result<(), TestCaseError> {
+    match (compiled, runtime) {
+        (Ok(compiled), Ok(runtime)) => {
+            prop_assert_eq!(compiled, runtime, "{}", file);
+            Ok(())
+        }
+        (compiled, runtime) => Err(TestCaseError::fail(format!(
+            "{file}: a DSL rule never fails, got {compiled:?} and {runtime:?}"
+        ))),
+    }
 }

@@ -12,7 +12,7 @@
 #[path = "../../dsl_contexts/mod.rs"]
 mod dsl_contexts;
 
-use dsl_contexts::{input_context, output_context, tool_call_context};
+use dsl_contexts::{input_context, output_context, runtime, same, tool_call_context};
 use portcullis::{InterceptionPoint, PolicyDecision};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -26,28 +26,6 @@ struct Pair<P: ?Sized> {
 }
 
 include!(concat!(env!("OUT_DIR"), "/pairs.rs"));
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a tokio runtime")
-}
-
-fn same(
-    file: &str,
-    compiled: Result<PolicyDecision, portcullis::BoxError>,
-    runtime: Result<PolicyDecision, portcullis::BoxError>,
-) -> Result<(), TestCaseError> {
-    match (compiled, runtime) {
-        (Ok(compiled), Ok(runtime)) => {
-            prop_assert_eq!(compiled, runtime, "{}", file);
-            Ok(())
-        }
-        (compiled, runtime) => Err(TestCaseError::fail(format!(
-            "{file}: a DSL rule never fails, got {compiled:?} and {runtime:?}"
-        ))),
-    }
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
