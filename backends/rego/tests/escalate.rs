@@ -2,6 +2,8 @@
 //! one following the OPA WebAssembly ABI 1.2 whose one entrypoint answers
 //! `{"decision": "escalate", "reason": "ask a person"}`.
 
+mod common;
+
 use std::time::Duration;
 
 use portcullis_engine::{
@@ -9,45 +11,6 @@ use portcullis_engine::{
     ToolCallPolicy,
 };
 use portcullis_rego::{RegoBundle, RegoToolCallPolicy};
-
-const WAT: &str = r#"
-(module
-  (import "env" "memory" (memory 2))
-  (import "env" "opa_abort" (func $abort (param i32)))
-  (global $heap (mut i32) (i32.const 4096))
-  (global (export "opa_wasm_abi_version") i32 (i32.const 1))
-  (global (export "opa_wasm_abi_minor_version") i32 (i32.const 2))
-  (data (i32.const 16) "{}\00")
-  (data (i32.const 256) "{\"aps/tool_call/decision\":0}\00")
-  (data (i32.const 576) "[{\"result\":{\"decision\":\"escalate\",\"reason\":\"ask a person\"}}]\00")
-  (func $malloc (export "opa_malloc") (param $size i32) (result i32)
-    (local $p i32)
-    (local.set $p (global.get $heap))
-    (global.set $heap (i32.add (local.get $p) (i32.add (local.get $size) (i32.const 1))))
-    (if (i32.gt_u (global.get $heap) (i32.mul (memory.size) (i32.const 65536)))
-      (then (if (i32.eq (memory.grow (i32.const 16)) (i32.const -1)) (then (unreachable)))))
-    (local.get $p))
-  (func (export "opa_free") (param i32))
-  (func (export "opa_json_parse") (param $addr i32) (param $len i32) (result i32)
-    (i32.store8 (i32.add (local.get $addr) (local.get $len)) (i32.const 0))
-    (local.get $addr))
-  (func (export "opa_json_dump") (param i32) (result i32) (local.get 0))
-  (func (export "opa_heap_ptr_get") (result i32) (global.get $heap))
-  (func (export "opa_heap_ptr_set") (param i32) (global.set $heap (local.get 0)))
-  (func (export "opa_eval_ctx_new") (result i32) (i32.const 0))
-  (func (export "opa_eval_ctx_set_input") (param i32 i32))
-  (func (export "opa_eval_ctx_set_data") (param i32 i32))
-  (func (export "opa_eval_ctx_set_entrypoint") (param i32 i32))
-  (func (export "opa_eval_ctx_get_result") (param i32) (result i32) (i32.const 576))
-  (func (export "eval") (param i32) (result i32) (i32.const 0))
-  (func (export "builtins") (result i32) (i32.const 16))
-  (func (export "entrypoints") (result i32) (i32.const 256))
-  (func (export "opa_eval")
-    (param i32 i32 i32 i32 i32) (param $heap i32) (param i32) (result i32)
-    (global.set $heap (local.get $heap))
-    (i32.const 576))
-)
-"#;
 
 fn context() -> ToolCallContext {
     ToolCallContext::new(
@@ -60,7 +23,10 @@ fn context() -> ToolCallContext {
 
 #[tokio::test]
 async fn a_rego_escalation_needs_an_approval() {
-    let wasm = wat::parse_str(WAT).expect("valid WAT");
+    let wasm = common::document_module(
+        &["aps/tool_call/decision"],
+        &[r#"{"decision":"escalate","reason":"ask a person"}"#],
+    );
     let bundle = RegoBundle::from_bytes(&wasm).expect("the module opens");
     let policy = RegoToolCallPolicy::from_bundle("rego_gate", bundle).expect("one entrypoint");
     let context = context();
