@@ -295,6 +295,10 @@ enum Std {
 fn next_chunk(layout: &str) -> (&str, Option<(Std, &str)>) {
     let bytes = layout.as_bytes();
     for (i, &c) in bytes.iter().enumerate() {
+        // Elements are ASCII: the bytes inside a wider character start none.
+        if !layout.is_char_boundary(i) {
+            continue;
+        }
         let rest = &layout[i..];
         let found: Option<(Std, usize)> = match c {
             b'J' if rest.starts_with("January") => Some((Std::LongMonth, 7)),
@@ -1038,6 +1042,12 @@ mod tests {
         };
         let builtin = TABLE.iter().find(|b| b.name == name).expect(name);
         (builtin.func)(&args, &mut BuiltinContext::default())
+    }
+
+    #[test]
+    fn layouts_with_wider_characters_are_read_around_them() {
+        assert_eq!(next_chunk("Xé`ééi"), ("Xé`ééi", None));
+        assert_eq!(next_chunk("é2006é"), ("é", Some((Std::LongYear, "é"))));
     }
 
     const LEAP_DAY: i64 = 1_709_214_330_500_000_000; // 2024-02-29T13:45:30.5Z, a Thursday
