@@ -1,13 +1,11 @@
 //! Hashes: `crypto.sha256`, `crypto.sha1`, `crypto.md5` and `crypto.hmac.*`, hex-encoded as
 //! OPA returns them.
 
-use std::fmt::Write as _;
-
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Digest;
 
-use super::{BuiltinContext, HostBuiltin, Outcome, string};
+use super::{BuiltinContext, HostBuiltin, Outcome, hex, string};
 
 pub(super) const TABLE: &[HostBuiltin] = &[
     HostBuiltin {
@@ -49,14 +47,6 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         },
     },
 ];
-
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
-}
 
 fn digest<D: Digest>(args: &[Value], context: &mut BuiltinContext) -> Outcome {
     let text = string(args, 0)?.as_bytes();

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::{BuiltinContext, BuiltinError, HostBuiltin, Outcome, arg, string, type_name};
+use super::{BuiltinContext, BuiltinError, HostBuiltin, Outcome, arg, hex, string, type_name};
 
 pub(super) const TABLE: &[HostBuiltin] = &[
     HostBuiltin {
@@ -24,11 +24,7 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         func: |args, context| {
             let text = string(args, 0)?;
             context.charge(text.len().saturating_mul(2), "hex.encode's output")?;
-            let mut out = String::with_capacity(text.len() * 2);
-            for byte in text.bytes() {
-                let _ = write!(out, "{byte:02x}");
-            }
-            Ok(Value::from(out))
+            Ok(Value::from(hex(text.as_bytes())))
         },
     },
     HostBuiltin {

@@ -8,7 +8,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 
-use super::{BuiltinContext, BuiltinError, HostBuiltin, Outcome, string};
+use super::{BuiltinContext, BuiltinError, HostBuiltin, Outcome, hex, string};
 
 pub(super) const TABLE: &[HostBuiltin] = &[
     HostBuiltin {
@@ -254,8 +254,11 @@ fn decode(args: &[Value], context: &mut BuiltinContext) -> Outcome {
     }
     let payload = json_part(parts.payload, "payload")?;
     let signature = base64url(parts.signature, "signature")?;
-    let hex: String = signature.iter().map(|byte| format!("{byte:02x}")).collect();
-    Ok(Value::from(vec![header, payload, Value::from(hex)]))
+    Ok(Value::from(vec![
+        header,
+        payload,
+        Value::from(hex(&signature)),
+    ]))
 }
 
 /// Whether the token's signature is the HMAC of its header and payload under the secret.

@@ -298,6 +298,16 @@ fn integer(args: &[Value], index: usize) -> Result<i64, BuiltinError> {
         })
 }
 
+/// `bytes` as lowercase hexadecimal, two digits a byte, as OPA writes hashes and signatures.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
 fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
