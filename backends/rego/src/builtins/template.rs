@@ -13,9 +13,10 @@
 //! integers, with `break` and `continue`), `define`, `template` and `block`; and the functions
 //! `and`, `or`, `not`, `len`, `index`, `eq`, `ne`, `lt`, `le`, `gt`, `ge`, `print`, `println`,
 //! `printf`, `html` and `urlquery`, with Go's answers and error texts. `printf` formats strings
-//! and numbers as Go does; other operands are handed over as their printed text. The `js`,
-//! `slice` and `call` functions are not provided: a template naming them is an error that says
-//! so.
+//! and the template's own numbers as Go does; a number of the variables is a string to it, as in
+//! Go (a bad verb names its type `string` where Go says `json.Number`), and any other operand is
+//! handed over as its printed text. The `js`, `slice` and `call` functions are not provided: a
+//! template naming them is an error that says so.
 //!
 //! Bounds: the output and the parsed template are charged against the evaluation's memory
 //! limit, every step reads the deadline, and nesting (parentheses, control structures,
