@@ -375,6 +375,12 @@ mod tests {
             "ff",
             "eyJhbGciOiJIUzI1NiJ9.e30.e30",
             "{.*}",
+            "{{.a}}",
+            "{{range $i, $v := .}}{{$i}}={{$v}}{{end}}",
+            "{{if eq .a 1}}{{printf \"%d\" .a}}{{else}}{{len .}}{{end}}",
+            "{{template \"x\" (index . \"a\")}}",
+            "[a-z]+.*",
+            "[\\]-]*a+",
         ])
         .prop_map(Value::from);
         let leaf = prop_oneof![

@@ -2204,6 +2204,22 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        /// Templates made of the language's pieces, well formed or not: a text, or an error;
+        /// never a panic.
+        #[test]
+        fn no_template_makes_the_engine_panic(
+            template in "(\\{\\{-? |\\{\\{| -?\\}\\}|\\}\\}|/\\*|\\*/|if |range |else |end|with |define |template |block |break|continue|\\$[a-z]?|\\.[a-c]?|[-+ :=|(),'`\"a-c0-9é\\\\]|len |index |printf |eq |and |nil ){0,24}"
+        ) {
+            let vars = json!({"a": [1, "x", null], "b": {"c": "d"}, "c": 2.5});
+            let mut context = BuiltinContext::new(1 << 20, u64::MAX, |_| false);
+            context.begin_call();
+            let _ = render_template(&[json!(template), vars], &mut context);
+        }
+    }
+
     #[test]
     fn hostile_templates_stop() {
         // Recursion through templates ends at the depth limit.
