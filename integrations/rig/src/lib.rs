@@ -40,6 +40,10 @@
 //!   run with checked arguments (a policy denied it, or its arguments were not a JSON object)
 //!   carries an empty object, and a changed call loses its provider item (`native`).
 //!
+//! A run that fails (`MaxTurns`, `Cancelled`, `UnknownToolCall`) returns its history with the
+//! calls it made cleaned the same way; the calls of the history it started from stay as they
+//! were.
+//!
 //! `agent.prompt(..).await` without them runs under the same policies (what the model, the
 //! tools and the final text see is guarded), but returns those two fields as rig recorded
 //! them.
@@ -176,10 +180,22 @@ struct TurnText(String);
 #[derive(Debug, Clone, Default)]
 struct PatchedCalls(Vec<(String, Map<String, Value>)>);
 
-/// The tool calls of this run whose arguments passed the tool-call policies, by call id, with
-/// the arguments their tool ran with.
+/// The tool calls of this run the tool-call policies checked, by call id: the arguments their
+/// tool ran with, or `None` when the call was refused (denied, not evaluated, or its
+/// arguments were not a JSON object).
 #[derive(Debug, Clone, Default)]
-struct CheckedCalls(Vec<(String, Map<String, Value>)>);
+struct CheckedCalls(Vec<(String, Option<Map<String, Value>>)>);
+
+impl CheckedCalls {
+    /// What became of the call `id`: `None` when it was never checked.
+    fn get(&self, id: &str) -> Option<Option<&Map<String, Value>>> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(call_id, _)| call_id == id)
+            .map(|(_, arguments)| arguments.as_ref())
+    }
+}
 
 /// Collects a run's [`CheckedCalls`] when it settles, for [`PortcullisHook::guard_run`].
 #[derive(Debug, Clone, Default)]
@@ -250,15 +266,23 @@ impl PortcullisHook {
     /// [`prompt`](Self::prompt) does.
     pub async fn guard_run(&self, run: AgentRunner) -> Result<PromptResponse, PromptError> {
         let recorder = Recorder::default();
-        let mut response = run.add_hook(recorder.clone()).await?;
+        let result = run.add_hook(recorder.clone()).await;
         let checked = recorder
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
             .unwrap_or_default();
-        clean_response(&mut response, &checked);
-        Ok(response)
+        match result {
+            Ok(mut response) => {
+                clean_response(&mut response, &checked);
+                Ok(response)
+            }
+            Err(mut error) => {
+                clean_error(&mut error, &checked);
+                Err(error)
+            }
+        }
     }
 
     fn metadata(&self, ctx: &HookContext, turn: usize) -> Metadata {
@@ -321,6 +345,7 @@ impl PortcullisHook {
         let arguments = match parse_arguments(raw) {
             Ok(arguments) => arguments,
             Err(problem) => {
+                record_call(ctx, event, None);
                 return DispatchAction::skip(format!(
                     "portcullis: the arguments of the call to tool \"{name}\" are not a JSON object ({problem}); the tool did not run"
                 ));
@@ -336,13 +361,14 @@ impl PortcullisHook {
         let context =
             ToolCallContext::new(name, arguments, Message::assistant(calling.0), metadata);
         let evaluated = self.engine.evaluate_tool_call(&context).await;
-        if let (Ok(evaluation), Some(call_id)) = (&evaluated, event.call_id) {
-            let call_id = call_id.to_string();
-            let arguments = evaluation.context().arguments.clone();
-            ctx.scratchpad().update(|checked: &mut CheckedCalls| {
-                checked.0.push((call_id, arguments));
-            });
-        }
+        record_call(
+            ctx,
+            event,
+            evaluated
+                .as_ref()
+                .ok()
+                .map(|evaluation| evaluation.context().arguments.clone()),
+        );
         match evaluated {
             Ok(evaluation) if evaluation.is_modified() => {
                 let arguments = evaluation.into_context().arguments;
@@ -537,7 +563,8 @@ fn patch_history(history: &mut [RigMessage], patched: &PatchedCalls) -> bool {
 }
 
 /// Takes out of an awaited run's response what the policies did not pass: the providers'
-/// payloads, and tool-call arguments other than the ones that ran.
+/// payloads, and tool-call arguments other than the ones that ran (a call that did not run
+/// with checked arguments keeps none).
 fn clean_response(response: &mut PromptResponse, checked: &CheckedCalls) {
     for call in &mut response.completion_calls {
         call.raw = Value::Null;
@@ -550,25 +577,63 @@ fn clean_response(response: &mut PromptResponse, checked: &CheckedCalls) {
             _ => None,
         })
         .chain(std::iter::once(&mut response.content));
+    clean_calls(turns, |id| Some(checked.get(id).flatten().cloned()));
+}
+
+/// The history a failed run returns, its tool calls cleaned as [`clean_response`] cleans them;
+/// calls the run never checked (those of the history it started from) stay as they are.
+fn clean_error(error: &mut PromptError, checked: &CheckedCalls) {
+    let history = match error {
+        PromptError::MaxTurns { chat_history, .. }
+        | PromptError::Cancelled { chat_history, .. }
+        | PromptError::UnknownToolCall { chat_history, .. } => chat_history,
+        _ => return,
+    };
+    let turns = history.iter_mut().filter_map(|message| match message {
+        RigMessage::Assistant(turn) => Some(&mut turn.content),
+        _ => None,
+    });
+    clean_calls(turns, |id| {
+        checked.get(id).map(|arguments| arguments.cloned())
+    });
+}
+
+/// Cleans every tool call in `turns` as `decide(call id)` says: `None` leaves it as it is,
+/// `Some(arguments)` gives it those arguments (an empty object for `Some(None)`); a call so
+/// changed loses its provider item.
+fn clean_calls<'a>(
+    turns: impl Iterator<Item = &'a mut Vec<AssistantContent>>,
+    decide: impl Fn(&str) -> Option<Option<Map<String, Value>>>,
+) {
     for content in turns {
         for item in content {
             let AssistantContent::ToolCall(call) = item else {
                 continue;
             };
-            let id = call.id.to_string();
-            let ran = checked
-                .0
-                .iter()
-                .rev()
-                .find(|(call_id, _)| *call_id == id)
-                .map(|(_, arguments)| arguments);
-            let cleaned = ran.cloned().unwrap_or_default();
+            let Some(cleaned) = decide(&call.id.to_string()) else {
+                continue;
+            };
+            let cleaned = cleaned.unwrap_or_default();
             if call.function.arguments != cleaned || call.function.invalid_arguments.is_some() {
                 call.function.arguments = cleaned;
                 call.function.invalid_arguments = None;
                 call.native = None;
             }
         }
+    }
+}
+
+/// Records what became of the tool call of `event`, for [`PortcullisHook::guard_run`].
+fn record_call(
+    ctx: &HookContext,
+    event: &DispatchEvent<'_>,
+    arguments: Option<Map<String, Value>>,
+) {
+    if let Some(call_id) = event.call_id {
+        let call_id = call_id.to_string();
+        ctx.scratchpad().update(|checked: &mut CheckedCalls| {
+            checked.0.push((call_id, arguments));
+        });
     }
 }
 

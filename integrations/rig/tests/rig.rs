@@ -325,6 +325,37 @@ async fn an_awaited_run_returns_only_what_the_policies_passed() {
 }
 
 #[tokio::test]
+async fn a_failed_awaited_run_returns_its_calls_as_they_ran() {
+    let fixture = fixture(vec![tool_turn()], |hook| hook).await;
+    // One model call: the tools run, then the run is out of turns.
+    let error = fixture
+        .hook
+        .guard_run(
+            fixture
+                .agent
+                .prompt("My SSN is 123-45-6789. Find my invoices and clean up.")
+                .max_turns(1),
+        )
+        .await
+        .expect_err("the run is out of turns");
+    let PromptError::MaxTurns { chat_history, .. } = &error else {
+        panic!("expected MaxTurns, got {error:?}");
+    };
+    assert_eq!(
+        tool_calls(chat_history),
+        vec![
+            ("delete_database".to_owned(), json!({})),
+            (
+                "search".to_owned(),
+                json!({"query": "invoices of [REDACTED]", "limit": 5})
+            ),
+        ]
+    );
+    let all = serde_json::to_string(chat_history).expect("the history serializes");
+    assert!(!all.contains("123-45-6789"), "{all}");
+}
+
+#[tokio::test]
 async fn a_tool_denial_can_end_the_run() {
     let fixture = fixture(vec![tool_turn()], |hook| {
         hook.on_tool_denial(ToolDenial::EndRun)
