@@ -82,8 +82,11 @@
 //! IANA zones from a built-in database and Go's layouts; regular expressions mean what they mean
 //! in Go's RE2 (ASCII `\d`, `\w`, `\s`; repetition counts up to 1000); JSON patches and
 //! schemas (a schema never loads anything outside itself), JWTs, hashes, HMACs, CIDRs,
-//! units, SemVer and UUIDs are the field's crates. A builtin without a value for its operands
-//! (`uuid.parse("nope")`) leaves the expression undefined, as in OPA.
+//! units, SemVer and UUIDs are the field's crates; `strings.render_template` runs Go's
+//! `text/template` language as OPA does (numbers of the variables are Go's `json.Number`, a
+//! missing key is an error); `regex.globs_match` follows OPA's intersection algorithm. A builtin
+//! without a value for its operands (`uuid.parse("nope")`) leaves the expression undefined, as
+//! in OPA.
 //!
 //! A builtin runs on the host, outside the guest's memory and clock checks, so it bounds itself
 //! by the evaluation's limits: it charges what it allocates against the memory limit and checks

@@ -105,6 +105,20 @@ fn huge_outputs_stop_at_the_memory_limit() {
     );
     assert_memory_limit("regex.split", &[json!("a"), json!(run)]);
     assert_memory_limit("urlquery.encode", &[json!("é".repeat(3 << 20))]);
+    assert_memory_limit(
+        "strings.render_template",
+        &[
+            json!("{{range 100000000}}xxxxxxxxxxxxxxxx{{end}}"),
+            json!({}),
+        ],
+    );
+    assert_memory_limit(
+        "strings.render_template",
+        &[
+            json!("{{range .items}}{{range $.items}}{{.}}{{end}}{{end}}"),
+            json!({"items": vec!["abcdefgh"; 4096]}),
+        ],
+    );
 }
 
 #[test]
@@ -182,6 +196,72 @@ fn a_long_builtin_stops_at_the_time_limit() {
     );
     let (result, _) = call("time.parse_duration_ns", &[json!("1h")], "test/loop", limit);
     assert_eq!(result, Err(RegoEvaluationError::TimeLimit(limit)));
+    // Globs whose intersection takes exponential time to rule out: each `.*a` may take any of
+    // the `a`s, and none of the ways ends in a `b`.
+    let started = Instant::now();
+    let (result, _) = call(
+        "regex.globs_match",
+        &[
+            json!(".*a".repeat(20) + ".*b.*"),
+            json!("a".repeat(60) + "c"),
+        ],
+        "test/call",
+        limit,
+    );
+    assert_eq!(result, Err(RegoEvaluationError::TimeLimit(limit)));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+    // A template that loops a billion times.
+    let (result, _) = call(
+        "strings.render_template",
+        &[json!("{{range 1000000000}}{{end}}"), json!({})],
+        "test/call",
+        limit,
+    );
+    assert_eq!(result, Err(RegoEvaluationError::TimeLimit(limit)));
+}
+
+#[test]
+fn hostile_globs_and_templates_are_errors() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    for args in [
+        // Repetitions nested past what the walk recurses into.
+        [json!("a*b*".repeat(5_000)), json!("ab".repeat(5_000) + "c")],
+        [json!("[z-a]"), json!("a")],
+        [json!("a\\"), json!("a")],
+    ] {
+        let (result, _) = call(
+            "regex.globs_match",
+            &args,
+            "test/call",
+            Duration::from_secs(10),
+        );
+        assert!(
+            matches!(&result, Err(RegoEvaluationError::Builtin { name, .. }) if name == "regex.globs_match"),
+            "{args:?}: {result:?}"
+        );
+    }
+    for template in [
+        // A template that calls itself without end.
+        "{{define \"r\"}}{{template \"r\" .}}{{end}}{{template \"r\" .}}".to_owned(),
+        // Parentheses nested ten thousand deep.
+        format!("{{{{{}1{}}}}}", "(".repeat(10_000), ")".repeat(10_000)),
+        "{{.missing}}".to_owned(),
+    ] {
+        let (result, _) = call(
+            "strings.render_template",
+            &[json!(template), json!({})],
+            "test/call",
+            Duration::from_secs(10),
+        );
+        assert!(
+            matches!(&result, Err(RegoEvaluationError::Builtin { name, .. }) if name == "strings.render_template"),
+            "{template}: {result:?}"
+        );
+    }
 }
 
 #[test]
@@ -205,6 +285,47 @@ fn reasonable_calls_answer() {
         result,
         Ok(Some(json!({"variant": "RFC4122", "version": 4})))
     );
+    let (result, _) = call(
+        "uuid.parse",
+        &[json!("b01d0062-a116-11ee-822b-7ab0b9e5e0c0")],
+        "test/call",
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        result,
+        Ok(Some(json!({
+            "version": 1,
+            "variant": "RFC4122",
+            "time": 1_703_282_931_110_717_000_i64,
+            "clocksequence": 555,
+            "nodeid": "7a-b0-b9-e5-e0-c0",
+            "macvariables": "local:unicast",
+        })))
+    );
+    let (result, _) = call(
+        "regex.globs_match",
+        &[json!("a.a."), json!(".b.b")],
+        "test/call",
+        Duration::from_secs(10),
+    );
+    assert_eq!(result, Ok(Some(json!(true))));
+    let (result, _) = call(
+        "regex.globs_match",
+        &[json!("[a-z]+"), json!("[0-9]*")],
+        "test/call",
+        Duration::from_secs(10),
+    );
+    assert_eq!(result, Ok(Some(json!(false))));
+    let (result, _) = call(
+        "strings.render_template",
+        &[
+            json!("{{range $i, $name := .hellonames}}{{if $i}},{{end}}hello {{$name}}{{end}}"),
+            json!({"hellonames": ["rohan", "john doe"]}),
+        ],
+        "test/call",
+        Duration::from_secs(10),
+    );
+    assert_eq!(result, Ok(Some(json!("hello rohan,hello john doe"))));
     let (result, _) = call(
         "sprintf",
         &[json!("%s=%d"), json!(["x", 5])],

@@ -134,8 +134,9 @@ impl GuardedClient {
     ///   (`isError: true`, the policy and the reason; [`denial`](crate::denial) reads it):
     ///   the server is never called. A transformation or redaction rewrites the arguments
     ///   that are sent.
-    /// - A final result goes through the output policies: redactions reach every text block
-    ///   and every string of `structuredContent`, a refusal replaces the result.
+    /// - A final result goes through the output policies: redactions reach every text block,
+    ///   embedded text resource and string of `structuredContent`, a refusal replaces the
+    ///   result.
     /// - A request for more input (`InputRequired`) is passed back as it is: the retried
     ///   call carries the same tool and arguments and is checked again.
     /// - A task is refused with an error: its result would arrive later, past the output

@@ -9,7 +9,9 @@ use portcullis_engine::{
     EngineError, Message, Metadata, OutputContext, PolicyDecision, PolicyDenialError, PolicyEngine,
     ToolCallContext,
 };
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, Tool};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, ResourceContents, Tool,
+};
 use serde_json::{Map, Value, json};
 
 /// The `_meta` key of a tool result the guard wrote because a policy refused the call or its
@@ -125,10 +127,14 @@ impl ToolGuard {
 
     /// Runs the output policies on the result of a call to `tool_name`.
     ///
-    /// The policies see the result's text blocks joined by newlines. Their redactions and
-    /// transformations are applied again to each text block and to each string of
-    /// `structuredContent`; a denial, or a policy that could not be evaluated, replaces the
-    /// result with an error result that names the policy and the reason.
+    /// The policies see the result's text joined by newlines: its text blocks and the text of
+    /// its embedded text resources, in order. Their redactions and transformations are
+    /// applied again to each of those and to each string of `structuredContent`; a denial,
+    /// or a policy that could not be evaluated, replaces the result with an error result
+    /// that names the policy and the reason.
+    ///
+    /// Binary content is not text the policies read: images, audio and embedded blob
+    /// resources pass through as they came, as do resource links (a URI and its names).
     pub async fn check_result(&self, tool_name: &str, result: CallToolResult) -> CallToolResult {
         let text = result_text(&result);
         let metadata = self
@@ -181,29 +187,51 @@ fn describe_call(params: &CallToolRequestParams) -> String {
     }
 }
 
-/// The result's text blocks, joined by newlines.
+/// The text a block carries for the output policies: a text block's, or an embedded text
+/// resource's.
+fn block_text(block: &ContentBlock) -> Option<&str> {
+    match block {
+        ContentBlock::Text(text) => Some(&text.text),
+        ContentBlock::Resource(embedded) => match &embedded.resource {
+            ResourceContents::TextResourceContents { text, .. } => Some(text),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// [`block_text`], to rewrite it.
+fn block_text_mut(block: &mut ContentBlock) -> Option<&mut String> {
+    match block {
+        ContentBlock::Text(text) => Some(&mut text.text),
+        ContentBlock::Resource(embedded) => match &mut embedded.resource {
+            ResourceContents::TextResourceContents { text, .. } => Some(text),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The result's text ([`block_text`] of each block), joined by newlines.
 fn result_text(result: &CallToolResult) -> String {
     let mut text = String::new();
-    for (index, block) in result
-        .content
-        .iter()
-        .filter_map(ContentBlock::as_text)
-        .enumerate()
-    {
+    for (index, block) in result.content.iter().filter_map(block_text).enumerate() {
         if index > 0 {
             text.push('\n');
         }
-        text.push_str(&block.text);
+        text.push_str(block);
     }
     text
 }
 
-/// Applies `changes` to each text block and each string of `structuredContent`.
+/// Applies `changes` to each block's text ([`block_text`]) and each string of
+/// `structuredContent`.
 ///
-/// When the text blocks so changed do not join into `cleared` (the text the policies
-/// returned: a pattern matched across two blocks, a mask or an append applied once to the
-/// whole), they are replaced by one text block holding `cleared`, where the first was: the
-/// client never reads text the policies have not cleared.
+/// When the texts so changed do not join into `cleared` (the text the policies returned: a
+/// pattern matched across two blocks, a mask or an append applied once to the whole), the
+/// blocks that carry text (embedded text resources included) are replaced by one text block
+/// holding `cleared`, where the first was: the client never reads text the policies have not
+/// cleared.
 fn apply_to_result(
     mut result: CallToolResult,
     metadata: &Metadata,
@@ -224,20 +252,25 @@ fn apply_to_result(
         Ok(())
     };
     for block in &mut result.content {
-        if let ContentBlock::Text(text) = block {
-            rewrite(&mut text.text)?;
+        if let Some(text) = block_text_mut(block) {
+            rewrite(text)?;
         }
     }
     if result_text(&result) != cleared {
         let mut first = true;
-        result.content.retain_mut(|block| match block {
-            ContentBlock::Text(text) if first => {
-                first = false;
-                cleared.clone_into(&mut text.text);
-                true
+        result.content.retain_mut(|block| {
+            if block_text(block).is_none() {
+                return true;
             }
-            ContentBlock::Text(_) => false,
-            _ => true,
+            if !first {
+                return false;
+            }
+            first = false;
+            match block {
+                ContentBlock::Text(text) => cleared.clone_into(&mut text.text),
+                other => *other = ContentBlock::text(cleared),
+            }
+            true
         });
     }
     if let Some(structured) = &mut result.structured_content {
@@ -401,6 +434,36 @@ mod tests {
         let result = guard.check_result("t", blocks(&["a 12", "34 b"])).await;
         assert_eq!(texts(&result), ["a [REDACTED] b"]);
         assert_eq!(result.content.len(), 2, "the image stays");
+    }
+
+    #[tokio::test]
+    async fn embedded_text_resources_are_checked_and_blobs_pass() {
+        let guard = ToolGuard::new(engine(Redaction::replace("response.content", r"\d{3}")));
+        let blob = ResourceContents::blob("MTIz", "file:///b.bin");
+        let result = CallToolResult::success(vec![
+            ContentBlock::text("a 123"),
+            ContentBlock::embedded_text("file:///r.txt", "r 456"),
+            ContentBlock::resource(blob.clone()),
+        ]);
+        let result = guard.check_result("t", result).await;
+        assert_eq!(result_text(&result), "a [REDACTED]\nr [REDACTED]");
+        assert!(matches!(
+            result.content[1].as_resource().map(|r| &r.resource),
+            Some(ResourceContents::TextResourceContents { uri, .. }) if uri == "file:///r.txt"
+        ));
+        assert_eq!(
+            result.content[2].as_resource().map(|r| &r.resource),
+            Some(&blob)
+        );
+        // Across a text block and a resource: one text block of cleared text.
+        let guard = ToolGuard::new(engine(Redaction::replace("response.content", r"12\n34")));
+        let result = CallToolResult::success(vec![
+            ContentBlock::text("a 12"),
+            ContentBlock::embedded_text("file:///r.txt", "34 b"),
+        ]);
+        let result = guard.check_result("t", result).await;
+        assert_eq!(texts(&result), ["a [REDACTED] b"]);
+        assert_eq!(result.content.len(), 1);
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@
 //! |---|---|---|
 //! | `tools/call` request | tool call: `tool_name`, `arguments` (`{}` when absent), `calling_message` an assistant message describing the call, `metadata.mcp_method = "tools/call"` | a redaction or transformation rewrites the arguments sent upstream; a denial answers a tool result with `isError: true` and the reason, and the upstream is never called |
 //! | `tools/list` result | tool call, per tool: its name, empty arguments, `metadata.mcp_method = "tools/list"` | a tool whose check is denied (or fails) is hidden |
-//! | `tools/call` result | output: `response.content` is the result's text blocks joined by newlines, `metadata.mcp_method = "tools/call"`, `metadata.tool_name` | redactions and transformations are applied to every text block and to every string of `structuredContent`; a denial replaces the result with `isError: true` and the reason |
+//! | `tools/call` result | output: `response.content` is the result's text blocks and embedded text resources joined by newlines, `metadata.mcp_method = "tools/call"`, `metadata.tool_name` | redactions and transformations are applied to every text block, every embedded text resource and every string of `structuredContent`; a denial replaces the result with `isError: true` and the reason |
 //!
 //! Every context carries `metadata.agent_id` and `metadata.session_id` as configured
 //! ([`ToolGuard::agent_id`], [`ToolGuard::session_id`]) and `metadata.framework = "mcp"`.
@@ -32,8 +32,8 @@
 //! tool it does not have, or hides one a client calls anyway, gets no call past the
 //! policies.
 //!
-//! The output policies see text: image, audio and resource blocks of a result pass as they
-//! are. Their changes are applied block by block, so a result keeps its blocks; when the
+//! The output policies see text (text blocks and embedded text resources): image, audio,
+//! embedded blob resources and resource links pass as they are. Their changes are applied block by block, so a result keeps its blocks; when the
 //! blocks so changed would not join into the text the policies cleared (a pattern that
 //! spans two blocks, a mask of the whole text), the text blocks are replaced by one block
 //! holding the cleared text.

@@ -16,11 +16,45 @@
 //! - **output policies** run on each model turn, on each text block of the completion:
 //!   redactions reach the caller and the history, a denial ends the run. rig cannot replace
 //!   a turn that also calls tools, so when an output policy changes the text of such a turn
-//!   the run ends rather than keep the unchanged text.
+//!   the run ends rather than keep the unchanged text. A redacted text block loses its
+//!   provider item (`Text::native`), which still holds the text as the model wrote it.
 //!
 //! A run stopped by a denial fails with `PromptError::Cancelled`; [`denial`] reads the
 //! [`PolicyDenialError`] back from it. A policy that cannot be evaluated (with
 //! `on_error: deny`) ends the run the same way.
+//!
+//! # Awaited runs
+//!
+//! rig records two things in an awaited run's [`PromptResponse`] that no hook can change:
+//! each completion call's `raw` (the provider's answer as it arrived, before any output
+//! policy) and the tool calls of the run's `messages` as the model asked for them (before a
+//! tool-call policy redacted, transformed or denied them). Run awaited prompts through
+//! [`PortcullisHook::prompt`] (or [`PortcullisHook::guard_run`] for a run configured
+//! further), and the response the caller gets holds only what the policies passed:
+//!
+//! - every `completion_calls[].raw` is `null`: the provider's payload cannot be checked as a
+//!   whole (it repeats the text, the tool calls and anything else the provider sent); usage,
+//!   ids and finish reasons stay;
+//! - every tool call of `messages` and `content` carries the arguments its tool ran with
+//!   (the tool-call policies' redactions and transformations applied); a call that did not
+//!   run with checked arguments (a policy denied it, or its arguments were not a JSON object)
+//!   carries an empty object, and a changed call loses its provider item (`native`).
+//!
+//! A run that fails (`MaxTurns`, `Cancelled`, `UnknownToolCall`) returns its history with the
+//! calls it made cleaned the same way; the calls of the history it started from stay as they
+//! were.
+//!
+//! `agent.prompt(..).await` without them runs under the same policies (what the model, the
+//! tools and the final text see is guarded), but returns those two fields as rig recorded
+//! them.
+//!
+//! ```no_run
+//! # async fn run(agent: rig_agent::Agent, hook: portcullis_rig::PortcullisHook) {
+//! // `hook` is the one added to `agent` (`AgentBuilder::add_hook(hook.clone())`).
+//! let response = hook.prompt(&agent, "Summarise my invoices.").await;
+//! # drop(response);
+//! # }
+//! ```
 //!
 //! The input check runs twice on the first request (before the run, on the prompt the run
 //! records, and at the completion call, on everything the model receives), so its audit
@@ -104,9 +138,11 @@ use portcullis_engine::{
     OutputContext, PolicyDenialError, PolicyEngine, Role, ToolCallContext,
 };
 use rig_agent::agent::{
-    DispatchAction, DispatchEvent, OutcomeAction, OutcomeEvent, RunStart, RunStartAction,
+    AgentRunner, DispatchAction, DispatchEvent, OutcomeAction, OutcomeEvent, RunSettled, RunStart,
+    RunStartAction,
 };
-use rig_agent::{AgentHook, HookContext};
+use rig_agent::run::{PromptError, PromptResponse};
+use rig_agent::{Agent, AgentHook, HookContext};
 use rig_core::effect::{EffectKind, Outcome};
 use rig_core::error::{ErrorKind, ErrorReport};
 use rig_core::message::{AssistantContent, Message as RigMessage, ToolResultContent, UserContent};
@@ -144,6 +180,41 @@ struct TurnText(String);
 #[derive(Debug, Clone, Default)]
 struct PatchedCalls(Vec<(String, Map<String, Value>)>);
 
+/// The tool calls of this run the tool-call policies checked, by call id: the arguments their
+/// tool ran with, or `None` when the call was refused (denied, not evaluated, or its
+/// arguments were not a JSON object).
+#[derive(Debug, Clone, Default)]
+struct CheckedCalls(Vec<(String, Option<Map<String, Value>>)>);
+
+impl CheckedCalls {
+    /// What became of the call `id`: `None` when it was never checked.
+    fn get(&self, id: &str) -> Option<Option<&Map<String, Value>>> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(call_id, _)| call_id == id)
+            .map(|(_, arguments)| arguments.as_ref())
+    }
+}
+
+/// Collects a run's [`CheckedCalls`] when it settles, for [`PortcullisHook::guard_run`].
+#[derive(Debug, Clone, Default)]
+struct Recorder(Arc<std::sync::Mutex<Option<CheckedCalls>>>);
+
+impl AgentHook for Recorder {
+    fn name(&self) -> Option<String> {
+        Some("portcullis-recorder".to_owned())
+    }
+
+    async fn on_run_settled(&self, ctx: &HookContext, _: RunSettled<'_>) {
+        let checked = ctx.scratchpad().get::<CheckedCalls>().unwrap_or_default();
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(checked);
+    }
+}
+
 /// How a denial is written into the reason of a cancelled run.
 const DENIAL_PREFIX: &str = "portcullis denial: ";
 
@@ -177,6 +248,41 @@ impl PortcullisHook {
     pub fn on_tool_denial(mut self, tool_denial: ToolDenial) -> Self {
         self.tool_denial = tool_denial;
         self
+    }
+
+    /// Runs `agent` on `prompt`, awaited (`agent.prompt(prompt)`), and returns a response
+    /// that holds only what the policies passed: no provider payloads, tool calls with the
+    /// arguments that ran (see [Awaited runs](crate#awaited-runs)). `self` must be the hook
+    /// added to `agent`.
+    pub async fn prompt(
+        &self,
+        agent: &Agent,
+        prompt: impl Into<RigMessage>,
+    ) -> Result<PromptResponse, PromptError> {
+        self.guard_run(agent.prompt(prompt)).await
+    }
+
+    /// Awaits `run` (an `agent.prompt(..)` configured further) and returns its response as
+    /// [`prompt`](Self::prompt) does.
+    pub async fn guard_run(&self, run: AgentRunner) -> Result<PromptResponse, PromptError> {
+        let recorder = Recorder::default();
+        let result = run.add_hook(recorder.clone()).await;
+        let checked = recorder
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .unwrap_or_default();
+        match result {
+            Ok(mut response) => {
+                clean_response(&mut response, &checked);
+                Ok(response)
+            }
+            Err(mut error) => {
+                clean_error(&mut error, &checked);
+                Err(error)
+            }
+        }
     }
 
     fn metadata(&self, ctx: &HookContext, turn: usize) -> Metadata {
@@ -239,6 +345,7 @@ impl PortcullisHook {
         let arguments = match parse_arguments(raw) {
             Ok(arguments) => arguments,
             Err(problem) => {
+                record_call(ctx, event, None);
                 return DispatchAction::skip(format!(
                     "portcullis: the arguments of the call to tool \"{name}\" are not a JSON object ({problem}); the tool did not run"
                 ));
@@ -253,7 +360,16 @@ impl PortcullisHook {
         let calling = ctx.scratchpad().get::<TurnText>().unwrap_or_default();
         let context =
             ToolCallContext::new(name, arguments, Message::assistant(calling.0), metadata);
-        match self.engine.evaluate_tool_call(&context).await {
+        let evaluated = self.engine.evaluate_tool_call(&context).await;
+        record_call(
+            ctx,
+            event,
+            evaluated
+                .as_ref()
+                .ok()
+                .map(|evaluation| evaluation.context().arguments.clone()),
+        );
+        match evaluated {
             Ok(evaluation) if evaluation.is_modified() => {
                 let arguments = evaluation.into_context().arguments;
                 if let Some(call_id) = event.call_id {
@@ -356,6 +472,8 @@ impl AgentHook for PortcullisHook {
                     let content = &evaluation.context().response.content;
                     if *content != text.text {
                         text.text.clone_from(content);
+                        // The provider's item still holds the text as the model wrote it.
+                        text.native = None;
                         changed = true;
                     }
                 }
@@ -444,6 +562,81 @@ fn patch_history(history: &mut [RigMessage], patched: &PatchedCalls) -> bool {
     changed
 }
 
+/// Takes out of an awaited run's response what the policies did not pass: the providers'
+/// payloads, and tool-call arguments other than the ones that ran (a call that did not run
+/// with checked arguments keeps none).
+fn clean_response(response: &mut PromptResponse, checked: &CheckedCalls) {
+    for call in &mut response.completion_calls {
+        call.raw = Value::Null;
+    }
+    let turns = response
+        .messages
+        .iter_mut()
+        .filter_map(|message| match message {
+            RigMessage::Assistant(turn) => Some(&mut turn.content),
+            _ => None,
+        })
+        .chain(std::iter::once(&mut response.content));
+    clean_calls(turns, |id| Some(checked.get(id).flatten().cloned()));
+}
+
+/// The history a failed run returns, its tool calls cleaned as [`clean_response`] cleans them;
+/// calls the run never checked (those of the history it started from) stay as they are.
+fn clean_error(error: &mut PromptError, checked: &CheckedCalls) {
+    let history = match error {
+        PromptError::MaxTurns { chat_history, .. }
+        | PromptError::Cancelled { chat_history, .. }
+        | PromptError::UnknownToolCall { chat_history, .. } => chat_history,
+        _ => return,
+    };
+    let turns = history.iter_mut().filter_map(|message| match message {
+        RigMessage::Assistant(turn) => Some(&mut turn.content),
+        _ => None,
+    });
+    clean_calls(turns, |id| {
+        checked.get(id).map(|arguments| arguments.cloned())
+    });
+}
+
+/// Cleans every tool call in `turns` as `decide(call id)` says: `None` leaves it as it is,
+/// `Some(arguments)` gives it those arguments (an empty object for `Some(None)`); a call so
+/// changed loses its provider item.
+fn clean_calls<'a>(
+    turns: impl Iterator<Item = &'a mut Vec<AssistantContent>>,
+    decide: impl Fn(&str) -> Option<Option<Map<String, Value>>>,
+) {
+    for content in turns {
+        for item in content {
+            let AssistantContent::ToolCall(call) = item else {
+                continue;
+            };
+            let Some(cleaned) = decide(&call.id.to_string()) else {
+                continue;
+            };
+            let cleaned = cleaned.unwrap_or_default();
+            if call.function.arguments != cleaned || call.function.invalid_arguments.is_some() {
+                call.function.arguments = cleaned;
+                call.function.invalid_arguments = None;
+                call.native = None;
+            }
+        }
+    }
+}
+
+/// Records what became of the tool call of `event`, for [`PortcullisHook::guard_run`].
+fn record_call(
+    ctx: &HookContext,
+    event: &DispatchEvent<'_>,
+    arguments: Option<Map<String, Value>>,
+) {
+    if let Some(call_id) = event.call_id {
+        let call_id = call_id.to_string();
+        ctx.scratchpad().update(|checked: &mut CheckedCalls| {
+            checked.0.push((call_id, arguments));
+        });
+    }
+}
+
 fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
     if raw.trim().is_empty() {
         return Ok(Map::new());
@@ -485,8 +678,7 @@ fn stop_reason(error: EngineError) -> String {
 /// runs (a grant lets the tool run, a refusal is a denial); this is what is left when the
 /// resolver could not answer. Record a grant for the request's digest with
 /// [`Approvals::grant`](portcullis_engine::Approvals::grant) and run again.
-pub fn approval_request(error: &rig_agent::run::PromptError) -> Option<ApprovalRequest> {
-    use rig_agent::run::PromptError;
+pub fn approval_request(error: &PromptError) -> Option<ApprovalRequest> {
     let text = match error {
         PromptError::Cancelled { reason, .. } => reason.as_str(),
         PromptError::Report(report) => report.message.as_str(),
@@ -512,8 +704,7 @@ pub fn approval_request(error: &rig_agent::run::PromptError) -> Option<ApprovalR
 /// assert_eq!(denial.interception_point(), InterceptionPoint::Input);
 /// assert_eq!(denial.reason(), Some("asks for secrets"));
 /// ```
-pub fn denial(error: &rig_agent::run::PromptError) -> Option<PolicyDenialError> {
-    use rig_agent::run::PromptError;
+pub fn denial(error: &PromptError) -> Option<PolicyDenialError> {
     let text = match error {
         PromptError::Cancelled { reason, .. } => reason.as_str(),
         PromptError::Report(report) => report.message.as_str(),

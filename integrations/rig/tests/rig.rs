@@ -257,6 +257,104 @@ async fn a_guarded_run_redacts_skips_patches_and_audits() {
     assert!(seen.iter().any(|record| record.policy_id == "guard_tools"));
 }
 
+/// The tool calls of `messages`, by tool name, with their arguments.
+fn tool_calls(messages: &[rig_core::message::Message]) -> Vec<(String, Value)> {
+    use rig_core::message::{AssistantContent, Message};
+    messages
+        .iter()
+        .filter_map(|message| match message {
+            Message::Assistant(turn) => Some(&turn.content),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|item| match item {
+            AssistantContent::ToolCall(call) => Some((
+                call.function.name.to_string(),
+                Value::Object(call.function.arguments.clone()),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_awaited_run_returns_only_what_the_policies_passed() {
+    let fixture = fixture(
+        vec![
+            tool_turn(),
+            Reply::Json(support::text_completion(
+                "Found 3 invoices for 987-65-4321.",
+            )),
+        ],
+        |hook| hook,
+    )
+    .await;
+    let response = fixture
+        .hook
+        .prompt(
+            &fixture.agent,
+            "My SSN is 123-45-6789. Find my invoices and clean up.",
+        )
+        .await
+        .expect("the guarded run succeeds");
+    assert_eq!(response.output(), "Found 3 invoices for [REDACTED].");
+
+    // Nothing the caller receives holds a number the policies redacted: not the providers'
+    // payloads, not the calls in the history.
+    let all = serde_json::to_string(&response).expect("the response serializes");
+    for secret in ["123-45-6789", "987-65-4321"] {
+        assert!(!all.contains(secret), "{secret} in {all}");
+    }
+    assert_eq!(response.completion_calls.len(), 2);
+    for call in &response.completion_calls {
+        assert_eq!(call.raw, Value::Null);
+    }
+    // The call that ran carries the arguments it ran with; the denied one, none.
+    assert_eq!(
+        tool_calls(&response.messages),
+        vec![
+            ("delete_database".to_owned(), json!({})),
+            (
+                "search".to_owned(),
+                json!({"query": "invoices of [REDACTED]", "limit": 5})
+            ),
+        ]
+    );
+    // The tools ran as before.
+    assert_eq!(fixture.search.calls.lock().expect("calls lock").len(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_awaited_run_returns_its_calls_as_they_ran() {
+    let fixture = fixture(vec![tool_turn()], |hook| hook).await;
+    // One model call: the tools run, then the run is out of turns.
+    let error = fixture
+        .hook
+        .guard_run(
+            fixture
+                .agent
+                .prompt("My SSN is 123-45-6789. Find my invoices and clean up.")
+                .max_turns(1),
+        )
+        .await
+        .expect_err("the run is out of turns");
+    let PromptError::MaxTurns { chat_history, .. } = &error else {
+        panic!("expected MaxTurns, got {error:?}");
+    };
+    assert_eq!(
+        tool_calls(chat_history),
+        vec![
+            ("delete_database".to_owned(), json!({})),
+            (
+                "search".to_owned(),
+                json!({"query": "invoices of [REDACTED]", "limit": 5})
+            ),
+        ]
+    );
+    let all = serde_json::to_string(chat_history).expect("the history serializes");
+    assert!(!all.contains("123-45-6789"), "{all}");
+}
+
 #[tokio::test]
 async fn a_tool_denial_can_end_the_run() {
     let fixture = fixture(vec![tool_turn()], |hook| {

@@ -38,46 +38,109 @@ pub(super) const TABLE: &[HostBuiltin] = &[
     },
 ];
 
-/// The version and variant of a UUID (`8-4-4-4-12` hexadecimal digits, bare, braced or as a
-/// `urn:uuid:`); undefined when the string is not one.
+/// What OPA's `uuid.parse` tells of a UUID (`8-4-4-4-12` hexadecimal digits, bare, braced, as
+/// a `urn:uuid:` or as 32 digits alone); undefined when the string is not one.
+///
+/// Every UUID has its `version` and `variant`. Versions 1 and 2 (time based) also give their
+/// `time` (nanoseconds since the Unix epoch), `clocksequence`, `nodeid` (the node's six bytes,
+/// `aa-bb-cc-dd-ee-ff`) and `macvariables` (whether that address is local or global, unicast or
+/// multicast); version 2 (DCE security) adds the local `id` and its `domain`. The other versions
+/// are random or hashes: nothing more can be read from them.
 fn uuid_parse(args: &[Value], _: &mut BuiltinContext) -> Outcome {
     let text = string(args, 0)?;
     let bytes = uuid_bytes(text).ok_or(BuiltinError::Undefined)?;
     let version = bytes[6] >> 4;
     let variant = match bytes[8] {
-        b if b & 0x80 == 0 => "Reserved",
         b if b & 0xc0 == 0x80 => "RFC4122",
         b if b & 0xe0 == 0xc0 => "Microsoft",
-        _ => "Future",
+        b if b & 0xe0 == 0xe0 => "Future",
+        _ => "Reserved",
     };
     let mut object = Map::new();
     object.insert("version".into(), Value::from(version));
     object.insert("variant".into(), Value::from(variant));
+    if version == 1 || version == 2 {
+        let word = |at: usize| u16::from_be_bytes([bytes[at], bytes[at + 1]]);
+        let low = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        // 100-nanosecond intervals since 1582-10-15, the start of the Gregorian calendar.
+        let ticks = i64::from(low) | i64::from(word(4)) << 32 | i64::from(word(6) & 0x0fff) << 48;
+        object.insert("time".into(), Value::from(unix_nanos(ticks)));
+        object.insert("clocksequence".into(), Value::from(word(8) & 0x3fff));
+        let node = &bytes[10..16];
+        let nodeid: Vec<String> = node.iter().map(|byte| format!("{byte:02x}")).collect();
+        object.insert("nodeid".into(), Value::from(nodeid.join("-")));
+        let mac = match node[0] & 0b11 {
+            0b11 => "local:multicast",
+            0b01 => "global:multicast",
+            0b10 => "local:unicast",
+            _ => "global:unicast",
+        };
+        object.insert("macvariables".into(), Value::from(mac));
+        if version == 2 {
+            object.insert("id".into(), Value::from(low));
+            let domain = match bytes[9] {
+                0 => "Person".to_owned(),
+                1 => "Group".to_owned(),
+                2 => "Org".to_owned(),
+                other => format!("Domain{other}"),
+            };
+            object.insert("domain".into(), Value::from(domain));
+        }
+    }
     Ok(Value::Object(object))
 }
 
+/// 100-nanosecond intervals since 1582-10-15 as nanoseconds since 1970-01-01, wrapping around
+/// as OPA's 64-bit arithmetic does for times past the year 2262.
+fn unix_nanos(ticks: i64) -> i64 {
+    /// 1970-01-01 in 100-nanosecond intervals since 1582-10-15.
+    const UNIX_EPOCH_TICKS: i64 = 122_192_928_000_000_000;
+    let since_epoch = ticks - UNIX_EPOCH_TICKS;
+    (since_epoch / 10_000_000)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(since_epoch % 10_000_000 * 100)
+}
+
+/// The sixteen bytes of a UUID written in one of the forms OPA reads: `8-4-4-4-12` digits, the
+/// same in braces or after `urn:uuid:` (in any case), or 32 digits without dashes.
 fn uuid_bytes(text: &str) -> Option<[u8; 16]> {
-    let text = text
-        .strip_prefix("urn:uuid:")
-        .or_else(|| text.strip_prefix('{').and_then(|t| t.strip_suffix('}')))
-        .unwrap_or(text);
-    let hex: String = match text.len() {
-        36 => {
-            let dashes = [8, 13, 18, 23];
-            if dashes.iter().any(|&at| text.as_bytes()[at] != b'-') {
+    let dashed = match text.len() {
+        36 => text,
+        38 => text.strip_prefix('{')?.strip_suffix('}')?,
+        45 => {
+            let (prefix, rest) = text.split_at_checked(9)?;
+            if !prefix.eq_ignore_ascii_case("urn:uuid:") {
                 return None;
             }
-            text.chars().filter(|&c| c != '-').collect()
+            rest
         }
-        32 => text.to_owned(),
+        32 => {
+            return hex_bytes(text);
+        }
         _ => return None,
     };
-    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let bytes = dashed.as_bytes();
+    if [8, 13, 18, 23]
+        .iter()
+        .any(|&at| bytes.get(at) != Some(&b'-'))
+    {
+        return None;
+    }
+    let digits: String = dashed.chars().filter(|&c| c != '-').collect();
+    if digits.len() != 32 {
+        return None;
+    }
+    hex_bytes(&digits)
+}
+
+/// 32 hexadecimal digits as 16 bytes.
+fn hex_bytes(digits: &str) -> Option<[u8; 16]> {
+    if digits.len() != 32 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let mut bytes = [0u8; 16];
     for (index, byte) in bytes.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[index * 2..index * 2 + 2], 16).ok()?;
+        *byte = u8::from_str_radix(digits.get(index * 2..index * 2 + 2)?, 16).ok()?;
     }
     Some(bytes)
 }
@@ -148,5 +211,89 @@ mod tests {
             ),
             Err(BuiltinError::Undefined)
         );
+    }
+
+    /// OPA's own test cases of `uuid.parse`: time-based UUIDs tell their time, clock sequence
+    /// and node; version 2 also its local id and domain.
+    #[test]
+    fn time_based_uuids_tell_what_opa_reads_from_them() {
+        assert_eq!(
+            call(
+                "uuid.parse",
+                json!(["b01d0062-a116-11ee-822b-7ab0b9e5e0c0"])
+            ),
+            Ok(json!({
+                "version": 1,
+                "variant": "RFC4122",
+                "time": 1_703_282_931_110_717_000_i64,
+                "clocksequence": 555,
+                "nodeid": "7a-b0-b9-e5-e0-c0",
+                "macvariables": "local:unicast",
+            }))
+        );
+        let v2 = json!({
+            "version": 2,
+            "variant": "RFC4122",
+            "time": 1_693_566_990_121_469_600_i64,
+            "clocksequence": 12800,
+            "nodeid": "32-50-96-b3-9f-47",
+            "macvariables": "local:unicast",
+            "id": 1000,
+            "domain": "Person",
+        });
+        assert_eq!(
+            call(
+                "uuid.parse",
+                json!(["000003e8-48b9-21ee-b200-325096b39f47"])
+            ),
+            Ok(v2.clone())
+        );
+        assert_eq!(
+            call(
+                "uuid.parse",
+                json!(["URN:UUID:000003e8-48b9-21ee-b200-325096b39f47"])
+            ),
+            Ok(v2)
+        );
+        assert_eq!(
+            call("uuid.parse", json!(["6bea8ef2d3d33cd184e09bab06a52ece"])),
+            Ok(json!({"version": 3, "variant": "RFC4122"}))
+        );
+        // The address bits, the domains past the named ones, the other variants.
+        let parsed = call(
+            "uuid.parse",
+            json!(["00000000-0000-2000-8101-010000000000"]),
+        )
+        .expect("a UUID");
+        assert_eq!(parsed["macvariables"], json!("global:multicast"));
+        assert_eq!(parsed["domain"], json!("Group"));
+        let parsed = call(
+            "uuid.parse",
+            json!(["00000000-0000-1000-c000-030000000000"]),
+        )
+        .expect("a UUID");
+        assert_eq!(parsed["macvariables"], json!("local:multicast"));
+        assert_eq!(parsed["variant"], json!("Microsoft"));
+        assert_eq!(
+            call(
+                "uuid.parse",
+                json!(["00000000-0000-2000-0007-000000000000"])
+            )
+            .expect("a UUID")["domain"],
+            json!("Domain7")
+        );
+        // Forms OPA does not read.
+        for text in [
+            "{6bea8ef2d3d33cd184e09bab06a52ece}",
+            "urn:uuid:6bea8ef2d3d33cd184e09bab06a52ece",
+            "00000000-0000-1000-8000-00000000000é",
+            "00000000+0000-1000-8000-000000000000",
+        ] {
+            assert_eq!(
+                call("uuid.parse", json!([text])),
+                Err(BuiltinError::Undefined),
+                "{text}"
+            );
+        }
     }
 }

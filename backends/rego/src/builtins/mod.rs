@@ -6,7 +6,8 @@
 //! The list is [`HOST_BUILTINS`].
 //!
 //! One module per family: `sprintf`, `time`, `strings` (strings, globs and regular
-//! expressions), `encoding` (hex, URL queries, JSON syntax, patches and schemas, YAML), `crypto` (hashes and HMACs), `net`
+//! expressions, with `globs` deciding whether two globs intersect and `template` running Go
+//! templates), `encoding` (hex, URL queries, JSON syntax, patches and schemas, YAML), `crypto` (hashes and HMACs), `net`
 //! (CIDRs), `numbers` (ranges and units), `identifiers` (SemVer and UUIDs), `jwt` (decoding, HMAC, RSA and P-256 verification).
 //!
 //! # Bounds
@@ -19,12 +20,14 @@
 
 mod crypto;
 mod encoding;
+mod globs;
 mod identifiers;
 mod jwt;
 mod net;
 mod numbers;
 mod sprintf;
 mod strings;
+mod template;
 mod time;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -217,6 +220,8 @@ pub const HOST_BUILTINS: &[&str] = &[
     "semver.compare",
     "uuid.parse",
     "regex.template_match",
+    "regex.globs_match",
+    "strings.render_template",
     "time.parse_ns",
     "json.patch",
     "json.verify_schema",
@@ -370,6 +375,12 @@ mod tests {
             "ff",
             "eyJhbGciOiJIUzI1NiJ9.e30.e30",
             "{.*}",
+            "{{.a}}",
+            "{{range $i, $v := .}}{{$i}}={{$v}}{{end}}",
+            "{{if eq .a 1}}{{printf \"%d\" .a}}{{else}}{{len .}}{{end}}",
+            "{{template \"x\" (index . \"a\")}}",
+            "[a-z]+.*",
+            "[\\]-]*a+",
         ])
         .prop_map(Value::from);
         let leaf = prop_oneof![

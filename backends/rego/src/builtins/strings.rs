@@ -1,4 +1,4 @@
-//! Strings and regular expressions: `regex.*`, `strings.*`, `indexof_n`.
+//! Strings and regular expressions: `regex.*`, `strings.*`, `indexof_n`, `glob.quote_meta`.
 //!
 //! OPA's regular expressions are Go's (RE2 syntax). Patterns are translated to the `regex`
 //! crate's syntax so that they mean what they mean in Go: `\d`, `\w`, `\s` and `\b` are ASCII,
@@ -69,6 +69,14 @@ pub(super) const TABLE: &[HostBuiltin] = &[
     HostBuiltin {
         name: "regex.template_match",
         func: template_match,
+    },
+    HostBuiltin {
+        name: "regex.globs_match",
+        func: super::globs::globs_match,
+    },
+    HostBuiltin {
+        name: "strings.render_template",
+        func: super::template::render_template,
     },
     HostBuiltin {
         name: "strings.count",
