@@ -312,7 +312,7 @@ impl Manifest {
 }
 
 /// A policy of some point.
-enum Built {
+pub(crate) enum Built {
     Input(Box<dyn InputPolicy>),
     ToolCall(Box<dyn ToolCallPolicy>),
     Output(Box<dyn OutputPolicy>),
@@ -379,6 +379,17 @@ impl Builder<'_> {
             PolicySource::Rego { path, entrypoint } => {
                 self.files.push(path.clone());
                 self.rego(point, path, entrypoint.as_deref(), entry.position)
+            }
+            PolicySource::RegoUrl { .. } => {
+                match crate::remote::build(self.manifest, point, &entry.source) {
+                    Ok(built) => Some(built),
+                    Err((message, help)) => {
+                        let diagnostic =
+                            self.error(entry.position, message).with_optional_help(help);
+                        self.report.push(diagnostic);
+                        None
+                    }
+                }
             }
             PolicySource::RegoServer { url, package, id } => {
                 self.rego_server(point, url, package, id, entry.position)
@@ -1025,7 +1036,7 @@ pub fn bundle_id(path: &Path) -> String {
 
 /// The error's message followed by those of its causes (each once).
 #[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

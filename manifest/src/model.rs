@@ -35,6 +35,8 @@ pub struct Manifest {
     pub sessions: Option<SessionSettings>,
     /// `approvals` (read and checked; the engine does not resolve approvals yet).
     pub approvals: Option<ApprovalSettings>,
+    /// `keys`: the keys that verify the signatures of bundles, by name.
+    pub keys: Vec<crate::BundleKey>,
 }
 
 impl Manifest {
@@ -87,6 +89,24 @@ pub enum PolicySource {
         path: PathBuf,
         /// `entrypoint`, when the bundle's decision entrypoint must be named.
         entrypoint: Option<String>,
+    },
+    /// `rego: <http(s) URL>`: an OPA WebAssembly bundle served by a bundle server or an object
+    /// store, polled with `If-None-Match` and replaced when a new one opens (and verifies).
+    RegoUrl {
+        /// The bundle's URL.
+        url: String,
+        /// `id`: the policy's id (default: the URL's file name without `.tar.gz`).
+        id: String,
+        /// `entrypoint`, when the bundle's decision entrypoint must be named.
+        entrypoint: Option<String>,
+        /// `poll`: how often the URL is asked for a new bundle (default: one minute).
+        poll: Duration,
+        /// `verify`: the name of the key (under `keys`) that must have signed the bundle.
+        verify: Option<String>,
+        /// `scope`: the scope the signature must carry.
+        scope: Option<String>,
+        /// `bearer_token_env`: the environment variable holding a token for the bundle server.
+        bearer_token_env: Option<String>,
     },
     /// `rego_server: <url>`: a policy server speaking the OPA REST API.
     RegoServer {
@@ -214,6 +234,7 @@ const TOP_KEYS: &[&str] = &[
     "audit",
     "sessions",
     "approvals",
+    "keys",
 ];
 const KIND_KEYS: &[&str] = &["dsl", "rego", "rego_server", "http", "code"];
 const ENTRY_KEYS: &[&str] = &[
@@ -227,6 +248,9 @@ const ENTRY_KEYS: &[&str] = &[
     "id",
     "bearer_token_env",
     "timeout",
+    "poll",
+    "verify",
+    "scope",
     "monitor",
     "deadline",
 ];
@@ -423,6 +447,15 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
     let Some(fields) = reader.map(root, "the manifest", TOP_KEYS) else {
         return manifest;
     };
+    // The names under `keys`, wherever the section is: entries name them in `verify`.
+    let key_names: Vec<&str> = fields
+        .iter()
+        .filter(|(name, _, _)| *name == "keys")
+        .flat_map(|(_, _, value)| match &value.value {
+            NodeValue::Map(entries) => entries.iter().filter_map(|(key, _)| key.as_str()).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
     for (name, key, value) in fields {
         match name {
             "on_error" => match value.as_str() {
@@ -441,7 +474,7 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                     continue;
                 };
                 for item in items {
-                    if let Some(entry) = read_entry(&mut reader, &base, item, name) {
+                    if let Some(entry) = read_entry(&mut reader, &base, item, name, &key_names) {
                         manifest.entries_mut(point).push(entry);
                     }
                 }
@@ -544,6 +577,7 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                     manifest.sessions = Some(sessions);
                 }
             }
+            "keys" => manifest.keys = crate::signing::read_keys(&mut reader, &base, value),
             "approvals" => {
                 let diagnostic = Diagnostic::warning(
                     path,
@@ -613,6 +647,7 @@ fn read_entry(
     base: &Path,
     node: &Node,
     point: &str,
+    manifest_keys: &[&str],
 ) -> Option<PolicyEntry> {
     let what = format!("a `{point}` entry");
     if let NodeValue::String(text) = &node.value {
@@ -655,7 +690,14 @@ fn read_entry(
     };
     // Which keys go with which kind.
     let allowed: &[&str] = match kind {
-        "rego" => &["entrypoint"],
+        "rego" => &[
+            "entrypoint",
+            "id",
+            "poll",
+            "verify",
+            "scope",
+            "bearer_token_env",
+        ],
         "rego_server" => &["package", "id"],
         "http" => &["id", "bearer_token_env", "timeout"],
         _ => &[],
@@ -674,6 +716,9 @@ fn read_entry(
     let mut id = None;
     let mut bearer_token_env = None;
     let mut timeout = None;
+    let mut poll = None;
+    let mut verify = None;
+    let mut scope = None;
     for (name, key, value) in &fields {
         match *name {
             "monitor" => entry.monitor = reader.boolean(value, "`monitor`").unwrap_or(false),
@@ -702,6 +747,17 @@ fn read_entry(
             "package" => package = reader.string(value, "`package`"),
             "id" => id = reader.string(value, "`id`"),
             "bearer_token_env" => bearer_token_env = reader.string(value, "`bearer_token_env`"),
+            "poll" => {
+                poll = reader
+                    .duration(value, "`poll`")
+                    .map(|poll| (poll, key.position))
+            }
+            "verify" => {
+                verify = reader
+                    .string(value, "`verify`")
+                    .map(|name| (name, value.position))
+            }
+            "scope" => scope = reader.string(value, "`scope`"),
             _ => timeout = reader.duration(value, "`timeout`"),
         }
     }
@@ -722,10 +778,62 @@ fn read_entry(
         "dsl" => PolicySource::Dsl {
             path: base.join(text),
         },
-        "rego" => PolicySource::Rego {
-            path: base.join(text),
-            entrypoint,
-        },
+        "rego" if text.starts_with("http://") || text.starts_with("https://") => {
+            let bundle_id = id.unwrap_or_else(|| crate::remote::url_bundle_id(&text));
+            if let Some((name, position)) = &verify
+                && !manifest_keys.iter().any(|key| *key == name.as_str())
+            {
+                let help = closest(name, manifest_keys)
+                    .map(|suggestion| format!("did you mean `{suggestion}`?"))
+                    .unwrap_or_else(|| {
+                        "define the key under `keys` (before or after the points)".to_owned()
+                    });
+                let diagnostic = reader
+                    .error(
+                        *position,
+                        format!("`verify` names no key: `{name}` is not under `keys`"),
+                    )
+                    .with_help(help);
+                reader.push(diagnostic);
+                ok = false;
+            }
+            PolicySource::RegoUrl {
+                url: text,
+                id: bundle_id,
+                entrypoint,
+                poll: poll.map_or(crate::remote::DEFAULT_POLL, |(poll, _)| poll),
+                verify: verify.map(|(name, _)| name),
+                scope,
+                bearer_token_env,
+            }
+        }
+        "rego" => {
+            let url_only = [
+                ("id", id.is_some()),
+                ("poll", poll.is_some()),
+                ("verify", verify.is_some()),
+                ("scope", scope.is_some()),
+                ("bearer_token_env", bearer_token_env.is_some()),
+            ];
+            for (key, given) in url_only {
+                if given
+                    && let Some((_, key_node, _)) = fields.iter().find(|(name, _, _)| *name == key)
+                {
+                    let diagnostic = reader
+                        .error(
+                            key_node.position,
+                            format!("`{key}` applies to a bundle from a URL, not to a file"),
+                        )
+                        .with_help("`rego: https://...` fetches a bundle from a bundle server; a file takes only `entrypoint`");
+                    reader.push(diagnostic);
+                    ok = false;
+                }
+            }
+            PolicySource::Rego {
+                path: base.join(text),
+                entrypoint,
+            }
+        }
         "rego_server" => {
             let package = required(package, "package", reader);
             let id = required(id, "id", reader);

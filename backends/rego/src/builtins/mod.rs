@@ -20,7 +20,7 @@
 mod crypto;
 mod encoding;
 mod identifiers;
-mod jwt;
+pub(crate) mod jwt;
 mod net;
 mod numbers;
 mod sprintf;
