@@ -15,6 +15,9 @@ tokio::task_local! {
     static TAKEN: RefCell<Vec<(String, String)>>;
 }
 
+/// Called with every audit record (the service counts decisions with one).
+type Observer = Arc<dyn Fn(&AuditRecord<'_>) + Send + Sync>;
+
 /// An audit handler that notes which decisions an evaluation took, for [`evaluate`], and hands
 /// every record on to the handler it wraps (if any).
 ///
@@ -24,7 +27,7 @@ tokio::task_local! {
 #[derive(Clone, Default)]
 pub struct DecisionTap {
     inner: Option<Arc<dyn AuditHandler>>,
-    observer: Option<Arc<dyn Fn(&AuditRecord<'_>) + Send + Sync>>,
+    observer: Option<Observer>,
 }
 
 impl std::fmt::Debug for DecisionTap {
