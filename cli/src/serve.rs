@@ -89,26 +89,13 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
             return 1;
         }
     };
-    // A set whose bundles come from URLs may not load yet (the bundle server is down): the
-    // service then starts unready, answers 503, and loads the set when a poll succeeds.
-    let (set, files, failure) = match Manifest::load(&args.manifest, &registry) {
-        Ok(loaded) => {
-            for warning in loaded.warnings() {
-                tracing::warn!("{warning}");
-            }
-            let files = loaded.files().to_vec();
-            (Some(loaded.into_policy_set()), files, None)
-        }
-        Err(errors) if has_bundle_urls(&manifest) => {
-            tracing::error!("serving 503 until the set loads: {errors}");
-            (None, vec![args.manifest.clone()], Some(errors.to_string()))
-        }
-        Err(errors) => {
-            render::print_load_errors(&errors);
-            return 1;
-        }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(format!("cannot start the async runtime: {error}")),
     };
-
     let mut builder = DecisionService::builder().limits(
         Limits::new()
             .max_body_bytes(args.max_body_bytes)
@@ -120,27 +107,53 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
     if let Some(token) = token {
         builder = builder.bearer_token(token);
     }
-    if let Some(path) = &manifest.audit.jsonl {
-        match JsonlAuditLog::open(path) {
-            Ok(log) => builder = builder.audit(log),
-            Err(error) => return fail(format!("`audit.jsonl` {}: {error}", path.display())),
+    // The engine the manifest describes (sessions, approvals, audit sinks), with the service's
+    // own audit handler among its sinks. A set whose bundles come from URLs may not load yet
+    // (the bundle server is down): the service then starts unready, answers 503, and loads the
+    // set when a poll succeeds.
+    let (service, files, export) = match Manifest::load(&args.manifest, &registry) {
+        Ok(loaded) => {
+            for warning in loaded.warnings() {
+                tracing::warn!("{warning}");
+            }
+            let files = loaded.files().to_vec();
+            let export = loaded.audit_export();
+            let engine = runtime.block_on(loaded.into_engine_builder_with_audit(builder.tap()));
+            match engine {
+                Ok(engine) => (
+                    builder.build_on(Arc::new(engine.build())),
+                    files,
+                    Some(export),
+                ),
+                Err(errors) => {
+                    render::print_load_errors(&errors);
+                    return 1;
+                }
+            }
         }
-    }
-    let service = match set {
-        Some(set) => builder.build(PolicyEngine::builder().policy_set(set)),
-        None => builder.unloaded().build(PolicyEngine::builder()),
+        Err(errors) if has_bundle_urls(&manifest) => {
+            tracing::error!("serving 503 until the set loads: {errors}");
+            tracing::warn!(
+                "until the service restarts with its set loaded, audit records go to `audit.jsonl` only and sessions are not kept"
+            );
+            if let Some(path) = &manifest.audit.jsonl {
+                match JsonlAuditLog::open(path) {
+                    Ok(log) => builder = builder.audit(log),
+                    Err(error) => {
+                        return fail(format!("`audit.jsonl` {}: {error}", path.display()));
+                    }
+                }
+            }
+            let service = builder.unloaded().build(PolicyEngine::builder());
+            service.record_reload(ReloadStatus::Failed(errors.to_string()));
+            (service, vec![args.manifest.clone()], None)
+        }
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            return 1;
+        }
     };
-    if let Some(failure) = failure {
-        service.record_reload(ReloadStatus::Failed(failure));
-    }
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => return fail(format!("cannot start the async runtime: {error}")),
-    };
     let watcher = watch(&args.manifest, &service, registry.clone(), interval, files);
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -159,10 +172,14 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         serve(listener, service.router(), options, stop_signal()).await
     });
     watcher.stop();
+    // The requests in flight have finished: post the spans still buffered.
+    if let Some(export) = export
+        && let Err(error) = runtime.block_on(export.shutdown())
+    {
+        tracing::warn!("the audit export could not post everything: {error}");
+    }
     match served {
         Ok(()) => {
-            // Records are written as they come: nothing is left buffered once the requests in
-            // flight have finished.
             tracing::info!("stopped");
             0
         }

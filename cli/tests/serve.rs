@@ -42,7 +42,11 @@ impl Scratch {
 
     fn manifest(&self) -> PathBuf {
         let path = self.0.join("portcullis.yaml");
-        std::fs::write(&path, "input:\n  - dsl: rules/no_secret.json\n").expect("written");
+        std::fs::write(
+            &path,
+            "input:\n  - dsl: rules/no_secret.json\naudit: { jsonl: audit.jsonl }\n",
+        )
+        .expect("written");
         path
     }
 }
@@ -252,6 +256,19 @@ fn sighup_reloads_and_sigterm_stops_gracefully() {
     assert_eq!(status.code(), Some(0));
     let log: Vec<String> = server.log.try_iter().collect();
     assert!(log.iter().any(|line| line.contains("SIGTERM")), "{log:?}");
+    // The manifest's audit log has a record of every decision served.
+    let audit = std::fs::read_to_string(scratch.0.join("audit.jsonl")).expect("an audit log");
+    let records: Vec<Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON record"))
+        .collect();
+    assert!(records.len() >= 2, "{audit}");
+    assert!(
+        records
+            .iter()
+            .all(|record| record["policy_id"] == "no_secret" && record["decision"] == "deny"),
+        "{audit}"
+    );
 }
 
 #[test]
