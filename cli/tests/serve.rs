@@ -81,8 +81,16 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("the binary runs");
-        let stderr = child.stderr.take().expect("stderr");
+        let stderr = child.stderr.take();
         let (sender, log) = mpsc::channel();
+        // From here the child is killed and waited for when the server is dropped, even when
+        // it never starts.
+        let mut server = Server {
+            child,
+            addr: String::new(),
+            log,
+        };
+        let stderr = stderr.expect("stderr");
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 let _ = sender.send(line);
@@ -90,16 +98,17 @@ impl Server {
         });
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let line = log
+            let line = server
+                .log
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .expect("the service starts");
             if let Some(at) = line.find("serving decisions on http://") {
-                let addr = line[at + "serving decisions on http://".len()..]
+                server.addr = line[at + "serving decisions on http://".len()..]
                     .split_whitespace()
                     .next()
                     .unwrap_or_default()
                     .to_owned();
-                return Server { child, addr, log };
+                return server;
             }
         }
     }

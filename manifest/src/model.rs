@@ -825,7 +825,7 @@ fn read_entry(
         "rego" if text.starts_with("http://") || text.starts_with("https://") => {
             let bundle_id = id.unwrap_or_else(|| crate::remote::url_bundle_id(&text));
             if let Some((name, position)) = &verify
-                && !manifest_keys.iter().any(|key| *key == name.as_str())
+                && !manifest_keys.contains(&name.as_str())
             {
                 let help = closest(name, manifest_keys)
                     .map(|suggestion| format!("did you mean `{suggestion}`?"))

@@ -31,11 +31,14 @@ enum Answer {
     Status(u16),
 }
 
+/// (path, If-None-Match) of every request a bundle server received.
+type Requests = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
 struct BundleServer {
     addr: SocketAddr,
     answer: Arc<Mutex<(Answer, u32)>>,
     /// (path, If-None-Match) of every request.
-    requests: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    requests: Requests,
 }
 
 impl BundleServer {
