@@ -5,10 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use portcullis::PolicyEngine;
 use portcullis::manifest::{
-    CodeRegistry, JsonlAuditLog, Manifest, ManifestWatcher, PolicySource, ReloadOutcome,
-    parse_duration,
+    CodeRegistry, Manifest, ManifestWatcher, PolicySource, ReloadOutcome, parse_duration,
 };
 use portcullis::server::{DecisionService, Limits, ReloadStatus, ServeOptions, serve};
 
@@ -132,21 +130,34 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
             }
         }
         Err(errors) if has_bundle_urls(&manifest) => {
-            tracing::error!("serving 503 until the set loads: {errors}");
-            tracing::warn!(
-                "until the service restarts with its set loaded, audit records go to `audit.jsonl` only and sessions are not kept"
-            );
-            if let Some(path) = &manifest.audit.jsonl {
-                match JsonlAuditLog::open(path) {
-                    Ok(log) => builder = builder.audit(log),
-                    Err(error) => {
-                        return fail(format!("`audit.jsonl` {}: {error}", path.display()));
-                    }
-                }
+            // The engine is assembled from the rest of the manifest (sessions, audit sinks), so
+            // that nothing but the set changes when it loads; until then evaluations are 503.
+            let mut rest = manifest.clone();
+            for entries in [&mut rest.input, &mut rest.tool_call, &mut rest.output] {
+                entries.retain(|entry| !matches!(entry.source, PolicySource::RegoUrl { .. }));
             }
-            let service = builder.unloaded().build(PolicyEngine::builder());
+            let (engine, export) = match rest.build(&registry) {
+                Ok(loaded) => {
+                    let export = loaded.audit_export();
+                    let tap = builder.tap();
+                    (
+                        runtime.block_on(loaded.into_engine_builder_with_audit(tap)),
+                        Some(export),
+                    )
+                }
+                Err(rest_errors) => (Err(rest_errors), None),
+            };
+            let engine = match engine {
+                Ok(engine) => engine.build(),
+                Err(_) => {
+                    render::print_load_errors(&errors);
+                    return 1;
+                }
+            };
+            tracing::error!("serving 503 until the set loads: {errors}");
+            let service = builder.unloaded().build_on(Arc::new(engine));
             service.record_reload(ReloadStatus::Failed(errors.to_string()));
-            (service, vec![args.manifest.clone()], None)
+            (service, vec![args.manifest.clone()], export)
         }
         Err(errors) => {
             render::print_load_errors(&errors);

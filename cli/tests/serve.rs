@@ -320,3 +320,64 @@ fn a_token_from_the_environment_guards_evaluations() {
     assert_eq!(status, 401, "{body}");
     assert_eq!(server.request("GET", "/healthz", "").0, 200);
 }
+
+/// Serves `bytes` to every request on `listener` (one request per connection).
+fn serve_bundle(listener: std::net::TcpListener, bytes: Vec<u8>) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("a stream"));
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nETag: \"1\"\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                bytes.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&bytes);
+        }
+    });
+}
+
+#[test]
+fn a_bundle_server_that_is_down_at_start_means_503_until_it_answers() {
+    let scratch = Scratch::new("bundle-url");
+    scratch.rule("v1");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("an address").port();
+    drop(listener);
+    let manifest = scratch.0.join("portcullis.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "input:\n  - dsl: rules/no_secret.json\n  - rego: http://127.0.0.1:{port}/no-ssn.tar.gz\n    poll: 100ms\n"
+        ),
+    )
+    .expect("written");
+    let server = Server::start(&manifest, &["--watch-interval", "50ms"]);
+    let (status, body) = server.request("POST", "/v1/evaluate/input", &context("hello"));
+    assert_eq!(status, 503, "{body}");
+    let (status, body) = server.request("GET", "/readyz", "");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("no-ssn.tar.gz"), "{body}");
+
+    // The bundle server comes up: the next poll loads the set.
+    let bundle = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/rego-wasm/no-ssn-input.tar.gz");
+    let bytes = std::fs::read(&bundle).expect("the fixture bundle");
+    serve_bundle(
+        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port again"),
+        bytes,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.request("GET", "/readyz", "").0 != 200 {
+        assert!(Instant::now() < deadline, "the set never loaded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, body) = server.request("POST", "/v1/evaluate/input", &context("SSN 123-45-6789"));
+    assert_eq!(status, 200, "{body}");
+    let outcome: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(outcome["denial"]["policy_id"], "no-ssn", "{body}");
+}
