@@ -18,6 +18,7 @@
 //! | `observability` | `observability`: OTLP export to an LLM observability platform | no |
 //! | `manifest` | `manifest`: policy sets as YAML files, reloaded when they change | no |
 //! | `redis` | `redis`: a session store in Redis, shared by a fleet of processes | no |
+//! | `server` | `server`: the decision service, an axum router to serve or mount | no |
 //! | `full` | all of the above | no |
 //! | `openai` | `openai`: a tower layer guarding async-openai chat completions | no |
 //! | `rig` | `rig`: an agent hook guarding rig-agent runs | no |
@@ -92,6 +93,10 @@ pub use portcullis_mcp as mcp;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use portcullis_redis as redis;
+
+#[cfg(feature = "server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "server")))]
+pub use portcullis_server as server;
 
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]

@@ -3,12 +3,13 @@
 //! Exit status, for every subcommand: 0 success, 1 the command's own input is wrong (a bad
 //! manifest, an unreadable context or test file). `eval` adds 2 denied, 3 evaluation error,
 //! 4 approval required; `test` adds 2 when a case failed; `replay --fail-on-change` adds 2
-//! when a call's outcome would change.
+//! when a call's outcome would change. `serve` runs until stopped and exits 0.
 
 mod check;
 mod outcome;
 mod render;
 mod replay;
+mod serve;
 mod test;
 
 use std::path::PathBuf;
@@ -123,6 +124,48 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
     },
+    /// Serve the manifest's policy set as a decision service over HTTP.
+    ///
+    /// Routes: POST /engine/evaluate (the remote policy protocol), POST
+    /// /v1/evaluate/{input|tool_call|output}, GET /healthz, /readyz, /metrics. Reloads when a
+    /// file of the set changes and on SIGHUP (a failed reload keeps the set in use); SIGTERM
+    /// stops accepting, finishes the requests in flight and exits 0. Exit status 1 when the
+    /// manifest, the address or the TLS files are wrong.
+    Serve {
+        /// The manifest.
+        manifest: PathBuf,
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Require `Authorization: Bearer <token>` on evaluations, the token read from this
+        /// environment variable.
+        #[arg(long, value_name = "VAR")]
+        token_env: Option<String>,
+        /// Serve HTTPS: the PEM certificate chain (with --tls-key).
+        #[arg(long, value_name = "FILE")]
+        tls_cert: Option<PathBuf>,
+        /// Serve HTTPS: the PEM private key (with --tls-cert).
+        #[arg(long, value_name = "FILE")]
+        tls_key: Option<PathBuf>,
+        /// How often the set's files are looked at for changes.
+        #[arg(long, default_value = "1s")]
+        watch_interval: String,
+        /// The largest request body accepted, in bytes (413 beyond).
+        #[arg(long, default_value_t = 1024 * 1024)]
+        max_body_bytes: usize,
+        /// How many evaluations run at once.
+        #[arg(long, default_value_t = 256)]
+        max_concurrent: usize,
+        /// How many requests may wait for a slot (503 with Retry-After beyond).
+        #[arg(long, default_value_t = 1024)]
+        max_queued: usize,
+        /// How long one request may take, its body and its head included.
+        #[arg(long, default_value = "10s")]
+        request_deadline: String,
+        /// Log level: error, warn, info, debug or trace (logs go to standard error).
+        #[arg(long, default_value = "info")]
+        log_level: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -131,7 +174,7 @@ fn main() -> ExitCode {
         Command::Check { format, .. }
         | Command::Eval { format, .. }
         | Command::Replay { format, .. } => Some(*format),
-        Command::Test { .. } => None,
+        Command::Test { .. } | Command::Serve { .. } => None,
     };
     if format == Some(Format::Junit) {
         eprintln!("error: `--format junit` is for `portcullis test`; use human or json here");
@@ -161,6 +204,31 @@ fn main() -> ExitCode {
             fail_on_change,
             format,
         } => replay::run(&manifest, &log, fail_on_change, format),
+        Command::Serve {
+            manifest,
+            listen,
+            token_env,
+            tls_cert,
+            tls_key,
+            watch_interval,
+            max_body_bytes,
+            max_concurrent,
+            max_queued,
+            request_deadline,
+            log_level,
+        } => serve::run(serve::ServeArgs {
+            manifest,
+            listen,
+            token_env,
+            tls_cert,
+            tls_key,
+            watch_interval,
+            max_body_bytes,
+            max_concurrent,
+            max_queued,
+            request_deadline,
+            log_level,
+        }),
     };
     ExitCode::from(code)
 }

@@ -1,214 +1,24 @@
 //! One evaluation and its outcome as `eval` prints it; `portcullis eval`.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use portcullis::manifest::{CodeRegistry, Manifest};
-use portcullis::{
-    AuditRecord, EngineError, InputContext, InterceptionPoint, OutputContext, PolicyEngine,
-    PolicySet, ToolCallContext,
-};
+use portcullis::server::DecisionTap;
+use portcullis::{InterceptionPoint, PolicyEngine, PolicySet};
 use serde_json::Value;
 
 use crate::{Format, Point, render};
 
-/// The decisions audited during one evaluation: (policy id, decision name).
-#[derive(Clone, Default)]
-pub(crate) struct Taken(Arc<Mutex<Vec<(String, String)>>>);
-
-impl Taken {
-    fn take(&self) -> Vec<(String, String)> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
+/// The outcome document and the evaluation behind it are the decision service's: `eval`
+/// prints exactly what `POST /v1/evaluate/{point}` answers.
+pub(crate) use portcullis::server::{Context, Outcome, evaluate, parse_context};
 
 /// An engine whose audit records say which decisions a call took.
-pub(crate) fn engine(set: PolicySet) -> (PolicyEngine, Taken) {
-    let taken = Taken::default();
-    let sink = taken.clone();
-    let engine = PolicyEngine::builder()
+pub(crate) fn engine(set: PolicySet) -> PolicyEngine {
+    PolicyEngine::builder()
         .policy_set(set)
-        .on_audit(move |record: &AuditRecord<'_>| {
-            if let Ok(mut taken) = sink.0.lock() {
-                taken.push((
-                    record.policy_id.to_owned(),
-                    record.decision.as_str().to_owned(),
-                ));
-            }
-        })
-        .build();
-    (engine, taken)
-}
-
-/// What one evaluation came to.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Outcome {
-    /// `allowed`, `denied`, `error` or `approval_required`.
-    pub(crate) outcome: &'static str,
-    pub(crate) decisions: Vec<(String, String)>,
-    /// The forwarded context, when allowed.
-    pub(crate) context: Option<Value>,
-    /// (policy id, reason) when denied.
-    pub(crate) denial: Option<(String, Option<String>)>,
-    /// (policy id, message) on an evaluation error.
-    pub(crate) error: Option<(String, String)>,
-}
-
-impl Outcome {
-    /// The JSON `eval` prints, as a value.
-    pub(crate) fn to_json(&self) -> Value {
-        serde_json::from_str(&self.to_text(false)).unwrap_or(Value::Null)
-    }
-
-    /// The JSON text `eval` prints (keys in the documented order).
-    pub(crate) fn to_text(&self, pretty: bool) -> String {
-        #[derive(serde::Serialize)]
-        struct Decision<'a> {
-            policy_id: &'a str,
-            decision: &'a str,
-        }
-        #[derive(serde::Serialize)]
-        struct Denial<'a> {
-            policy_id: &'a str,
-            reason: Option<&'a str>,
-        }
-        #[derive(serde::Serialize)]
-        struct Failure<'a> {
-            policy_id: &'a str,
-            message: &'a str,
-        }
-        #[derive(serde::Serialize)]
-        struct Document<'a> {
-            outcome: &'a str,
-            decisions: Vec<Decision<'a>>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            context: Option<&'a Value>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            denial: Option<Denial<'a>>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            error: Option<Failure<'a>>,
-        }
-        let document = Document {
-            outcome: self.outcome,
-            decisions: self
-                .decisions
-                .iter()
-                .map(|(policy_id, decision)| Decision {
-                    policy_id,
-                    decision,
-                })
-                .collect(),
-            context: self.context.as_ref(),
-            denial: self.denial.as_ref().map(|(policy_id, reason)| Denial {
-                policy_id,
-                reason: reason.as_deref(),
-            }),
-            error: self
-                .error
-                .as_ref()
-                .map(|(policy_id, message)| Failure { policy_id, message }),
-        };
-        let text = if pretty {
-            serde_json::to_string_pretty(&document)
-        } else {
-            serde_json::to_string(&document)
-        };
-        text.unwrap_or_default()
-    }
-
-    /// The exit status of `eval`.
-    pub(crate) fn exit_code(&self) -> u8 {
-        match self.outcome {
-            "allowed" => 0,
-            "denied" => 2,
-            "error" => 3,
-            _ => 4,
-        }
-    }
-}
-
-/// Reads `value` as a context of `point`, or says why it is not one.
-pub(crate) fn parse_context(point: InterceptionPoint, value: Value) -> Result<Context, String> {
-    let read = match point {
-        InterceptionPoint::Input => serde_json::from_value(value).map(Context::Input),
-        InterceptionPoint::ToolCall => serde_json::from_value(value).map(Context::ToolCall),
-        InterceptionPoint::Output => serde_json::from_value(value).map(Context::Output),
-    };
-    read.map_err(|error| format!("not a valid {point} context: {error}"))
-}
-
-/// A context of any point.
-pub(crate) enum Context {
-    Input(InputContext),
-    ToolCall(ToolCallContext),
-    Output(OutputContext),
-}
-
-/// Evaluates `context` and says what came of it.
-pub(crate) async fn evaluate(engine: &PolicyEngine, taken: &Taken, context: &Context) -> Outcome {
-    let result = match context {
-        Context::Input(context) => engine
-            .evaluate_input(context)
-            .await
-            .map(|e| serde_json::to_value(e.context())),
-        Context::ToolCall(context) => engine
-            .evaluate_tool_call(context)
-            .await
-            .map(|e| serde_json::to_value(e.context())),
-        Context::Output(context) => engine
-            .evaluate_output(context)
-            .await
-            .map(|e| serde_json::to_value(e.context())),
-    };
-    let decisions = taken.take();
-    match result {
-        Ok(forwarded) => Outcome {
-            outcome: "allowed",
-            decisions,
-            context: Some(forwarded.unwrap_or(Value::Null)),
-            denial: None,
-            error: None,
-        },
-        Err(EngineError::Denied(denial)) => Outcome {
-            outcome: "denied",
-            decisions,
-            context: None,
-            denial: Some((
-                denial.policy_id().to_owned(),
-                denial.reason().map(str::to_owned),
-            )),
-            error: None,
-        },
-        Err(error) => {
-            let (policy_id, message) = match &error {
-                EngineError::Evaluation(failure) => {
-                    (failure.policy_id().to_owned(), error_chain(failure))
-                }
-                other => (String::new(), other.to_string()),
-            };
-            Outcome {
-                outcome: "error",
-                decisions,
-                context: None,
-                denial: None,
-                error: Some((policy_id, message)),
-            }
-        }
-    }
-}
-
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+        .on_audit(DecisionTap::new())
+        .build()
 }
 
 pub(crate) fn point(point: Point) -> InterceptionPoint {
@@ -271,8 +81,8 @@ pub(crate) fn run_eval(
             "warning: --grant has no effect: no policy of this engine asks for an approval yet"
         );
     }
-    let (engine, taken) = engine(loaded.into_policy_set());
-    let outcome = crate::runtime().block_on(evaluate(&engine, &taken, &context));
+    let engine = engine(loaded.into_policy_set());
+    let outcome = crate::runtime().block_on(evaluate(&engine, &context));
     println!("{}", outcome.to_text(format == Format::Human));
     outcome.exit_code()
 }

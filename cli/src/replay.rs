@@ -82,7 +82,7 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
             return 1;
         }
     };
-    let (engine, taken) = outcome::engine(loaded.into_policy_set());
+    let engine = outcome::engine(loaded.into_policy_set());
     let runtime = crate::runtime();
     let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
     let mut line = Vec::new();
@@ -108,7 +108,7 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
             }
         };
         totals.calls += 1;
-        let now = runtime.block_on(outcome::evaluate(&engine, &taken, &context));
+        let now = runtime.block_on(outcome::evaluate(&engine, &context));
         match difference(&recorded, &now) {
             None => totals.unchanged += 1,
             Some(what) => {

@@ -105,9 +105,9 @@ pub(crate) fn run(manifest: &Path, tests: &[PathBuf], format: Format) -> u8 {
                 return 1;
             }
         };
-        let (engine, taken) = outcome::engine(set);
+        let engine = outcome::engine(set);
         for case in cases {
-            let outcome = runtime.block_on(outcome::evaluate(&engine, &taken, &case.context));
+            let outcome = runtime.block_on(outcome::evaluate(&engine, &case.context));
             let failures = compare(&case.expect, &outcome);
             let _ = case.point;
             results.push(Ran {

@@ -7,6 +7,12 @@
 //!   - dsl: rules/input/           # a folder: every *.json in it, sorted by name
 //!   - rego: bundles/pii.tar.gz    # an OPA WebAssembly bundle; id: the file name without .tar.gz/.wasm
 //!     entrypoint: aps/input/decision
+//!   - rego: https://bundles.example.com/pii.tar.gz   # a bundle from any HTTP server or bucket,
+//!     id: pii-remote                # polled with If-None-Match (default id: the file name)
+//!     poll: 30s                     # how often (default 1m)
+//!     verify: release               # the key under `keys` that must have signed it (optional)
+//!     scope: write                  # the scope its signature must carry (optional)
+//!     bearer_token_env: BUNDLE_TOKEN  # a token for the bundle server (optional)
 //!   - rego_server: http://localhost:8181    # a policy server speaking the OPA REST API
 //!     package: portcullis/input
 //!     id: pii
@@ -23,11 +29,15 @@
 //!   - aps/policies.json
 //! settings:                       # per point: concurrent, monitor, policy_deadline, call_deadline;
 //!   input: { concurrent: true, call_deadline: 300ms }   # output also stream_batch, stream_checkpoint
-//! audit:
+//! audit:                         # where audit records go (any combination)
 //!   jsonl: logs/audit.jsonl       # one audit record per line
-//!   otlp: http://localhost:4318   # kept in the loaded manifest; the application wires the exporter
-//! sessions: { store: memory, ttl: 24h }   # read and checked; not applied yet (a warning says so)
-//! approvals: { timeout: 5m }              # read and checked; not applied yet (a warning says so)
+//!   otlp: http://localhost:4318   # spans over OTLP/HTTP to a collector (feature `otel`)
+//! sessions: { store: memory, ttl: 24h }   # or redis://host:port/db (feature `redis`);
+//!                                         # memory also takes `capacity: 100000`
+//! approvals: { timeout: 5m }              # how long an approval resolver is waited for
+//! keys:                           # keys that verify bundle signatures (OPA's .signatures.json)
+//!   release: { algorithm: RS256, file: keys/release.pub.pem }   # RS256 | ES256: PEM public key
+//!   shared: { algorithm: HS256, secret_env: BUNDLE_SECRET }     # HS256: secret from the environment
 //! ```
 //!
 //! Relative paths are relative to the manifest's folder. Values are never interpolated
@@ -43,8 +53,13 @@
 //! those tools and allows any other without evaluating. Their ids are
 //! `<file stem>#<index>`, the index counted from 0 in file order.
 //!
+//! [`LoadedManifest::into_engine_builder`] goes one step further: an engine builder with the
+//! set and everything else the manifest configures (the session store, the approval time-out,
+//! the audit sinks), each opened there; one that cannot be opened is an error with its place
+//! in the manifest. [`AuditExport`] flushes and shuts down the span export on exit.
+//!
 //! ```no_run
-//! use portcullis_engine::PolicyEngine;
+//! # async fn run() {
 //! use portcullis_manifest::{CodeRegistry, Manifest};
 //!
 //! let loaded = match Manifest::load("portcullis.yaml", &CodeRegistry::new()) {
@@ -56,26 +71,67 @@
 //!         std::process::exit(1);
 //!     }
 //! };
-//! let engine = PolicyEngine::builder().policy_set(loaded.into_policy_set()).build();
-//! # drop(engine);
+//! let export = loaded.audit_export();
+//! let engine = match loaded.into_engine_builder().await {
+//!     Ok(builder) => builder.build(),
+//!     Err(errors) => {
+//!         eprintln!("{errors}");
+//!         std::process::exit(1);
+//!     }
+//! };
+//! // ... evaluate ...
+//! drop(engine);
+//! if let Err(error) = export.shutdown().await {
+//!     eprintln!("{error}");
+//! }
+//! # }
 //! ```
+//!
+//! An application that builds its engine itself takes the set alone with
+//! [`LoadedManifest::into_policy_set`].
 //!
 //! [`ManifestWatcher`] reloads a manifest when one of its files changes and swaps the new set
 //! into a running engine; a reload that fails keeps the set in use.
 //!
+//! **Bundles from URLs** (feature `rego`). A `rego:` entry that is an `http://` or `https://`
+//! URL is fetched from any HTTP server or object store when the manifest loads, and kept with
+//! its `ETag`; [`ManifestWatcher`] asks the URL again every `poll` interval with
+//! `If-None-Match`. A `304` keeps the bundle in use; a new bundle is verified and opened before
+//! it replaces the old one, and a bundle that fails (an error status, garbage, a bad
+//! signature) is a failed reload that keeps the set in use.
+//!
+//! **Signed bundles**, in OPA's format: a `.signatures.json` file in the bundle,
+//! `{"signatures": ["<JWT>"]}`, whose token's payload lists every other file of the bundle,
+//! `{"files": [{"name": "data.json", "hash": "<hex>", "algorithm": "SHA-256"}, ..], "scope"?: ..}`.
+//! With `verify: <key>` a bundle is accepted only when the token's signature verifies with that
+//! key of `keys` (its `alg` must be the key's algorithm: RS256 or ES256 with a PEM public key or
+//! certificate `file`, HS256 with a secret from `secret_env`), its `scope` is the entry's
+//! `scope` (when one is set), its `files` are exactly the bundle's files but
+//! `.signatures.json`, and every file has its listed hash (SHA-256, SHA-384 or SHA-512; JSON
+//! files, `.manifest` included, hashed in canonical form: no whitespace, object keys sorted).
+//! A bundle without `.signatures.json` under `verify`, or with one and no `verify`, is refused.
+//!
 //! Backends beyond the JSON rules come with the features `rego`, `rego-rest` and `http`; a
-//! manifest naming one this build lacks gets a load error that names the feature.
+//! manifest naming one this build lacks gets a load error that names the feature. Sessions in
+//! Redis need the feature `redis`, span export the feature `otel`: without them the manifest
+//! loads with a warning and [`LoadedManifest::into_engine_builder`] refuses it.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod assemble;
 mod audit;
 mod build;
 mod diagnostic;
 mod duration;
 mod model;
+#[cfg(feature = "otel")]
+mod otlp;
+mod remote;
+mod signing;
 mod watch;
 pub mod yaml;
 
+pub use assemble::{AuditExport, AuditExportError};
 pub use audit::JsonlAuditLog;
 pub use build::{CodeRegistry, LoadedManifest, bundle_id};
 pub use diagnostic::{Diagnostic, ManifestErrors, Severity};
@@ -84,6 +140,7 @@ pub use model::{
     ApprovalSettings, AuditSettings, Include, Manifest, PointOptions, PolicyEntry, PolicySource,
     SessionSettings, SessionStore, Settings,
 };
+pub use signing::{BundleKey, KeySource, SigningAlgorithm};
 pub use watch::{ManifestWatcher, ManifestWatcherBuilder, ReloadOutcome, reload};
 pub use yaml::Position;
 

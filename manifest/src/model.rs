@@ -31,10 +31,12 @@ pub struct Manifest {
     pub settings: Settings,
     /// `audit`: where audit records go.
     pub audit: AuditSettings,
-    /// `sessions` (read and checked; the engine does not keep session state yet).
+    /// `sessions`: where the engine keeps per-session labels and counters.
     pub sessions: Option<SessionSettings>,
-    /// `approvals` (read and checked; the engine does not resolve approvals yet).
+    /// `approvals`: how the engine waits for approvals.
     pub approvals: Option<ApprovalSettings>,
+    /// `keys`: the keys that verify the signatures of bundles, by name.
+    pub keys: Vec<crate::BundleKey>,
 }
 
 impl Manifest {
@@ -87,6 +89,24 @@ pub enum PolicySource {
         path: PathBuf,
         /// `entrypoint`, when the bundle's decision entrypoint must be named.
         entrypoint: Option<String>,
+    },
+    /// `rego: <http(s) URL>`: an OPA WebAssembly bundle served by a bundle server or an object
+    /// store, polled with `If-None-Match` and replaced when a new one opens (and verifies).
+    RegoUrl {
+        /// The bundle's URL.
+        url: String,
+        /// `id`: the policy's id (default: the URL's file name without `.tar.gz`).
+        id: String,
+        /// `entrypoint`, when the bundle's decision entrypoint must be named.
+        entrypoint: Option<String>,
+        /// `poll`: how often the URL is asked for a new bundle (default: one minute).
+        poll: Duration,
+        /// `verify`: the name of the key (under `keys`) that must have signed the bundle.
+        verify: Option<String>,
+        /// `scope`: the scope the signature must carry.
+        scope: Option<String>,
+        /// `bearer_token_env`: the environment variable holding a token for the bundle server.
+        bearer_token_env: Option<String>,
     },
     /// `rego_server: <url>`: a policy server speaking the OPA REST API.
     RegoServer {
@@ -172,8 +192,13 @@ pub struct PointOptions {
 pub struct AuditSettings {
     /// `jsonl`: the file audit records are appended to, one per line.
     pub jsonl: Option<PathBuf>,
-    /// `otlp`: the OTLP/HTTP endpoint of a collector (kept; not exported by this crate).
+    /// Where `jsonl`'s value is in the manifest.
+    pub jsonl_position: Option<Position>,
+    /// `otlp`: the OTLP/HTTP endpoint of a collector (`http://host:4318`; spans are posted to
+    /// its `/v1/traces`).
     pub otlp: Option<String>,
+    /// Where `otlp`'s value is in the manifest.
+    pub otlp_position: Option<Position>,
 }
 
 /// The `sessions` section.
@@ -184,6 +209,11 @@ pub struct SessionSettings {
     pub store: SessionStore,
     /// `ttl`: how long a session's state is kept after its last update.
     pub ttl: Option<Duration>,
+    /// `capacity` (`memory` only): the most sessions kept; the one updated longest ago is
+    /// evicted to make room.
+    pub capacity: Option<usize>,
+    /// Where the `sessions` section is in the manifest (its `store` value when it has one).
+    pub position: Position,
 }
 
 /// Where session state is kept.
@@ -202,6 +232,8 @@ pub enum SessionStore {
 pub struct ApprovalSettings {
     /// `timeout`: how long an approval is waited for.
     pub timeout: Option<Duration>,
+    /// Where the `approvals` section is in the manifest.
+    pub position: Position,
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -214,6 +246,7 @@ const TOP_KEYS: &[&str] = &[
     "audit",
     "sessions",
     "approvals",
+    "keys",
 ];
 const KIND_KEYS: &[&str] = &["dsl", "rego", "rego_server", "http", "code"];
 const ENTRY_KEYS: &[&str] = &[
@@ -227,6 +260,9 @@ const ENTRY_KEYS: &[&str] = &[
     "id",
     "bearer_token_env",
     "timeout",
+    "poll",
+    "verify",
+    "scope",
     "monitor",
     "deadline",
 ];
@@ -423,6 +459,15 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
     let Some(fields) = reader.map(root, "the manifest", TOP_KEYS) else {
         return manifest;
     };
+    // The names under `keys`, wherever the section is: entries name them in `verify`.
+    let key_names: Vec<&str> = fields
+        .iter()
+        .filter(|(name, _, _)| *name == "keys")
+        .flat_map(|(_, _, value)| match &value.value {
+            NodeValue::Map(entries) => entries.iter().filter_map(|(key, _)| key.as_str()).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
     for (name, key, value) in fields {
         match name {
             "on_error" => match value.as_str() {
@@ -441,7 +486,7 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                     continue;
                 };
                 for item in items {
-                    if let Some(entry) = read_entry(&mut reader, &base, item, name) {
+                    if let Some(entry) = read_entry(&mut reader, &base, item, name, &key_names) {
                         manifest.entries_mut(point).push(entry);
                     }
                 }
@@ -483,11 +528,13 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                             manifest.audit.jsonl = reader
                                 .string(value, "`audit.jsonl`")
                                 .map(|file| base.join(file));
+                            manifest.audit.jsonl_position = Some(value.position);
                         }
                         _ => {
                             if let Some(url) = reader.string(value, "`audit.otlp`") {
                                 if url.starts_with("http://") || url.starts_with("https://") {
                                     manifest.audit.otlp = Some(url);
+                                    manifest.audit.otlp_position = Some(value.position);
                                 } else {
                                     let diagnostic = reader
                                         .error(value.position, "`audit.otlp` must be an http:// or https:// URL")
@@ -500,61 +547,92 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                 }
             }
             "sessions" => {
-                let diagnostic = Diagnostic::warning(
-                    path,
-                    Some(key.position),
-                    "`sessions` is read and checked but not applied yet: this engine keeps no session state",
-                );
-                reader.push(diagnostic);
-                let Some(fields) = reader.map(value, "`sessions`", &["store", "ttl"]) else {
+                let Some(fields) = reader.map(value, "`sessions`", &["store", "ttl", "capacity"])
+                else {
                     continue;
                 };
                 let mut sessions = SessionSettings {
                     store: SessionStore::Memory,
                     ttl: None,
+                    capacity: None,
+                    position: key.position,
                 };
                 let mut ok = true;
-                for (key, _, value) in fields {
-                    match key {
-                        "store" => match reader.string(value, "`sessions.store`") {
-                            Some(store) if store == "memory" => {}
-                            Some(store)
-                                if store.starts_with("redis://")
-                                    || store.starts_with("rediss://") =>
-                            {
-                                sessions.store = SessionStore::Redis(store);
+                let mut capacity_at = None;
+                for (field, field_key, value) in fields {
+                    match field {
+                        "store" => {
+                            sessions.position = value.position;
+                            match reader.string(value, "`sessions.store`") {
+                                Some(store) if store == "memory" => {}
+                                Some(store)
+                                    if store.starts_with("redis://")
+                                        || store.starts_with("rediss://") =>
+                                {
+                                    sessions.store = SessionStore::Redis(store);
+                                }
+                                Some(_) => {
+                                    let diagnostic = reader
+                                        .error(
+                                            value.position,
+                                            "`sessions.store` must be `memory` or a redis:// URL",
+                                        )
+                                        .with_help(
+                                            "for example `memory` or `redis://127.0.0.1:6379/0`",
+                                        );
+                                    reader.push(diagnostic);
+                                    ok = false;
+                                }
+                                None => ok = false,
                             }
-                            Some(_) => {
-                                let diagnostic = reader.error(
-                                    value.position,
-                                    "`sessions.store` must be `memory` or a redis:// URL",
-                                );
+                        }
+                        "ttl" => match reader.duration(value, "`sessions.ttl`") {
+                            Some(ttl) if ttl.is_zero() => {
+                                let diagnostic = reader
+                                    .error(value.position, "`sessions.ttl` must be longer than 0");
                                 reader.push(diagnostic);
                                 ok = false;
                             }
-                            None => ok = false,
-                        },
-                        _ => match reader.duration(value, "`sessions.ttl`") {
                             Some(ttl) => sessions.ttl = Some(ttl),
                             None => ok = false,
                         },
+                        _ => {
+                            capacity_at = Some(field_key.position);
+                            match reader.count(value, "`sessions.capacity`") {
+                                Some(0) => {
+                                    let diagnostic = reader.error(
+                                        value.position,
+                                        "`sessions.capacity` must be at least 1",
+                                    );
+                                    reader.push(diagnostic);
+                                    ok = false;
+                                }
+                                Some(capacity) => sessions.capacity = Some(capacity),
+                                None => ok = false,
+                            }
+                        }
                     }
+                }
+                if let (SessionStore::Redis(_), Some(at)) = (&sessions.store, capacity_at) {
+                    let diagnostic = reader
+                        .error(at, "`sessions.capacity` applies to the `memory` store only")
+                        .with_help("Redis bounds its memory itself (`maxmemory`); sessions expire after `ttl`");
+                    reader.push(diagnostic);
+                    ok = false;
                 }
                 if ok {
                     manifest.sessions = Some(sessions);
                 }
             }
+            "keys" => manifest.keys = crate::signing::read_keys(&mut reader, &base, value),
             "approvals" => {
-                let diagnostic = Diagnostic::warning(
-                    path,
-                    Some(key.position),
-                    "`approvals` is read and checked but not applied yet: this engine does not resolve approvals",
-                );
-                reader.push(diagnostic);
                 let Some(fields) = reader.map(value, "`approvals`", &["timeout"]) else {
                     continue;
                 };
-                let mut approvals = ApprovalSettings { timeout: None };
+                let mut approvals = ApprovalSettings {
+                    timeout: None,
+                    position: key.position,
+                };
                 for (_, _, value) in fields {
                     approvals.timeout = reader.duration(value, "`approvals.timeout`");
                 }
@@ -613,6 +691,7 @@ fn read_entry(
     base: &Path,
     node: &Node,
     point: &str,
+    manifest_keys: &[&str],
 ) -> Option<PolicyEntry> {
     let what = format!("a `{point}` entry");
     if let NodeValue::String(text) = &node.value {
@@ -655,7 +734,14 @@ fn read_entry(
     };
     // Which keys go with which kind.
     let allowed: &[&str] = match kind {
-        "rego" => &["entrypoint"],
+        "rego" => &[
+            "entrypoint",
+            "id",
+            "poll",
+            "verify",
+            "scope",
+            "bearer_token_env",
+        ],
         "rego_server" => &["package", "id"],
         "http" => &["id", "bearer_token_env", "timeout"],
         _ => &[],
@@ -674,6 +760,9 @@ fn read_entry(
     let mut id = None;
     let mut bearer_token_env = None;
     let mut timeout = None;
+    let mut poll = None;
+    let mut verify = None;
+    let mut scope = None;
     for (name, key, value) in &fields {
         match *name {
             "monitor" => entry.monitor = reader.boolean(value, "`monitor`").unwrap_or(false),
@@ -702,6 +791,17 @@ fn read_entry(
             "package" => package = reader.string(value, "`package`"),
             "id" => id = reader.string(value, "`id`"),
             "bearer_token_env" => bearer_token_env = reader.string(value, "`bearer_token_env`"),
+            "poll" => {
+                poll = reader
+                    .duration(value, "`poll`")
+                    .map(|poll| (poll, key.position))
+            }
+            "verify" => {
+                verify = reader
+                    .string(value, "`verify`")
+                    .map(|name| (name, value.position))
+            }
+            "scope" => scope = reader.string(value, "`scope`"),
             _ => timeout = reader.duration(value, "`timeout`"),
         }
     }
@@ -722,10 +822,62 @@ fn read_entry(
         "dsl" => PolicySource::Dsl {
             path: base.join(text),
         },
-        "rego" => PolicySource::Rego {
-            path: base.join(text),
-            entrypoint,
-        },
+        "rego" if text.starts_with("http://") || text.starts_with("https://") => {
+            let bundle_id = id.unwrap_or_else(|| crate::remote::url_bundle_id(&text));
+            if let Some((name, position)) = &verify
+                && !manifest_keys.contains(&name.as_str())
+            {
+                let help = closest(name, manifest_keys)
+                    .map(|suggestion| format!("did you mean `{suggestion}`?"))
+                    .unwrap_or_else(|| {
+                        "define the key under `keys` (before or after the points)".to_owned()
+                    });
+                let diagnostic = reader
+                    .error(
+                        *position,
+                        format!("`verify` names no key: `{name}` is not under `keys`"),
+                    )
+                    .with_help(help);
+                reader.push(diagnostic);
+                ok = false;
+            }
+            PolicySource::RegoUrl {
+                url: text,
+                id: bundle_id,
+                entrypoint,
+                poll: poll.map_or(crate::remote::DEFAULT_POLL, |(poll, _)| poll),
+                verify: verify.map(|(name, _)| name),
+                scope,
+                bearer_token_env,
+            }
+        }
+        "rego" => {
+            let url_only = [
+                ("id", id.is_some()),
+                ("poll", poll.is_some()),
+                ("verify", verify.is_some()),
+                ("scope", scope.is_some()),
+                ("bearer_token_env", bearer_token_env.is_some()),
+            ];
+            for (key, given) in url_only {
+                if given
+                    && let Some((_, key_node, _)) = fields.iter().find(|(name, _, _)| *name == key)
+                {
+                    let diagnostic = reader
+                        .error(
+                            key_node.position,
+                            format!("`{key}` applies to a bundle from a URL, not to a file"),
+                        )
+                        .with_help("`rego: https://...` fetches a bundle from a bundle server; a file takes only `entrypoint`");
+                    reader.push(diagnostic);
+                    ok = false;
+                }
+            }
+            PolicySource::Rego {
+                path: base.join(text),
+                entrypoint,
+            }
+        }
         "rego_server" => {
             let package = required(package, "package", reader);
             let id = required(id, "id", reader);

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use portcullis_engine::PolicyEngine;
 
@@ -34,6 +34,11 @@ impl ReloadOutcome {
 /// engine when one changes. A reload that fails keeps the set in use; every reload's outcome
 /// goes to a callback. Polling works the same everywhere, needs no thread per file, and
 /// notices a change within one interval.
+///
+/// Bundles from URLs (`rego: https://...`) are asked for every `poll` interval of their entry,
+/// with the `ETag` of the bundle in use in `If-None-Match`; a new bundle that verifies and opens
+/// reloads the manifest, one that does not (or an error of the server) is a failed reload that
+/// keeps the set in use.
 ///
 /// The watcher stops when dropped (or with [`stop`](ManifestWatcher::stop)).
 ///
@@ -120,14 +125,30 @@ impl ManifestWatcherBuilder {
             files.insert(0, self.path.clone());
         }
         let mut seen = stamps(&files);
+        let mut remotes = Remotes::of(&self.path);
         while !stop.load(Ordering::Acquire) {
-            std::thread::park_timeout(self.interval);
+            std::thread::park_timeout(remotes.wait(self.interval));
             if stop.load(Ordering::Acquire) {
                 break;
             }
             let now = stamps(&files);
             if now == seen {
-                continue;
+                match remotes.poll() {
+                    RemotePoll::Unchanged => continue,
+                    RemotePoll::Failed(errors) => {
+                        (self.on_reload)(&ReloadOutcome::Failed(errors));
+                        continue;
+                    }
+                    RemotePoll::Updated => {
+                        let (outcome, watched) =
+                            reload_files(&self.path, &self.registry, &self.engine);
+                        files = watched;
+                        seen = stamps(&files);
+                        remotes = remotes.renewed(&self.path);
+                        (self.on_reload)(&outcome);
+                        continue;
+                    }
+                }
             }
             // A file being written may be seen half-written (empty, even): reload once the
             // files have stayed the same for a moment.
@@ -139,6 +160,7 @@ impl ManifestWatcherBuilder {
             files = watched;
             // Stamps taken after the reload: a change made during it is seen next time.
             seen = stamps(&files);
+            remotes = remotes.renewed(&self.path);
             (self.on_reload)(&outcome);
         }
     }
@@ -240,4 +262,104 @@ fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
             Some((metadata.modified().ok()?, metadata.len()))
         })
         .collect()
+}
+
+/// The bundle URLs of the manifest, each with when it is asked next.
+struct Remotes {
+    manifest: Option<Manifest>,
+    due: Vec<(usize, Instant)>,
+}
+
+/// What polling the due bundle URLs came to.
+enum RemotePoll {
+    Unchanged,
+    Updated,
+    Failed(ManifestErrors),
+}
+
+impl Remotes {
+    /// The URL entries of the manifest at `path` (none when it cannot be read).
+    fn of(path: &Path) -> Remotes {
+        let manifest = Manifest::read(path).ok().map(|(manifest, _)| manifest);
+        let now = Instant::now();
+        let due = manifest
+            .as_ref()
+            .map(|manifest| {
+                url_entries(manifest)
+                    .enumerate()
+                    .map(|(index, (poll, _))| (index, now + poll))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Remotes { manifest, due }
+    }
+
+    /// The entries of a reloaded manifest; the times of URLs polled before are kept.
+    fn renewed(self, path: &Path) -> Remotes {
+        let mut renewed = Remotes::of(path);
+        if renewed.due.len() == self.due.len() {
+            renewed.due = self.due;
+        }
+        renewed
+    }
+
+    /// How long to sleep: the watch interval, or less when a URL is due sooner.
+    fn wait(&self, interval: Duration) -> Duration {
+        let now = Instant::now();
+        self.due
+            .iter()
+            .map(|(_, at)| at.saturating_duration_since(now))
+            .fold(interval, Duration::min)
+    }
+
+    /// Polls the URLs that are due.
+    #[allow(unused_mut, unused_variables)]
+    fn poll(&mut self) -> RemotePoll {
+        let Some(manifest) = &self.manifest else {
+            return RemotePoll::Unchanged;
+        };
+        let now = Instant::now();
+        let entries: Vec<_> = url_entries(manifest).collect();
+        let mut updated = false;
+        let mut errors = Vec::new();
+        for (index, at) in &mut self.due {
+            if *at > now {
+                continue;
+            }
+            let Some((poll, entry)) = entries.get(*index) else {
+                continue;
+            };
+            *at = now + *poll;
+            #[cfg(feature = "rego")]
+            match crate::remote::refresh(manifest, &entry.source) {
+                crate::remote::Refresh::Unchanged => {}
+                crate::remote::Refresh::Updated => updated = true,
+                crate::remote::Refresh::Failed(message) => errors.push(Diagnostic::error(
+                    &manifest.path,
+                    Some(entry.position),
+                    format!("{message}; the bundle in use stays"),
+                )),
+            }
+        }
+        if !errors.is_empty() {
+            RemotePoll::Failed(ManifestErrors::new(errors, Vec::new()))
+        } else if updated {
+            RemotePoll::Updated
+        } else {
+            RemotePoll::Unchanged
+        }
+    }
+}
+
+/// The `rego: <URL>` entries of a manifest, with their poll intervals.
+fn url_entries(manifest: &Manifest) -> impl Iterator<Item = (Duration, &crate::PolicyEntry)> {
+    manifest
+        .input
+        .iter()
+        .chain(&manifest.tool_call)
+        .chain(&manifest.output)
+        .filter_map(|entry| match &entry.source {
+            PolicySource::RegoUrl { poll, .. } => Some((*poll, entry)),
+            _ => None,
+        })
 }

@@ -106,6 +106,17 @@ pub use bundle::{DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT, RegoBundle};
 pub use error::{RegoError, RegoEvaluationError};
 pub use policy::{RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
 
+/// Whether the JSON Web Token `token` is signed by `key` with `algorithm`: `RS256` or `ES256`
+/// with a PEM public key, a PEM certificate or a JWK (set), `HS256` with the shared secret.
+/// The same checks as the `io.jwt.verify_*` builtins, for hosts that verify tokens themselves
+/// (the signatures of bundles). Only the signature is checked, no claim.
+///
+/// # Errors
+/// The algorithm is not one of those three, or the token or the key cannot be read.
+pub fn verify_jwt(token: &str, algorithm: &str, key: &str) -> Result<bool, String> {
+    builtins::jwt::verify_signature(token, algorithm, key)
+}
+
 const _: () = {
     const fn assert_send_sync<T: Send + Sync + 'static>() {}
     assert_send_sync::<RegoBundle>();

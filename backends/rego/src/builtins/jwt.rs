@@ -208,6 +208,26 @@ fn verify_public(args: &[Value], kind: KeyKind) -> Outcome {
     Ok(Value::Bool(verified))
 }
 
+/// Whether `token`'s signature verifies under `key` with `algorithm`: the checks of
+/// `io.jwt.verify_rs256`, `io.jwt.verify_es256` and `io.jwt.verify_hs256`, for hosts that
+/// verify tokens themselves (signed bundles). `Err` says why the token or the key cannot be
+/// read.
+pub(crate) fn verify_signature(token: &str, algorithm: &str, key: &str) -> Result<bool, String> {
+    let args = [Value::from(token), Value::from(key)];
+    let outcome = match algorithm {
+        "RS256" => verify_public(&args, KeyKind::Rsa),
+        "ES256" => verify_public(&args, KeyKind::P256),
+        "HS256" => verify::<Hmac<sha2::Sha256>>(&args),
+        other => return Err(format!("unsupported signing algorithm `{other}`")),
+    };
+    match outcome {
+        Ok(Value::Bool(verified)) => Ok(verified),
+        Ok(_) => Ok(false),
+        Err(BuiltinError::Failed(message) | BuiltinError::MemoryLimit(message)) => Err(message),
+        Err(other) => Err(format!("{other:?}")),
+    }
+}
+
 /// A token's three parts, undecoded.
 struct Parts<'a> {
     header: &'a str,

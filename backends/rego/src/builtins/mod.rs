@@ -22,7 +22,7 @@ mod crypto;
 mod encoding;
 mod globs;
 mod identifiers;
-mod jwt;
+pub(crate) mod jwt;
 mod net;
 mod numbers;
 mod sprintf;

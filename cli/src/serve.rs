@@ -1,0 +1,281 @@
+//! `portcullis serve`: the manifest's policy set as a decision service.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use portcullis::manifest::{
+    CodeRegistry, Manifest, ManifestWatcher, PolicySource, ReloadOutcome, parse_duration,
+};
+use portcullis::server::{DecisionService, Limits, ReloadStatus, ServeOptions, serve};
+
+use crate::render;
+
+/// What `serve` was asked for.
+pub(crate) struct ServeArgs {
+    pub(crate) manifest: PathBuf,
+    pub(crate) listen: String,
+    pub(crate) token_env: Option<String>,
+    pub(crate) tls_cert: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
+    pub(crate) watch_interval: String,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) max_concurrent: usize,
+    pub(crate) max_queued: usize,
+    pub(crate) request_deadline: String,
+    pub(crate) log_level: String,
+}
+
+fn fail(message: impl std::fmt::Display) -> u8 {
+    eprintln!("error: {message}");
+    1
+}
+
+pub(crate) fn run(args: ServeArgs) -> u8 {
+    let level = match args.log_level.parse::<tracing::Level>() {
+        Ok(level) => level,
+        Err(_) => return fail("`--log-level` is one of error, warn, info, debug, trace"),
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let Ok(listen) = args.listen.parse::<SocketAddr>() else {
+        return fail(format!(
+            "`--listen {}` is not an address such as 127.0.0.1:8080",
+            args.listen
+        ));
+    };
+    let durations = (
+        parse_duration(&args.watch_interval),
+        parse_duration(&args.request_deadline),
+    );
+    let (interval, deadline) = match durations {
+        (Ok(interval), Ok(deadline)) => (interval, deadline),
+        (Err(message), _) => return fail(format!("`--watch-interval`: {message}")),
+        (_, Err(message)) => return fail(format!("`--request-deadline`: {message}")),
+    };
+    let token = match &args.token_env {
+        Some(variable) => match std::env::var(variable) {
+            Ok(token) if !token.is_empty() => Some(token),
+            _ => {
+                return fail(format!(
+                    "the environment variable {variable} (`--token-env`) is not set"
+                ));
+            }
+        },
+        None => None,
+    };
+    let mut options = ServeOptions::new().header_read_timeout(deadline);
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => match portcullis::server::Tls::from_pem_files(cert, key) {
+            Ok(tls) => options = options.tls(tls),
+            Err(error) => return fail(error),
+        },
+        (None, None) => {}
+        _ => return fail("`--tls-cert` and `--tls-key` go together"),
+    }
+
+    let registry = CodeRegistry::new();
+    let manifest = match Manifest::read(&args.manifest) {
+        Ok((manifest, _)) => manifest,
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            return 1;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return fail(format!("cannot start the async runtime: {error}")),
+    };
+    let mut builder = DecisionService::builder().limits(
+        Limits::new()
+            .max_body_bytes(args.max_body_bytes)
+            .max_concurrent(args.max_concurrent)
+            .max_queued(args.max_queued)
+            .request_deadline(deadline)
+            .header_read_timeout(deadline),
+    );
+    if let Some(token) = token {
+        builder = builder.bearer_token(token);
+    }
+    // The engine the manifest describes (sessions, approvals, audit sinks), with the service's
+    // own audit handler among its sinks. A set whose bundles come from URLs may not load yet
+    // (the bundle server is down): the service then starts unready, answers 503, and loads the
+    // set when a poll succeeds.
+    let (service, files, export) = match Manifest::load(&args.manifest, &registry) {
+        Ok(loaded) => {
+            for warning in loaded.warnings() {
+                tracing::warn!("{warning}");
+            }
+            let files = loaded.files().to_vec();
+            let export = loaded.audit_export();
+            let engine = runtime.block_on(loaded.into_engine_builder_with_audit(builder.tap()));
+            match engine {
+                Ok(engine) => (
+                    builder.build_on(Arc::new(engine.build())),
+                    files,
+                    Some(export),
+                ),
+                Err(errors) => {
+                    render::print_load_errors(&errors);
+                    return 1;
+                }
+            }
+        }
+        Err(errors) if has_bundle_urls(&manifest) => {
+            // The engine is assembled from the rest of the manifest (sessions, audit sinks), so
+            // that nothing but the set changes when it loads; until then evaluations are 503.
+            let mut rest = manifest.clone();
+            for entries in [&mut rest.input, &mut rest.tool_call, &mut rest.output] {
+                entries.retain(|entry| !matches!(entry.source, PolicySource::RegoUrl { .. }));
+            }
+            let (engine, export) = match rest.build(&registry) {
+                Ok(loaded) => {
+                    let export = loaded.audit_export();
+                    let tap = builder.tap();
+                    (
+                        runtime.block_on(loaded.into_engine_builder_with_audit(tap)),
+                        Some(export),
+                    )
+                }
+                Err(rest_errors) => (Err(rest_errors), None),
+            };
+            let engine = match engine {
+                Ok(engine) => engine.build(),
+                Err(_) => {
+                    render::print_load_errors(&errors);
+                    return 1;
+                }
+            };
+            tracing::error!("serving 503 until the set loads: {errors}");
+            let service = builder.unloaded().build_on(Arc::new(engine));
+            service.record_reload(ReloadStatus::Failed(errors.to_string()));
+            (service, vec![args.manifest.clone()], export)
+        }
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            return 1;
+        }
+    };
+
+    let watcher = watch(&args.manifest, &service, registry.clone(), interval, files);
+    let served = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(listen).await?;
+        let scheme = if args.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        tracing::info!(
+            manifest = %args.manifest.display(),
+            "serving decisions on {scheme}://{}",
+            listener.local_addr()?
+        );
+        #[cfg(unix)]
+        spawn_hangup_reloads(args.manifest.clone(), registry, service.clone());
+        serve(listener, service.router(), options, stop_signal()).await
+    });
+    watcher.stop();
+    // The requests in flight have finished: post the spans still buffered.
+    if let Some(export) = export
+        && let Err(error) = runtime.block_on(export.shutdown())
+    {
+        tracing::warn!("the audit export could not post everything: {error}");
+    }
+    match served {
+        Ok(()) => {
+            tracing::info!("stopped");
+            0
+        }
+        Err(error) => fail(format!("cannot serve on {listen}: {error}")),
+    }
+}
+
+/// Whether the manifest names a bundle by URL.
+fn has_bundle_urls(manifest: &Manifest) -> bool {
+    manifest
+        .input
+        .iter()
+        .chain(&manifest.tool_call)
+        .chain(&manifest.output)
+        .any(|entry| matches!(entry.source, PolicySource::RegoUrl { .. }))
+}
+
+/// Reloads when a file of the set changes; a failed reload keeps the set in use.
+fn watch(
+    path: &Path,
+    service: &DecisionService,
+    registry: CodeRegistry,
+    interval: Duration,
+    files: Vec<PathBuf>,
+) -> ManifestWatcher {
+    let reported = service.clone();
+    ManifestWatcher::builder(path, Arc::clone(service.engine()))
+        .registry(registry)
+        .interval(interval)
+        .files(files)
+        .on_reload(move |outcome: &ReloadOutcome| report(&reported, outcome))
+        .spawn()
+}
+
+fn report(service: &DecisionService, outcome: &ReloadOutcome) {
+    match outcome {
+        ReloadOutcome::Reloaded { warnings } => {
+            tracing::info!(warnings = warnings.len(), "policy set reloaded");
+            service.record_reload(ReloadStatus::Reloaded);
+        }
+        ReloadOutcome::Failed(errors) => {
+            tracing::error!("reload failed, the set in use stays: {errors}");
+            service.record_reload(ReloadStatus::Failed(errors.to_string()));
+        }
+    }
+}
+
+/// `SIGHUP` reloads the manifest.
+#[cfg(unix)]
+fn spawn_hangup_reloads(path: PathBuf, registry: CodeRegistry, service: DecisionService) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: reload by changing the files");
+        return;
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading");
+            let (path, registry, engine) =
+                (path.clone(), registry.clone(), Arc::clone(service.engine()));
+            // On a plain thread: the loader may fetch bundles with a blocking client.
+            let (sender, receiver) = tokio::sync::oneshot::channel();
+            std::thread::spawn(move || {
+                let _ = sender.send(portcullis::manifest::reload(&path, &registry, &engine));
+            });
+            if let Ok(outcome) = receiver.await {
+                report(&service, &outcome);
+            }
+        }
+    });
+}
+
+/// Completes on `SIGTERM` or `SIGINT` (Ctrl-C).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: stopping"),
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    tracing::info!("interrupted: stopping");
+}

@@ -1,0 +1,383 @@
+//! `portcullis serve` as a process: the decision service on 127.0.0.1, reloads on file changes
+//! and on SIGHUP, a failed reload that keeps the set, and a graceful SIGTERM.
+
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "portcullis-serve-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("rules")).expect("a scratch folder");
+        Scratch(dir)
+    }
+
+    fn rule(&self, reason: &str) {
+        let rule = json!({
+            "condition": {"field": "messages.0.content", "contains": ["secret"]},
+            "action": "deny",
+            "reason": reason,
+        });
+        // Written whole, then renamed: the watcher never sees half a file.
+        let temporary = self.0.join("rule.tmp");
+        std::fs::write(&temporary, rule.to_string()).expect("written");
+        std::fs::rename(&temporary, self.0.join("rules/no_secret.json")).expect("renamed");
+    }
+
+    fn manifest(&self) -> PathBuf {
+        let path = self.0.join("portcullis.yaml");
+        std::fs::write(
+            &path,
+            "input:\n  - dsl: rules/no_secret.json\naudit: { jsonl: audit.jsonl }\n",
+        )
+        .expect("written");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `portcullis serve` and the address it listens on.
+struct Server {
+    child: Child,
+    addr: String,
+    log: mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(manifest: &Path, extra: &[&str]) -> Server {
+        Server::start_with(manifest, extra, &[])
+    }
+
+    fn start_with(manifest: &Path, extra: &[&str], variables: &[(&str, &str)]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .envs(variables.iter().copied())
+            .arg("serve")
+            .arg(manifest)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary runs");
+        let stderr = child.stderr.take();
+        let (sender, log) = mpsc::channel();
+        // From here the child is killed and waited for when the server is dropped, even when
+        // it never starts.
+        let mut server = Server {
+            child,
+            addr: String::new(),
+            log,
+        };
+        let stderr = stderr.expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let line = server
+                .log
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the service starts");
+            if let Some(at) = line.find("serving decisions on http://") {
+                server.addr = line[at + "serving decisions on http://".len()..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                return server;
+            }
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.pid()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    /// `method path` with `body`: the status and the body.
+    fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.addr).expect("a connection");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("a time-out");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).expect("sent");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("an answer");
+        let status = answer
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or(0);
+        let body = answer
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// The denial reason for a context holding "secret".
+    fn reason(&self) -> String {
+        let (status, body) = self.request("POST", "/v1/evaluate/input", &context("a secret"));
+        assert_eq!(status, 200, "{body}");
+        let outcome: Value = serde_json::from_str(&body).expect("JSON");
+        outcome["denial"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    fn wait_for_reason(&self, expected: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.reason() != expected {
+            assert!(Instant::now() < deadline, "the set was not reloaded");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn context(content: &str) -> String {
+    json!({
+        "messages": [{"role": "user", "content": content}],
+        "metadata": {"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"},
+    })
+    .to_string()
+}
+
+#[test]
+fn serves_the_same_outcome_as_eval_and_reloads_on_change() {
+    let scratch = Scratch::new("reload");
+    scratch.rule("v1");
+    let manifest = scratch.manifest();
+    let server = Server::start(&manifest, &["--watch-interval", "50ms"]);
+
+    let (status, body) = server.request("POST", "/v1/evaluate/input", &context("a secret"));
+    assert_eq!(status, 200);
+    let served: Value = serde_json::from_str(&body).expect("JSON");
+    // `eval` prints the same document.
+    let context_file = scratch.0.join("context.json");
+    std::fs::write(&context_file, context("a secret")).expect("written");
+    let eval = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("eval")
+        .arg(&manifest)
+        .args(["--point", "input", "--context"])
+        .arg(&context_file)
+        .output()
+        .expect("eval runs");
+    assert_eq!(eval.status.code(), Some(2));
+    let printed: Value = serde_json::from_slice(&eval.stdout).expect("JSON");
+    assert_eq!(served, printed);
+    assert_eq!(served["denial"]["reason"], "v1");
+
+    // A change of the rule file: reloaded.
+    scratch.rule("v2");
+    server.wait_for_reason("v2");
+
+    // A broken rule: the set in use stays, and /readyz says why.
+    std::fs::write(scratch.0.join("rules/no_secret.json"), "{ not json").expect("written");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = server.request("GET", "/readyz", "");
+        assert_eq!(status, 200, "{body}");
+        let ready: Value = serde_json::from_str(&body).expect("JSON");
+        if ready["last_reload"]["outcome"] == "failed" {
+            assert!(
+                ready["last_reload"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("no_secret.json"),
+                "{body}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failed reload: {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(server.reason(), "v2");
+    let (_, metrics) = server.request("GET", "/metrics", "");
+    assert!(
+        metrics.contains("portcullis_reloads_total{outcome=\"failed\"}"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn sighup_reloads_and_sigterm_stops_gracefully() {
+    let scratch = Scratch::new("signals");
+    scratch.rule("v1");
+    let manifest = scratch.manifest();
+    let mut server = Server::start(&manifest, &["--watch-interval", "1h"]);
+    assert_eq!(server.reason(), "v1");
+    scratch.rule("v2");
+    server.signal("HUP");
+    server.wait_for_reason("v2");
+
+    server.signal("TERM");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().expect("a status") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let log: Vec<String> = server.log.try_iter().collect();
+    assert!(log.iter().any(|line| line.contains("SIGTERM")), "{log:?}");
+    // The manifest's audit log has a record of every decision served.
+    let audit = std::fs::read_to_string(scratch.0.join("audit.jsonl")).expect("an audit log");
+    let records: Vec<Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON record"))
+        .collect();
+    assert!(records.len() >= 2, "{audit}");
+    assert!(
+        records
+            .iter()
+            .all(|record| record["policy_id"] == "no_secret" && record["decision"] == "deny"),
+        "{audit}"
+    );
+}
+
+#[test]
+fn a_bad_manifest_or_a_missing_token_is_exit_1() {
+    let scratch = Scratch::new("bad");
+    let manifest = scratch.0.join("portcullis.yaml");
+    std::fs::write(&manifest, "input:\n  - dsl: rules/missing.json\n").expect("written");
+    let output = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("serve")
+        .arg(&manifest)
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("missing.json"));
+
+    scratch.rule("v1");
+    let manifest = scratch.manifest();
+    let output = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("serve")
+        .arg(&manifest)
+        .args(["--token-env", "PORTCULLIS_SERVE_TEST_UNSET_TOKEN"])
+        .env_remove("PORTCULLIS_SERVE_TEST_UNSET_TOKEN")
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("PORTCULLIS_SERVE_TEST_UNSET_TOKEN"));
+}
+
+#[test]
+fn a_token_from_the_environment_guards_evaluations() {
+    let scratch = Scratch::new("token");
+    scratch.rule("v1");
+    let manifest = scratch.manifest();
+    let server = Server::start_with(
+        &manifest,
+        &["--token-env", "PORTCULLIS_SERVE_TEST_TOKEN"],
+        &[("PORTCULLIS_SERVE_TEST_TOKEN", "t0k3n")],
+    );
+    let (status, body) = server.request("POST", "/v1/evaluate/input", &context("hi"));
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(server.request("GET", "/healthz", "").0, 200);
+}
+
+/// Serves `bytes` to every request on `listener` (one request per connection).
+fn serve_bundle(listener: std::net::TcpListener, bytes: Vec<u8>) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("a stream"));
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nETag: \"1\"\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                bytes.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&bytes);
+        }
+    });
+}
+
+#[test]
+fn a_bundle_server_that_is_down_at_start_means_503_until_it_answers() {
+    let scratch = Scratch::new("bundle-url");
+    scratch.rule("v1");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("an address").port();
+    drop(listener);
+    let manifest = scratch.0.join("portcullis.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "input:\n  - dsl: rules/no_secret.json\n  - rego: http://127.0.0.1:{port}/no-ssn.tar.gz\n    poll: 100ms\n"
+        ),
+    )
+    .expect("written");
+    let server = Server::start(&manifest, &["--watch-interval", "50ms"]);
+    let (status, body) = server.request("POST", "/v1/evaluate/input", &context("hello"));
+    assert_eq!(status, 503, "{body}");
+    let (status, body) = server.request("GET", "/readyz", "");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("no-ssn.tar.gz"), "{body}");
+
+    // The bundle server comes up: the next poll loads the set.
+    let bundle = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/fixtures/rego-wasm/no-ssn-input.tar.gz");
+    let bytes = std::fs::read(&bundle).expect("the fixture bundle");
+    serve_bundle(
+        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port again"),
+        bytes,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.request("GET", "/readyz", "").0 != 200 {
+        assert!(Instant::now() < deadline, "the set never loaded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, body) = server.request("POST", "/v1/evaluate/input", &context("SSN 123-45-6789"));
+    assert_eq!(status, 200, "{body}");
+    let outcome: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(outcome["denial"]["policy_id"], "no-ssn", "{body}");
+}

@@ -1,0 +1,70 @@
+//! Portcullis as a network service: agents in any language, and fleets of agent processes,
+//! ask one place for decisions.
+//!
+//! [`DecisionService`] holds an engine and answers on an [axum](https://docs.rs/axum)
+//! [`Router`](axum::Router) that an application can serve with [`serve`] or nest in its own:
+//!
+//! - `POST /engine/evaluate`: the remote policy protocol, server side. The body is
+//!   `{"policy_id": "..", "interception_point": "input"|"tool_call"|"output", "context": {..}}`;
+//!   the answer (200) is the decision of the one policy with that id at that point of the
+//!   loaded set, such as `{"decision": "deny", "reason": ".."}`. Any client of that protocol
+//!   (the `http` backend, the TypeScript `HttpInputPolicy`) works against it unchanged.
+//! - `POST /v1/evaluate/{input|tool_call|output}`: the context through every policy of the
+//!   point, as the engine runs them; the answer is 200 with the [`Outcome`] document for every
+//!   outcome (a denial is an answer, not a failure):
+//!   `{"outcome": "allowed"|"denied"|"error"|"approval_required", "decisions": [{"policy_id",
+//!   "decision"}], "context": .., "denial": {"policy_id", "reason"}, "error": {"policy_id",
+//!   "message"}, "approval": {"id", "action_digest", "policy_ids", "reasons"}}`.
+//! - `GET /healthz`, `GET /readyz` (a set is loaded, and the last reload's outcome) and
+//!   `GET /metrics` (Prometheus text).
+//!
+//! Errors are `{"error": {"code": "..", "message": ".."}}`: 400 malformed JSON or an invalid
+//! context, 401 bearer token missing or wrong, 404 unknown policy id, point or route, 408 body
+//! not received in time, 413 body over the limit (1 MiB by default), 503 no set loaded,
+//! overloaded (with `Retry-After`) or over the request deadline. A policy that fails under
+//! `/engine/evaluate` is a 500 (the protocol's clients read any non-2xx as an evaluation
+//! error).
+//!
+//! ```no_run
+//! use portcullis_engine::{PolicyEngine, PolicySet};
+//! use portcullis_server::{DecisionService, Limits, ServeOptions, serve};
+//!
+//! # async fn run(set: PolicySet) -> std::io::Result<()> {
+//! let service = DecisionService::builder()
+//!     .bearer_token("s3cret")
+//!     .limits(Limits::new().max_concurrent(64))
+//!     .build(PolicyEngine::builder().policy_set(set));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! serve(listener, service.router(), ServeOptions::new(), async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await
+//! # }
+//! ```
+//!
+//! Reloading: swap a new set in with [`DecisionService::replace_policy_set`], or let a watcher
+//! swap it into [`DecisionService::engine`] and report with
+//! [`DecisionService::record_reload`]; evaluations under way finish on the set they started
+//! with. A failed reload keeps the set in use and shows in `/readyz` and `/metrics`.
+//!
+//! Every request gets an id (the caller's `x-request-id`, or a new one, answered in
+//! `x-request-id`) carried by a `tracing` span, so that log lines of one request can be found
+//! together.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod metrics;
+pub mod outcome;
+mod serve;
+mod service;
+#[cfg(feature = "tls")]
+mod tls;
+
+pub use outcome::{Approval, Context, DecisionTap, Outcome, evaluate, parse_context};
+pub use serve::{ServeOptions, serve};
+pub use service::{
+    DEFAULT_MAX_BODY_BYTES, DecisionService, DecisionServiceBuilder, Limits, ReloadStatus,
+};
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use tls::{Tls, TlsError};

@@ -1,0 +1,183 @@
+//! The service's counters and its latency histogram, written in the Prometheus text format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the evaluation latency histogram's buckets.
+const BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// The service's metrics. Counters are kept per label set; a label set seen once stays.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    /// (route, status) → requests.
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    /// (policy id, decision) → decisions.
+    decisions: Mutex<BTreeMap<(String, String), u64>>,
+    /// outcome → reloads.
+    reloads: Mutex<BTreeMap<&'static str, u64>>,
+    latency: Histogram,
+}
+
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    /// The sum, in nanoseconds.
+    sum_nanos: AtomicU64,
+}
+
+fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
+    let mut map = map
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *map.entry(key).or_insert(0) += 1;
+}
+
+impl Metrics {
+    pub(crate) fn request(&self, route: &str, status: u16) {
+        let mut map = self
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // No allocation for a label set already seen.
+        if let Some(count) = map.get_mut(&(route.to_owned(), status)) {
+            *count += 1;
+        } else {
+            map.insert((route.to_owned(), status), 1);
+        }
+    }
+
+    pub(crate) fn decision(&self, policy_id: &str, decision: &str) {
+        bump(&self.decisions, (policy_id.to_owned(), decision.to_owned()));
+    }
+
+    pub(crate) fn reload(&self, outcome: &'static str) {
+        bump(&self.reloads, outcome);
+    }
+
+    pub(crate) fn evaluation(&self, took: Duration) {
+        let seconds = took.as_secs_f64();
+        for (bound, bucket) in BUCKETS.iter().zip(&self.latency.buckets) {
+            if seconds <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency.count.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.latency.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The metrics in the Prometheus text exposition format (version 0.0.4).
+    pub(crate) fn render(&self, loaded: bool) -> String {
+        let mut out = String::new();
+        out.push_str(
+            "# HELP portcullis_http_requests_total HTTP requests answered, by route and status.\n",
+        );
+        out.push_str("# TYPE portcullis_http_requests_total counter\n");
+        for ((route, status), count) in lock(&self.requests).iter() {
+            let _ = writeln!(
+                out,
+                "portcullis_http_requests_total{{route=\"{}\",status=\"{status}\"}} {count}",
+                escape(route)
+            );
+        }
+        out.push_str(
+            "# HELP portcullis_decisions_total Policy decisions taken, by policy and decision.\n",
+        );
+        out.push_str("# TYPE portcullis_decisions_total counter\n");
+        for ((policy, decision), count) in lock(&self.decisions).iter() {
+            let _ = writeln!(
+                out,
+                "portcullis_decisions_total{{policy_id=\"{}\",decision=\"{}\"}} {count}",
+                escape(policy),
+                escape(decision)
+            );
+        }
+        out.push_str("# HELP portcullis_evaluation_duration_seconds Time to evaluate one request's policies.\n");
+        out.push_str("# TYPE portcullis_evaluation_duration_seconds histogram\n");
+        for (bound, bucket) in BUCKETS.iter().zip(&self.latency.buckets) {
+            let _ = writeln!(
+                out,
+                "portcullis_evaluation_duration_seconds_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
+        }
+        let count = self.latency.count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "portcullis_evaluation_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let sum = self.latency.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "portcullis_evaluation_duration_seconds_sum {sum}");
+        let _ = writeln!(out, "portcullis_evaluation_duration_seconds_count {count}");
+        out.push_str("# HELP portcullis_reloads_total Policy set reloads, by outcome.\n");
+        out.push_str("# TYPE portcullis_reloads_total counter\n");
+        for (outcome, count) in lock(&self.reloads).iter() {
+            let _ = writeln!(
+                out,
+                "portcullis_reloads_total{{outcome=\"{outcome}\"}} {count}"
+            );
+        }
+        out.push_str(
+            "# HELP portcullis_policy_set_loaded Whether a policy set is loaded (1) or not (0).\n",
+        );
+        out.push_str("# TYPE portcullis_policy_set_loaded gauge\n");
+        let _ = writeln!(out, "portcullis_policy_set_loaded {}", u8::from(loaded));
+        out
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_a_cumulative_histogram() {
+        let metrics = Metrics::default();
+        metrics.request("/v1/evaluate/{point}", 200);
+        metrics.request("/v1/evaluate/{point}", 200);
+        metrics.decision("a\"b", "deny");
+        metrics.evaluation(Duration::from_micros(300));
+        metrics.evaluation(Duration::from_secs(3));
+        metrics.reload("failed");
+        let text = metrics.render(true);
+        assert!(text.contains(
+            "portcullis_http_requests_total{route=\"/v1/evaluate/{point}\",status=\"200\"} 2\n"
+        ));
+        assert!(
+            text.contains("portcullis_decisions_total{policy_id=\"a\\\"b\",decision=\"deny\"} 1\n")
+        );
+        assert!(text.contains("portcullis_evaluation_duration_seconds_bucket{le=\"0.00025\"} 0\n"));
+        assert!(text.contains("portcullis_evaluation_duration_seconds_bucket{le=\"0.0005\"} 1\n"));
+        assert!(text.contains("portcullis_evaluation_duration_seconds_bucket{le=\"1\"} 1\n"));
+        assert!(text.contains("portcullis_evaluation_duration_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(text.contains("portcullis_evaluation_duration_seconds_count 2\n"));
+        assert!(text.contains("portcullis_reloads_total{outcome=\"failed\"} 1\n"));
+        assert!(text.contains("portcullis_policy_set_loaded 1\n"));
+    }
+}

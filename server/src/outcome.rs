@@ -1,0 +1,318 @@
+//! What one evaluation came to, as one JSON document: the answer of
+//! `POST /v1/evaluate/{point}` and what `portcullis eval` prints.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use portcullis_engine::{
+    AuditHandler, AuditRecord, EngineError, InputContext, InterceptionPoint, OutputContext,
+    PolicyEngine, ToolCallContext,
+};
+use serde_json::Value;
+
+tokio::task_local! {
+    /// The decisions audited by the evaluation running in this task.
+    static TAKEN: RefCell<Vec<(String, String)>>;
+}
+
+/// Called with every audit record (the service counts decisions with one).
+type Observer = Arc<dyn Fn(&AuditRecord<'_>) + Send + Sync>;
+
+/// An audit handler that notes which decisions an evaluation took, for [`evaluate`], and hands
+/// every record on to the handler it wraps (if any).
+///
+/// An engine whose outcomes are reported with [`evaluate`] must have this handler (built with
+/// [`DecisionTap::new`] or [`DecisionTap::wrapping`] its own). Records are noted per task, so
+/// concurrent evaluations on one engine never see each other's decisions.
+#[derive(Clone, Default)]
+pub struct DecisionTap {
+    inner: Option<Arc<dyn AuditHandler>>,
+    observer: Option<Observer>,
+}
+
+impl std::fmt::Debug for DecisionTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionTap")
+            .field("inner", &self.inner.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecisionTap {
+    /// A tap that only notes decisions.
+    pub fn new() -> Self {
+        DecisionTap::default()
+    }
+
+    /// A tap that notes decisions and hands every record to `handler` (an audit log, an
+    /// exporter).
+    pub fn wrapping(handler: impl AuditHandler) -> Self {
+        DecisionTap {
+            inner: Some(Arc::new(handler)),
+            observer: None,
+        }
+    }
+
+    /// A tap that hands every record to a shared `handler` too.
+    pub fn wrapping_shared(handler: Arc<dyn AuditHandler>) -> Self {
+        DecisionTap {
+            inner: Some(handler),
+            observer: None,
+        }
+    }
+
+    /// Also calls `observer` with every record (the service counts decisions this way).
+    pub fn observed(mut self, observer: impl Fn(&AuditRecord<'_>) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+}
+
+impl AuditHandler for DecisionTap {
+    fn handle(&self, record: &AuditRecord<'_>) {
+        let _ = TAKEN.try_with(|taken| {
+            taken.borrow_mut().push((
+                record.policy_id.to_owned(),
+                record.decision.as_str().to_owned(),
+            ));
+        });
+        if let Some(observer) = &self.observer {
+            observer(record);
+        }
+        if let Some(inner) = &self.inner {
+            inner.handle(record);
+        }
+    }
+}
+
+/// An escalation no one approved yet: what a person needs to approve it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    /// The request's id.
+    pub id: String,
+    /// The digest a grant must name.
+    pub action_digest: String,
+    /// The policies that escalated.
+    pub policy_ids: Vec<String>,
+    /// Their reasons.
+    pub reasons: Vec<String>,
+}
+
+/// What one evaluation came to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// `allowed`, `denied`, `error` or `approval_required`.
+    pub outcome: &'static str,
+    /// The decisions taken, in order: (policy id, decision name).
+    pub decisions: Vec<(String, String)>,
+    /// The context to forward, when allowed.
+    pub context: Option<Value>,
+    /// (policy id, reason) when denied.
+    pub denial: Option<(String, Option<String>)>,
+    /// (policy id, message) on an evaluation error.
+    pub error: Option<(String, String)>,
+    /// The request to approve, when an approval is required.
+    pub approval: Option<Approval>,
+}
+
+impl Outcome {
+    /// The outcome as a JSON value.
+    pub fn to_json(&self) -> Value {
+        serde_json::from_str(&self.to_text(false)).unwrap_or(Value::Null)
+    }
+
+    /// The outcome as JSON text, keys in the documented order:
+    /// `{"outcome", "decisions": [{"policy_id", "decision"}], "context", "denial": {"policy_id",
+    /// "reason"}, "error": {"policy_id", "message"}, "approval": {"id", "action_digest",
+    /// "policy_ids", "reasons"}}`, the last four only when they apply.
+    pub fn to_text(&self, pretty: bool) -> String {
+        #[derive(serde::Serialize)]
+        struct Decision<'a> {
+            policy_id: &'a str,
+            decision: &'a str,
+        }
+        #[derive(serde::Serialize)]
+        struct Denial<'a> {
+            policy_id: &'a str,
+            reason: Option<&'a str>,
+        }
+        #[derive(serde::Serialize)]
+        struct Failure<'a> {
+            policy_id: &'a str,
+            message: &'a str,
+        }
+        #[derive(serde::Serialize)]
+        struct Pending<'a> {
+            id: &'a str,
+            action_digest: &'a str,
+            policy_ids: &'a [String],
+            reasons: &'a [String],
+        }
+        #[derive(serde::Serialize)]
+        struct Document<'a> {
+            outcome: &'a str,
+            decisions: Vec<Decision<'a>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            context: Option<&'a Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            denial: Option<Denial<'a>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<Failure<'a>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            approval: Option<Pending<'a>>,
+        }
+        let document = Document {
+            outcome: self.outcome,
+            decisions: self
+                .decisions
+                .iter()
+                .map(|(policy_id, decision)| Decision {
+                    policy_id,
+                    decision,
+                })
+                .collect(),
+            context: self.context.as_ref(),
+            denial: self.denial.as_ref().map(|(policy_id, reason)| Denial {
+                policy_id,
+                reason: reason.as_deref(),
+            }),
+            error: self
+                .error
+                .as_ref()
+                .map(|(policy_id, message)| Failure { policy_id, message }),
+            approval: self.approval.as_ref().map(|approval| Pending {
+                id: &approval.id,
+                action_digest: &approval.action_digest,
+                policy_ids: &approval.policy_ids,
+                reasons: &approval.reasons,
+            }),
+        };
+        let text = if pretty {
+            serde_json::to_string_pretty(&document)
+        } else {
+            serde_json::to_string(&document)
+        };
+        text.unwrap_or_default()
+    }
+
+    /// The exit status of `portcullis eval` for this outcome: 0 allowed, 2 denied, 3 error,
+    /// 4 approval required.
+    pub fn exit_code(&self) -> u8 {
+        match self.outcome {
+            "allowed" => 0,
+            "denied" => 2,
+            "error" => 3,
+            _ => 4,
+        }
+    }
+}
+
+/// A context of any point.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Context {
+    /// An input context.
+    Input(InputContext),
+    /// A tool-call context.
+    ToolCall(ToolCallContext),
+    /// An output context.
+    Output(OutputContext),
+}
+
+impl Context {
+    /// The context's point.
+    pub fn point(&self) -> InterceptionPoint {
+        match self {
+            Context::Input(_) => InterceptionPoint::Input,
+            Context::ToolCall(_) => InterceptionPoint::ToolCall,
+            Context::Output(_) => InterceptionPoint::Output,
+        }
+    }
+}
+
+/// Reads `value` as a context of `point`, or says why it is not one.
+pub fn parse_context(point: InterceptionPoint, value: Value) -> Result<Context, String> {
+    let read = match point {
+        InterceptionPoint::Input => serde_json::from_value(value).map(Context::Input),
+        InterceptionPoint::ToolCall => serde_json::from_value(value).map(Context::ToolCall),
+        InterceptionPoint::Output => serde_json::from_value(value).map(Context::Output),
+    };
+    read.map_err(|error| format!("not a valid {point} context: {error}"))
+}
+
+/// Evaluates `context` on `engine` and says what came of it. The engine's audit handler must
+/// be a [`DecisionTap`] for the outcome to list the decisions taken.
+pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
+    let (result, decisions) = TAKEN
+        .scope(RefCell::new(Vec::new()), async {
+            let result = match context {
+                Context::Input(context) => engine
+                    .evaluate_input(context)
+                    .await
+                    .map(|e| serde_json::to_value(e.context())),
+                Context::ToolCall(context) => engine
+                    .evaluate_tool_call(context)
+                    .await
+                    .map(|e| serde_json::to_value(e.context())),
+                Context::Output(context) => engine
+                    .evaluate_output(context)
+                    .await
+                    .map(|e| serde_json::to_value(e.context())),
+            };
+            let decisions = TAKEN.with(|taken| std::mem::take(&mut *taken.borrow_mut()));
+            (result, decisions)
+        })
+        .await;
+    let mut outcome = Outcome {
+        outcome: "allowed",
+        decisions,
+        context: None,
+        denial: None,
+        error: None,
+        approval: None,
+    };
+    match result {
+        Ok(forwarded) => outcome.context = Some(forwarded.unwrap_or(Value::Null)),
+        Err(EngineError::Denied(denial)) => {
+            outcome.outcome = "denied";
+            outcome.denial = Some((
+                denial.policy_id().to_owned(),
+                denial.reason().map(str::to_owned),
+            ));
+        }
+        Err(EngineError::ApprovalRequired(request)) => {
+            outcome.outcome = "approval_required";
+            outcome.approval = Some(Approval {
+                id: request.id.clone(),
+                action_digest: request.action_digest.clone(),
+                policy_ids: request.policy_ids.clone(),
+                reasons: request.reasons.clone(),
+            });
+        }
+        Err(error) => {
+            outcome.outcome = "error";
+            let (policy_id, message) = match &error {
+                EngineError::Evaluation(failure) => {
+                    (failure.policy_id().to_owned(), error_chain(failure))
+                }
+                other => (other.policy_id().to_owned(), other.to_string()),
+            };
+            outcome.error = Some((policy_id, message));
+        }
+    }
+    outcome
+}
+
+/// The error's message followed by those of its causes (each once).
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

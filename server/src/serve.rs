@@ -1,0 +1,152 @@
+//! Serving the router on a listener: HTTP/1.1 with keep-alive, a limit on how long a request's
+//! head may take, optional TLS, and a graceful stop.
+
+use std::future::Future;
+use std::io;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+
+/// How [`serve`] runs connections.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct ServeOptions {
+    /// How long a client may take to send a request's head; a connection that takes longer
+    /// is closed. Default: 10 s.
+    pub header_read_timeout: Option<Duration>,
+    /// How long a graceful stop waits for requests in flight before it closes their
+    /// connections. Default: 30 s.
+    pub drain_timeout: Option<Duration>,
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::Tls>,
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct("ServeOptions");
+        debug
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("drain_timeout", &self.drain_timeout);
+        #[cfg(feature = "tls")]
+        debug.field("tls", &self.tls.is_some());
+        debug.finish()
+    }
+}
+
+impl ServeOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        ServeOptions::default()
+    }
+
+    /// Sets [`header_read_timeout`](ServeOptions::header_read_timeout).
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = Some(timeout);
+        self
+    }
+
+    /// Sets [`drain_timeout`](ServeOptions::drain_timeout).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = Some(timeout);
+        self
+    }
+
+    /// Serves HTTPS with this certificate and key.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls(mut self, tls: crate::tls::Tls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes; then stops accepting, lets the
+/// requests in flight finish (up to the drain time-out) and returns.
+///
+/// A connection whose request head does not arrive within the header time-out is closed, so
+/// clients that never finish a request cannot pile up. An error accepting one connection is
+/// logged and the server goes on.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let header_timeout = options
+        .header_read_timeout
+        .unwrap_or(Duration::from_secs(10));
+    let drain = options.drain_timeout.unwrap_or(Duration::from_secs(30));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of descriptors, a connection reset before it was accepted: go on.
+                tracing::warn!(%error, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let watcher = graceful.watcher();
+        #[cfg(feature = "tls")]
+        let tls = options.tls.clone();
+        tokio::spawn(async move {
+            #[cfg(feature = "tls")]
+            if let Some(tls) = tls {
+                let handshake =
+                    tokio::time::timeout(header_timeout, tls.acceptor().accept(stream)).await;
+                match handshake {
+                    Ok(Ok(stream)) => {
+                        connection(stream, router, header_timeout, watcher).await;
+                    }
+                    Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                }
+                return;
+            }
+            let _ = peer;
+            connection(stream, router, header_timeout, watcher).await;
+        });
+    }
+    drop(listener);
+    tracing::info!("stopped accepting; finishing the requests in flight");
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still in flight after the drain time-out were cut off");
+    }
+    Ok(())
+}
+
+async fn connection<I>(
+    io: I,
+    router: Router,
+    header_timeout: Duration,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(true);
+    let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
+    if let Err(error) = watcher.watch(connection).await {
+        tracing::debug!(%error, "connection ended with an error");
+    }
+}

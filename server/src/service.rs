@@ -1,0 +1,842 @@
+//! The decision service: its state, its routes and what guards them.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{MatchedPath, Path, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, StatusCode};
+use http_body_util::BodyExt;
+use portcullis_engine::{
+    AuditHandler, AuditRecord, InterceptionPoint, PolicyDecision, PolicyEngine,
+    PolicyEngineBuilder, PolicySet,
+};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use tracing::Instrument;
+
+use crate::metrics::Metrics;
+use crate::outcome::{self, Context, DecisionTap};
+
+/// The default cap on a request body: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Limits that protect the service: body size, concurrency, waiting and time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// The largest request body accepted (413 beyond it). Default: 1 MiB.
+    pub max_body_bytes: usize,
+    /// How many evaluations run at once. Default: 256.
+    pub max_concurrent: usize,
+    /// How many evaluation requests may wait for a slot; one more is refused at once with
+    /// 503 and `Retry-After`. Default: 1024.
+    pub max_queued: usize,
+    /// How long a request waits for a slot before it is refused (503, `Retry-After`).
+    /// Default: 1 s.
+    pub queue_timeout: Duration,
+    /// How long one request may take, body reading included: a body not received in time
+    /// is answered 408, an evaluation not finished in time 503. Default: 10 s.
+    pub request_deadline: Duration,
+    /// How long a client may take to send a request's head (the server closes a connection
+    /// that takes longer: a client that never finishes its request cannot hold it).
+    /// Default: 10 s.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_concurrent: 256,
+            max_queued: 1024,
+            queue_timeout: Duration::from_secs(1),
+            request_deadline: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Limits {
+    /// The default limits.
+    pub fn new() -> Self {
+        Limits::default()
+    }
+
+    /// Sets [`max_body_bytes`](Limits::max_body_bytes).
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// Sets [`max_concurrent`](Limits::max_concurrent) (at least 1).
+    pub fn max_concurrent(mut self, requests: usize) -> Self {
+        self.max_concurrent = requests.max(1);
+        self
+    }
+
+    /// Sets [`max_queued`](Limits::max_queued).
+    pub fn max_queued(mut self, requests: usize) -> Self {
+        self.max_queued = requests;
+        self
+    }
+
+    /// Sets [`queue_timeout`](Limits::queue_timeout).
+    pub fn queue_timeout(mut self, timeout: Duration) -> Self {
+        self.queue_timeout = timeout;
+        self
+    }
+
+    /// Sets [`request_deadline`](Limits::request_deadline).
+    pub fn request_deadline(mut self, deadline: Duration) -> Self {
+        self.request_deadline = deadline;
+        self
+    }
+
+    /// Sets [`header_read_timeout`](Limits::header_read_timeout).
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+}
+
+/// How the last reload went, as `/readyz` and `/metrics` report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadStatus {
+    /// The new set is in use.
+    Reloaded,
+    /// The reload failed and the set in use (if any) stays; why.
+    Failed(String),
+}
+
+#[derive(Debug, Clone)]
+struct LastReload {
+    status: ReloadStatus,
+    at: SystemTime,
+}
+
+/// Builds a [`DecisionService`].
+#[must_use]
+#[derive(Default)]
+pub struct DecisionServiceBuilder {
+    metrics: Arc<Metrics>,
+    audit: Option<Arc<dyn AuditHandler>>,
+    token: Option<String>,
+    limits: Limits,
+    unloaded: bool,
+}
+
+impl std::fmt::Debug for DecisionServiceBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionServiceBuilder")
+            .field("audit", &self.audit.is_some())
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("limits", &self.limits)
+            .field("unloaded", &self.unloaded)
+            .finish()
+    }
+}
+
+impl DecisionServiceBuilder {
+    /// Where audit records go besides the service's own counting (an audit log, an exporter).
+    pub fn audit(mut self, handler: impl AuditHandler) -> Self {
+        self.audit = Some(Arc::new(handler));
+        self
+    }
+
+    /// Where audit records go, shared with other owners.
+    pub fn shared_audit(mut self, handler: Arc<dyn AuditHandler>) -> Self {
+        self.audit = Some(handler);
+        self
+    }
+
+    /// Requires `Authorization: Bearer <token>` on the evaluation routes (401 otherwise).
+    /// `/healthz`, `/readyz` and `/metrics` stay open, for probes and scrapers.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// The service's limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Starts with no policy set loaded: evaluations are answered 503 and `/readyz` says not
+    /// ready until [`DecisionService::replace_policy_set`] installs one.
+    pub fn unloaded(mut self) -> Self {
+        self.unloaded = true;
+        self
+    }
+
+    /// The audit handler the service's engine must have: it notes the decisions of each
+    /// evaluation (for its outcome) and counts them (for `/metrics`). [`build`](Self::build)
+    /// installs it; an engine assembled elsewhere (whose audit handler is set by its own
+    /// builder) takes it there, and the service is then made with
+    /// [`build_on`](Self::build_on).
+    pub fn tap(&self) -> DecisionTap {
+        let counted = Arc::clone(&self.metrics);
+        let tap = match &self.audit {
+            Some(handler) => DecisionTap::wrapping_shared(Arc::clone(handler)),
+            None => DecisionTap::new(),
+        };
+        tap.observed(move |record: &AuditRecord<'_>| {
+            counted.decision(record.policy_id, record.decision.as_str());
+        })
+    }
+
+    /// The service, on the engine `engine` builds: the service sets the engine's audit
+    /// handler ([`tap`](Self::tap), which hands every record on to
+    /// [`audit`](Self::audit)'s).
+    pub fn build(self, engine: PolicyEngineBuilder) -> DecisionService {
+        let engine = Arc::new(engine.on_audit(self.tap()).build());
+        self.build_on(engine)
+    }
+
+    /// The service, on an engine built elsewhere whose audit handler includes
+    /// [`tap`](Self::tap) (without it, outcomes list no decisions and `/metrics` counts none).
+    pub fn build_on(self, engine: Arc<PolicyEngine>) -> DecisionService {
+        let limits = self.limits;
+        DecisionService {
+            shared: Arc::new(Shared {
+                engine,
+                loaded: AtomicBool::new(!self.unloaded),
+                last_reload: Mutex::new(None),
+                metrics: self.metrics,
+                token: self.token,
+                slots: Semaphore::new(limits.max_concurrent),
+                waiting: AtomicUsize::new(0),
+                limits,
+                next_request: AtomicU64::new(1),
+                instance: instance_tag(),
+            }),
+        }
+    }
+}
+
+/// A short tag that keeps request ids of processes started apart.
+fn instance_tag() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|since| since.subsec_nanos() ^ (since.as_secs() as u32))
+        .unwrap_or(0);
+    format!("{:08x}", nanos ^ std::process::id().rotate_left(16))
+}
+
+struct Shared {
+    engine: Arc<PolicyEngine>,
+    loaded: AtomicBool,
+    last_reload: Mutex<Option<LastReload>>,
+    metrics: Arc<Metrics>,
+    token: Option<String>,
+    limits: Limits,
+    slots: Semaphore,
+    waiting: AtomicUsize,
+    next_request: AtomicU64,
+    instance: String,
+}
+
+/// Portcullis as a network service: an engine, the routes that evaluate on it, and what
+/// guards them. Cheap to clone (clones share everything).
+///
+/// Routes ([`router`](DecisionService::router)):
+///
+/// | route | answers |
+/// |---|---|
+/// | `POST /engine/evaluate` | the remote policy protocol, server side: `{"policy_id", "interception_point", "context"}` → the decision of that one policy of the loaded set |
+/// | `POST /v1/evaluate/{input\|tool_call\|output}` | the context through the whole point: 200 with the [`Outcome`](crate::Outcome) JSON, for every outcome |
+/// | `GET /healthz` | 200 while the process runs |
+/// | `GET /readyz` | 200 when a policy set is loaded (503 otherwise), with the last reload's status |
+/// | `GET /metrics` | Prometheus text: requests by route and status, decisions by policy and decision, evaluation latency, reloads by outcome |
+///
+/// Errors are `{"error": {"code": "..", "message": ".."}}` with 400 (malformed JSON, an
+/// invalid context), 401 (bearer token missing or wrong), 404 (unknown policy id, point or
+/// route), 405, 408 (body not received within the deadline), 413 (body over the limit), 500
+/// (`/engine/evaluate`: the policy failed), 503 (no set loaded, overloaded: with
+/// `Retry-After`, or the deadline passed).
+#[derive(Clone)]
+pub struct DecisionService {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for DecisionService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionService")
+            .field("engine", &self.shared.engine)
+            .field("loaded", &self.is_loaded())
+            .field("limits", &self.shared.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecisionService {
+    /// A builder.
+    pub fn builder() -> DecisionServiceBuilder {
+        DecisionServiceBuilder::default()
+    }
+
+    /// The engine evaluations run on (to hand to a watcher that swaps reloaded sets in).
+    pub fn engine(&self) -> &Arc<PolicyEngine> {
+        &self.shared.engine
+    }
+
+    /// The service's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    /// Whether a policy set is loaded.
+    pub fn is_loaded(&self) -> bool {
+        self.shared.loaded.load(Ordering::Acquire)
+    }
+
+    /// Installs a new policy set (evaluations under way finish on theirs) and records a
+    /// successful reload.
+    pub fn replace_policy_set(&self, set: PolicySet) {
+        self.shared.engine.replace_policy_set(set);
+        self.record_reload(ReloadStatus::Reloaded);
+    }
+
+    /// Records how a reload went (for `/readyz` and `/metrics`); a successful one also marks
+    /// the set loaded (for reloads that swapped the set into [`engine`](Self::engine)
+    /// themselves).
+    pub fn record_reload(&self, status: ReloadStatus) {
+        let outcome = match &status {
+            ReloadStatus::Reloaded => {
+                self.shared.loaded.store(true, Ordering::Release);
+                "reloaded"
+            }
+            ReloadStatus::Failed(_) => "failed",
+        };
+        self.shared.metrics.reload(outcome);
+        *self
+            .shared
+            .last_reload
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(LastReload {
+            status,
+            at: SystemTime::now(),
+        });
+    }
+
+    /// The service's routes, to serve with [`serve`](crate::serve) or to nest in an
+    /// application's own router.
+    pub fn router(&self) -> Router {
+        let shared = Arc::clone(&self.shared);
+        Router::new()
+            .route("/engine/evaluate", post(engine_evaluate))
+            .route("/v1/evaluate/{point}", post(evaluate_point))
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics))
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(middleware::from_fn_with_state(Arc::clone(&shared), observe))
+            .with_state(shared)
+    }
+}
+
+/// An error answer: `{"error": {"code", "message"}}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let mut response = (self.status, json_body(&body)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+fn json_body(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn json_response(status: StatusCode, text: String) -> Response {
+    let mut response = (status, text).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The request's id: the caller's `x-request-id` when it is a sensible one, else a new one.
+fn request_id(shared: &Shared, headers: &HeaderMap) -> String {
+    if let Some(given) = headers.get("x-request-id").and_then(|v| v.to_str().ok())
+        && !given.is_empty()
+        && given.len() <= 128
+        && given.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return given.to_owned();
+    }
+    let number = shared.next_request.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{number}", shared.instance)
+}
+
+/// Around every request: its id (answered in `x-request-id`), a span carrying it, a log line
+/// and the request counter.
+async fn observe(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let id = request_id(&shared, request.headers());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |path| path.as_str())
+        .to_owned();
+    let method = request.method().clone();
+    let span = tracing::info_span!("request", request_id = %id, %method, route = %route);
+    let started = Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let status = response.status().as_u16();
+    shared.metrics.request(&route, status);
+    span.in_scope(|| {
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        if status >= 500 {
+            tracing::warn!(status, micros, "answered");
+        } else {
+            tracing::info!(status, micros, "answered");
+        }
+    });
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    response
+}
+
+/// Checks the bearer token, when one is configured.
+fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = &shared.token else {
+        return Ok(());
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            let (scheme, rest) = value.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        });
+    match given {
+        Some(given) if constant_time_eq(given.as_bytes(), token.as_bytes()) => Ok(()),
+        Some(_) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the bearer token is wrong",
+        )),
+        None => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this service requires `Authorization: Bearer <token>`",
+        )),
+    }
+}
+
+/// Compares without stopping at the first difference (the time taken says nothing about
+/// how much of the token was right).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Runs an evaluation request under the service's guards: the token, a loaded set, the body
+/// (read under the size limit and the deadline: 413, 408), a slot (waiting in the queue for
+/// one: 503 with `Retry-After`), then `work` on the body within what is left of the deadline
+/// (503). A slow body never holds an evaluation slot.
+async fn guarded<F, W>(shared: &Arc<Shared>, headers: &HeaderMap, body: Body, work: W) -> Response
+where
+    W: FnOnce(Bytes) -> F,
+    F: Future<Output = Result<Response, ApiError>>,
+{
+    if let Err(error) = authorize(shared, headers) {
+        return error.into_response();
+    }
+    if !shared.loaded.load(Ordering::Acquire) {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "no policy set is loaded yet",
+        )
+        .retry_after(1)
+        .into_response();
+    }
+    let deadline = Instant::now() + shared.limits.request_deadline;
+    let bytes = match read_body(shared, headers, body, deadline).await {
+        Ok(bytes) => bytes,
+        Err(error) => return error.into_response(),
+    };
+    // A slot at once, or a place in the queue, or a refusal.
+    let permit = match shared.slots.try_acquire() {
+        Ok(permit) => permit,
+        Err(_) => {
+            if shared.waiting.fetch_add(1, Ordering::AcqRel) >= shared.limits.max_queued {
+                shared.waiting.fetch_sub(1, Ordering::AcqRel);
+                return overloaded("the queue of waiting requests is full");
+            }
+            let waited =
+                tokio::time::timeout(shared.limits.queue_timeout, shared.slots.acquire()).await;
+            shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            match waited {
+                Ok(Ok(permit)) => permit,
+                _ => return overloaded("no evaluation slot freed up in time"),
+            }
+        }
+    };
+    let answer = tokio::time::timeout_at(deadline.into(), work(bytes)).await;
+    drop(permit);
+    match answer {
+        Ok(Ok(response)) => response,
+        Ok(Err(error)) => error.into_response(),
+        Err(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "deadline_exceeded",
+            format!(
+                "the request took longer than its deadline ({} ms)",
+                shared.limits.request_deadline.as_millis()
+            ),
+        )
+        .into_response(),
+    }
+}
+
+fn overloaded(message: &str) -> Response {
+    tracing::warn!("refused: {message}");
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message)
+        .retry_after(1)
+        .into_response()
+}
+
+/// Reads the whole body under the size limit and the request's deadline.
+async fn read_body(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: Body,
+    deadline: Instant,
+) -> Result<Bytes, ApiError> {
+    let limit = shared.limits.max_body_bytes;
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is larger than {limit} bytes"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(too_large());
+    }
+    let read = async {
+        let mut body = body;
+        let mut bytes = BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|error| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_body",
+                    format!("the request body cannot be read: {error}"),
+                )
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if bytes.len() + data.len() > limit {
+                    return Err(too_large());
+                }
+                bytes.extend_from_slice(&data);
+            }
+        }
+        Ok(bytes.freeze())
+    };
+    match tokio::time::timeout_at(deadline.into(), read).await {
+        Ok(read) => read,
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request body did not arrive in time",
+        )),
+    }
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|error| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+            format!("the request body is not JSON: {error}"),
+        )
+    })
+}
+
+fn point_named(name: &str) -> Option<InterceptionPoint> {
+    match name {
+        "input" => Some(InterceptionPoint::Input),
+        "tool_call" => Some(InterceptionPoint::ToolCall),
+        "output" => Some(InterceptionPoint::Output),
+        _ => None,
+    }
+}
+
+fn unknown_point(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_point",
+        format!("`{name}` is not an interception point (input, tool_call, output)"),
+    )
+}
+
+/// `POST /v1/evaluate/{point}`.
+async fn evaluate_point(
+    State(shared): State<Arc<Shared>>,
+    Path(point): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(point) = point_named(&point) else {
+        return unknown_point(&point).into_response();
+    };
+    let engine = Arc::clone(&shared.engine);
+    let metrics = Arc::clone(&shared.metrics);
+    guarded(&shared, &headers, body, |bytes| async move {
+        let value = parse_json(&bytes)?;
+        let context = outcome::parse_context(point, value).map_err(|message| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_context", message)
+        })?;
+        let started = Instant::now();
+        let outcome = outcome::evaluate(&engine, &context).await;
+        metrics.evaluation(started.elapsed());
+        tracing::debug!(outcome = outcome.outcome, "evaluated");
+        Ok(json_response(StatusCode::OK, outcome.to_text(false)))
+    })
+    .await
+}
+
+/// `POST /engine/evaluate`: one policy of the loaded set.
+async fn engine_evaluate(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let engine = Arc::clone(&shared.engine);
+    let metrics = Arc::clone(&shared.metrics);
+    guarded(&shared, &headers, body, |bytes| async move {
+        let mut value = parse_json(&bytes)?;
+        let invalid =
+            |message: &str| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message);
+        let Value::Object(request) = &mut value else {
+            return Err(invalid(
+                "the body must be an object with `policy_id`, `interception_point` and `context`",
+            ));
+        };
+        let policy_id = match request.get("policy_id") {
+            Some(Value::String(id)) => id.clone(),
+            _ => return Err(invalid("`policy_id` must be a string")),
+        };
+        let point = match request.get("interception_point") {
+            Some(Value::String(name)) => point_named(name).ok_or_else(|| unknown_point(name))?,
+            _ => {
+                return Err(invalid(
+                    "`interception_point` must be `input`, `tool_call` or `output`",
+                ));
+            }
+        };
+        let Some(context) = request.remove("context") else {
+            return Err(invalid("`context` is missing"));
+        };
+        let context = outcome::parse_context(point, context).map_err(|message| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_context", message)
+        })?;
+        let started = Instant::now();
+        let decided = decide(&engine, &policy_id, &context).await;
+        metrics.evaluation(started.elapsed());
+        let decision = decided?;
+        metrics.decision(&policy_id, decision.name());
+        let text = serde_json::to_string(&decision).map_err(|error| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "evaluation_error",
+                format!("the decision cannot be written: {error}"),
+            )
+        })?;
+        Ok(json_response(StatusCode::OK, text))
+    })
+    .await
+}
+
+/// Evaluates the first policy of the point with id `policy_id`, under the point's policy
+/// deadline; a policy that fails or panics is a 500 whose message says why.
+async fn decide(
+    engine: &PolicyEngine,
+    policy_id: &str,
+    context: &Context,
+) -> Result<PolicyDecision, ApiError> {
+    let set = engine.policy_set();
+    let point = context.point();
+    let deadline = set.settings(point).policy_deadline;
+    let unknown = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_policy",
+            format!("the loaded set has no {point} policy `{policy_id}`"),
+        )
+    };
+    let future = match context {
+        Context::Input(context) => {
+            let policy = set
+                .input()
+                .policies()
+                .find(|policy| policy.id() == policy_id)
+                .ok_or_else(unknown)?;
+            policy.evaluate(context)
+        }
+        Context::ToolCall(context) => {
+            let policy = set
+                .tool_call()
+                .policies()
+                .find(|policy| policy.id() == policy_id)
+                .ok_or_else(unknown)?;
+            policy.evaluate(context)
+        }
+        Context::Output(context) => {
+            let policy = set
+                .output()
+                .policies()
+                .find(|policy| policy.id() == policy_id)
+                .ok_or_else(unknown)?;
+            policy.evaluate(context)
+        }
+    };
+    let failed = |message: String| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "evaluation_error",
+            format!("policy `{policy_id}` failed: {message}"),
+        )
+    };
+    let guarded = std::panic::AssertUnwindSafe(future).catch_unwind();
+    let answer = match deadline {
+        Some(deadline) => tokio::time::timeout(deadline, guarded)
+            .await
+            .map_err(|_| failed(format!("no decision within {} ms", deadline.as_millis())))?,
+        None => guarded.await,
+    };
+    match answer {
+        Ok(Ok(decision)) => Ok(decision),
+        Ok(Err(error)) => Err(failed(outcome::error_chain(&*error))),
+        Err(_) => Err(failed("the policy panicked".to_owned())),
+    }
+}
+
+/// `GET /healthz`.
+async fn healthz() -> Response {
+    json_response(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())
+}
+
+/// `GET /readyz`.
+async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    let loaded = shared.loaded.load(Ordering::Acquire);
+    let last = shared
+        .last_reload
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let last_reload = last.map(|last| {
+        let at = last
+            .at
+            .duration_since(UNIX_EPOCH)
+            .map(|since| since.as_secs())
+            .unwrap_or(0);
+        match last.status {
+            ReloadStatus::Reloaded => json!({"outcome": "reloaded", "at_unix": at}),
+            ReloadStatus::Failed(message) => {
+                json!({"outcome": "failed", "at_unix": at, "message": message})
+            }
+        }
+    });
+    let body = json!({
+        "ready": loaded,
+        "policy_set_loaded": loaded,
+        "last_reload": last_reload,
+    });
+    let status = if loaded {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(status, json_body(&body))
+}
+
+/// `GET /metrics`.
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let text = shared.metrics.render(shared.loaded.load(Ordering::Acquire));
+    let mut response = (StatusCode::OK, text).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+async fn not_found(request: Request) -> Response {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no route {}", request.uri().path()),
+    )
+    .into_response()
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!(
+            "{} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+    .into_response()
+}
