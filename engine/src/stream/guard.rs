@@ -17,7 +17,7 @@ use crate::decision::{PolicyDecision, Redaction};
 use crate::engine::PolicyEngine;
 use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 use crate::set::PolicySet;
-use crate::stream::plan::{Stage, StageAction, StreamPlan, Watch};
+use crate::stream::plan::{LiteralFilter, Stage, StageAction, StreamPlan, Watch};
 use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
@@ -429,7 +429,7 @@ impl<'e> OutputStream<'e> {
             let on_error = self.set.on_error;
             if let Err(error) = self
                 .engine
-                .record_session(on_error, &context, &labels)
+                .record_session(on_error, &context, &labels, false)
                 .await
             {
                 result = Err(self.stop(error));
@@ -550,16 +550,30 @@ impl<'e> OutputStream<'e> {
         let len = self.raw.len();
         self.lane_searched = len;
         let raw = self.raw.as_bytes();
+        // A few new bytes go through the quick filter of all the stages' literals first; the
+        // stages' prefilters confirm what it flags.
+        let from = self
+            .stages
+            .iter()
+            .map(|state| state.lane_scanned)
+            .min()
+            .unwrap_or(len)
+            .min(len);
+        let quiet = len - from < LiteralFilter::SHORT && self.plan.lane_filter.clear(&raw[from..]);
         let hit = self
             .plan
             .stages
             .iter()
             .zip(&mut self.stages)
             .any(|(stage, state)| {
-                let Watch::Literals { prefilter, longest } = &stage.watch else {
+                let Watch::Literals {
+                    prefilter, longest, ..
+                } = &stage.watch
+                else {
                     return true;
                 };
-                if state.lane_scanned < len
+                if !quiet
+                    && state.lane_scanned < len
                     && prefilter
                         .find(raw, Span::from(state.lane_scanned..len))
                         .is_some()
