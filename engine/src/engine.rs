@@ -248,7 +248,8 @@ impl Kept {
 
 /// The decisions taken at a point, without a heap allocation when they are plain `allow`s:
 /// the `allow`s of the first [`TakenList::BITS`] policies are bits, every other decision is
-/// in `others`, in declared order.
+/// in `first` and then `others`, in declared order (the first of them needs no allocation
+/// either: a point usually takes at most one decision that is not an allow).
 #[derive(Default)]
 struct TakenList {
     /// Bit `i`: policy `i` allowed (without labels).
@@ -258,6 +259,7 @@ struct TakenList {
     /// Bit `i`: that `allow` was enforced (not monitored).
     enforced: u64,
     /// The other decisions (and the `allow`s of policies past the bits).
+    first: Option<Taken>,
     others: Vec<Taken>,
 }
 
@@ -272,7 +274,7 @@ impl TakenList {
                 decision: Kept::Allow { audit },
                 enforced,
             } if index < Self::BITS => self.push_allow(index, audit, enforced),
-            taken => self.others.push(taken),
+            taken => self.push_other(taken),
         }
     }
 
@@ -280,7 +282,7 @@ impl TakenList {
     #[inline]
     fn push_allow(&mut self, index: usize, audit: bool, enforced: bool) {
         if index >= Self::BITS {
-            self.others.push(Taken {
+            self.push_other(Taken {
                 index,
                 decision: Kept::Allow { audit },
                 enforced,
@@ -293,24 +295,32 @@ impl TakenList {
         self.enforced |= u64::from(enforced) << index;
     }
 
+    fn push_other(&mut self, taken: Taken) {
+        if self.first.is_none() {
+            self.first = Some(taken);
+        } else {
+            self.others.push(taken);
+        }
+    }
+
     /// Whether an enforced decision escalated.
     fn escalates(&self) -> bool {
-        self.others.iter().any(|taken| {
+        self.others().any(|taken| {
             taken.enforced
                 && matches!(&taken.decision, Kept::Other(decision) if decision.is_escalate())
         })
     }
 
     /// The decisions other than plain `allow`s.
-    fn others(&self) -> &[Taken] {
-        &self.others
+    fn others(&self) -> impl Iterator<Item = &Taken> {
+        self.first.iter().chain(&self.others)
     }
 
     /// Every decision, in declared order.
     fn into_ordered(self) -> impl Iterator<Item = Taken> {
         let mut bits = self.allowed;
         let (audited, enforced) = (self.audited, self.enforced);
-        let mut others = self.others.into_iter().peekable();
+        let mut others = self.first.into_iter().chain(self.others).peekable();
         std::iter::from_fn(move || {
             let next_bit = (bits != 0).then(|| bits.trailing_zeros() as usize);
             let next_other = others.peek().map(|taken| taken.index);
@@ -371,7 +381,7 @@ impl<'a, C: Clone> Evaluation<'a, C> {
                 .iter()
                 .any(|entry| entry.enforced && entry.decision.is_escalate());
         }
-        taken.others().iter().any(|taken| {
+        taken.others().any(|taken| {
             taken.enforced
                 && matches!(&taken.decision, Kept::Other(decision) if decision.is_escalate())
         })
@@ -549,7 +559,7 @@ impl PolicyEngine {
         let seen = flow::with_facts(context, facts);
         let (current, taken) = self.run_point(&set, &seen.context).await?;
         let mut labels = Vec::new();
-        for taken in taken.others().iter().filter(|taken| taken.enforced) {
+        for taken in taken.others().filter(|taken| taken.enforced) {
             if let Kept::Other(decision) = &taken.decision {
                 flow::gather(&mut labels, decision.labels());
             }
@@ -669,7 +679,7 @@ impl PolicyEngine {
         };
         let mut policy_ids = Vec::new();
         let mut reasons = Vec::new();
-        for taken in taken.others().iter().filter(|taken| taken.enforced) {
+        for taken in taken.others().filter(|taken| taken.enforced) {
             if let Kept::Other(decision) = &taken.decision
                 && let PolicyDecision::Escalate { reason, .. } = decision
             {
@@ -1060,6 +1070,46 @@ mod tests {
         fn streaming(&self) -> Option<Vec<StreamingRule>> {
             Some(vec![StreamingRule::deny_on_any(&["secret"], None)])
         }
+    }
+
+    #[test]
+    fn taken_decisions_come_back_in_declared_order() {
+        let mut list = TakenList::default();
+        let other = |index, enforced| Taken {
+            index,
+            decision: Kept::new(PolicyDecision::audit("noted")),
+            enforced,
+        };
+        list.push_allow(0, false, true);
+        list.push(other(1, true));
+        list.push_allow(2, true, false);
+        list.push(other(3, false));
+        list.push(other(4, true));
+        list.push_allow(63, false, true);
+        list.push_allow(64, true, true);
+        list.push(other(65, true));
+        assert_eq!(list.others().count(), 5);
+        let ordered: Vec<_> = list
+            .into_ordered()
+            .map(|taken| {
+                let allow = matches!(taken.decision, Kept::Allow { .. });
+                let audit = matches!(taken.decision, Kept::Allow { audit: true });
+                (taken.index, allow, audit, taken.enforced)
+            })
+            .collect();
+        assert_eq!(
+            ordered,
+            [
+                (0, true, false, true),
+                (1, false, false, true),
+                (2, true, true, false),
+                (3, false, false, false),
+                (4, false, false, true),
+                (63, true, false, true),
+                (64, true, true, true),
+                (65, false, false, true),
+            ]
+        );
     }
 
     #[test]
