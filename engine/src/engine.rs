@@ -476,27 +476,31 @@ impl PolicyEngine {
     }
 
     /// Runs the input policies on `context`.
-    pub async fn evaluate_input<'a>(
+    pub fn evaluate_input<'a>(
         &'a self,
         context: &'a InputContext,
-    ) -> Result<Evaluation<'a, InputContext>, EngineError> {
-        self.evaluate(context).await
+    ) -> impl Future<Output = Result<Evaluation<'a, InputContext>, EngineError>> + Send + 'a {
+        // `evaluate`'s own future: no wrapper to move the evaluation through.
+        self.evaluate(context)
     }
 
     /// Runs the tool-call policies on `context`.
-    pub async fn evaluate_tool_call<'a>(
+    pub fn evaluate_tool_call<'a>(
         &'a self,
         context: &'a ToolCallContext,
-    ) -> Result<Evaluation<'a, ToolCallContext>, EngineError> {
-        self.evaluate(context).await
+    ) -> impl Future<Output = Result<Evaluation<'a, ToolCallContext>, EngineError>> + Send + 'a
+    {
+        // `evaluate`'s own future: no wrapper to move the evaluation through.
+        self.evaluate(context)
     }
 
     /// Runs the output policies on `context`.
-    pub async fn evaluate_output<'a>(
+    pub fn evaluate_output<'a>(
         &'a self,
         context: &'a OutputContext,
-    ) -> Result<Evaluation<'a, OutputContext>, EngineError> {
-        self.evaluate(context).await
+    ) -> impl Future<Output = Result<Evaluation<'a, OutputContext>, EngineError>> + Send + 'a {
+        // `evaluate`'s own future: no wrapper to move the evaluation through.
+        self.evaluate(context)
     }
 
     /// Runs the policies of `C`'s point on `context`, then resolves its escalations.
@@ -514,6 +518,27 @@ impl PolicyEngine {
         set: Arc<PolicySet>,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
+        if self.sessions.is_none() {
+            // Without sessions, the point and nothing else, in as few steps as possible (each
+            // would move the evaluation).
+            if let Err(problem) = context.check_nesting() {
+                return Err(self.reject(context, problem));
+            }
+            let (current, taken) = self.run_point(&set, context).await?;
+            let escalates = taken.escalates();
+            let evaluation = Evaluation {
+                context: current,
+                taken: Mutex::new(taken),
+                decisions: OnceLock::new(),
+                set,
+                point: C::POINT,
+            };
+            return if escalates {
+                self.approve(evaluation).await
+            } else {
+                Ok(evaluation)
+            };
+        }
         let on_error = set.on_error;
         let (mut evaluation, labels) = self.evaluate_unrecorded(set, context).await?;
         // Approvals: once the point's policies ran without a denial.
