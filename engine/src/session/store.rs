@@ -298,6 +298,19 @@ impl fmt::Display for SessionKey<'_> {
     }
 }
 
+/// The bytes a control character starts with: C0 and DEL, and 0xC2 (C1 is U+0080-U+009F).
+const MAY_BE_CONTROL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = true;
+        byte += 1;
+    }
+    table[0x7f] = true;
+    table[0xc2] = true;
+    table
+};
+
 fn check_part(field: &str, value: &str) -> Result<(), InvalidContext> {
     if value.is_empty() {
         return Err(InvalidContext::new(format!(
@@ -312,9 +325,7 @@ fn check_part(field: &str, value: &str) -> Result<(), InvalidContext> {
     }
     // Control characters are C0 and DEL (one byte each) and C1 (two bytes, the first 0xC2):
     // a scan of the bytes settles most ids without decoding them.
-    let suspect = value
-        .bytes()
-        .any(|byte| byte < 0x20 || byte == 0x7f || byte == 0xc2);
+    let suspect = value.bytes().any(|byte| MAY_BE_CONTROL[usize::from(byte)]);
     if suspect && let Some(at) = value.find(char::is_control) {
         return Err(InvalidContext::new(format!(
             "{field} holds a control character at byte {at}; session ids are printable text"
@@ -369,5 +380,22 @@ pub trait SessionStore: Send + Sync + 'static {
     ) -> Option<Result<(), BoxError>> {
         let _ = (key, update);
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_with_control_characters_are_refused_and_others_kept() {
+        for bad in ["a\u{7f}b", "a\u{85}b", "\u{9f}", "x\u{1}", "\u{80}"] {
+            let error = SessionKey::new("agent", bad).expect_err(bad);
+            assert!(error.problem().contains("control character"), "{bad:?}");
+        }
+        // 0xC2 also starts printable characters (U+00A0 to U+00BF).
+        for good in ["ª", "a\u{a0}b", "¿qué?", "s-1", "会话"] {
+            assert!(SessionKey::new("agent", good).is_ok(), "{good:?}");
+        }
     }
 }
