@@ -3,9 +3,9 @@
 //! `cargo bench -p portcullis-engine --bench ratios` (or `-- <name filter>`)
 //!
 //! Each workload has two sides, the engine and the floor it wraps. The two are measured in
-//! alternating rounds (a batch of one, then a batch of the other), so a machine busy with other
-//! work slows both alike; the figure printed is the median of the per-round ratios, with the
-//! median time per iteration of each side. The session store's figure is a difference (the
+//! alternating rounds of about a millisecond each (a batch of one, then a batch of the other),
+//! so a machine busy with other work slows both alike; the figure printed is the median of the
+//! per-round ratios, with the median time per iteration of each side. The session store's figure is a difference (the
 //! nanoseconds the store adds per evaluation), not a ratio.
 //!
 //! `PORTCULLIS_PROFILE=<name>` runs only the engine side of the workloads named (their floor
@@ -227,18 +227,22 @@ fn time(side: &mut dyn FnMut(usize), iterations: usize) -> f64 {
 }
 
 fn measure(mut workload: Workload<'_>, rounds: usize) {
-    // Warm up both sides (thread-local caches, lazily built plans).
-    time(&mut workload.engine, workload.iterations);
-    time(&mut workload.floor, workload.iterations);
+    // Warm up both sides (thread-local caches, lazily built plans), then size each side's
+    // rounds to about a millisecond: rounds of one length are interrupted alike by the other
+    // processes of a busy machine, whichever side is slower.
+    let engine_once = time(&mut workload.engine, workload.iterations);
+    let floor_once = time(&mut workload.floor, workload.iterations);
+    let per_round = |nanos: f64| ((1e6 / nanos.max(1.0)) as usize).clamp(1, workload.iterations);
+    let (engine_iterations, floor_iterations) = (per_round(engine_once), per_round(floor_once));
     let (mut engine, mut floor, mut ratios, mut added) = (vec![], vec![], vec![], vec![]);
     for round in 0..rounds {
         // Alternate which side goes first, so neither always follows the other.
         let (e, f) = if round % 2 == 0 {
-            let e = time(&mut workload.engine, workload.iterations);
-            (e, time(&mut workload.floor, workload.iterations))
+            let e = time(&mut workload.engine, engine_iterations);
+            (e, time(&mut workload.floor, floor_iterations))
         } else {
-            let f = time(&mut workload.floor, workload.iterations);
-            (time(&mut workload.engine, workload.iterations), f)
+            let f = time(&mut workload.floor, floor_iterations);
+            (time(&mut workload.engine, engine_iterations), f)
         };
         engine.push(e);
         floor.push(f);
@@ -426,7 +430,7 @@ fn main() {
             .as_deref()
             .is_none_or(|filter| workload.name.contains(filter))
         {
-            measure(workload, 21);
+            measure(workload, 201);
         }
     }
 }

@@ -5,7 +5,7 @@ use regex_automata::hybrid::{self, LazyStateID};
 use regex_automata::util::start;
 use regex_automata::{Anchored, Span};
 
-use crate::stream::plan::{LiteralFilter, Stage, StageAction, Watch};
+use crate::stream::plan::{Stage, StageAction, Watch};
 
 /// The text one incremental stage has not passed on yet, and its watching state.
 ///
@@ -110,26 +110,15 @@ impl StageState {
                     found: found @ false,
                 },
                 Watch::Literals {
-                    prefilter,
-                    longest,
-                    filter,
+                    prefilter, longest, ..
                 },
             ) if *search_from < len => {
-                let bytes = self.buffer.as_bytes();
-                // A few new bytes go through the quick filter first; the prefilter confirms
-                // what it flags.
-                let new = &bytes[*search_from..];
-                let maybe = new.len() >= LiteralFilter::SHORT || !filter.clear(new);
-                if maybe
-                    && prefilter
-                        .find(bytes, Span::from(*search_from..len))
-                        .is_some()
-                {
-                    *found = true;
-                } else {
+                let span = Span::from(*search_from..len);
+                match prefilter.find(self.buffer.as_bytes(), span) {
+                    Some(_) => *found = true,
                     // An occurrence may start in the last `longest - 1` bytes and end in the
                     // next push.
-                    *search_from = (len + 1).saturating_sub(*longest).max(*search_from);
+                    None => *search_from = (len + 1).saturating_sub(*longest).max(*search_from),
                 }
             }
             (Watching::Dfa(scanner), Watch::Dfa(dfa)) => {
