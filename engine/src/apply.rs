@@ -187,25 +187,22 @@ fn change<'d, C: PolicyContext>(
             .extra
             .contains_key(*field)
     });
-    let mut json = None;
     if typed && !shadowed {
         let mut copy = context.clone();
         let mut changed = false;
-        let mut prepared = Vec::new();
+        let mut untyped = false;
         for at in 0..count {
             let (path, change) = prepare(at)?;
             match edit_typed(&mut copy, &path, &change) {
                 Ok(did) => changed |= did,
                 Err(Edit::Failed(error)) => return Err(error),
                 Err(Edit::Untyped) => {
-                    prepared.push((path, change));
-                    json = Some(prepared);
+                    untyped = true;
                     break;
                 }
             }
-            prepared.push((path, change));
         }
-        if json.is_none() {
+        if !untyped {
             if !changed {
                 return Ok(None);
             }
@@ -213,15 +210,12 @@ fn change<'d, C: PolicyContext>(
             return Ok(Some(copy));
         }
     }
-    // The JSON shape, from the start: the changes already prepared, then the others, each
-    // prepared and applied in turn (so errors come in the same order as on the typed path).
-    let prepared = json.unwrap_or_default();
+    // The JSON shape, from the start, each change prepared and applied in turn (so errors
+    // come in the same order as on the typed path; preparing again what the typed path
+    // prepared gives the same, from the caches).
     let mut root = serde_json::to_value(context)
         .map_err(|error| ApplyError::new("", format!("cannot read the context: {error}")))?;
-    for (path, change) in &prepared {
-        apply_json(&mut root, path, path.segments(), change, &mut false)?;
-    }
-    for at in prepared.len()..count {
+    for at in 0..count {
         let (path, change) = prepare(at)?;
         apply_json(&mut root, &path, path.segments(), &change, &mut false)?;
     }
@@ -255,6 +249,26 @@ fn check_changed<C: PolicyContext>(original: &C, changed: &C) -> Result<(), Appl
 
 /// Parsed paths, per thread: decisions name the same few fields again and again.
 fn parse(field: &str) -> Result<Rc<FieldPath>, ApplyError> {
+    thread_local! {
+        /// The path parsed last: comparing it costs less than hashing it.
+        static LAST: RefCell<Option<Rc<FieldPath>>> = const { RefCell::new(None) };
+    }
+    let last = LAST.with(|last| {
+        last.borrow()
+            .as_ref()
+            .filter(|path| path.as_str() == field)
+            .map(Rc::clone)
+    });
+    if let Some(path) = last {
+        return Ok(path);
+    }
+    let path = parse_cached(field)?;
+    LAST.with(|last| *last.borrow_mut() = Some(Rc::clone(&path)));
+    Ok(path)
+}
+
+/// [`parse`] past the last path: the per-thread cache.
+fn parse_cached(field: &str) -> Result<Rc<FieldPath>, ApplyError> {
     thread_local! {
         static PATHS: RefCell<HashMap<Box<str>, Rc<FieldPath>>> = RefCell::new(HashMap::new());
     }

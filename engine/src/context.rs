@@ -39,7 +39,7 @@ impl fmt::Display for Role {
 }
 
 /// One message of a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
     /// The author of the message.
@@ -77,7 +77,7 @@ impl Message {
 ///
 /// Keys beyond the three required ones are kept in [`extra`](Metadata::extra) and
 /// round-trip through serialization unchanged.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct Metadata {
     /// The agent that owns the session.
     pub agent_id: String,
@@ -115,7 +115,7 @@ impl Metadata {
 }
 
 /// What input policies see: the messages about to be sent to the model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputContext {
     /// The ordered message history to be forwarded to the model.
@@ -132,7 +132,7 @@ impl InputContext {
 }
 
 /// What tool-call policies see: the tool the model wants to run, with its arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCallContext {
     /// The name of the tool the model asked for.
@@ -163,7 +163,7 @@ impl ToolCallContext {
 }
 
 /// What output policies see: the model's answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputContext {
     /// The model's answer (role `assistant`).
@@ -176,6 +176,107 @@ impl OutputContext {
     /// An output context. `response` should have the `assistant` role.
     pub fn new(response: Message, metadata: Metadata) -> Self {
         OutputContext { response, metadata }
+    }
+}
+
+// `Clone` by hand: `clone_from` reuses the target's buffers (the engine refills a context it
+// keeps, instead of allocating a copy per evaluation).
+
+impl Clone for Message {
+    fn clone(&self) -> Self {
+        Message {
+            role: self.role,
+            content: self.content.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let Message { role, content } = source;
+        self.role = *role;
+        self.content.clone_from(content);
+    }
+}
+
+impl Clone for Metadata {
+    fn clone(&self) -> Self {
+        Metadata {
+            agent_id: self.agent_id.clone(),
+            session_id: self.session_id.clone(),
+            timestamp: self.timestamp.clone(),
+            extra: self.extra.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let Metadata {
+            agent_id,
+            session_id,
+            timestamp,
+            extra,
+        } = source;
+        self.agent_id.clone_from(agent_id);
+        self.session_id.clone_from(session_id);
+        self.timestamp.clone_from(timestamp);
+        if extra.is_empty() {
+            // Keeps the map's allocation (cloning an empty map would drop it).
+            self.extra.clear();
+        } else {
+            self.extra.clone_from(extra);
+        }
+    }
+}
+
+impl Clone for InputContext {
+    fn clone(&self) -> Self {
+        InputContext {
+            messages: self.messages.clone(),
+            metadata: self.metadata.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let InputContext { messages, metadata } = source;
+        self.messages.clone_from(messages);
+        self.metadata.clone_from(metadata);
+    }
+}
+
+impl Clone for ToolCallContext {
+    fn clone(&self) -> Self {
+        ToolCallContext {
+            tool_name: self.tool_name.clone(),
+            arguments: self.arguments.clone(),
+            calling_message: self.calling_message.clone(),
+            metadata: self.metadata.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let ToolCallContext {
+            tool_name,
+            arguments,
+            calling_message,
+            metadata,
+        } = source;
+        self.tool_name.clone_from(tool_name);
+        self.arguments.clone_from(arguments);
+        self.calling_message.clone_from(calling_message);
+        self.metadata.clone_from(metadata);
+    }
+}
+
+impl Clone for OutputContext {
+    fn clone(&self) -> Self {
+        OutputContext {
+            response: self.response.clone(),
+            metadata: self.metadata.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let OutputContext { response, metadata } = source;
+        self.response.clone_from(response);
+        self.metadata.clone_from(metadata);
     }
 }
 

@@ -208,15 +208,14 @@ pub struct DecisionEntry {
 /// It borrows the context it was given for `'a`, and holds the policy set it ran on.
 pub struct Evaluation<'a, C: Clone> {
     context: Cow<'a, C>,
-    taken: Mutex<Vec<Taken>>,
+    taken: Mutex<TakenList>,
     decisions: OnceLock<Vec<DecisionEntry>>,
     set: Arc<PolicySet>,
     point: InterceptionPoint,
 }
 
 /// A decision as the hot path keeps it: the policy is named by its place in the point until
-/// someone asks for [`DecisionEntry`] values, and an `allow` (the common case) is kept in two
-/// bytes.
+/// someone asks for [`DecisionEntry`] values.
 struct Taken {
     index: usize,
     decision: Kept,
@@ -225,14 +224,14 @@ struct Taken {
 
 enum Kept {
     Allow { audit: bool },
-    Other(Box<PolicyDecision>),
+    Other(PolicyDecision),
 }
 
 impl Kept {
     fn new(decision: PolicyDecision) -> Self {
         match decision {
             PolicyDecision::Allow { audit, labels } if labels.is_empty() => Kept::Allow { audit },
-            other => Kept::Other(Box::new(other)),
+            other => Kept::Other(other),
         }
     }
 
@@ -242,15 +241,110 @@ impl Kept {
                 audit,
                 labels: Vec::new(),
             },
-            Kept::Other(decision) => *decision,
+            Kept::Other(decision) => decision,
         }
+    }
+}
+
+/// The decisions taken at a point, without a heap allocation when they are plain `allow`s:
+/// the `allow`s of the first [`TakenList::BITS`] policies are bits, every other decision is
+/// in `first` and then `others`, in declared order (the first of them needs no allocation
+/// either: a point usually takes at most one decision that is not an allow).
+#[derive(Default)]
+struct TakenList {
+    /// Bit `i`: policy `i` allowed (without labels).
+    allowed: u64,
+    /// Bit `i`: that `allow` asked for an audit record.
+    audited: u64,
+    /// Bit `i`: that `allow` was enforced (not monitored).
+    enforced: u64,
+    /// The other decisions (and the `allow`s of policies past the bits).
+    first: Option<Taken>,
+    others: Vec<Taken>,
+}
+
+impl TakenList {
+    /// Policies whose `allow` is kept as bits.
+    const BITS: usize = 64;
+
+    fn push(&mut self, taken: Taken) {
+        match taken {
+            Taken {
+                index,
+                decision: Kept::Allow { audit },
+                enforced,
+            } if index < Self::BITS => self.push_allow(index, audit, enforced),
+            taken => self.push_other(taken),
+        }
+    }
+
+    /// Keeps an `allow` without labels.
+    #[inline]
+    fn push_allow(&mut self, index: usize, audit: bool, enforced: bool) {
+        if index >= Self::BITS {
+            self.push_other(Taken {
+                index,
+                decision: Kept::Allow { audit },
+                enforced,
+            });
+            return;
+        }
+        let bit = 1 << index;
+        self.allowed |= bit;
+        self.audited |= u64::from(audit) << index;
+        self.enforced |= u64::from(enforced) << index;
+    }
+
+    fn push_other(&mut self, taken: Taken) {
+        if self.first.is_none() {
+            self.first = Some(taken);
+        } else {
+            self.others.push(taken);
+        }
+    }
+
+    /// Whether an enforced decision escalated.
+    fn escalates(&self) -> bool {
+        self.others().any(|taken| {
+            taken.enforced
+                && matches!(&taken.decision, Kept::Other(decision) if decision.is_escalate())
+        })
+    }
+
+    /// The decisions other than plain `allow`s.
+    fn others(&self) -> impl Iterator<Item = &Taken> {
+        self.first.iter().chain(&self.others)
+    }
+
+    /// Every decision, in declared order.
+    fn into_ordered(self) -> impl Iterator<Item = Taken> {
+        let mut bits = self.allowed;
+        let (audited, enforced) = (self.audited, self.enforced);
+        let mut others = self.first.into_iter().chain(self.others).peekable();
+        std::iter::from_fn(move || {
+            let next_bit = (bits != 0).then(|| bits.trailing_zeros() as usize);
+            let next_other = others.peek().map(|taken| taken.index);
+            match (next_bit, next_other) {
+                (Some(bit), other) if other.is_none_or(|other| bit < other) => {
+                    bits &= bits - 1;
+                    Some(Taken {
+                        index: bit,
+                        decision: Kept::Allow {
+                            audit: audited & (1 << bit) != 0,
+                        },
+                        enforced: enforced & (1 << bit) != 0,
+                    })
+                }
+                _ => others.next(),
+            }
+        })
     }
 }
 
 impl<'a, C: Clone> Evaluation<'a, C> {
     fn new(
         context: Cow<'a, C>,
-        taken: Vec<Taken>,
+        taken: TakenList,
         set: Arc<PolicySet>,
         point: InterceptionPoint,
     ) -> Self {
@@ -287,7 +381,7 @@ impl<'a, C: Clone> Evaluation<'a, C> {
                 .iter()
                 .any(|entry| entry.enforced && entry.decision.is_escalate());
         }
-        taken.iter().any(|taken| {
+        taken.others().any(|taken| {
             taken.enforced
                 && matches!(&taken.decision, Kept::Other(decision) if decision.is_escalate())
         })
@@ -306,8 +400,8 @@ impl<'a, C: Clone> Evaluation<'a, C> {
                 Ok(taken) => taken,
                 Err(poisoned) => poisoned.into_inner(),
             };
-            taken
-                .drain(..)
+            std::mem::take(&mut *taken)
+                .into_ordered()
                 .map(|taken| DecisionEntry {
                     policy_id: policy_id_at(&self.set, self.point, taken.index).to_owned(),
                     decision: taken.decision.into_decision(),
@@ -345,7 +439,13 @@ impl PolicyEngine {
 
     /// The engine's policies: the set new evaluations start on.
     pub fn policy_set(&self) -> Arc<PolicySet> {
-        Arc::clone(&self.active().set)
+        Arc::clone(
+            &self
+                .active
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set,
+        )
     }
 
     /// The set new evaluations start on, with its stream plan.
@@ -376,27 +476,31 @@ impl PolicyEngine {
     }
 
     /// Runs the input policies on `context`.
-    pub async fn evaluate_input<'a>(
+    pub fn evaluate_input<'a>(
         &'a self,
         context: &'a InputContext,
-    ) -> Result<Evaluation<'a, InputContext>, EngineError> {
-        self.evaluate(context).await
+    ) -> impl Future<Output = Result<Evaluation<'a, InputContext>, EngineError>> + Send + 'a {
+        // `evaluate`'s own future: no wrapper to move the evaluation through.
+        self.evaluate(context)
     }
 
     /// Runs the tool-call policies on `context`.
-    pub async fn evaluate_tool_call<'a>(
+    pub fn evaluate_tool_call<'a>(
         &'a self,
         context: &'a ToolCallContext,
-    ) -> Result<Evaluation<'a, ToolCallContext>, EngineError> {
-        self.evaluate(context).await
+    ) -> impl Future<Output = Result<Evaluation<'a, ToolCallContext>, EngineError>> + Send + 'a
+    {
+        // `evaluate`'s own future: no wrapper to move the evaluation through.
+        self.evaluate(context)
     }
 
     /// Runs the output policies on `context`.
-    pub async fn evaluate_output<'a>(
+    pub fn evaluate_output<'a>(
         &'a self,
         context: &'a OutputContext,
-    ) -> Result<Evaluation<'a, OutputContext>, EngineError> {
-        self.evaluate(context).await
+    ) -> impl Future<Output = Result<Evaluation<'a, OutputContext>, EngineError>> + Send + 'a {
+        // `evaluate`'s own future: no wrapper to move the evaluation through.
+        self.evaluate(context)
     }
 
     /// Runs the policies of `C`'s point on `context`, then resolves its escalations.
@@ -414,12 +518,37 @@ impl PolicyEngine {
         set: Arc<PolicySet>,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
+        if self.sessions.is_none() {
+            // Without sessions, the point and nothing else, in as few steps as possible (each
+            // would move the evaluation).
+            if let Err(problem) = context.check_nesting() {
+                return Err(self.reject(context, problem));
+            }
+            let (current, taken) = self.run_point(&set, context).await?;
+            let escalates = taken.escalates();
+            let evaluation = Evaluation {
+                context: current,
+                taken: Mutex::new(taken),
+                decisions: OnceLock::new(),
+                set,
+                point: C::POINT,
+            };
+            return if escalates {
+                self.approve(evaluation).await
+            } else {
+                Ok(evaluation)
+            };
+        }
         let on_error = set.on_error;
-        let (evaluation, labels) = self.evaluate_unrecorded(set, context).await?;
+        let (mut evaluation, labels) = self.evaluate_unrecorded(set, context).await?;
         // Approvals: once the point's policies ran without a denial.
-        let evaluation = self.approve(evaluation).await?;
+        let taken = evaluation.taken.get_mut();
+        if taken.unwrap_or_else(PoisonError::into_inner).escalates() {
+            evaluation = self.approve(evaluation).await?;
+        }
         if self.sessions.is_some() {
-            self.record_session(on_error, context, &labels).await?;
+            self.record_session(on_error, context, &labels, true)
+                .await?;
         }
         Ok(evaluation)
     }
@@ -441,17 +570,21 @@ impl PolicyEngine {
         };
         // Session step 1: the facts, in the context the policies see.
         let key = flow::key_of(context).map_err(|problem| self.reject(context, problem))?;
-        let facts = match store.load(key).await {
+        let loaded = match store.load_now(key) {
+            Some(loaded) => loaded,
+            None => store.load(key).await,
+        };
+        let facts = match loaded {
             Ok(facts) => Some(facts),
             Err(error) => {
                 self.fail(set.on_error, SESSION_POLICY_ID, true, error, context)?;
                 None
             }
         };
-        let seen = flow::with_facts(context, facts.as_ref());
-        let (current, taken) = self.run_point(&set, &seen).await?;
+        let seen = flow::with_facts(context, facts);
+        let (current, taken) = self.run_point(&set, &seen.context).await?;
         let mut labels = Vec::new();
-        for taken in taken.iter().filter(|taken| taken.enforced) {
+        for taken in taken.others().filter(|taken| taken.enforced) {
             if let Kept::Other(decision) = &taken.decision {
                 flow::gather(&mut labels, decision.labels());
             }
@@ -465,23 +598,35 @@ impl PolicyEngine {
                 Cow::Owned(changed)
             }
         };
+        flow::give_back(seen);
         Ok((Evaluation::new(forwarded, taken, set, C::POINT), labels))
     }
 
     /// Session step 2: after a call that proceeds, one atomic record of its point (and tool)
     /// and of the labels its decisions carried. A failing store is an evaluation error of
     /// [`SESSION_POLICY_ID`].
+    /// `key_checked` says that step 1 checked the session key of this context already.
     pub(crate) async fn record_session<C: PolicyContext>(
         &self,
         on_error: OnError,
         context: &C,
         labels: &[String],
+        key_checked: bool,
     ) -> Result<(), EngineError> {
         let Some(store) = &self.sessions else {
             return Ok(());
         };
-        let key = flow::key_of(context).map_err(|problem| self.reject(context, problem))?;
-        match store.record(key, flow::update_of(context, labels)).await {
+        let key = if key_checked {
+            flow::checked_key_of(context)
+        } else {
+            flow::key_of(context).map_err(|problem| self.reject(context, problem))?
+        };
+        let update = flow::update_of(context, labels);
+        let recorded = match store.record_now(key, update) {
+            Some(recorded) => recorded,
+            None => store.record(key, update).await,
+        };
+        match recorded {
             Ok(()) => Ok(()),
             Err(error) => self.fail(on_error, SESSION_POLICY_ID, true, error, context),
         }
@@ -493,7 +638,7 @@ impl PolicyEngine {
         &self,
         set: &PolicySet,
         context: &'c C,
-    ) -> Result<(Cow<'c, C>, Vec<Taken>), EngineError> {
+    ) -> Result<(Cow<'c, C>, TakenList), EngineError> {
         let on_error = set.on_error;
         let point = C::point_policies(set);
         let call_deadline = point
@@ -506,17 +651,43 @@ impl PolicyEngine {
                 .await;
         }
         let mut current = Cow::Borrowed(context);
-        let mut decisions = Vec::with_capacity(point.entries.len());
+        let mut decisions = TakenList::default();
         for (index, entry) in point.entries.iter().enumerate() {
-            let outcome = evaluate_entry::<C>(entry, &*current, call_deadline).await;
-            self.settle(
-                on_error,
-                (index, entry),
-                outcome,
-                None,
-                &mut current,
-                &mut decisions,
-            )?;
+            let outcome = if entry.deadline.is_none() && call_deadline.is_none() {
+                // Without a deadline, the policy's own future and nothing else.
+                match CatchUnwind::<C>::new(&entry.policy, &*current).await {
+                    Ok(outcome) => outcome,
+                    Err(panic) => Err(Box::new(panic) as BoxError),
+                }
+            } else {
+                evaluate_entry::<C>(entry, &*current, call_deadline).await
+            };
+            match outcome {
+                // The common case, kept short.
+                Ok(PolicyDecision::Allow { audit, labels }) if labels.is_empty() => {
+                    let enforced = !entry.monitor;
+                    if self.audit.is_some() {
+                        let allow = PolicyDecision::Allow { audit, labels };
+                        self.record(
+                            C::policy_id(&entry.policy),
+                            AuditDecision::from(&allow),
+                            None,
+                            &*current,
+                            enforced,
+                            Some(&allow),
+                        );
+                    }
+                    decisions.push_allow(index, audit, enforced);
+                }
+                outcome => self.settle(
+                    on_error,
+                    (index, entry),
+                    outcome,
+                    None,
+                    &mut current,
+                    &mut decisions,
+                )?,
+            }
         }
         Ok((current, decisions))
     }
@@ -533,9 +704,9 @@ impl PolicyEngine {
         };
         let mut policy_ids = Vec::new();
         let mut reasons = Vec::new();
-        for taken in taken.iter().filter(|taken| taken.enforced) {
+        for taken in taken.others().filter(|taken| taken.enforced) {
             if let Kept::Other(decision) = &taken.decision
-                && let PolicyDecision::Escalate { reason, .. } = &**decision
+                && let PolicyDecision::Escalate { reason, .. } = decision
             {
                 policy_ids.push(policy_id_at(&evaluation.set, C::POINT, taken.index).to_owned());
                 reasons.extend(reason.clone());
@@ -586,7 +757,7 @@ impl PolicyEngine {
         on_error: OnError,
         context: &'c C,
         call_deadline: Option<(Instant, Duration)>,
-    ) -> Result<(Cow<'c, C>, Vec<Taken>), EngineError> {
+    ) -> Result<(Cow<'c, C>, TakenList), EngineError> {
         type Running<'f> = Pin<Box<dyn Future<Output = Outcome> + Send + 'f>>;
         let mut running: Vec<Option<Running<'_>>> = entries
             .iter()
@@ -594,7 +765,7 @@ impl PolicyEngine {
             .collect();
         let mut finished: Vec<Option<Outcome>> = entries.iter().map(|_| None).collect();
         let mut current = Cow::Borrowed(context);
-        let mut decisions = Vec::with_capacity(entries.len());
+        let mut decisions = TakenList::default();
         let mut next = 0;
         std::future::poll_fn(|cx| {
             for (slot, outcome) in running.iter_mut().zip(finished.iter_mut()).skip(next) {
@@ -666,7 +837,7 @@ impl PolicyEngine {
         outcome: Outcome,
         evaluated: Option<&C>,
         current: &mut Cow<'_, C>,
-        taken: &mut Vec<Taken>,
+        taken: &mut TakenList,
     ) -> Result<(), EngineError> {
         let policy_id = C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
@@ -858,7 +1029,7 @@ impl PolicyEngine {
                 outcome,
                 None,
                 &mut Cow::Borrowed(context),
-                &mut Vec::new(),
+                &mut TakenList::default(),
             );
         }
     }
@@ -924,6 +1095,46 @@ mod tests {
         fn streaming(&self) -> Option<Vec<StreamingRule>> {
             Some(vec![StreamingRule::deny_on_any(&["secret"], None)])
         }
+    }
+
+    #[test]
+    fn taken_decisions_come_back_in_declared_order() {
+        let mut list = TakenList::default();
+        let other = |index, enforced| Taken {
+            index,
+            decision: Kept::new(PolicyDecision::audit("noted")),
+            enforced,
+        };
+        list.push_allow(0, false, true);
+        list.push(other(1, true));
+        list.push_allow(2, true, false);
+        list.push(other(3, false));
+        list.push(other(4, true));
+        list.push_allow(63, false, true);
+        list.push_allow(64, true, true);
+        list.push(other(65, true));
+        assert_eq!(list.others().count(), 5);
+        let ordered: Vec<_> = list
+            .into_ordered()
+            .map(|taken| {
+                let allow = matches!(taken.decision, Kept::Allow { .. });
+                let audit = matches!(taken.decision, Kept::Allow { audit: true });
+                (taken.index, allow, audit, taken.enforced)
+            })
+            .collect();
+        assert_eq!(
+            ordered,
+            [
+                (0, true, false, true),
+                (1, false, false, true),
+                (2, true, true, false),
+                (3, false, false, false),
+                (4, false, false, true),
+                (63, true, false, true),
+                (64, true, true, true),
+                (65, false, false, true),
+            ]
+        );
     }
 
     #[test]

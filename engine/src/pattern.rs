@@ -19,10 +19,26 @@ pub const PATTERN_SIZE_LIMIT: usize = 1 << 20;
 pub fn cached_regex(pattern: &str) -> Result<Arc<Regex>, String> {
     thread_local! {
         static LOCAL: RefCell<HashMap<Box<str>, Arc<Regex>>> = RefCell::new(HashMap::new());
+        /// The pattern used last on the thread: most callers use one pattern again and again,
+        /// and comparing it costs less than hashing it.
+        static LAST: RefCell<Option<Arc<Regex>>> = const { RefCell::new(None) };
     }
     static SHARED: LazyLock<Mutex<HashMap<String, Arc<Regex>>>> =
         LazyLock::new(|| Mutex::new(HashMap::new()));
+    let last = LAST.with(|last| {
+        last.borrow()
+            .as_ref()
+            .filter(|regex| regex.as_str() == pattern)
+            .map(Arc::clone)
+    });
+    if let Some(regex) = last {
+        return Ok(regex);
+    }
+    let remember = |regex: &Arc<Regex>| {
+        LAST.with(|last| *last.borrow_mut() = Some(Arc::clone(regex)));
+    };
     if let Some(regex) = LOCAL.with(|local| local.borrow().get(pattern).cloned()) {
+        remember(&regex);
         return Ok(regex);
     }
     let shared = SHARED
@@ -49,6 +65,7 @@ pub fn cached_regex(pattern: &str) -> Result<Arc<Regex>, String> {
         }
         local.insert(pattern.into(), Arc::clone(&regex));
     });
+    remember(&regex);
     Ok(regex)
 }
 

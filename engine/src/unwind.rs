@@ -33,6 +33,7 @@ impl<'a, C: PolicyContext> CatchUnwind<'a, C> {
 impl<C: PolicyContext> Future for CatchUnwind<'_, C> {
     type Output = Result<Outcome, PolicyPanicked>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         // The future is dropped after a panic and never polled again, so no broken state

@@ -1,5 +1,6 @@
 //! The in-process session store: [`MemorySessionStore`].
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -49,7 +50,7 @@ pub struct MemorySessionStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    sessions: HashMap<String, Slot>,
+    sessions: HashMap<String, Slot, foldhash::fast::RandomState>,
     /// The sessions by the sequence number of their last update: the first is the oldest.
     order: BTreeMap<u64, String>,
     next: u64,
@@ -58,7 +59,8 @@ struct Inner {
 #[derive(Debug)]
 struct Slot {
     facts: SessionFacts,
-    updated: Instant,
+    /// When it expires: its last update plus the TTL (`None` past what an `Instant` holds).
+    expires: Option<Instant>,
     sequence: u64,
 }
 
@@ -123,17 +125,29 @@ impl MemorySessionStore {
     }
 
     fn expired(&self, slot: &Slot, now: Instant) -> bool {
-        now.saturating_duration_since(slot.updated) >= self.ttl
+        slot.expires.is_some_and(|expires| now >= expires)
     }
 }
 
-fn name(key: SessionKey<'_>) -> String {
+fn write_name(name: &mut String, key: SessionKey<'_>) {
     // Control characters are refused in session keys, so the NUL keeps the two parts apart.
-    let mut name = String::with_capacity(key.agent_id.len() + 1 + key.session_id.len());
+    name.clear();
     name.push_str(key.agent_id);
     name.push('\0');
     name.push_str(key.session_id);
-    name
+}
+
+/// Calls `f` with the name of `key`'s session, written into a buffer the thread keeps: looking
+/// a session up allocates nothing.
+fn with_name<R>(key: SessionKey<'_>, f: impl FnOnce(&str) -> R) -> R {
+    thread_local! {
+        static NAME: Cell<String> = const { Cell::new(String::new()) };
+    }
+    let mut buffer = NAME.try_with(Cell::take).unwrap_or_default();
+    write_name(&mut buffer, key);
+    let result = f(&buffer);
+    let _ = NAME.try_with(|name| name.set(buffer));
+    result
 }
 
 impl Inner {
@@ -147,22 +161,53 @@ impl Inner {
 #[async_trait::async_trait]
 impl SessionStore for MemorySessionStore {
     async fn load(&self, key: SessionKey<'_>) -> Result<SessionFacts, BoxError> {
-        let name = name(key);
-        let now = Instant::now();
-        let mut inner = self.lock();
-        match inner.sessions.get(&name) {
-            None => Ok(SessionFacts::default()),
-            Some(slot) if self.expired(slot, now) => {
-                inner.remove(&name);
-                Ok(SessionFacts::default())
-            }
-            Some(slot) => Ok(slot.facts.clone()),
-        }
+        Ok(self.load_facts(key))
     }
 
     async fn record(&self, key: SessionKey<'_>, update: SessionUpdate<'_>) -> Result<(), BoxError> {
-        let name = name(key);
+        self.record_update(key, &update);
+        Ok(())
+    }
+
+    fn load_now(&self, key: SessionKey<'_>) -> Option<Result<SessionFacts, BoxError>> {
+        Some(Ok(self.load_facts(key)))
+    }
+
+    fn record_now(
+        &self,
+        key: SessionKey<'_>,
+        update: SessionUpdate<'_>,
+    ) -> Option<Result<(), BoxError>> {
+        self.record_update(key, &update);
+        Some(Ok(()))
+    }
+}
+
+impl MemorySessionStore {
+    fn load_facts(&self, key: SessionKey<'_>) -> SessionFacts {
         let now = Instant::now();
+        with_name(key, |name| {
+            let mut inner = self.lock();
+            match inner.sessions.get(name) {
+                None => SessionFacts::default(),
+                Some(slot) if self.expired(slot, now) => {
+                    inner.remove(name);
+                    SessionFacts::default()
+                }
+                Some(slot) => slot.facts.clone(),
+            }
+        })
+    }
+
+    fn record_update(&self, key: SessionKey<'_>, update: &SessionUpdate<'_>) {
+        let now = Instant::now();
+        with_name(key, |name| self.record_now_at(name, update, now));
+    }
+}
+
+impl MemorySessionStore {
+    /// [`record`](SessionStore::record), under the lock.
+    fn record_now_at(&self, name: &str, update: &SessionUpdate<'_>, now: Instant) {
         let mut guard = self.lock();
         let inner = &mut *guard;
         // Drop the expired sessions at the old end of the queue.
@@ -175,18 +220,27 @@ impl SessionStore for MemorySessionStore {
                 _ => break,
             }
         }
-        let sequence = inner.next;
-        inner.next += 1;
-        if let Some(slot) = inner.sessions.get_mut(&name) {
+        let newest = inner.next.checked_sub(1);
+        if let Some(slot) = inner.sessions.get_mut(name) {
             if self.expired(slot, now) {
                 slot.facts = SessionFacts::default();
             }
-            slot.facts.apply(&update);
-            slot.updated = now;
+            slot.facts.apply(update);
+            slot.expires = now.checked_add(self.ttl);
+            if Some(slot.sequence) == newest {
+                // Updated last already: it stays at the young end of the queue.
+                return;
+            }
+            let sequence = inner.next;
+            inner.next += 1;
             let previous = std::mem::replace(&mut slot.sequence, sequence);
-            inner.order.remove(&previous);
-            inner.order.insert(sequence, name);
-            return Ok(());
+            // The queue's copy of the name moves to the new place.
+            let queued = inner
+                .order
+                .remove(&previous)
+                .unwrap_or_else(|| name.to_owned());
+            inner.order.insert(sequence, queued);
+            return;
         }
         while inner.sessions.len() >= self.capacity {
             match inner.order.pop_first() {
@@ -196,17 +250,18 @@ impl SessionStore for MemorySessionStore {
                 None => break,
             }
         }
+        let sequence = inner.next;
+        inner.next += 1;
         let mut facts = SessionFacts::default();
-        facts.apply(&update);
-        inner.order.insert(sequence, name.clone());
+        facts.apply(update);
+        inner.order.insert(sequence, name.to_owned());
         inner.sessions.insert(
-            name,
+            name.to_owned(),
             Slot {
                 facts,
-                updated: now,
+                expires: now.checked_add(self.ttl),
                 sequence,
             },
         );
-        Ok(())
     }
 }

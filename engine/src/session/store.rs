@@ -89,12 +89,14 @@ impl SessionFacts {
             InterceptionPoint::ToolCall => {
                 self.counters.tool_call.total += 1;
                 if let Some(tool) = update.tool {
-                    *self
-                        .counters
-                        .tool_call
-                        .by_tool
-                        .entry(tool.to_owned())
-                        .or_default() += 1;
+                    let by_tool = &mut self.counters.tool_call.by_tool;
+                    // The name is copied only for a tool new to the session.
+                    match by_tool.get_mut(tool) {
+                        Some(count) => *count += 1,
+                        None => {
+                            by_tool.insert(tool.to_owned(), 1);
+                        }
+                    }
                 }
             }
         }
@@ -107,40 +109,164 @@ impl SessionFacts {
 
     /// The JSON value policies see in `metadata.session`.
     pub fn to_value(&self) -> Value {
-        let counter = |total: u64| {
-            let mut map = Map::with_capacity(1);
-            map.insert("total".to_owned(), Value::from(total));
-            map
+        let mut value = Value::Null;
+        self.write_value(&mut value);
+        value
+    }
+
+    /// Makes `value` the JSON value of these facts ([`to_value`](Self::to_value)), reusing
+    /// what `value` holds: a value of the same shape (the facts of an earlier call) changes
+    /// in place, without an allocation when no label or tool is new.
+    pub(crate) fn write_value(&self, value: &mut Value) {
+        if !self.update_value(value) {
+            let mut facts = Map::with_capacity(2);
+            facts.insert("labels".to_owned(), Value::Array(Vec::new()));
+            let counter = || {
+                let mut map = Map::with_capacity(1);
+                map.insert("total".to_owned(), Value::from(0));
+                Value::Object(map)
+            };
+            let mut tool_call = Map::with_capacity(2);
+            tool_call.insert("total".to_owned(), Value::from(0));
+            tool_call.insert("by_tool".to_owned(), Value::Object(Map::new()));
+            let mut counters = Map::with_capacity(3);
+            counters.insert("input".to_owned(), counter());
+            counters.insert("output".to_owned(), counter());
+            counters.insert("tool_call".to_owned(), Value::Object(tool_call));
+            facts.insert("counters".to_owned(), Value::Object(counters));
+            *value = Value::Object(facts);
+            let updated = self.update_value(value);
+            debug_assert!(updated, "the shape just built is the shape updated");
+        }
+    }
+
+    /// [`write_value`](Self::write_value) into a `value` written from `previous` before:
+    /// only the parts that differ are written.
+    pub(crate) fn write_value_over(&self, value: &mut Value, previous: &SessionFacts) {
+        let written = (|| {
+            let facts = value.as_object_mut()?;
+            if self.labels != previous.labels {
+                write_labels(facts.get_mut("labels")?.as_array_mut()?, &self.labels);
+            }
+            let (now, before) = (&self.counters, &previous.counters);
+            let counters = facts.get_mut("counters")?.as_object_mut()?;
+            for (name, total, was) in [
+                ("input", now.input.total, before.input.total),
+                ("output", now.output.total, before.output.total),
+            ] {
+                if total != was {
+                    *counters.get_mut(name)?.get_mut("total")? = Value::from(total);
+                }
+            }
+            if now.tool_call != before.tool_call {
+                let tool_call = counters.get_mut("tool_call")?;
+                *tool_call.get_mut("total")? = Value::from(now.tool_call.total);
+                let by_tool = tool_call.get_mut("by_tool")?.as_object_mut()?;
+                write_by_tool(by_tool, &now.tool_call.by_tool);
+            }
+            Some(())
+        })();
+        if written.is_none() {
+            self.write_value(value);
+        }
+    }
+
+    /// Writes the facts into `value` when it has their shape; `false` (with `value` perhaps
+    /// half written) when it has not.
+    fn update_value(&self, value: &mut Value) -> bool {
+        let Value::Object(facts) = value else {
+            return false;
         };
-        let mut tool_call = counter(self.counters.tool_call.total);
-        tool_call.insert(
-            "by_tool".to_owned(),
-            Value::Object(
-                self.counters
-                    .tool_call
-                    .by_tool
-                    .iter()
-                    .map(|(tool, count)| (tool.clone(), Value::from(*count)))
-                    .collect(),
-            ),
-        );
-        let mut counters = Map::with_capacity(3);
-        counters.insert(
-            "input".to_owned(),
-            Value::Object(counter(self.counters.input.total)),
-        );
-        counters.insert(
-            "output".to_owned(),
-            Value::Object(counter(self.counters.output.total)),
-        );
-        counters.insert("tool_call".to_owned(), Value::Object(tool_call));
-        let mut facts = Map::with_capacity(2);
-        facts.insert(
-            "labels".to_owned(),
-            Value::Array(self.labels.iter().cloned().map(Value::String).collect()),
-        );
-        facts.insert("counters".to_owned(), Value::Object(counters));
-        Value::Object(facts)
+        if facts.len() != 2 {
+            return false;
+        }
+        for (key, value) in facts.iter_mut() {
+            let written = match (key.as_str(), value) {
+                ("labels", Value::Array(labels)) => {
+                    write_labels(labels, &self.labels);
+                    true
+                }
+                ("counters", Value::Object(counters)) => self.counters.update_value(counters),
+                _ => false,
+            };
+            if !written {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl SessionCounters {
+    fn update_value(&self, counters: &mut Map<String, Value>) -> bool {
+        if counters.len() != 3 {
+            return false;
+        }
+        counters
+            .iter_mut()
+            .all(|(key, value)| match (key.as_str(), value) {
+                ("input", Value::Object(input)) => write_total(input, self.input.total, 1),
+                ("output", Value::Object(output)) => write_total(output, self.output.total, 1),
+                ("tool_call", Value::Object(tool_call)) => {
+                    write_total(tool_call, self.tool_call.total, 2)
+                        && tool_call
+                            .iter_mut()
+                            .all(|(key, value)| match (key.as_str(), value) {
+                                ("total", _) => true,
+                                ("by_tool", Value::Object(by_tool)) => {
+                                    write_by_tool(by_tool, &self.tool_call.by_tool);
+                                    true
+                                }
+                                _ => false,
+                            })
+                }
+                _ => false,
+            })
+    }
+}
+
+/// Sets the `total` of a counter object of `len` keys.
+fn write_total(counter: &mut Map<String, Value>, total: u64, len: usize) -> bool {
+    if counter.len() != len {
+        return false;
+    }
+    match counter.iter_mut().find(|(key, _)| *key == "total") {
+        Some((_, value)) => {
+            *value = Value::from(total);
+            true
+        }
+        None => false,
+    }
+}
+
+fn write_labels(values: &mut Vec<Value>, labels: &[String]) {
+    values.truncate(labels.len());
+    for (value, label) in values.iter_mut().zip(labels) {
+        match value {
+            Value::String(text) if text == label => {}
+            Value::String(text) => text.clone_from(label),
+            other => *other = Value::String(label.clone()),
+        }
+    }
+    let written = values.len();
+    values.extend(labels[written..].iter().cloned().map(Value::String));
+}
+
+fn write_by_tool(values: &mut Map<String, Value>, by_tool: &BTreeMap<String, u64>) {
+    let same_tools = values.len() == by_tool.len()
+        && values
+            .keys()
+            .zip(by_tool.keys())
+            .all(|(known, tool)| known == tool);
+    if same_tools {
+        for (value, count) in values.values_mut().zip(by_tool.values()) {
+            *value = Value::from(*count);
+        }
+    } else {
+        values.clear();
+        for (tool, count) in by_tool {
+            values.insert(tool.clone(), Value::from(*count));
+        }
     }
 }
 
@@ -172,6 +298,19 @@ impl fmt::Display for SessionKey<'_> {
     }
 }
 
+/// The bytes a control character starts with: C0 and DEL, and 0xC2 (C1 is U+0080-U+009F).
+const MAY_BE_CONTROL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = true;
+        byte += 1;
+    }
+    table[0x7f] = true;
+    table[0xc2] = true;
+    table
+};
+
 fn check_part(field: &str, value: &str) -> Result<(), InvalidContext> {
     if value.is_empty() {
         return Err(InvalidContext::new(format!(
@@ -184,7 +323,10 @@ fn check_part(field: &str, value: &str) -> Result<(), InvalidContext> {
             value.len()
         )));
     }
-    if let Some(at) = value.find(char::is_control) {
+    // Control characters are C0 and DEL (one byte each) and C1 (two bytes, the first 0xC2):
+    // a scan of the bytes settles most ids without decoding them.
+    let suspect = value.bytes().any(|byte| MAY_BE_CONTROL[usize::from(byte)]);
+    if suspect && let Some(at) = value.find(char::is_control) {
         return Err(InvalidContext::new(format!(
             "{field} holds a control character at byte {at}; session ids are printable text"
         )));
@@ -220,4 +362,40 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// Applies `update` to `key`'s session, atomically (see [`SessionFacts::apply`]).
     async fn record(&self, key: SessionKey<'_>, update: SessionUpdate<'_>) -> Result<(), BoxError>;
+
+    /// [`load`](Self::load) for a store that answers without waiting (one in memory):
+    /// `Some` with what `load` would return, which spares the engine its future. The default,
+    /// `None`, makes the engine call `load`.
+    fn load_now(&self, key: SessionKey<'_>) -> Option<Result<SessionFacts, BoxError>> {
+        let _ = key;
+        None
+    }
+
+    /// [`record`](Self::record) for a store that answers without waiting: `Some` when it
+    /// recorded (or failed to), `None` to have the engine call `record`.
+    fn record_now(
+        &self,
+        key: SessionKey<'_>,
+        update: SessionUpdate<'_>,
+    ) -> Option<Result<(), BoxError>> {
+        let _ = (key, update);
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_with_control_characters_are_refused_and_others_kept() {
+        for bad in ["a\u{7f}b", "a\u{85}b", "\u{9f}", "x\u{1}", "\u{80}"] {
+            let error = SessionKey::new("agent", bad).expect_err(bad);
+            assert!(error.problem().contains("control character"), "{bad:?}");
+        }
+        // 0xC2 also starts printable characters (U+00A0 to U+00BF).
+        for good in ["ª", "a\u{a0}b", "¿qué?", "s-1", "会话"] {
+            assert!(SessionKey::new("agent", good).is_ok(), "{good:?}");
+        }
+    }
 }

@@ -17,7 +17,7 @@ use crate::decision::{PolicyDecision, Redaction};
 use crate::engine::PolicyEngine;
 use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 use crate::set::PolicySet;
-use crate::stream::plan::{Stage, StageAction, StreamPlan, Watch};
+use crate::stream::plan::{LiteralFilter, Stage, StageAction, StreamPlan, Watch};
 use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
@@ -84,6 +84,10 @@ pub struct OutputStream<'e> {
     in_lane: bool,
     /// Bytes of `raw` when the fast lane last searched it.
     lane_searched: usize,
+    /// Bytes of `raw` the fast lane's quick filter has cleared: no watched literal starts
+    /// before it (the stages' own search positions may lag behind, and catch up when the
+    /// filter flags something).
+    lane_filtered: usize,
     /// Incremental mode in batches: while `raw` stays shorter than this, a push only keeps the
     /// text (0 when every push runs the rules, and once the stream has stopped).
     quiet_until: usize,
@@ -185,6 +189,7 @@ impl PolicyEngine {
             released_raw: 0,
             fed: 0,
             lane_searched: 0,
+            lane_filtered: 0,
             quiet_until: 0,
             stage_held: 0,
             lent_from: 0,
@@ -429,7 +434,7 @@ impl<'e> OutputStream<'e> {
             let on_error = self.set.on_error;
             if let Err(error) = self
                 .engine
-                .record_session(on_error, &context, &labels)
+                .record_session(on_error, &context, &labels, false)
                 .await
             {
                 result = Err(self.stop(error));
@@ -550,25 +555,45 @@ impl<'e> OutputStream<'e> {
         let len = self.raw.len();
         self.lane_searched = len;
         let raw = self.raw.as_bytes();
-        let hit = self
-            .plan
-            .stages
-            .iter()
-            .zip(&mut self.stages)
-            .any(|(stage, state)| {
-                let Watch::Literals { prefilter, longest } = &stage.watch else {
-                    return true;
-                };
-                if state.lane_scanned < len
-                    && prefilter
-                        .find(raw, Span::from(state.lane_scanned..len))
-                        .is_some()
-                {
-                    return true;
-                }
-                state.lane_scanned = (len + 1).saturating_sub(*longest).max(state.lane_scanned);
-                false
-            });
+        // A few new bytes (and the one before, for a literal's first two bytes) go through
+        // the quick filter of all the stages' literals first; only what it flags goes to the
+        // stages' prefilters, each from where it searched last.
+        let from = self.lane_filtered.saturating_sub(1).min(len);
+        let quiet = len - from < LiteralFilter::SHORT && self.plan.lane_filter.clear(&raw[from..]);
+        let hit = !quiet
+            && self
+                .plan
+                .stages
+                .iter()
+                .zip(&mut self.stages)
+                .any(|(stage, state)| {
+                    let Watch::Literals {
+                        prefilter, longest, ..
+                    } = &stage.watch
+                    else {
+                        return true;
+                    };
+                    if state.lane_scanned < len
+                        && prefilter
+                            .find(raw, Span::from(state.lane_scanned..len))
+                            .is_some()
+                    {
+                        return true;
+                    }
+                    state.lane_scanned = (len + 1).saturating_sub(*longest).max(state.lane_scanned);
+                    false
+                });
+        self.lane_filtered = if quiet {
+            // A literal starting at the last byte is seen with the next bytes.
+            len
+        } else {
+            // The flagged bytes stay with the filter until their literal is complete.
+            self.stages
+                .iter()
+                .map(|state| state.lane_scanned)
+                .min()
+                .unwrap_or(len)
+        };
         if hit {
             self.leave_lane();
             return self.run_stages(end);
@@ -659,6 +684,12 @@ impl<'e> OutputStream<'e> {
             state.buffer.clear();
             state.held_from = 0;
         }
+        self.lane_filtered = self
+            .stages
+            .iter()
+            .map(|state| state.lane_scanned)
+            .min()
+            .unwrap_or(start);
         self.fed = start;
         self.in_lane = true;
     }
@@ -1057,6 +1088,65 @@ mod tests {
                 format!("{plain}mail [EMAIL] or call [SSN] now. {plain}")
             );
         });
+    }
+
+    struct Deny(&'static [&'static str]);
+
+    #[async_trait::async_trait]
+    impl OutputPolicy for Deny {
+        fn id(&self) -> &str {
+            "deny"
+        }
+
+        async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, crate::BoxError> {
+            Ok(PolicyDecision::allow())
+        }
+
+        fn streaming(&self) -> Option<Vec<StreamingRule>> {
+            Some(vec![StreamingRule::deny_on_any(self.0, None)])
+        }
+    }
+
+    #[test]
+    fn a_literal_whose_start_ends_a_push_is_found_in_the_fast_lane() {
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Deny(&["evil.invalid", "malware.test"]))
+                    .build(),
+            )
+            .build();
+        assert!(engine.stream_plan().lane);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        // The first two bytes of the literal end one push (the filter flags them, the
+        // prefilter finds no whole literal yet); the rest comes with the next pushes.
+        for split in [
+            &["nothing to see in this sentence. ev", "il.invalid and more"][..],
+            &[
+                "nothing to see in this sentence. e",
+                "v",
+                "il.inv",
+                "alid and more",
+            ],
+            &["plain text, then ma", "lware.test"],
+        ] {
+            let denied = runtime.block_on(async {
+                let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+                for delta in split {
+                    if guard.feed(delta).await.is_err() {
+                        return true;
+                    }
+                }
+                guard
+                    .finish()
+                    .await
+                    .into_iter()
+                    .any(|item| matches!(item, StreamItem::Denied(_)))
+            });
+            assert!(denied, "{split:?}");
+        }
     }
 
     #[test]

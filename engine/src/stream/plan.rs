@@ -28,6 +28,8 @@ pub struct StreamPlan {
     pub(super) stages: Vec<Stage>,
     /// Every stage watches for literals: text none of them occurs in can bypass the stages.
     pub(super) lane: bool,
+    /// The literals of every stage, for the fast lane's quick test.
+    pub(super) lane_filter: LiteralFilter,
     /// The windows of all stages together: what the pipeline holds back, and the fast lane
     /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
     /// hold back less).
@@ -59,6 +61,8 @@ pub(super) enum Watch {
         prefilter: Prefilter,
         /// The longest literal, in bytes: an occurrence may straddle two pushes.
         longest: usize,
+        /// The quick test run before the prefilter on the few bytes of a push.
+        filter: Arc<LiteralFilter>,
     },
     /// A lazy DFA stepped over each new byte. It gives up ("quits") on non-ASCII text when the
     /// pattern has a Unicode word boundary; the stage then searches its window on every push.
@@ -131,11 +135,18 @@ impl StreamPlan {
                 .iter()
                 .all(|stage| matches!(stage.watch, Watch::Literals { .. }));
         let windows = stages.iter().map(|stage| stage.window).sum();
+        let mut lane_filter = LiteralFilter::empty();
+        for stage in &stages {
+            if let Watch::Literals { filter, .. } = &stage.watch {
+                lane_filter.merge(filter);
+            }
+        }
         StreamPlan {
             mode,
             batch,
             stages,
             lane,
+            lane_filter,
             windows,
             whole_text_reasons: reasons,
         }
@@ -266,11 +277,96 @@ pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
         candidates.push(((shortest, std::cmp::Reverse(bytes.len()), rare), bytes));
     }
     candidates.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
-    let prefilter = candidates.iter().find_map(|(_, literals)| {
-        Prefilter::new(MatchKind::LeftmostFirst, literals).filter(Prefilter::is_fast)
+    let (prefilter, literals) = candidates.iter().find_map(|(_, literals)| {
+        Prefilter::new(MatchKind::LeftmostFirst, literals)
+            .filter(Prefilter::is_fast)
+            .map(|prefilter| (prefilter, literals))
     })?;
+    let mut filter = LiteralFilter::empty();
+    filter.add(literals);
     Some(Watch::Literals {
         longest: prefilter.max_needle_len(),
         prefilter,
+        filter: Arc::new(filter),
     })
+}
+
+/// A search for literals built for the few bytes a push adds, where a SIMD search costs more
+/// to start than to run: one bit set of byte pairs, looked up once per byte. A pair is marked
+/// when a literal starts with it, and every pair ending in a one-byte literal is marked too.
+/// [`clear`](Self::clear) is conservative: `false` means a literal may occur (the prefilter
+/// then decides), `true` that none does.
+#[derive(Clone)]
+pub(super) struct LiteralFilter {
+    /// Bit `first * 256 + second`.
+    pairs: Box<[u64; 1024]>,
+    /// A one-byte literal: the first byte of a text is tested on its own.
+    single: [bool; 256],
+}
+
+impl std::fmt::Debug for LiteralFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiteralFilter").finish_non_exhaustive()
+    }
+}
+
+impl LiteralFilter {
+    /// Text this long or longer goes straight to the prefilter.
+    pub(super) const SHORT: usize = 64;
+
+    pub(super) fn empty() -> Self {
+        LiteralFilter {
+            pairs: Box::new([0; 1024]),
+            single: [false; 256],
+        }
+    }
+
+    fn mark(&mut self, first: u8, second: u8) {
+        let pair = usize::from(first) << 8 | usize::from(second);
+        self.pairs[pair >> 6] |= 1 << (pair & 63);
+    }
+
+    /// Adds `literals` (none of them empty) to what the filter looks for.
+    pub(super) fn add(&mut self, literals: &[Vec<u8>]) {
+        for literal in literals {
+            match literal[..] {
+                [byte] => {
+                    self.single[usize::from(byte)] = true;
+                    for first in 0..=u8::MAX {
+                        self.mark(first, byte);
+                    }
+                }
+                [first, second, ..] => self.mark(first, second),
+                [] => {}
+            }
+        }
+    }
+
+    /// Adds what `other` looks for.
+    pub(super) fn merge(&mut self, other: &LiteralFilter) {
+        for (mine, theirs) in self.single.iter_mut().zip(&other.single) {
+            *mine |= *theirs;
+        }
+        for (mine, theirs) in self.pairs.iter_mut().zip(other.pairs.iter()) {
+            *mine |= *theirs;
+        }
+    }
+
+    /// Whether no literal occurs wholly within `text`.
+    #[inline]
+    pub(super) fn clear(&self, text: &[u8]) -> bool {
+        let Some((&first, rest)) = text.split_first() else {
+            return true;
+        };
+        // No early exit: a branch-free loop over a few bytes runs faster than one that can
+        // stop.
+        let mut marked = u64::from(self.single[usize::from(first)]);
+        let mut previous = usize::from(first);
+        for &byte in rest {
+            let pair = previous << 8 | usize::from(byte);
+            marked |= self.pairs[pair >> 6] >> (pair & 63);
+            previous = usize::from(byte);
+        }
+        marked & 1 == 0
+    }
 }

@@ -109,7 +109,9 @@ impl StageState {
                     search_from,
                     found: found @ false,
                 },
-                Watch::Literals { prefilter, longest },
+                Watch::Literals {
+                    prefilter, longest, ..
+                },
             ) if *search_from < len => {
                 let span = Span::from(*search_from..len);
                 match prefilter.find(self.buffer.as_bytes(), span) {

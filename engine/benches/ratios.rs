@@ -1,0 +1,436 @@
+//! The engine's overhead as ratios, each side measured against its floor in one run.
+//!
+//! `cargo bench -p portcullis-engine --bench ratios` (or `-- <name filter>`)
+//!
+//! Each workload has two sides, the engine and the floor it wraps. The two are measured in
+//! alternating rounds of about a millisecond each (a batch of one, then a batch of the other),
+//! so a machine busy with other work slows both alike; the figure printed is the median of the
+//! per-round ratios, with the median time per iteration of each side. The session store's figure is a difference (the
+//! nanoseconds the store adds per evaluation), not a ratio.
+//!
+//! `PORTCULLIS_PROFILE=<name>` runs only the engine side of the workloads named (their floor
+//! with `PORTCULLIS_PROFILE_FLOOR=1` too), for a profiler (`valgrind --tool=callgrind`).
+
+use std::borrow::Cow;
+use std::hint::black_box;
+use std::time::Instant;
+
+use portcullis_engine::stream::decide_whole_text;
+use portcullis_engine::{
+    BoxError, InputContext, InputPolicy, MemorySessionStore, Message, Metadata, OutputContext,
+    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, StreamItem, StreamingRule,
+    async_trait,
+};
+use regex::Regex;
+use tokio::runtime::Runtime;
+
+struct AllowAll(String);
+
+#[async_trait]
+impl InputPolicy for AllowAll {
+    fn id(&self) -> &str {
+        &self.0
+    }
+
+    async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
+        black_box(context);
+        Ok(PolicyDecision::allow())
+    }
+}
+
+fn allow_policies() -> Vec<AllowAll> {
+    (0..10).map(|at| AllowAll(format!("allow_{at}"))).collect()
+}
+
+fn allow_engine(store: Option<MemorySessionStore>) -> PolicyEngine {
+    let mut set = PolicySet::builder();
+    for policy in allow_policies() {
+        set = set.input(policy);
+    }
+    let builder = PolicyEngine::builder().policy_set(set.build());
+    match store {
+        Some(store) => builder.sessions(store).build(),
+        None => builder.build(),
+    }
+}
+
+fn small_context() -> InputContext {
+    InputContext::new(
+        vec![
+            Message::system("You are a helpful assistant."),
+            Message::user("What is the weather in Paris tomorrow?"),
+        ],
+        Metadata::new("agent-1", "session-1"),
+    )
+}
+
+const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
+
+/// A policy that redacts SSNs in the first message, as a rule that found one decides.
+struct RedactSsn(PolicyDecision);
+
+#[async_trait]
+impl InputPolicy for RedactSsn {
+    fn id(&self) -> &str {
+        "redact_ssn"
+    }
+
+    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// A 1 KiB message with one SSN in it.
+fn ssn_message() -> String {
+    let mut text = String::new();
+    while text.len() < 1000 {
+        text.push_str("The quarterly report shows steady growth across all regions. ");
+        if text.len() > 480 && !text.contains('-') {
+            text.push_str("My SSN is 123-45-6789. ");
+        }
+    }
+    text.truncate(1024);
+    text
+}
+
+/// A policy whose whole-text and streaming forms are the same rules.
+struct Rules {
+    id: &'static str,
+    rules: Vec<StreamingRule>,
+}
+
+#[async_trait]
+impl OutputPolicy for Rules {
+    fn id(&self) -> &str {
+        self.id
+    }
+
+    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
+        decide_whole_text(&self.rules, &context.response.content)
+    }
+
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        Some(self.rules.clone())
+    }
+}
+
+fn replace_rule(pattern: &str, replacement: &str) -> StreamingRule {
+    StreamingRule::Replace {
+        pattern: pattern.into(),
+        replacement: replacement.into(),
+        max_match_len: None,
+    }
+}
+
+/// The three rules of the streaming benchmark; with `batch` > 0 the guard runs them once that
+/// many bytes have arrived.
+fn stream_engine(batch: usize) -> PolicyEngine {
+    PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .stream_batch(batch)
+                .output(Rules {
+                    id: "ssn",
+                    rules: vec![replace_rule(SSN, "[SSN]")],
+                })
+                .output(Rules {
+                    id: "email",
+                    rules: vec![replace_rule(
+                        r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}",
+                        "[EMAIL]",
+                    )],
+                })
+                .output(Rules {
+                    id: "domains",
+                    rules: vec![StreamingRule::deny_on_any(
+                        &["phishing.example", "malware.test", "evil.invalid"],
+                        Some("blocked domain".into()),
+                    )],
+                })
+                .build(),
+        )
+        .build()
+}
+
+/// A 64 KiB answer; `sentences_per_secret` plain sentences come between two sentences that
+/// hold an SSN and an e-mail address.
+fn answer(sentences_per_secret: usize) -> String {
+    let plain = "The quarterly report shows steady growth across all regions and segments. ";
+    let secret = "Contact 123-45-6789 or ops@example.com for details. ";
+    let mut text = String::new();
+    let mut sentence = 0;
+    while text.len() < 64 * 1024 {
+        text.push_str(if sentence % sentences_per_secret == 0 {
+            secret
+        } else {
+            plain
+        });
+        sentence += 1;
+    }
+    text.truncate(64 * 1024);
+    text
+}
+
+/// Streams `chunks` through `engine`'s guard with `feed` (or `push`); the bytes released.
+async fn stream(engine: &PolicyEngine, metadata: &Metadata, chunks: &[&str], push: bool) -> usize {
+    let mut guard = engine.output_stream(metadata.clone());
+    let mut released = 0;
+    for chunk in chunks {
+        if push {
+            for item in guard.push(chunk).await {
+                if let StreamItem::Text(text) = item {
+                    released += text.len();
+                }
+            }
+        } else {
+            released += guard.feed(chunk).await.map_or(0, str::len);
+        }
+    }
+    for item in guard.finish().await {
+        if let StreamItem::Text(text) = item {
+            released += text.len();
+        }
+    }
+    released
+}
+
+/// One workload: the engine's side and its floor, each running `iterations` times per call.
+struct Workload<'a> {
+    name: String,
+    goal: Goal,
+    iterations: usize,
+    engine: Box<dyn FnMut(usize) + 'a>,
+    floor: Box<dyn FnMut(usize) + 'a>,
+}
+
+enum Goal {
+    /// The engine's side at most this many times the floor.
+    Ratio(f64),
+    /// The engine's side adds at most this many nanoseconds to the floor.
+    Added(f64),
+}
+
+/// Keeps `value` for the whole run (the workloads borrow their engines and inputs).
+fn leak<T>(value: T) -> &'static T {
+    Box::leak(Box::new(value))
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn time(side: &mut dyn FnMut(usize), iterations: usize) -> f64 {
+    let started = Instant::now();
+    side(iterations);
+    started.elapsed().as_nanos() as f64 / iterations as f64
+}
+
+fn measure(mut workload: Workload<'_>, rounds: usize) {
+    // Warm up both sides (thread-local caches, lazily built plans), then size each side's
+    // rounds to about a millisecond: rounds of one length are interrupted alike by the other
+    // processes of a busy machine, whichever side is slower.
+    let engine_once = time(&mut workload.engine, workload.iterations);
+    let floor_once = time(&mut workload.floor, workload.iterations);
+    let per_round = |nanos: f64| ((1e6 / nanos.max(1.0)) as usize).clamp(1, workload.iterations);
+    let (engine_iterations, floor_iterations) = (per_round(engine_once), per_round(floor_once));
+    let (mut engine, mut floor, mut ratios, mut added) = (vec![], vec![], vec![], vec![]);
+    for round in 0..rounds {
+        // Alternate which side goes first, so neither always follows the other.
+        let (e, f) = if round % 2 == 0 {
+            let e = time(&mut workload.engine, engine_iterations);
+            (e, time(&mut workload.floor, floor_iterations))
+        } else {
+            let f = time(&mut workload.floor, floor_iterations);
+            (time(&mut workload.engine, engine_iterations), f)
+        };
+        engine.push(e);
+        floor.push(f);
+        ratios.push(e / f);
+        added.push(e - f);
+    }
+    let (engine, floor) = (median(&mut engine), median(&mut floor));
+    let (ratio, added) = (median(&mut ratios), median(&mut added));
+    let verdict = match workload.goal {
+        Goal::Ratio(most) => format!("{ratio:.2}x (goal <= {most}x)"),
+        Goal::Added(most) => format!("+{added:.0} ns (goal < {most} ns), {ratio:.2}x"),
+    };
+    println!(
+        "{:<58} engine {:>10.0} ns  floor {:>10.0} ns  {verdict}",
+        workload.name, engine, floor
+    );
+}
+
+fn main() {
+    let filter: Option<String> = std::env::args().skip(1).find(|arg| !arg.starts_with("--"));
+    let profile = std::env::var("PORTCULLIS_PROFILE").ok();
+    let runtime: Runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let rt = leak(runtime);
+    let mut workloads: Vec<Workload<'_>> = Vec::new();
+
+    // 10 allow policies: the engine against calling them one after another.
+    let context = small_context();
+    let context = leak(context);
+    let plain = allow_engine(None);
+    let plain = leak(plain);
+    let direct: Vec<Box<dyn InputPolicy>> = allow_policies()
+        .into_iter()
+        .map(|policy| Box::new(policy) as Box<dyn InputPolicy>)
+        .collect();
+    let direct = leak(direct);
+    workloads.push(Workload {
+        name: "10 allow policies: engine / direct evaluate calls".into(),
+        goal: Goal::Ratio(1.5),
+        iterations: 20_000,
+        engine: Box::new(move |n| {
+            rt.block_on(async {
+                for _ in 0..n {
+                    black_box(plain.evaluate_input(black_box(context)).await.is_ok());
+                }
+            })
+        }),
+        floor: Box::new(move |n| {
+            rt.block_on(async {
+                for _ in 0..n {
+                    for policy in direct {
+                        black_box(policy.evaluate(black_box(context)).await.is_ok());
+                    }
+                }
+            })
+        }),
+    });
+
+    // The in-memory session store: 10 allow policies with it against without it.
+    let kept = allow_engine(Some(MemorySessionStore::new()));
+    let kept = leak(kept);
+    workloads.push(Workload {
+        name: "10 allow policies: in-memory session store / none".into(),
+        goal: Goal::Added(300.0),
+        iterations: 20_000,
+        engine: Box::new(move |n| {
+            rt.block_on(async {
+                for _ in 0..n {
+                    black_box(kept.evaluate_input(black_box(context)).await.is_ok());
+                }
+            })
+        }),
+        floor: Box::new(move |n| {
+            rt.block_on(async {
+                for _ in 0..n {
+                    black_box(plain.evaluate_input(black_box(context)).await.is_ok());
+                }
+            })
+        }),
+    });
+
+    // A `replace` redaction of one SSN in a 1 KiB message: the engine against copying the
+    // context and replacing on the copy.
+    let redacting = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(RedactSsn(PolicyDecision::redact([Redaction::replace(
+                    "messages.0.content",
+                    SSN,
+                )
+                .with_replacement("[SSN]")])))
+                .build(),
+        )
+        .build();
+    let redacting = leak(redacting);
+    let message = InputContext::new(
+        vec![Message::user(ssn_message())],
+        Metadata::new("agent-1", "session-1"),
+    );
+    let message = leak(message);
+    let regex = Regex::new(SSN).expect("a valid pattern");
+    let regex = leak(regex);
+    workloads.push(Workload {
+        name: "replace one SSN in 1 KiB: engine / clone + replace_all".into(),
+        goal: Goal::Ratio(2.0),
+        iterations: 5_000,
+        engine: Box::new(move |n| {
+            rt.block_on(async {
+                for _ in 0..n {
+                    let evaluation = redacting.evaluate_input(black_box(message)).await;
+                    black_box(evaluation.map(|e| e.is_modified()).ok());
+                }
+            })
+        }),
+        floor: Box::new(move |n| {
+            for _ in 0..n {
+                let mut copy = black_box(message).clone();
+                let content = &mut copy.messages[0].content;
+                if let Cow::Owned(replaced) = regex.replace_all(content, regex::NoExpand("[SSN]")) {
+                    *content = replaced;
+                }
+                black_box(copy);
+            }
+        }),
+    });
+
+    // The streaming guard against the whole-text evaluation of the same 64 KiB answer.
+    let every = stream_engine(0);
+    let batched = stream_engine(256);
+    let (every, batched) = (leak(every), leak(batched));
+    let metadata = Metadata::new("agent", "session");
+    let metadata = leak(metadata);
+    let texts: Vec<(&str, String)> = vec![("typical", answer(30)), ("dense", answer(1))];
+    let texts = leak(texts);
+    for (name, text) in texts {
+        let context = OutputContext::new(Message::assistant(text.clone()), metadata.clone());
+        let context = leak(context);
+        let chunks: Vec<&str> = text
+            .as_bytes()
+            .chunks(16)
+            .map(|chunk| std::str::from_utf8(chunk).expect("ascii"))
+            .collect();
+        let chunks: &[&str] = leak(chunks);
+        for (how, engine, push, goal) in [
+            ("feed, rules on every delta", every, false, 2.0),
+            ("push, rules on every delta", every, true, 3.0),
+            ("feed, stream_batch(256)", batched, false, 1.3),
+            ("push, stream_batch(256)", batched, true, 1.5),
+        ] {
+            workloads.push(Workload {
+                name: format!("stream {name} 64 KiB/16 B: {how} / whole"),
+                goal: Goal::Ratio(goal),
+                iterations: 20,
+                engine: Box::new(move |n| {
+                    rt.block_on(async {
+                        for _ in 0..n {
+                            black_box(stream(engine, metadata, chunks, push).await);
+                        }
+                    })
+                }),
+                floor: Box::new(move |n| {
+                    rt.block_on(async {
+                        for _ in 0..n {
+                            black_box(every.evaluate_output(context).await.is_ok());
+                        }
+                    })
+                }),
+            });
+        }
+    }
+
+    for mut workload in workloads {
+        if let Some(profile) = &profile {
+            if workload.name.contains(profile.as_str()) {
+                if std::env::var_os("PORTCULLIS_PROFILE_FLOOR").is_some() {
+                    (workload.floor)(workload.iterations);
+                } else {
+                    (workload.engine)(workload.iterations);
+                }
+            }
+            continue;
+        }
+        if filter
+            .as_deref()
+            .is_none_or(|filter| workload.name.contains(filter))
+        {
+            measure(workload, 201);
+        }
+    }
+}
