@@ -1,37 +1,28 @@
 //! Whole answers: output policies on each text (a chat choice's message, a Responses API
 //! message item), then tool-call policies on each call the answer makes.
 
-use async_openai::error::OpenAIError;
+use bytes::Bytes;
 use portcullis_engine::{Message, Metadata, OutputContext};
 use serde_json::{Map, Value};
 
-use crate::error::{self, GuardError};
-use crate::mapping::Api;
-use crate::{Settings, ToolOutcome, evaluate_tool_call, mapping, rebuild};
+use crate::exchange::{Failure, Settings, ToolOutcome, evaluate_tool_call, from_engine};
+use crate::mapping::{self, Api};
 
-/// Evaluates a whole answer and returns it, possibly changed.
-pub(crate) async fn guard_response(
+/// Evaluates a whole answer; returns the body to release instead (`None`: the body is not an
+/// answer of this endpoint, an error for one, and goes as it is).
+pub(crate) async fn guard_answer(
     settings: &Settings,
     api: Api,
     metadata: Metadata,
-    response: reqwest::Response,
-) -> Result<reqwest::Response, OpenAIError> {
-    let status = response.status();
-    let version = response.version();
-    let headers = response.headers().clone();
-    let bytes = response.bytes().await.map_err(|problem| {
-        error::from_guard(GuardError::Body {
-            problem: problem.to_string(),
-        })
-    })?;
+    body: &[u8],
+) -> Result<Option<Bytes>, Failure> {
     let key = match api {
         Api::ChatCompletions => "choices",
         Api::Responses => "output",
     };
-    let mut answer = match serde_json::from_slice::<Value>(&bytes) {
+    let mut answer = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(answer)) if answer.get(key).is_some_and(Value::is_array) => answer,
-        // Not an answer of this endpoint: async-openai reports what it is.
-        _ => return Ok(rebuild(status, version, headers, bytes.into())),
+        _ => return Ok(None),
     };
     let mut metadata = metadata;
     if let Some(id) = answer.get("id").and_then(Value::as_str) {
@@ -43,18 +34,14 @@ pub(crate) async fn guard_response(
         if let Some(Value::Array(output)) = answer.get_mut("output") {
             guard_output(settings, &metadata, output).await?;
         }
-        let body = Value::Object(answer).to_string();
-        return Ok(rebuild(status, version, headers, body.into()));
-    }
-    if let Some(Value::Array(choices)) = answer.get_mut("choices") {
+    } else if let Some(Value::Array(choices)) = answer.get_mut("choices") {
         for (position, choice) in choices.iter_mut().enumerate() {
             if let Value::Object(choice) = choice {
                 guard_choice(settings, &metadata, position, choice).await?;
             }
         }
     }
-    let body = Value::Object(answer).to_string();
-    Ok(rebuild(status, version, headers, body.into()))
+    Ok(Some(Bytes::from(Value::Object(answer).to_string())))
 }
 
 async fn guard_choice(
@@ -62,7 +49,7 @@ async fn guard_choice(
     metadata: &Metadata,
     position: usize,
     choice: &mut Map<String, Value>,
-) -> Result<(), OpenAIError> {
+) -> Result<(), Failure> {
     let index = choice
         .get("index")
         .and_then(Value::as_u64)
@@ -83,7 +70,7 @@ async fn guard_choice(
             .engine
             .evaluate_output(&context)
             .await
-            .map_err(error::from_engine)?;
+            .map_err(from_engine)?;
         text = evaluation.context().response.content.clone();
         if evaluation.is_modified() {
             message.insert("content".to_owned(), Value::String(text.clone()));
@@ -97,7 +84,7 @@ async fn guard_choice(
             .engine
             .evaluate_output(&context)
             .await
-            .map_err(error::from_engine)?;
+            .map_err(from_engine)?;
         if evaluation.is_modified() {
             let refusal = evaluation.into_context().response.content;
             message.insert("refusal".to_owned(), Value::String(refusal));
@@ -110,7 +97,7 @@ async fn guard_choice(
     let mut kept = Vec::with_capacity(calls.len());
     let mut refusals = Vec::new();
     for mut call in calls {
-        let tool = mapping::read_tool_call(&call).map_err(error::from_guard)?;
+        let tool = mapping::read_tool_call(&call)?;
         match evaluate_tool_call(settings, &metadata, &tool, &text).await? {
             ToolOutcome::Allowed(None) => kept.push(call),
             ToolOutcome::Allowed(Some(arguments)) => {
@@ -155,7 +142,7 @@ pub(crate) async fn guard_output(
     settings: &Settings,
     metadata: &Metadata,
     output: &mut [Value],
-) -> Result<(), OpenAIError> {
+) -> Result<(), Failure> {
     let mut text = String::new();
     for (index, item) in output.iter_mut().enumerate() {
         let item_text =
@@ -189,7 +176,7 @@ pub(crate) async fn guard_message_item(
     settings: &Settings,
     metadata: &Metadata,
     item: &mut Value,
-) -> Result<String, OpenAIError> {
+) -> Result<String, Failure> {
     let mut text = String::new();
     if item.get("type").and_then(Value::as_str) != Some("message") {
         return Ok(text);
@@ -211,7 +198,7 @@ pub(crate) async fn guard_message_item(
             .engine
             .evaluate_output(&context)
             .await
-            .map_err(error::from_engine)?;
+            .map_err(from_engine)?;
         let forwarded = evaluation.into_context().response.content;
         join(&mut text, &forwarded);
         part[key] = Value::String(forwarded);
@@ -227,8 +214,8 @@ pub(crate) async fn guard_call_item(
     metadata: &Metadata,
     item: &mut Value,
     calling_message: &str,
-) -> Result<Option<String>, OpenAIError> {
-    let Some(tool) = mapping::read_output_call(item).map_err(error::from_guard)? else {
+) -> Result<Option<String>, Failure> {
+    let Some(tool) = mapping::read_output_call(item)? else {
         return Ok(None);
     };
     match evaluate_tool_call(settings, metadata, &tool, calling_message).await? {
