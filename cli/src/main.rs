@@ -1,12 +1,14 @@
-//! `portcullis`: check, evaluate, test and replay policy sets without writing Rust.
+//! `portcullis`: check, evaluate, test and replay policy sets without writing Rust, and guard
+//! agents through proxies.
 //!
 //! Exit status, for every subcommand: 0 success, 1 the command's own input is wrong (a bad
 //! manifest, an unreadable context or test file). `eval` adds 2 denied, 3 evaluation error,
 //! 4 approval required; `test` adds 2 when a case failed; `replay --fail-on-change` adds 2
-//! when a call's outcome would change.
+//! when a call's outcome would change; `proxy` adds 5 when the proxy cannot start or fails.
 
 mod check;
 mod outcome;
+mod proxy;
 mod render;
 mod replay;
 mod test;
@@ -123,6 +125,10 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
     },
+    /// Guard an agent without changing its code: an OpenAI-compatible proxy, or an MCP
+    /// server in front of another.
+    #[command(subcommand)]
+    Proxy(proxy::ProxyCommand),
 }
 
 fn main() -> ExitCode {
@@ -131,7 +137,7 @@ fn main() -> ExitCode {
         Command::Check { format, .. }
         | Command::Eval { format, .. }
         | Command::Replay { format, .. } => Some(*format),
-        Command::Test { .. } => None,
+        Command::Test { .. } | Command::Proxy(_) => None,
     };
     if format == Some(Format::Junit) {
         eprintln!("error: `--format junit` is for `portcullis test`; use human or json here");
@@ -161,6 +167,7 @@ fn main() -> ExitCode {
             fail_on_change,
             format,
         } => replay::run(&manifest, &log, fail_on_change, format),
+        Command::Proxy(command) => proxy::run(command),
     };
     ExitCode::from(code)
 }
