@@ -116,12 +116,16 @@ impl CodeRegistry {
 }
 
 /// A manifest loaded: its policy set, what it was read from, and its warnings.
+///
+/// [`into_engine_builder`](LoadedManifest::into_engine_builder) turns it into an engine
+/// builder with everything else the manifest configures (sessions, approvals, audit sinks).
 #[derive(Debug)]
 pub struct LoadedManifest {
-    manifest: Manifest,
-    set: PolicySet,
-    warnings: Vec<Diagnostic>,
-    files: Vec<PathBuf>,
+    pub(crate) manifest: Manifest,
+    pub(crate) set: PolicySet,
+    pub(crate) warnings: Vec<Diagnostic>,
+    pub(crate) files: Vec<PathBuf>,
+    pub(crate) export: crate::AuditExport,
 }
 
 impl LoadedManifest {
@@ -140,7 +144,7 @@ impl LoadedManifest {
         &self.manifest
     }
 
-    /// What loaded but deserves a look (sections not applied yet, among others).
+    /// What loaded but deserves a look (a rule's condition that can never hold, among others).
     pub fn warnings(&self) -> &[Diagnostic] {
         &self.warnings
     }
@@ -240,7 +244,7 @@ impl Manifest {
         {
             let diagnostic = Diagnostic::warning(
                 &self.path,
-                None,
+                self.audit.jsonl_position,
                 format!(
                     "`audit.jsonl`: the folder {} does not exist (yet): the log cannot be opened until it does",
                     parent.display()
@@ -248,14 +252,7 @@ impl Manifest {
             );
             builder.report.push(diagnostic);
         }
-        if self.audit.otlp.is_some() {
-            let diagnostic = Diagnostic::warning(
-                &self.path,
-                None,
-                "`audit.otlp` is read and kept but not exported by the loader: the application wires its OpenTelemetry exporter",
-            );
-            builder.report.push(diagnostic);
-        }
+        crate::assemble::unsupported_sections(&self, builder.report);
         let Builder { files, points, .. } = builder;
         if report.has_errors() {
             let (errors, warnings) = report.split();
@@ -268,6 +265,7 @@ impl Manifest {
             set,
             warnings,
             files,
+            export: crate::AuditExport::default(),
         })
     }
 

@@ -23,11 +23,12 @@
 //!   - aps/policies.json
 //! settings:                       # per point: concurrent, monitor, policy_deadline, call_deadline;
 //!   input: { concurrent: true, call_deadline: 300ms }   # output also stream_batch, stream_checkpoint
-//! audit:
+//! audit:                         # where audit records go (any combination)
 //!   jsonl: logs/audit.jsonl       # one audit record per line
-//!   otlp: http://localhost:4318   # kept in the loaded manifest; the application wires the exporter
-//! sessions: { store: memory, ttl: 24h }   # read and checked; not applied yet (a warning says so)
-//! approvals: { timeout: 5m }              # read and checked; not applied yet (a warning says so)
+//!   otlp: http://localhost:4318   # spans over OTLP/HTTP to a collector (feature `otel`)
+//! sessions: { store: memory, ttl: 24h }   # or redis://host:port/db (feature `redis`);
+//!                                         # memory also takes `capacity: 100000`
+//! approvals: { timeout: 5m }              # how long an approval resolver is waited for
 //! ```
 //!
 //! Relative paths are relative to the manifest's folder. Values are never interpolated
@@ -43,8 +44,13 @@
 //! those tools and allows any other without evaluating. Their ids are
 //! `<file stem>#<index>`, the index counted from 0 in file order.
 //!
+//! [`LoadedManifest::into_engine_builder`] goes one step further: an engine builder with the
+//! set and everything else the manifest configures (the session store, the approval time-out,
+//! the audit sinks), each opened there; one that cannot be opened is an error with its place
+//! in the manifest. [`AuditExport`] flushes and shuts down the span export on exit.
+//!
 //! ```no_run
-//! use portcullis_engine::PolicyEngine;
+//! # async fn run() {
 //! use portcullis_manifest::{CodeRegistry, Manifest};
 //!
 //! let loaded = match Manifest::load("portcullis.yaml", &CodeRegistry::new()) {
@@ -56,26 +62,47 @@
 //!         std::process::exit(1);
 //!     }
 //! };
-//! let engine = PolicyEngine::builder().policy_set(loaded.into_policy_set()).build();
-//! # drop(engine);
+//! let export = loaded.audit_export();
+//! let engine = match loaded.into_engine_builder().await {
+//!     Ok(builder) => builder.build(),
+//!     Err(errors) => {
+//!         eprintln!("{errors}");
+//!         std::process::exit(1);
+//!     }
+//! };
+//! // ... evaluate ...
+//! drop(engine);
+//! if let Err(error) = export.shutdown().await {
+//!     eprintln!("{error}");
+//! }
+//! # }
 //! ```
+//!
+//! An application that builds its engine itself takes the set alone with
+//! [`LoadedManifest::into_policy_set`].
 //!
 //! [`ManifestWatcher`] reloads a manifest when one of its files changes and swaps the new set
 //! into a running engine; a reload that fails keeps the set in use.
 //!
 //! Backends beyond the JSON rules come with the features `rego`, `rego-rest` and `http`; a
-//! manifest naming one this build lacks gets a load error that names the feature.
+//! manifest naming one this build lacks gets a load error that names the feature. Sessions in
+//! Redis need the feature `redis`, span export the feature `otel`: without them the manifest
+//! loads with a warning and [`LoadedManifest::into_engine_builder`] refuses it.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod assemble;
 mod audit;
 mod build;
 mod diagnostic;
 mod duration;
 mod model;
+#[cfg(feature = "otel")]
+mod otlp;
 mod watch;
 pub mod yaml;
 
+pub use assemble::{AuditExport, AuditExportError};
 pub use audit::JsonlAuditLog;
 pub use build::{CodeRegistry, LoadedManifest, bundle_id};
 pub use diagnostic::{Diagnostic, ManifestErrors, Severity};

@@ -31,9 +31,9 @@ pub struct Manifest {
     pub settings: Settings,
     /// `audit`: where audit records go.
     pub audit: AuditSettings,
-    /// `sessions` (read and checked; the engine does not keep session state yet).
+    /// `sessions`: where the engine keeps per-session labels and counters.
     pub sessions: Option<SessionSettings>,
-    /// `approvals` (read and checked; the engine does not resolve approvals yet).
+    /// `approvals`: how the engine waits for approvals.
     pub approvals: Option<ApprovalSettings>,
 }
 
@@ -172,8 +172,13 @@ pub struct PointOptions {
 pub struct AuditSettings {
     /// `jsonl`: the file audit records are appended to, one per line.
     pub jsonl: Option<PathBuf>,
-    /// `otlp`: the OTLP/HTTP endpoint of a collector (kept; not exported by this crate).
+    /// Where `jsonl`'s value is in the manifest.
+    pub jsonl_position: Option<Position>,
+    /// `otlp`: the OTLP/HTTP endpoint of a collector (`http://host:4318`; spans are posted to
+    /// its `/v1/traces`).
     pub otlp: Option<String>,
+    /// Where `otlp`'s value is in the manifest.
+    pub otlp_position: Option<Position>,
 }
 
 /// The `sessions` section.
@@ -184,6 +189,11 @@ pub struct SessionSettings {
     pub store: SessionStore,
     /// `ttl`: how long a session's state is kept after its last update.
     pub ttl: Option<Duration>,
+    /// `capacity` (`memory` only): the most sessions kept; the one updated longest ago is
+    /// evicted to make room.
+    pub capacity: Option<usize>,
+    /// Where the `sessions` section is in the manifest (its `store` value when it has one).
+    pub position: Position,
 }
 
 /// Where session state is kept.
@@ -202,6 +212,8 @@ pub enum SessionStore {
 pub struct ApprovalSettings {
     /// `timeout`: how long an approval is waited for.
     pub timeout: Option<Duration>,
+    /// Where the `approvals` section is in the manifest.
+    pub position: Position,
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -483,11 +495,13 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                             manifest.audit.jsonl = reader
                                 .string(value, "`audit.jsonl`")
                                 .map(|file| base.join(file));
+                            manifest.audit.jsonl_position = Some(value.position);
                         }
                         _ => {
                             if let Some(url) = reader.string(value, "`audit.otlp`") {
                                 if url.starts_with("http://") || url.starts_with("https://") {
                                     manifest.audit.otlp = Some(url);
+                                    manifest.audit.otlp_position = Some(value.position);
                                 } else {
                                     let diagnostic = reader
                                         .error(value.position, "`audit.otlp` must be an http:// or https:// URL")
@@ -500,61 +514,91 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                 }
             }
             "sessions" => {
-                let diagnostic = Diagnostic::warning(
-                    path,
-                    Some(key.position),
-                    "`sessions` is read and checked but not applied yet: this engine keeps no session state",
-                );
-                reader.push(diagnostic);
-                let Some(fields) = reader.map(value, "`sessions`", &["store", "ttl"]) else {
+                let Some(fields) = reader.map(value, "`sessions`", &["store", "ttl", "capacity"])
+                else {
                     continue;
                 };
                 let mut sessions = SessionSettings {
                     store: SessionStore::Memory,
                     ttl: None,
+                    capacity: None,
+                    position: key.position,
                 };
                 let mut ok = true;
-                for (key, _, value) in fields {
-                    match key {
-                        "store" => match reader.string(value, "`sessions.store`") {
-                            Some(store) if store == "memory" => {}
-                            Some(store)
-                                if store.starts_with("redis://")
-                                    || store.starts_with("rediss://") =>
-                            {
-                                sessions.store = SessionStore::Redis(store);
+                let mut capacity_at = None;
+                for (field, field_key, value) in fields {
+                    match field {
+                        "store" => {
+                            sessions.position = value.position;
+                            match reader.string(value, "`sessions.store`") {
+                                Some(store) if store == "memory" => {}
+                                Some(store)
+                                    if store.starts_with("redis://")
+                                        || store.starts_with("rediss://") =>
+                                {
+                                    sessions.store = SessionStore::Redis(store);
+                                }
+                                Some(_) => {
+                                    let diagnostic = reader
+                                        .error(
+                                            value.position,
+                                            "`sessions.store` must be `memory` or a redis:// URL",
+                                        )
+                                        .with_help(
+                                            "for example `memory` or `redis://127.0.0.1:6379/0`",
+                                        );
+                                    reader.push(diagnostic);
+                                    ok = false;
+                                }
+                                None => ok = false,
                             }
-                            Some(_) => {
-                                let diagnostic = reader.error(
-                                    value.position,
-                                    "`sessions.store` must be `memory` or a redis:// URL",
-                                );
+                        }
+                        "ttl" => match reader.duration(value, "`sessions.ttl`") {
+                            Some(ttl) if ttl.is_zero() => {
+                                let diagnostic = reader
+                                    .error(value.position, "`sessions.ttl` must be longer than 0");
                                 reader.push(diagnostic);
                                 ok = false;
                             }
-                            None => ok = false,
-                        },
-                        _ => match reader.duration(value, "`sessions.ttl`") {
                             Some(ttl) => sessions.ttl = Some(ttl),
                             None => ok = false,
                         },
+                        _ => {
+                            capacity_at = Some(field_key.position);
+                            match reader.count(value, "`sessions.capacity`") {
+                                Some(0) => {
+                                    let diagnostic = reader.error(
+                                        value.position,
+                                        "`sessions.capacity` must be at least 1",
+                                    );
+                                    reader.push(diagnostic);
+                                    ok = false;
+                                }
+                                Some(capacity) => sessions.capacity = Some(capacity),
+                                None => ok = false,
+                            }
+                        }
                     }
+                }
+                if let (SessionStore::Redis(_), Some(at)) = (&sessions.store, capacity_at) {
+                    let diagnostic = reader
+                        .error(at, "`sessions.capacity` applies to the `memory` store only")
+                        .with_help("Redis bounds its memory itself (`maxmemory`); sessions expire after `ttl`");
+                    reader.push(diagnostic);
+                    ok = false;
                 }
                 if ok {
                     manifest.sessions = Some(sessions);
                 }
             }
             "approvals" => {
-                let diagnostic = Diagnostic::warning(
-                    path,
-                    Some(key.position),
-                    "`approvals` is read and checked but not applied yet: this engine does not resolve approvals",
-                );
-                reader.push(diagnostic);
                 let Some(fields) = reader.map(value, "`approvals`", &["timeout"]) else {
                     continue;
                 };
-                let mut approvals = ApprovalSettings { timeout: None };
+                let mut approvals = ApprovalSettings {
+                    timeout: None,
+                    position: key.position,
+                };
                 for (_, _, value) in fields {
                     approvals.timeout = reader.duration(value, "`approvals.timeout`");
                 }

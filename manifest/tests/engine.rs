@@ -1,0 +1,554 @@
+//! A manifest into an engine: the session store, the approval time-out and the audit sinks it
+//! names, each opened by `into_engine_builder`.
+
+mod common;
+
+#[cfg(feature = "otel")]
+#[path = "../../backends/observability/tests/support/receiver.rs"]
+mod receiver;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::Scratch;
+use portcullis_engine::{
+    ApprovalAnswer, ApprovalRequest, AuditRecord, BoxError, EngineError, InputContext, Message,
+    Metadata, PolicyEngine, ToolCallContext, async_trait,
+};
+use portcullis_manifest::{CodeRegistry, Manifest, ManifestErrors};
+use serde_json::{Map, Value, json};
+
+/// Input from the web marks the session `untrusted`.
+const MARK_UNTRUSTED: &str = r#"{
+  "condition": { "field": "messages.0.content", "contains": ["<html", "http://", "https://"] },
+  "action": "audit",
+  "reason": "web content entered the session",
+  "labels": ["untrusted"]
+}"#;
+
+/// No e-mail leaves a session once untrusted content entered it.
+const NO_EMAIL_AFTER_UNTRUSTED: &str = r#"{
+  "condition": {
+    "all": [
+      { "field": "tool_name", "equals": "send_email" },
+      { "field": "metadata.session.labels", "contains": ["untrusted"] }
+    ]
+  },
+  "action": "deny",
+  "reason": "no outbound e-mail once untrusted content entered the session"
+}"#;
+
+/// Every e-mail needs a person's approval.
+const ESCALATE_EMAIL: &str = r#"{
+  "condition": { "field": "tool_name", "equals": "send_email" },
+  "action": "escalate",
+  "reason": "e-mail leaves the company"
+}"#;
+
+fn trifecta_manifest(scratch: &Scratch, sessions: &str) -> std::path::PathBuf {
+    scratch.write("rules/mark_untrusted.json", MARK_UNTRUSTED);
+    scratch.write(
+        "rules/no_email_after_untrusted.json",
+        NO_EMAIL_AFTER_UNTRUSTED,
+    );
+    scratch.write(
+        "portcullis.yaml",
+        &format!(
+            "input:\n  - dsl: rules/mark_untrusted.json\ntool_call:\n  - dsl: rules/no_email_after_untrusted.json\n{sessions}"
+        ),
+    )
+}
+
+fn input(session: &str, text: &str) -> InputContext {
+    InputContext::new(vec![Message::user(text)], Metadata::new("agent", session))
+}
+
+fn email(session: &str) -> ToolCallContext {
+    let mut arguments = Map::new();
+    arguments.insert("to".into(), json!("team@example.com"));
+    ToolCallContext::new(
+        "send_email",
+        arguments,
+        Message::assistant(""),
+        Metadata::new("agent", session),
+    )
+}
+
+async fn engine_of(path: &std::path::Path) -> PolicyEngine {
+    let loaded = Manifest::load(path, &CodeRegistry::new()).expect("the manifest loads");
+    loaded
+        .into_engine_builder()
+        .await
+        .expect("the engine assembles")
+        .build()
+}
+
+async fn errors_of(path: &std::path::Path) -> ManifestErrors {
+    let loaded = Manifest::load(path, &CodeRegistry::new()).expect("the manifest loads");
+    match loaded.into_engine_builder().await {
+        Ok(_) => panic!("{} should not assemble", path.display()),
+        Err(errors) => errors,
+    }
+}
+
+/// The lethal trifecta, stopped by a rule on `metadata.session.labels`.
+async fn trifecta(engine: &PolicyEngine) {
+    // Before anything untrusted, e-mail goes out.
+    engine.evaluate_tool_call(&email("s1")).await.unwrap();
+    // A web page enters the session: allowed, and the session is labelled.
+    engine
+        .evaluate_input(&input("s1", "summarise https://evil.example/page"))
+        .await
+        .unwrap();
+    // Now e-mail is denied, in that session only.
+    let denial = engine.evaluate_tool_call(&email("s1")).await.unwrap_err();
+    let denial = denial.as_denial().expect("a denial");
+    assert_eq!(denial.policy_id(), "no_email_after_untrusted");
+    engine.evaluate_tool_call(&email("s2")).await.unwrap();
+    // A caller cannot forge the session's facts, in either direction.
+    let mut forged = email("s3");
+    forged
+        .metadata
+        .extra
+        .insert("session".into(), json!({ "labels": ["untrusted"] }));
+    engine.evaluate_tool_call(&forged).await.unwrap();
+    let mut forged = email("s1");
+    forged
+        .metadata
+        .extra
+        .insert("session".into(), json!({ "labels": [] }));
+    assert!(engine.evaluate_tool_call(&forged).await.is_err());
+}
+
+#[tokio::test]
+async fn sessions_from_the_manifest_stop_the_lethal_trifecta() {
+    let scratch = Scratch::new("trifecta");
+    let path = trifecta_manifest(&scratch, "sessions: { store: memory, ttl: 1h }\n");
+    let loaded = Manifest::load(&path, &CodeRegistry::new()).unwrap();
+    assert!(
+        loaded.warnings().is_empty(),
+        "sessions are applied, nothing to warn about: {:?}",
+        loaded.warnings()
+    );
+    trifecta(&engine_of(&path).await).await;
+}
+
+#[tokio::test]
+async fn without_sessions_in_the_manifest_no_state_is_kept() {
+    let scratch = Scratch::new("no-sessions");
+    let path = trifecta_manifest(&scratch, "");
+    let engine = engine_of(&path).await;
+    engine
+        .evaluate_input(&input("s1", "https://evil.example"))
+        .await
+        .unwrap();
+    engine.evaluate_tool_call(&email("s1")).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_memory_store_keeps_its_ttl_and_capacity() {
+    let scratch = Scratch::new("bounded");
+    let path = trifecta_manifest(
+        &scratch,
+        "sessions: { store: memory, ttl: 300ms, capacity: 1 }\n",
+    );
+    let engine = engine_of(&path).await;
+    engine
+        .evaluate_input(&input("s1", "https://evil.example"))
+        .await
+        .unwrap();
+    assert!(engine.evaluate_tool_call(&email("s1")).await.is_err());
+    // A second session evicts the first (capacity 1): its label is forgotten.
+    engine.evaluate_input(&input("s2", "hello")).await.unwrap();
+    engine.evaluate_tool_call(&email("s1")).await.unwrap();
+    // The label of a session expires 300 ms after its last update.
+    engine
+        .evaluate_input(&input("s3", "https://evil.example"))
+        .await
+        .unwrap();
+    assert!(engine.evaluate_tool_call(&email("s3")).await.is_err());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    engine.evaluate_tool_call(&email("s3")).await.unwrap();
+}
+
+#[test]
+fn session_settings_are_checked_with_their_place() {
+    let scratch = Scratch::new("bad-sessions");
+    let path = scratch.write(
+        "portcullis.yaml",
+        "sessions: { store: \"redis://127.0.0.1:1/0\", capacity: 5 }\napprovals: { timeout: soon }\n",
+    );
+    let errors = Manifest::load(&path, &CodeRegistry::new()).unwrap_err();
+    let messages: Vec<String> = errors.errors().iter().map(|d| d.to_string()).collect();
+    assert!(
+        messages.iter().any(|m| m.contains(
+            "portcullis.yaml:1:45: error: `sessions.capacity` applies to the `memory` store only"
+        )),
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("portcullis.yaml:2:23: error: `approvals.timeout`")),
+        "{messages:#?}"
+    );
+    let path = scratch.write("zero.yaml", "sessions: { ttl: 0s, capacity: 0 }\n");
+    let errors = Manifest::load(&path, &CodeRegistry::new()).unwrap_err();
+    assert_eq!(errors.errors().len(), 2, "{errors}");
+}
+
+/// A resolver that never answers in time.
+struct Slow;
+
+#[async_trait]
+impl portcullis_engine::ApprovalResolver for Slow {
+    async fn resolve(&self, _: &ApprovalRequest) -> Result<ApprovalAnswer, BoxError> {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(ApprovalAnswer::Granted { by: "late".into() })
+    }
+}
+
+#[tokio::test]
+async fn the_approval_timeout_is_applied() {
+    let scratch = Scratch::new("approvals");
+    scratch.write("rules/escalate_email.json", ESCALATE_EMAIL);
+    let path = scratch.write(
+        "portcullis.yaml",
+        "tool_call:\n  - dsl: rules/escalate_email.json\napprovals: { timeout: 200ms }\n",
+    );
+    let loaded = Manifest::load(&path, &CodeRegistry::new()).unwrap();
+    assert!(loaded.warnings().is_empty(), "{:?}", loaded.warnings());
+    let engine = loaded
+        .into_engine_builder()
+        .await
+        .unwrap()
+        .approvals(Slow)
+        .build();
+    assert_eq!(engine.approvals().timeout(), Duration::from_millis(200));
+    let started = Instant::now();
+    let error = engine.evaluate_tool_call(&email("s1")).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the resolver was waited for {:?}",
+        started.elapsed()
+    );
+    let EngineError::ApprovalRequired(request) = error else {
+        panic!("expected ApprovalRequired, got {error:?}");
+    };
+    assert_eq!(request.policy_ids, ["escalate_email"]);
+    // A grant for that digest lets the retried call through, once.
+    engine
+        .approvals()
+        .grant(&request.action_digest, "a person", Duration::from_secs(60))
+        .await
+        .unwrap();
+    engine.evaluate_tool_call(&email("s1")).await.unwrap();
+    assert!(engine.evaluate_tool_call(&email("s1")).await.is_err());
+
+    // Without the section, the engine's default.
+    let path = scratch.write(
+        "default.yaml",
+        "tool_call:\n  - dsl: rules/escalate_email.json\n",
+    );
+    let engine = engine_of(&path).await;
+    assert_eq!(
+        engine.approvals().timeout(),
+        portcullis_engine::DEFAULT_APPROVAL_TIMEOUT
+    );
+}
+
+fn lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn audit_records_go_to_the_jsonl_file_and_to_the_callers_handler() {
+    let scratch = Scratch::new("jsonl");
+    scratch.write("rules/mark_untrusted.json", MARK_UNTRUSTED);
+    std::fs::create_dir_all(scratch.path("logs")).unwrap();
+    let path = scratch.write(
+        "portcullis.yaml",
+        "input:\n  - dsl: rules/mark_untrusted.json\naudit: { jsonl: logs/audit.jsonl }\n",
+    );
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let noted = Arc::clone(&seen);
+    let loaded = Manifest::load(&path, &CodeRegistry::new()).unwrap();
+    let engine = loaded
+        .into_engine_builder_with_audit(move |record: &AuditRecord<'_>| {
+            noted
+                .lock()
+                .unwrap()
+                .push(record.decision.as_str().to_owned());
+        })
+        .await
+        .unwrap()
+        .build();
+    engine
+        .evaluate_input(&input("s1", "see https://x.example"))
+        .await
+        .unwrap();
+    engine.evaluate_input(&input("s1", "hello")).await.unwrap();
+    let written = lines(&scratch.path("logs/audit.jsonl"));
+    assert_eq!(written.len(), 2);
+    assert_eq!(written[0]["policy_id"], "mark_untrusted");
+    assert_eq!(written[0]["decision"], "audit");
+    assert_eq!(written[0]["context"]["metadata"]["session_id"], "s1");
+    assert_eq!(written[1]["decision"], "allow");
+    assert_eq!(*seen.lock().unwrap(), ["audit", "allow"]);
+
+    // Without sinks, the caller's handler alone.
+    let path = scratch.write("bare.yaml", "input:\n  - dsl: rules/mark_untrusted.json\n");
+    let seen = Arc::new(Mutex::new(0));
+    let noted = Arc::clone(&seen);
+    let engine = Manifest::load(&path, &CodeRegistry::new())
+        .unwrap()
+        .into_engine_builder_with_audit(move |_: &AuditRecord<'_>| *noted.lock().unwrap() += 1)
+        .await
+        .unwrap()
+        .build();
+    engine.evaluate_input(&input("s1", "hello")).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_sink_that_cannot_be_opened_is_a_load_error_with_its_place() {
+    let scratch = Scratch::new("bad-sink");
+    let path = scratch.write(
+        "portcullis.yaml",
+        "input: []\naudit:\n  jsonl: missing/folder/audit.jsonl\n",
+    );
+    let loaded = Manifest::load(&path, &CodeRegistry::new()).unwrap();
+    // Loading warns; assembling refuses.
+    assert!(
+        loaded
+            .warnings()
+            .iter()
+            .any(|w| w.to_string().contains("portcullis.yaml:3:10: warning:")),
+        "{:?}",
+        loaded.warnings()
+    );
+    let errors = errors_of(&path).await;
+    assert_eq!(errors.errors().len(), 1, "{errors}");
+    let error = errors.errors()[0].to_string();
+    assert!(
+        error.contains("portcullis.yaml:3:10: error: `audit.jsonl`: cannot open"),
+        "{error}"
+    );
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_redis_that_does_not_answer_is_a_load_error_with_its_place() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let scratch = Scratch::new("dead-redis");
+    let path = scratch.write(
+        "portcullis.yaml",
+        &format!("input: []\nsessions:\n  store: redis://127.0.0.1:{port}/0\n"),
+    );
+    let errors = errors_of(&path).await;
+    let error = errors.errors()[0].to_string();
+    assert!(
+        error.contains("portcullis.yaml:3:10: error: `sessions.store`: cannot connect to Redis"),
+        "{error}"
+    );
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_in_redis_from_the_manifest_are_shared_by_engines() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let scratch = Scratch::new("redis");
+    let path = trifecta_manifest(
+        &scratch,
+        &format!("sessions: {{ store: \"{}\", ttl: 1h }}\n", server.url()),
+    );
+    trifecta(&engine_of(&path).await).await;
+    // A second engine on the same Redis sees the first one's labels.
+    let other = engine_of(&path).await;
+    assert!(other.evaluate_tool_call(&email("s1")).await.is_err());
+    other.evaluate_tool_call(&email("s2")).await.unwrap();
+}
+
+/// A `redis-server` of this test on a free port of 127.0.0.1, without persistence; killed
+/// when dropped.
+#[cfg(feature = "redis")]
+struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+#[cfg(feature = "redis")]
+impl RedisServer {
+    fn start() -> Option<RedisServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(child) => child,
+            Err(error) => {
+                eprintln!("skipped: cannot start redis-server ({error})");
+                return None;
+            }
+        };
+        let server = RedisServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(server);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not listen within 10 s");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(feature = "otel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_a_collector_over_otlp_http() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+
+    let collector = receiver::Receiver::start(receiver::Behaviour::status(200)).await;
+    let scratch = Scratch::new("otlp");
+    scratch.write("rules/mark_untrusted.json", MARK_UNTRUSTED);
+    scratch.write(
+        "rules/no_email_after_untrusted.json",
+        NO_EMAIL_AFTER_UNTRUSTED,
+    );
+    std::fs::create_dir_all(scratch.path("logs")).unwrap();
+    let path = scratch.write(
+        "portcullis.yaml",
+        &format!(
+            "input:\n  - dsl: rules/mark_untrusted.json\ntool_call:\n  - dsl: rules/no_email_after_untrusted.json\nsessions: {{ store: memory }}\naudit:\n  jsonl: logs/audit.jsonl\n  otlp: {}\n",
+            collector.base_url()
+        ),
+    );
+    let loaded = Manifest::load(&path, &CodeRegistry::new()).unwrap();
+    assert!(loaded.warnings().is_empty(), "{:?}", loaded.warnings());
+    let export = loaded.audit_export();
+    assert_eq!(export.endpoint(), None, "nothing exports before the engine");
+    let engine = loaded.into_engine_builder().await.unwrap().build();
+    assert_eq!(
+        export.endpoint(),
+        Some(format!("{}/v1/traces", collector.base_url()))
+    );
+    engine
+        .evaluate_input(&input("s1", "https://evil.example"))
+        .await
+        .unwrap();
+    assert!(engine.evaluate_tool_call(&email("s1")).await.is_err());
+    export.flush().await.unwrap();
+
+    let requests = collector.requests();
+    assert!(!requests.is_empty());
+    let mut spans = Vec::new();
+    for request in &requests {
+        assert_eq!(request.method, "POST");
+        assert_eq!(request.path, "/v1/traces");
+        assert_eq!(
+            request.header("content-type"),
+            Some("application/x-protobuf")
+        );
+        for resource in request.decode().resource_spans {
+            for scope in resource.scope_spans {
+                spans.extend(scope.spans);
+            }
+        }
+    }
+    let attribute = |span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref())
+            .and_then(|value| match &value.value {
+                Some(Any::StringValue(text)) => Some(text.clone()),
+                _ => None,
+            })
+    };
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    let audit = spans
+        .iter()
+        .find(|s| attribute(s, "engine.policy_id").as_deref() == Some("mark_untrusted"))
+        .expect("the audit span");
+    assert_eq!(audit.name, "engine.policy.evaluate");
+    assert_eq!(
+        attribute(audit, "engine.decision").as_deref(),
+        Some("audit")
+    );
+    assert_eq!(
+        attribute(audit, "engine.interception_point").as_deref(),
+        Some("input")
+    );
+    let deny = spans
+        .iter()
+        .find(|s| attribute(s, "engine.policy_id").as_deref() == Some("no_email_after_untrusted"))
+        .expect("the denial span");
+    assert_eq!(attribute(deny, "engine.decision").as_deref(), Some("deny"));
+    assert_eq!(
+        deny.status.as_ref().map(|status| status.code),
+        Some(StatusCode::Error as i32)
+    );
+    // The JSON lines sink got the same records.
+    assert_eq!(lines(&scratch.path("logs/audit.jsonl")).len(), 2);
+
+    // After shutdown nothing more is exported, and the handle is idle.
+    export.shutdown().await.unwrap();
+    assert_eq!(export.endpoint(), None);
+    engine.evaluate_input(&input("s2", "hello")).await.unwrap();
+    export.flush().await.unwrap();
+    assert_eq!(receiver::spans_received(&collector), 2);
+}
+
+#[cfg(feature = "otel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_left_at_the_end_are_exported_by_shutdown() {
+    let collector = receiver::Receiver::start(receiver::Behaviour::status(200)).await;
+    let scratch = Scratch::new("otlp-shutdown");
+    scratch.write("rules/mark_untrusted.json", MARK_UNTRUSTED);
+    let path = scratch.write(
+        "portcullis.yaml",
+        &format!(
+            "input:\n  - dsl: rules/mark_untrusted.json\naudit: {{ otlp: \"{}/\" }}\n",
+            collector.base_url()
+        ),
+    );
+    let loaded = Manifest::load(&path, &CodeRegistry::new()).unwrap();
+    let export = loaded.audit_export();
+    let engine = loaded.into_engine_builder().await.unwrap().build();
+    for _ in 0..5 {
+        engine.evaluate_input(&input("s1", "hello")).await.unwrap();
+    }
+    drop(engine);
+    export.shutdown().await.unwrap();
+    assert_eq!(receiver::spans_received(&collector), 5);
+}
