@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use portcullis::PolicyEngine;
-use portcullis::manifest::{CodeRegistry, Manifest};
+use portcullis::manifest::{AuditExport, CodeRegistry, Manifest};
 use portcullis_mcp::{GuardedServer, ToolGuard, UpstreamRelay};
 use portcullis_openai::ToolDenial;
 use portcullis_openai::proxy::OpenAIProxy;
@@ -118,13 +118,6 @@ pub(crate) struct McpArgs {
 
 /// Runs a proxy until it is stopped.
 pub(crate) fn run(command: ProxyCommand) -> u8 {
-    let manifest = match &command {
-        ProxyCommand::Openai(args) => &args.manifest,
-        ProxyCommand::Mcp(args) => &args.manifest,
-    };
-    let Some(engine) = engine(manifest) else {
-        return 1;
-    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -135,19 +128,32 @@ pub(crate) fn run(command: ProxyCommand) -> u8 {
             return FAILED;
         }
     };
-    match command {
-        ProxyCommand::Openai(args) => runtime.block_on(openai(engine, args)),
-        ProxyCommand::Mcp(args) => {
-            let code = runtime.block_on(mcp(engine, args));
-            // The upstream child process and open sessions must not keep the process alive.
-            runtime.shutdown_timeout(Duration::from_secs(1));
-            code
+    let code = runtime.block_on(async {
+        let manifest = match &command {
+            ProxyCommand::Openai(args) => &args.manifest,
+            ProxyCommand::Mcp(args) => &args.manifest,
+        };
+        let Some((engine, export)) = engine(manifest).await else {
+            return 1;
+        };
+        let code = match command {
+            ProxyCommand::Openai(args) => openai(engine, args).await,
+            ProxyCommand::Mcp(args) => mcp(engine, args).await,
+        };
+        // The audit records still buffered for the span exporter go out before the exit.
+        if let Err(error) = export.shutdown().await {
+            eprintln!("warning: {error}");
         }
-    }
+        code
+    });
+    // The upstream child process and open sessions must not keep the process alive.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
-/// The manifest's engine, or `None` after printing why it does not load.
-fn engine(manifest: &Path) -> Option<Arc<PolicyEngine>> {
+/// The engine the manifest describes (its policy set, sessions, approval time-out and audit
+/// sinks) and the handle of its span export, or `None` after printing why it does not load.
+async fn engine(manifest: &Path) -> Option<(Arc<PolicyEngine>, AuditExport)> {
     let loaded = match Manifest::load(manifest, &CodeRegistry::new()) {
         Ok(loaded) => loaded,
         Err(errors) => {
@@ -155,10 +161,17 @@ fn engine(manifest: &Path) -> Option<Arc<PolicyEngine>> {
             return None;
         }
     };
-    let engine = PolicyEngine::builder()
-        .policy_set(loaded.into_policy_set())
-        .build();
-    Some(Arc::new(engine))
+    for warning in loaded.warnings() {
+        eprint!("{}", render::human(warning, false));
+    }
+    let export = loaded.audit_export();
+    match loaded.into_engine_builder().await {
+        Ok(builder) => Some((Arc::new(builder.build()), export)),
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            None
+        }
+    }
 }
 
 async fn openai(engine: Arc<PolicyEngine>, args: OpenAIArgs) -> u8 {
@@ -356,23 +369,9 @@ async fn stopped() {
     }
 }
 
-/// A duration as `500ms`, `30s`, `10m` or `1h` (a bare number is seconds).
+/// A time-out as the manifest writes durations (`500ms`, `30s`, `10m`, `1m30s`); not zero.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration such as 500ms, 30s or 10m"))?;
-    let duration = match unit {
-        "ms" => Duration::from_millis(number),
-        "" | "s" => Duration::from_secs(number),
-        "m" => Duration::from_secs(number.saturating_mul(60)),
-        "h" => Duration::from_secs(number.saturating_mul(3600)),
-        _ => return Err(format!("{text:?}: the unit is one of ms, s, m, h")),
-    };
+    let duration = portcullis::manifest::parse_duration(text)?;
     if duration.is_zero() {
         return Err("a time-out of zero would refuse every request".to_owned());
     }
@@ -384,12 +383,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_parse_with_their_units() {
+    fn time_outs_parse_as_manifest_durations_and_are_not_zero() {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         for bad in ["", "ms", "10 parsecs", "0s", "-1s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }

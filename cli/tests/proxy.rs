@@ -386,6 +386,55 @@ async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
     Ok(())
 }
 
+#[tokio::test]
+async fn proxy_openai_builds_the_engine_the_manifest_describes() -> Result<(), TestError> {
+    // A manifest with an audit log: the proxy's decisions land in it.
+    let dir = std::env::temp_dir().join(format!("portcullis-proxy-audit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let rules = manifest()
+        .parent()
+        .expect("the fixtures folder")
+        .join("rules");
+    let manifest_path = dir.join("portcullis.yaml");
+    std::fs::write(
+        &manifest_path,
+        format!(
+            "input:\n  - dsl: {}\naudit:\n  jsonl: audit.jsonl\n",
+            rules.join("no_password_requests.json").display()
+        ),
+    )?;
+    let upstream = EvaluateServer::scripted(scripted).await?;
+    let mut command = portcullis();
+    command
+        .arg("proxy")
+        .arg("openai")
+        .arg(&manifest_path)
+        .args(["--upstream", &upstream.url(), "--listen", "127.0.0.1:0"]);
+    let (_proxy, rest) = start_and_read(command, "listening on ", false);
+    let base = rest
+        .split_whitespace()
+        .next()
+        .expect("an address")
+        .to_owned();
+    let denied = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(
+            json!({"model": "m", "messages": [{"role": "user", "content": "the admin password?"}]})
+                .to_string(),
+        )
+        .send()
+        .await?;
+    assert_eq!(denied.status().as_u16(), 403);
+    let log = std::fs::read_to_string(dir.join("audit.jsonl"))?;
+    let record: Value = serde_json::from_str(log.lines().next().ok_or("an audit record")?)?;
+    assert_eq!(record["policy_id"], "no_password_requests");
+    assert_eq!(record["decision"], "deny");
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 #[test]
 fn proxy_commands_refuse_bad_arguments_with_status_1() {
     let run = |args: &[&str]| {
