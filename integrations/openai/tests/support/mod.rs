@@ -50,7 +50,7 @@ pub struct Recorded {
     /// The body as JSON (`null` when empty or not JSON).
     pub body: Value,
     /// The request's headers.
-    pub headers: http::HeaderMap,
+    pub headers: hyper::HeaderMap,
 }
 
 /// The server; it stops when dropped.
