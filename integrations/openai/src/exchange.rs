@@ -42,6 +42,9 @@ pub(crate) struct Settings {
     /// `metadata.framework` of every context.
     pub(crate) framework: String,
     pub(crate) tool_denial: ToolDenial,
+    /// Whether a whole answer whose text an output policy denies is released with a refusal
+    /// in place of the text (the proxy's choice) rather than failing the exchange.
+    pub(crate) refuse_denied_answers: bool,
     pub(crate) pass_through: Vec<String>,
     /// The largest server-sent event of a guarded stream.
     pub(crate) max_event_bytes: usize,
@@ -56,6 +59,7 @@ impl Settings {
             session_id: "default".to_owned(),
             framework: framework.to_owned(),
             tool_denial: ToolDenial::Refuse,
+            refuse_denied_answers: false,
             pass_through: Vec::new(),
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
         }

@@ -16,7 +16,8 @@
 //! - A whole answer goes through the output and tool-call policies before any byte of it is
 //!   released. A denied tool call is removed and replaced by a refusal in the answer
 //!   ([`ToolDenial::Refuse`], the default) or fails the request with the denial
-//!   ([`ToolDenial::Fail`]); a denied text fails it (`403`, as above).
+//!   ([`ToolDenial::Fail`]); a denied text fails it (`403`, as above) or is replaced by a
+//!   refusal ([`refuse_denied_answers`](OpenAIProxy::refuse_denied_answers)).
 //! - A streamed answer goes through the engine's streaming guard: only cleared text is
 //!   released, tool calls are held until complete and evaluated whole; a denial ends the
 //!   stream with an error event of the same shape.
@@ -184,6 +185,17 @@ impl OpenAIProxy {
     /// the denial, or the stream ends with it).
     pub fn on_tool_denial(mut self, tool_denial: ToolDenial) -> Self {
         self.settings_mut().tool_denial = tool_denial;
+        self
+    }
+
+    /// Whether a whole answer whose text an output policy denies is released with a refusal
+    /// in place of its text (`[The answer was withheld by policy "<id>": <reason>]`; in a
+    /// chat answer its tool calls are dropped too and `finish_reason` becomes `"stop"`)
+    /// instead of failing the request with `403` (the default, `false`). A streamed answer
+    /// ends with the error event either way: text released before the denial cannot be
+    /// taken back.
+    pub fn refuse_denied_answers(mut self, refuse: bool) -> Self {
+        self.settings_mut().refuse_denied_answers = refuse;
         self
     }
 

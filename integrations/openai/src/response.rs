@@ -2,7 +2,7 @@
 //! message item), then tool-call policies on each call the answer makes.
 
 use bytes::Bytes;
-use portcullis_engine::{Message, Metadata, OutputContext};
+use portcullis_engine::{EngineError, Message, Metadata, OutputContext};
 use serde_json::{Map, Value};
 
 use crate::exchange::{Failure, Settings, ToolOutcome, evaluate_tool_call, from_engine};
@@ -44,6 +44,43 @@ pub(crate) async fn guard_answer(
     Ok(Some(Bytes::from(Value::Object(answer).to_string())))
 }
 
+/// What the output policies made of one text of a whole answer.
+enum Cleared {
+    /// Forward this text (`modified`: a policy changed it).
+    Text { text: String, modified: bool },
+    /// A policy denied the text and denied answers are refused: this refusal replaces it.
+    Refused(String),
+}
+
+/// Runs the output policies on one text of a whole answer. A denial fails the exchange,
+/// unless the settings refuse denied answers in the answer itself.
+async fn clear_text(
+    settings: &Settings,
+    metadata: &Metadata,
+    text: &str,
+) -> Result<Cleared, Failure> {
+    let context = OutputContext::new(Message::assistant(text), metadata.clone());
+    match settings.engine.evaluate_output(&context).await {
+        Ok(evaluation) => {
+            let modified = evaluation.is_modified();
+            Ok(Cleared::Text {
+                text: evaluation.into_context().response.content,
+                modified,
+            })
+        }
+        Err(EngineError::Denied(denial)) if settings.refuse_denied_answers => {
+            let reason = denial
+                .reason()
+                .unwrap_or(portcullis_engine::error::DENIED_WITHOUT_REASON);
+            Ok(Cleared::Refused(format!(
+                "[The answer was withheld by policy \"{}\": {reason}]",
+                denial.policy_id()
+            )))
+        }
+        Err(error) => Err(from_engine(error)),
+    }
+}
+
 async fn guard_choice(
     settings: &Settings,
     metadata: &Metadata,
@@ -65,29 +102,37 @@ async fn guard_choice(
     // The text first: tool-call policies see the text as it will be forwarded.
     let mut text = String::new();
     if let Some(Value::String(content)) = message.get("content") {
-        let context = OutputContext::new(Message::assistant(content.as_str()), metadata.clone());
-        let evaluation = settings
-            .engine
-            .evaluate_output(&context)
-            .await
-            .map_err(from_engine)?;
-        text = evaluation.context().response.content.clone();
-        if evaluation.is_modified() {
-            message.insert("content".to_owned(), Value::String(text.clone()));
+        match clear_text(settings, &metadata, content).await? {
+            Cleared::Text {
+                text: cleared,
+                modified,
+            } => {
+                if modified {
+                    message.insert("content".to_owned(), Value::String(cleared.clone()));
+                }
+                text = cleared;
+            }
+            Cleared::Refused(refusal) => {
+                // The whole answer is withheld: its text, and the calls it made.
+                message.insert("content".to_owned(), Value::String(refusal));
+                message.remove("tool_calls");
+                if choice.get("finish_reason").and_then(Value::as_str) == Some("tool_calls") {
+                    choice.insert("finish_reason".to_owned(), Value::from("stop"));
+                }
+                return Ok(());
+            }
         }
     }
 
     // A refusal the model wrote is text it sends too.
     if let Some(Value::String(refusal)) = message.get("refusal") {
-        let context = OutputContext::new(Message::assistant(refusal.as_str()), metadata.clone());
-        let evaluation = settings
-            .engine
-            .evaluate_output(&context)
-            .await
-            .map_err(from_engine)?;
-        if evaluation.is_modified() {
-            let refusal = evaluation.into_context().response.content;
-            message.insert("refusal".to_owned(), Value::String(refusal));
+        match clear_text(settings, &metadata, refusal).await? {
+            Cleared::Text {
+                modified: false, ..
+            } => {}
+            Cleared::Text { text, .. } | Cleared::Refused(text) => {
+                message.insert("refusal".to_owned(), Value::String(text));
+            }
         }
     }
 
@@ -193,13 +238,9 @@ pub(crate) async fn guard_message_item(
         let Some(Value::String(content)) = part.get(key) else {
             continue;
         };
-        let context = OutputContext::new(Message::assistant(content.as_str()), metadata.clone());
-        let evaluation = settings
-            .engine
-            .evaluate_output(&context)
-            .await
-            .map_err(from_engine)?;
-        let forwarded = evaluation.into_context().response.content;
+        let forwarded = match clear_text(settings, metadata, content).await? {
+            Cleared::Text { text, .. } | Cleared::Refused(text) => text,
+        };
         join(&mut text, &forwarded);
         part[key] = Value::String(forwarded);
     }

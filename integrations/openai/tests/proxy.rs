@@ -262,6 +262,55 @@ async fn a_denied_whole_answer_releases_nothing_of_it() {
     assert_eq!(json_of(&answer)["error"]["code"], "no_launch_codes");
 }
 
+#[tokio::test]
+async fn a_denied_whole_answer_can_be_a_refusal_in_the_answer_instead() {
+    let mut answer = support::tool_call_completion(
+        Some("Here are the launch codes: 0000."),
+        &[("search", "{\"query\": \"codes\"}")],
+    );
+    answer["choices"][0]["message"]["vendor_note"] = json!("kept");
+    let (_server, proxy) = setup(
+        vec![
+            Reply::Json(answer),
+            Reply::Json(support::response(vec![support::message_item(
+                "msg_1",
+                "The launch codes are 0000.",
+            )])),
+        ],
+        |proxy| proxy.refuse_denied_answers(true),
+    )
+    .await;
+    let body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "Secrets?" }]
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200);
+    let answer = json_of(&answer);
+    let message = &answer["choices"][0]["message"];
+    assert_eq!(
+        message["content"],
+        "[The answer was withheld by policy \"no_launch_codes\": mentions the launch codes]"
+    );
+    assert!(message.get("tool_calls").is_none(), "{answer}");
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    assert_eq!(message["vendor_note"], "kept");
+
+    let (status, answer) = post(
+        &proxy,
+        "/v1/responses",
+        &json!({"model": "scripted-model", "input": "Secrets?"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let answer = json_of(&answer);
+    let text = answer["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("[The answer was withheld"), "{answer}");
+    assert!(!text.contains("0000"), "{answer}");
+}
+
 /// A chat chunk event for choice 0 with `tool_calls` deltas.
 fn tool_delta(calls: Value, finish: Option<&str>) -> String {
     support::chunk(json!({ "tool_calls": calls }), finish)
