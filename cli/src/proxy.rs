@@ -48,10 +48,10 @@ pub(crate) enum ProxyCommand {
     Mcp(McpArgs),
 }
 
-/// What a denied tool call in a model's answer does.
+/// What a denial in a model's answer does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum OnToolDenial {
-    /// Remove the call and put a refusal in the answer's text.
+pub(crate) enum OnDenial {
+    /// Put a refusal in the answer (in place of the denied call or text).
     Refuse,
     /// Fail the request with the denial (a 403 error, or an error event ending a stream).
     Error,
@@ -73,8 +73,12 @@ pub(crate) struct OpenAIArgs {
     #[arg(long = "pass-through", value_name = "PATH")]
     pass_through: Vec<String>,
     /// What a denied tool call in an answer does.
-    #[arg(long, value_enum, default_value_t = OnToolDenial::Refuse)]
-    on_tool_denial: OnToolDenial,
+    #[arg(long, value_enum, default_value_t = OnDenial::Refuse)]
+    on_tool_denial: OnDenial,
+    /// What a whole answer whose text is denied does: a 403 error, or a refusal in place
+    /// of its text (a denied stream always ends with an error event).
+    #[arg(long, value_enum, default_value_t = OnDenial::Error)]
+    on_answer_denial: OnDenial,
     /// The agent id of requests whose `metadata` names none.
     #[arg(long, default_value = "openai-proxy")]
     agent_id: String,
@@ -186,9 +190,10 @@ async fn openai(engine: Arc<PolicyEngine>, args: OpenAIArgs) -> u8 {
         .agent_id(args.agent_id)
         .session_id(args.session_id)
         .on_tool_denial(match args.on_tool_denial {
-            OnToolDenial::Refuse => ToolDenial::Refuse,
-            OnToolDenial::Error => ToolDenial::Fail,
+            OnDenial::Refuse => ToolDenial::Refuse,
+            OnDenial::Error => ToolDenial::Fail,
         })
+        .refuse_denied_answers(args.on_answer_denial == OnDenial::Refuse)
         .timeout(args.timeout)
         .max_body_bytes(args.max_body_bytes);
     for path in args.pass_through {
