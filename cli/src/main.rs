@@ -1,12 +1,15 @@
-//! `portcullis`: check, evaluate, test and replay policy sets without writing Rust.
+//! `portcullis`: check, evaluate, test and replay policy sets without writing Rust, and guard
+//! agents through proxies.
 //!
 //! Exit status, for every subcommand: 0 success, 1 the command's own input is wrong (a bad
 //! manifest, an unreadable context or test file). `eval` adds 2 denied, 3 evaluation error,
 //! 4 approval required; `test` adds 2 when a case failed; `replay --fail-on-change` adds 2
-//! when a call's outcome would change. `serve` runs until stopped and exits 0.
+//! when a call's outcome would change; `proxy` adds 5 when the proxy cannot start or fails.
+//! `serve` runs until stopped and exits 0.
 
 mod check;
 mod outcome;
+mod proxy;
 mod render;
 mod replay;
 mod serve;
@@ -166,6 +169,10 @@ enum Command {
         #[arg(long, default_value = "info")]
         log_level: String,
     },
+    /// Guard an agent without changing its code: an OpenAI-compatible proxy, or an MCP
+    /// server in front of another.
+    #[command(subcommand)]
+    Proxy(proxy::ProxyCommand),
 }
 
 fn main() -> ExitCode {
@@ -174,7 +181,7 @@ fn main() -> ExitCode {
         Command::Check { format, .. }
         | Command::Eval { format, .. }
         | Command::Replay { format, .. } => Some(*format),
-        Command::Test { .. } | Command::Serve { .. } => None,
+        Command::Test { .. } | Command::Serve { .. } | Command::Proxy(_) => None,
     };
     if format == Some(Format::Junit) {
         eprintln!("error: `--format junit` is for `portcullis test`; use human or json here");
@@ -229,6 +236,7 @@ fn main() -> ExitCode {
             request_deadline,
             log_level,
         }),
+        Command::Proxy(command) => proxy::run(command),
     };
     ExitCode::from(code)
 }

@@ -133,7 +133,9 @@ impl GuardedClient {
     ///   or a policy that could not be evaluated) is answered here with an error result
     ///   (`isError: true`, the policy and the reason; [`denial`](crate::denial) reads it):
     ///   the server is never called. A transformation or redaction rewrites the arguments
-    ///   that are sent.
+    ///   that are sent. A call that needs a person's approval is answered the same way, with
+    ///   the approval request in the result ([`approval_request`](crate::approval_request)):
+    ///   the application records a grant and calls again.
     /// - A final result goes through the output policies: redactions reach every text block,
     ///   embedded text resource and string of `structuredContent`, a refusal replaces the
     ///   result.
@@ -147,7 +149,12 @@ impl GuardedClient {
     ) -> Result<CallToolResponse, ServiceError> {
         let params = match self.guard.check_call(params).await {
             CallCheck::Proceed(params) => params,
-            CallCheck::Refused(result) => return Ok(CallToolResponse::Complete(result)),
+            CallCheck::Refused(result)
+            | CallCheck::ApprovalRequired {
+                refused: result, ..
+            } => {
+                return Ok(CallToolResponse::Complete(result));
+            }
         };
         let name = params.name.clone();
         match self.upstream(self.peer.call_tool_once(params)).await? {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use portcullis_engine::apply::apply_decision;
 use portcullis_engine::error::DENIED_WITHOUT_REASON;
 use portcullis_engine::{
-    EngineError, Message, Metadata, OutputContext, PolicyDecision, PolicyDenialError, PolicyEngine,
-    ToolCallContext,
+    ApprovalRequest, EngineError, Message, Metadata, OutputContext, PolicyDecision,
+    PolicyDenialError, PolicyEngine, ToolCallContext,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, ResourceContents, Tool,
@@ -19,6 +19,11 @@ use serde_json::{Map, Value, json};
 /// [`denial`]); `evaluation_error` is `true` when the policy could not be evaluated rather
 /// than denied.
 pub const DENIAL_META_KEY: &str = "portcullis/denial";
+
+/// The `_meta` key of a tool result the guard wrote because the call needs a person's
+/// approval: the engine's approval request (`{"id", "action_digest", "policy_ids",
+/// "reasons", ...}`; see [`approval_request`]).
+pub const APPROVAL_META_KEY: &str = "portcullis/approval";
 
 /// The `metadata` key naming the MCP method a context comes from (`"tools/call"` or
 /// `"tools/list"`).
@@ -44,6 +49,15 @@ pub enum CallCheck {
     Proceed(CallToolRequestParams),
     /// Do not call upstream: answer the client with this result (`isError: true`, the reason).
     Refused(CallToolResult),
+    /// A policy escalated and no approval is recorded: the call may proceed only once a
+    /// person approves this exact action. `refused` is the answer when nobody can be asked
+    /// (`isError: true`, naming the approval request; [`approval_request`] reads it back).
+    ApprovalRequired {
+        /// What a person is asked to approve.
+        request: Box<ApprovalRequest>,
+        /// The answer when the call is not approved here and now.
+        refused: CallToolResult,
+    },
 }
 
 impl ToolGuard {
@@ -83,7 +97,8 @@ impl ToolGuard {
     ///
     /// A transformation or redaction of `arguments` rewrites the request's arguments; a
     /// denial, or a policy that could not be evaluated, refuses the call with an error
-    /// result that names the policy and the reason.
+    /// result that names the policy and the reason; an escalation without a recorded
+    /// approval is [`CallCheck::ApprovalRequired`].
     pub async fn check_call(&self, mut params: CallToolRequestParams) -> CallCheck {
         let calling_message = Message::assistant(describe_call(&params));
         let had_arguments = params.arguments.is_some();
@@ -97,6 +112,10 @@ impl ToolGuard {
             Ok(evaluation) => evaluation
                 .is_modified()
                 .then(|| evaluation.into_context().arguments),
+            Err(EngineError::ApprovalRequired(request)) => {
+                let refused = approval_refusal(&params.name, &request);
+                return CallCheck::ApprovalRequired { request, refused };
+            }
             Err(error) => return CallCheck::Refused(refusal(&params.name, &error)),
         };
         params.arguments = match changed {
@@ -108,7 +127,8 @@ impl ToolGuard {
 
     /// Keeps the tools whose call with empty arguments the tool-call policies allow (with
     /// `metadata.mcp_method = "tools/list"`). A tool whose check fails to evaluate is hidden
-    /// too: nothing is shown that the policies have not cleared.
+    /// too: nothing is shown that the policies have not cleared. A tool whose calls escalate
+    /// is shown: each call is checked, and asked, on its own.
     pub async fn filter_tools(&self, tools: Vec<Tool>) -> Vec<Tool> {
         let mut visible = Vec::with_capacity(tools.len());
         for tool in tools {
@@ -118,8 +138,10 @@ impl ToolGuard {
                 Message::assistant(format!("List tool \"{}\".", tool.name)),
                 self.metadata("tools/list"),
             );
-            if self.engine.evaluate_tool_call(&context).await.is_ok() {
-                visible.push(tool);
+            match self.engine.evaluate_tool_call(&context).await {
+                // A tool whose calls need a person's approval is shown: each call is asked.
+                Ok(_) | Err(EngineError::ApprovalRequired(_)) => visible.push(tool),
+                Err(_) => {}
             }
         }
         visible
@@ -312,9 +334,8 @@ fn refusal(tool_name: &str, error: &EngineError) -> CallToolResult {
                 )
             }
         }
-        // An evaluation error, or any other way the engine refuses (an approval a person
-        // has not given yet): fail closed. This is where an escalation will be turned into
-        // an MCP elicitation once the engine reports approvals.
+        // An evaluation error, or any other way the engine refuses (an escalated result, which
+        // no one can approve before the client reads it): fail closed.
         None if error.interception_point() == portcullis_engine::InterceptionPoint::Output => {
             format!(
                 "The result of tool \"{tool_name}\" was withheld: policy \"{policy_id}\" could not be evaluated ({error})."
@@ -334,6 +355,62 @@ fn refusal(tool_name: &str, error: &EngineError) -> CallToolResult {
         reason,
         error.as_denial().is_none(),
         &message,
+    )
+}
+
+/// The error result of a call that waits for a person's approval: it names the request and
+/// its action digest, for whoever records the grant.
+fn approval_refusal(tool_name: &str, request: &ApprovalRequest) -> CallToolResult {
+    let mut message = format!(
+        "The call to tool \"{tool_name}\" needs a person's approval (policy {}",
+        request
+            .policy_ids
+            .iter()
+            .map(|id| format!("\"{id}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if !request.reasons.is_empty() {
+        message.push_str(": ");
+        message.push_str(&request.reasons.join("; "));
+    }
+    message.push_str(&format!(
+        "). The tool did not run. Approval request {}, action digest {}: once a grant is recorded for that digest, the same call proceeds.",
+        request.id, request.action_digest
+    ));
+    let mut result = CallToolResult::error(vec![ContentBlock::text(message)]);
+    let mut meta = MetaObject::new();
+    meta.0.insert(
+        APPROVAL_META_KEY.to_owned(),
+        serde_json::to_value(request).unwrap_or(Value::Null),
+    );
+    result.meta = Some(meta);
+    result
+}
+
+/// The approval request a tool result reports, if the guard refused the call because it
+/// needs a person's approval (reads the `_meta` entry [`APPROVAL_META_KEY`]).
+pub fn approval_request(result: &CallToolResult) -> Option<ApprovalRequest> {
+    let request = result.meta.as_ref()?.0.get(APPROVAL_META_KEY)?;
+    serde_json::from_value(request.clone()).ok()
+}
+
+/// The error result of a call a person refused to approve: a denial by the escalating
+/// policy.
+pub(crate) fn not_approved(
+    tool_name: &str,
+    request: &ApprovalRequest,
+    reason: &str,
+) -> CallToolResult {
+    let policy_id = request.policy_ids.first().map_or("", String::as_str);
+    refused_result(
+        policy_id,
+        "tool_call",
+        reason,
+        false,
+        &format!(
+            "The call to tool \"{tool_name}\" was not approved ({reason}); policy \"{policy_id}\" asked for an approval. The tool did not run."
+        ),
     )
 }
 

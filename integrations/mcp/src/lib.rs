@@ -47,11 +47,16 @@
 //!
 //! # Approvals
 //!
-//! The engine does not ask a person yet. A policy outcome other than proceeding or a denial
-//! refuses the call like an evaluation error; once the engine reports escalations, the
-//! server form will ask the person through the client (MCP elicitation, when the client
-//! supports it) in [`GuardedServer`]'s `tools/call`, where the client's connection is at
-//! hand, and the client form will report them to the application.
+//! A policy may escalate a tool call (`escalate`): the engine then lets it proceed only with
+//! a person's approval of that exact action (a recorded grant, or the engine's resolver).
+//! When neither answers, [`GuardedServer`] asks the person at the MCP client through
+//! elicitation, if the client declared it: a form asking to approve the call, with its tool
+//! and arguments and the policy's reason. Approved, a single-use grant is recorded and the
+//! call proceeds; declined or cancelled, the call is refused like a denial by the escalating
+//! policy. Without elicitation, and in [`GuardedClient`], the call is refused with a result
+//! that carries the approval request ([`approval_request`]); the application records a grant
+//! for its digest (`engine.approvals().grant(..)`) and the same call then proceeds. An
+//! escalated tool *result* is withheld: nobody can approve it before the client reads it.
 //!
 //! # Example
 //!
@@ -91,13 +96,17 @@
 //! [`PolicyEngine`]: portcullis_engine::PolicyEngine
 //! [`ServerHandler`]: rmcp::ServerHandler
 
+mod approval;
 mod client;
 mod guard;
 mod relay;
 mod server;
 
 pub use client::{DEFAULT_UPSTREAM_TIMEOUT, GuardedClient};
-pub use guard::{CallCheck, DENIAL_META_KEY, MCP_METHOD_KEY, ToolGuard, denial};
+pub use guard::{
+    APPROVAL_META_KEY, CallCheck, DENIAL_META_KEY, MCP_METHOD_KEY, ToolGuard, approval_request,
+    denial,
+};
 pub use relay::UpstreamRelay;
 pub use server::GuardedServer;
 

@@ -14,6 +14,7 @@ use rmcp::service::{
 };
 use rmcp::{ErrorData, ServerHandler};
 
+use crate::approval::{self, Asked};
 use crate::client::GuardedClient;
 use crate::guard::{CallCheck, ToolGuard};
 use crate::relay::UpstreamRelay;
@@ -26,7 +27,13 @@ use crate::relay::UpstreamRelay;
 ///
 /// - `tools/call` goes through the tool-call policies, then upstream, then the output
 ///   policies ([`GuardedClient::call_tool_once`]); a refusal is a tool result with
-///   `isError: true` and the reason, and the upstream is not called.
+///   `isError: true` and the reason, and the upstream is not called. A call a policy
+///   escalates is asked of the person at the client through MCP elicitation (a form with
+///   one `approve` box) when the client declared that capability: approved, a single-use
+///   grant is recorded for that exact action and the call proceeds; declined or cancelled,
+///   it is refused as a denial by the escalating policy. A client without elicitation (or
+///   one that fails to answer within the engine's approval time-out) gets an error result
+///   naming the approval request ([`approval_request`](crate::approval_request)).
 ///   A call the client cancels is cancelled upstream too.
 /// - `tools/list` hides the tools the policies would refuse.
 /// - `initialize` answers with the upstream's server info, instructions and capabilities
@@ -205,12 +212,39 @@ impl ServerHandler for GuardedServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // The seam for approvals: a call the policies escalate will be asked of the person
-        // through `context.peer` (MCP elicitation) when the client supports it.
         let guard = self.client.guard();
-        let params = match guard.check_call(request).await {
+        let params = match guard.check_call(request.clone()).await {
             CallCheck::Proceed(params) => params,
             CallCheck::Refused(result) => return Ok(CallToolResponse::Complete(result)),
+            CallCheck::ApprovalRequired {
+                request: approval,
+                refused,
+            } => {
+                // Ask the person at the client (MCP elicitation), unless the client cancels
+                // the call meanwhile.
+                let asked = tokio::select! {
+                    asked = approval::ask(guard, &context.peer, &request.name, &approval) => asked,
+                    () = context.ct.cancelled() => {
+                        return Err(ErrorData::internal_error(
+                            "tools/call: the client cancelled the request",
+                            None,
+                        ));
+                    }
+                };
+                match asked {
+                    // The grant is recorded: the same call is checked again, and proceeds
+                    // on it (or is refused by what else the policies say).
+                    Asked::Approved => match guard.check_call(request).await {
+                        CallCheck::Proceed(params) => params,
+                        CallCheck::Refused(result)
+                        | CallCheck::ApprovalRequired {
+                            refused: result, ..
+                        } => return Ok(CallToolResponse::Complete(result)),
+                    },
+                    Asked::Refused(result) => return Ok(CallToolResponse::Complete(result)),
+                    Asked::Unasked => return Ok(CallToolResponse::Complete(refused)),
+                }
+            }
         };
         let name = params.name.clone();
         match self

@@ -229,16 +229,6 @@ pub fn evaluation_error(error: &OpenAIError) -> Option<&PolicyEvaluationError> {
     }
 }
 
-/// Boxes the engine's error so callers can downcast to the denial or the evaluation error
-/// (an approval request stays inside the engine's error: see [`approval_request`]).
-pub(crate) fn from_engine(error: EngineError) -> OpenAIError {
-    match error {
-        EngineError::Denied(denial) => OpenAIError::Boxed(Box::new(denial)),
-        EngineError::Evaluation(error) => OpenAIError::Boxed(Box::new(error)),
-        approval @ EngineError::ApprovalRequired(_) => OpenAIError::Boxed(Box::new(approval)),
-    }
-}
-
 pub(crate) fn from_guard(error: GuardError) -> OpenAIError {
     OpenAIError::Boxed(Box::new(error))
 }

@@ -34,9 +34,11 @@
 //! other Responses API routes such as `GET …/responses/{id}`). The application lists the
 //! paths it wants forwarded as they are with [`PortcullisLayer::pass_through`].
 //!
-//! The mapping between the endpoints' JSON and the policy contexts is a set of plain
-//! functions of JSON values (no HTTP client in them), so a front door other than this layer
-//! can share it.
+//! The mapping between the endpoints' JSON and the policy contexts, and the guarding of
+//! whole and streamed answers, are plain functions of JSON values and byte streams (no HTTP
+//! client in them). Two front doors share them: this layer, and the OpenAI-compatible proxy
+//! (`proxy::OpenAIProxy`, feature `proxy`) that agents in any language point their base URL
+//! at. Fields the guard does not know pass through unchanged.
 //!
 //! # Errors
 //!
@@ -90,7 +92,7 @@
 //! |---|---|
 //! | `metadata.agent_id` | the request's `metadata.agent_id`, else [`PortcullisLayer::agent_id`] |
 //! | `metadata.session_id` | the request's `metadata.session_id`, else [`PortcullisLayer::session_id`] |
-//! | `metadata.extra` | `framework: "async-openai"`, `api` (`"chat.completions"` or `"responses"`), the request's `model`, `user`, `safety_identifier`, `prompt_cache_key`; for tool calls `tool_call_id` (the call's `id`, or `call_id` in the Responses API) |
+//! | `metadata.extra` | `framework: "async-openai"` (`"openai-proxy"` through the proxy), `api` (`"chat.completions"` or `"responses"`), the request's `model`, `user`, `safety_identifier`, `prompt_cache_key`; for tool calls `tool_call_id` (the call's `id`, or `call_id` in the Responses API) |
 //!
 //! # Example
 //!
@@ -114,11 +116,11 @@
 //! [`OpenAIRetryLayer`]: async_openai::middleware::retry::OpenAIRetryLayer
 //! [`OpenAIError::Boxed`]: async_openai::error::OpenAIError::Boxed
 
-// async-openai 0.43 speaks reqwest 0.13, which the workspace names `openai-reqwest`.
-extern crate openai_reqwest as reqwest;
-
 mod error;
+mod exchange;
 mod mapping;
+#[cfg(feature = "proxy")]
+pub mod proxy;
 mod response;
 mod responses_stream;
 mod sse;
@@ -134,10 +136,7 @@ use async_openai::error::OpenAIError;
 use async_openai::middleware::retry::{OpenAIRetry, OpenAIRetryLayer};
 use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use bytes::Bytes;
-use portcullis_engine::{
-    EngineError, InputContext, Message, Metadata, PolicyDenialError, PolicyEngine, ToolCallContext,
-};
-use serde_json::{Map, Value};
+use portcullis_engine::PolicyEngine;
 use tower::{Layer, Service};
 
 pub use error::{GuardError, approval_request, denial, evaluation_error};
@@ -145,7 +144,8 @@ pub use error::{GuardError, approval_request, denial, evaluation_error};
 /// The async-openai this crate was built against, for applications that want the same one.
 pub use async_openai;
 
-use crate::mapping::{Api, ToolCall};
+use crate::exchange::Settings;
+use crate::mapping::Api;
 
 /// What happens when a tool-call policy denies a call the model made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -158,25 +158,6 @@ pub enum ToolDenial {
     Fail,
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    engine: Arc<PolicyEngine>,
-    agent_id: String,
-    session_id: String,
-    tool_denial: ToolDenial,
-    pass_through: Vec<String>,
-}
-
-impl Settings {
-    /// Whether the application listed `path` as one to forward unguarded.
-    fn passes_through(&self, path: &str) -> bool {
-        self.pass_through.iter().any(|listed| {
-            path.strip_prefix(listed.trim_end_matches('/'))
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        })
-    }
-}
-
 /// The tower layer that guards async-openai chat completions; see the [crate docs](crate).
 #[derive(Debug, Clone)]
 pub struct PortcullisLayer {
@@ -187,13 +168,7 @@ impl PortcullisLayer {
     /// A layer that evaluates with `engine`, as agent `async-openai`, session `default`.
     pub fn new(engine: impl Into<Arc<PolicyEngine>>) -> Self {
         PortcullisLayer {
-            settings: Arc::new(Settings {
-                engine: engine.into(),
-                agent_id: "async-openai".to_owned(),
-                session_id: "default".to_owned(),
-                tool_denial: ToolDenial::Refuse,
-                pass_through: Vec::new(),
-            }),
+            settings: Arc::new(Settings::new(engine.into(), "async-openai", "async-openai")),
         }
     }
 
@@ -237,13 +212,13 @@ impl PortcullisLayer {
     /// The guard over async-openai's default stack: its retry layer around a
     /// [`ReqwestService`] with a new `reqwest::Client`.
     pub fn into_default_service(self) -> PortcullisService<OpenAIRetry<ReqwestService>> {
-        self.into_service_with(reqwest::Client::new())
+        self.into_service_with(openai_reqwest::Client::new())
     }
 
     /// The guard over async-openai's retry layer around a [`ReqwestService`] using `client`.
     pub fn into_service_with(
         self,
-        client: reqwest::Client,
+        client: openai_reqwest::Client,
     ) -> PortcullisService<OpenAIRetry<ReqwestService>> {
         let inner = OpenAIRetryLayer::default().layer(ReqwestService::new(client));
         self.layer(inner)
@@ -278,15 +253,15 @@ impl<S> fmt::Debug for PortcullisService<S> {
 }
 
 type ResponseFuture =
-    Pin<Box<dyn Future<Output = Result<reqwest::Response, OpenAIError>> + Send + 'static>>;
+    Pin<Box<dyn Future<Output = Result<openai_reqwest::Response, OpenAIError>> + Send + 'static>>;
 
 impl<S> Service<HttpRequestFactory> for PortcullisService<S>
 where
-    S: Service<HttpRequestFactory, Response = reqwest::Response> + Clone + Send + 'static,
+    S: Service<HttpRequestFactory, Response = openai_reqwest::Response> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<OpenAIError>,
 {
-    type Response = reqwest::Response;
+    type Response = openai_reqwest::Response;
     type Error = OpenAIError;
     type Future = ResponseFuture;
 
@@ -308,9 +283,9 @@ async fn guard<S>(
     settings: Arc<Settings>,
     mut inner: S,
     factory: HttpRequestFactory,
-) -> Result<reqwest::Response, OpenAIError>
+) -> Result<openai_reqwest::Response, OpenAIError>
 where
-    S: Service<HttpRequestFactory, Response = reqwest::Response>,
+    S: Service<HttpRequestFactory, Response = openai_reqwest::Response>,
     S::Error: Into<OpenAIError>,
 {
     let request = factory.build().await?;
@@ -325,42 +300,19 @@ where
     };
     let body = request
         .body()
-        .and_then(reqwest::Body::as_bytes)
+        .and_then(openai_reqwest::Body::as_bytes)
         .ok_or_else(|| {
             error::from_guard(GuardError::InvalidRequest {
                 problem: "the body is not a JSON document in memory".to_owned(),
             })
         })?;
-    let body = match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(body)) => body,
-        Ok(_) => {
-            return Err(error::from_guard(GuardError::InvalidRequest {
-                problem: "the body is not a JSON object".to_owned(),
-            }));
-        }
-        Err(problem) => {
-            return Err(error::from_guard(GuardError::InvalidRequest {
-                problem: format!("the body is not JSON: {problem}"),
-            }));
-        }
-    };
-    let metadata = mapping::request_metadata(&settings, api, &body);
-    let streaming = body.get("stream").and_then(Value::as_bool) == Some(true);
-
-    let (messages, slots) = api.input(&body).map_err(error::from_guard)?;
-    let context = InputContext::new(messages, metadata.clone());
-    let evaluation = settings
-        .engine
-        .evaluate_input(&context)
+    let cleared = exchange::guard_request(&settings, api, body)
         .await
-        .map_err(error::from_engine)?;
-    let factory = if evaluation.is_modified() {
-        let mut body = Value::Object(body);
-        mapping::write_input(&mut body, &slots, evaluation.into_context().messages)
-            .map_err(error::from_guard)?;
-        rewritten(&request, Bytes::from(body.to_string()))
-    } else {
-        factory
+        .map_err(OpenAIError::Boxed)?;
+    let metadata = cleared.metadata;
+    let factory = match cleared.body {
+        Some(body) => rewritten(&request, body),
+        None => factory,
     };
 
     let response = inner.call(factory).await.map_err(Into::into)?;
@@ -369,94 +321,63 @@ where
     }
     let event_stream = response
         .headers()
-        .get(reqwest::header::CONTENT_TYPE)
+        .get(openai_reqwest::header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("text/event-stream"));
-    match (api, streaming || event_stream) {
-        (Api::ChatCompletions, true) => Ok(stream::guard_stream(settings, metadata, response)),
-        (Api::Responses, true) => Ok(responses_stream::guard_stream(settings, metadata, response)),
-        (api, false) => response::guard_response(&settings, api, metadata, response).await,
+    let status = response.status();
+    let version = response.version();
+    let headers = response.headers().clone();
+    if cleared.streaming || event_stream {
+        let released = exchange::guard_stream(settings, api, metadata, response.bytes_stream());
+        return Ok(rebuild(
+            status,
+            version,
+            headers,
+            openai_reqwest::Body::wrap_stream(released),
+        ));
     }
+    let bytes = response.bytes().await.map_err(|problem| {
+        error::from_guard(GuardError::Body {
+            problem: problem.to_string(),
+        })
+    })?;
+    let body = exchange::guard_answer(&settings, api, metadata, &bytes)
+        .await
+        .map_err(OpenAIError::Boxed)?
+        .unwrap_or(bytes);
+    Ok(rebuild(status, version, headers, body.into()))
 }
 
 /// A factory for `request` with a new body (the redacted or transformed messages).
-fn rewritten(request: &reqwest::Request, body: Bytes) -> HttpRequestFactory {
+fn rewritten(request: &openai_reqwest::Request, body: Bytes) -> HttpRequestFactory {
     let method = request.method().clone();
     let url = request.url().clone();
     let mut headers = request.headers().clone();
-    headers.remove(reqwest::header::CONTENT_LENGTH);
+    headers.remove(openai_reqwest::header::CONTENT_LENGTH);
     let version = request.version();
     let timeout = request.timeout().copied();
     HttpRequestFactory::new(move || {
-        let mut request = reqwest::Request::new(method.clone(), url.clone());
+        let mut request = openai_reqwest::Request::new(method.clone(), url.clone());
         *request.headers_mut() = headers.clone();
         *request.version_mut() = version;
         *request.timeout_mut() = timeout;
-        *request.body_mut() = Some(reqwest::Body::from(body.clone()));
+        *request.body_mut() = Some(openai_reqwest::Body::from(body.clone()));
         async move { Ok(request) }
     })
 }
 
-/// What the policies made of one tool call.
-pub(crate) enum ToolOutcome {
-    /// Forward the call; with new arguments when a policy patched them.
-    Allowed(Option<Map<String, Value>>),
-    /// Drop the call; the text replaces it.
-    Refused(String),
-}
-
-/// Runs the tool-call policies on one call.
-pub(crate) async fn evaluate_tool_call(
-    settings: &Settings,
-    metadata: &Metadata,
-    tool: &ToolCall,
-    calling_message: &str,
-) -> Result<ToolOutcome, OpenAIError> {
-    let mut metadata = metadata.clone();
-    metadata
-        .extra
-        .insert("tool_call_id".to_owned(), Value::from(tool.id.as_str()));
-    let context = ToolCallContext::new(
-        tool.name.clone(),
-        tool.arguments.clone(),
-        Message::assistant(calling_message),
-        metadata,
-    );
-    match settings.engine.evaluate_tool_call(&context).await {
-        Ok(evaluation) if evaluation.is_modified() => Ok(ToolOutcome::Allowed(Some(
-            evaluation.into_context().arguments,
-        ))),
-        Ok(_) => Ok(ToolOutcome::Allowed(None)),
-        Err(EngineError::Denied(denial)) if settings.tool_denial == ToolDenial::Refuse => {
-            Ok(ToolOutcome::Refused(refusal(&tool.name, &denial)))
-        }
-        Err(error) => Err(error::from_engine(error)),
-    }
-}
-
-/// The text that replaces a denied tool call.
-fn refusal(tool_name: &str, denial: &PolicyDenialError) -> String {
-    let reason = denial
-        .reason()
-        .unwrap_or(portcullis_engine::error::DENIED_WITHOUT_REASON);
-    format!(
-        "[The call to tool \"{tool_name}\" was denied by policy \"{}\": {reason}]",
-        denial.policy_id()
-    )
-}
-
 /// Rebuilds a response around a new body, keeping status, version and headers.
-pub(crate) fn rebuild(
-    status: reqwest::StatusCode,
-    version: reqwest::Version,
-    mut headers: reqwest::header::HeaderMap,
-    body: reqwest::Body,
-) -> reqwest::Response {
-    headers.remove(reqwest::header::CONTENT_LENGTH);
-    headers.remove(reqwest::header::TRANSFER_ENCODING);
+fn rebuild(
+    status: openai_reqwest::StatusCode,
+    version: openai_reqwest::Version,
+    mut headers: openai_reqwest::header::HeaderMap,
+    body: openai_reqwest::Body,
+) -> openai_reqwest::Response {
+    headers.remove(openai_reqwest::header::CONTENT_LENGTH);
+    headers.remove(openai_reqwest::header::TRANSFER_ENCODING);
     let mut response = http::Response::new(body);
     *response.status_mut() = status;
     *response.version_mut() = version;
     *response.headers_mut() = headers;
-    reqwest::Response::from(response)
+    openai_reqwest::Response::from(response)
 }

@@ -4,8 +4,8 @@
 use portcullis_engine::{Message, Metadata, Role};
 use serde_json::{Map, Value};
 
-use crate::Settings;
 use crate::error::GuardError;
+use crate::exchange::Settings;
 
 /// The model endpoints the guard maps to the policy contexts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +68,7 @@ pub(crate) fn request_metadata(
     let agent_id = field("agent_id").unwrap_or(&settings.agent_id);
     let session_id = field("session_id").unwrap_or(&settings.session_id);
     let mut metadata = Metadata::new(agent_id, session_id)
-        .with_extra("framework", "async-openai")
+        .with_extra("framework", settings.framework.as_str())
         .with_extra("api", api.name());
     for key in ["model", "user", "safety_identifier", "prompt_cache_key"] {
         if let Some(value) = body.get(key).and_then(Value::as_str) {

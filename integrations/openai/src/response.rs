@@ -1,37 +1,28 @@
 //! Whole answers: output policies on each text (a chat choice's message, a Responses API
 //! message item), then tool-call policies on each call the answer makes.
 
-use async_openai::error::OpenAIError;
-use portcullis_engine::{Message, Metadata, OutputContext};
+use bytes::Bytes;
+use portcullis_engine::{EngineError, Message, Metadata, OutputContext};
 use serde_json::{Map, Value};
 
-use crate::error::{self, GuardError};
-use crate::mapping::Api;
-use crate::{Settings, ToolOutcome, evaluate_tool_call, mapping, rebuild};
+use crate::exchange::{Failure, Settings, ToolOutcome, evaluate_tool_call, from_engine};
+use crate::mapping::{self, Api};
 
-/// Evaluates a whole answer and returns it, possibly changed.
-pub(crate) async fn guard_response(
+/// Evaluates a whole answer; returns the body to release instead (`None`: the body is not an
+/// answer of this endpoint, an error for one, and goes as it is).
+pub(crate) async fn guard_answer(
     settings: &Settings,
     api: Api,
     metadata: Metadata,
-    response: reqwest::Response,
-) -> Result<reqwest::Response, OpenAIError> {
-    let status = response.status();
-    let version = response.version();
-    let headers = response.headers().clone();
-    let bytes = response.bytes().await.map_err(|problem| {
-        error::from_guard(GuardError::Body {
-            problem: problem.to_string(),
-        })
-    })?;
+    body: &[u8],
+) -> Result<Option<Bytes>, Failure> {
     let key = match api {
         Api::ChatCompletions => "choices",
         Api::Responses => "output",
     };
-    let mut answer = match serde_json::from_slice::<Value>(&bytes) {
+    let mut answer = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(answer)) if answer.get(key).is_some_and(Value::is_array) => answer,
-        // Not an answer of this endpoint: async-openai reports what it is.
-        _ => return Ok(rebuild(status, version, headers, bytes.into())),
+        _ => return Ok(None),
     };
     let mut metadata = metadata;
     if let Some(id) = answer.get("id").and_then(Value::as_str) {
@@ -43,18 +34,51 @@ pub(crate) async fn guard_response(
         if let Some(Value::Array(output)) = answer.get_mut("output") {
             guard_output(settings, &metadata, output).await?;
         }
-        let body = Value::Object(answer).to_string();
-        return Ok(rebuild(status, version, headers, body.into()));
-    }
-    if let Some(Value::Array(choices)) = answer.get_mut("choices") {
+    } else if let Some(Value::Array(choices)) = answer.get_mut("choices") {
         for (position, choice) in choices.iter_mut().enumerate() {
             if let Value::Object(choice) = choice {
                 guard_choice(settings, &metadata, position, choice).await?;
             }
         }
     }
-    let body = Value::Object(answer).to_string();
-    Ok(rebuild(status, version, headers, body.into()))
+    Ok(Some(Bytes::from(Value::Object(answer).to_string())))
+}
+
+/// What the output policies made of one text of a whole answer.
+enum Cleared {
+    /// Forward this text (`modified`: a policy changed it).
+    Text { text: String, modified: bool },
+    /// A policy denied the text and denied answers are refused: this refusal replaces it.
+    Refused(String),
+}
+
+/// Runs the output policies on one text of a whole answer. A denial fails the exchange,
+/// unless the settings refuse denied answers in the answer itself.
+async fn clear_text(
+    settings: &Settings,
+    metadata: &Metadata,
+    text: &str,
+) -> Result<Cleared, Failure> {
+    let context = OutputContext::new(Message::assistant(text), metadata.clone());
+    match settings.engine.evaluate_output(&context).await {
+        Ok(evaluation) => {
+            let modified = evaluation.is_modified();
+            Ok(Cleared::Text {
+                text: evaluation.into_context().response.content,
+                modified,
+            })
+        }
+        Err(EngineError::Denied(denial)) if settings.refuse_denied_answers => {
+            let reason = denial
+                .reason()
+                .unwrap_or(portcullis_engine::error::DENIED_WITHOUT_REASON);
+            Ok(Cleared::Refused(format!(
+                "[The answer was withheld by policy \"{}\": {reason}]",
+                denial.policy_id()
+            )))
+        }
+        Err(error) => Err(from_engine(error)),
+    }
 }
 
 async fn guard_choice(
@@ -62,7 +86,7 @@ async fn guard_choice(
     metadata: &Metadata,
     position: usize,
     choice: &mut Map<String, Value>,
-) -> Result<(), OpenAIError> {
+) -> Result<(), Failure> {
     let index = choice
         .get("index")
         .and_then(Value::as_u64)
@@ -78,29 +102,37 @@ async fn guard_choice(
     // The text first: tool-call policies see the text as it will be forwarded.
     let mut text = String::new();
     if let Some(Value::String(content)) = message.get("content") {
-        let context = OutputContext::new(Message::assistant(content.as_str()), metadata.clone());
-        let evaluation = settings
-            .engine
-            .evaluate_output(&context)
-            .await
-            .map_err(error::from_engine)?;
-        text = evaluation.context().response.content.clone();
-        if evaluation.is_modified() {
-            message.insert("content".to_owned(), Value::String(text.clone()));
+        match clear_text(settings, &metadata, content).await? {
+            Cleared::Text {
+                text: cleared,
+                modified,
+            } => {
+                if modified {
+                    message.insert("content".to_owned(), Value::String(cleared.clone()));
+                }
+                text = cleared;
+            }
+            Cleared::Refused(refusal) => {
+                // The whole answer is withheld: its text, and the calls it made.
+                message.insert("content".to_owned(), Value::String(refusal));
+                message.remove("tool_calls");
+                if choice.get("finish_reason").and_then(Value::as_str) == Some("tool_calls") {
+                    choice.insert("finish_reason".to_owned(), Value::from("stop"));
+                }
+                return Ok(());
+            }
         }
     }
 
     // A refusal the model wrote is text it sends too.
     if let Some(Value::String(refusal)) = message.get("refusal") {
-        let context = OutputContext::new(Message::assistant(refusal.as_str()), metadata.clone());
-        let evaluation = settings
-            .engine
-            .evaluate_output(&context)
-            .await
-            .map_err(error::from_engine)?;
-        if evaluation.is_modified() {
-            let refusal = evaluation.into_context().response.content;
-            message.insert("refusal".to_owned(), Value::String(refusal));
+        match clear_text(settings, &metadata, refusal).await? {
+            Cleared::Text {
+                modified: false, ..
+            } => {}
+            Cleared::Text { text, .. } | Cleared::Refused(text) => {
+                message.insert("refusal".to_owned(), Value::String(text));
+            }
         }
     }
 
@@ -110,7 +142,7 @@ async fn guard_choice(
     let mut kept = Vec::with_capacity(calls.len());
     let mut refusals = Vec::new();
     for mut call in calls {
-        let tool = mapping::read_tool_call(&call).map_err(error::from_guard)?;
+        let tool = mapping::read_tool_call(&call)?;
         match evaluate_tool_call(settings, &metadata, &tool, &text).await? {
             ToolOutcome::Allowed(None) => kept.push(call),
             ToolOutcome::Allowed(Some(arguments)) => {
@@ -155,7 +187,7 @@ pub(crate) async fn guard_output(
     settings: &Settings,
     metadata: &Metadata,
     output: &mut [Value],
-) -> Result<(), OpenAIError> {
+) -> Result<(), Failure> {
     let mut text = String::new();
     for (index, item) in output.iter_mut().enumerate() {
         let item_text =
@@ -189,7 +221,7 @@ pub(crate) async fn guard_message_item(
     settings: &Settings,
     metadata: &Metadata,
     item: &mut Value,
-) -> Result<String, OpenAIError> {
+) -> Result<String, Failure> {
     let mut text = String::new();
     if item.get("type").and_then(Value::as_str) != Some("message") {
         return Ok(text);
@@ -206,13 +238,9 @@ pub(crate) async fn guard_message_item(
         let Some(Value::String(content)) = part.get(key) else {
             continue;
         };
-        let context = OutputContext::new(Message::assistant(content.as_str()), metadata.clone());
-        let evaluation = settings
-            .engine
-            .evaluate_output(&context)
-            .await
-            .map_err(error::from_engine)?;
-        let forwarded = evaluation.into_context().response.content;
+        let forwarded = match clear_text(settings, metadata, content).await? {
+            Cleared::Text { text, .. } | Cleared::Refused(text) => text,
+        };
         join(&mut text, &forwarded);
         part[key] = Value::String(forwarded);
     }
@@ -227,8 +255,8 @@ pub(crate) async fn guard_call_item(
     metadata: &Metadata,
     item: &mut Value,
     calling_message: &str,
-) -> Result<Option<String>, OpenAIError> {
-    let Some(tool) = mapping::read_output_call(item).map_err(error::from_guard)? else {
+) -> Result<Option<String>, Failure> {
+    let Some(tool) = mapping::read_output_call(item)? else {
         return Ok(None);
     };
     match evaluate_tool_call(settings, metadata, &tool, calling_message).await? {

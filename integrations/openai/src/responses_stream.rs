@@ -13,51 +13,40 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use futures_util::StreamExt;
 use portcullis_engine::{Metadata, OutputStream, PolicyEngine};
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 
-use crate::error::{self, GuardError};
+use crate::error;
+use crate::exchange::{Failure, Settings, ToolOutcome, collect, evaluate_tool_call};
+use crate::mapping;
 use crate::response::{self, item_metadata, join};
-use crate::sse::{Event, EventReader, Sender, send};
-use crate::stream::{CHANNEL_CAPACITY, Failure, collect, from_openai};
-use crate::{Settings, ToolOutcome, evaluate_tool_call, mapping, rebuild};
+use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
-/// Returns the response with its event stream guarded by a task.
-pub(crate) fn guard_stream(
+/// Guards a Responses API stream: reads `upstream`, writes the released events to `sender`;
+/// a failure ends the stream with an OpenAI-style error event.
+pub(crate) async fn run<E: std::fmt::Display>(
     settings: Arc<Settings>,
     metadata: Metadata,
-    response: reqwest::Response,
-) -> reqwest::Response {
-    let status = response.status();
-    let version = response.version();
-    let headers = response.headers().clone();
-    let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(CHANNEL_CAPACITY);
-    tokio::spawn(async move {
-        let engine = Arc::clone(&settings.engine);
-        let mut guard = ResponsesGuard {
-            settings: &settings,
-            engine: &engine,
-            metadata,
-            sequence: 0,
-            parts: BTreeMap::new(),
-            held_calls: BTreeSet::new(),
-            released_items: BTreeMap::new(),
-            text: String::new(),
-        };
-        if let Err(failure) = guard.run(response, &sender).await {
-            // As in chat streams: an error event async-openai reports as an error whose
-            // content `crate::denial` reads. The reader may be gone already.
-            let event = error::error_event(failure.as_ref()).to_string();
-            send(&sender, Some("error"), &event).await;
-        }
-    });
-    let body = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|item| (item, receiver))
-    });
-    rebuild(status, version, headers, reqwest::Body::wrap_stream(body))
+    upstream: Upstream<E>,
+    sender: Sender,
+) {
+    let engine = Arc::clone(&settings.engine);
+    let mut guard = ResponsesGuard {
+        settings: &settings,
+        engine: &engine,
+        metadata,
+        sequence: 0,
+        parts: BTreeMap::new(),
+        held_calls: BTreeSet::new(),
+        released_items: BTreeMap::new(),
+        text: String::new(),
+    };
+    if let Err(failure) = guard.run(upstream, &sender).await {
+        // As in chat streams: an error event async-openai reports as an error whose content
+        // `crate::denial` reads. The reader may be gone already.
+        let event = error::error_event(failure.as_ref()).to_string();
+        send(&sender, Some("error"), &event).await;
+    }
 }
 
 /// The text of one content part: `(output_index, content_index)`.
@@ -85,13 +74,13 @@ struct ResponsesGuard<'e> {
 }
 
 impl<'e> ResponsesGuard<'e> {
-    async fn run(&mut self, response: reqwest::Response, sender: &Sender) -> Result<(), Failure> {
-        let mut upstream = response.bytes_stream();
-        let mut reader = EventReader::default();
-        while let Some(bytes) = upstream.next().await {
-            let bytes = bytes.map_err(|problem| GuardError::Body {
-                problem: problem.to_string(),
-            })?;
+    async fn run<E: std::fmt::Display>(
+        &mut self,
+        mut upstream: Upstream<E>,
+        sender: &Sender,
+    ) -> Result<(), Failure> {
+        let mut reader = EventReader::new(self.settings.max_event_bytes);
+        while let Some(bytes) = next_chunk(&mut upstream, sender).await? {
             for event in reader.push(&bytes)? {
                 if !self.dispatch(event, sender).await? {
                     return Ok(());
@@ -120,8 +109,17 @@ impl<'e> ResponsesGuard<'e> {
         }
         let mut event = match serde_json::from_str::<Value>(&data) {
             Ok(Value::Object(event)) if event.get("type").is_some_and(Value::is_string) => event,
-            // Not a typed event: the reader sees it as it is.
-            _ => return Ok(send(sender, event.name.as_deref(), &data).await),
+            // The server's error event: the reader sees it as it is.
+            Ok(Value::Object(other)) if other.contains_key("error") => {
+                return Ok(send(sender, event.name.as_deref(), &data).await);
+            }
+            // Anything else could carry text no policy has seen: the stream ends here.
+            _ => {
+                return Err(Box::new(error::GuardError::Body {
+                    problem: "the stream carries an event that is not a Responses API event"
+                        .to_owned(),
+                }));
+            }
         };
         let kind = event
             .get("type")
@@ -420,9 +418,7 @@ impl<'e> ResponsesGuard<'e> {
         let Some(tool) = tool else {
             return Ok(true);
         };
-        let outcome = evaluate_tool_call(self.settings, &metadata, &tool, &self.text)
-            .await
-            .map_err(from_openai)?;
+        let outcome = evaluate_tool_call(self.settings, &metadata, &tool, &self.text).await?;
         let events = match outcome {
             ToolOutcome::Allowed(arguments) => {
                 if let Some(arguments) = arguments {
@@ -459,16 +455,14 @@ impl<'e> ResponsesGuard<'e> {
         }
         for &index in &unseen {
             let metadata = item_metadata(&self.metadata, index as u64);
-            let text = response::guard_message_item(self.settings, &metadata, &mut output[index])
-                .await
-                .map_err(from_openai)?;
+            let text =
+                response::guard_message_item(self.settings, &metadata, &mut output[index]).await?;
             join(&mut self.text, &text);
         }
         for &index in &unseen {
             let metadata = item_metadata(&self.metadata, index as u64);
             response::guard_call_item(self.settings, &metadata, &mut output[index], &self.text)
-                .await
-                .map_err(from_openai)?;
+                .await?;
         }
         Ok(())
     }

@@ -3,68 +3,42 @@
 //! evaluated whole when the choice finishes.
 
 use std::collections::BTreeMap;
-use std::io;
 use std::sync::Arc;
 
-use async_openai::error::OpenAIError;
-use bytes::Bytes;
-use futures_util::StreamExt;
-use portcullis_engine::{EngineError, Metadata, OutputStream, PolicyEngine, StreamItem};
+use portcullis_engine::{Metadata, OutputStream, PolicyEngine};
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
 
 use crate::error::{self, GuardError};
+use crate::exchange::{Failure, Settings, ToolOutcome, collect, evaluate_tool_call};
 use crate::mapping::{self, ToolCall};
-use crate::sse::{Event, EventReader, send};
-use crate::{Settings, ToolOutcome, evaluate_tool_call, rebuild};
+use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
-/// Chunks in flight between the guard and the reader.
-pub(crate) const CHANNEL_CAPACITY: usize = 16;
-
-/// Returns the response with its event stream guarded by a task.
-pub(crate) fn guard_stream(
+/// Guards a chat completion stream: reads `upstream`, writes the released events to
+/// `sender`; a failure ends the stream with an OpenAI-style error event.
+pub(crate) async fn run<E: std::fmt::Display>(
     settings: Arc<Settings>,
     metadata: Metadata,
-    response: reqwest::Response,
-) -> reqwest::Response {
-    let status = response.status();
-    let version = response.version();
-    let headers = response.headers().clone();
-    let (sender, receiver) = mpsc::channel::<Result<Bytes, io::Error>>(CHANNEL_CAPACITY);
-    tokio::spawn(async move {
-        let engine = Arc::clone(&settings.engine);
-        let mut guard = StreamGuard {
-            settings: &settings,
-            engine: &engine,
-            metadata,
-            choices: BTreeMap::new(),
-            template: Map::new(),
-        };
-        if let Err(failure) = guard.run(response, &sender).await {
-            // The stream ends with an OpenAI-style error event (async-openai reports the
-            // text of body errors only, so an event keeps the denial readable; see
-            // `crate::denial`). The reader may be gone already; nothing to do then.
-            send(
-                &sender,
-                None,
-                &error::error_event(failure.as_ref()).to_string(),
-            )
-            .await;
-        }
-    });
-    let body = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|item| (item, receiver))
-    });
-    rebuild(status, version, headers, reqwest::Body::wrap_stream(body))
-}
-
-/// Why a guarded stream ended early.
-pub(crate) type Failure = Box<dyn std::error::Error + Send + Sync>;
-
-pub(crate) fn from_openai(error: OpenAIError) -> Failure {
-    match error {
-        OpenAIError::Boxed(inner) => inner,
-        other => Box::new(other),
+    upstream: Upstream<E>,
+    sender: Sender,
+) {
+    let engine = Arc::clone(&settings.engine);
+    let mut guard = StreamGuard {
+        settings: &settings,
+        engine: &engine,
+        metadata,
+        choices: BTreeMap::new(),
+        template: Map::new(),
+    };
+    if let Err(failure) = guard.run(upstream, &sender).await {
+        // The stream ends with an OpenAI-style error event (async-openai reports the text of
+        // body errors only, so an event keeps the denial readable; see `crate::denial`).
+        // The reader may be gone already; nothing to do then.
+        send(
+            &sender,
+            None,
+            &error::error_event(failure.as_ref()).to_string(),
+        )
+        .await;
     }
 }
 
@@ -106,17 +80,13 @@ struct StreamGuard<'e> {
 }
 
 impl<'e> StreamGuard<'e> {
-    async fn run(
+    async fn run<E: std::fmt::Display>(
         &mut self,
-        response: reqwest::Response,
-        sender: &mpsc::Sender<Result<Bytes, io::Error>>,
+        mut upstream: Upstream<E>,
+        sender: &Sender,
     ) -> Result<(), Failure> {
-        let mut upstream = response.bytes_stream();
-        let mut reader = EventReader::default();
-        while let Some(bytes) = upstream.next().await {
-            let bytes = bytes.map_err(|problem| GuardError::Body {
-                problem: problem.to_string(),
-            })?;
+        let mut reader = EventReader::new(self.settings.max_event_bytes);
+        while let Some(bytes) = next_chunk(&mut upstream, sender).await? {
             for event in reader.push(&bytes)? {
                 if !self.dispatch(event, sender).await? {
                     return Ok(());
@@ -133,11 +103,7 @@ impl<'e> StreamGuard<'e> {
     }
 
     /// Handles one event; `false` when the reader is gone or the stream is done.
-    async fn dispatch(
-        &mut self,
-        event: Event,
-        sender: &mpsc::Sender<Result<Bytes, io::Error>>,
-    ) -> Result<bool, Failure> {
+    async fn dispatch(&mut self, event: Event, sender: &Sender) -> Result<bool, Failure> {
         let Some(data) = event.data else {
             return Ok(true);
         };
@@ -148,8 +114,17 @@ impl<'e> StreamGuard<'e> {
         }
         let chunk = match serde_json::from_str::<Value>(&data) {
             Ok(Value::Object(chunk)) if chunk.get("choices").is_some_and(Value::is_array) => chunk,
-            // Not a chunk of choices (an error event, for one): the reader sees it as it is.
-            _ => return Ok(send(sender, event.name.as_deref(), &data).await),
+            // The server's error event: the reader sees it as it is.
+            Ok(Value::Object(other)) if other.contains_key("error") => {
+                return Ok(send(sender, event.name.as_deref(), &data).await);
+            }
+            // Anything else could carry text no policy has seen: the stream ends here.
+            _ => {
+                return Err(Box::new(GuardError::Body {
+                    problem: "the stream carries an event that is not a chat completion chunk"
+                        .to_owned(),
+                }));
+            }
         };
         match self.guard_chunk(chunk).await? {
             Some(chunk) => Ok(send(sender, event.name.as_deref(), &chunk.to_string()).await),
@@ -342,9 +317,7 @@ impl<'e> StreamGuard<'e> {
                 custom: false,
             };
             let outcome =
-                evaluate_tool_call(self.settings, &state.metadata, &tool, &state.released)
-                    .await
-                    .map_err(from_openai)?;
+                evaluate_tool_call(self.settings, &state.metadata, &tool, &state.released).await?;
             let arguments = match outcome {
                 ToolOutcome::Allowed(Some(arguments)) => Value::Object(arguments).to_string(),
                 ToolOutcome::Allowed(None) => partial.arguments,
@@ -373,10 +346,7 @@ impl<'e> StreamGuard<'e> {
     }
 
     /// Finishes every open choice, releasing what is left in one last chunk.
-    async fn finish_all(
-        &mut self,
-        sender: &mpsc::Sender<Result<Bytes, io::Error>>,
-    ) -> Result<(), Failure> {
+    async fn finish_all(&mut self, sender: &Sender) -> Result<(), Failure> {
         let open: Vec<u64> = self
             .choices
             .iter()
@@ -426,20 +396,4 @@ fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
     if !tail.tool_calls.is_empty() {
         delta.insert("tool_calls".to_owned(), Value::Array(tail.tool_calls));
     }
-}
-
-/// The released text of a guard's items, or the denial or error that ends the stream.
-pub(crate) fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
-    let mut text = String::new();
-    for item in items {
-        match item {
-            StreamItem::Text(released) => text.push_str(&released),
-            StreamItem::Denied(denial) => return Err(Box::new(denial)),
-            StreamItem::Error(error) => return Err(Box::new(error)),
-            StreamItem::ApprovalRequired(request) => {
-                return Err(Box::new(EngineError::ApprovalRequired(request)));
-            }
-        }
-    }
-    Ok(text)
 }

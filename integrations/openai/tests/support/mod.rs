@@ -8,7 +8,9 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
@@ -27,6 +29,15 @@ pub enum Reply {
     Json(Value),
     /// Server-sent events: each string is sent as its own body frame, as written.
     Sse(Vec<String>),
+    /// Server-sent events, then the connection breaks before the stream ends.
+    SseThenDie(Vec<String>),
+    /// Server-sent events, then nothing more, ever (the body stays open); the flag is set
+    /// when the server stops sending because the reader went away.
+    SseThenStall(Vec<String>, Arc<AtomicBool>),
+    /// A body with this status and content type, as written.
+    Raw(u16, &'static str, String),
+    /// Wait this long, then answer with the reply.
+    After(Duration, Box<Reply>),
 }
 
 /// One request the server received.
@@ -38,6 +49,8 @@ pub struct Recorded {
     pub path: String,
     /// The body as JSON (`null` when empty or not JSON).
     pub body: Value,
+    /// The request's headers.
+    pub headers: hyper::HeaderMap,
 }
 
 /// The server; it stops when dropped.
@@ -110,27 +123,74 @@ async fn answer(
     request: Request<Incoming>,
     replies: Arc<Mutex<VecDeque<Reply>>>,
     recorded: Arc<Mutex<Vec<Recorded>>>,
-) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
+) -> Result<Response<BoxBody<Bytes, std::io::Error>>, Infallible> {
     let path = request.uri().path().to_owned();
     let method = request.method().to_string();
+    let headers = request.headers().clone();
     let body = match request.into_body().collect().await {
         Ok(body) => body.to_bytes(),
         Err(_) => Bytes::new(),
     };
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    recorded
-        .lock()
-        .expect("requests lock")
-        .push(Recorded { method, path, body });
-    let reply = replies.lock().expect("replies lock").pop_front();
+    recorded.lock().expect("requests lock").push(Recorded {
+        method,
+        path,
+        body,
+        headers,
+    });
+    let mut reply = replies.lock().expect("replies lock").pop_front();
+    while let Some(Reply::After(delay, then)) = reply {
+        tokio::time::sleep(delay).await;
+        reply = Some(*then);
+    }
     let response = match reply {
+        Some(Reply::After(..)) => unreachable!("waited for above"),
+        Some(Reply::Raw(status, content_type, body)) => Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .body(full(Bytes::from(body))),
+        Some(Reply::SseThenDie(frames)) => {
+            let frames = futures_util::stream::iter(
+                frames
+                    .into_iter()
+                    .map(|frame| Ok::<_, std::io::Error>(Frame::data(Bytes::from(frame)))),
+            );
+            // The break comes a little later, once what came before is on the wire.
+            let die = futures_util::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Err(std::io::Error::other(
+                    "the scripted server breaks the connection",
+                ))
+            });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(BodyExt::boxed(StreamBody::new(
+                    futures_util::StreamExt::chain(frames, die),
+                )))
+        }
+        Some(Reply::SseThenStall(frames, released)) => {
+            let frames = futures_util::stream::iter(
+                frames
+                    .into_iter()
+                    .map(|frame| Ok::<_, std::io::Error>(Frame::data(Bytes::from(frame)))),
+            );
+            let stall = futures_util::stream::unfold(StallGuard(released), |guard| async move {
+                std::future::pending::<()>().await;
+                Some((Ok(Frame::data(Bytes::new())), guard))
+            });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(BodyExt::boxed(StreamBody::new(
+                    futures_util::StreamExt::chain(frames, stall),
+                )))
+        }
         Some(Reply::Json(value)) => Response::builder()
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(value.to_string())).boxed()),
+            .body(full(Bytes::from(value.to_string()))),
         Some(Reply::Sse(frames)) => {
             let frames = frames
                 .into_iter()
-                .map(|frame| Ok::<_, Infallible>(Frame::data(Bytes::from(frame))));
+                .map(|frame| Ok::<_, std::io::Error>(Frame::data(Bytes::from(frame))));
             Response::builder()
                 .header("content-type", "text/event-stream")
                 .body(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
@@ -140,15 +200,24 @@ async fn answer(
         None => Response::builder()
             .status(500)
             .header("content-type", "application/json")
-            .body(
-                Full::new(Bytes::from(
-                    json!({"error": {"message": "no scripted reply left", "type": "test"}})
-                        .to_string(),
-                ))
-                .boxed(),
-            ),
+            .body(full(Bytes::from(
+                json!({"error": {"message": "no scripted reply left", "type": "test"}}).to_string(),
+            ))),
     };
     Ok(response.expect("a valid response"))
+}
+
+fn full(bytes: Bytes) -> BoxBody<Bytes, std::io::Error> {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
+}
+
+/// Sets its flag when dropped: the body it belongs to is no longer read.
+struct StallGuard(Arc<AtomicBool>);
+
+impl Drop for StallGuard {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// A chat completion whose only choice says `content`.

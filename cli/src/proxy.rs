@@ -1,0 +1,399 @@
+//! `portcullis proxy openai` and `portcullis proxy mcp`: guard an agent without changing its
+//! code, by pointing it at a proxy that applies the manifest's policies.
+//!
+//! Exit status: 0 after a clean stop (Ctrl-C, SIGTERM, or the MCP client closing stdio),
+//! 1 when the manifest or an argument is wrong, 5 when the proxy cannot start or fails (the
+//! address is taken, the MCP upstream cannot be started or does not initialize).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use portcullis::PolicyEngine;
+use portcullis::manifest::{AuditExport, CodeRegistry, Manifest};
+use portcullis_mcp::{GuardedServer, ToolGuard, UpstreamRelay};
+use portcullis_openai::ToolDenial;
+use portcullis_openai::proxy::OpenAIProxy;
+use rmcp::ServiceExt;
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use tokio::net::TcpListener;
+
+use crate::render;
+
+/// The exit status of a proxy that could not start or failed while serving.
+const FAILED: u8 = 5;
+
+/// The proxies.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ProxyCommand {
+    /// An OpenAI-compatible HTTP server in front of a model API.
+    ///
+    /// Point the agent's base URL at it (`http://ADDR/v1`). `POST …/chat/completions` and
+    /// `POST …/responses`, streamed or not, go through the input, tool-call and output
+    /// policies; a denial is a 403 OpenAI-shaped error (`"type": "policy_denied"`, `"code"`:
+    /// the policy id). Every other path answers 404 unless listed with --pass-through.
+    /// Prints `portcullis: proxy openai listening on http://ADDR` on standard error once it
+    /// listens.
+    Openai(OpenAIArgs),
+    /// A Model Context Protocol server in front of another.
+    ///
+    /// The upstream is a command started as a child process on stdio (after `--`), or a
+    /// streamable HTTP server (--upstream). The client side is this process's stdio, or
+    /// streamable HTTP at `http://ADDR/mcp` with --listen. `tools/call` goes through the
+    /// tool-call policies (an escalation is asked of the person through MCP elicitation when
+    /// the client supports it), tool results through the output policies, `tools/list`
+    /// hides the tools the policies refuse; everything else passes through.
+    Mcp(McpArgs),
+}
+
+/// What a denial in a model's answer does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnDenial {
+    /// Put a refusal in the answer (in place of the denied call or text).
+    Refuse,
+    /// Fail the request with the denial (a 403 error, or an error event ending a stream).
+    Error,
+}
+
+/// `portcullis proxy openai`.
+#[derive(Debug, Args)]
+pub(crate) struct OpenAIArgs {
+    /// The manifest.
+    manifest: std::path::PathBuf,
+    /// The model API: an origin, optionally with a path prefix (`https://api.openai.com`);
+    /// the request's path is appended unchanged.
+    #[arg(long, value_name = "URL")]
+    upstream: String,
+    /// The address to listen on (port 0: any free port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
+    listen: SocketAddr,
+    /// Forward requests under this path unguarded (repeatable): `/v1/models`.
+    #[arg(long = "pass-through", value_name = "PATH")]
+    pass_through: Vec<String>,
+    /// What a denied tool call in an answer does.
+    #[arg(long, value_enum, default_value_t = OnDenial::Refuse)]
+    on_tool_denial: OnDenial,
+    /// What a whole answer whose text is denied does: a 403 error, or a refusal in place
+    /// of its text (a denied stream always ends with an error event).
+    #[arg(long, value_enum, default_value_t = OnDenial::Error)]
+    on_answer_denial: OnDenial,
+    /// The agent id of requests whose `metadata` names none.
+    #[arg(long, default_value = "openai-proxy")]
+    agent_id: String,
+    /// The session id of requests whose `metadata` names none.
+    #[arg(long, default_value = "default")]
+    session_id: String,
+    /// How long the upstream may keep a request waiting: for its headers, a whole answer,
+    /// and between two chunks of a stream (`500ms`, `30s`, `10m`).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    timeout: Duration,
+    /// The largest request body, whole answer or stream event, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = portcullis_openai::proxy::DEFAULT_MAX_BODY_BYTES)]
+    max_body_bytes: usize,
+}
+
+/// `portcullis proxy mcp`.
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// The manifest.
+    manifest: std::path::PathBuf,
+    /// The upstream MCP server's streamable HTTP endpoint (`https://host/mcp`), instead of a
+    /// command.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    upstream: Option<String>,
+    /// Serve the client on streamable HTTP at `http://ADDR/mcp` instead of stdio.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// With --listen: a host name clients may use besides the loopback ones (repeatable).
+    #[arg(long = "allow-host", value_name = "HOST", requires = "listen")]
+    allow_hosts: Vec<String>,
+    /// The `metadata.agent_id` of every context.
+    #[arg(long, default_value = "mcp-client")]
+    agent_id: String,
+    /// The `metadata.session_id` of every context.
+    #[arg(long, default_value = "default")]
+    session_id: String,
+    /// The upstream MCP server to start, with its arguments, on stdio.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// Runs a proxy until it is stopped.
+pub(crate) fn run(command: ProxyCommand) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return FAILED;
+        }
+    };
+    let code = runtime.block_on(async {
+        let manifest = match &command {
+            ProxyCommand::Openai(args) => &args.manifest,
+            ProxyCommand::Mcp(args) => &args.manifest,
+        };
+        let Some((engine, export)) = engine(manifest).await else {
+            return 1;
+        };
+        let code = match command {
+            ProxyCommand::Openai(args) => openai(engine, args).await,
+            ProxyCommand::Mcp(args) => mcp(engine, args).await,
+        };
+        // The audit records still buffered for the span exporter go out before the exit.
+        if let Err(error) = export.shutdown().await {
+            eprintln!("warning: {error}");
+        }
+        code
+    });
+    // The upstream child process and open sessions must not keep the process alive.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
+}
+
+/// The engine the manifest describes (its policy set, sessions, approval time-out and audit
+/// sinks) and the handle of its span export, or `None` after printing why it does not load.
+async fn engine(manifest: &Path) -> Option<(Arc<PolicyEngine>, AuditExport)> {
+    let loaded = match Manifest::load(manifest, &CodeRegistry::new()) {
+        Ok(loaded) => loaded,
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            return None;
+        }
+    };
+    for warning in loaded.warnings() {
+        eprint!("{}", render::human(warning, false));
+    }
+    let export = loaded.audit_export();
+    match loaded.into_engine_builder().await {
+        Ok(builder) => Some((Arc::new(builder.build()), export)),
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            None
+        }
+    }
+}
+
+async fn openai(engine: Arc<PolicyEngine>, args: OpenAIArgs) -> u8 {
+    let proxy = match OpenAIProxy::new(engine, &args.upstream) {
+        Ok(proxy) => proxy,
+        Err(error) => {
+            eprintln!("error: --upstream: {error}");
+            return 1;
+        }
+    };
+    let mut proxy = proxy
+        .agent_id(args.agent_id)
+        .session_id(args.session_id)
+        .on_tool_denial(match args.on_tool_denial {
+            OnDenial::Refuse => ToolDenial::Refuse,
+            OnDenial::Error => ToolDenial::Fail,
+        })
+        .refuse_denied_answers(args.on_answer_denial == OnDenial::Refuse)
+        .timeout(args.timeout)
+        .max_body_bytes(args.max_body_bytes);
+    for path in args.pass_through {
+        proxy = proxy.pass_through(path);
+    }
+    let listener = match TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("error: cannot listen on {}: {error}", args.listen);
+            return FAILED;
+        }
+    };
+    let address = listener.local_addr().unwrap_or(args.listen);
+    eprintln!(
+        "portcullis: proxy openai listening on http://{address} (upstream {})",
+        args.upstream
+    );
+    match proxy.serve_until(listener, stopped()).await {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("error: the proxy failed: {error}");
+            FAILED
+        }
+    }
+}
+
+async fn mcp(engine: Arc<PolicyEngine>, args: McpArgs) -> u8 {
+    // rmcp's HTTP client has TLS without a crypto provider of its own: ring, as elsewhere in
+    // the binary. Installing fails only when one is installed already, which is as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let guard = ToolGuard::new(engine)
+        .agent_id(args.agent_id)
+        .session_id(args.session_id);
+    let relay = UpstreamRelay::default();
+    let guarded = match (&args.upstream, args.command.split_first()) {
+        (Some(url), _) => {
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+            match relay.clone().serve(transport).await {
+                Ok(running) => GuardedServer::from_running(running, guard),
+                Err(error) => {
+                    eprintln!(
+                        "error: the upstream MCP server at {url} did not initialize: {error}"
+                    );
+                    return FAILED;
+                }
+            }
+        }
+        (None, Some((program, arguments))) => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(arguments);
+            let transport = match rmcp::transport::TokioChildProcess::new(command) {
+                Ok(transport) => transport,
+                Err(error) => {
+                    eprintln!("error: cannot start the upstream MCP server {program:?}: {error}");
+                    return FAILED;
+                }
+            };
+            match relay.clone().serve(transport).await {
+                Ok(running) => GuardedServer::from_running(running, guard),
+                Err(error) => {
+                    eprintln!(
+                        "error: the upstream MCP server {program:?} did not initialize: {error}"
+                    );
+                    return FAILED;
+                }
+            }
+        }
+        (None, None) => {
+            eprintln!(
+                "error: name the upstream MCP server: `-- <command> [args..]` (stdio) or --upstream <url> (streamable HTTP)"
+            );
+            return 1;
+        }
+    };
+    let guarded = guarded.relay(relay);
+    match args.listen {
+        None => serve_stdio(guarded).await,
+        Some(address) => serve_http(guarded, address, args.allow_hosts).await,
+    }
+}
+
+/// Serves the client on this process's stdio until it closes it (or the process is stopped).
+async fn serve_stdio(guarded: GuardedServer) -> u8 {
+    let running = match guarded.serve(rmcp::transport::stdio()).await {
+        Ok(running) => running,
+        Err(error) => {
+            eprintln!("error: the MCP client did not initialize: {error}");
+            return FAILED;
+        }
+    };
+    let cancel = running.cancellation_token();
+    tokio::select! {
+        ended = running.waiting() => match ended {
+            Ok(_) => 0,
+            Err(error) => {
+                eprintln!("error: the MCP session failed: {error}");
+                FAILED
+            }
+        },
+        () = stopped() => {
+            cancel.cancel();
+            0
+        }
+    }
+}
+
+/// Serves clients on streamable HTTP at `/mcp` until the process is stopped.
+async fn serve_http(guarded: GuardedServer, address: SocketAddr, allow_hosts: Vec<String>) -> u8 {
+    let mut config = StreamableHttpServerConfig::default();
+    config.allowed_hosts.extend(allow_hosts);
+    let service = guarded.streamable_http_service(config);
+    let listener = match TcpListener::bind(address).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("error: cannot listen on {address}: {error}");
+            return FAILED;
+        }
+    };
+    let bound = listener.local_addr().unwrap_or(address);
+    eprintln!("portcullis: proxy mcp listening on http://{bound}/mcp");
+    let mut stop = std::pin::pin!(stopped());
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut stop => return 0,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let service =
+                hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let service = service.clone();
+                    async move {
+                        if request.uri().path() == "/mcp" {
+                            Ok::<_, std::convert::Infallible>(service.handle(request).await)
+                        } else {
+                            let mut response = http::Response::new(http_body_util::BodyExt::boxed(
+                                http_body_util::Full::new(bytes::Bytes::from_static(
+                                    b"not found: the MCP endpoint is /mcp\n",
+                                )),
+                            ));
+                            *response.status_mut() = http::StatusCode::NOT_FOUND;
+                            Ok(response)
+                        }
+                    }
+                });
+            // A connection that fails (the client went away) ends on its own.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn stopped() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// A time-out as the manifest writes durations (`500ms`, `30s`, `10m`, `1m30s`); not zero.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = portcullis::manifest::parse_duration(text)?;
+    if duration.is_zero() {
+        return Err("a time-out of zero would refuse every request".to_owned());
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_outs_parse_as_manifest_durations_and_are_not_zero() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        for bad in ["", "ms", "10 parsecs", "0s", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,678 @@
+//! `portcullis proxy openai` and `portcullis proxy mcp`, run as processes: real clients in
+//! front (plain HTTP, rmcp), real servers behind (a scripted OpenAI-compatible upstream on
+//! 127.0.0.1, an MCP server as a child process on stdio or on streamable HTTP).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use portcullis_testing::{EvaluateServer, Reply};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ElicitationCapability, FormElicitationCapability,
+    Implementation,
+};
+use rmcp::service::{RequestContext, RoleClient, RunningService};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ErrorData, ServiceExt};
+use serde_json::{Value, json};
+
+type TestError = Box<dyn std::error::Error + Send + Sync>;
+
+fn manifest() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proxy/portcullis.yaml")
+}
+
+/// A process killed when dropped.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `command` and reads its standard error (or output) until a line contains
+/// `marker`; returns the rest of that line after the marker. The stream keeps being
+/// drained (and echoed to standard error) so the process never blocks on it.
+fn start_and_read(mut command: Command, marker: &str, from_stdout: bool) -> (Running, String) {
+    if from_stdout {
+        command.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    } else {
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
+    }
+    let mut child = command
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("the process starts");
+    let stream: Box<dyn std::io::Read + Send> = if from_stdout {
+        Box::new(child.stdout.take().expect("stdout"))
+    } else {
+        Box::new(child.stderr.take().expect("stderr"))
+    };
+    let mut lines = BufReader::new(stream).lines();
+    let mut found = None;
+    for line in lines.by_ref() {
+        let line = line.expect("a line");
+        eprintln!("{line}");
+        if let Some(at) = line.find(marker) {
+            found = Some(line[at + marker.len()..].trim().to_owned());
+            break;
+        }
+    }
+    let found = found.unwrap_or_else(|| panic!("the process never printed {marker:?}"));
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            eprintln!("{line}");
+        }
+    });
+    (Running(child), found)
+}
+
+fn portcullis() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    command.env("NO_COLOR", "1");
+    command
+}
+
+/// A chat completion chunk event of choice 0.
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    let chunk = json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+        "model": "scripted-model",
+        "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }]
+    });
+    format!("data: {chunk}\n\n")
+}
+
+/// The scripted upstream: a streamed answer when asked for one (text with an SSN split
+/// across chunks, two tool calls whose deltas are split across chunks), else a whole answer
+/// with an SSN and the same two calls.
+fn scripted(request: &portcullis_testing::RecordedRequest) -> Reply {
+    let body = request.json().unwrap_or(Value::Null);
+    if request.path.ends_with("/models") {
+        return Reply::json(json!({"object": "list", "data": [{"id": "scripted-model"}]}));
+    }
+    if request.path.ends_with("/responses") {
+        return Reply::json(json!({
+            "id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
+            "model": "scripted-model", "parallel_tool_calls": true, "tool_choice": "auto",
+            "tools": [],
+            "output": [{
+                "type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": "Your SSN is 987-65-4321.",
+                             "annotations": []}]
+            }]
+        }));
+    }
+    if body["stream"] == true {
+        let events = [
+            chunk(
+                json!({"role": "assistant", "content": "Your SSN is 987-6"}),
+                None,
+            ),
+            chunk(json!({"content": "5-4321. Searching."}), None),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                    "function": {"name": "search", "arguments": "{\"query\""}}]}),
+                None,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
+                    "function": {"name": "delete_database", "arguments": "{}"}}]}),
+                None,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": ": \"cats\"}"}}]}),
+                None,
+            ),
+            chunk(json!({}), Some("tool_calls")),
+            "data: [DONE]\n\n".to_owned(),
+        ];
+        return Reply::status(200)
+            .with_content_type("text/event-stream")
+            .with_body(events.concat());
+    }
+    Reply::json(json!({
+        "id": "chatcmpl-2", "object": "chat.completion", "created": 1, "model": "scripted-model",
+        "choices": [{
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "Your SSN is 987-65-4321.",
+                "tool_calls": [
+                    {"id": "call_a", "type": "function",
+                     "function": {"name": "search", "arguments": "{\"query\": \"cats\"}"}},
+                    {"id": "call_b", "type": "function",
+                     "function": {"name": "delete_database", "arguments": "{}"}}
+                ]
+            },
+            "finish_reason": "tool_calls"
+        }]
+    }))
+}
+
+async fn read_json(response: reqwest::Response) -> Result<Value, TestError> {
+    Ok(serde_json::from_slice(&response.bytes().await?)?)
+}
+
+fn start_openai_proxy(upstream: &str, extra: &[&str]) -> (Running, String) {
+    let mut command = portcullis();
+    command
+        .arg("proxy")
+        .arg("openai")
+        .arg(manifest())
+        .args(["--upstream", upstream, "--listen", "127.0.0.1:0"])
+        .args(extra);
+    let (process, rest) = start_and_read(command, "listening on ", false);
+    let base = rest
+        .split_whitespace()
+        .next()
+        .expect("an address")
+        .to_owned();
+    (process, base)
+}
+
+#[tokio::test]
+async fn proxy_openai_guards_chat_completions_whole_and_streamed() -> Result<(), TestError> {
+    let upstream = EvaluateServer::scripted(scripted).await?;
+    let (_proxy, base) = start_openai_proxy(&upstream.url(), &["--pass-through", "/v1/models"]);
+    let http = reqwest::Client::new();
+    let request = |body: Value| {
+        http.post(format!("{base}/v1/chat/completions"))
+            .header("authorization", "Bearer upstream-key")
+            .header("content-type", "application/json")
+            .body(body.to_string())
+    };
+
+    // Whole: the prompt's SSN is redacted upstream, the answer's in the answer, the
+    // destructive call refused.
+    let answer: Value = request(json!({
+        "model": "scripted-model",
+        "messages": [{"role": "user", "content": "My SSN is 123-45-6789."}]
+    }))
+    .send()
+    .await
+    .map(read_json)?
+    .await?;
+    let message = &answer["choices"][0]["message"];
+    assert!(
+        message["content"]
+            .as_str()
+            .is_some_and(|text| text.starts_with("Your SSN is [REDACTED].")
+                && text.contains("no_delete_database")),
+        "{answer}"
+    );
+    assert_eq!(message["tool_calls"].as_array().map(Vec::len), Some(1));
+    assert_eq!(message["tool_calls"][0]["function"]["name"], "search");
+    let received = upstream.requests();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].path, "/v1/chat/completions");
+    assert_eq!(
+        received[0].json().expect("JSON")["messages"][0]["content"],
+        "My SSN is [REDACTED]."
+    );
+    assert_eq!(
+        received[0]
+            .headers
+            .get("authorization")
+            .map(|value| value.as_bytes()),
+        Some(&b"Bearer upstream-key"[..])
+    );
+
+    // Streamed: the same, with the text and the calls' deltas split across chunks.
+    let streamed = request(json!({
+        "model": "scripted-model",
+        "stream": true,
+        "messages": [{"role": "user", "content": "Find cats."}]
+    }))
+    .send()
+    .await?
+    .text()
+    .await?;
+    assert!(!streamed.contains("4321"), "{streamed}");
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for data in streamed
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+    {
+        if data == "[DONE]" {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(data)?;
+        let delta = &chunk["choices"][0]["delta"];
+        text.push_str(delta["content"].as_str().unwrap_or_default());
+        calls.extend(delta["tool_calls"].as_array().cloned().unwrap_or_default());
+    }
+    assert!(
+        text.starts_with("Your SSN is [REDACTED]. Searching."),
+        "{text}"
+    );
+    assert!(text.contains("no_delete_database"), "{text}");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["function"]["arguments"], "{\"query\": \"cats\"}");
+
+    // A denied prompt is a 403 policy error; nothing reaches the upstream.
+    let before = upstream.requests().len();
+    let denied = request(json!({
+        "model": "scripted-model",
+        "messages": [{"role": "user", "content": "What is the admin password?"}]
+    }))
+    .send()
+    .await?;
+    assert_eq!(denied.status().as_u16(), 403);
+    let denied = read_json(denied).await?;
+    assert_eq!(denied["error"]["type"], "policy_denied");
+    assert_eq!(denied["error"]["code"], "no_password_requests");
+    assert_eq!(upstream.requests().len(), before);
+
+    // Other paths: 404 unless passed through.
+    let refused = http.post(format!("{base}/v1/embeddings")).send().await?;
+    assert_eq!(refused.status().as_u16(), 404);
+    assert_eq!(upstream.requests().len(), before);
+    let models = http.get(format!("{base}/v1/models")).send().await?;
+    assert_eq!(models.status().as_u16(), 200);
+    assert_eq!(upstream.requests().len(), before + 1);
+
+    // The Responses API.
+    let answer: Value = http
+        .post(format!("{base}/v1/responses"))
+        .header("content-type", "application/json")
+        .body(json!({"model": "scripted-model", "input": "SSN 123-45-6789?"}).to_string())
+        .send()
+        .await
+        .map(read_json)?
+        .await?;
+    assert_eq!(
+        answer["output"][0]["content"][0]["text"],
+        "Your SSN is [REDACTED]."
+    );
+    let last = upstream.requests().pop().expect("a request");
+    assert_eq!(last.path, "/v1/responses");
+    assert_eq!(last.json().expect("JSON")["input"], "SSN [REDACTED]?");
+    Ok(())
+}
+
+/// The official `openai` Python package against the proxy, when it is installed (`.ci/run`
+/// installs it and sets `PORTCULLIS_REQUIRE_PYTHON_OPENAI=1`, which makes its absence a
+/// failure).
+const PYTHON_CLIENT: &str = r#"
+import json, sys
+import openai
+
+client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="upstream-key", max_retries=0)
+out = {}
+whole = client.chat.completions.create(
+    model="scripted-model",
+    messages=[{"role": "user", "content": "My SSN is 123-45-6789."}],
+)
+out["whole"] = whole.choices[0].message.content
+out["calls"] = [call.function.name for call in whole.choices[0].message.tool_calls or []]
+text, arguments = "", {}
+stream = client.chat.completions.create(
+    model="scripted-model", stream=True,
+    messages=[{"role": "user", "content": "Find cats."}],
+)
+for chunk in stream:
+    for choice in chunk.choices:
+        text += choice.delta.content or ""
+        for call in choice.delta.tool_calls or []:
+            arguments[str(call.index)] = arguments.get(str(call.index), "") + (call.function.arguments or "")
+out["streamed"] = text
+out["streamed_arguments"] = arguments
+out["responses"] = client.responses.create(model="scripted-model", input="SSN 123-45-6789?").output_text
+try:
+    client.chat.completions.create(
+        model="scripted-model",
+        messages=[{"role": "user", "content": "What is the admin password?"}],
+    )
+    out["denied"] = None
+except openai.PermissionDeniedError as error:
+    out["denied"] = {"status": error.status_code, "type": error.type, "code": error.code}
+print(json.dumps(out))
+"#;
+
+#[tokio::test]
+async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
+    let installed = Command::new("python3")
+        .args(["-c", "import openai"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !installed {
+        assert!(
+            std::env::var_os("PORTCULLIS_REQUIRE_PYTHON_OPENAI").is_none(),
+            "the openai Python package is required but not installed"
+        );
+        eprintln!("skipped: the openai Python package is not installed (pip install openai)");
+        return Ok(());
+    }
+    let upstream = EvaluateServer::scripted(scripted).await?;
+    let (_proxy, base) = start_openai_proxy(&upstream.url(), &[]);
+    let output = tokio::process::Command::new("python3")
+        .args(["-c", PYTHON_CLIENT, &base])
+        .output()
+        .await?;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: Value = serde_json::from_slice(&output.stdout)?;
+    let whole = out["whole"].as_str().unwrap_or_default();
+    assert!(
+        whole.starts_with("Your SSN is [REDACTED].") && whole.contains("no_delete_database"),
+        "{out}"
+    );
+    assert_eq!(out["calls"], json!(["search"]));
+    let streamed = out["streamed"].as_str().unwrap_or_default();
+    assert!(
+        streamed.starts_with("Your SSN is [REDACTED]. Searching."),
+        "{out}"
+    );
+    assert!(!streamed.contains("4321"), "{out}");
+    assert_eq!(
+        out["streamed_arguments"],
+        json!({"0": "{\"query\": \"cats\"}"})
+    );
+    assert_eq!(out["responses"], "Your SSN is [REDACTED].");
+    assert_eq!(
+        out["denied"],
+        json!({"status": 403, "type": "policy_denied", "code": "no_password_requests"})
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn proxy_openai_builds_the_engine_the_manifest_describes() -> Result<(), TestError> {
+    // A manifest with an audit log: the proxy's decisions land in it.
+    let dir = std::env::temp_dir().join(format!("portcullis-proxy-audit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let rules = manifest()
+        .parent()
+        .expect("the fixtures folder")
+        .join("rules");
+    let manifest_path = dir.join("portcullis.yaml");
+    std::fs::write(
+        &manifest_path,
+        format!(
+            "input:\n  - dsl: {}\naudit:\n  jsonl: audit.jsonl\n",
+            rules.join("no_password_requests.json").display()
+        ),
+    )?;
+    let upstream = EvaluateServer::scripted(scripted).await?;
+    let mut command = portcullis();
+    command
+        .arg("proxy")
+        .arg("openai")
+        .arg(&manifest_path)
+        .args(["--upstream", &upstream.url(), "--listen", "127.0.0.1:0"]);
+    let (_proxy, rest) = start_and_read(command, "listening on ", false);
+    let base = rest
+        .split_whitespace()
+        .next()
+        .expect("an address")
+        .to_owned();
+    let denied = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(
+            json!({"model": "m", "messages": [{"role": "user", "content": "the admin password?"}]})
+                .to_string(),
+        )
+        .send()
+        .await?;
+    assert_eq!(denied.status().as_u16(), 403);
+    let log = std::fs::read_to_string(dir.join("audit.jsonl"))?;
+    let record: Value = serde_json::from_str(log.lines().next().ok_or("an audit record")?)?;
+    assert_eq!(record["policy_id"], "no_password_requests");
+    assert_eq!(record["decision"], "deny");
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[test]
+fn proxy_commands_refuse_bad_arguments_with_status_1() {
+    let run = |args: &[&str]| {
+        let output = portcullis()
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the binary runs");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let manifest = manifest();
+    let manifest = manifest.to_str().expect("a UTF-8 path");
+    let (code, stderr) = run(&[
+        "proxy",
+        "openai",
+        manifest,
+        "--upstream",
+        "ftp://x",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("ftp://x"), "{stderr}");
+    let (code, stderr) = run(&["proxy", "mcp", manifest]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--upstream"), "{stderr}");
+    let (code, stderr) = run(&[
+        "proxy",
+        "openai",
+        "missing.yaml",
+        "--upstream",
+        "http://127.0.0.1:9",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+}
+
+/// The crate's `mcp_upstream` example, which `cargo test` builds next to the test binaries.
+fn mcp_upstream() -> PathBuf {
+    let test_binary = std::env::current_exe().expect("the test binary");
+    let profile = test_binary
+        .parent()
+        .and_then(Path::parent)
+        .expect("the target directory");
+    let path = profile
+        .join("examples")
+        .join(format!("mcp_upstream{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: build the crate's examples",
+        path.display()
+    );
+    path
+}
+
+/// An MCP client that declares form elicitation and approves what it is asked.
+#[derive(Clone, Default)]
+struct Approver {
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClientHandler for Approver {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation =
+            Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        ClientConfig::new(capabilities, Implementation::new("approver", "1.0.0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = request
+            && let Ok(mut asked) = self.asked.lock()
+        {
+            asked.push(message);
+        }
+        let mut result = ElicitResult::new(ElicitationAction::Accept);
+        result.content = Some(json!({"approve": true}));
+        Ok(result)
+    }
+}
+
+fn call(name: &'static str, arguments: Value) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(name);
+    params.arguments = arguments.as_object().cloned();
+    params
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What every MCP proxy test checks through `client`; `approves` when the client answers
+/// elicitations.
+async fn mcp_scenario<C: ClientHandler>(
+    client: &RunningService<RoleClient, C>,
+    approves: bool,
+) -> Result<(), TestError> {
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await?
+        .iter()
+        .map(|tool| tool.name.to_string())
+        .collect();
+    assert!(names.contains(&"echo".to_owned()), "{names:?}");
+    assert!(names.contains(&"send_email".to_owned()), "{names:?}");
+    assert!(!names.contains(&"delete_database".to_owned()), "{names:?}");
+
+    let echoed = client
+        .call_tool(call("echo", json!({"text": "hello"})))
+        .await?;
+    assert_eq!(text(&echoed), "hello");
+    let record = client.call_tool(call("read_record", json!({}))).await?;
+    assert_eq!(text(&record), "Employee: Jane Roe\nSSN: [REDACTED]");
+    let launch = client.call_tool(call("launch_status", json!({}))).await?;
+    assert_eq!(launch.is_error, Some(true));
+    assert!(!text(&launch).contains("0000"), "{}", text(&launch));
+    let deleted = client.call_tool(call("delete_database", json!({}))).await?;
+    assert_eq!(deleted.is_error, Some(true));
+    assert!(
+        text(&deleted).contains("destructive tool"),
+        "{}",
+        text(&deleted)
+    );
+
+    let email = client
+        .call_tool(call("send_email", json!({"to": "bob@partner.com"})))
+        .await?;
+    if approves {
+        assert_ne!(email.is_error, Some(true), "{}", text(&email));
+        assert_eq!(text(&email), "sent to \"bob@partner.com\"");
+    } else {
+        assert_eq!(email.is_error, Some(true));
+        let request = portcullis_mcp::approval_request(&email).expect("the approval request");
+        assert_eq!(request.policy_ids, ["ask_before_email"]);
+        assert!(
+            text(&email).contains(&request.action_digest),
+            "{}",
+            text(&email)
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn proxy_mcp_on_stdio_with_a_child_process_upstream() -> Result<(), TestError> {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    command
+        .arg("proxy")
+        .arg("mcp")
+        .arg(manifest())
+        .arg("--")
+        .arg(mcp_upstream());
+    let approver = Approver::default();
+    let client = approver
+        .clone()
+        .serve(TokioChildProcess::new(command)?)
+        .await?;
+    mcp_scenario(&client, true).await?;
+    let asked = approver
+        .asked
+        .lock()
+        .map(|asked| asked.clone())
+        .unwrap_or_default();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(
+        asked[0].contains("email leaves the company"),
+        "{}",
+        asked[0]
+    );
+    client.cancel().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn proxy_mcp_reaches_an_https_upstream_over_tls() -> Result<(), TestError> {
+    // A listener that records the first bytes it receives: a TLS client says hello first.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let first = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await?;
+        let mut bytes = [0_u8; 3];
+        tokio::io::AsyncReadExt::read_exact(&mut stream, &mut bytes).await?;
+        Ok::<_, std::io::Error>(bytes)
+    });
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("proxy")
+        .arg("mcp")
+        .arg(manifest())
+        .args(["--upstream", &format!("https://{address}/mcp")])
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("did not initialize"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // A TLS handshake record (0x16) of TLS 1.x (0x03 ..).
+    let first = first.await??;
+    assert_eq!(&first[..2], &[0x16, 0x03], "{first:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn proxy_mcp_on_streamable_http_both_sides() -> Result<(), TestError> {
+    let mut upstream = Command::new(mcp_upstream());
+    upstream.arg("--http");
+    let (_upstream, upstream_url) = start_and_read(upstream, "http://", true);
+    let upstream_url = format!("http://{upstream_url}");
+
+    let mut proxy = portcullis();
+    proxy.arg("proxy").arg("mcp").arg(manifest()).args([
+        "--upstream",
+        &upstream_url,
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let (_proxy, proxy_url) = start_and_read(proxy, "listening on ", false);
+
+    // rmcp's reqwest has TLS without a crypto provider: this process installs one too.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = ().serve(StreamableHttpClientTransport::from_uri(proxy_url.as_str())).await?;
+    mcp_scenario(&client, false).await?;
+    client.cancel().await?;
+
+    // Only the MCP endpoint is served.
+    let other = proxy_url.trim_end_matches("/mcp").to_owned() + "/other";
+    let status = reqwest::get(other).await?.status().as_u16();
+    assert_eq!(status, 404);
+    Ok(())
+}

@@ -1,0 +1,732 @@
+//! The OpenAI-compatible proxy on 127.0.0.1 between real clients (async-openai, and plain
+//! HTTP for the wire shapes) and a scripted OpenAI-compatible upstream on 127.0.0.1.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::types::chat::{
+    ChatCompletionMessageToolCallChunk, CreateChatCompletionRequest, FinishReason,
+};
+use async_openai::types::responses::{CreateResponse, ResponseStreamEvent};
+use futures_util::StreamExt;
+use portcullis_engine::PolicyEngine;
+use portcullis_openai::ToolDenial;
+use portcullis_openai::proxy::OpenAIProxy;
+use serde_json::{Value, json};
+use support::{Reply, ScriptedServer};
+use tokio::task::JoinHandle;
+
+/// A proxy serving on a free port of 127.0.0.1; stops when dropped.
+struct Proxy {
+    address: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(proxy: OpenAIProxy) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
+        let address = listener.local_addr().expect("local address");
+        let task = tokio::spawn(async move {
+            let _ = proxy.serve(listener).await;
+        });
+        Proxy { address, task }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn engine() -> Arc<PolicyEngine> {
+    Arc::new(
+        PolicyEngine::builder()
+            .policy_set(portcullis_testing::agent::policy_set())
+            .build(),
+    )
+}
+
+/// The upstream (scripted), the proxy in front of it, configured by `configure`.
+async fn setup(
+    replies: Vec<Reply>,
+    configure: impl FnOnce(OpenAIProxy) -> OpenAIProxy,
+) -> (ScriptedServer, Proxy) {
+    let server = ScriptedServer::start(replies).await;
+    let upstream = server.base_url().trim_end_matches("/v1").to_owned();
+    let proxy = OpenAIProxy::new(engine(), &upstream).expect("a valid upstream");
+    let proxy = Proxy::start(configure(proxy)).await;
+    (server, proxy)
+}
+
+/// async-openai, pointed at the proxy as at any OpenAI-compatible server.
+fn client(proxy: &Proxy) -> Client<OpenAIConfig> {
+    Client::with_config(
+        OpenAIConfig::new()
+            .with_api_base(proxy.url("/v1"))
+            .with_api_key("upstream-key"),
+    )
+}
+
+fn chat_request(user: &str, extra: Value) -> CreateChatCompletionRequest {
+    let mut body = json!({
+        "model": "scripted-model",
+        "messages": [
+            { "role": "system", "content": "You are a helpful assistant." },
+            { "role": "user", "content": user }
+        ]
+    });
+    if let (Value::Object(body), Value::Object(extra)) = (&mut body, extra) {
+        body.extend(extra);
+    }
+    serde_json::from_value(body).expect("a valid request")
+}
+
+/// Posts raw JSON to the proxy; returns the status and the body.
+async fn post(proxy: &Proxy, path: &str, body: &Value) -> (u16, Vec<u8>) {
+    let response = reqwest::Client::new()
+        .post(proxy.url(path))
+        .header("authorization", "Bearer upstream-key")
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the proxy answers");
+    let status = response.status().as_u16();
+    let body = response.bytes().await.expect("a body").to_vec();
+    (status, body)
+}
+
+fn json_of(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(body)))
+}
+
+#[tokio::test]
+async fn a_whole_chat_completion_is_guarded_both_ways_and_keeps_unknown_fields() {
+    let mut answer = support::text_completion("Your SSN is 987-65-4321.");
+    answer["vendor_extension"] = json!({"cached": true});
+    answer["choices"][0]["message"]["vendor_note"] = json!("kept");
+    let (server, proxy) = setup(vec![Reply::Json(answer)], |proxy| proxy).await;
+
+    let body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "My SSN is 123-45-6789." }],
+        "vendor_option": {"beam": 3}
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let answer = json_of(&answer);
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "Your SSN is [REDACTED]."
+    );
+    assert_eq!(answer["vendor_extension"], json!({"cached": true}));
+    assert_eq!(answer["choices"][0]["message"]["vendor_note"], "kept");
+
+    let received = server.recorded();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].path, "/v1/chat/completions");
+    assert_eq!(
+        received[0].body["messages"][0]["content"],
+        "My SSN is [REDACTED]."
+    );
+    assert_eq!(received[0].body["vendor_option"], json!({"beam": 3}));
+    assert_eq!(
+        received[0]
+            .headers
+            .get("authorization")
+            .map(|value| value.as_bytes()),
+        Some(&b"Bearer upstream-key"[..]),
+        "the upstream's credentials pass through"
+    );
+}
+
+#[tokio::test]
+async fn a_denied_prompt_is_a_403_policy_error_and_never_reaches_the_upstream() {
+    let (server, proxy) = setup(vec![], |proxy| proxy).await;
+    let body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "What is the admin password?" }]
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 403);
+    let answer = json_of(&answer);
+    assert_eq!(answer["error"]["type"], "policy_denied");
+    assert_eq!(answer["error"]["code"], "no_password_requests");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("asks for the admin password")),
+        "{answer}"
+    );
+    assert!(server.recorded().is_empty());
+
+    // async-openai reads it as the API error it is.
+    let error = client(&proxy)
+        .chat()
+        .create(chat_request("What is the admin password?", json!({})))
+        .await
+        .expect_err("denied");
+    match error {
+        OpenAIError::ApiError(error) => {
+            assert_eq!(error.status_code.as_u16(), 403);
+            assert_eq!(error.api_error.r#type.as_deref(), Some("policy_denied"));
+            assert_eq!(
+                error.api_error.code.as_deref(),
+                Some("no_password_requests")
+            );
+        }
+        other => panic!("not an API error: {other:?}"),
+    }
+    assert!(server.recorded().is_empty());
+}
+
+#[tokio::test]
+async fn tool_calls_of_a_whole_answer_are_refused_or_patched() {
+    let answer = support::tool_call_completion(
+        Some("Let me look."),
+        &[
+            ("delete_database", "{\"name\": \"prod\"}"),
+            ("search", "{\"query\": \"cats\", \"limit\": 50}"),
+        ],
+    );
+    let (_server, proxy) = setup(vec![Reply::Json(answer)], |proxy| proxy).await;
+    let answer = client(&proxy)
+        .chat()
+        .create(chat_request("Clean up.", json!({})))
+        .await
+        .expect("an answer");
+    let message = &answer.choices[0].message;
+    let content = message.content.as_deref().unwrap_or_default();
+    assert!(
+        content.contains("delete_database") && content.contains("guard_tools"),
+        "{content}"
+    );
+    let calls = serde_json::to_value(&message.tool_calls).expect("calls");
+    assert_eq!(calls.as_array().map(Vec::len), Some(1), "{calls}");
+    assert_eq!(calls[0]["function"]["name"], "search");
+    let arguments: Value = serde_json::from_str(
+        calls[0]["function"]["arguments"]
+            .as_str()
+            .expect("a string"),
+    )
+    .expect("JSON arguments");
+    assert_eq!(arguments["limit"], 5);
+}
+
+#[tokio::test]
+async fn a_tool_denial_can_fail_the_request_instead() {
+    let answer = support::tool_call_completion(None, &[("delete_database", "{}")]);
+    let (_server, proxy) = setup(vec![Reply::Json(answer)], |proxy| {
+        proxy.on_tool_denial(ToolDenial::Fail)
+    })
+    .await;
+    let body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "Drop it." }]
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 403);
+    let answer = json_of(&answer);
+    assert_eq!(answer["error"]["type"], "policy_denied");
+    assert_eq!(answer["error"]["code"], "guard_tools");
+    assert!(!answer.to_string().contains("\"tool_calls\""), "{answer}");
+}
+
+#[tokio::test]
+async fn a_denied_whole_answer_releases_nothing_of_it() {
+    let answer = support::text_completion("Here are the launch codes: 0000.");
+    let (_server, proxy) = setup(vec![Reply::Json(answer)], |proxy| proxy).await;
+    let body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "Secrets?" }]
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 403);
+    let text = String::from_utf8_lossy(&answer);
+    assert!(!text.contains("0000"), "{text}");
+    assert_eq!(json_of(&answer)["error"]["code"], "no_launch_codes");
+}
+
+#[tokio::test]
+async fn a_denied_whole_answer_can_be_a_refusal_in_the_answer_instead() {
+    let mut answer = support::tool_call_completion(
+        Some("Here are the launch codes: 0000."),
+        &[("search", "{\"query\": \"codes\"}")],
+    );
+    answer["choices"][0]["message"]["vendor_note"] = json!("kept");
+    let (_server, proxy) = setup(
+        vec![
+            Reply::Json(answer),
+            Reply::Json(support::response(vec![support::message_item(
+                "msg_1",
+                "The launch codes are 0000.",
+            )])),
+        ],
+        |proxy| proxy.refuse_denied_answers(true),
+    )
+    .await;
+    let body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "Secrets?" }]
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200);
+    let answer = json_of(&answer);
+    let message = &answer["choices"][0]["message"];
+    assert_eq!(
+        message["content"],
+        "[The answer was withheld by policy \"no_launch_codes\": mentions the launch codes]"
+    );
+    assert!(message.get("tool_calls").is_none(), "{answer}");
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    assert_eq!(message["vendor_note"], "kept");
+
+    let (status, answer) = post(
+        &proxy,
+        "/v1/responses",
+        &json!({"model": "scripted-model", "input": "Secrets?"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let answer = json_of(&answer);
+    let text = answer["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.starts_with("[The answer was withheld"), "{answer}");
+    assert!(!text.contains("0000"), "{answer}");
+}
+
+/// A chat chunk event for choice 0 with `tool_calls` deltas.
+fn tool_delta(calls: Value, finish: Option<&str>) -> String {
+    support::chunk(json!({ "tool_calls": calls }), finish)
+}
+
+#[tokio::test]
+async fn a_streamed_chat_answer_is_released_only_as_cleared_with_split_tool_call_deltas() {
+    let mut frames = support::streamed_text(&["Your SSN ", "is 987-6", "5-4321. ", "Searching."]);
+    frames.truncate(frames.len() - 2); // no finish chunk, no [DONE] yet
+    // Two tool calls whose deltas are split across chunks, and one event split across two
+    // body frames.
+    let first = tool_delta(
+        json!([{ "index": 0, "id": "call_a", "type": "function",
+                  "function": { "name": "sea", "arguments": "" } }]),
+        None,
+    );
+    let middle = first.len() / 2;
+    frames.push(first[..middle].to_owned());
+    frames.push(first[middle..].to_owned());
+    frames.push(tool_delta(
+        json!([{ "index": 0, "function": { "name": "rch", "arguments": "{\"query\": \"ca" } }]),
+        None,
+    ));
+    frames.push(tool_delta(
+        json!([{ "index": 1, "id": "call_b", "type": "function",
+                  "function": { "name": "delete_database", "arguments": "{}" } }]),
+        None,
+    ));
+    frames.push(tool_delta(
+        json!([{ "index": 0, "function": { "arguments": "ts\", \"limit\": 99}" } }]),
+        None,
+    ));
+    frames.push(support::chunk(json!({}), Some("tool_calls")));
+    frames.push("data: [DONE]\n\n".to_owned());
+    let (_server, proxy) = setup(vec![Reply::Sse(frames)], |proxy| proxy).await;
+
+    let mut stream = client(&proxy)
+        .chat()
+        .create_stream(chat_request("Find cats.", json!({})))
+        .await
+        .expect("the stream opens");
+    let mut text = String::new();
+    let mut calls: Vec<ChatCompletionMessageToolCallChunk> = Vec::new();
+    let mut finish = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("a guarded chunk");
+        for choice in chunk.choices {
+            text.push_str(choice.delta.content.as_deref().unwrap_or_default());
+            calls.extend(choice.delta.tool_calls.unwrap_or_default());
+            finish = choice.finish_reason.or(finish);
+        }
+    }
+    assert!(
+        text.starts_with("Your SSN is [REDACTED]. Searching."),
+        "{text}"
+    );
+    assert!(!text.contains("4321"), "{text}");
+    assert!(text.contains("delete_database"), "the refusal: {text}");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let function = calls[0].function.as_ref().expect("a function call");
+    assert_eq!(function.name.as_deref(), Some("search"));
+    let arguments: Value =
+        serde_json::from_str(function.arguments.as_deref().unwrap_or_default()).expect("JSON");
+    assert_eq!(arguments, json!({"query": "cats", "limit": 5}));
+    assert_eq!(finish, Some(FinishReason::ToolCalls));
+}
+
+#[tokio::test]
+async fn a_streamed_denial_ends_the_stream_with_a_policy_error_event() {
+    let frames = support::streamed_text(&["Sure. ", "Here are the laun", "ch codes: 0000."]);
+    let (_server, proxy) = setup(vec![Reply::Sse(frames)], |proxy| proxy).await;
+    let body = json!({
+        "model": "scripted-model",
+        "stream": true,
+        "messages": [{ "role": "user", "content": "Secrets?" }]
+    });
+    let (status, body) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&body);
+    let released = streamed_content(&text);
+    assert!(
+        !released.contains("laun") && !released.contains("0000"),
+        "{text}"
+    );
+    let last = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .next_back()
+        .expect("events");
+    let last: Value = serde_json::from_str(last).expect("a JSON event");
+    assert_eq!(last["error"]["type"], "policy_denied");
+    assert_eq!(last["error"]["code"], "no_launch_codes");
+}
+
+/// The answer text of a chat completion stream as the client reads it.
+fn streamed_content(body: &str) -> String {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|chunk| {
+            chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Long enough to clear every streaming rule's hold-back.
+const CLEARED: &str = "Hello, this first sentence is long enough to be released. ";
+
+fn response_request(body: Value) -> CreateResponse {
+    serde_json::from_value(body).expect("a valid Responses API request")
+}
+
+#[tokio::test]
+async fn the_responses_api_is_guarded_whole_and_streamed() {
+    let pieces = ["Your SSN ", "is 987-6", "5-4321."];
+    let (server, proxy) = setup(
+        vec![
+            Reply::Json(support::response(vec![support::message_item(
+                "msg_1",
+                "Your SSN is 987-65-4321.",
+            )])),
+            Reply::Sse(support::response_events(
+                support::streamed_message(0, "msg_2", &pieces),
+                vec![support::message_item("msg_2", &pieces.concat())],
+            )),
+        ],
+        |proxy| proxy,
+    )
+    .await;
+    let client = client(&proxy);
+    let answer = client
+        .responses()
+        .create(response_request(
+            json!({"model": "scripted-model", "input": "SSN 123-45-6789?"}),
+        ))
+        .await
+        .expect("an answer");
+    let answer = serde_json::to_value(&answer).expect("JSON");
+    assert_eq!(
+        answer["output"][0]["content"][0]["text"],
+        "Your SSN is [REDACTED]."
+    );
+    assert_eq!(server.recorded()[0].body["input"], "SSN [REDACTED]?");
+    assert_eq!(server.recorded()[0].path, "/v1/responses");
+
+    let mut stream = client
+        .responses()
+        .create_stream(response_request(
+            json!({"model": "scripted-model", "input": "Again?"}),
+        ))
+        .await
+        .expect("the stream opens");
+    let mut text = String::new();
+    while let Some(event) = stream.next().await {
+        if let ResponseStreamEvent::ResponseOutputTextDelta(delta) = event.expect("an event") {
+            text.push_str(&delta.delta);
+        }
+    }
+    assert_eq!(text, "Your SSN is [REDACTED].");
+}
+
+#[tokio::test]
+async fn other_paths_are_404_unless_passed_through_and_the_prefix_is_kept() {
+    let server =
+        ScriptedServer::start(vec![Reply::Json(json!({"object": "list", "data": []}))]).await;
+    let upstream = format!("{}/prefix", server.base_url().trim_end_matches("/v1"));
+    let proxy = OpenAIProxy::new(engine(), &upstream)
+        .expect("a valid upstream")
+        .pass_through("/v1/models");
+    let proxy = Proxy::start(proxy).await;
+    let http = reqwest::Client::new();
+
+    for (method, path) in [
+        (reqwest::Method::POST, "/v1/embeddings"),
+        (reqwest::Method::GET, "/v1/responses/resp_1"),
+        (reqwest::Method::GET, "/v1/chat/completions"),
+        (reqwest::Method::GET, "/v1/modelsx"),
+    ] {
+        let response = http
+            .request(method.clone(), proxy.url(path))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status().as_u16(), 404, "{method} {path}");
+        let body = json_of(&response.bytes().await.expect("a body"));
+        assert_eq!(body["error"]["code"], "unguarded_path", "{body}");
+    }
+    assert!(server.recorded().is_empty(), "nothing reached the upstream");
+
+    let response = http
+        .get(proxy.url("/v1/models?limit=2"))
+        .header("authorization", "Bearer upstream-key")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.status().as_u16(), 200);
+    let recorded = server.recorded();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].path, "/prefix/v1/models");
+    assert_eq!(recorded[0].method, "GET");
+    assert!(recorded[0].headers.contains_key("authorization"));
+}
+
+#[test]
+fn an_upstream_that_is_not_an_http_origin_is_refused() {
+    for upstream in [
+        "ftp://example.com",
+        "not a url",
+        "https://example.com/v1?key=1",
+    ] {
+        let error = OpenAIProxy::new(engine(), upstream).expect_err(upstream);
+        assert!(error.to_string().contains(upstream), "{error}");
+    }
+}
+
+// Faults: a clear OpenAI-shaped error, nothing unchecked released, the proxy stays up.
+
+async fn assert_still_serving(proxy: &Proxy, server: &ScriptedServer) {
+    let before = server.recorded().len();
+    let body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "What is the admin password?" }]
+    });
+    let (status, _) = post(proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 403, "the proxy still answers");
+    assert_eq!(server.recorded().len(), before);
+}
+
+#[tokio::test]
+async fn an_upstream_dying_mid_stream_releases_nothing_unchecked() {
+    let mut frames = support::streamed_text(&[CLEARED, "My SSN is 123-4"]);
+    frames.truncate(frames.len() - 2);
+    let (server, proxy) = setup(vec![Reply::SseThenDie(frames)], |proxy| proxy).await;
+    let body = json!({
+        "model": "scripted-model",
+        "stream": true,
+        "messages": [{ "role": "user", "content": "Hi" }]
+    });
+    let (status, body) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&body);
+    let released = streamed_content(&text);
+    assert!(
+        !released.is_empty() && CLEARED.starts_with(&released),
+        "only cleared text, as much as the hold-back allows: {text}"
+    );
+    assert!(!text.contains("123-4"), "held text is not released: {text}");
+    let last = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .next_back()
+        .expect("events");
+    let last: Value = serde_json::from_str(last).expect("a JSON event");
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("answer")),
+        "{last}"
+    );
+    assert_still_serving(&proxy, &server).await;
+}
+
+#[tokio::test]
+async fn an_upstream_answering_garbage_is_a_502_and_garbage_events_end_the_stream() {
+    let (server, proxy) = setup(
+        vec![
+            Reply::Raw(
+                200,
+                "application/json",
+                "<html>secret 123-45-6789</html>".to_owned(),
+            ),
+            Reply::Raw(
+                200,
+                "text/event-stream",
+                "data: secret 123-45-6789\n\n".to_owned(),
+            ),
+        ],
+        |proxy| proxy,
+    )
+    .await;
+    let mut body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "Hi" }]
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 502);
+    let answer_text = String::from_utf8_lossy(&answer);
+    assert!(!answer_text.contains("123-45-6789"), "{answer_text}");
+    assert_eq!(json_of(&answer)["error"]["type"], "upstream_error");
+
+    body["stream"] = json!(true);
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&answer);
+    assert!(!text.contains("123-45-6789"), "{text}");
+    assert!(text.contains("\"error\""), "{text}");
+    assert_still_serving(&proxy, &server).await;
+}
+
+#[tokio::test]
+async fn a_slow_upstream_times_out_with_a_504_or_an_error_event() {
+    let mut frames = support::streamed_text(&[CLEARED, "SSN 123-45-"]);
+    frames.truncate(frames.len() - 2);
+    let stalled = Arc::new(AtomicBool::new(false));
+    let (server, proxy) = setup(
+        vec![
+            Reply::After(
+                Duration::from_secs(5),
+                Box::new(Reply::Json(support::text_completion("late"))),
+            ),
+            Reply::SseThenStall(frames, Arc::clone(&stalled)),
+        ],
+        |proxy| proxy.timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let mut body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "Hi" }]
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 504);
+    assert_eq!(json_of(&answer)["error"]["code"], "upstream_timeout");
+
+    body["stream"] = json!(true);
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&answer);
+    let released = streamed_content(&text);
+    assert!(
+        !released.is_empty() && CLEARED.starts_with(&released),
+        "only cleared text, as much as the hold-back allows: {text}"
+    );
+    assert!(!text.contains("123-45-"), "{text}");
+    assert!(text.contains("sent nothing for"), "{text}");
+    assert_still_serving(&proxy, &server).await;
+}
+
+#[tokio::test]
+async fn a_client_leaving_mid_stream_stops_the_upstream_read() {
+    let mut frames = support::streamed_text(&["Hello. ", "More soon."]);
+    frames.truncate(frames.len() - 2);
+    let released = Arc::new(AtomicBool::new(false));
+    let (server, proxy) = setup(
+        vec![Reply::SseThenStall(frames, Arc::clone(&released))],
+        |proxy| proxy,
+    )
+    .await;
+    let response = reqwest::Client::new()
+        .post(proxy.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(
+            json!({
+                "model": "scripted-model",
+                "stream": true,
+                "messages": [{ "role": "user", "content": "Hi" }]
+            })
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("the stream opens");
+    let mut body = response.bytes_stream();
+    let first = body.next().await.expect("a first chunk").expect("bytes");
+    assert!(!first.is_empty());
+    drop(body);
+    // The proxy notices, drops its upstream connection, and the upstream stops sending.
+    for _ in 0..100 {
+        if released.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        released.load(Ordering::SeqCst),
+        "the upstream is still read"
+    );
+    assert_still_serving(&proxy, &server).await;
+}
+
+#[tokio::test]
+async fn oversized_bodies_and_bad_json_are_refused_before_the_upstream() {
+    let (server, proxy) = setup(vec![], |proxy| proxy.max_body_bytes(1024)).await;
+    let big = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "x".repeat(4096) }]
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &big).await;
+    assert_eq!(status, 413);
+    assert_eq!(json_of(&answer)["error"]["code"], "request_too_large");
+
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &json!([1, 2])).await;
+    assert_eq!(status, 400);
+    assert_eq!(json_of(&answer)["error"]["type"], "invalid_request_error");
+    let (status, _) = post(&proxy, "/v1/chat/completions", &json!({"model": "m"})).await;
+    assert_eq!(status, 400);
+    assert!(server.recorded().is_empty());
+    assert_still_serving(&proxy, &server).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_a_502() {
+    // A port that was free a moment ago: nothing listens on it.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").port()
+    };
+    let proxy =
+        OpenAIProxy::new(engine(), &format!("http://127.0.0.1:{port}")).expect("a valid upstream");
+    let proxy = Proxy::start(proxy).await;
+    let body = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "Hi" }]
+    });
+    let (status, answer) = post(&proxy, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 502);
+    assert_eq!(json_of(&answer)["error"]["code"], "upstream_unreachable");
+}
