@@ -91,7 +91,10 @@ impl Walker {
             serde_json::from_slice::<serde_json::Value>(guest),
         ) {
             // Written out again, so that the order of keys counts too.
-            (Ok(ours), Ok(guest)) => ours.to_string() == guest.to_string(),
+            (Ok(ours), Ok(guest)) => {
+                let (ours, guest) = (serde_json::to_vec(&ours), serde_json::to_vec(&guest));
+                matches!((ours, guest), (Ok(ours), Ok(guest)) if ours == guest)
+            }
             _ => false,
         };
         if same {
