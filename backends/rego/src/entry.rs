@@ -12,7 +12,9 @@
 //!   the heap pointer would clear the caches). The JSON was written at a scratch place above
 //!   the heap; it is copied into a block from `opa_malloc` and parsed there;
 //! - [`MODE_BUILT`]: the host built the input as the guest's values above the post-data heap
-//!   (see `runtime::image`); `input` is its root and `heap` the end of its blocks.
+//!   (see `runtime::image`); `input` is its root and `heap` the end of its blocks;
+//! - [`MODE_KEEP_BUILT`]: the heap is kept, and the host built the input inside a block it had
+//!   the guest's allocator make; `input` is its root.
 //!
 //! The host reads the result set from guest memory itself (see `runtime::result`): OPA's JSON
 //! dump inside the guest costs more than the rest of a small evaluation.
@@ -36,6 +38,9 @@ pub(crate) const MODE_KEEP: i32 = 1;
 /// `mode`: the input is already a value at `input` (built by the host, see `runtime::image`),
 /// and `heap` is the end of its blocks: the heap pointer is set there.
 pub(crate) const MODE_BUILT: i32 = 2;
+/// `mode`: the heap is kept, and the input is already a value at `input`, built by the host in a
+/// block it had `opa_malloc` make for it.
+pub(crate) const MODE_KEEP_BUILT: i32 = 3;
 
 /// A function type: parameters and results, `i32` only (anything else is `None`).
 pub(crate) type Signature = (usize, usize);
@@ -153,12 +158,18 @@ fn body(calls: &Calls) -> Function {
     }
     f.instruction(&Instruction::Else);
     {
-        // opa_heap_ptr_set(heap); value = mode == built ? input : parse(input, len)
+        // if mode != kept-built { opa_heap_ptr_set(heap) }
+        // value = mode is built or kept-built ? input : parse(input, len)
+        f.instruction(&Instruction::LocalGet(MODE));
+        f.instruction(&Instruction::I32Const(MODE_KEEP_BUILT));
+        f.instruction(&Instruction::I32Ne);
+        f.instruction(&Instruction::If(BlockType::Empty));
         f.instruction(&Instruction::LocalGet(HEAP));
         call(&mut f, calls.heap_ptr_set);
+        f.instruction(&Instruction::End);
         f.instruction(&Instruction::LocalGet(MODE));
         f.instruction(&Instruction::I32Const(MODE_BUILT));
-        f.instruction(&Instruction::I32Eq);
+        f.instruction(&Instruction::I32GeS);
         f.instruction(&Instruction::If(BlockType::Result(ValType::I32)));
         f.instruction(&Instruction::LocalGet(INPUT));
         f.instruction(&Instruction::Else);

@@ -71,6 +71,8 @@ pub(super) struct Image {
     base: u32,
     /// The members of the arrays and objects being built, innermost last.
     stack: Vec<Member>,
+    /// Where the image holds addresses (byte offsets), for [`relocate`](Self::relocate).
+    pointers: Vec<usize>,
 }
 
 impl Image {
@@ -79,6 +81,7 @@ impl Image {
             bytes: Vec::new(),
             base: 0,
             stack: Vec::new(),
+            pointers: Vec::new(),
         }
     }
 
@@ -87,6 +90,7 @@ impl Image {
     pub(super) fn build(&mut self, json: &[u8], base: u32) -> Option<u32> {
         self.bytes.clear();
         self.stack.clear();
+        self.pointers.clear();
         self.base = base;
         let mut reader = Reader { json, at: 0 };
         let root = self.value(&mut reader, 0)?;
@@ -95,7 +99,7 @@ impl Image {
 
     /// The address just past the image.
     pub(super) fn end(&self) -> Option<u32> {
-        self.base.checked_add(u32::try_from(self.bytes.len()).ok()?)
+        self.end_for(self.base)
     }
 
     /// A block of `size` bytes: the address of its data (zeroed).
@@ -125,6 +129,36 @@ impl Image {
         self.put(addr, offset, &value.to_le_bytes());
     }
 
+    /// Writes an address (none when 0), noting where for [`relocate`](Self::relocate).
+    fn pointer(&mut self, addr: u32, offset: u32, value: u32) {
+        self.word(addr, offset, value);
+        if value != 0 {
+            let at = self.offset(addr, offset);
+            self.pointers.push(at);
+        }
+    }
+
+    /// Moves the image to `base` (it was built for base 0): every address in it is offset.
+    /// Returns the new root, or `None` when an address would not fit.
+    pub(super) fn relocate(&mut self, root: u32, base: u32) -> Option<u32> {
+        if self.base != 0 {
+            return None;
+        }
+        self.end_for(base)?;
+        for &at in &self.pointers {
+            let mut word = [0; 4];
+            word.copy_from_slice(&self.bytes[at..at + 4]);
+            let moved = u32::from_le_bytes(word).checked_add(base)?;
+            self.bytes[at..at + 4].copy_from_slice(&moved.to_le_bytes());
+        }
+        self.base = base;
+        root.checked_add(base)
+    }
+
+    fn end_for(&self, base: u32) -> Option<u32> {
+        base.checked_add(u32::try_from(self.bytes.len()).ok()?)
+    }
+
     fn read_word(&self, addr: u32, offset: u32) -> u32 {
         let at = self.offset(addr, offset);
         let mut word = [0; 4];
@@ -146,7 +180,7 @@ impl Image {
         // type 4, free 1 (the text is the string's own block), len, text
         self.put(addr, 0, &[4, 1]);
         self.word(addr, 4, u32::try_from(bytes.len()).ok()?);
-        self.word(addr, 8, text);
+        self.pointer(addr, 8, text);
         Some((addr, text))
     }
 
@@ -190,7 +224,7 @@ impl Image {
                 let addr = self.alloc(24)?;
                 // type 3, repr 2 (the number's text), text, len; the text is not freed with it
                 self.put(addr, 0, &[3, 2]);
-                self.word(addr, 8, text);
+                self.pointer(addr, 8, text);
                 self.word(addr, 12, len);
                 Some(addr)
             }
@@ -229,8 +263,8 @@ impl Image {
             for index in 0..len {
                 let item = self.stack[mark + index as usize].value;
                 let number = self.int(index)?;
-                self.word(elems, index * 8, number);
-                self.word(elems, index * 8 + 4, item);
+                self.pointer(elems, index * 8, number);
+                self.pointer(elems, index * 8 + 4, item);
             }
             elems
         };
@@ -238,7 +272,7 @@ impl Image {
         let addr = self.alloc(16)?;
         // type 5, elems, len, cap
         self.put(addr, 0, &[5]);
-        self.word(addr, 4, elems);
+        self.pointer(addr, 4, elems);
         self.word(addr, 8, len);
         self.word(addr, 12, len);
         Some(addr)
@@ -298,16 +332,20 @@ impl Image {
             let bucket = hash(&self.bytes[at..at + member.key_len as usize]) % n;
             let head = self.read_word(table, bucket * 4);
             let element = self.alloc(12)?;
-            self.word(element, 0, member.key);
-            self.word(element, 4, member.value);
-            self.word(element, 8, head);
+            self.pointer(element, 0, member.key);
+            self.pointer(element, 4, member.value);
+            self.pointer(element, 8, head);
             self.word(table, bucket * 4, element);
+        }
+        for bucket in 0..n {
+            let head = self.read_word(table, bucket * 4);
+            self.pointer(table, bucket * 4, head);
         }
         self.stack.truncate(mark);
         let addr = self.alloc(16)?;
         // type 6, buckets, n, len
         self.put(addr, 0, &[6]);
-        self.word(addr, 4, table);
+        self.pointer(addr, 4, table);
         self.word(addr, 8, n);
         self.word(addr, 12, u32::try_from(len).ok()?);
         Some(addr)

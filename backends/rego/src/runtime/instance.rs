@@ -9,7 +9,7 @@ use wasmtime::{Caller, Global, Instance, Memory, ResourceLimiter, Store, Trap, T
 use super::image::Image;
 use super::*;
 use crate::builtins::{BuiltinContext, BuiltinError, HostBuiltin};
-use crate::entry::{MODE_BUILT, MODE_KEEP, MODE_PARSE};
+use crate::entry::{MODE_BUILT, MODE_KEEP, MODE_KEEP_BUILT, MODE_PARSE};
 use crate::error::RegoEvaluationError;
 use crate::input::InputJson;
 
@@ -446,8 +446,10 @@ impl PooledInstance {
     ///   [`kept_heap_limit`]. Until then a pattern is compiled once, not at every evaluation
     ///   (the caches map a pattern to its compiled form, nothing an input can change). The
     ///   garbage counts against the memory limit like everything in the instance's memory.
-    ///   With the entry, the input is written at a scratch place above the heap and the entry
-    ///   copies it into a block of the guest's allocator; without, through `opa_eval_ctx_*`;
+    ///   With the entry, the input is laid out as guest values inside a block the guest's
+    ///   allocator makes for it (or its JSON written at a scratch place above the heap and
+    ///   copied by the entry into such a block, to be parsed there); without, through
+    ///   `opa_eval_ctx_*`;
     /// - otherwise, from ABI 1.2, `opa_eval` parses and evaluates the input written just above
     ///   the post-data heap in one call;
     /// - otherwise the `opa_eval_ctx_*` calls after resetting the heap.
@@ -470,7 +472,32 @@ impl PooledInstance {
             (entry, _) => entry.clone(),
         };
         if let Some(entry) = entry {
-            if self.keep_heap.is_none()
+            if !reset
+                && let Some(image) = &mut self.image
+                && let Some(root) = image.build(&self.input, 0)
+            {
+                // The heap is kept: the image goes into a block of the guest's allocator.
+                let size = i32::try_from(image.bytes.len())
+                    .map_err(|_| wasmtime::Error::msg("the input does not fit in memory"))?;
+                let block = self.funcs.malloc.call(&mut self.store, size)?;
+                let base = u32::try_from(block)
+                    .ok()
+                    .filter(|&base| base != 0)
+                    .ok_or_else(|| wasmtime::Error::msg("opa_malloc returned a bad address"))?;
+                let root = image
+                    .relocate(root, base)
+                    .and_then(|root| i32::try_from(root).ok())
+                    .ok_or_else(|| wasmtime::Error::msg("the input does not fit in memory"))?;
+                write_at(&mut self.store, self.memory, base, &image.bytes)?;
+                let called = entry.call(
+                    &mut self.store,
+                    (entrypoint, self.data_addr, root, 0, 0, MODE_KEEP_BUILT),
+                )?;
+                let (result, heap_end) = finish(called)?;
+                self.heap_end = heap_end;
+                return Ok(Ran::Value(result));
+            }
+            if reset
                 && let Some(image) = &mut self.image
                 && let Ok(base) = u32::try_from(self.heap_ptr)
                 && let Some(root) = image.build(&self.input, base)
@@ -478,11 +505,15 @@ impl PooledInstance {
                 && let Ok(root) = i32::try_from(root)
             {
                 write_at(&mut self.store, self.memory, base, &image.bytes)?;
-                let result = entry.call(
+                let called = entry.call(
                     &mut self.store,
                     (entrypoint, self.data_addr, root, 0, end, MODE_BUILT),
                 )?;
-                return finish(result).map(|(result, _)| Ran::Value(result));
+                let (result, heap_end) = finish(called)?;
+                if self.keep_heap.is_some() {
+                    self.heap_end = heap_end;
+                }
+                return Ok(Ran::Value(result));
             }
             let (input_addr, heap, mode) = if reset {
                 (self.heap_ptr, self.heap_ptr.wrapping_add(len), MODE_PARSE)

@@ -188,6 +188,20 @@ fn deep_inputs_are_left_to_the_guest() {
     assert!(Image::new().build(br#"[1,2]"#, 1024).is_some());
 }
 
+#[test]
+fn a_relocated_image_is_the_image_built_in_place() {
+    let json = br#"{"messages":[{"role":"user","content":"hi \u00e9"}],"n":[1,2.5],"e":{},"a":[]}"#;
+    let mut moved = Image::new();
+    let root = moved.build(json, 0).expect("builds");
+    let base = 70_000;
+    let moved_root = moved.relocate(root, base).expect("moves");
+    let mut direct = Image::new();
+    let direct_root = direct.build(json, base).expect("builds");
+    assert_eq!(moved_root, direct_root);
+    assert_eq!(moved.bytes, direct.bytes);
+    assert_eq!(moved.end(), direct.end());
+}
+
 fn value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
