@@ -291,6 +291,58 @@ fn compare(workload: &str, rounds: usize, mut sides: Vec<Side<'_>>) {
     }
 }
 
+/// Runs one side alone `n` times, making only what it needs (for a profiler).
+fn run_only(side: &str, n: u64) {
+    let call = tool_call("web_search");
+    let input = messages("Please summarize the attached quarterly report for me.");
+    let mut once: Box<dyn FnMut()> = match side {
+        "portcullis-tools" => {
+            let tools = RegoToolCallPolicy::new(
+                "approved-tools",
+                fixture("rego-wasm/approved-tools.tar.gz"),
+            )
+            .expect("opens");
+            Box::new(move || {
+                black_box(ready(tools.evaluate(black_box(&call))).ok());
+            })
+        }
+        "opa-wasm-tools" => {
+            let mut opa = OpaWasm::new("rego-wasm/approved-tools.tar.gz", "aps/tool_call/decision");
+            Box::new(move || {
+                black_box(opa.decide(black_box(&call)));
+            })
+        }
+        "regorus-tools" => {
+            let regorus = Regorus::new(APPROVED_TOOLS_REGO, "data.aps.tool_call.decision");
+            Box::new(move || {
+                black_box(regorus.decide(black_box(&call)));
+            })
+        }
+        "portcullis-ssn" => {
+            let ssn = RegoInputPolicy::new("no-ssn", fixture("rego-wasm/no-ssn-input.tar.gz"))
+                .expect("opens");
+            Box::new(move || {
+                black_box(ready(ssn.evaluate(black_box(&input))).ok());
+            })
+        }
+        "opa-wasm-ssn" => {
+            let mut opa = OpaWasm::new("rego-wasm/no-ssn-input.tar.gz", "aps/input/decision");
+            Box::new(move || {
+                black_box(opa.decide(black_box(&input)));
+            })
+        }
+        other => panic!("unknown side {other}"),
+    };
+    let start = Instant::now();
+    for _ in 0..n {
+        once();
+    }
+    println!(
+        "{side}: {} per evaluation",
+        show(start.elapsed().as_nanos() as f64 / n as f64)
+    );
+}
+
 fn main() {
     let mut rounds = 31usize;
     let mut only: Option<(String, u64)> = None;
@@ -314,6 +366,11 @@ fn main() {
             // `cargo bench` passes `--bench`; a filter is not used.
             _ => {}
         }
+    }
+
+    if let Some((side, n)) = only {
+        run_only(&side, n);
+        return;
     }
 
     let tools =
@@ -361,35 +418,6 @@ fn main() {
         ready(ssn.evaluate(&input)).expect("evaluates"),
         PolicyDecision::allow()
     );
-
-    if let Some((side, n)) = only {
-        let start = Instant::now();
-        for _ in 0..n {
-            match side.as_str() {
-                "portcullis-tools" => {
-                    black_box(ready(tools.evaluate(black_box(&call))).ok());
-                }
-                "opa-wasm-tools" => {
-                    black_box(opa_tools.decide(black_box(&call)));
-                }
-                "regorus-tools" => {
-                    black_box(regorus_tools.decide(black_box(&call)));
-                }
-                "portcullis-ssn" => {
-                    black_box(ready(ssn.evaluate(black_box(&input))).ok());
-                }
-                "opa-wasm-ssn" => {
-                    black_box(opa_ssn.decide(black_box(&input)));
-                }
-                other => panic!("unknown side {other}"),
-            }
-        }
-        println!(
-            "{side}: {} per evaluation",
-            show(start.elapsed().as_nanos() as f64 / n as f64)
-        );
-        return;
-    }
 
     let prepared = Regorus::input(&call);
     compare(

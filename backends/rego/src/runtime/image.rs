@@ -45,11 +45,10 @@ fn hash(bytes: &[u8]) -> u32 {
 
 /// The number of buckets of an object of `len` keys.
 fn buckets(len: usize) -> u32 {
+    // The guest doubles before inserting a key that would pass 0.7 of its buckets.
     let mut n: u32 = 8;
-    for count in 1..=len {
-        if count as f64 > f64::from(n) * 0.7 {
-            n = n.saturating_mul(2);
-        }
+    while len as f64 > f64::from(n) * 0.7 {
+        n = n.saturating_mul(2);
     }
     n
 }
@@ -71,8 +70,10 @@ pub(super) struct Image {
     base: u32,
     /// The members of the arrays and objects being built, innermost last.
     stack: Vec<Member>,
-    /// Where the image holds addresses (byte offsets), for [`relocate`](Self::relocate).
+    /// Where the image holds addresses (byte offsets), for [`relocate`](Self::relocate); kept
+    /// only for an image built for base 0.
     pointers: Vec<usize>,
+    relocatable: bool,
 }
 
 impl Image {
@@ -82,6 +83,7 @@ impl Image {
             base: 0,
             stack: Vec::new(),
             pointers: Vec::new(),
+            relocatable: false,
         }
     }
 
@@ -91,6 +93,10 @@ impl Image {
         self.bytes.clear();
         self.stack.clear();
         self.pointers.clear();
+        self.relocatable = base == 0;
+        // About what the values of compact JSON take: no growth on the way for most inputs.
+        self.bytes
+            .reserve(json.len().saturating_mul(8).saturating_add(256));
         self.base = base;
         let mut reader = Reader { json, at: 0 };
         let root = self.value(&mut reader, 0)?;
@@ -104,6 +110,14 @@ impl Image {
 
     /// A block of `size` bytes: the address of its data (zeroed).
     fn alloc(&mut self, size: u32) -> Option<u32> {
+        self.block(size, &[])
+    }
+
+    /// A block of `size` bytes starting with `content` (the rest zeroed): the address of its
+    /// data.
+    #[inline]
+    fn block(&mut self, size: u32, content: &[u8]) -> Option<u32> {
+        const ZEROS: [u8; 64] = [0; 64];
         let class = class(size);
         let at = self.bytes.len();
         let data = self
@@ -111,9 +125,61 @@ impl Image {
             .checked_add(u32::try_from(at).ok()?)?
             .checked_add(HEADER)?;
         data.checked_add(class)?;
-        self.bytes.resize(at + HEADER as usize + class as usize, 0);
-        self.bytes[at..at + 4].copy_from_slice(&class.to_le_bytes());
+        let padding = (class as usize).checked_sub(content.len())?;
+        let mut header = [0u8; HEADER as usize];
+        header[..4].copy_from_slice(&class.to_le_bytes());
+        self.bytes.extend_from_slice(&header);
+        self.bytes.extend_from_slice(content);
+        match ZEROS.get(..padding) {
+            Some(zeros) => self.bytes.extend_from_slice(zeros),
+            None => self.bytes.resize(at + HEADER as usize + class as usize, 0),
+        }
         Some(data)
+    }
+
+    /// A block of a fixed-size value (`N` bytes, at most 64): one copy of header and content.
+    #[inline]
+    fn fixed<const N: usize>(&mut self, content: [u8; N]) -> Option<u32> {
+        let class = class(u32::try_from(N).ok()?);
+        if class as usize != N {
+            return self.block(u32::try_from(N).ok()?, &content);
+        }
+        let at = self.bytes.len();
+        let data = self
+            .base
+            .checked_add(u32::try_from(at).ok()?)?
+            .checked_add(HEADER)?;
+        data.checked_add(class)?;
+        let mut header = [0u8; HEADER as usize];
+        header[..4].copy_from_slice(&class.to_le_bytes());
+        self.bytes.extend_from_slice(&header);
+        self.bytes.extend_from_slice(&content);
+        Some(data)
+    }
+
+    /// Notes the address held at `offset` in the block at `addr` for relocation (none when 0).
+    fn note(&mut self, addr: u32, offset: u32, value: u32) {
+        if self.relocatable && value != 0 {
+            let at = self.offset(addr, offset);
+            self.pointers.push(at);
+        }
+    }
+
+    /// A value of 16 bytes or less: the kind, then `words` at 4, 8 and 12 (which of them are
+    /// addresses in `pointers`).
+    fn small(&mut self, head: [u8; 4], words: [u32; 3], pointers: [bool; 3]) -> Option<u32> {
+        let mut content = [0u8; 16];
+        content[..4].copy_from_slice(&head);
+        for (index, word) in words.iter().enumerate() {
+            content[4 + index * 4..8 + index * 4].copy_from_slice(&word.to_le_bytes());
+        }
+        let addr = self.fixed(content)?;
+        for index in 0..3 {
+            if pointers[index] {
+                self.note(addr, 4 + 4 * index as u32, words[index]);
+            }
+        }
+        Some(addr)
     }
 
     fn offset(&self, addr: u32, offset: u32) -> usize {
@@ -132,10 +198,7 @@ impl Image {
     /// Writes an address (none when 0), noting where for [`relocate`](Self::relocate).
     fn pointer(&mut self, addr: u32, offset: u32, value: u32) {
         self.word(addr, offset, value);
-        if value != 0 {
-            let at = self.offset(addr, offset);
-            self.pointers.push(at);
-        }
+        self.note(addr, offset, value);
     }
 
     /// Moves the image to `base` (it was built for base 0): every address in it is offset.
@@ -168,28 +231,26 @@ impl Image {
 
     /// A block holding `bytes`.
     fn text(&mut self, bytes: &[u8]) -> Option<u32> {
-        let addr = self.alloc(u32::try_from(bytes.len()).ok()?)?;
-        self.put(addr, 0, bytes);
-        Some(addr)
+        self.block(u32::try_from(bytes.len()).ok()?, bytes)
     }
 
     /// A string value and its text block.
     fn string(&mut self, bytes: &[u8]) -> Option<(u32, u32)> {
         let text = self.text(bytes)?;
-        let addr = self.alloc(12)?;
+        let len = u32::try_from(bytes.len()).ok()?;
         // type 4, free 1 (the text is the string's own block), len, text
-        self.put(addr, 0, &[4, 1]);
-        self.word(addr, 4, u32::try_from(bytes.len()).ok()?);
-        self.pointer(addr, 8, text);
+        let addr = self.small([4, 1, 0, 0], [len, text, 0], [false, true, false])?;
         Some((addr, text))
     }
 
     fn int(&mut self, value: u32) -> Option<u32> {
-        let addr = self.alloc(24)?;
         // type 3, repr 1 (an integer), the i64 at 8
-        self.put(addr, 0, &[3, 1]);
-        self.put(addr, 8, &u64::from(value).to_le_bytes());
-        Some(addr)
+        // (24 bytes, in a block of 64)
+        let mut content = [0u8; 64];
+        content[0] = 3;
+        content[1] = 1;
+        content[8..16].copy_from_slice(&u64::from(value).to_le_bytes());
+        self.fixed(content)
     }
 
     fn value(&mut self, reader: &mut Reader<'_>, depth: usize) -> Option<u32> {
@@ -199,16 +260,12 @@ impl Image {
         match reader.peek()? {
             b'n' => {
                 reader.literal(b"null")?;
-                let addr = self.alloc(1)?;
-                self.put(addr, 0, &[1]);
-                Some(addr)
+                self.block(1, &[1])
             }
             b't' | b'f' => {
                 let value = reader.peek()? == b't';
                 reader.literal(if value { b"true" } else { b"false" })?;
-                let addr = self.alloc(2)?;
-                self.put(addr, 0, &[2, u8::from(value)]);
-                Some(addr)
+                self.block(2, &[2, u8::from(value)])
             }
             b'"' => {
                 let bytes = reader.string()?;
@@ -218,14 +275,15 @@ impl Image {
                 let text = reader.number();
                 let len = u32::try_from(text.len()).ok()?;
                 // NUL-terminated, as the guest's parser copies it.
-                let block = self.alloc(len.checked_add(1)?)?;
-                self.put(block, 0, text);
-                let text = block;
-                let addr = self.alloc(24)?;
-                // type 3, repr 2 (the number's text), text, len; the text is not freed with it
-                self.put(addr, 0, &[3, 2]);
-                self.pointer(addr, 8, text);
-                self.word(addr, 12, len);
+                let text = self.block(len.checked_add(1)?, text)?;
+                // type 3, repr 2 (the number's text), text at 8, len at 12; not freed with it
+                let mut content = [0u8; 64];
+                content[0] = 3;
+                content[1] = 2;
+                content[8..12].copy_from_slice(&text.to_le_bytes());
+                content[12..16].copy_from_slice(&len.to_le_bytes());
+                let addr = self.fixed(content)?;
+                self.note(addr, 8, text);
                 Some(addr)
             }
             b'[' => self.array(reader, depth),
@@ -269,13 +327,8 @@ impl Image {
             elems
         };
         self.stack.truncate(mark);
-        let addr = self.alloc(16)?;
         // type 5, elems, len, cap
-        self.put(addr, 0, &[5]);
-        self.pointer(addr, 4, elems);
-        self.word(addr, 8, len);
-        self.word(addr, 12, len);
-        Some(addr)
+        self.small([5, 0, 0, 0], [elems, len, len], [true, false, false])
     }
 
     fn object(&mut self, reader: &mut Reader<'_>, depth: usize) -> Option<u32> {
@@ -331,24 +384,27 @@ impl Image {
             let at = (member.key_text - self.base) as usize;
             let bucket = hash(&self.bytes[at..at + member.key_len as usize]) % n;
             let head = self.read_word(table, bucket * 4);
-            let element = self.alloc(12)?;
-            self.pointer(element, 0, member.key);
-            self.pointer(element, 4, member.value);
-            self.pointer(element, 8, head);
+            // (12 bytes, in a block of 16)
+            let mut content = [0u8; 16];
+            content[..4].copy_from_slice(&member.key.to_le_bytes());
+            content[4..8].copy_from_slice(&member.value.to_le_bytes());
+            content[8..12].copy_from_slice(&head.to_le_bytes());
+            let element = self.fixed(content)?;
+            self.note(element, 0, member.key);
+            self.note(element, 4, member.value);
+            self.note(element, 8, head);
             self.word(table, bucket * 4, element);
         }
-        for bucket in 0..n {
-            let head = self.read_word(table, bucket * 4);
-            self.pointer(table, bucket * 4, head);
+        if self.relocatable {
+            for bucket in 0..n {
+                let head = self.read_word(table, bucket * 4);
+                self.note(table, bucket * 4, head);
+            }
         }
         self.stack.truncate(mark);
-        let addr = self.alloc(16)?;
         // type 6, buckets, n, len
-        self.put(addr, 0, &[6]);
-        self.pointer(addr, 4, table);
-        self.word(addr, 8, n);
-        self.word(addr, 12, u32::try_from(len).ok()?);
-        Some(addr)
+        let len = u32::try_from(len).ok()?;
+        self.small([6, 0, 0, 0], [table, n, len], [true, false, false])
     }
 
     /// JSON exercising every kind of value and the growth of objects: a module gets images only
@@ -392,6 +448,32 @@ impl Image {
     }
 }
 
+/// The index of the first `"` or `\\` in `bytes`, eight bytes at a time.
+fn quote_or_backslash(bytes: &[u8]) -> Option<usize> {
+    const LOW: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().ok()?);
+        let quote = word ^ (LOW * u64::from(b'"'));
+        let backslash = word ^ (LOW * u64::from(b'\\'));
+        // A lane's high bit is set when the lane is zero, or above a lane that is: the lowest
+        // one set is the first match.
+        let found =
+            (quote.wrapping_sub(LOW) & !quote | backslash.wrapping_sub(LOW) & !backslash) & HIGH;
+        if found != 0 {
+            return Some(at + (found.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let tail = bytes.get(at..)?;
+    Some(
+        at + tail
+            .iter()
+            .position(|&byte| byte == b'"' || byte == b'\\')?,
+    )
+}
+
 /// A reader of the host's own compact JSON.
 struct Reader<'a> {
     json: &'a [u8],
@@ -429,17 +511,14 @@ impl<'a> Reader<'a> {
             return None;
         }
         let start = self.at;
-        loop {
-            match self.next()? {
-                b'"' => {
-                    return Some(Cow::Borrowed(&self.json[start..self.at - 1]));
-                }
-                b'\\' => break,
-                _ => {}
-            }
+        let rest = self.json.get(start..)?;
+        let end = start + quote_or_backslash(rest)?;
+        if self.json[end] == b'"' {
+            self.at = end + 1;
+            return Some(Cow::Borrowed(&self.json[start..end]));
         }
-        let mut out = self.json[start..self.at - 1].to_vec();
-        self.at -= 1;
+        let mut out = self.json[start..end].to_vec();
+        self.at = end;
         loop {
             match self.next()? {
                 b'"' => return Some(Cow::Owned(out)),

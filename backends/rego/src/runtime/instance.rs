@@ -467,11 +467,11 @@ impl PooledInstance {
         // A module whose values the host does not lay out keeps `opa_eval` when it has it: it
         // is what the module was built to be called with (the entry calls functions the
         // module's own `opa_eval` does not need).
-        let entry = match (&self.funcs.entry, &self.funcs.opa_eval) {
-            (Some(_), Some(_)) if self.keep_heap.is_none() && self.image.is_none() => None,
-            (entry, _) => entry.clone(),
+        let use_entry = match (&self.funcs.entry, &self.funcs.opa_eval) {
+            (Some(_), Some(_)) => self.keep_heap.is_some() || self.image.is_some(),
+            (entry, _) => entry.is_some(),
         };
-        if let Some(entry) = entry {
+        if use_entry && let Some(entry) = &self.funcs.entry {
             if !reset
                 && let Some(image) = &mut self.image
                 && let Some(root) = image.build(&self.input, 0)
@@ -528,7 +528,9 @@ impl PooledInstance {
                     .ok_or_else(|| wasmtime::Error::msg("the input does not fit in memory"))?;
                 (scratch, 0, MODE_KEEP)
             };
-            self.write_input(input_addr)?;
+            let at =
+                u32::try_from(input_addr).map_err(|_| wasmtime::Error::msg("bad heap pointer"))?;
+            write_at(&mut self.store, self.memory, at, &self.input)?;
             let called = entry.call(
                 &mut self.store,
                 (entrypoint, self.data_addr, input_addr, len, heap, mode),
