@@ -165,18 +165,24 @@ impl Image {
         }
     }
 
-    /// A value of 16 bytes or less: the kind, then `words` at 4, 8 and 12 (which of them are
-    /// addresses in `pointers`).
-    fn small(&mut self, head: [u8; 4], words: [u32; 3], pointers: [bool; 3]) -> Option<u32> {
-        let mut content = [0u8; 16];
-        content[..4].copy_from_slice(&head);
-        for (index, word) in words.iter().enumerate() {
-            content[4 + index * 4..8 + index * 4].copy_from_slice(&word.to_le_bytes());
-        }
+    /// A value of 16 bytes or less: the kind, then `words` at 4, 8 and 12 (those marked in
+    /// `addresses` are addresses).
+    #[inline]
+    fn small(&mut self, head: [u8; 4], words: [u32; 3], addresses: [bool; 3]) -> Option<u32> {
+        let [a, b, c] = words;
+        let [a0, a1, a2, a3] = a.to_le_bytes();
+        let [b0, b1, b2, b3] = b.to_le_bytes();
+        let [c0, c1, c2, c3] = c.to_le_bytes();
+        let [h0, h1, h2, h3] = head;
+        let content = [
+            h0, h1, h2, h3, a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3,
+        ];
         let addr = self.fixed(content)?;
-        for index in 0..3 {
-            if pointers[index] {
-                self.note(addr, 4 + 4 * index as u32, words[index]);
+        if self.relocatable {
+            for (index, (word, address)) in words.into_iter().zip(addresses).enumerate() {
+                if address {
+                    self.note(addr, 4 + 4 * index as u32, word);
+                }
             }
         }
         Some(addr)
