@@ -188,7 +188,7 @@ fn any_needs_escape(bytes: &[u8]) -> bool {
 }
 
 /// Appends `text` as a JSON string, escaped exactly as serde_json escapes it.
-fn write_str(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');

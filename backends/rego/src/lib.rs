@@ -47,8 +47,13 @@
 //! not an OPA module, or a bundle without `/policy.wasm` are errors then ([`RegoError`]), never at
 //! evaluation. Each bundle keeps a pool of instances whose data document is already loaded;
 //! an evaluation takes an idle one (or makes one when all are busy), runs, and gives it back
-//! reset to the heap just above its data. Modules of ABI 1.2 and later are evaluated with the
-//! single `opa_eval` call; ABI 1.0 and 1.1 through `opa_eval_ctx_*`. Modules whose runtime caches
+//! reset to the heap just above its data. The module gets one more export when it is compiled,
+//! an evaluation entry built from its own `opa_eval_ctx_*` functions, so that an evaluation is
+//! one call; the host lays the input out in guest memory as the values the module's JSON parser
+//! would make, and reads the result set from guest memory, once a probe at compile time has
+//! shown the module's values are laid out as the host expects (otherwise the module's own
+//! parser and JSON dump do it, as do `opa_eval` or `opa_eval_ctx_*` for a module without the
+//! exports the entry needs). Modules whose runtime caches
 //! compiled patterns (`regex.*` and `glob.match` compile inside the module) are the exception:
 //! they go through `opa_eval_ctx_*` and keep their heap, and with it the compiled patterns,
 //! between evaluations until the garbage passes 1 MiB (or a sixteenth of the memory limit), and
@@ -95,6 +100,7 @@
 
 mod builtins;
 mod bundle;
+mod entry;
 mod error;
 mod input;
 mod meter;

@@ -29,12 +29,19 @@
 //!
 //! A module that waits on a shared memory (`memory.atomic.wait32/64`) or defines one is refused:
 //! a wait is not a loop, and could outlast any deadline.
+//!
+//! The same pass adds the evaluation entry of [`crate::entry`] (a function of its own, with no
+//! loop), when the module has the exports it calls.
 
 use wasm_encoder::reencode::{self, Reencode};
 use wasm_encoder::{
     BlockType, EntityType, GlobalType, Instruction, MemArg, MemoryType, Module, SectionId, ValType,
 };
-use wasmparser::{ElementItems, Operator, Parser, Payload, TypeRef};
+use wasmparser::{
+    CompositeInnerType, ElementItems, ExternalKind, Operator, Parser, Payload, TypeRef,
+};
+
+use crate::entry::{self, Entry};
 
 /// The module name of the imports the rewrite adds.
 pub(crate) const IMPORT_MODULE: &str = "portcullis";
@@ -49,7 +56,23 @@ pub(crate) const DEADLINE: &str = "deadline";
 /// # Errors
 /// The module is not valid WebAssembly (as far as this pass reads it), imports from
 /// [`IMPORT_MODULE`] itself, or waits on or defines a shared memory.
+#[cfg(test)]
 pub(crate) fn instrument(wasm: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    Ok(rewrite(wasm)?.map(|rewritten| rewritten.wasm))
+}
+
+/// A rewritten module.
+pub(crate) struct Rewritten {
+    pub(crate) wasm: Vec<u8>,
+    /// Whether the evaluation entry ([`crate::entry`]) was added.
+    pub(crate) entry: bool,
+}
+
+/// [`instrument`], saying whether the evaluation entry was added too.
+///
+/// # Errors
+/// As [`instrument`].
+pub(crate) fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>, String> {
     let shape = Shape::read(wasm).map_err(|error| error.to_string())?;
     if let Some(refused) = shape.refused {
         return Err(refused);
@@ -57,18 +80,35 @@ pub(crate) fn instrument(wasm: &[u8]) -> Result<Option<Vec<u8>>, String> {
     if shape.bodies.is_empty() {
         return Ok(None);
     }
+    let signatures: Vec<Option<entry::Signature>> = shape
+        .function_types
+        .iter()
+        .map(|&ty| shape.types.get(ty as usize).copied().flatten())
+        .collect();
+    let entry = entry::plan(
+        &signatures,
+        &shape.exports,
+        u32::try_from(shape.types.len()).map_err(|_| "too many types".to_owned())?,
+        u32::try_from(shape.function_types.len()).map_err(|_| "too many functions".to_owned())?,
+        shape.imported_memories == 1 && shape.defined_memories == 0,
+    );
     let mut meter = Meter {
         imported_memories: shape.imported_memories,
         imported_globals: shape.imported_globals,
         recursive: shape.recursive(),
         next_body: 0,
         imports_added: false,
+        entry,
     };
+    let entry = meter.entry.is_some();
     let mut module = Module::new();
     meter
         .parse_core_module(&mut module, Parser::new(0), wasm)
         .map_err(|error| error.to_string())?;
-    Ok(Some(module.finish()))
+    Ok(Some(Rewritten {
+        wasm: module.finish(),
+        entry,
+    }))
 }
 
 /// What the rewrite needs to know about the module, from a first pass over it.
@@ -83,6 +123,13 @@ struct Shape {
     address_taken: Vec<u32>,
     /// Why the module cannot be given a time limit, if it cannot.
     refused: Option<String>,
+    /// Per type index: its signature when it is a function of `i32`s only.
+    types: Vec<Option<entry::Signature>>,
+    /// Per function (imported ones first): its type index.
+    function_types: Vec<u32>,
+    /// Exported functions by name.
+    exports: std::collections::HashMap<String, u32>,
+    defined_memories: u32,
 }
 
 /// The calls one function body makes.
@@ -110,8 +157,9 @@ impl Shape {
                             ));
                         }
                         match import.ty {
-                            TypeRef::Func(_) | TypeRef::FuncExact(_) => {
+                            TypeRef::Func(ty) | TypeRef::FuncExact(ty) => {
                                 shape.imported_functions += 1;
+                                shape.function_types.push(ty);
                             }
                             TypeRef::Memory(_) => shape.imported_memories += 1,
                             TypeRef::Global(_) => shape.imported_globals += 1,
@@ -119,8 +167,42 @@ impl Shape {
                         }
                     }
                 }
+                Payload::TypeSection(section) => {
+                    for group in section {
+                        for sub in group?.into_types() {
+                            let signature = match &sub.composite_type.inner {
+                                CompositeInnerType::Func(func) => func
+                                    .params()
+                                    .iter()
+                                    .chain(func.results())
+                                    .all(|ty| *ty == wasmparser::ValType::I32)
+                                    .then(|| (func.params().len(), func.results().len())),
+                                _ => None,
+                            };
+                            shape.types.push(signature);
+                        }
+                    }
+                }
+                Payload::FunctionSection(section) => {
+                    for ty in section {
+                        shape.function_types.push(ty?);
+                    }
+                }
+                Payload::ExportSection(section) => {
+                    for export in section {
+                        let export = export?;
+                        // Other kinds keep their name taken, with no function behind it.
+                        let index = if export.kind == ExternalKind::Func {
+                            export.index
+                        } else {
+                            u32::MAX
+                        };
+                        shape.exports.insert(export.name.to_owned(), index);
+                    }
+                }
                 Payload::MemorySection(section) => {
                     for memory in section {
+                        shape.defined_memories += 1;
                         if memory?.shared {
                             shape.refused = Some("the module defines a shared memory".to_owned());
                         }
@@ -305,6 +387,8 @@ struct Meter {
     recursive: Vec<bool>,
     next_body: usize,
     imports_added: bool,
+    /// The evaluation entry to add, when the module has what it calls.
+    entry: Option<Entry>,
 }
 
 type Error = reencode::Error<std::convert::Infallible>;
@@ -407,6 +491,58 @@ impl Reencode for Meter {
             let mut imports = wasm_encoder::ImportSection::new();
             self.add_imports(&mut imports);
             module.section(&imports);
+        }
+        Ok(())
+    }
+
+    fn parse_type_section(
+        &mut self,
+        types: &mut wasm_encoder::TypeSection,
+        section: wasmparser::TypeSectionReader<'_>,
+    ) -> Result<(), Error> {
+        reencode::utils::parse_type_section(self, types, section)?;
+        if self.entry.is_some() {
+            types.ty().function(entry::params(), entry::results());
+        }
+        Ok(())
+    }
+
+    fn parse_function_section(
+        &mut self,
+        functions: &mut wasm_encoder::FunctionSection,
+        section: wasmparser::FunctionSectionReader<'_>,
+    ) -> Result<(), Error> {
+        reencode::utils::parse_function_section(self, functions, section)?;
+        if let Some(entry) = &self.entry {
+            functions.function(entry.type_index);
+        }
+        Ok(())
+    }
+
+    fn parse_export_section(
+        &mut self,
+        exports: &mut wasm_encoder::ExportSection,
+        section: wasmparser::ExportSectionReader<'_>,
+    ) -> Result<(), Error> {
+        reencode::utils::parse_export_section(self, exports, section)?;
+        if let Some(entry) = &self.entry {
+            exports.export(
+                entry::EXPORT,
+                wasm_encoder::ExportKind::Func,
+                entry.function_index,
+            );
+        }
+        Ok(())
+    }
+
+    fn parse_code_section(
+        &mut self,
+        code: &mut wasm_encoder::CodeSection,
+        section: wasmparser::CodeSectionReader<'_>,
+    ) -> Result<(), Error> {
+        reencode::utils::parse_code_section(self, code, section)?;
+        if let Some(entry) = &self.entry {
+            code.function(&entry.body);
         }
         Ok(())
     }

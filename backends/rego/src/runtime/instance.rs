@@ -6,8 +6,10 @@ use std::sync::Arc;
 use serde_json::Value;
 use wasmtime::{Caller, Global, Instance, Memory, ResourceLimiter, Store, Trap, TypedFunc, Val};
 
+use super::image::Image;
 use super::*;
 use crate::builtins::{BuiltinContext, BuiltinError, HostBuiltin};
+use crate::entry::{MODE_BUILT, MODE_KEEP, MODE_KEEP_BUILT, MODE_PARSE};
 use crate::error::RegoEvaluationError;
 use crate::input::InputJson;
 
@@ -30,15 +32,36 @@ pub(super) struct GuestFuncs {
     pub(super) opa_eval: Option<FastEval>,
     pub(super) builtins: TypedFunc<(), i32>,
     pub(super) entrypoints: Option<TypedFunc<(), i32>>,
+    /// The evaluation entry the rewrite added (see [`crate::entry`]).
+    pub(super) entry: Option<Entry>,
 }
 
 pub(super) type FastEval = TypedFunc<(i32, i32, i32, i32, i32, i32, i32), i32>;
+/// `(entrypoint, data, input, len, heap, keep) -> (code, result, heap_end)`.
+pub(super) type Entry = TypedFunc<(i32, i32, i32, i32, i32, i32), (i32, i32, i32)>;
+
+/// The code the entry returns when the guest could not parse the input.
+const UNPARSED: i32 = -1;
+
+/// The entry's `(code, result, heap_end)` as `(result, heap_end)`, or the error its code says.
+fn finish((code, result, heap_end): (i32, i32, i32)) -> wasmtime::Result<(i32, i32)> {
+    match code {
+        0 => Ok((result, heap_end)),
+        UNPARSED => Err(wasmtime::Error::msg(
+            "the guest could not parse the input's JSON",
+        )),
+        code => Err(wasmtime::Error::msg(format!(
+            "eval returned error code {code}"
+        ))),
+    }
+}
 
 impl GuestFuncs {
     pub(super) fn new(
         store: &mut Store<StoreState>,
         instance: &Instance,
         minor: i32,
+        entry: bool,
     ) -> Result<Self, String> {
         fn get<P: wasmtime::WasmParams, R: wasmtime::WasmResults>(
             store: &mut Store<StoreState>,
@@ -79,6 +102,11 @@ impl GuestFuncs {
             opa_eval,
             builtins: get(store, instance, "builtins")?,
             entrypoints: optional(store, instance, "entrypoints")?,
+            entry: if entry {
+                Some(get(store, instance, crate::entry::EXPORT)?)
+            } else {
+                None
+            },
         })
     }
 }
@@ -135,8 +163,13 @@ impl StoreState {
     /// Sets the evaluation's deadline: the clock's `tick`.
     fn set_deadline(store: &mut Store<StoreState>, tick: u64) -> wasmtime::Result<()> {
         let state = store.data_mut();
-        state.deadline_tick = tick;
         state.expired = false;
+        if state.deadline_tick == tick {
+            // The guest's global holds it already (only the host writes it): evaluations
+            // starting within one tick of the clock share their deadline.
+            return Ok(());
+        }
+        state.deadline_tick = tick;
         if let Some(global) = state.deadline {
             global.set(&mut *store, Val::I64(tick_value(tick)))?;
         }
@@ -265,6 +298,37 @@ pub(super) fn call_builtin(
     }
 }
 
+/// Copies `bytes` into guest memory at `addr`, growing the memory when they end past it.
+pub(super) fn write_at(
+    mut store: impl wasmtime::AsContextMut<Data = StoreState>,
+    memory: Memory,
+    addr: u32,
+    bytes: &[u8],
+) -> wasmtime::Result<()> {
+    let start = usize::try_from(addr).map_err(|_| wasmtime::Error::msg("bad address"))?;
+    let end = start + bytes.len();
+    let size = memory.data_size(&store);
+    if end > size {
+        let pages = (end - size).div_ceil(WASM_PAGE);
+        memory.grow(&mut store, u64::try_from(pages).unwrap_or(u64::MAX))?;
+    }
+    match memory.data_mut(&mut store).get_mut(start..end) {
+        Some(target) => {
+            target.copy_from_slice(bytes);
+            Ok(())
+        }
+        None => Err(wasmtime::Error::msg("the input does not fit in memory")),
+    }
+}
+
+/// Where an evaluation left its result set.
+enum Ran {
+    /// The result set's JSON, NUL-terminated.
+    Json(i32),
+    /// The result set as a value.
+    Value(i32),
+}
+
 /// One instance, ready to evaluate: its store, the data document's address and the post-data heap.
 pub(crate) struct PooledInstance {
     pub(super) store: Store<StoreState>,
@@ -277,8 +341,14 @@ pub(crate) struct PooledInstance {
     /// For a module with builtin caches: how many bytes above the post-data heap may be kept
     /// between evaluations (see [`run`](Self::run)).
     pub(super) keep_heap: Option<usize>,
+    /// How the module's results may be read from its memory.
+    pub(super) walker: Arc<Walker>,
+    /// The input built as guest values, when the module takes that (reused between evaluations).
+    pub(super) image: Option<Image>,
     /// The input's JSON, reused between evaluations.
     pub(super) input: Vec<u8>,
+    /// The result set's JSON when the host reads it from memory, reused between evaluations.
+    pub(super) output: Vec<u8>,
     /// Set when an evaluation trapped or aborted: the instance's state is unknown, drop it.
     pub(super) poisoned: bool,
 }
@@ -310,16 +380,50 @@ impl PooledInstance {
             self.poisoned = true;
             return Err(RegoEvaluationError::Trap(format!("{error:#}")));
         }
-        let result_addr = match self.run(entrypoint) {
-            Ok(addr) => addr,
+        let ran = match self.run(entrypoint) {
+            Ok(ran) => ran,
             Err(error) => {
                 self.poisoned = true;
                 return Err(self.classify(error, limits));
             }
         };
-        let bytes = c_str(self.memory.data(&self.store), result_addr)
-            .map_err(RegoEvaluationError::Result)?;
+        let json_addr = match ran {
+            Ran::Json(addr) => addr,
+            Ran::Value(addr) => match self.read_result(addr) {
+                Ok(None) => return read(&self.output),
+                Ok(Some(addr)) => addr,
+                Err(error) => {
+                    self.poisoned = true;
+                    return Err(self.classify(error, limits));
+                }
+            },
+        };
+        let bytes =
+            c_str(self.memory.data(&self.store), json_addr).map_err(RegoEvaluationError::Result)?;
         read(bytes)
+    }
+
+    /// Writes the result set at `addr` into `self.output` as JSON (`None`), or has the guest
+    /// dump it when the host may not read it from memory (the address of the guest's JSON).
+    fn read_result(&mut self, addr: i32) -> wasmtime::Result<Option<i32>> {
+        let value = u32::from_ne_bytes(addr.to_ne_bytes());
+        let reading = self
+            .walker
+            .read(self.memory.data(&self.store), value, &mut self.output);
+        match reading {
+            Reading::Trusted => Ok(None),
+            Reading::Guest => Ok(Some(self.funcs.json_dump.call(&mut self.store, addr)?)),
+            Reading::Unconfirmed(seen) => {
+                let dumped = self.funcs.json_dump.call(&mut self.store, addr)?;
+                let guest =
+                    c_str(self.memory.data(&self.store), dumped).map_err(wasmtime::Error::msg)?;
+                Ok(if self.walker.settle(seen, &self.output, guest) {
+                    None
+                } else {
+                    Some(dumped)
+                })
+            }
+        }
     }
 
     /// Whether the instance may go back to the pool.
@@ -327,62 +431,149 @@ impl PooledInstance {
         !self.poisoned
     }
 
-    /// Runs one evaluation on `self.input` and returns the address of the result set's JSON.
+    /// Runs one evaluation on `self.input`: the address of the result set, as a value or as JSON.
     ///
-    /// Three ways, all starting from the data document loaded at the bottom of the heap:
+    /// All ways start from the data document loaded at the bottom of the heap:
+    /// - with the evaluation entry the rewrite added ([`crate::entry`]), one call: the input is
+    ///   laid out as guest values just above the post-data heap ([`Image`]; or its JSON is
+    ///   written there and parsed by the entry), and the entry evaluates. The result set stays a
+    ///   value, read from memory by the host. A module whose values the host does not lay out
+    ///   and that has `opa_eval` is called through that instead, as below;
     /// - a module whose runtime caches compiled patterns (regular expressions, globs) in its
-    ///   builtin caches: setting the heap pointer clears those caches, and `opa_eval` always sets
-    ///   it, so such a module is evaluated through the `opa_eval_ctx_*` calls and its heap is
-    ///   reset to the post-data heap only once the garbage of earlier evaluations passes
+    ///   builtin caches: setting the heap pointer clears those caches (and `opa_eval` always
+    ///   sets it), so the heap of such a module is kept between evaluations, and reset to the
+    ///   post-data heap only once the garbage of earlier evaluations passes
     ///   [`kept_heap_limit`]. Until then a pattern is compiled once, not at every evaluation
     ///   (the caches map a pattern to its compiled form, nothing an input can change). The
-    ///   garbage counts against the memory limit like everything in the instance's memory;
-    /// - otherwise, from ABI 1.2, the fast path: the input is written just above the post-data
-    ///   heap and `opa_eval` parses and evaluates it in one call;
+    ///   garbage counts against the memory limit like everything in the instance's memory.
+    ///   With the entry, the input is laid out as guest values inside a block the guest's
+    ///   allocator makes for it (or its JSON written at a scratch place above the heap and
+    ///   copied by the entry into such a block, to be parsed there); without, through
+    ///   `opa_eval_ctx_*`;
+    /// - otherwise, from ABI 1.2, `opa_eval` parses and evaluates the input written just above
+    ///   the post-data heap in one call;
     /// - otherwise the `opa_eval_ctx_*` calls after resetting the heap.
-    fn run(&mut self, entrypoint: i32) -> wasmtime::Result<i32> {
+    fn run(&mut self, entrypoint: i32) -> wasmtime::Result<Ran> {
         let len = i32::try_from(self.input.len())
             .map_err(|_| wasmtime::Error::msg("input larger than 2 GiB"))?;
-        if let Some(keep) = self.keep_heap {
-            let kept =
-                usize::try_from(self.heap_end.wrapping_sub(self.heap_ptr)).unwrap_or(usize::MAX);
-            let reset = kept > keep;
+        let reset = match self.keep_heap {
+            Some(keep) => {
+                let kept = usize::try_from(self.heap_end.wrapping_sub(self.heap_ptr))
+                    .unwrap_or(usize::MAX);
+                kept > keep
+            }
+            None => true,
+        };
+        // A module whose values the host does not lay out keeps `opa_eval` when it has it: it
+        // is what the module was built to be called with (the entry calls functions the
+        // module's own `opa_eval` does not need).
+        let use_entry = match (&self.funcs.entry, &self.funcs.opa_eval) {
+            (Some(_), Some(_)) => self.keep_heap.is_some() || self.image.is_some(),
+            (entry, _) => entry.is_some(),
+        };
+        if use_entry && let Some(entry) = &self.funcs.entry {
+            if !reset
+                && let Some(image) = &mut self.image
+                && let Some(root) = image.build(&self.input, 0)
+            {
+                // The heap is kept: the image goes into a block of the guest's allocator.
+                let size = i32::try_from(image.bytes.len())
+                    .map_err(|_| wasmtime::Error::msg("the input does not fit in memory"))?;
+                let block = self.funcs.malloc.call(&mut self.store, size)?;
+                let base = u32::try_from(block)
+                    .ok()
+                    .filter(|&base| base != 0)
+                    .ok_or_else(|| wasmtime::Error::msg("opa_malloc returned a bad address"))?;
+                let root = image
+                    .relocate(root, base)
+                    .and_then(|root| i32::try_from(root).ok())
+                    .ok_or_else(|| wasmtime::Error::msg("the input does not fit in memory"))?;
+                write_at(&mut self.store, self.memory, base, &image.bytes)?;
+                let called = entry.call(
+                    &mut self.store,
+                    (entrypoint, self.data_addr, root, 0, 0, MODE_KEEP_BUILT),
+                )?;
+                let (result, heap_end) = finish(called)?;
+                self.heap_end = heap_end;
+                return Ok(Ran::Value(result));
+            }
+            if reset
+                && let Some(image) = &mut self.image
+                && let Ok(base) = u32::try_from(self.heap_ptr)
+                && let Some(root) = image.build(&self.input, base)
+                && let Some(end) = image.end().and_then(|end| i32::try_from(end).ok())
+                && let Ok(root) = i32::try_from(root)
+            {
+                write_at(&mut self.store, self.memory, base, &image.bytes)?;
+                let called = entry.call(
+                    &mut self.store,
+                    (entrypoint, self.data_addr, root, 0, end, MODE_BUILT),
+                )?;
+                let (result, heap_end) = finish(called)?;
+                if self.keep_heap.is_some() {
+                    self.heap_end = heap_end;
+                }
+                return Ok(Ran::Value(result));
+            }
+            let (input_addr, heap, mode) = if reset {
+                (self.heap_ptr, self.heap_ptr.wrapping_add(len), MODE_PARSE)
+            } else {
+                // Above anything the allocator can hand out for the copy (a block header and
+                // the rounding of small blocks included), on an 8-byte boundary.
+                let scratch = usize::try_from(self.heap_end)
+                    .ok()
+                    .and_then(|end| end.checked_add(self.input.len())?.checked_add(256))
+                    .map(|at| at & !7)
+                    .and_then(|at| i32::try_from(at).ok())
+                    .ok_or_else(|| wasmtime::Error::msg("the input does not fit in memory"))?;
+                (scratch, 0, MODE_KEEP)
+            };
+            let at =
+                u32::try_from(input_addr).map_err(|_| wasmtime::Error::msg("bad heap pointer"))?;
+            write_at(&mut self.store, self.memory, at, &self.input)?;
+            let called = entry.call(
+                &mut self.store,
+                (entrypoint, self.data_addr, input_addr, len, heap, mode),
+            )?;
+            let (result, heap_end) = finish(called)?;
+            if self.keep_heap.is_some() {
+                self.heap_end = heap_end;
+            }
+            return Ok(Ran::Value(result));
+        }
+        if self.keep_heap.is_some() {
             let result = self.run_ctx(entrypoint, reset);
             if result.is_ok() {
                 self.heap_end = self.funcs.heap_ptr_get.call(&mut self.store, ())?;
             }
-            return result;
+            return result.map(Ran::Json);
         }
-        if let Some(opa_eval) = &self.funcs.opa_eval {
+        if let Some(opa_eval) = self.funcs.opa_eval.clone() {
             let input_addr = self.heap_ptr;
-            let start = usize::try_from(input_addr)
-                .map_err(|_| wasmtime::Error::msg("bad heap pointer"))?;
-            let end = start + self.input.len();
-            let size = self.memory.data_size(&self.store);
-            if end > size {
-                let pages = (end - size).div_ceil(WASM_PAGE);
-                self.memory
-                    .grow(&mut self.store, u64::try_from(pages).unwrap_or(u64::MAX))?;
-            }
-            match self.memory.data_mut(&mut self.store).get_mut(start..end) {
-                Some(target) => target.copy_from_slice(&self.input),
-                None => return Err(wasmtime::Error::msg("the input does not fit in memory")),
-            }
-            opa_eval.call(
-                &mut self.store,
-                (
-                    0,
-                    entrypoint,
-                    self.data_addr,
-                    input_addr,
-                    len,
-                    input_addr + len,
-                    0,
-                ),
-            )
+            self.write_input(input_addr)?;
+            opa_eval
+                .call(
+                    &mut self.store,
+                    (
+                        0,
+                        entrypoint,
+                        self.data_addr,
+                        input_addr,
+                        len,
+                        input_addr + len,
+                        0,
+                    ),
+                )
+                .map(Ran::Json)
         } else {
-            self.run_ctx(entrypoint, true)
+            self.run_ctx(entrypoint, true).map(Ran::Json)
         }
+    }
+
+    /// Copies `self.input` into guest memory at `addr`.
+    fn write_input(&mut self, addr: i32) -> wasmtime::Result<()> {
+        let addr = u32::try_from(addr).map_err(|_| wasmtime::Error::msg("bad heap pointer"))?;
+        write_at(&mut self.store, self.memory, addr, &self.input)
     }
 
     /// An evaluation through the `opa_eval_ctx_*` calls, after resetting the heap to the

@@ -14,11 +14,21 @@
 //! exception is a module whose builtins cache compiled patterns: resetting the heap clears those
 //! caches, so it is reset only once the garbage passes a bound (see [`PooledInstance::run`]). An
 //! instance whose evaluation failed (trap, abort, limit) is dropped instead.
+//!
+//! A module with the exports it needs gets an evaluation entry of its own when it is compiled
+//! ([`crate::entry`]): one call evaluates. Its input is then laid out by the host as the guest's
+//! own values above the post-data heap ([`image`], once a probe showed the module's layout is
+//! the one the host writes), and its result set is read by the host from guest memory
+//! ([`result`]), neither going through the guest's JSON codecs.
 
 mod clock;
+mod image;
 mod instance;
 mod module;
 mod pool;
+mod result;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 
@@ -31,6 +41,7 @@ pub(crate) use instance::PooledInstance;
 use instance::*;
 pub(crate) use module::{CompiledModule, ModuleError, compile_cached};
 pub(crate) use pool::Pool;
+use result::{Reading, Walker};
 
 /// The limits an evaluation runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

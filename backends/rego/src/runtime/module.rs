@@ -12,6 +12,7 @@ use wasmtime::{
     TypedFunc, Val, ValType,
 };
 
+use super::image::{self, Image};
 use super::*;
 use crate::builtins::{BuiltinContext, HostBuiltin};
 use crate::meter;
@@ -165,6 +166,12 @@ pub(crate) fn compile_cached(wasm: &[u8]) -> Result<Arc<CompiledModule>, ModuleE
 pub(crate) struct CompiledModule {
     pub(super) wasm: Box<[u8]>,
     pub(super) module: Module,
+    /// Whether the rewrite added the evaluation entry (see [`crate::entry`]).
+    pub(super) entry: bool,
+    /// What the module's guest has confirmed about reading its results from memory.
+    pub(super) walker: Arc<Walker>,
+    /// Whether the host may build inputs as the guest's values (see [`probe_images`]).
+    pub(super) images: bool,
     pub(super) imports: Vec<ImportKind>,
     pub(super) builtin_table: Arc<[Option<&'static HostBuiltin>]>,
     pub(crate) info: ModuleInfo,
@@ -178,14 +185,18 @@ impl CompiledModule {
         let compile_error = |error: wasmtime::Error| ModuleError::Compile(format!("{error:#}"));
         // When the module cannot be rewritten or the rewrite does not compile, the original is
         // most likely not valid WebAssembly: wasmtime says best what is wrong with it.
-        let module = match meter::instrument(wasm) {
-            Ok(Some(metered)) => Module::new(engine, &metered).map_err(|error| {
-                Module::validate(engine, wasm).map_or_else(compile_error, |()| {
-                    ModuleError::Compile(format!(
-                        "the module with its time limit does not compile: {error:#}"
-                    ))
-                })
-            })?,
+        let mut entry = false;
+        let module = match meter::rewrite(wasm) {
+            Ok(Some(metered)) => {
+                entry = metered.entry;
+                Module::new(engine, &metered.wasm).map_err(|error| {
+                    Module::validate(engine, wasm).map_or_else(compile_error, |()| {
+                        ModuleError::Compile(format!(
+                            "the module with its time limit does not compile: {error:#}"
+                        ))
+                    })
+                })?
+            }
             Ok(None) => Module::new(engine, wasm).map_err(compile_error)?,
             Err(refused) => {
                 Module::validate(engine, wasm).map_err(compile_error)?;
@@ -198,6 +209,9 @@ impl CompiledModule {
         let mut compiled = Self {
             wasm: wasm.into(),
             module,
+            entry,
+            walker: Arc::default(),
+            images: false,
             imports,
             builtin_table: Arc::from(Vec::new()),
             info: ModuleInfo {
@@ -219,7 +233,8 @@ impl CompiledModule {
                 abi.0, abi.1
             )));
         }
-        let funcs = GuestFuncs::new(&mut store, &instance, abi.1).map_err(ModuleError::NotOpa)?;
+        let funcs = GuestFuncs::new(&mut store, &instance, abi.1, compiled.entry)
+            .map_err(ModuleError::NotOpa)?;
         let memory = store
             .data()
             .memory
@@ -280,6 +295,7 @@ impl CompiledModule {
             builtins,
             builtin_caches,
         };
+        compiled.images = compiled.entry && probe_images(&mut store, &instance, &funcs, memory);
         Ok(compiled)
     }
 
@@ -392,7 +408,7 @@ impl CompiledModule {
     /// A pool instance: instantiated, data document loaded, post-data heap pointer taken.
     pub(crate) fn instance(&self, data: &[u8], limits: Limits) -> Result<PooledInstance, String> {
         let (mut store, instance) = self.instantiate(limits)?;
-        let funcs = GuestFuncs::new(&mut store, &instance, self.info.abi.1)?;
+        let funcs = GuestFuncs::new(&mut store, &instance, self.info.abi.1, self.entry)?;
         let memory = store.data().memory.ok_or("no memory")?;
         store.data_mut().funcs = Some(funcs.clone());
         let data_addr = load_json(&mut store, &funcs, memory, data).map_err(|error| {
@@ -417,7 +433,10 @@ impl CompiledModule {
             heap_ptr,
             heap_end: heap_ptr,
             keep_heap: self.info.builtin_caches.then(|| kept_heap_limit(limits)),
+            walker: Arc::clone(&self.walker),
+            image: self.images.then(Image::new),
             input: Vec::new(),
+            output: Vec::new(),
             poisoned: false,
         })
     }
@@ -441,4 +460,75 @@ pub(super) fn read_abi(store: &mut Store<StoreState>, instance: &Instance) -> (i
     let major = global("opa_wasm_abi_version").unwrap_or(1);
     let minor = global("opa_wasm_abi_minor_version").unwrap_or(0);
     (major, minor)
+}
+
+/// Whether the host may build this module's inputs as its values ([`Image`]): the guest's
+/// allocator lays out blocks as the image does, and the probe JSON parsed by the guest and built
+/// by the host dumps the same, byte for byte. Leaves the heap where it found it.
+fn probe_images(
+    store: &mut Store<StoreState>,
+    instance: &Instance,
+    funcs: &GuestFuncs,
+    memory: Memory,
+) -> bool {
+    let parse = instance
+        .get_typed_func::<(i32, i32), i32>(&mut *store, "opa_value_parse")
+        .unwrap_or_else(|_| funcs.json_parse.clone());
+    let Ok(heap) = funcs.heap_ptr_get.call(&mut *store, ()) else {
+        return false;
+    };
+    let mut probe = || -> wasmtime::Result<bool> {
+        let Ok(base) = u32::try_from(heap) else {
+            return Ok(false);
+        };
+        // The allocator: blocks one after another, each a header and its size class.
+        funcs.heap_ptr_set.call(&mut *store, heap)?;
+        let mut expected = base;
+        for size in [1, 20, 100, 7] {
+            let addr = funcs.malloc.call(&mut *store, size)?;
+            let class = image::class(u32::try_from(size).unwrap_or(u32::MAX));
+            let data = memory.data(&*store);
+            let header = |offset: u32| -> Option<u32> {
+                let at = usize::try_from(u32::try_from(addr).ok()?.checked_sub(image::HEADER)?)
+                    .ok()?
+                    + offset as usize;
+                Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
+            };
+            if u32::try_from(addr).ok() != Some(expected + image::HEADER)
+                || header(0) != Some(class)
+                || header(4) != Some(0)
+                || header(8) != Some(0)
+            {
+                return Ok(false);
+            }
+            expected += image::HEADER + class;
+        }
+        // The probe, parsed by the guest.
+        let json = Image::probe_json();
+        let len = i32::try_from(json.len())?;
+        funcs.heap_ptr_set.call(&mut *store, heap)?;
+        write_at(&mut *store, memory, base, &json)?;
+        funcs.heap_ptr_set.call(&mut *store, heap + len)?;
+        let parsed = parse.call(&mut *store, (heap, len))?;
+        if parsed == 0 {
+            return Ok(false);
+        }
+        let dumped = funcs.json_dump.call(&mut *store, parsed)?;
+        let guest = c_str(memory.data(&*store), dumped)
+            .map_err(wasmtime::Error::msg)?
+            .to_vec();
+        // The probe, built by the host.
+        let mut image = Image::new();
+        let (Some(root), Some(end)) = (image.build(&json, base), image.end()) else {
+            return Ok(false);
+        };
+        funcs.heap_ptr_set.call(&mut *store, heap)?;
+        write_at(&mut *store, memory, base, &image.bytes)?;
+        funcs.heap_ptr_set.call(&mut *store, i32::try_from(end)?)?;
+        let dumped = funcs.json_dump.call(&mut *store, i32::try_from(root)?)?;
+        let host = c_str(memory.data(&*store), dumped).map_err(wasmtime::Error::msg)?;
+        Ok(host == guest.as_slice())
+    };
+    let same = probe().unwrap_or(false);
+    funcs.heap_ptr_set.call(&mut *store, heap).is_ok() && same
 }

@@ -1,0 +1,284 @@
+//! The result set of an evaluation, read by the host straight from guest memory and written as
+//! the JSON OPA's `opa_json_dump` writes: the guest's dump (a buffer grown with its allocator,
+//! an iteration that hashes every key again) costs more than the rest of a small evaluation.
+//!
+//! The layout of OPA's values (wasm32, little-endian) is not part of its ABI, so nothing here is
+//! trusted before the guest has confirmed it: a walk reports which kinds of value it met, and
+//! while a kind is new to the module the result is also dumped by the guest and the two are
+//! compared ([`Walker`]). One disagreement and the module's results are read through the guest's
+//! dump from then on. Anything the walk does not know (another number representation, a key that
+//! is not a string, bytes that are not UTF-8, a structure deeper or larger than its budget, an
+//! address outside memory) sends that one result through the guest's dump as well.
+//!
+//! | kind | layout |
+//! |---|---|
+//! | null (1) | `type` |
+//! | boolean (2, interned 9) | `type`, `v: u8` at 1 |
+//! | number (3) | `type`, `repr: u8` at 1; `repr` 1: `i64` at 8; `repr` 2: text `ptr` at 8, `len` at 12 |
+//! | string (4, interned 8) | `type`, `len: u32` at 4, `ptr: u32` at 8 |
+//! | array (5) | `type`, `elems: u32` at 4, `len: u32` at 8; an element is `(index, value)`, 8 bytes |
+//! | object (6) | `type`, `buckets: u32` at 4, `n: u32` at 8; an element is `(key, value, next)` |
+//! | set (7) | as an object; an element is `(value, next)`; written as an array |
+//!
+//! Objects and sets are written in the guest's order: bucket by bucket, each chain in order.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crate::input::write_str;
+
+/// How many values a walk may visit before it gives the result to the guest's dump.
+const BUDGET: usize = 1 << 16;
+/// How deep a walk may go.
+const MAX_DEPTH: usize = 128;
+
+/// The bit of a kind of value met by a walk: the value's type, or a number's representation.
+fn bit(kind: u32) -> u32 {
+    1 << kind.min(31)
+}
+const NUMBER_INT: u32 = 16;
+const NUMBER_REF: u32 = 17;
+
+/// What a module's guest has confirmed about its value layout, shared by its instances.
+#[derive(Debug, Default)]
+pub(crate) struct Walker {
+    /// The kinds whose layout the guest's dump has confirmed.
+    confirmed: AtomicU32,
+    /// Set when a walk and the guest's dump disagreed: the guest dumps every result.
+    refused: AtomicBool,
+}
+
+/// How a result set is to be read.
+pub(super) enum Reading {
+    /// The walk's JSON can be used as it is.
+    Trusted,
+    /// The walk's JSON is complete but met kinds not confirmed yet (the bits): compare it with
+    /// the guest's dump, then [`Walker::settle`].
+    Unconfirmed(u32),
+    /// The guest must dump this result.
+    Guest,
+}
+
+impl Walker {
+    /// Writes the value at `addr` of `memory` into `out` as JSON, and says how far to trust it.
+    pub(super) fn read(&self, memory: &[u8], addr: u32, out: &mut Vec<u8>) -> Reading {
+        if self.refused.load(Ordering::Relaxed) {
+            return Reading::Guest;
+        }
+        out.clear();
+        let mut walk = Walk {
+            memory,
+            out,
+            budget: BUDGET,
+            seen: 0,
+        };
+        if walk.value(addr, 0).is_none() {
+            return Reading::Guest;
+        }
+        let new = walk.seen & !self.confirmed.load(Ordering::Relaxed);
+        if new == 0 {
+            Reading::Trusted
+        } else {
+            Reading::Unconfirmed(new)
+        }
+    }
+
+    /// Compares the walk's JSON (`ours`) with the guest's dump of the same value: equal, the
+    /// kinds `seen` are confirmed; different, the guest dumps every result from now on.
+    /// Returns whether they were equal.
+    pub(super) fn settle(&self, seen: u32, ours: &[u8], guest: &[u8]) -> bool {
+        let same = match (
+            serde_json::from_slice::<serde_json::Value>(ours),
+            serde_json::from_slice::<serde_json::Value>(guest),
+        ) {
+            // Written out again, so that the order of keys counts too.
+            (Ok(ours), Ok(guest)) => {
+                let (ours, guest) = (serde_json::to_vec(&ours), serde_json::to_vec(&guest));
+                matches!((ours, guest), (Ok(ours), Ok(guest)) if ours == guest)
+            }
+            _ => false,
+        };
+        if same {
+            self.confirmed.fetch_or(seen, Ordering::Relaxed);
+        } else {
+            self.refused.store(true, Ordering::Relaxed);
+        }
+        same
+    }
+}
+
+struct Walk<'a> {
+    memory: &'a [u8],
+    out: &'a mut Vec<u8>,
+    budget: usize,
+    seen: u32,
+}
+
+impl<'a> Walk<'a> {
+    fn byte(&self, addr: u32, offset: u32) -> Option<u8> {
+        let at = usize::try_from(addr.checked_add(offset)?).ok()?;
+        self.memory.get(at).copied()
+    }
+
+    fn word(&self, addr: u32, offset: u32) -> Option<u32> {
+        let at = usize::try_from(addr.checked_add(offset)?).ok()?;
+        let bytes = self.memory.get(at..at.checked_add(4)?)?;
+        Some(u32::from_le_bytes(bytes.try_into().ok()?))
+    }
+
+    fn bytes(&self, addr: u32, len: u32) -> Option<&'a [u8]> {
+        let start = usize::try_from(addr).ok()?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        let memory: &'a [u8] = self.memory;
+        memory.get(start..end)
+    }
+
+    fn spend(&mut self) -> Option<()> {
+        self.budget = self.budget.checked_sub(1)?;
+        Some(())
+    }
+
+    fn value(&mut self, addr: u32, depth: usize) -> Option<()> {
+        self.spend()?;
+        if addr == 0 || depth > MAX_DEPTH {
+            return None;
+        }
+        let kind = self.byte(addr, 0)?;
+        self.seen |= bit(u32::from(kind));
+        match kind {
+            1 => self.out.extend_from_slice(b"null"),
+            2 | 9 => match self.byte(addr, 1)? {
+                0 => self.out.extend_from_slice(b"false"),
+                1 => self.out.extend_from_slice(b"true"),
+                _ => return None,
+            },
+            3 => self.number(addr)?,
+            4 | 8 => self.string(addr)?,
+            5 => {
+                let (elems, len) = (self.word(addr, 4)?, self.word(addr, 8)?);
+                self.out.push(b'[');
+                for index in 0..len {
+                    if index > 0 {
+                        self.out.push(b',');
+                    }
+                    let value = self.word(elems, index.checked_mul(8)?.checked_add(4)?)?;
+                    self.value(value, depth + 1)?;
+                }
+                self.out.push(b']');
+            }
+            6 | 7 => {
+                let object = kind == 6;
+                let (buckets, n) = (self.word(addr, 4)?, self.word(addr, 8)?);
+                self.out.push(if object { b'{' } else { b'[' });
+                let mut first = true;
+                for bucket in 0..n {
+                    self.spend()?;
+                    let mut element = self.word(buckets, bucket.checked_mul(4)?)?;
+                    while element != 0 {
+                        self.spend()?;
+                        if !first {
+                            self.out.push(b',');
+                        }
+                        first = false;
+                        if object {
+                            let key = self.word(element, 0)?;
+                            if !matches!(self.byte(key, 0)?, 4 | 8) {
+                                return None;
+                            }
+                            self.value(key, depth + 1)?;
+                            self.out.push(b':');
+                            self.value(self.word(element, 4)?, depth + 1)?;
+                            element = self.word(element, 8)?;
+                        } else {
+                            self.value(self.word(element, 0)?, depth + 1)?;
+                            element = self.word(element, 4)?;
+                        }
+                    }
+                }
+                self.out.push(if object { b'}' } else { b']' });
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    fn number(&mut self, addr: u32) -> Option<()> {
+        match self.byte(addr, 1)? {
+            1 => {
+                self.seen |= bit(NUMBER_INT);
+                let low = self.word(addr, 8)?;
+                let high = self.word(addr, 12)?;
+                let value = (u64::from(high) << 32 | u64::from(low)) as i64;
+                self.out.extend_from_slice(itoa(value).as_bytes());
+            }
+            2 => {
+                self.seen |= bit(NUMBER_REF);
+                let (text, len) = (self.word(addr, 8)?, self.word(addr, 12)?);
+                let text = self.bytes(text, len)?;
+                // The text of a JSON number, or something this walk does not know.
+                let plausible = matches!(text.first(), Some(b'-' | b'0'..=b'9'))
+                    && text
+                        .iter()
+                        .all(|byte| matches!(byte, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'));
+                if !plausible {
+                    return None;
+                }
+                self.out.extend_from_slice(text);
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    fn string(&mut self, addr: u32) -> Option<()> {
+        let (len, text) = (self.word(addr, 4)?, self.word(addr, 8)?);
+        let text = std::str::from_utf8(self.bytes(text, len)?).ok()?;
+        write_str(self.out, text);
+        Some(())
+    }
+}
+
+/// An `i64` in decimal, without allocating.
+struct Decimal {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
+}
+
+fn itoa(value: i64) -> Decimal {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        at -= 1;
+        digits[at] = b'-';
+    }
+    Decimal { digits, start: at }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals() {
+        for value in [0, 7, -7, 10, 1234567890, i64::MAX, i64::MIN] {
+            assert_eq!(
+                std::str::from_utf8(itoa(value).as_bytes()),
+                Ok(value.to_string().as_str())
+            );
+        }
+    }
+}
