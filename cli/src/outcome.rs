@@ -2,11 +2,12 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use portcullis::manifest::{CodeRegistry, Manifest};
+use portcullis::manifest::{CodeRegistry, LoadedManifest, Manifest, ManifestErrors};
 use portcullis::{
     AuditRecord, EngineError, InputContext, InterceptionPoint, OutputContext, PolicyEngine,
-    PolicySet, ToolCallContext,
+    ToolCallContext,
 };
 use serde_json::Value;
 
@@ -22,13 +23,22 @@ impl Taken {
     }
 }
 
-/// An engine whose audit records say which decisions a call took.
-pub(crate) fn engine(set: PolicySet) -> (PolicyEngine, Taken) {
+/// How long a grant given on the command line (`--grant`, a test case's `grants`) stays
+/// valid: it is used by the call that follows.
+pub(crate) const GRANT_TTL: Duration = Duration::from_secs(60 * 60);
+
+/// Who a grant given on the command line is recorded for.
+pub(crate) const GRANTED_BY: &str = "portcullis command line";
+
+/// The engine the manifest describes (its set, session store, approval time-out and audit
+/// sinks), whose audit records also say which decisions a call took.
+pub(crate) async fn engine(
+    loaded: LoadedManifest,
+) -> Result<(PolicyEngine, Taken), ManifestErrors> {
     let taken = Taken::default();
     let sink = taken.clone();
-    let engine = PolicyEngine::builder()
-        .policy_set(set)
-        .on_audit(move |record: &AuditRecord<'_>| {
+    let builder = loaded
+        .into_engine_builder_with_audit(move |record: &AuditRecord<'_>| {
             if let Ok(mut taken) = sink.0.lock() {
                 taken.push((
                     record.policy_id.to_owned(),
@@ -36,8 +46,32 @@ pub(crate) fn engine(set: PolicySet) -> (PolicyEngine, Taken) {
                 ));
             }
         })
-        .build();
-    (engine, taken)
+        .await?;
+    Ok((builder.build(), taken))
+}
+
+/// Checks that `digest` is an action digest (64 lowercase hexadecimal digits).
+pub(crate) fn check_digest(digest: &str) -> Result<(), String> {
+    if digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "{digest:?} is not an action digest (64 lowercase hexadecimal digits, the `action_digest` of an `approval_required` outcome)"
+        ))
+    }
+}
+
+/// An approval the call waits for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Approval {
+    pub(crate) id: String,
+    pub(crate) action_digest: String,
+    pub(crate) policy_ids: Vec<String>,
+    pub(crate) reasons: Vec<String>,
 }
 
 /// What one evaluation came to.
@@ -52,6 +86,8 @@ pub(crate) struct Outcome {
     pub(crate) denial: Option<(String, Option<String>)>,
     /// (policy id, message) on an evaluation error.
     pub(crate) error: Option<(String, String)>,
+    /// The approval asked for, when one is required.
+    pub(crate) approval: Option<Approval>,
 }
 
 impl Outcome {
@@ -78,6 +114,13 @@ impl Outcome {
             message: &'a str,
         }
         #[derive(serde::Serialize)]
+        struct Asked<'a> {
+            id: &'a str,
+            action_digest: &'a str,
+            policy_ids: &'a [String],
+            reasons: &'a [String],
+        }
+        #[derive(serde::Serialize)]
         struct Document<'a> {
             outcome: &'a str,
             decisions: Vec<Decision<'a>>,
@@ -87,6 +130,8 @@ impl Outcome {
             denial: Option<Denial<'a>>,
             #[serde(skip_serializing_if = "Option::is_none")]
             error: Option<Failure<'a>>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            approval: Option<Asked<'a>>,
         }
         let document = Document {
             outcome: self.outcome,
@@ -107,6 +152,12 @@ impl Outcome {
                 .error
                 .as_ref()
                 .map(|(policy_id, message)| Failure { policy_id, message }),
+            approval: self.approval.as_ref().map(|approval| Asked {
+                id: &approval.id,
+                action_digest: &approval.action_digest,
+                policy_ids: &approval.policy_ids,
+                reasons: &approval.reasons,
+            }),
         };
         let text = if pretty {
             serde_json::to_string_pretty(&document)
@@ -168,6 +219,7 @@ pub(crate) async fn evaluate(engine: &PolicyEngine, taken: &Taken, context: &Con
             context: Some(forwarded.unwrap_or(Value::Null)),
             denial: None,
             error: None,
+            approval: None,
         },
         Err(EngineError::Denied(denial)) => Outcome {
             outcome: "denied",
@@ -178,6 +230,20 @@ pub(crate) async fn evaluate(engine: &PolicyEngine, taken: &Taken, context: &Con
                 denial.reason().map(str::to_owned),
             )),
             error: None,
+            approval: None,
+        },
+        Err(EngineError::ApprovalRequired(request)) => Outcome {
+            outcome: "approval_required",
+            decisions,
+            context: None,
+            denial: None,
+            error: None,
+            approval: Some(Approval {
+                id: request.id,
+                action_digest: request.action_digest,
+                policy_ids: request.policy_ids,
+                reasons: request.reasons,
+            }),
         },
         Err(error) => {
             let (policy_id, message) = match &error {
@@ -192,6 +258,7 @@ pub(crate) async fn evaluate(engine: &PolicyEngine, taken: &Taken, context: &Con
                 context: None,
                 denial: None,
                 error: Some((policy_id, message)),
+                approval: None,
             }
         }
     }
@@ -266,13 +333,40 @@ pub(crate) fn run_eval(
             return 1;
         }
     };
-    if !grants.is_empty() {
-        eprintln!(
-            "warning: --grant has no effect: no policy of this engine asks for an approval yet"
-        );
+    for digest in grants {
+        if let Err(message) = check_digest(digest) {
+            eprintln!("error: --grant: {message}");
+            return 1;
+        }
     }
-    let (engine, taken) = engine(loaded.into_policy_set());
-    let outcome = crate::runtime().block_on(evaluate(&engine, &taken, &context));
-    println!("{}", outcome.to_text(format == Format::Human));
-    outcome.exit_code()
+    let export = loaded.audit_export();
+    let run = async {
+        let (engine, taken) = engine(loaded).await?;
+        for digest in grants {
+            if let Err(error) = engine
+                .approvals()
+                .grant(digest, GRANTED_BY, GRANT_TTL)
+                .await
+            {
+                eprintln!("warning: --grant {digest}: the grant was not recorded: {error}");
+            }
+        }
+        let outcome = evaluate(&engine, &taken, &context).await;
+        drop(engine);
+        // What the audit sinks hold goes out before the process ends.
+        if let Err(error) = export.shutdown().await {
+            eprintln!("warning: {error}");
+        }
+        Ok::<_, ManifestErrors>(outcome)
+    };
+    match crate::runtime().block_on(run) {
+        Ok(outcome) => {
+            println!("{}", outcome.to_text(format == Format::Human));
+            outcome.exit_code()
+        }
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            1
+        }
+    }
 }
