@@ -1,8 +1,10 @@
 //! Figures for the command line and hot reload (a bench binary: `cargo bench -p portcullis-cli
-//! --bench cli -- <what>`, where `<what>` is `load`, `replay`, `swap` or nothing for all).
+//! --bench cli -- <what>`, where `<what>` is `load`, `check`, `replay`, `swap` or nothing for all).
 //!
 //! - `load`: loading a manifest of 100 DSL rules (and, with the `rego` feature, 2 OPA
 //!   bundles from `$PORTCULLIS_OPA_FIXTURES`), in process and as `portcullis check`.
+//! - `check`: `Manifest::check` of that manifest (bundles validated without compiling their
+//!   WebAssembly) against `Manifest::load`, side by side, and `portcullis check` on it.
 //! - `replay`: `portcullis replay` of a generated log of recorded calls of 3 DSL rules
 //!   (`REPLAY_CALLS`, default 1,000,000, and a tenth of it, to show memory stays flat):
 //!   calls per second and the process's peak resident memory (VmHWM).
@@ -42,8 +44,10 @@ fn three_rules(dir: &Path) -> PathBuf {
     manifest
 }
 
-fn load() {
-    let dir = scratch("load");
+/// A manifest of 100 DSL rules and, with the `rego` feature, 2 OPA bundles: its folder, its
+/// path and what it holds.
+fn load_manifest(name: &str) -> (PathBuf, PathBuf, &'static str) {
+    let dir = scratch(name);
     std::fs::create_dir_all(dir.join("rules")).unwrap();
     for index in 0..100 {
         let rule = match index % 3 {
@@ -82,6 +86,11 @@ fn load() {
     };
     let path = dir.join("portcullis.yaml");
     std::fs::write(&path, manifest).unwrap();
+    (dir, path, what)
+}
+
+fn load() {
+    let (dir, path, what) = load_manifest("load");
     let runs = 10;
     let started = Instant::now();
     for _ in 0..runs {
@@ -323,10 +332,61 @@ fn main() {
     if wants("load") {
         load();
     }
+    if wants("check") {
+        check();
+    }
     if wants("swap") {
         swap();
     }
     if wants("replay") {
         replay();
     }
+}
+
+/// `check`: checking the manifest of `load` (100 DSL rules and, with `rego`, 2 OPA bundles)
+/// without compiling the bundles, against loading it, side by side in alternating rounds;
+/// then `portcullis check` as a process (median of its runs).
+fn check() {
+    let (dir, path, what) = load_manifest("check");
+    let rounds = 10;
+    let mut checks = Vec::with_capacity(rounds);
+    let mut loads = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let started = Instant::now();
+        let warnings =
+            Manifest::check(&path, &CodeRegistry::new()).unwrap_or_else(|e| panic!("{e}"));
+        checks.push(started.elapsed());
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let started = Instant::now();
+        let loaded = Manifest::load(&path, &CodeRegistry::new()).unwrap_or_else(|e| panic!("{e}"));
+        loads.push(started.elapsed());
+        drop(loaded);
+    }
+    let check = median(&mut checks);
+    let load = median(&mut loads);
+    println!(
+        "check: {what}: Manifest::check {check:?}, Manifest::load {load:?} (medians of {rounds} alternating rounds; load/check = {:.1}x)",
+        load.as_secs_f64() / check.as_secs_f64()
+    );
+    let mut runs = Vec::new();
+    for _ in 0..7 {
+        let started = Instant::now();
+        let status = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .args(["check", path.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        runs.push(started.elapsed());
+        assert!(status.success());
+    }
+    println!(
+        "check: `portcullis check` on it: {:?} per run (median of 7, process included)",
+        median(&mut runs)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort();
+    times[times.len() / 2]
 }

@@ -90,8 +90,9 @@ fn check_path(path: &Path, named: bool, out: &mut Vec<Diagnostic>, checked: &mut
         }
         Some(Kind::Manifest) => {
             *checked += 1;
-            match Manifest::load(path, &CodeRegistry::new()) {
-                Ok(loaded) => out.extend(loaded.warnings().iter().cloned()),
+            // Checked, not loaded: bundles are validated without compiling their WebAssembly.
+            match Manifest::check(path, &CodeRegistry::new()) {
+                Ok(warnings) => out.extend(warnings),
                 Err(errors) => out.extend(errors.iter().cloned()),
             }
         }
@@ -209,7 +210,7 @@ fn check_policy_set(path: &Path, out: &mut Vec<Diagnostic>) {
         ));
         return;
     }
-    let result = Manifest::load(&scratch, &CodeRegistry::new());
+    let result = Manifest::check(&scratch, &CodeRegistry::new());
     let _ = std::fs::remove_file(&scratch);
     if let Err(errors) = result {
         out.extend(errors.iter().filter(|d| d.file() != scratch).cloned());
@@ -222,7 +223,8 @@ fn check_policy_set(path: &Path, out: &mut Vec<Diagnostic>) {
 
 #[cfg(feature = "rego")]
 fn check_bundle(path: &Path, out: &mut Vec<Diagnostic>) {
-    match portcullis::rego::RegoBundle::open(path) {
+    // Checked without compiling the module: what opening it for evaluation would refuse.
+    match portcullis::rego::RegoBundle::check(path) {
         Ok(bundle) => {
             if bundle.entrypoints().is_empty() {
                 out.push(Diagnostic::error(

@@ -1,10 +1,11 @@
 //! One evaluation and its outcome as `eval` prints it; `portcullis eval`.
 
 use std::path::Path;
+use std::time::Duration;
 
-use portcullis::manifest::{CodeRegistry, Manifest};
+use portcullis::manifest::{CodeRegistry, LoadedManifest, Manifest, ManifestErrors};
 use portcullis::server::DecisionTap;
-use portcullis::{InterceptionPoint, PolicyEngine, PolicySet};
+use portcullis::{InterceptionPoint, PolicyEngine};
 use serde_json::Value;
 
 use crate::{Format, Point, render};
@@ -13,12 +14,35 @@ use crate::{Format, Point, render};
 /// prints exactly what `POST /v1/evaluate/{point}` answers.
 pub(crate) use portcullis::server::{Context, Outcome, evaluate, parse_context};
 
-/// An engine whose audit records say which decisions a call took.
-pub(crate) fn engine(set: PolicySet) -> PolicyEngine {
-    PolicyEngine::builder()
-        .policy_set(set)
-        .on_audit(DecisionTap::new())
-        .build()
+/// How long a grant given on the command line (`--grant`, a test case's `grants`) stays
+/// valid: it is used by the call that follows.
+pub(crate) const GRANT_TTL: Duration = Duration::from_secs(60 * 60);
+
+/// Who a grant given on the command line is recorded for.
+pub(crate) const GRANTED_BY: &str = "portcullis command line";
+
+/// The engine the manifest describes (its set, session store, approval time-out and audit
+/// sinks), whose audit records also say which decisions a call took.
+pub(crate) async fn engine(loaded: LoadedManifest) -> Result<PolicyEngine, ManifestErrors> {
+    let builder = loaded
+        .into_engine_builder_with_audit(DecisionTap::new())
+        .await?;
+    Ok(builder.build())
+}
+
+/// Checks that `digest` is an action digest (64 lowercase hexadecimal digits).
+pub(crate) fn check_digest(digest: &str) -> Result<(), String> {
+    if digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "{digest:?} is not an action digest (64 lowercase hexadecimal digits, the `action_digest` of an `approval_required` outcome)"
+        ))
+    }
 }
 
 pub(crate) fn point(point: Point) -> InterceptionPoint {
@@ -76,13 +100,40 @@ pub(crate) fn run_eval(
             return 1;
         }
     };
-    if !grants.is_empty() {
-        eprintln!(
-            "warning: --grant has no effect: no policy of this engine asks for an approval yet"
-        );
+    for digest in grants {
+        if let Err(message) = check_digest(digest) {
+            eprintln!("error: --grant: {message}");
+            return 1;
+        }
     }
-    let engine = engine(loaded.into_policy_set());
-    let outcome = crate::runtime().block_on(evaluate(&engine, &context));
-    println!("{}", outcome.to_text(format == Format::Human));
-    outcome.exit_code()
+    let export = loaded.audit_export();
+    let run = async {
+        let engine = engine(loaded).await?;
+        for digest in grants {
+            if let Err(error) = engine
+                .approvals()
+                .grant(digest, GRANTED_BY, GRANT_TTL)
+                .await
+            {
+                eprintln!("warning: --grant {digest}: the grant was not recorded: {error}");
+            }
+        }
+        let outcome = evaluate(&engine, &context).await;
+        drop(engine);
+        // What the audit sinks hold goes out before the process ends.
+        if let Err(error) = export.shutdown().await {
+            eprintln!("warning: {error}");
+        }
+        Ok::<_, ManifestErrors>(outcome)
+    };
+    match crate::runtime().block_on(run) {
+        Ok(outcome) => {
+            println!("{}", outcome.to_text(format == Format::Human));
+            outcome.exit_code()
+        }
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            1
+        }
+    }
 }

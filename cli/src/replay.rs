@@ -10,7 +10,16 @@
 //! error when its last record is an enforced `evaluation_error`; otherwise allowed, forwarding
 //! the context of its last record, with that record's change applied when the record holds the
 //! decision (`policy_decision`, as the manifest's `audit: jsonl` log writes it). When a log
-//! does not say what a last change did, the forwarded context is not compared.
+//! does not say what a last change did, the forwarded context is not compared. Approvals: the
+//! `approval_*` records of a call's escalations belong to it; a call whose approval was
+//! pending is `approval_required`, refused is denied by the escalating policy, granted is
+//! allowed, and is replayed with a grant for the action it was granted for (so only a change
+//! of the policies shows, or of the action: another action needs another approval).
+//!
+//! The candidate engine is the manifest's for a trial
+//! ([`LoadedManifest::for_trials`](portcullis::manifest::LoadedManifest::for_trials)): calls are
+//! replayed in log order with their session state kept in memory from empty, and nothing is
+//! written to the manifest's audit sinks (the log being read among them).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
@@ -41,6 +50,9 @@ struct Call {
     last_context: Value,
     policies: Vec<String>,
     records: Vec<Record>,
+    /// The action a person approved (the context its grant's record holds), when the call's
+    /// approval was granted.
+    granted: Option<Value>,
 }
 
 struct Record {
@@ -82,8 +94,14 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
             return 1;
         }
     };
-    let engine = outcome::engine(loaded.into_policy_set());
     let runtime = crate::runtime();
+    let engine = match runtime.block_on(outcome::engine(loaded.for_trials())) {
+        Ok(built) => built,
+        Err(errors) => {
+            render::print_load_errors(&errors);
+            return 1;
+        }
+    };
     let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
     let mut line = Vec::new();
     let mut number = 0u64;
@@ -108,7 +126,29 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
             }
         };
         totals.calls += 1;
-        let now = runtime.block_on(outcome::evaluate(&engine, &context));
+        let now = runtime.block_on(async {
+            let Some(action) = &call.granted else {
+                return outcome::evaluate(&engine, &context).await;
+            };
+            let digests = granted_digests(call.point, action, &call.context);
+            let approvals = engine.approvals();
+            let mut granted = Vec::new();
+            for digest in &digests {
+                if approvals
+                    .grant(digest, outcome::GRANTED_BY, outcome::GRANT_TTL)
+                    .await
+                    .is_ok()
+                {
+                    granted.push(digest);
+                }
+            }
+            let now = outcome::evaluate(&engine, &context).await;
+            // A grant the call did not use must not let a later call through.
+            for digest in granted {
+                let _ = approvals.store().take(digest).await;
+            }
+            now
+        });
         match difference(&recorded, &now) {
             None => totals.unchanged += 1,
             Some(what) => {
@@ -185,7 +225,9 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
         let key = (point, key);
         // A policy that already has a record in its key's open call starts a new call: the
         // open one is complete, and so are those that began before it (log order).
+        // An approval's records follow their escalation, with the escalating policy's id.
         if let Some(&id) = index.get(&key)
+            && !record.decision.starts_with("approval_")
             && open
                 .get(&id)
                 .is_some_and(|call| call.policies.contains(&policy_id))
@@ -196,8 +238,12 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
                 finish(call, &mut totals, &mut out);
             }
         }
+        let granted = (record.decision == "approval_granted").then(|| context.clone());
         match index.get(&key).and_then(|id| open.get_mut(id)) {
             Some(call) => {
+                if granted.is_some() {
+                    call.granted = granted;
+                }
                 call.policies.push(policy_id);
                 call.last_context = context;
                 call.records.push(record);
@@ -214,6 +260,7 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
                         context,
                         policies: vec![policy_id],
                         records: vec![record],
+                        granted,
                     },
                 );
             }
@@ -319,6 +366,26 @@ fn recorded(call: &Call) -> Recorded {
             context: None,
         };
     }
+    let approval = |name: &str| {
+        call.records
+            .iter()
+            .position(|r| r.decision == name)
+            .and_then(|at| call.policies.get(at).cloned())
+    };
+    if let Some(policy_id) = approval("approval_refused") {
+        return Recorded {
+            outcome: "denied",
+            policy_id: Some(policy_id),
+            context: None,
+        };
+    }
+    if let Some(policy_id) = approval("approval_pending") {
+        return Recorded {
+            outcome: "approval_required",
+            policy_id: Some(policy_id),
+            context: None,
+        };
+    }
     let Some(last) = call.records.last() else {
         return Recorded {
             outcome: "allowed",
@@ -346,6 +413,30 @@ fn recorded(call: &Call) -> Recorded {
     }
 }
 
+/// The digests under which a recorded grant is given again: that of the action the grant's
+/// record holds, and that of the same action with the `metadata.session` the call's first
+/// record holds. (A policy's record holds the context the policies saw, the session's facts
+/// in `metadata.session`; replayed as the call's context, those facts are forwarded with it.)
+fn granted_digests(point: InterceptionPoint, action: &Value, given: &Value) -> Vec<String> {
+    let mut digests = vec![portcullis::approval::action_digest(point, action)];
+    let mut seen = action.clone();
+    if let Some(Value::Object(metadata)) = seen.get_mut("metadata") {
+        match given.get("metadata").and_then(|m| m.get("session")) {
+            Some(session) => {
+                metadata.insert("session".to_owned(), session.clone());
+            }
+            None => {
+                metadata.remove("session");
+            }
+        }
+    }
+    let other = portcullis::approval::action_digest(point, &seen);
+    if other != digests[0] {
+        digests.push(other);
+    }
+    digests
+}
+
 /// `context` with `decision`'s change applied, as JSON.
 fn apply(point: InterceptionPoint, context: &Value, decision: &PolicyDecision) -> Option<Value> {
     fn changed<C: portcullis::PolicyContext + serde::Serialize>(
@@ -370,10 +461,15 @@ fn difference(recorded: &Recorded, now: &Outcome) -> Option<String> {
         .denial
         .as_ref()
         .map(|(id, _)| id.clone())
-        .or(now.error.as_ref().map(|(id, _)| id.clone()));
+        .or(now.error.as_ref().map(|(id, _)| id.clone()))
+        .or(now
+            .approval
+            .as_ref()
+            .and_then(|approval| approval.policy_ids.first().cloned()));
     let name = |outcome: &str, policy: &Option<String>| match (outcome, policy) {
         ("denied", Some(id)) => format!("denied by {id}"),
         ("error", Some(id)) => format!("error in {id}"),
+        ("approval_required", Some(id)) => format!("approval_required by {id}"),
         (outcome, _) => outcome.to_owned(),
     };
     if recorded.outcome != now.outcome {
@@ -390,14 +486,25 @@ fn difference(recorded: &Recorded, now: &Outcome) -> Option<String> {
             name(now.outcome, &now_policy)
         ));
     }
-    if let (Some(before), Some(after)) = (&recorded.context, &now.context)
-        && before != after
-    {
-        return Some(format!(
-            "allowed, forwarding a different context: {before} → {after}"
-        ));
+    if let (Some(before), Some(after)) = (&recorded.context, &now.context) {
+        // The session's facts in `metadata.session` are the engine's, not the action's: a
+        // record holds those the policies saw, the forwarded context the caller's.
+        if before != after && without_session(before) != without_session(after) {
+            return Some(format!(
+                "allowed, forwarding a different context: {before} → {after}"
+            ));
+        }
     }
     None
+}
+
+/// `context` without `metadata.session`.
+fn without_session(context: &Value) -> Value {
+    let mut context = context.clone();
+    if let Some(Value::Object(metadata)) = context.get_mut("metadata") {
+        metadata.remove("session");
+    }
+    context
 }
 
 fn describe(call: &Call, context: &Context) -> String {

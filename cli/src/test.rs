@@ -1,4 +1,12 @@
 //! `portcullis test`: test cases in YAML, run in order on one engine per file.
+//!
+//! Each file gets a fresh engine built from the manifest for a trial
+//! ([`LoadedManifest::for_trials`](portcullis::manifest::LoadedManifest::for_trials)): its
+//! cases share that engine's session state, in order, starting from empty sessions (a Redis
+//! store named by the manifest is replaced by one in memory, so tests never change a session
+//! real agents share, and run the same every time); nothing is written to the manifest's
+//! audit sinks. A manifest without `sessions` keeps no state, as in production: a case sees
+//! the `metadata.session` it was given. A case's `grants` are recorded before it runs.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +34,7 @@ struct Case {
     name: String,
     point: InterceptionPoint,
     context: Context,
+    grants: Vec<String>,
     expect: Expect,
 }
 
@@ -96,18 +105,39 @@ pub(crate) fn run(manifest: &Path, tests: &[PathBuf], format: Format) -> u8 {
     }
     let runtime = crate::runtime();
     let mut results = Vec::new();
+    let model = loaded.manifest().clone();
+    let mut loaded = Some(loaded);
     for (file, cases) in suites {
-        // One engine per file: its cases share it, in order.
-        let set = match loaded.manifest().build(&CodeRegistry::new()) {
-            Ok(reloaded) => reloaded.into_policy_set(),
+        // One engine per file: its cases share it, in order. The first file takes the
+        // manifest loaded above; the others build it again, for sessions of their own.
+        let fresh = match loaded.take() {
+            Some(first) => Ok(first),
+            None => model.build(&CodeRegistry::new()),
+        };
+        let built = match fresh {
+            Ok(fresh) => runtime.block_on(outcome::engine(fresh.for_trials())),
+            Err(errors) => Err(errors),
+        };
+        let engine = match built {
+            Ok(built) => built,
             Err(errors) => {
                 render::print_load_errors(&errors);
                 return 1;
             }
         };
-        let engine = outcome::engine(set);
         for case in cases {
-            let outcome = runtime.block_on(outcome::evaluate(&engine, &case.context));
+            let outcome = runtime.block_on(async {
+                for digest in &case.grants {
+                    if let Err(error) = engine
+                        .approvals()
+                        .grant(digest, outcome::GRANTED_BY, outcome::GRANT_TTL)
+                        .await
+                    {
+                        eprintln!("warning: grant {digest}: not recorded: {error}");
+                    }
+                }
+                outcome::evaluate(&engine, &case.context).await
+            });
             let failures = compare(&case.expect, &outcome);
             let _ = case.point;
             results.push(Ran {
@@ -269,7 +299,11 @@ fn compare(expect: &Expect, outcome: &Outcome) -> Vec<String> {
             .as_ref()
             .map(|(id, _)| id)
             .or(outcome.error.as_ref().map(|(id, _)| id));
-        if got != Some(expected) {
+        let escalated = outcome
+            .approval
+            .as_ref()
+            .is_some_and(|approval| approval.policy_ids.contains(expected));
+        if got != Some(expected) && !escalated {
             failures.push(format!(
                 "expected policy {expected} to stop the call, got {happened}"
             ));
@@ -280,7 +314,11 @@ fn compare(expect: &Expect, outcome: &Outcome) -> Vec<String> {
             .denial
             .as_ref()
             .and_then(|(_, reason)| reason.clone())
-            .or(outcome.error.as_ref().map(|(_, message)| message.clone()));
+            .or(outcome.error.as_ref().map(|(_, message)| message.clone()))
+            .or(outcome
+                .approval
+                .as_ref()
+                .map(|approval| approval.reasons.join("; ")));
         if !reason
             .as_deref()
             .is_some_and(|reason| reason.contains(expected.as_str()))
@@ -301,7 +339,14 @@ fn describe(outcome: &Outcome) -> String {
             None => format!("denied by {id}"),
         },
         (_, Some((id, message))) => format!("error in {id} ({message})"),
-        _ => outcome.outcome.to_owned(),
+        _ => match &outcome.approval {
+            Some(approval) => format!(
+                "approval_required by {} (action_digest {})",
+                approval.policy_ids.join(", "),
+                approval.action_digest
+            ),
+            None => outcome.outcome.to_owned(),
+        },
     }
 }
 
@@ -472,7 +517,34 @@ fn read_case(path: &Path, node: &Node, problems: &mut Vec<Diagnostic>) -> Option
         }
         _ => None,
     };
-    // `grants` are accepted; no policy of this engine asks for an approval yet.
+    let mut grants = Vec::new();
+    if let Some(node) = field("grants") {
+        match &node.value {
+            NodeValue::List(items) => {
+                for item in items {
+                    match item
+                        .as_str()
+                        .map(|digest| (digest, outcome::check_digest(digest)))
+                    {
+                        Some((digest, Ok(()))) => grants.push(digest.to_owned()),
+                        Some((_, Err(message))) => {
+                            problems.push(Diagnostic::error(path, Some(item.position), message));
+                        }
+                        None => problems.push(Diagnostic::error(
+                            path,
+                            Some(item.position),
+                            "`grants` lists action digests (strings)",
+                        )),
+                    }
+                }
+            }
+            _ => problems.push(Diagnostic::error(
+                path,
+                Some(node.position),
+                "`grants` must be a list of action digests",
+            )),
+        }
+    }
     let mut expect = Expect::default();
     match field("expect") {
         Some(node) => {
@@ -542,6 +614,7 @@ fn read_case(path: &Path, node: &Node, problems: &mut Vec<Diagnostic>) -> Option
         name,
         point: point?,
         context: context?,
+        grants,
         expect,
     })
 }

@@ -517,3 +517,235 @@ fn replay_groups_interleaved_calls_and_applies_recorded_changes() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The document of an `approval_required` outcome, its approval's `id` (unique per process)
+/// replaced by `<id>`, and the approval's action digest.
+fn approval_of(stdout: &str) -> (Value, String) {
+    let mut document: Value = serde_json::from_str(stdout).unwrap();
+    let approval = document["approval"].as_object_mut().expect("an approval");
+    let id = std::mem::replace(approval.get_mut("id").expect("an id"), json!("<id>"));
+    assert!(id.as_str().is_some_and(|id| id.starts_with("apr-")), "{id}");
+    let digest = approval["action_digest"].as_str().unwrap().to_owned();
+    assert_eq!(digest.len(), 64);
+    assert!(
+        digest
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    (document, digest)
+}
+
+#[test]
+fn eval_approval_required_then_granted() {
+    let args = [
+        "eval",
+        "sessions/portcullis.yaml",
+        "--point",
+        "tool_call",
+        "--context",
+        "contexts/tool-email.json",
+    ];
+    let run = portcullis(&args);
+    assert_eq!(run.code, 4, "{}{}", run.stdout, run.stderr);
+    let (document, digest) = approval_of(&run.stdout);
+    golden(
+        "eval-approval-required.json",
+        &format!("{}\n", serde_json::to_string_pretty(&document).unwrap()),
+    );
+    // The digest is the one the engine computes for this action.
+    let context: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("contexts/tool-email.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        digest,
+        portcullis::approval::action_digest(portcullis::InterceptionPoint::ToolCall, &context)
+    );
+
+    // A person's grant, given on the command line, lets the same action through.
+    let mut granted: Vec<&str> = args.to_vec();
+    granted.extend(["--grant", &digest]);
+    let run = portcullis(&granted);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    golden("eval-granted.json", &run.stdout);
+
+    // A grant for another action does not.
+    let other = "0".repeat(64);
+    let mut wrong: Vec<&str> = args.to_vec();
+    wrong.extend(["--grant", &other]);
+    assert_eq!(portcullis(&wrong).code, 4);
+
+    // A grant that is not a digest is the command's own input gone wrong.
+    let mut bad: Vec<&str> = args.to_vec();
+    bad.extend(["--grant", "ABC"]);
+    let run = portcullis(&bad);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.is_empty());
+    assert!(
+        run.stderr
+            .starts_with("error: --grant: \"ABC\" is not an action digest"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn test_cases_share_session_state_and_record_grants() {
+    let run = portcullis(&["test", "sessions/portcullis.yaml", "sessions/tests"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    golden("test-sessions.txt", &run.stdout);
+    // Without a session store in the manifest nothing carries over, as in production: the
+    // case expecting the label's denial fails, and says what happened instead.
+    let run = portcullis(&[
+        "test",
+        "sessions/stateless.yaml",
+        "sessions/tests/a-sequence.yaml",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    golden("test-stateless.json", &run.stdout);
+}
+
+#[test]
+fn test_files_with_bad_grants_are_status_1() {
+    let dir = std::env::temp_dir().join(format!("portcullis-cli-grants-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad-grants.yaml");
+    std::fs::write(
+        &file,
+        "tests:\n  - name: x\n    point: input\n    grants: [nothex, 3]\n    context: { messages: [], metadata: { agent_id: a, session_id: s, timestamp: \"2026-01-01T00:00:00Z\" } }\n    expect: { outcome: allowed }\n",
+    )
+    .unwrap();
+    let run = portcullis(&["test", "portcullis.yaml", file.to_str().unwrap()]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let stderr = run.stderr.replace(file.to_str().unwrap(), "<file>");
+    assert!(
+        stderr.contains("<file>:4:14: error: \"nothex\" is not an action digest"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("<file>:4:22: error: `grants` lists action digests (strings)"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A manifest in a scratch folder over the session fixtures' rules, with an audit log.
+fn audited_manifest(dir: &Path, escalate: bool) -> PathBuf {
+    let rules = fixtures().join("sessions/rules");
+    let mut text = format!(
+        "input:\n  - dsl: {}\ntool_call:\n  - dsl: {}\n",
+        rules.join("mark_untrusted.json").display(),
+        rules.join("no_email_after_untrusted.json").display()
+    );
+    if escalate {
+        text.push_str(&format!(
+            "  - dsl: {}\n",
+            rules.join("escalate_email.json").display()
+        ));
+    }
+    text.push_str("sessions: { store: memory }\naudit: { jsonl: audit.jsonl }\n");
+    let manifest = dir.join(if escalate {
+        "audited.yaml"
+    } else {
+        "candidate.yaml"
+    });
+    std::fs::write(&manifest, text).unwrap();
+    manifest
+}
+
+#[test]
+fn eval_writes_the_manifests_audit_log_and_replay_understands_approvals() {
+    let dir = std::env::temp_dir().join(format!("portcullis-cli-audited-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = audited_manifest(&dir, true);
+    let email = fixtures().join("contexts/tool-email.json");
+    let args = [
+        "eval",
+        manifest.to_str().unwrap(),
+        "--point",
+        "tool_call",
+        "--context",
+        email.to_str().unwrap(),
+    ];
+    let run = portcullis(&args);
+    assert_eq!(run.code, 4, "{}{}", run.stdout, run.stderr);
+    let (_, digest) = approval_of(&run.stdout);
+    let mut granted: Vec<&str> = args.to_vec();
+    granted.extend(["--grant", &digest]);
+    assert_eq!(portcullis(&granted).code, 0);
+    let log = dir.join("audit.jsonl");
+    let decisions: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let record: Value = serde_json::from_str(line).unwrap();
+            format!(
+                "{} {}",
+                record["policy_id"].as_str().unwrap(),
+                record["decision"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            "no_email_after_untrusted allow",
+            "escalate_email escalate",
+            "escalate_email approval_pending",
+            "no_email_after_untrusted allow",
+            "escalate_email escalate",
+            "escalate_email approval_granted",
+        ]
+    );
+    let log_arg = log.to_str().unwrap();
+    // Against the same set: the pending call still waits, the granted one still goes out.
+    let run = portcullis(&[
+        "replay",
+        manifest.to_str().unwrap(),
+        log_arg,
+        "--fail-on-change",
+    ]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(run.stdout, "2 calls, 2 unchanged, 0 changed\n");
+    // Replaying wrote nothing to the log it read (the candidate's audit sinks are not used).
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 6);
+    // Against a set without the approval: the call that waited would go out.
+    let candidate = audited_manifest(&dir, false);
+    let run = portcullis(&["replay", candidate.to_str().unwrap(), log_arg]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stdout.replace(log_arg, "<log>"),
+        "<log>:1: tool_call send_email (agent a, session s1, 2026-01-01T00:00:00Z): approval_required by escalate_email → allowed\n\
+         2 calls, 1 unchanged, 1 changed\n"
+    );
+
+    // An audit log that cannot be opened stops `eval` with the manifest's place.
+    std::fs::write(
+        dir.join("unopenable.yaml"),
+        "input: []\naudit: { jsonl: missing/audit.jsonl }\n",
+    )
+    .unwrap();
+    let unopenable = dir.join("unopenable.yaml");
+    let input = fixtures().join("contexts/input-card.json");
+    let run = portcullis(&[
+        "eval",
+        unopenable.to_str().unwrap(),
+        "--point",
+        "input",
+        "--context",
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.is_empty());
+    assert!(
+        run.stderr
+            .replace(unopenable.to_str().unwrap(), "<manifest>")
+            .starts_with("<manifest>:2:17: error: `audit.jsonl`: cannot open"),
+        "{}",
+        run.stderr
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -122,37 +122,78 @@ impl RegoBundle {
     }
 
     fn load(bytes: &[u8], path: Option<PathBuf>) -> Result<Self, RegoError> {
-        let (wasm, data) = if is_gzip(bytes) {
-            let contents = read_bundle(bytes, &path)?;
-            if !contents.wasm.starts_with(b"\0asm") {
-                return Err(RegoError::NotWasm { path });
-            }
-            (contents.wasm, contents.data)
-        } else if bytes.starts_with(b"\0asm") {
-            (bytes.to_vec(), Value::Object(Map::new()))
-        } else {
-            return Err(RegoError::NotWasm { path });
-        };
-        let module = compile_cached(&wasm).map_err(|error| match error {
-            ModuleError::Compile(message) => RegoError::Compile {
-                path: path.clone(),
-                message,
-            },
-            ModuleError::NotOpa(message) => RegoError::NotOpaModule {
-                path: path.clone(),
-                message,
-            },
-            ModuleError::MissingBuiltins(builtins) => RegoError::MissingBuiltins {
-                path: path.clone(),
-                builtins,
-            },
-            ModuleError::Setup(message) => RegoError::Instantiate { message },
-        })?;
+        let (wasm, data) = unpack(bytes, &path)?;
+        let module = compile_cached(&wasm).map_err(|error| module_error(error, &path))?;
         let limits = Limits {
             time: DEFAULT_TIME_LIMIT,
             memory: DEFAULT_MEMORY_LIMIT,
         };
         Self::build(module, path, data, limits)
+    }
+
+    /// Checks a bundle as [`open`](Self::open) does, without compiling its module: the archive,
+    /// the data document, the module's validity, its imports, ABI version, entrypoints and
+    /// builtins. Milliseconds where opening takes the time of a native compile; for tools that
+    /// check bundles before they are used (`portcullis check`).
+    ///
+    /// Entrypoints and builtins are read from the module's code as OPA's compiler writes it;
+    /// for a module whose code has another shape, checking compiles it (as opening would).
+    ///
+    /// # Errors
+    /// Those of [`open`](Self::open), but for a data document too large for the memory limit
+    /// (found when the first instance is made, which checking does not do).
+    pub fn check(path: impl AsRef<Path>) -> Result<CheckedBundle, RegoError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| RegoError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().to_lowercase())
+            .unwrap_or_default();
+        if (name.ends_with(".gz") || name.ends_with(".tgz")) && !is_gzip(&bytes) {
+            return Err(RegoError::Archive {
+                path: Some(path.to_owned()),
+                message: "not gzip-compressed".to_owned(),
+            });
+        }
+        Self::check_loaded(&bytes, Some(path.to_owned()))
+    }
+
+    /// Like [`check`](Self::check), from the bytes of a bundle or of a module.
+    ///
+    /// # Errors
+    /// As for [`check`](Self::check), without the file errors.
+    pub fn check_bytes(bytes: &[u8]) -> Result<CheckedBundle, RegoError> {
+        Self::check_loaded(bytes, None)
+    }
+
+    fn check_loaded(bytes: &[u8], path: Option<PathBuf>) -> Result<CheckedBundle, RegoError> {
+        let (wasm, data) = unpack(bytes, &path)?;
+        if !data.is_object() {
+            return Err(RegoError::Data {
+                path,
+                message: "the data document must be a JSON object".to_owned(),
+            });
+        }
+        match crate::validate::read(&wasm).map_err(|error| module_error(error, &path))? {
+            Some(info) => Ok(CheckedBundle {
+                entrypoints: info.entrypoints,
+                abi_version: (info.abi.0.unsigned_abs(), info.abi.1.unsigned_abs()),
+                host_builtins: info.builtins,
+                compiled: false,
+            }),
+            None => {
+                let bundle = Self::load(bytes, path)?;
+                Ok(CheckedBundle {
+                    entrypoints: bundle.entrypoints(),
+                    abi_version: bundle.abi_version(),
+                    host_builtins: bundle.host_builtins(),
+                    compiled: true,
+                })
+            }
+        }
     }
 
     fn build(
@@ -545,6 +586,89 @@ fn merge_at(data: &mut Value, prefix: &[&str], value: Value) -> Result<(), Strin
         (target, value) => {
             *target = value;
             Ok(())
+        }
+    }
+}
+
+/// The module and the data document of a bundle, or of a bare module (data `{}`).
+fn unpack(bytes: &[u8], path: &Option<PathBuf>) -> Result<(Vec<u8>, Value), RegoError> {
+    let (wasm, data) = if is_gzip(bytes) {
+        let contents = read_bundle(bytes, path)?;
+        if !contents.wasm.starts_with(b"\0asm") {
+            return Err(RegoError::NotWasm { path: path.clone() });
+        }
+        (contents.wasm, contents.data)
+    } else if bytes.starts_with(b"\0asm") {
+        (bytes.to_vec(), Value::Object(Map::new()))
+    } else {
+        return Err(RegoError::NotWasm { path: path.clone() });
+    };
+    Ok((wasm, data))
+}
+
+/// A module's problem as the bundle's error.
+fn module_error(error: ModuleError, path: &Option<PathBuf>) -> RegoError {
+    match error {
+        ModuleError::Compile(message) => RegoError::Compile {
+            path: path.clone(),
+            message,
+        },
+        ModuleError::NotOpa(message) => RegoError::NotOpaModule {
+            path: path.clone(),
+            message,
+        },
+        ModuleError::MissingBuiltins(builtins) => RegoError::MissingBuiltins {
+            path: path.clone(),
+            builtins,
+        },
+        ModuleError::Setup(message) => RegoError::Instantiate { message },
+    }
+}
+
+/// What [`RegoBundle::check`] found in a bundle that passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedBundle {
+    entrypoints: Vec<String>,
+    abi_version: (u32, u32),
+    host_builtins: Vec<String>,
+    compiled: bool,
+}
+
+impl CheckedBundle {
+    /// The module's entrypoints, sorted (as [`RegoBundle::entrypoints`]).
+    pub fn entrypoints(&self) -> &[String] {
+        &self.entrypoints
+    }
+
+    /// The module's OPA WebAssembly ABI version (as [`RegoBundle::abi_version`]).
+    pub fn abi_version(&self) -> (u32, u32) {
+        self.abi_version
+    }
+
+    /// The builtins the module calls on the host, by Rego name.
+    pub fn host_builtins(&self) -> &[String] {
+        &self.host_builtins
+    }
+
+    /// Whether checking had to compile the module (its code was not the shape OPA's compiler
+    /// writes).
+    pub fn compiled(&self) -> bool {
+        self.compiled
+    }
+
+    /// The entrypoint a policy of this bundle would use: `named` when it exists, else the
+    /// only entrypoint, else the one ending in `/decision` (as the policy types choose).
+    ///
+    /// # Errors
+    /// [`RegoError::Entrypoint`] when `named` does not exist, or none can be chosen.
+    pub fn decision_entrypoint(&self, named: Option<&str>) -> Result<String, RegoError> {
+        match named {
+            Some(name) if self.entrypoints.iter().any(|e| e == name) => Ok(name.to_owned()),
+            Some(name) => Err(RegoError::Entrypoint {
+                message: format!("the bundle has no entrypoint {name:?}"),
+                available: self.entrypoints.clone(),
+            }),
+            None => crate::policy::choose_entrypoint_in(self.entrypoints.clone()),
         }
     }
 }

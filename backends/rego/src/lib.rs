@@ -106,9 +106,10 @@ mod input;
 mod meter;
 mod policy;
 mod runtime;
+mod validate;
 
 pub use builtins::HOST_BUILTINS;
-pub use bundle::{DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT, RegoBundle};
+pub use bundle::{CheckedBundle, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT, RegoBundle};
 pub use error::{RegoError, RegoEvaluationError};
 pub use policy::{RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
 

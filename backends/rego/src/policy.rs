@@ -16,7 +16,11 @@ use crate::input::InputJson;
 /// The entrypoint a policy uses when none is named: the only one, else the one ending in
 /// `/decision`.
 fn choose_entrypoint(bundle: &RegoBundle) -> Result<String, RegoError> {
-    let entrypoints = bundle.entrypoints();
+    choose_entrypoint_in(bundle.entrypoints())
+}
+
+/// [`choose_entrypoint`] among `entrypoints`.
+pub(crate) fn choose_entrypoint_in(entrypoints: Vec<String>) -> Result<String, RegoError> {
     if let [only] = entrypoints.as_slice() {
         return Ok(only.clone());
     }
