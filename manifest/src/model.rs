@@ -453,7 +453,13 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
     };
     let mut reader = Reader { file: path, report };
     if root.value == NodeValue::Null {
-        // An empty manifest is an empty policy set.
+        // An empty file is refused rather than read as a set without policies (which would
+        // allow everything): a file caught between being truncated and written must never
+        // replace the set in use. `{}` says "no policies" on purpose.
+        let diagnostic = reader
+            .error(root.position, "the manifest is empty")
+            .with_help("write `{}` for a policy set without policies");
+        reader.push(diagnostic);
         return manifest;
     }
     let Some(fields) = reader.map(root, "the manifest", TOP_KEYS) else {

@@ -307,11 +307,19 @@ fn yaml_that_is_not_a_manifest() {
         missing.errors()[0].message().contains("cannot read"),
         "{missing}"
     );
-    // JSON is YAML; an empty manifest is an empty set.
+    // JSON is YAML; `{}` is a set without policies.
     let path = scratch.write("empty.json", "{}");
     assert!(Manifest::load(&path, &CodeRegistry::new()).is_ok());
-    let path = scratch.write("empty.yaml", "");
-    assert!(Manifest::load(&path, &CodeRegistry::new()).is_ok());
+    // An empty file (one caught half-written, say) is not: it would allow everything.
+    for text in ["", "  \n", "# only a comment\n"] {
+        let path = scratch.write("empty.yaml", text);
+        let errors = Manifest::load(&path, &CodeRegistry::new()).unwrap_err();
+        assert_eq!(
+            errors.errors()[0].message(),
+            "the manifest is empty",
+            "{text:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -77,6 +77,17 @@ async fn a_change_reloads_and_a_broken_change_keeps_the_old_set() {
     );
     assert!(!allowed(&engine, "b").await);
 
+    // An empty manifest, as a file caught between truncation and writing is, would allow
+    // everything: it is refused as well.
+    rewrite(&path, "");
+    assert!(
+        !outcomes
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .is_reloaded()
+    );
+    assert!(!allowed(&engine, "b").await, "the last good set is kept");
+
     // Fixed again: reloaded.
     rewrite(&path, "input:\n  - dsl: rules/rule.json\n");
     rewrite(&rule, DENY_A);
