@@ -144,8 +144,6 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
-    // rmcp's reqwest has TLS without a crypto provider of its own.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     runtime.block_on(async {
         let upstream = serve_upstream().await;
         let (mut proxy, proxy_url) = start_proxy(&upstream);

@@ -221,9 +221,6 @@ async fn openai(engine: Arc<PolicyEngine>, args: OpenAIArgs) -> u8 {
 }
 
 async fn mcp(engine: Arc<PolicyEngine>, args: McpArgs) -> u8 {
-    // rmcp's HTTP client has TLS without a crypto provider of its own: ring, as elsewhere in
-    // the binary. Installing fails only when one is installed already, which is as good.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let guard = ToolGuard::new(engine)
         .agent_id(args.agent_id)
         .session_id(args.session_id);

@@ -664,8 +664,6 @@ async fn proxy_mcp_on_streamable_http_both_sides() -> Result<(), TestError> {
     ]);
     let (_proxy, proxy_url) = start_and_read(proxy, "listening on ", false);
 
-    // rmcp's reqwest has TLS without a crypto provider: this process installs one too.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = ().serve(StreamableHttpClientTransport::from_uri(proxy_url.as_str())).await?;
     mcp_scenario(&client, false).await?;
     client.cancel().await?;
