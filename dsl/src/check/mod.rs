@@ -174,15 +174,25 @@ pub fn check_source(
 ) -> Result<CheckedRule, Problems> {
     match serde_json::from_str::<Value>(source) {
         Ok(value) => {
-            let positions = locate::positions(source);
-            let place = |findings: &mut [Problem]| {
+            // Where each part of the rule starts is worked out only when a finding needs it:
+            // a clean rule loads without the scan.
+            let mut positions = None;
+            let mut place = |findings: &mut [Problem]| {
+                if findings.is_empty() {
+                    return;
+                }
+                let positions = positions.get_or_insert_with(|| locate::positions(source));
                 for finding in findings {
                     if let Some(path) = finding.json_path() {
                         finding.position = positions.get(path).copied();
                     }
                 }
             };
-            match check_ordered(&value, origin, point, transformation_order(source)) {
+            // Only a rule with a transformation needs its text read again for the key order.
+            let order = value
+                .get("transformation")
+                .and_then(|_| transformation_order(source));
+            match check_ordered(&value, origin, point, order) {
                 Ok(mut rule) => {
                     place(&mut rule.warnings);
                     Ok(rule)
