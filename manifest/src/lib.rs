@@ -42,6 +42,8 @@
 //!
 //! Relative paths are relative to the manifest's folder. Values are never interpolated
 //! (`${VAR}` is an error): secrets come from the environment through the `*_env` keys.
+//! An empty file is an error, not a set without policies (a file caught half-written would
+//! otherwise allow everything): write `{}` for that.
 //!
 //! [`Manifest::load`] reads the manifest, opens everything it names and builds a
 //! [`PolicySet`](portcullis_engine::PolicySet). Every problem of every file is reported at
