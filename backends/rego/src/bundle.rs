@@ -96,20 +96,7 @@ impl RegoBundle {
     /// `/policy.wasm`, bad data, is not an OPA module, or needs builtins this host lacks.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, RegoError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| RegoError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let name = path
-            .file_name()
-            .map(|name| name.to_string_lossy().to_lowercase())
-            .unwrap_or_default();
-        if (name.ends_with(".gz") || name.ends_with(".tgz")) && !is_gzip(&bytes) {
-            return Err(RegoError::Archive {
-                path: Some(path.to_owned()),
-                message: "not gzip-compressed".to_owned(),
-            });
-        }
+        let bytes = read_bundle_file(path)?;
         Self::load(&bytes, Some(path.to_owned()))
     }
 
@@ -144,20 +131,7 @@ impl RegoBundle {
     /// (found when the first instance is made, which checking does not do).
     pub fn check(path: impl AsRef<Path>) -> Result<CheckedBundle, RegoError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| RegoError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let name = path
-            .file_name()
-            .map(|name| name.to_string_lossy().to_lowercase())
-            .unwrap_or_default();
-        if (name.ends_with(".gz") || name.ends_with(".tgz")) && !is_gzip(&bytes) {
-            return Err(RegoError::Archive {
-                path: Some(path.to_owned()),
-                message: "not gzip-compressed".to_owned(),
-            });
-        }
+        let bytes = read_bundle_file(path)?;
         Self::check_loaded(&bytes, Some(path.to_owned()))
     }
 
@@ -402,6 +376,25 @@ impl RegoBundle {
 #[derive(serde::Deserialize)]
 struct ResultEntry {
     result: Option<Value>,
+}
+
+/// The bytes of a bundle file; a file named `*.gz` or `*.tgz` must be gzip.
+fn read_bundle_file(path: &Path) -> Result<Vec<u8>, RegoError> {
+    let bytes = std::fs::read(path).map_err(|source| RegoError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    if (name.ends_with(".gz") || name.ends_with(".tgz")) && !is_gzip(&bytes) {
+        return Err(RegoError::Archive {
+            path: Some(path.to_owned()),
+            message: "not gzip-compressed".to_owned(),
+        });
+    }
+    Ok(bytes)
 }
 
 fn is_gzip(bytes: &[u8]) -> bool {
