@@ -15,14 +15,16 @@ use std::borrow::Cow;
 use std::hint::black_box;
 use std::time::Instant;
 
-use portcullis_engine::stream::decide_whole_text;
 use portcullis_engine::{
     BoxError, InputContext, InputPolicy, MemorySessionStore, Message, Metadata, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, StreamItem, StreamingRule,
-    async_trait,
+    PolicyDecision, PolicyEngine, PolicySet, Redaction, StreamItem, async_trait,
 };
 use regex::Regex;
 use tokio::runtime::Runtime;
+
+mod common;
+
+use common::{SSN, answer, stream_engine};
 
 struct AllowAll(String);
 
@@ -64,8 +66,6 @@ fn small_context() -> InputContext {
     )
 }
 
-const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
-
 /// A policy that redacts SSNs in the first message, as a rule that found one decides.
 struct RedactSsn(PolicyDecision);
 
@@ -90,84 +90,6 @@ fn ssn_message() -> String {
         }
     }
     text.truncate(1024);
-    text
-}
-
-/// A policy whose whole-text and streaming forms are the same rules.
-struct Rules {
-    id: &'static str,
-    rules: Vec<StreamingRule>,
-}
-
-#[async_trait]
-impl OutputPolicy for Rules {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        decide_whole_text(&self.rules, &context.response.content)
-    }
-
-    fn streaming(&self) -> Option<Vec<StreamingRule>> {
-        Some(self.rules.clone())
-    }
-}
-
-fn replace_rule(pattern: &str, replacement: &str) -> StreamingRule {
-    StreamingRule::Replace {
-        pattern: pattern.into(),
-        replacement: replacement.into(),
-        max_match_len: None,
-    }
-}
-
-/// The three rules of the streaming benchmark; with `batch` > 0 the guard runs them once that
-/// many bytes have arrived.
-fn stream_engine(batch: usize) -> PolicyEngine {
-    PolicyEngine::builder()
-        .policy_set(
-            PolicySet::builder()
-                .stream_batch(batch)
-                .output(Rules {
-                    id: "ssn",
-                    rules: vec![replace_rule(SSN, "[SSN]")],
-                })
-                .output(Rules {
-                    id: "email",
-                    rules: vec![replace_rule(
-                        r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}",
-                        "[EMAIL]",
-                    )],
-                })
-                .output(Rules {
-                    id: "domains",
-                    rules: vec![StreamingRule::deny_on_any(
-                        &["phishing.example", "malware.test", "evil.invalid"],
-                        Some("blocked domain".into()),
-                    )],
-                })
-                .build(),
-        )
-        .build()
-}
-
-/// A 64 KiB answer; `sentences_per_secret` plain sentences come between two sentences that
-/// hold an SSN and an e-mail address.
-fn answer(sentences_per_secret: usize) -> String {
-    let plain = "The quarterly report shows steady growth across all regions and segments. ";
-    let secret = "Contact 123-45-6789 or ops@example.com for details. ";
-    let mut text = String::new();
-    let mut sentence = 0;
-    while text.len() < 64 * 1024 {
-        text.push_str(if sentence % sentences_per_secret == 0 {
-            secret
-        } else {
-            plain
-        });
-        sentence += 1;
-    }
-    text.truncate(64 * 1024);
     text
 }
 

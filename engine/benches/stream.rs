@@ -5,98 +5,21 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use portcullis_engine::stream::decide_whole_text;
-use portcullis_engine::{
-    BoxError, Message, Metadata, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine,
-    PolicySet, StreamItem, StreamingRule, async_trait,
-};
+use portcullis_engine::{Message, Metadata, OutputContext, StreamItem};
 
-/// A policy whose whole-text and streaming forms are the same rules.
-struct Rules {
-    id: &'static str,
-    rules: Vec<StreamingRule>,
-}
+mod common;
 
-#[async_trait]
-impl OutputPolicy for Rules {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    async fn evaluate(&self, context: &OutputContext) -> Result<PolicyDecision, BoxError> {
-        decide_whole_text(&self.rules, &context.response.content)
-    }
-
-    fn streaming(&self) -> Option<Vec<StreamingRule>> {
-        Some(self.rules.clone())
-    }
-}
-
-fn replace(pattern: &str, replacement: &str) -> StreamingRule {
-    StreamingRule::Replace {
-        pattern: pattern.into(),
-        replacement: replacement.into(),
-        max_match_len: None,
-    }
-}
-
-/// The three rules; with `batch` > 0 the guard runs them once that many bytes have arrived.
-fn engine(batch: usize) -> PolicyEngine {
-    PolicyEngine::builder()
-        .policy_set(
-            PolicySet::builder()
-                .stream_batch(batch)
-                .output(Rules {
-                    id: "ssn",
-                    rules: vec![replace(r"\b\d{3}-\d{2}-\d{4}\b", "[SSN]")],
-                })
-                .output(Rules {
-                    id: "email",
-                    rules: vec![replace(
-                        r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}",
-                        "[EMAIL]",
-                    )],
-                })
-                .output(Rules {
-                    id: "domains",
-                    rules: vec![StreamingRule::deny_on_any(
-                        &["phishing.example", "malware.test", "evil.invalid"],
-                        Some("blocked domain".into()),
-                    )],
-                })
-                .build(),
-        )
-        .build()
-}
+use common::{answer, stream_engine};
 
 /// Bytes per batch in the batched runs.
 const BATCH: usize = 256;
-
-/// A 64 KiB answer; `sentences_per_secret` plain sentences come between two sentences that
-/// hold an SSN and an e-mail address.
-fn answer(sentences_per_secret: usize) -> String {
-    let plain = "The quarterly report shows steady growth across all regions and segments. ";
-    let secret = "Contact 123-45-6789 or ops@example.com for details. ";
-    let mut text = String::new();
-    let mut sentence = 0;
-    while text.len() < 64 * 1024 {
-        text.push_str(if sentence % sentences_per_secret == 0 {
-            secret
-        } else {
-            plain
-        });
-        sentence += 1;
-    }
-    text.truncate(64 * 1024);
-    text
-}
 
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");
-    let batched = engine(BATCH);
-    let engine = engine(0);
+    let batched = stream_engine(BATCH);
+    let engine = stream_engine(0);
     let metadata = Metadata::new("agent", "session");
     let mut group = c.benchmark_group("stream");
     group.sample_size(20);
