@@ -31,7 +31,8 @@
 //! a wait is not a loop, and could outlast any deadline.
 //!
 //! The same pass adds the evaluation entry of [`crate::entry`] (a function of its own, with no
-//! loop), when the module has the exports it calls.
+//! loop), when the module has the exports it calls, and the host's turn at `regex.match` (see
+//! [`RegexPlan`]).
 
 use wasm_encoder::reencode::{self, Reencode};
 use wasm_encoder::{
@@ -66,6 +67,76 @@ pub(crate) struct Rewritten {
     pub(crate) wasm: Vec<u8>,
     /// Whether the evaluation entry ([`crate::entry`]) was added.
     pub(crate) entry: bool,
+    /// Whether calls of `opa_regex_match` go through the host first ([`RegexPlan`]).
+    pub(crate) regex: bool,
+}
+
+/// The export of the function that calls of `opa_regex_match` are redirected to.
+pub(crate) const REGEX_EXPORT: &str = "portcullis_regex_match";
+
+/// The builtin id by which the redirected `regex.match` asks the host, through the module's own
+/// `env.opa_builtin2` import (OPA's builtin ids are the indices of the module's `builtins()` map,
+/// never negative).
+pub(crate) const REGEX_BUILTIN_ID: i32 = i32::MIN;
+
+/// The host's answer meaning "not decided here": the module's own function decides.
+pub(crate) const REGEX_UNDECIDED: i32 = 2;
+
+/// The host's turn at `regex.match`.
+///
+/// OPA's runtime matches with RE2 compiled to WebAssembly, and copies the pattern and the text
+/// into C++ strings, looks the pattern up in a hash map and inserts it again at every call: for
+/// a short text that is several times the cost of the match. When the module names its
+/// functions (OPA's builds do) and has `opa_regex_match(pattern, value)`, `opa_boolean(b)` and
+/// the import `env.opa_builtin2`, every direct call of `opa_regex_match` is redirected to an
+/// added function:
+///
+/// ```wat
+/// (func (param $pattern i32) (param $value i32) (result i32) (local $answer i32)
+///   (local.tee $answer (call $opa_builtin2 (i32.const REGEX_BUILTIN_ID) (i32.const 0)
+///     (local.get $pattern) (local.get $value)))
+///   (if (result i32) (i32.ge_u (i32.const REGEX_UNDECIDED))
+///     (then (call $opa_regex_match (local.get $pattern) (local.get $value)))
+///     (else (call $opa_boolean (local.get $answer)))))
+/// ```
+///
+/// The host answers 0 or 1 only for what it matches exactly as RE2 does (see
+/// `runtime::regex`), and [`REGEX_UNDECIDED`] for anything else, which the module's own code
+/// then decides as before.
+#[derive(Clone, Copy)]
+struct RegexPlan {
+    original: u32,
+    boolean: u32,
+    builtin2: u32,
+    type_index: u32,
+    function_index: u32,
+}
+
+impl RegexPlan {
+    fn body(&self) -> wasm_encoder::Function {
+        const PATTERN: u32 = 0;
+        const VALUE: u32 = 1;
+        const ANSWER: u32 = 2;
+        let mut f = wasm_encoder::Function::new([(1, ValType::I32)]);
+        f.instruction(&Instruction::I32Const(REGEX_BUILTIN_ID))
+            .instruction(&Instruction::I32Const(0))
+            .instruction(&Instruction::LocalGet(PATTERN))
+            .instruction(&Instruction::LocalGet(VALUE))
+            .instruction(&Instruction::Call(self.builtin2))
+            .instruction(&Instruction::LocalTee(ANSWER))
+            .instruction(&Instruction::I32Const(REGEX_UNDECIDED))
+            .instruction(&Instruction::I32GeU)
+            .instruction(&Instruction::If(BlockType::Result(ValType::I32)))
+            .instruction(&Instruction::LocalGet(PATTERN))
+            .instruction(&Instruction::LocalGet(VALUE))
+            .instruction(&Instruction::Call(self.original))
+            .instruction(&Instruction::Else)
+            .instruction(&Instruction::LocalGet(ANSWER))
+            .instruction(&Instruction::Call(self.boolean))
+            .instruction(&Instruction::End)
+            .instruction(&Instruction::End);
+        f
+    }
 }
 
 /// [`instrument`], saying whether the evaluation entry was added too.
@@ -85,13 +156,16 @@ pub(crate) fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>, String> {
         .iter()
         .map(|&ty| shape.types.get(ty as usize).copied().flatten())
         .collect();
+    let functions =
+        u32::try_from(shape.function_types.len()).map_err(|_| "too many functions".to_owned())?;
     let entry = entry::plan(
         &signatures,
         &shape.exports,
         u32::try_from(shape.types.len()).map_err(|_| "too many types".to_owned())?,
-        u32::try_from(shape.function_types.len()).map_err(|_| "too many functions".to_owned())?,
+        functions,
         shape.imported_memories == 1 && shape.defined_memories == 0,
     );
+    let regex = shape.regex_plan(&signatures, functions + u32::from(entry.is_some()));
     let mut meter = Meter {
         imported_memories: shape.imported_memories,
         imported_globals: shape.imported_globals,
@@ -99,6 +173,7 @@ pub(crate) fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>, String> {
         next_body: 0,
         imports_added: false,
         entry,
+        regex,
     };
     let entry = meter.entry.is_some();
     let mut module = Module::new();
@@ -108,6 +183,7 @@ pub(crate) fn rewrite(wasm: &[u8]) -> Result<Option<Rewritten>, String> {
     Ok(Some(Rewritten {
         wasm: module.finish(),
         entry,
+        regex: regex.is_some(),
     }))
 }
 
@@ -130,6 +206,11 @@ struct Shape {
     /// Exported functions by name.
     exports: std::collections::HashMap<String, u32>,
     defined_memories: u32,
+    /// The function index of the import `env.opa_builtin2`.
+    builtin2: Option<u32>,
+    /// The function indices of `opa_regex_match` and `opa_boolean` (from the name section).
+    regex_match: Option<u32>,
+    boolean: Option<u32>,
 }
 
 /// The calls one function body makes.
@@ -158,6 +239,9 @@ impl Shape {
                         }
                         match import.ty {
                             TypeRef::Func(ty) | TypeRef::FuncExact(ty) => {
+                                if import.module == "env" && import.name == "opa_builtin2" {
+                                    shape.builtin2 = Some(shape.imported_functions);
+                                }
                                 shape.imported_functions += 1;
                                 shape.function_types.push(ty);
                             }
@@ -254,10 +338,66 @@ impl Shape {
                     }
                     shape.bodies.push(calls);
                 }
+                Payload::CustomSection(section) => {
+                    if let wasmparser::KnownCustom::Name(names) = section.as_known() {
+                        // Names are a hint for the host's turn at `regex.match` only: a name
+                        // section that does not read gives no turn, and is kept as it is.
+                        shape.read_names(names);
+                    }
+                }
                 _ => {}
             }
         }
         Ok(shape)
+    }
+
+    /// Notes the indices of the functions named `opa_regex_match` and `opa_boolean`.
+    fn read_names(&mut self, names: wasmparser::NameSectionReader<'_>) {
+        for name in names {
+            let Ok(wasmparser::Name::Function(map)) = name else {
+                continue;
+            };
+            for naming in map {
+                let Ok(naming) = naming else {
+                    break;
+                };
+                match naming.name {
+                    "opa_regex_match" => self.regex_match = Some(naming.index),
+                    "opa_boolean" => self.boolean = Some(naming.index),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The host's turn at `regex.match` ([`RegexPlan`]), added as function `function_index`,
+    /// when the module has what it needs with the expected signatures.
+    fn regex_plan(
+        &self,
+        signatures: &[Option<entry::Signature>],
+        function_index: u32,
+    ) -> Option<RegexPlan> {
+        let original = self.regex_match?;
+        let boolean = self.boolean?;
+        let builtin2 = self.builtin2?;
+        let signature = |index: u32| signatures.get(usize::try_from(index).ok()?).copied()?;
+        // Both named functions are defined ones, not imports.
+        if original < self.imported_functions
+            || boolean < self.imported_functions
+            || signature(original)? != (2, 1)
+            || signature(boolean)? != (1, 1)
+            || signature(builtin2)? != (4, 1)
+            || self.exports.contains_key(REGEX_EXPORT)
+        {
+            return None;
+        }
+        Some(RegexPlan {
+            original,
+            boolean,
+            builtin2,
+            type_index: *self.function_types.get(usize::try_from(original).ok()?)?,
+            function_index,
+        })
     }
 
     /// Notes the functions a constant expression names with `ref.func`.
@@ -389,6 +529,8 @@ struct Meter {
     imports_added: bool,
     /// The evaluation entry to add, when the module has what it calls.
     entry: Option<Entry>,
+    /// The host's turn at `regex.match`, when the module has what it needs.
+    regex: Option<RegexPlan>,
 }
 
 type Error = reencode::Error<std::convert::Infallible>;
@@ -516,6 +658,9 @@ impl Reencode for Meter {
         if let Some(entry) = &self.entry {
             functions.function(entry.type_index);
         }
+        if let Some(regex) = &self.regex {
+            functions.function(regex.type_index);
+        }
         Ok(())
     }
 
@@ -532,6 +677,13 @@ impl Reencode for Meter {
                 entry.function_index,
             );
         }
+        if let Some(regex) = &self.regex {
+            exports.export(
+                REGEX_EXPORT,
+                wasm_encoder::ExportKind::Func,
+                regex.function_index,
+            );
+        }
         Ok(())
     }
 
@@ -543,6 +695,9 @@ impl Reencode for Meter {
         reencode::utils::parse_code_section(self, code, section)?;
         if let Some(entry) = &self.entry {
             code.function(&entry.body);
+        }
+        if let Some(regex) = &self.regex {
+            code.function(&regex.body());
         }
         Ok(())
     }
@@ -561,7 +716,20 @@ impl Reencode for Meter {
         while !reader.eof() {
             let operator = reader.read()?;
             let is_loop = matches!(operator, Operator::Loop { .. });
-            function.instruction(&self.instruction(operator)?);
+            let instruction = match (operator, self.regex) {
+                (Operator::Call { function_index }, Some(regex))
+                    if function_index == regex.original =>
+                {
+                    Instruction::Call(regex.function_index)
+                }
+                (Operator::ReturnCall { function_index }, Some(regex))
+                    if function_index == regex.original =>
+                {
+                    Instruction::ReturnCall(regex.function_index)
+                }
+                (operator, _) => self.instruction(operator)?,
+            };
+            function.instruction(&instruction);
             if is_loop {
                 self.check(&mut function);
             }

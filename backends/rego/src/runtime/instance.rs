@@ -34,6 +34,8 @@ pub(super) struct GuestFuncs {
     pub(super) entrypoints: Option<TypedFunc<(), i32>>,
     /// The evaluation entry the rewrite added (see [`crate::entry`]).
     pub(super) entry: Option<Entry>,
+    /// The function the rewrite redirected `opa_regex_match` to (see `meter::RegexPlan`).
+    pub(super) regex_match: Option<TypedFunc<(i32, i32), i32>>,
 }
 
 pub(super) type FastEval = TypedFunc<(i32, i32, i32, i32, i32, i32, i32), i32>;
@@ -102,6 +104,7 @@ impl GuestFuncs {
             opa_eval,
             builtins: get(store, instance, "builtins")?,
             entrypoints: optional(store, instance, "entrypoints")?,
+            regex_match: optional(store, instance, crate::meter::REGEX_EXPORT)?,
             entry: if entry {
                 Some(get(store, instance, crate::entry::EXPORT)?)
             } else {
@@ -157,6 +160,10 @@ pub(super) struct StoreState {
     pub(super) deadline_tick: u64,
     /// Set when a host builtin returned after the deadline.
     pub(super) expired: bool,
+    /// Whether the host answers the module's `regex.match` calls it can (see
+    /// [`super::regex_match`]), and the patterns it compiled for them.
+    pub(super) host_regex: bool,
+    pub(super) regexes: super::regex_match::Regexes,
 }
 
 impl StoreState {
@@ -177,7 +184,7 @@ impl StoreState {
     }
 
     /// Whether the evaluation has passed its deadline.
-    fn past_deadline(&self) -> bool {
+    pub(super) fn past_deadline(&self) -> bool {
         now() >= self.deadline_tick
     }
 }

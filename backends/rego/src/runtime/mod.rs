@@ -26,6 +26,7 @@ mod image;
 mod instance;
 mod module;
 mod pool;
+mod regex_match;
 mod result;
 #[cfg(test)]
 mod tests;

@@ -172,6 +172,9 @@ pub(crate) struct CompiledModule {
     pub(super) walker: Arc<Walker>,
     /// Whether the host may build inputs as the guest's values (see [`probe_images`]).
     pub(super) images: bool,
+    /// Whether the host answers the module's `regex.match` calls it can (see
+    /// [`probe_regex`]).
+    pub(super) regex: bool,
     pub(super) imports: Vec<ImportKind>,
     pub(super) builtin_table: Arc<[Option<&'static HostBuiltin>]>,
     pub(crate) info: ModuleInfo,
@@ -186,9 +189,11 @@ impl CompiledModule {
         // When the module cannot be rewritten or the rewrite does not compile, the original is
         // most likely not valid WebAssembly: wasmtime says best what is wrong with it.
         let mut entry = false;
+        let mut regex = false;
         let module = match meter::rewrite(wasm) {
             Ok(Some(metered)) => {
                 entry = metered.entry;
+                regex = metered.regex;
                 Module::new(engine, &metered.wasm).map_err(|error| {
                     Module::validate(engine, wasm).map_or_else(compile_error, |()| {
                         ModuleError::Compile(format!(
@@ -212,6 +217,7 @@ impl CompiledModule {
             entry,
             walker: Arc::default(),
             images: false,
+            regex,
             imports,
             builtin_table: Arc::from(Vec::new()),
             info: ModuleInfo {
@@ -296,6 +302,7 @@ impl CompiledModule {
             builtin_caches,
         };
         compiled.images = compiled.entry && probe_images(&mut store, &instance, &funcs, memory);
+        compiled.regex = compiled.regex && probe_regex(&mut store, &funcs, memory);
         Ok(compiled)
     }
 
@@ -321,6 +328,8 @@ impl CompiledModule {
                 deadline: None,
                 deadline_tick,
                 expired: false,
+                host_regex: self.regex,
+                regexes: super::regex_match::Regexes::default(),
             },
         );
         store.limiter(|state| &mut state.limiter);
@@ -374,6 +383,9 @@ impl CompiledModule {
                 ImportKind::Builtin(2) => Func::wrap(
                     &mut store,
                     |caller: Caller<'_, StoreState>, id: i32, _ctx: i32, a: i32, b: i32| {
+                        if id == meter::REGEX_BUILTIN_ID {
+                            return super::regex_match::host_match(caller, a, b);
+                        }
                         call_builtin(caller, id, &[a, b])
                     },
                 )
@@ -530,5 +542,66 @@ fn probe_images(
         Ok(host == guest.as_slice())
     };
     let same = probe().unwrap_or(false);
+    funcs.heap_ptr_set.call(&mut *store, heap).is_ok() && same
+}
+
+/// `(pattern, text, matches)`: what [`probe_regex`] asks the module and the host. Each is one of
+/// the places where RE2 and the `regex` crate read a pattern differently unless the host
+/// writes RE2's meaning out.
+const REGEX_PROBES: [(&str, &str, bool); 10] = [
+    (
+        r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b",
+        "my SSN is 123-45-6789.",
+        true,
+    ),
+    (r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b", "x123-45-6789", false),
+    // ASCII word boundaries: `é` is not a word character for RE2.
+    (r"\bé", "xé", true),
+    (r"\d+\s\w", "é 12 a", true),
+    (r"\d", "\u{0663}", false),
+    // RE2's `\s` leaves out the vertical tab.
+    (r"^a\S$", "a\u{b}", true),
+    (r"(?i)k", "\u{212A}", true),
+    (r"a.c", "a\nc", false),
+    (r"(?s)a.c", "a\nc", true),
+    (r"(?m)^b$", "a\nb", true),
+];
+
+/// Whether the module's own `regex.match` and the host's answer alike on [`REGEX_PROBES`] (and
+/// the host answered them all). Leaves the heap where it found it.
+fn probe_regex(store: &mut Store<StoreState>, funcs: &GuestFuncs, memory: Memory) -> bool {
+    let Some(matcher) = funcs.regex_match.clone() else {
+        return false;
+    };
+    let Ok(heap) = funcs.heap_ptr_get.call(&mut *store, ()) else {
+        return false;
+    };
+    let mut probe = || -> wasmtime::Result<bool> {
+        for (pattern, text, expected) in REGEX_PROBES {
+            let pattern = load_json(&mut *store, funcs, memory, &serde_json::to_vec(pattern)?)?;
+            let text = load_json(&mut *store, funcs, memory, &serde_json::to_vec(text)?)?;
+            let mut answers = [None, None];
+            for (answer, host) in answers.iter_mut().zip([false, true]) {
+                store.data_mut().host_regex = host;
+                let before = store.data().regexes.decided();
+                let value = matcher.call(&mut *store, (pattern, text))?;
+                if host && store.data().regexes.decided() == before {
+                    return Ok(false);
+                }
+                *answer = Some(if value == 0 {
+                    Value::Null
+                } else {
+                    dump_value(&mut *store, funcs, memory, value)?
+                });
+            }
+            if answers[0] != answers[1] || answers[1] != Some(Value::Bool(expected)) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    };
+    let same = probe().unwrap_or(false);
+    store.data_mut().host_regex = same;
+    store.data_mut().regexes = super::regex_match::Regexes::default();
     funcs.heap_ptr_set.call(&mut *store, heap).is_ok() && same
 }

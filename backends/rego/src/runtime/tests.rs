@@ -50,12 +50,15 @@ fn module(bundle: &'static str) -> Arc<CompiledModule> {
     Arc::clone(module)
 }
 
-fn instance(module: &CompiledModule) -> PooledInstance {
-    let limits = Limits {
+fn limits() -> Limits {
+    Limits {
         time: Duration::from_secs(10),
         memory: 64 << 20,
-    };
-    module.instance(b"{}", limits).expect("an instance")
+    }
+}
+
+fn instance(module: &CompiledModule) -> PooledInstance {
+    module.instance(b"{}", limits()).expect("an instance")
 }
 
 /// The guest's JSON of the value at `addr`.
@@ -227,5 +230,184 @@ proptest! {
         let module = module("rego-wasm/approved-tools.tar.gz");
         let mut instance = instance(&module);
         check(&mut instance, &value);
+    }
+}
+
+const SSN: &str = "rego-wasm/no-ssn-input.tar.gz";
+
+/// `regex.match(pattern, text)` through the module's redirected function: the host's answer
+/// when `host`, else the module's own RE2's. `None` when undefined.
+fn guest_regex_match(
+    instance: &mut PooledInstance,
+    pattern: &str,
+    text: &str,
+    host: bool,
+) -> Option<bool> {
+    let matcher = instance
+        .funcs
+        .regex_match
+        .clone()
+        .expect("the redirected regex.match is exported");
+    let heap = instance.heap_ptr;
+    instance
+        .funcs
+        .heap_ptr_set
+        .call(&mut instance.store, heap)
+        .expect("sets");
+    let memory = instance.memory;
+    let funcs = instance.funcs.clone();
+    let pattern = load_json(
+        &mut instance.store,
+        &funcs,
+        memory,
+        &serde_json::to_vec(pattern).expect("JSON"),
+    )
+    .expect("parses");
+    let text = load_json(
+        &mut instance.store,
+        &funcs,
+        memory,
+        &serde_json::to_vec(text).expect("JSON"),
+    )
+    .expect("parses");
+    instance.store.data_mut().host_regex = host;
+    let value = matcher
+        .call(&mut instance.store, (pattern, text))
+        .expect("matches");
+    instance.store.data_mut().host_regex = true;
+    if value == 0 {
+        return None;
+    }
+    match dump_value(&mut instance.store, &funcs, memory, value).expect("dumps") {
+        Value::Bool(matched) => Some(matched),
+        other => panic!("regex.match gave {other}"),
+    }
+}
+
+#[test]
+fn the_regex_module_answers_regex_match_on_the_host() {
+    let module = module(SSN);
+    assert!(
+        module.regex,
+        "the module's regex.match goes to the host first"
+    );
+    let mut instance = instance(&module);
+    let input = json!({"messages": [{"role": "user", "content": "my SSN is 123-45-6789"}]});
+    let entrypoint = 0;
+    let before = instance.store.data().regexes.decided();
+    let result = instance
+        .evaluate(entrypoint, &input, limits(), |json| {
+            Ok(serde_json::from_slice::<Value>(json).expect("JSON"))
+        })
+        .expect("evaluates");
+    assert_eq!(result[0]["result"]["decision"], "deny");
+    assert_eq!(instance.store.data().regexes.decided(), before + 1);
+}
+
+/// The host and the module's RE2 answer alike, on patterns of the subset the host takes and on
+/// patterns it leaves to the module.
+#[test]
+fn regex_match_answers_as_the_modules_re2() {
+    let module = module(SSN);
+    let mut instance = instance(&module);
+    let cases = [
+        (r"\b[0-9]{3}-[0-9]{2}-[0-9]{4}\b", "call 555-12-3456 now"),
+        (r"\bé", "xé"),
+        (r"\Bé", "xé"),
+        (r"^\w+$", "abc_123"),
+        (r"^\w+$", "abcé"),
+        (r"\s", "\u{b}"),
+        (r"[\s]", "\u{b}"),
+        (r"[\d\W]", "é"),
+        (r"(?i)STRASSE", "strasse"),
+        (r"(?i)[k-l]", "\u{212A}"),
+        (r"a{2,3}b", "aaab"),
+        (r"(?U)a+?", "a"),
+        (r"(?P<year>\d{4})-(?:\d\d)", "2024-05"),
+        // Left to the module: a Unicode class, a syntax only the `regex` crate reads.
+        (r"\pL", "é"),
+        (r"[a&&b]", "&"),
+        (r"a{,2}", "a{,2}"),
+        (r"\<a", "a"),
+        // Not a valid RE2 pattern: undefined.
+        (r"(", "("),
+        (r"a**", "a"),
+    ];
+    for (index, (pattern, text)) in cases.into_iter().enumerate() {
+        let guest = guest_regex_match(&mut instance, pattern, text, false);
+        let before = instance.store.data().regexes.decided();
+        let host = guest_regex_match(&mut instance, pattern, text, true);
+        assert_eq!(host, guest, "{pattern:?} on {text:?}");
+        let decided = instance.store.data().regexes.decided() > before;
+        assert_eq!(decided, index < 13, "{pattern:?}: decided by the host");
+    }
+}
+
+/// A pattern of the subset the host takes, as RE2 syntax.
+fn pattern() -> impl Strategy<Value = String> {
+    let atom = prop_oneof![
+        Just("a".to_owned()),
+        Just("b".to_owned()),
+        Just("-".to_owned()),
+        Just("1".to_owned()),
+        Just("é".to_owned()),
+        Just("K".to_owned()),
+        Just(".".to_owned()),
+        Just(r"\d".to_owned()),
+        Just(r"\D".to_owned()),
+        Just(r"\w".to_owned()),
+        Just(r"\W".to_owned()),
+        Just(r"\s".to_owned()),
+        Just(r"\S".to_owned()),
+        Just(r"\b".to_owned()),
+        Just(r"\B".to_owned()),
+        Just("^".to_owned()),
+        Just("$".to_owned()),
+        Just(r"\.".to_owned()),
+        Just(r"\x{b}".to_owned()),
+        Just("[a-c]".to_owned()),
+        Just("[^a]".to_owned()),
+        Just(r"[\d\s-]".to_owned()),
+        Just(r"[\W]".to_owned()),
+        Just("[[:alpha:]]".to_owned()),
+    ];
+    atom.prop_recursive(3, 12, 3, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 1..4).prop_map(|parts| parts.concat()),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("{a}|{b}")),
+            inner.clone().prop_map(|a| format!("(?:{a})*")),
+            inner.clone().prop_map(|a| format!("({a})+")),
+            inner.clone().prop_map(|a| format!("(?:{a})?")),
+            (inner.clone(), 0u32..3, 0u32..3).prop_map(|(a, m, n)| format!(
+                "(?:{a}){{{},{}}}",
+                m.min(n),
+                m.max(n)
+            )),
+            inner.clone().prop_map(|a| format!("(?i:{a})")),
+            inner.clone().prop_map(|a| format!("(?s){a}")),
+            inner.prop_map(|a| format!("(?m){a}")),
+        ]
+    })
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "a", "b", "c", "-", "1", "é", " ", "\n", "\u{b}", "k", "K", "\u{212A}", "_", "\u{663}",
+        ]),
+        0..12,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn the_hosts_regex_match_is_re2s(pattern in pattern(), text in text()) {
+        let module = module(SSN);
+        let mut instance = instance(&module);
+        let guest = guest_regex_match(&mut instance, &pattern, &text, false);
+        let host = guest_regex_match(&mut instance, &pattern, &text, true);
+        prop_assert_eq!(host, guest, "{:?} on {:?}", pattern, text);
     }
 }
