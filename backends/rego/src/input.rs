@@ -13,15 +13,26 @@ use std::io::Write;
 use portcullis_engine::{InputContext, Message, Metadata, OutputContext, ToolCallContext};
 use serde_json::{Map, Value};
 
+use crate::runtime::{Image, MAX_DEPTH};
+
 /// A value that can be the input document of an evaluation.
 pub(crate) trait InputJson {
     /// Appends the value's JSON to `out`.
     fn write_json(&self, out: &mut Vec<u8>);
+
+    /// Builds the value as the guest's values in `image` (started), as the guest's parser would
+    /// build them from [`write_json`](Self::write_json)'s JSON, block for block: its root, or
+    /// `None` when the image does not take it (a key twice in one object).
+    fn build_image(&self, image: &mut Image) -> Option<u32>;
 }
 
 impl InputJson for Value {
     fn write_json(&self, out: &mut Vec<u8>) {
         write_value(out, self);
+    }
+
+    fn build_image(&self, image: &mut Image) -> Option<u32> {
+        build_value(image, self, 0)
     }
 }
 
@@ -33,6 +44,23 @@ impl InputJson for InputContext {
         out.extend_from_slice(br#","metadata":"#);
         write_metadata(out, metadata);
         out.push(b'}');
+    }
+
+    fn build_image(&self, image: &mut Image) -> Option<u32> {
+        let InputContext { messages, metadata } = self;
+        let root = image.mark();
+        let key = image.key("messages")?;
+        let list = image.mark();
+        for message in messages {
+            let value = build_message(image, message)?;
+            image.member(None, value);
+        }
+        let value = image.end_array(list)?;
+        image.member(Some(key), value);
+        let key = image.key("metadata")?;
+        let value = build_metadata(image, metadata)?;
+        image.member(Some(key), value);
+        image.end_object(root)
     }
 }
 
@@ -54,6 +82,29 @@ impl InputJson for ToolCallContext {
         write_metadata(out, metadata);
         out.push(b'}');
     }
+
+    fn build_image(&self, image: &mut Image) -> Option<u32> {
+        let ToolCallContext {
+            tool_name,
+            arguments,
+            calling_message,
+            metadata,
+        } = self;
+        let root = image.mark();
+        let key = image.key("tool_name")?;
+        let value = image.str(tool_name)?;
+        image.member(Some(key), value);
+        let key = image.key("arguments")?;
+        let value = build_object(image, arguments, 1)?;
+        image.member(Some(key), value);
+        let key = image.key("calling_message")?;
+        let value = build_message(image, calling_message)?;
+        image.member(Some(key), value);
+        let key = image.key("metadata")?;
+        let value = build_metadata(image, metadata)?;
+        image.member(Some(key), value);
+        image.end_object(root)
+    }
 }
 
 impl InputJson for OutputContext {
@@ -64,6 +115,89 @@ impl InputJson for OutputContext {
         out.extend_from_slice(br#","metadata":"#);
         write_metadata(out, metadata);
         out.push(b'}');
+    }
+
+    fn build_image(&self, image: &mut Image) -> Option<u32> {
+        let OutputContext { response, metadata } = self;
+        let root = image.mark();
+        let key = image.key("response")?;
+        let value = build_message(image, response)?;
+        image.member(Some(key), value);
+        let key = image.key("metadata")?;
+        let value = build_metadata(image, metadata)?;
+        image.member(Some(key), value);
+        image.end_object(root)
+    }
+}
+
+fn build_message(image: &mut Image, message: &Message) -> Option<u32> {
+    let Message { role, content } = message;
+    let object = image.mark();
+    let key = image.key("role")?;
+    let value = image.str(role.as_str())?;
+    image.member(Some(key), value);
+    let key = image.key("content")?;
+    let value = image.str(content)?;
+    image.member(Some(key), value);
+    image.end_object(object)
+}
+
+fn build_metadata(image: &mut Image, metadata: &Metadata) -> Option<u32> {
+    let Metadata {
+        agent_id,
+        session_id,
+        timestamp,
+        extra,
+    } = metadata;
+    let object = image.mark();
+    for (name, text) in [
+        ("agent_id", agent_id),
+        ("session_id", session_id),
+        ("timestamp", timestamp),
+    ] {
+        let key = image.key(name)?;
+        let value = image.str(text)?;
+        image.member(Some(key), value);
+    }
+    // `extra` is flattened into the object, after the named keys (a key of `extra` that is one
+    // of them is there twice: the image is not taken).
+    for (name, value) in extra {
+        let key = image.key(name)?;
+        let value = build_value(image, value, 2)?;
+        image.member(Some(key), value);
+    }
+    image.end_object(object)
+}
+
+fn build_object(image: &mut Image, map: &Map<String, Value>, depth: usize) -> Option<u32> {
+    let object = image.mark();
+    for (name, value) in map {
+        let key = image.key(name)?;
+        let value = build_value(image, value, depth + 1)?;
+        image.member(Some(key), value);
+    }
+    image.end_object(object)
+}
+
+/// `depth`: how deep `value` is in the input (the root is 0).
+fn build_value(image: &mut Image, value: &Value, depth: usize) -> Option<u32> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    match value {
+        Value::Null => image.null(),
+        Value::Bool(value) => image.boolean(*value),
+        Value::Number(number) => image.number(number.to_string().as_bytes()),
+        Value::String(string) => image.str(string),
+        Value::Array(items) => {
+            let array = image.mark();
+            for item in items {
+                let value = build_value(image, item, depth + 1)?;
+                image.member(None, value);
+            }
+            image.end_array(array)
+        }
+        Value::Object(map) => build_object(image, map, depth),
     }
 }
 

@@ -20,7 +20,7 @@
 use std::borrow::Cow;
 
 /// How deep the image follows nesting; deeper inputs are parsed by the guest.
-const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// The size of a block header of the guest's allocator.
 pub(super) const HEADER: u32 = 12;
@@ -53,6 +53,14 @@ fn buckets(len: usize) -> u32 {
     n
 }
 
+/// The key of an object's member, built (see [`Image::key`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Key {
+    key_text: u32,
+    key_len: u32,
+    key: u32,
+}
+
 /// One member of an array or object being built.
 #[derive(Clone, Copy)]
 struct Member {
@@ -65,7 +73,7 @@ struct Member {
 }
 
 /// An input document laid out as guest values, for the address `base`.
-pub(super) struct Image {
+pub(crate) struct Image {
     pub(super) bytes: Vec<u8>,
     base: u32,
     /// The members of the arrays and objects being built, innermost last.
@@ -90,17 +98,91 @@ impl Image {
     /// Builds the values of `json` (the host's own JSON: compact, keys unique) for `base`, and
     /// returns the root's address; `None` when the JSON is not taken (see the module docs).
     pub(super) fn build(&mut self, json: &[u8], base: u32) -> Option<u32> {
+        self.start(base);
+        // About what the values of compact JSON take: no growth on the way for most inputs.
+        self.bytes
+            .reserve(json.len().saturating_mul(8).saturating_add(256));
+        let mut reader = Reader { json, at: 0 };
+        let root = self.value(&mut reader, 0)?;
+        (reader.at == json.len()).then_some(root)
+    }
+
+    /// Starts an image for the address `base`, empty.
+    pub(crate) fn start(&mut self, base: u32) {
         self.bytes.clear();
         self.stack.clear();
         self.pointers.clear();
         self.relocatable = base == 0;
-        // About what the values of compact JSON take: no growth on the way for most inputs.
-        self.bytes
-            .reserve(json.len().saturating_mul(8).saturating_add(256));
         self.base = base;
-        let mut reader = Reader { json, at: 0 };
-        let root = self.value(&mut reader, 0)?;
-        (reader.at == json.len()).then_some(root)
+    }
+
+    /// Where the members of an array or object about to be built start (see
+    /// [`end_array`](Self::end_array) and [`end_object`](Self::end_object)).
+    pub(crate) fn mark(&self) -> usize {
+        self.stack.len()
+    }
+
+    /// A string value: its address.
+    pub(crate) fn str(&mut self, text: &str) -> Option<u32> {
+        Some(self.string(text.as_bytes())?.0)
+    }
+
+    /// `null`, `true` or `false`.
+    pub(crate) fn null(&mut self) -> Option<u32> {
+        self.block(1, &[1])
+    }
+
+    /// `true` or `false`.
+    pub(crate) fn boolean(&mut self, value: bool) -> Option<u32> {
+        self.block(2, &[2, u8::from(value)])
+    }
+
+    /// A number written as `text` (JSON's syntax for it).
+    pub(crate) fn number(&mut self, text: &[u8]) -> Option<u32> {
+        let len = u32::try_from(text.len()).ok()?;
+        // NUL-terminated, as the guest's parser copies it.
+        let text = self.block(len.checked_add(1)?, text)?;
+        // type 3, repr 2 (the number's text), text at 8, len at 12; not freed with it
+        let mut content = [0u8; 64];
+        content[0] = 3;
+        content[1] = 2;
+        content[8..12].copy_from_slice(&text.to_le_bytes());
+        content[12..16].copy_from_slice(&len.to_le_bytes());
+        let addr = self.fixed(content)?;
+        self.note(addr, 8, text);
+        Some(addr)
+    }
+
+    /// The key of the next member of an object, built before its value as the guest's parser
+    /// builds it.
+    pub(crate) fn key(&mut self, key: &str) -> Option<Key> {
+        let key_len = u32::try_from(key.len()).ok()?;
+        let (key, key_text) = self.string(key.as_bytes())?;
+        Some(Key {
+            key_text,
+            key_len,
+            key,
+        })
+    }
+
+    /// Adds a member (`key` from [`key`](Self::key), or `None` for an array's element) to the
+    /// array or object being built.
+    pub(crate) fn member(&mut self, key: Option<Key>, value: u32) {
+        let Key {
+            key_text,
+            key_len,
+            key,
+        } = key.unwrap_or(Key {
+            key_text: 0,
+            key_len: 0,
+            key: 0,
+        });
+        self.stack.push(Member {
+            key_text,
+            key_len,
+            key,
+            value,
+        });
     }
 
     /// The address just past the image.
@@ -266,12 +348,12 @@ impl Image {
         match reader.peek()? {
             b'n' => {
                 reader.literal(b"null")?;
-                self.block(1, &[1])
+                self.null()
             }
             b't' | b'f' => {
                 let value = reader.peek()? == b't';
                 reader.literal(if value { b"true" } else { b"false" })?;
-                self.block(2, &[2, u8::from(value)])
+                self.boolean(value)
             }
             b'"' => {
                 let bytes = reader.string()?;
@@ -279,18 +361,7 @@ impl Image {
             }
             b'-' | b'0'..=b'9' => {
                 let text = reader.number();
-                let len = u32::try_from(text.len()).ok()?;
-                // NUL-terminated, as the guest's parser copies it.
-                let text = self.block(len.checked_add(1)?, text)?;
-                // type 3, repr 2 (the number's text), text at 8, len at 12; not freed with it
-                let mut content = [0u8; 64];
-                content[0] = 3;
-                content[1] = 2;
-                content[8..12].copy_from_slice(&text.to_le_bytes());
-                content[12..16].copy_from_slice(&len.to_le_bytes());
-                let addr = self.fixed(content)?;
-                self.note(addr, 8, text);
-                Some(addr)
+                self.number(text)
             }
             b'[' => self.array(reader, depth),
             b'{' => self.object(reader, depth),
@@ -319,6 +390,11 @@ impl Image {
                 }
             }
         }
+        self.end_array(mark)
+    }
+
+    /// The array of the members added since `mark`.
+    pub(crate) fn end_array(&mut self, mark: usize) -> Option<u32> {
         let len = u32::try_from(self.stack.len() - mark).ok()?;
         let elems = if len == 0 {
             0
@@ -367,6 +443,11 @@ impl Image {
                 }
             }
         }
+        self.end_object(mark)
+    }
+
+    /// The object of the members added since `mark`, or `None` when a key is there twice.
+    pub(crate) fn end_object(&mut self, mark: usize) -> Option<u32> {
         let len = self.stack.len() - mark;
         let n = buckets(len);
         let table = self.alloc(n.checked_mul(4)?)?;

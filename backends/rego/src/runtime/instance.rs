@@ -370,7 +370,10 @@ impl PooledInstance {
         read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
     ) -> Result<R, RegoEvaluationError> {
         self.input.clear();
-        input.write_json(&mut self.input);
+        let built = self.build_image(input);
+        if built.is_none() {
+            input.write_json(&mut self.input);
+        }
         if i32::try_from(self.input.len()).is_err() {
             let len = self.input.len();
             self.input = Vec::new();
@@ -387,7 +390,7 @@ impl PooledInstance {
             self.poisoned = true;
             return Err(RegoEvaluationError::Trap(format!("{error:#}")));
         }
-        let ran = match self.run(entrypoint) {
+        let ran = match self.run(entrypoint, built, input) {
             Ok(ran) => ran,
             Err(error) => {
                 self.poisoned = true;
@@ -438,7 +441,37 @@ impl PooledInstance {
         !self.poisoned
     }
 
-    /// Runs one evaluation on `self.input`: the address of the result set, as a value or as JSON.
+    /// Whether the next evaluation starts from the post-data heap (see [`run`](Self::run)).
+    fn resets(&self) -> bool {
+        match self.keep_heap {
+            Some(keep) => {
+                let kept = usize::try_from(self.heap_end.wrapping_sub(self.heap_ptr))
+                    .unwrap_or(usize::MAX);
+                kept > keep
+            }
+            None => true,
+        }
+    }
+
+    /// The input built straight from its value into `self.image` for where
+    /// [`run`](Self::run) puts it (the post-data heap, or address 0 to be moved into a block
+    /// when the heap is kept): its root, or `None` when the module takes no images or the
+    /// image does not take the input.
+    fn build_image(&mut self, input: &impl InputJson) -> Option<u32> {
+        self.funcs.entry.as_ref()?;
+        let base = if self.resets() {
+            u32::try_from(self.heap_ptr).ok()?
+        } else {
+            0
+        };
+        let image = self.image.as_mut()?;
+        image.start(base);
+        input.build_image(image)
+    }
+
+    /// Runs one evaluation on `input`: the address of the result set, as a value or as JSON.
+    /// `built` is the root of the input built by [`build_image`](Self::build_image), else
+    /// `self.input` holds its JSON.
     ///
     /// All ways start from the data document loaded at the bottom of the heap:
     /// - with the evaluation entry the rewrite added ([`crate::entry`]), one call: the input is
@@ -460,17 +493,13 @@ impl PooledInstance {
     /// - otherwise, from ABI 1.2, `opa_eval` parses and evaluates the input written just above
     ///   the post-data heap in one call;
     /// - otherwise the `opa_eval_ctx_*` calls after resetting the heap.
-    fn run(&mut self, entrypoint: i32) -> wasmtime::Result<Ran> {
-        let len = i32::try_from(self.input.len())
-            .map_err(|_| wasmtime::Error::msg("input larger than 2 GiB"))?;
-        let reset = match self.keep_heap {
-            Some(keep) => {
-                let kept = usize::try_from(self.heap_end.wrapping_sub(self.heap_ptr))
-                    .unwrap_or(usize::MAX);
-                kept > keep
-            }
-            None => true,
-        };
+    fn run(
+        &mut self,
+        entrypoint: i32,
+        built: Option<u32>,
+        input: &impl InputJson,
+    ) -> wasmtime::Result<Ran> {
+        let reset = self.resets();
         // A module whose values the host does not lay out keeps `opa_eval` when it has it: it
         // is what the module was built to be called with (the entry calls functions the
         // module's own `opa_eval` does not need).
@@ -481,7 +510,7 @@ impl PooledInstance {
         if use_entry && let Some(entry) = &self.funcs.entry {
             if !reset
                 && let Some(image) = &mut self.image
-                && let Some(root) = image.build(&self.input, 0)
+                && let Some(root) = built.or_else(|| image.build(&self.input, 0))
             {
                 // The heap is kept: the image goes into a block of the guest's allocator.
                 let size = i32::try_from(image.bytes.len())
@@ -507,7 +536,7 @@ impl PooledInstance {
             if reset
                 && let Some(image) = &mut self.image
                 && let Ok(base) = u32::try_from(self.heap_ptr)
-                && let Some(root) = image.build(&self.input, base)
+                && let Some(root) = built.or_else(|| image.build(&self.input, base))
                 && let Some(end) = image.end().and_then(|end| i32::try_from(end).ok())
                 && let Ok(root) = i32::try_from(root)
             {
@@ -522,6 +551,12 @@ impl PooledInstance {
                 }
                 return Ok(Ran::Value(result));
             }
+            if self.input.is_empty() {
+                // The image was built but could not be placed: the guest parses the JSON.
+                input.write_json(&mut self.input);
+            }
+            let len = i32::try_from(self.input.len())
+                .map_err(|_| wasmtime::Error::msg("input larger than 2 GiB"))?;
             let (input_addr, heap, mode) = if reset {
                 (self.heap_ptr, self.heap_ptr.wrapping_add(len), MODE_PARSE)
             } else {
@@ -548,6 +583,11 @@ impl PooledInstance {
             }
             return Ok(Ran::Value(result));
         }
+        if self.input.is_empty() {
+            input.write_json(&mut self.input);
+        }
+        let len = i32::try_from(self.input.len())
+            .map_err(|_| wasmtime::Error::msg("input larger than 2 GiB"))?;
         if self.keep_heap.is_some() {
             let result = self.run_ctx(entrypoint, reset);
             if result.is_ok() {

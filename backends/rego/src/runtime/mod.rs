@@ -38,6 +38,7 @@ pub(crate) use clock::clock_memory;
 pub(crate) use clock::engine;
 use clock::runtime;
 use clock::{TICK, now};
+pub(crate) use image::{Image, MAX_DEPTH};
 pub(crate) use instance::PooledInstance;
 use instance::*;
 pub(crate) use module::{CompiledModule, ModuleError, compile_cached};

@@ -411,3 +411,99 @@ proptest! {
         prop_assert_eq!(host, guest, "{:?} on {:?}", pattern, text);
     }
 }
+
+/// The image built straight from `input` and the image built from its JSON, for `base`: the
+/// same bytes and root (`None` when the image does not take it).
+fn both_images(
+    input: &impl crate::input::InputJson,
+    base: u32,
+) -> (Option<(u32, Vec<u8>)>, Option<(u32, Vec<u8>)>) {
+    let mut json = Vec::new();
+    input.write_json(&mut json);
+    let mut image = Image::new();
+    let from_json = image
+        .build(&json, base)
+        .map(|root| (root, image.bytes.clone()));
+    image.start(base);
+    let direct = input
+        .build_image(&mut image)
+        .map(|root| (root, image.bytes.clone()));
+    (direct, from_json)
+}
+
+fn contexts(
+    text: &str,
+    extra: Value,
+) -> (
+    portcullis_engine::InputContext,
+    portcullis_engine::ToolCallContext,
+    portcullis_engine::OutputContext,
+) {
+    use portcullis_engine::{
+        InputContext, Message, Metadata, OutputContext, Role, ToolCallContext,
+    };
+    let metadata = || {
+        let mut metadata = Metadata::new("agent-7", text).with_timestamp("2026-01-01T00:00:00Z");
+        if let Value::Object(map) = &extra {
+            metadata.extra = map.clone();
+        }
+        metadata
+    };
+    let arguments = match json!({"query": text, "n": [1, 2.5, null, true], "nested": {"a": {}}}) {
+        Value::Object(map) => map,
+        _ => unreachable!(),
+    };
+    (
+        InputContext::new(
+            vec![
+                Message::new(Role::System, "You are helpful."),
+                Message::new(Role::User, text),
+            ],
+            metadata(),
+        ),
+        ToolCallContext::new(
+            "web_search",
+            arguments,
+            Message::new(Role::Assistant, text),
+            metadata(),
+        ),
+        OutputContext::new(Message::new(Role::Assistant, text), metadata()),
+    )
+}
+
+#[test]
+fn an_image_built_from_the_context_is_the_image_of_its_json() {
+    for (text, extra) in [
+        ("my SSN is 123-45-6789", json!({})),
+        (
+            "tab\t\"quoted\"\\ \u{1} ☃ 😀",
+            json!({"tenant": "a", "tags": ["x", {"y": 1e300}]}),
+        ),
+        ("", json!({"z": null, "é": -0.5})),
+    ] {
+        let (input, call, output) = contexts(text, extra);
+        for base in [0, 123_456] {
+            let (direct, from_json) = both_images(&input, base);
+            assert!(direct.is_some(), "taken");
+            assert_eq!(direct, from_json, "input context");
+            let (direct, from_json) = both_images(&call, base);
+            assert!(direct.is_some(), "taken");
+            assert_eq!(direct, from_json, "tool call context");
+            let (direct, from_json) = both_images(&output, base);
+            assert!(direct.is_some(), "taken");
+            assert_eq!(direct, from_json, "output context");
+        }
+    }
+    // A key of `extra` that is a named one: there twice in the JSON, not taken either way.
+    let (input, _, _) = contexts("x", json!({"agent_id": "other"}));
+    assert_eq!(both_images(&input, 0), (None, None));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+    #[test]
+    fn any_value_built_directly_is_the_image_of_its_json(value in value(), base in 0u32..1 << 20) {
+        let (direct, from_json) = both_images(&value, base);
+        prop_assert_eq!(direct, from_json);
+    }
+}
