@@ -412,12 +412,12 @@ proptest! {
     }
 }
 
+/// An image's root and bytes.
+type Built = (u32, Vec<u8>);
+
 /// The image built straight from `input` and the image built from its JSON, for `base`: the
 /// same bytes and root (`None` when the image does not take it).
-fn both_images(
-    input: &impl crate::input::InputJson,
-    base: u32,
-) -> (Option<(u32, Vec<u8>)>, Option<(u32, Vec<u8>)>) {
+fn both_images(input: &impl crate::input::InputJson, base: u32) -> (Option<Built>, Option<Built>) {
     let mut json = Vec::new();
     input.write_json(&mut json);
     let mut image = Image::new();
@@ -505,5 +505,70 @@ proptest! {
     fn any_value_built_directly_is_the_image_of_its_json(value in value(), base in 0u32..1 << 20) {
         let (direct, from_json) = both_images(&value, base);
         prop_assert_eq!(direct, from_json);
+    }
+}
+
+/// A policy whose patterns come from its data document decides alike with the host answering
+/// `regex.match` and with the module's own RE2, over many evaluations of one instance.
+#[test]
+fn a_policy_with_patterns_from_its_data_decides_alike_with_the_host_and_without() {
+    let module = module("opa-wasm-extra/authz-allow/bundle.tar.gz");
+    assert!(module.regex);
+    let dir = match std::env::var_os("PORTCULLIS_OPA_FIXTURES") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
+    };
+    let permissions: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("opa-wasm-extra/authz-allow/permissions.json")).expect("reads"),
+    )
+    .expect("JSON");
+    let paths = [
+        "/users/bob/age",
+        "//users/bob/age",
+        "/users/bøb/age",
+        "/users/BOB/AGE",
+        "/users//age",
+        "/users/bob_1/age/x",
+        "/offices",
+    ];
+    for (pattern, host) in [
+        ("^/+users/([^/]+)/age", true),
+        (r"^/users/\w+/age$", true),
+        ("(?i)^/USERS/[a-z]+/AGE", true),
+        // Left to the module.
+        (r"^/users/\pL+/age$", false),
+    ] {
+        let data = json!({
+            "permissions": permissions,
+            "entrypointSetting": {"type": "REST", "restEntrypoints": [{
+                "pathRegex": pattern,
+                "method": "GET",
+                "require": {"resource": "user", "verb": "getage", "whoOwnsInArgs": "user_name"},
+            }]},
+        });
+        let data = serde_json::to_vec(&data).expect("JSON");
+        let mut with_host = module.instance(&data, limits()).expect("an instance");
+        let mut without = module.instance(&data, limits()).expect("an instance");
+        without.store.data_mut().host_regex = false;
+        for round in 0..50 {
+            let path = paths[round % paths.len()];
+            let who = ["alice", "bob", "carol"][round % 3];
+            let input =
+                json!({"who": who, "path": path, "method": "GET", "args": {"user_name": "bob"}});
+            let mut results = Vec::new();
+            for instance in [&mut with_host, &mut without] {
+                let result = instance
+                    .evaluate(0, &input, limits(), |json| Ok(json.to_vec()))
+                    .expect("evaluates");
+                results.push(serde_json::from_slice::<Value>(&result).expect("JSON"));
+            }
+            assert_eq!(results[0], results[1], "{pattern:?} on {input}");
+        }
+        assert_eq!(without.store.data().regexes.decided(), 0);
+        assert_eq!(
+            with_host.store.data().regexes.decided() > 0,
+            host,
+            "{pattern:?}: the host decided"
+        );
     }
 }
