@@ -185,6 +185,11 @@ impl Image {
         });
     }
 
+    /// The address the image is built for.
+    pub(super) fn base(&self) -> u32 {
+        self.base
+    }
+
     /// The address just past the image.
     pub(super) fn end(&self) -> Option<u32> {
         self.end_for(self.base)

@@ -454,15 +454,20 @@ impl PooledInstance {
     }
 
     /// The input built straight from its value into `self.image` for where
-    /// [`run`](Self::run) puts it (the post-data heap, or address 0 to be moved into a block
-    /// when the heap is kept): its root, or `None` when the module takes no images or the
+    /// [`run`](Self::run) puts it: its root, or `None` when the module takes no images or the
     /// image does not take the input.
+    ///
+    /// That is the post-data heap, or when the heap is kept, the block the guest's allocator
+    /// will most likely give for it: just past the heap's end (unless a free block fits).
+    /// `run` checks, and builds it again where the block is when it is elsewhere.
     fn build_image(&mut self, input: &impl InputJson) -> Option<u32> {
         self.funcs.entry.as_ref()?;
         let base = if self.resets() {
             u32::try_from(self.heap_ptr).ok()?
         } else {
-            0
+            u32::try_from(self.heap_end)
+                .ok()?
+                .checked_add(super::image::HEADER)?
         };
         let image = self.image.as_mut()?;
         image.start(base);
@@ -520,8 +525,17 @@ impl PooledInstance {
                     .ok()
                     .filter(|&base| base != 0)
                     .ok_or_else(|| wasmtime::Error::msg("opa_malloc returned a bad address"))?;
-                let root = image
-                    .relocate(root, base)
+                let root = if image.base() == base {
+                    Some(root)
+                } else if image.base() == 0 {
+                    image.relocate(root, base)
+                } else {
+                    // The block is not where the image was built for: built again there (the
+                    // same input gives an image of the same size, whatever its base).
+                    image.start(base);
+                    input.build_image(image)
+                };
+                let root = root
                     .and_then(|root| i32::try_from(root).ok())
                     .ok_or_else(|| wasmtime::Error::msg("the input does not fit in memory"))?;
                 write_at(&mut self.store, self.memory, base, &image.bytes)?;

@@ -572,3 +572,33 @@ fn a_policy_with_patterns_from_its_data_decides_alike_with_the_host_and_without(
         );
     }
 }
+
+/// With the heap kept, the input is built for the block the guest's allocator will most likely
+/// give; where the block is elsewhere, it is built again there. Both decide right, evaluation
+/// after evaluation.
+#[test]
+fn an_image_built_for_a_block_elsewhere_is_built_again_there() {
+    let module = module(SSN);
+    let mut instance = instance(&module);
+    assert!(instance.keep_heap.is_some(), "the heap is kept");
+    for round in 0..200usize {
+        let deny = round % 3 == 0;
+        let content = if deny {
+            format!("{} my SSN is 123-45-6789", "x".repeat(round))
+        } else {
+            format!("{} nothing here", "y".repeat(round * 7))
+        };
+        let input = json!({"messages": [{"role": "user", "content": content}], "n": round});
+        if round % 2 == 1 {
+            // The block will not be where the image is built for.
+            instance.heap_end += 64;
+        }
+        let result = instance
+            .evaluate(0, &input, limits(), |json| {
+                Ok(serde_json::from_slice::<Value>(json).expect("JSON"))
+            })
+            .expect("evaluates");
+        let expected = if deny { "deny" } else { "allow" };
+        assert_eq!(result[0]["result"]["decision"], expected, "round {round}");
+    }
+}
