@@ -21,7 +21,11 @@
 //!   call), is the module's;
 //! - a pattern with a NUL byte is the module's (OPA hands RE2 the pattern as a C string).
 //!
-//! A module opts in only after [`probe`](super::module) found its answers and the host's the
+//! The compiled patterns live outside the module's memory and its limit: at most
+//! [`MAX_PATTERNS`] per instance, each within [`SIZE_LIMIT`] and with a lazy DFA within the
+//! same.
+//!
+//! A module opts in only after a probe (`probe_regex`) found its answers and the host's the
 //! same on a set of patterns.
 
 use regex::bytes::{Regex, RegexBuilder};
@@ -274,6 +278,11 @@ impl Walk<'_> {
     }
 
     fn literal(&mut self, literal: &Literal) -> Option<()> {
+        // Case folding is taken for ASCII only (`\x{e9}` is ASCII text for a letter that is
+        // not).
+        if self.fold && !literal.c.is_ascii() {
+            return None;
+        }
         let ok = match &literal.kind {
             LiteralKind::Verbatim | LiteralKind::Meta => true,
             // RE2 takes an escaped ASCII character that is neither a letter nor a digit as
@@ -463,6 +472,7 @@ mod tests {
             r"\u0041",
             r"\_",
             "(?i)é",
+            r"(?i)\x{e9}",
             r"(?i)\d",
             "(?i)[^a]",
             "(?i)[[:upper:]]",
