@@ -16,9 +16,12 @@
 //!   Anything else (a Unicode class, `\pL`, a syntax only one of them reads) is the module's;
 //! - a pattern the `regex` crate does not compile within a small size limit is the module's
 //!   (RE2's own limit is far larger, so whatever compiles here compiles there);
-//! - a text that is not UTF-8 (RE2 matches such bytes its own way), or longer than
-//!   [`MAX_TEXT`] (the module's loops check the time limit as they go, the host only after the
-//!   call), is the module's;
+//! - a text that is not UTF-8 (RE2 matches such bytes its own way) is the module's, and so is
+//!   a text longer than [`MAX_TEXT`], or one whose length times the pattern's weight (its
+//!   length times its nested repetition counts, a bound on its automaton) passes
+//!   [`MAX_WORK`]: the module's loops check the time limit as they go, the host only after the
+//!   call, so the host takes only what it can match well within a millisecond or so even when
+//!   its lazy DFA gives up;
 //! - a pattern with a NUL byte is the module's (OPA hands RE2 the pattern as a C string).
 //!
 //! The compiled patterns live outside the module's memory and its limit: at most
@@ -41,6 +44,8 @@ use regex_syntax::ast::{
 
 /// The longest text the host matches; longer ones are the module's.
 pub(super) const MAX_TEXT: usize = 64 * 1024;
+/// The most work the host takes on for one call: the text's length times the pattern's weight.
+const MAX_WORK: usize = 1 << 21;
 /// The longest pattern the host takes.
 const MAX_PATTERN: usize = 4096;
 /// How many compiled patterns an instance keeps (the oldest goes first).
@@ -50,10 +55,14 @@ const SIZE_LIMIT: usize = 256 * 1024;
 /// RE2's largest repetition count, also the limit of nested counts multiplied.
 const MAX_REPEAT: u32 = 1000;
 
+/// A pattern compiled, and its weight.
+type Compiled = (Regex, usize);
+
 /// The patterns an instance has seen: each compiled, or `None` when it is the module's.
 #[derive(Default)]
 pub(super) struct Regexes {
-    patterns: Vec<(Box<[u8]>, Option<Regex>)>,
+    /// Each pattern seen, compiled with its weight.
+    patterns: Vec<(Box<[u8]>, Option<Compiled>)>,
     /// How many calls the host answered.
     decided: u64,
 }
@@ -78,7 +87,10 @@ impl Regexes {
                 self.patterns.len() - 1
             }
         };
-        let regex = self.patterns[index].1.as_ref()?;
+        let (regex, weight) = self.patterns[index].1.as_ref()?;
+        if weight.saturating_mul(text.len()) > MAX_WORK {
+            return None;
+        }
         std::str::from_utf8(text).ok()?;
         self.decided += 1;
         Some(regex.is_match(text))
@@ -90,20 +102,22 @@ impl Regexes {
     }
 }
 
-/// The pattern compiled as RE2 reads it, or `None` when the module decides.
-fn compile(pattern: &[u8]) -> Option<Regex> {
+/// The pattern compiled as RE2 reads it, and its weight, or `None` when the module decides.
+fn compile(pattern: &[u8]) -> Option<Compiled> {
     let pattern = std::str::from_utf8(pattern).ok()?;
-    let translated = translate(pattern)?;
-    RegexBuilder::new(&translated)
+    let (translated, weight) = translate(pattern)?;
+    let regex = RegexBuilder::new(&translated)
         .size_limit(SIZE_LIMIT)
         .dfa_size_limit(SIZE_LIMIT)
         .build()
-        .ok()
+        .ok()?;
+    Some((regex, weight))
 }
 
-/// `pattern` (RE2 syntax) in the `regex` crate's syntax with RE2's meaning, or `None` when it
-/// is not in the subset the host takes (see the module docs).
-pub(super) fn translate(pattern: &str) -> Option<String> {
+/// `pattern` (RE2 syntax) in the `regex` crate's syntax with RE2's meaning, and its weight
+/// (its length times the largest product of nested repetition counts), or `None` when it is
+/// not in the subset the host takes (see the module docs).
+pub(super) fn translate(pattern: &str) -> Option<(String, usize)> {
     if pattern.len() > MAX_PATTERN || pattern.contains('\0') {
         return None;
     }
@@ -115,6 +129,7 @@ pub(super) fn translate(pattern: &str) -> Option<String> {
         pattern,
         fold: false,
         edits: Vec::new(),
+        product: 1,
     };
     walk.fold = folds(&ast);
     if walk.fold && !pattern.is_ascii() {
@@ -129,7 +144,8 @@ pub(super) fn translate(pattern: &str) -> Option<String> {
         copied = end;
     }
     out.push_str(pattern.get(copied..)?);
-    Some(out)
+    let weight = out.len().checked_mul(usize::try_from(walk.product).ok()?)?;
+    Some((out, weight))
 }
 
 /// Whether the pattern turns case-insensitivity on anywhere.
@@ -160,6 +176,8 @@ struct Walk<'a> {
     fold: bool,
     /// `(start, end, replacement)`, in the order of the pattern.
     edits: Vec<(usize, usize, &'static str)>,
+    /// The largest product of nested repetition counts.
+    product: u32,
 }
 
 impl Walk<'_> {
@@ -225,6 +243,7 @@ impl Walk<'_> {
                         if product > MAX_REPEAT {
                             return None;
                         }
+                        self.product = self.product.max(product);
                         product
                     }
                 };
@@ -444,7 +463,8 @@ mod tests {
             (r"\.\-\x41\x{e9}\t", r"\.\-\x41\x{e9}\t"),
             ("é+", "é+"),
         ] {
-            assert_eq!(translate(pattern).as_deref(), Some(expected), "{pattern}");
+            let translated = translate(pattern).map(|(translated, _)| translated);
+            assert_eq!(translated.as_deref(), Some(expected), "{pattern}");
         }
     }
 
@@ -501,5 +521,22 @@ mod tests {
         assert_eq!(regexes.is_match(b"a", b"a\xff"), None);
         assert_eq!(regexes.is_match(br"\pL", b"a"), None);
         assert_eq!(regexes.decided(), 100);
+    }
+
+    #[test]
+    fn a_long_text_for_a_heavy_pattern_is_left_to_the_module() {
+        // 16 bytes, 1000 times nested: a weight of 16 000.
+        let heavy = "(?:[a-c]x){1000}";
+        assert_eq!(translate(heavy).map(|(_, weight)| weight), Some(16_000));
+        let mut regexes = Regexes::default();
+        let text = "ax".repeat(64);
+        assert_eq!(
+            regexes.is_match(heavy.as_bytes(), text.as_bytes()),
+            Some(false)
+        );
+        let text = "ax".repeat(1000);
+        assert_eq!(regexes.is_match(heavy.as_bytes(), text.as_bytes()), None);
+        // A light pattern on the same text: the host's.
+        assert_eq!(regexes.is_match(b"x$", text.as_bytes()), Some(true));
     }
 }
