@@ -575,8 +575,31 @@ impl PolicyEngine {
             .taken
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        self.run_point(&evaluation.set, context, &mut evaluation.context, taken)
-            .await?;
+        let point = C::point_policies(&evaluation.set);
+        let mut next = 0;
+        // The usual point, policies without deadlines one after another, starts here
+        // rather than a step further in `run_point`; `run_point` goes on from any other
+        // outcome than a plain `allow`.
+        let stop = if point.settings.call_deadline.is_none()
+            && !(point.settings.concurrent && point.entries.len() > 1)
+        {
+            let run = Sequence::<C> {
+                engine: self,
+                entries: &point.entries,
+                context,
+                next: &mut next,
+                taken: &mut *taken,
+                running: None,
+            };
+            Some(run.await)
+        } else {
+            None
+        };
+        if !matches!(stop, Some(Stop::End)) {
+            let (set, current) = (&*evaluation.set, &mut evaluation.context);
+            self.run_point(set, context, current, taken, (next, stop))
+                .await?;
+        }
         if evaluation
             .taken
             .get_mut()
@@ -621,7 +644,7 @@ impl PolicyEngine {
         }
         let Some(store) = &self.sessions else {
             let (mut current, mut taken) = (Cow::Borrowed(context), TakenList::default());
-            self.run_point(&set, context, &mut current, &mut taken)
+            self.run_point(&set, context, &mut current, &mut taken, (0, None))
                 .await?;
             return Ok((Evaluation::new(current, taken, set, C::POINT), Vec::new()));
         };
@@ -640,7 +663,7 @@ impl PolicyEngine {
         };
         let seen = flow::with_facts(context, facts);
         let (mut current, mut taken) = (Cow::Borrowed(&seen.context), TakenList::default());
-        self.run_point(&set, &seen.context, &mut current, &mut taken)
+        self.run_point(&set, &seen.context, &mut current, &mut taken, (0, None))
             .await?;
         let mut labels = Vec::new();
         for taken in taken.others().filter(|taken| taken.enforced) {
@@ -693,12 +716,14 @@ impl PolicyEngine {
 
     /// Runs the policies of `C`'s point on `context`: `current` becomes the context to
     /// forward, `taken` holds the decisions taken (both start as `context` and empty).
+    /// `(next, stop)`: where a run already under way stopped (`(0, None)` to start).
     async fn run_point<'c, C: PolicyContext>(
         &self,
         set: &PolicySet,
         context: &'c C,
         current: &mut Cow<'c, C>,
         taken: &mut TakenList,
+        (mut next, mut stopped): (usize, Option<Stop>),
     ) -> Result<(), EngineError> {
         let on_error = set.on_error;
         let point = C::point_policies(set);
@@ -706,7 +731,7 @@ impl PolicyEngine {
             .settings
             .call_deadline
             .map(|deadline| (Instant::now() + deadline, deadline));
-        if point.settings.concurrent && point.entries.len() > 1 {
+        if stopped.is_none() && point.settings.concurrent && point.entries.len() > 1 {
             // Boxed: its future is large, and it allocates per policy anyway.
             (*current, *taken) = Box::pin(self.evaluate_concurrently(
                 &point.entries,
@@ -718,11 +743,12 @@ impl PolicyEngine {
             return Ok(());
         }
         let entries = &point.entries[..];
-        let mut next = 0;
         loop {
             // The policies without a deadline run in a row, their plain `allow`s kept on
             // the way; the run stops at any other outcome, which is settled here.
-            let stop = if call_deadline.is_none() {
+            let stop = if let Some(stop) = stopped.take() {
+                stop
+            } else if call_deadline.is_none() {
                 Sequence::<C> {
                     engine: self,
                     entries,
