@@ -25,7 +25,6 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use regex::Regex;
 use serde_json::{Map, Value};
@@ -108,7 +107,7 @@ fn changed_redactions<C: PolicyContext>(
                 let pattern = redaction.pattern.as_deref().ok_or_else(|| {
                     ApplyError::new(&redaction.field, "the `replace` strategy needs a `pattern`")
                 })?;
-                let regex = cached_regex(pattern)
+                let regex = thread_regex(pattern)
                     .map_err(|problem| ApplyError::new(&redaction.field, problem))?;
                 Change::Replace(regex, redaction.replacement_or_default())
             }
@@ -148,7 +147,7 @@ fn changed_operations<C: PolicyContext>(
 /// One redaction or operation, ready to apply.
 enum Change<'d> {
     Mask(&'d str),
-    Replace(Arc<Regex>, &'d str),
+    Replace(Rc<Regex>, &'d str),
     Remove,
     Set(&'d Value),
     Prepend(&'d str),
@@ -245,6 +244,44 @@ fn check_changed<C: PolicyContext>(original: &C, changed: &C) -> Result<(), Appl
         ));
     }
     Ok(())
+}
+
+/// A redaction pattern compiled for this thread (see [`cached_regex`], which compiles it
+/// once for all threads): a handle the thread counts without atomic operations, on a copy
+/// of the regex whose scratch space this thread owns, so a search takes no lock either.
+fn thread_regex(pattern: &str) -> Result<Rc<Regex>, String> {
+    thread_local! {
+        /// The pattern used last: comparing it costs less than hashing it.
+        static LAST: RefCell<Option<Rc<Regex>>> = const { RefCell::new(None) };
+        static REGEXES: RefCell<HashMap<Box<str>, Rc<Regex>>> = RefCell::new(HashMap::new());
+    }
+    let last = LAST.with(|last| {
+        last.borrow()
+            .as_ref()
+            .filter(|regex| regex.as_str() == pattern)
+            .map(Rc::clone)
+    });
+    if let Some(regex) = last {
+        return Ok(regex);
+    }
+    let found = REGEXES.with(|regexes| regexes.borrow().get(pattern).map(Rc::clone));
+    let regex = match found {
+        Some(regex) => regex,
+        None => {
+            // A clone shares the compiled program and gets scratch space of its own.
+            let regex = Rc::new(Regex::clone(&*cached_regex(pattern)?));
+            REGEXES.with(|regexes| {
+                let mut regexes = regexes.borrow_mut();
+                if regexes.len() >= PATTERN_CACHE_CAPACITY {
+                    regexes.clear();
+                }
+                regexes.insert(pattern.into(), Rc::clone(&regex));
+            });
+            regex
+        }
+    };
+    LAST.with(|last| *last.borrow_mut() = Some(Rc::clone(&regex)));
+    Ok(regex)
 }
 
 /// Parsed paths, per thread: decisions name the same few fields again and again.
