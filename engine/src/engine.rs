@@ -575,30 +575,43 @@ impl PolicyEngine {
             .taken
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        let point = C::point_policies(&evaluation.set);
-        let mut next = 0;
-        // The usual point, policies without deadlines one after another, starts here
-        // rather than a step further in `run_point`; `run_point` goes on from any other
-        // outcome than a plain `allow`.
-        let stop = if point.settings.call_deadline.is_none()
+        let (point, on_error) = (C::point_policies(&evaluation.set), evaluation.set.on_error);
+        // The usual point, policies without deadlines one after another, runs here rather
+        // than a step further in `run_point` (each step moves what it returns): plain
+        // `allow`s in a row, any other outcome settled between two runs. `run_point` takes
+        // over for a call deadline, a concurrent point, or a policy with a deadline.
+        let mut rest = Some((0, None));
+        if point.settings.call_deadline.is_none()
             && !(point.settings.concurrent && point.entries.len() > 1)
         {
-            let run = Sequence::<C> {
-                engine: self,
-                entries: &point.entries,
-                context,
-                next: &mut next,
-                taken: &mut *taken,
-                running: None,
+            let entries = &point.entries[..];
+            let mut next = 0;
+            rest = loop {
+                let run = Sequence::<C> {
+                    engine: self,
+                    entries,
+                    context: &*evaluation.context,
+                    next: &mut next,
+                    taken: &mut *taken,
+                    running: None,
+                };
+                match run.await {
+                    Stop::End => break None,
+                    Stop::Outcome(outcome) => {
+                        let (entry, current) = (&entries[next], &mut evaluation.context);
+                        self.settle(on_error, (next, entry), outcome, None, current, taken)?;
+                        next += 1;
+                        if next == entries.len() {
+                            break None;
+                        }
+                    }
+                    stop @ Stop::Deadline => break Some((next, Some(stop))),
+                }
             };
-            Some(run.await)
-        } else {
-            None
-        };
-        if !matches!(stop, Some(Stop::End)) {
+        }
+        if let Some(resume) = rest {
             let (set, current) = (&*evaluation.set, &mut evaluation.context);
-            self.run_point(set, context, current, taken, (next, stop))
-                .await?;
+            self.run_point(set, context, current, taken, resume).await?;
         }
         if evaluation
             .taken
