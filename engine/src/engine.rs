@@ -580,24 +580,27 @@ impl PolicyEngine {
         // than a step further in `run_point` (each step moves what it returns): plain
         // `allow`s in a row, any other outcome settled between two runs. `run_point` takes
         // over for a call deadline, a concurrent point, or a policy with a deadline.
-        let mut rest = Some((0, None));
+        let mut rest = Some(0);
         if point.settings.call_deadline.is_none()
             && !(point.settings.concurrent && point.entries.len() > 1)
         {
             let entries = &point.entries[..];
             let mut next = 0;
             rest = loop {
-                let run = Sequence::<C> {
+                let mut run = Sequence::<C> {
                     engine: self,
                     entries,
                     context: &*evaluation.context,
                     next: &mut next,
                     taken: &mut *taken,
                     running: None,
+                    outcome: None,
                 };
-                match run.await {
-                    Stop::End => break None,
-                    Stop::Outcome(outcome) => {
+                let stop = (&mut run).await;
+                let outcome = run.outcome.take();
+                drop(run);
+                match (outcome, stop) {
+                    (Some(outcome), _) => {
                         let (entry, current) = (&entries[next], &mut evaluation.context);
                         self.settle(on_error, (next, entry), outcome, None, current, taken)?;
                         next += 1;
@@ -605,7 +608,8 @@ impl PolicyEngine {
                             break None;
                         }
                     }
-                    stop @ Stop::Deadline => break Some((next, Some(stop))),
+                    (None, Stop::Ran) => break None,
+                    (None, Stop::Deadline) => break Some(next),
                 }
             };
         }
@@ -657,7 +661,7 @@ impl PolicyEngine {
         }
         let Some(store) = &self.sessions else {
             let (mut current, mut taken) = (Cow::Borrowed(context), TakenList::default());
-            self.run_point(&set, context, &mut current, &mut taken, (0, None))
+            self.run_point(&set, context, &mut current, &mut taken, 0)
                 .await?;
             return Ok((Evaluation::new(current, taken, set, C::POINT), Vec::new()));
         };
@@ -676,7 +680,7 @@ impl PolicyEngine {
         };
         let seen = flow::with_facts(context, facts);
         let (mut current, mut taken) = (Cow::Borrowed(&seen.context), TakenList::default());
-        self.run_point(&set, &seen.context, &mut current, &mut taken, (0, None))
+        self.run_point(&set, &seen.context, &mut current, &mut taken, 0)
             .await?;
         let mut labels = Vec::new();
         for taken in taken.others().filter(|taken| taken.enforced) {
@@ -729,14 +733,15 @@ impl PolicyEngine {
 
     /// Runs the policies of `C`'s point on `context`: `current` becomes the context to
     /// forward, `taken` holds the decisions taken (both start as `context` and empty).
-    /// `(next, stop)`: where a run already under way stopped (`(0, None)` to start).
+    /// `next`: the first policy to run (0 to start; a run that stopped at a policy with a
+    /// deadline goes on from there).
     async fn run_point<'c, C: PolicyContext>(
         &self,
         set: &PolicySet,
         context: &'c C,
         current: &mut Cow<'c, C>,
         taken: &mut TakenList,
-        (mut next, mut stopped): (usize, Option<Stop>),
+        mut next: usize,
     ) -> Result<(), EngineError> {
         let on_error = set.on_error;
         let point = C::point_policies(set);
@@ -744,7 +749,7 @@ impl PolicyEngine {
             .settings
             .call_deadline
             .map(|deadline| (Instant::now() + deadline, deadline));
-        if stopped.is_none() && point.settings.concurrent && point.entries.len() > 1 {
+        if next == 0 && point.settings.concurrent && point.entries.len() > 1 {
             // Boxed: its future is large, and it allocates per policy anyway.
             (*current, *taken) = Box::pin(self.evaluate_concurrently(
                 &point.entries,
@@ -759,25 +764,26 @@ impl PolicyEngine {
         loop {
             // The policies without a deadline run in a row, their plain `allow`s kept on
             // the way; the run stops at any other outcome, which is settled here.
-            let stop = if let Some(stop) = stopped.take() {
-                stop
-            } else if call_deadline.is_none() {
-                Sequence::<C> {
-                    engine: self,
-                    entries,
-                    context: &**current,
-                    next: &mut next,
-                    taken,
-                    running: None,
-                }
-                .await
+            let mut run = Sequence::<C> {
+                engine: self,
+                entries,
+                context: &**current,
+                next: &mut next,
+                taken,
+                running: None,
+                outcome: None,
+            };
+            let stop = if call_deadline.is_none() {
+                (&mut run).await
             } else {
                 Stop::Deadline
             };
-            let outcome = match stop {
-                Stop::End => break,
-                Stop::Outcome(outcome) => outcome,
-                Stop::Deadline => match entries.get(next) {
+            let stopped = run.outcome.take();
+            drop(run);
+            let outcome = match (stopped, stop) {
+                (Some(outcome), _) => outcome,
+                (None, Stop::Ran) => break,
+                (None, Stop::Deadline) => match entries.get(next) {
                     // Boxed: the timer's future is large, and rarely needed.
                     Some(entry) => {
                         Box::pin(evaluate_entry::<C>(entry, &**current, call_deadline)).await
@@ -1143,10 +1149,11 @@ impl PolicyEngine {
 
 /// Why a [`Sequence`] stopped.
 enum Stop {
-    /// Every policy ran.
-    End,
-    /// The policy at `next` came to this outcome (neither a plain `allow` nor pending).
-    Outcome(Outcome),
+    /// Every policy ran, or the policy at `next` came to the outcome left in
+    /// [`Sequence::outcome`] (neither a plain `allow` nor pending). The outcome is not a
+    /// field of a variant: moving it out of an enum that shares its tag copies it at odd
+    /// offsets, which costs more than the move itself.
+    Ran,
     /// The policy at `next` has a deadline: it runs on its own, with a timer.
     Deadline,
 }
@@ -1164,6 +1171,8 @@ struct Sequence<'s, 'c, C: PolicyContext> {
     next: &'s mut usize,
     taken: &'s mut TakenList,
     running: Option<crate::BoxFuture<'c, Outcome>>,
+    /// The outcome the run stopped at, if it stopped at one.
+    outcome: Option<Outcome>,
 }
 
 impl<C: PolicyContext> Sequence<'_, '_, C> {
@@ -1209,10 +1218,13 @@ impl<C: PolicyContext> Sequence<'_, '_, C> {
                     self.taken.push_allow(*self.next, audit, enforced);
                     *self.next += 1;
                 }
-                outcome => return Poll::Ready(Stop::Outcome(outcome)),
+                outcome => {
+                    self.outcome = Some(outcome);
+                    return Poll::Ready(Stop::Ran);
+                }
             }
         }
-        Poll::Ready(Stop::End)
+        Poll::Ready(Stop::Ran)
     }
 }
 
@@ -1230,7 +1242,8 @@ impl<C: PolicyContext> Future for Sequence<'_, '_, C> {
             Err(payload) if in_policy => {
                 let panicked = PolicyPanicked::from_payload(&*payload);
                 this.running = None;
-                Poll::Ready(Stop::Outcome(Err(Box::new(panicked))))
+                this.outcome = Some(Err(Box::new(panicked)));
+                Poll::Ready(Stop::Ran)
             }
             Err(payload) => resume_unwind(payload),
         }
