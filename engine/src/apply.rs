@@ -187,10 +187,22 @@ fn change<'d, C: PolicyContext>(
             .contains_key(*field)
     });
     if typed && !shadowed {
-        let mut copy = context.clone();
-        let mut changed = false;
+        // The first change, when it edits a message's text, is made while copying: the old
+        // text is read where it is, and only the new one is written (a redaction of a long
+        // message copies it once, not twice), and a change that changes nothing copies nothing.
+        let mut first = None;
+        if count > 0 {
+            let (path, change) = prepare(0)?;
+            first = copy_with_text(context, &path, &change);
+        }
+        let (mut copy, mut changed, start) = match first {
+            Some(Some(copy)) => (copy, true, 1),
+            Some(None) if count == 1 => return Ok(None),
+            Some(None) => (context.clone(), false, 1),
+            None => (context.clone(), false, 0),
+        };
         let mut untyped = false;
-        for at in 0..count {
+        for at in start..count {
             let (path, change) = prepare(at)?;
             match edit_typed(&mut copy, &path, &change) {
                 Ok(did) => changed |= did,
@@ -323,6 +335,110 @@ fn parse_cached(field: &str) -> Result<Rc<FieldPath>, ApplyError> {
         paths.insert(field.into(), Rc::clone(&path));
         Ok(path)
     })
+}
+
+/// `context` copied with `change` made to the text of a message (a message of an input, an
+/// answer, a tool call's calling message), without copying the text it replaces: `None` when
+/// `path` names another field or `change` is not a text change (the caller copies and edits
+/// as usual), `Some(None)` when the change leaves the text as it is.
+fn copy_with_text<C: PolicyContext>(
+    context: &C,
+    path: &FieldPath,
+    change: &Change<'_>,
+) -> Option<Option<C>> {
+    let (Segment::Name(first), rest) = path.segments().split_first()? else {
+        return None;
+    };
+    let content = |rest: &[Segment]| matches!(rest, [Segment::Name(name)] if name == "content");
+    let mut copy: Option<C> = None;
+    let source: &dyn Any = context;
+    let target: &mut dyn Any = &mut copy;
+    if let (Some(input), Some(target)) = (
+        source.downcast_ref::<InputContext>(),
+        target.downcast_mut::<Option<InputContext>>(),
+    ) {
+        let ("messages", [Segment::Index { index, .. }, rest @ ..]) = (first.as_str(), rest) else {
+            return None;
+        };
+        let at = list_position(*index, input.messages.len()).filter(|_| content(rest))?;
+        let Some(text) = edited_text(&input.messages[at].content, change)? else {
+            return Some(None);
+        };
+        let mut text = Some(text);
+        let messages = input
+            .messages
+            .iter()
+            .enumerate()
+            .map(
+                |(position, message)| match text.take_if(|_| position == at) {
+                    Some(content) => Message {
+                        role: message.role,
+                        content,
+                    },
+                    None => message.clone(),
+                },
+            );
+        *target = Some(InputContext {
+            messages: messages.collect(),
+            metadata: input.metadata.clone(),
+        });
+    } else if let (Some(output), Some(target)) = (
+        source.downcast_ref::<OutputContext>(),
+        target.downcast_mut::<Option<OutputContext>>(),
+    ) {
+        if first != "response" || !content(rest) {
+            return None;
+        }
+        let Some(content) = edited_text(&output.response.content, change)? else {
+            return Some(None);
+        };
+        *target = Some(OutputContext {
+            response: Message {
+                role: output.response.role,
+                content,
+            },
+            metadata: output.metadata.clone(),
+        });
+    } else if let (Some(call), Some(target)) = (
+        source.downcast_ref::<ToolCallContext>(),
+        target.downcast_mut::<Option<ToolCallContext>>(),
+    ) {
+        if first != "calling_message" || !content(rest) {
+            return None;
+        }
+        let Some(content) = edited_text(&call.calling_message.content, change)? else {
+            return Some(None);
+        };
+        *target = Some(ToolCallContext {
+            tool_name: call.tool_name.clone(),
+            arguments: call.arguments.clone(),
+            calling_message: Message {
+                role: call.calling_message.role,
+                content,
+            },
+            metadata: call.metadata.clone(),
+        });
+    }
+    copy.map(Some)
+}
+
+/// The text `change` makes of `text`, as [`edit_string`] would: `None` for a change that is
+/// not a text change, `Some(None)` when the text stays as it is.
+fn edited_text(text: &str, change: &Change<'_>) -> Option<Option<String>> {
+    let edited = match change {
+        Change::Replace(regex, replacement) => {
+            match regex.replace_all(text, regex::NoExpand(replacement)) {
+                std::borrow::Cow::Owned(replaced) if replaced != text => Some(replaced),
+                _ => None,
+            }
+        }
+        Change::Mask(value) => (text != *value).then(|| (*value).to_owned()),
+        Change::Set(Value::String(value)) => (text != value).then(|| value.clone()),
+        Change::Prepend(addition) => (!addition.is_empty()).then(|| [*addition, text].concat()),
+        Change::Append(addition) => (!addition.is_empty()).then(|| [text, *addition].concat()),
+        Change::Set(_) | Change::Remove => return None,
+    };
+    Some(edited)
 }
 
 /// Makes one change on a typed context; whether it changed anything.
