@@ -424,6 +424,7 @@ fn copy_with_text<C: PolicyContext>(
 
 /// The text `change` makes of `text`, as [`edit_string`] would: `None` for a change that is
 /// not a text change, `Some(None)` when the text stays as it is.
+#[inline]
 fn edited_text(text: &str, change: &Change<'_>) -> Option<Option<String>> {
     let edited = match change {
         Change::Replace(regex, replacement) => {

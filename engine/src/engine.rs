@@ -586,20 +586,21 @@ impl PolicyEngine {
         {
             let entries = &point.entries[..];
             let mut next = 0;
+            let mut stopped_at = None;
             rest = loop {
-                let mut run = Sequence::<C> {
+                // Dropped where it is at the end of the block (moving it to drop it would
+                // copy it), and the outcome it stopped at stays in `stopped_at`.
+                let stop = Sequence::<C> {
                     engine: self,
                     entries,
                     context: &*evaluation.context,
                     next: &mut next,
                     taken: &mut *taken,
                     running: None,
-                    outcome: None,
-                };
-                let stop = (&mut run).await;
-                let outcome = run.outcome.take();
-                drop(run);
-                match (outcome, stop) {
+                    outcome: &mut stopped_at,
+                }
+                .await;
+                match (stopped_at.take(), stop) {
                     (Some(outcome), _) => {
                         let (entry, current) = (&entries[next], &mut evaluation.context);
                         self.settle(on_error, (next, entry), outcome, None, current, taken)?;
@@ -617,16 +618,11 @@ impl PolicyEngine {
             let (set, current) = (&*evaluation.set, &mut evaluation.context);
             self.run_point(set, context, current, taken, resume).await?;
         }
-        if evaluation
-            .taken
-            .get_mut()
-            .is_ok_and(|taken| taken.escalates())
-        {
-            // Rare, and a large future: boxed, so it does not make every evaluation's larger.
-            Box::pin(self.approve(evaluation)).await
-        } else {
-            Ok(evaluation)
+        if !taken.escalates() {
+            return Ok(evaluation);
         }
+        // Rare, and a large future: boxed, so it does not make every evaluation's larger.
+        Box::pin(self.approve(evaluation)).await
     }
 
     /// Runs the policies of `C`'s point of `set` on `context` with the session's facts, then
@@ -764,23 +760,22 @@ impl PolicyEngine {
         loop {
             // The policies without a deadline run in a row, their plain `allow`s kept on
             // the way; the run stops at any other outcome, which is settled here.
-            let mut run = Sequence::<C> {
-                engine: self,
-                entries,
-                context: &**current,
-                next: &mut next,
-                taken,
-                running: None,
-                outcome: None,
-            };
+            let mut stopped_at = None;
             let stop = if call_deadline.is_none() {
-                (&mut run).await
+                Sequence::<C> {
+                    engine: self,
+                    entries,
+                    context: &**current,
+                    next: &mut next,
+                    taken,
+                    running: None,
+                    outcome: &mut stopped_at,
+                }
+                .await
             } else {
                 Stop::Deadline
             };
-            let stopped = run.outcome.take();
-            drop(run);
-            let outcome = match (stopped, stop) {
+            let outcome = match (stopped_at, stop) {
                 (Some(outcome), _) => outcome,
                 (None, Stop::Ran) => break,
                 (None, Stop::Deadline) => match entries.get(next) {
@@ -942,6 +937,7 @@ impl PolicyEngine {
     /// Audits one outcome and applies it: a change to `current`, a decision to `taken`, or
     /// the error that stops the evaluation. `evaluated` is the context the policy saw, when it
     /// is not `current` (the one changes apply to).
+    #[inline]
     fn settle<C: PolicyContext>(
         &self,
         on_error: OnError,
@@ -1172,7 +1168,7 @@ struct Sequence<'s, 'c, C: PolicyContext> {
     taken: &'s mut TakenList,
     running: Option<crate::BoxFuture<'c, Outcome>>,
     /// The outcome the run stopped at, if it stopped at one.
-    outcome: Option<Outcome>,
+    outcome: &'s mut Option<Outcome>,
 }
 
 impl<C: PolicyContext> Sequence<'_, '_, C> {
@@ -1219,7 +1215,7 @@ impl<C: PolicyContext> Sequence<'_, '_, C> {
                     *self.next += 1;
                 }
                 outcome => {
-                    self.outcome = Some(outcome);
+                    *self.outcome = Some(outcome);
                     return Poll::Ready(Stop::Ran);
                 }
             }
@@ -1242,7 +1238,7 @@ impl<C: PolicyContext> Future for Sequence<'_, '_, C> {
             Err(payload) if in_policy => {
                 let panicked = PolicyPanicked::from_payload(&*payload);
                 this.running = None;
-                this.outcome = Some(Err(Box::new(panicked)));
+                *this.outcome = Some(Err(Box::new(panicked)));
                 Poll::Ready(Stop::Ran)
             }
             Err(payload) => resume_unwind(payload),
