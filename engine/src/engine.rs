@@ -248,13 +248,6 @@ enum Kept {
 }
 
 impl Kept {
-    fn new(decision: PolicyDecision) -> Self {
-        match decision {
-            PolicyDecision::Allow { audit, labels } if labels.is_empty() => Kept::Allow { audit },
-            other => Kept::Other(other),
-        }
-    }
-
     fn into_decision(self) -> PolicyDecision {
         match self {
             Kept::Allow { audit } => PolicyDecision::Allow {
@@ -947,20 +940,23 @@ impl PolicyEngine {
         current: &mut Cow<'_, C>,
         taken: &mut TakenList,
     ) -> Result<(), EngineError> {
-        let policy_id = C::policy_id(&entry.policy);
+        // Read only where it is needed (it is a call through the policy's vtable).
+        let policy_id = || C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
         // The common case, without moving the decision around.
         if let Ok(allow @ PolicyDecision::Allow { audit, labels }) = &outcome
             && labels.is_empty()
         {
-            self.record(
-                policy_id,
-                AuditDecision::from(allow),
-                None,
-                evaluated.unwrap_or(current),
-                enforced,
-                Some(allow),
-            );
+            if self.audits() {
+                self.record(
+                    policy_id(),
+                    AuditDecision::from(allow),
+                    None,
+                    evaluated.unwrap_or(current),
+                    enforced,
+                    Some(allow),
+                );
+            }
             taken.push(Taken {
                 index,
                 decision: Kept::Allow { audit: *audit },
@@ -971,13 +967,8 @@ impl PolicyEngine {
         let decision = match outcome {
             Ok(decision) => decision,
             Err(error) => {
-                return self.fail(
-                    on_error,
-                    policy_id,
-                    enforced,
-                    error,
-                    evaluated.unwrap_or(current),
-                );
+                let evaluated = evaluated.unwrap_or(current);
+                return self.fail(on_error, policy_id(), enforced, error, evaluated);
             }
         };
         let changes = matches!(
@@ -992,20 +983,22 @@ impl PolicyEngine {
                 Ok(_) => None,
                 Err(error) => {
                     let evaluated = evaluated.unwrap_or(current);
-                    return self.fail(on_error, policy_id, enforced, Box::new(error), evaluated);
+                    return self.fail(on_error, policy_id(), enforced, Box::new(error), evaluated);
                 }
             }
         } else {
             None
         };
-        self.record(
-            policy_id,
-            AuditDecision::from(&decision),
-            decision.reason().map(Cow::Borrowed),
-            evaluated.unwrap_or(current),
-            enforced,
-            Some(&decision),
-        );
+        if self.audits() {
+            self.record(
+                policy_id(),
+                AuditDecision::from(&decision),
+                decision.reason().map(Cow::Borrowed),
+                evaluated.unwrap_or(current),
+                enforced,
+                Some(&decision),
+            );
+        }
         if enforced
             && let PolicyDecision::Deny {
                 reason,
@@ -1013,14 +1006,15 @@ impl PolicyEngine {
             } = &decision
         {
             return Err(EngineError::Denied(PolicyDenialError::new(
-                named.as_deref().unwrap_or(policy_id),
+                named.as_deref().unwrap_or_else(policy_id),
                 C::POINT,
                 reason.clone(),
             )));
         }
-        taken.push(Taken {
+        // Not a plain `allow` (that returned above): kept as it is.
+        taken.push_other(Taken {
             index,
-            decision: Kept::new(decision),
+            decision: Kept::Other(decision),
             enforced,
         });
         // A change that changed nothing (a redaction that matched nothing) keeps forwarding
@@ -1313,7 +1307,7 @@ mod tests {
         let mut list = TakenList::default();
         let other = |index, enforced| Taken {
             index,
-            decision: Kept::new(PolicyDecision::audit("noted")),
+            decision: Kept::Other(PolicyDecision::audit("noted")),
             enforced,
         };
         list.push_allow(0, false, true);
