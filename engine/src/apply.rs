@@ -365,21 +365,18 @@ fn copy_with_text<C: PolicyContext>(
             return Some(None);
         };
         let mut text = Some(text);
-        let messages = input
-            .messages
-            .iter()
-            .enumerate()
-            .map(
-                |(position, message)| match text.take_if(|_| position == at) {
-                    Some(content) => Message {
-                        role: message.role,
-                        content,
-                    },
-                    None => message.clone(),
+        let mut messages = Vec::with_capacity(input.messages.len());
+        for (position, message) in input.messages.iter().enumerate() {
+            messages.push(match text.take_if(|_| position == at) {
+                Some(content) => Message {
+                    role: message.role,
+                    content,
                 },
-            );
+                None => message.clone(),
+            });
+        }
         *target = Some(InputContext {
-            messages: messages.collect(),
+            messages,
             metadata: input.metadata.clone(),
         });
     } else if let (Some(output), Some(target)) = (
