@@ -196,8 +196,14 @@ fn change<'d, C: PolicyContext>(
             first = copy_with_text(context, &path, &change);
         }
         let (mut copy, mut changed, start) = match first {
-            Some(Some(copy)) => (copy, true, 1),
+            // The usual decision, one change: the copy goes out as it is (each step
+            // between here and the caller would move it again).
+            Some(Some(copy)) if count == 1 => {
+                check_changed(context, &copy)?;
+                return Ok(Some(copy));
+            }
             Some(None) if count == 1 => return Ok(None),
+            Some(Some(copy)) => (copy, true, 1),
             Some(None) => (context.clone(), false, 1),
             None => (context.clone(), false, 0),
         };
