@@ -979,6 +979,12 @@ impl PolicyEngine {
         // that would fail is audited as the evaluation error it would be.
         let changed = if changes {
             match apply_changes(&**current, &decision) {
+                // Without records to write, nothing reads the context as it was: the change
+                // goes in at once (one move of the context less).
+                Ok(Some(changed)) if enforced && !self.audits() => {
+                    *current = Cow::Owned(changed);
+                    None
+                }
                 Ok(changed) if enforced => changed,
                 Ok(_) => None,
                 Err(error) => {
