@@ -14,7 +14,9 @@
 //!
 //! Changes are made on a copy of the typed context: a path to a string field (a message's
 //! content, a tool's name, a metadata field) changes that string, and a path into the open JSON
-//! values (tool arguments, extra metadata) changes the value in place. Paths and patterns are
+//! values (tool arguments, extra metadata) changes the value in place. A first change to the
+//! text of a message is made while the copy is taken, so the old text is read where it is and
+//! never copied (and a change that changes nothing copies nothing). Paths and patterns are
 //! parsed and compiled once per thread and kept (see [`cached_regex`]), so applying the same
 //! decision again takes no lock and parses nothing. The rare changes that replace a structured
 //! part of a context as a whole (`set` of `messages.0`, `remove` of a message, a `*` over a
