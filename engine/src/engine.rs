@@ -467,8 +467,7 @@ impl PolicyEngine {
     }
 
     /// [`policy_set`](Self::policy_set) for an evaluation: the set this thread found last
-    /// when it is still the active one, without taking the lock (whose two read-modify-write
-    /// operations cost more than the rest of a short evaluation's bookkeeping).
+    /// when it is still the active one, without taking the engine's lock.
     fn current_set(&self) -> Arc<PolicySet> {
         // Acquire: pairs with the release in `replace_policy_set`, so a thread that sees a
         // replacement's stamp finds no older set under it.
