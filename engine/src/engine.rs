@@ -1186,38 +1186,43 @@ impl<C: PolicyContext> Sequence<'_, '_, C> {
             *in_policy = true;
             let polled = running.as_mut().poll(cx);
             *in_policy = false;
-            let Poll::Ready(outcome) = polled else {
-                return Poll::Pending;
+            // Read where the policy's future left it: binding the outcome by value would
+            // copy it (right after it was written) for each policy.
+            let allowed = match &polled {
+                Poll::Pending => return Poll::Pending,
+                // The common case: nothing to drop, no labels and no room for any.
+                Poll::Ready(Ok(PolicyDecision::Allow { audit, labels }))
+                    if labels.capacity() == 0 =>
+                {
+                    Some(*audit)
+                }
+                Poll::Ready(_) => None,
             };
             self.running = None;
-            match outcome {
-                // The common case, kept short.
-                Ok(PolicyDecision::Allow { audit, ref labels }) if labels.capacity() == 0 => {
-                    // Nothing to drop: no labels, and no room for any.
-                    std::mem::forget(outcome);
-                    let enforced = !entry.monitor;
-                    if self.engine.audit.is_some() {
-                        let allow = PolicyDecision::Allow {
-                            audit,
-                            labels: Vec::new(),
-                        };
-                        self.engine.record(
-                            C::policy_id(&entry.policy),
-                            AuditDecision::from(&allow),
-                            None,
-                            self.context,
-                            enforced,
-                            Some(&allow),
-                        );
-                    }
-                    self.taken.push_allow(*self.next, audit, enforced);
-                    *self.next += 1;
-                }
-                outcome => {
+            let Some(audit) = allowed else {
+                if let Poll::Ready(outcome) = polled {
                     *self.outcome = Some(outcome);
-                    return Poll::Ready(Stop::Ran);
                 }
+                return Poll::Ready(Stop::Ran);
+            };
+            std::mem::forget(polled);
+            let enforced = !entry.monitor;
+            if self.engine.audit.is_some() {
+                let allow = PolicyDecision::Allow {
+                    audit,
+                    labels: Vec::new(),
+                };
+                self.engine.record(
+                    C::policy_id(&entry.policy),
+                    AuditDecision::from(&allow),
+                    None,
+                    self.context,
+                    enforced,
+                    Some(&allow),
+                );
             }
+            self.taken.push_allow(*self.next, audit, enforced);
+            *self.next += 1;
         }
         Poll::Ready(Stop::Ran)
     }
