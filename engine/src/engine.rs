@@ -592,10 +592,11 @@ impl PolicyEngine {
                     outcome: &mut stopped_at,
                 }
                 .await;
-                match (stopped_at.take(), stop) {
+                match (&mut stopped_at, stop) {
                     (Some(outcome), _) => {
                         let (entry, current) = (&entries[next], &mut evaluation.context);
                         self.settle(on_error, (next, entry), outcome, None, current, taken)?;
+                        stopped_at = None;
                         next += 1;
                         if next == entries.len() {
                             break None;
@@ -767,7 +768,7 @@ impl PolicyEngine {
             } else {
                 Stop::Deadline
             };
-            let outcome = match (stopped_at, stop) {
+            let mut outcome = match (stopped_at, stop) {
                 (Some(outcome), _) => outcome,
                 (None, Stop::Ran) => break,
                 (None, Stop::Deadline) => match entries.get(next) {
@@ -781,7 +782,7 @@ impl PolicyEngine {
             self.settle(
                 on_error,
                 (next, &entries[next]),
-                outcome,
+                &mut outcome,
                 None,
                 current,
                 taken,
@@ -876,11 +877,11 @@ impl PolicyEngine {
                 }
             }
             // Settle in declared order, as far as the outcomes allow.
-            while let Some(outcome) = finished.get_mut(next).and_then(Option::take) {
+            while let Some(mut outcome) = finished.get_mut(next).and_then(Option::take) {
                 let settled = self.settle(
                     on_error,
                     (next, &entries[next]),
-                    outcome,
+                    &mut outcome,
                     Some(context),
                     &mut current,
                     &mut decisions,
@@ -929,12 +930,15 @@ impl PolicyEngine {
     /// Audits one outcome and applies it: a change to `current`, a decision to `taken`, or
     /// the error that stops the evaluation. `evaluated` is the context the policy saw, when it
     /// is not `current` (the one changes apply to).
+    ///
+    /// The outcome is read where it lies and moved once, into `taken` (each move of a fresh
+    /// value costs more than the move itself); it is left a plain `allow`.
     #[inline]
     fn settle<C: PolicyContext>(
         &self,
         on_error: OnError,
         (index, entry): (usize, &Entry<C::Policy>),
-        outcome: Outcome,
+        outcome: &mut Outcome,
         evaluated: Option<&C>,
         current: &mut Cow<'_, C>,
         taken: &mut TakenList,
@@ -942,34 +946,39 @@ impl PolicyEngine {
         // Read only where it is needed (it is a call through the policy's vtable).
         let policy_id = || C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
-        // The common case, without moving the decision around.
-        if let Ok(allow @ PolicyDecision::Allow { audit, labels }) = &outcome
-            && labels.is_empty()
-        {
-            if self.audits() {
-                self.record(
-                    policy_id(),
-                    AuditDecision::from(allow),
-                    None,
-                    evaluated.unwrap_or(current),
-                    enforced,
-                    Some(allow),
-                );
-            }
-            taken.push(Taken {
-                index,
-                decision: Kept::Allow { audit: *audit },
-                enforced,
-            });
-            return Ok(());
-        }
         let decision = match outcome {
             Ok(decision) => decision,
-            Err(error) => {
+            Err(_) => {
+                // Taken out (it was matched as an error just above), an `allow` left in place.
+                let Err(error) = std::mem::replace(outcome, Ok(PolicyDecision::allow())) else {
+                    return Ok(());
+                };
                 let evaluated = evaluated.unwrap_or(current);
                 return self.fail(on_error, policy_id(), enforced, error, evaluated);
             }
         };
+        // The common case, without moving the decision around.
+        if let PolicyDecision::Allow { audit, labels } = decision
+            && labels.is_empty()
+        {
+            let audit = *audit;
+            if self.audits() {
+                self.record(
+                    policy_id(),
+                    AuditDecision::from(&*decision),
+                    None,
+                    evaluated.unwrap_or(current),
+                    enforced,
+                    Some(decision),
+                );
+            }
+            taken.push(Taken {
+                index,
+                decision: Kept::Allow { audit },
+                enforced,
+            });
+            return Ok(());
+        }
         let changes = matches!(
             decision,
             PolicyDecision::Redact { .. } | PolicyDecision::Transform { .. }
@@ -977,7 +986,7 @@ impl PolicyEngine {
         // A monitored change is applied too, to a scratch copy that is then dropped: a change
         // that would fail is audited as the evaluation error it would be.
         let changed = if changes {
-            match apply_changes(&**current, &decision) {
+            match apply_changes(&**current, decision) {
                 // Without records to write, nothing reads the context as it was: the change
                 // goes in at once (one move of the context less).
                 Ok(Some(changed)) if enforced && !self.audits() => {
@@ -997,18 +1006,18 @@ impl PolicyEngine {
         if self.audits() {
             self.record(
                 policy_id(),
-                AuditDecision::from(&decision),
+                AuditDecision::from(&*decision),
                 decision.reason().map(Cow::Borrowed),
                 evaluated.unwrap_or(current),
                 enforced,
-                Some(&decision),
+                Some(decision),
             );
         }
         if enforced
             && let PolicyDecision::Deny {
                 reason,
                 policy_id: named,
-            } = &decision
+            } = decision
         {
             return Err(EngineError::Denied(PolicyDenialError::new(
                 named.as_deref().unwrap_or_else(policy_id),
@@ -1019,7 +1028,7 @@ impl PolicyEngine {
         // Not a plain `allow` (that returned above): kept as it is.
         taken.push_other(Taken {
             index,
-            decision: Kept::Other(decision),
+            decision: Kept::Other(std::mem::replace(decision, PolicyDecision::allow())),
             enforced,
         });
         // A change that changed nothing (a redaction that matched nothing) keeps forwarding
@@ -1128,12 +1137,12 @@ impl PolicyEngine {
     pub(crate) async fn evaluate_monitored_output(&self, set: &PolicySet, context: &OutputContext) {
         let entries = set.output.entries.iter().enumerate();
         for (index, entry) in entries.filter(|(_, entry)| entry.monitor) {
-            let outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
+            let mut outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
             // Monitored: nothing to apply and nothing that stops.
             let _ = self.settle(
                 set.on_error,
                 (index, entry),
-                outcome,
+                &mut outcome,
                 None,
                 &mut Cow::Borrowed(context),
                 &mut TakenList::default(),
