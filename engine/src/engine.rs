@@ -1025,12 +1025,16 @@ impl PolicyEngine {
                 reason.clone(),
             )));
         }
-        // Not a plain `allow` (that returned above): kept as it is.
-        taken.push_other(Taken {
+        // Not a plain `allow` (that returned above): kept as it is, written where it stays.
+        let kept = |decision: &mut PolicyDecision| Taken {
             index,
             decision: Kept::Other(std::mem::replace(decision, PolicyDecision::allow())),
             enforced,
-        });
+        };
+        match &mut taken.first {
+            first @ None => *first = Some(kept(decision)),
+            Some(_) => taken.others.push(kept(decision)),
+        }
         // A change that changed nothing (a redaction that matched nothing) keeps forwarding
         // the context as it was.
         if let Some(changed) = changed {
