@@ -192,11 +192,12 @@ fn change<'d, C: PolicyContext>(
         // The first change, when it edits a message's text, is made while copying: the old
         // text is read where it is, and only the new one is written (a redaction of a long
         // message copies it once, not twice), and a change that changes nothing copies nothing.
-        let mut first = None;
-        if count > 0 {
-            let (path, change) = prepare(0)?;
-            first = copy_with_text(context, &path, &change);
-        }
+        // (The prepared change is used where it was returned, not moved out of it.)
+        let first = match (count > 0).then(|| prepare(0)) {
+            Some(Ok(ref prepared)) => copy_with_text(context, &prepared.0, &prepared.1),
+            Some(Err(error)) => return Err(error),
+            None => None,
+        };
         let (mut copy, mut changed, start) = match first {
             // The usual decision, one change: the copy goes out as it is (each step
             // between here and the caller would move it again).
