@@ -1028,7 +1028,7 @@ impl PolicyEngine {
         // Not a plain `allow` (that returned above): kept as it is, written where it stays.
         let kept = |decision: &mut PolicyDecision| Taken {
             index,
-            decision: Kept::Other(std::mem::replace(decision, PolicyDecision::allow())),
+            decision: Kept::Other(std::mem::take(decision)),
             enforced,
         };
         match &mut taken.first {
