@@ -14,7 +14,9 @@
 //!
 //! Changes are made on a copy of the typed context: a path to a string field (a message's
 //! content, a tool's name, a metadata field) changes that string, and a path into the open JSON
-//! values (tool arguments, extra metadata) changes the value in place. Paths and patterns are
+//! values (tool arguments, extra metadata) changes the value in place. A first change to the
+//! text of a message is made while the copy is taken, so the old text is read where it is and
+//! never copied (and a change that changes nothing copies nothing). Paths and patterns are
 //! parsed and compiled once per thread and kept (see [`cached_regex`]), so applying the same
 //! decision again takes no lock and parses nothing. The rare changes that replace a structured
 //! part of a context as a whole (`set` of `messages.0`, `remove` of a message, a `*` over a
@@ -25,7 +27,6 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use regex::Regex;
 use serde_json::{Map, Value};
@@ -108,7 +109,7 @@ fn changed_redactions<C: PolicyContext>(
                 let pattern = redaction.pattern.as_deref().ok_or_else(|| {
                     ApplyError::new(&redaction.field, "the `replace` strategy needs a `pattern`")
                 })?;
-                let regex = cached_regex(pattern)
+                let regex = thread_regex(pattern)
                     .map_err(|problem| ApplyError::new(&redaction.field, problem))?;
                 Change::Replace(regex, redaction.replacement_or_default())
             }
@@ -148,7 +149,7 @@ fn changed_operations<C: PolicyContext>(
 /// One redaction or operation, ready to apply.
 enum Change<'d> {
     Mask(&'d str),
-    Replace(Arc<Regex>, &'d str),
+    Replace(Rc<Regex>, &'d str),
     Remove,
     Set(&'d Value),
     Prepend(&'d str),
@@ -188,10 +189,29 @@ fn change<'d, C: PolicyContext>(
             .contains_key(*field)
     });
     if typed && !shadowed {
-        let mut copy = context.clone();
-        let mut changed = false;
+        // The first change, when it edits a message's text, is made while copying: the old
+        // text is read where it is, and only the new one is written (a redaction of a long
+        // message copies it once, not twice), and a change that changes nothing copies nothing.
+        // (The prepared change is used where it was returned, not moved out of it.)
+        let first = match (count > 0).then(|| prepare(0)) {
+            Some(Ok(ref prepared)) => copy_with_text(context, &prepared.0, &prepared.1),
+            Some(Err(error)) => return Err(error),
+            None => None,
+        };
+        let (mut copy, mut changed, start) = match first {
+            // The usual decision, one change: the copy goes out as it is (each step
+            // between here and the caller would move it again).
+            Some(Some(copy)) if count == 1 => {
+                check_changed(context, &copy)?;
+                return Ok(Some(copy));
+            }
+            Some(None) if count == 1 => return Ok(None),
+            Some(Some(copy)) => (copy, true, 1),
+            Some(None) => (context.clone(), false, 1),
+            None => (context.clone(), false, 0),
+        };
         let mut untyped = false;
-        for at in 0..count {
+        for at in start..count {
             let (path, change) = prepare(at)?;
             match edit_typed(&mut copy, &path, &change) {
                 Ok(did) => changed |= did,
@@ -247,6 +267,44 @@ fn check_changed<C: PolicyContext>(original: &C, changed: &C) -> Result<(), Appl
     Ok(())
 }
 
+/// A redaction pattern compiled for this thread (see [`cached_regex`], which compiles it
+/// once for all threads): a handle the thread counts without atomic operations, on a copy
+/// of the regex whose scratch space this thread owns, so a search takes no lock either.
+fn thread_regex(pattern: &str) -> Result<Rc<Regex>, String> {
+    thread_local! {
+        /// The pattern used last: comparing it costs less than hashing it.
+        static LAST: RefCell<Option<Rc<Regex>>> = const { RefCell::new(None) };
+        static REGEXES: RefCell<HashMap<Box<str>, Rc<Regex>>> = RefCell::new(HashMap::new());
+    }
+    let last = LAST.with(|last| {
+        last.borrow()
+            .as_ref()
+            .filter(|regex| regex.as_str() == pattern)
+            .map(Rc::clone)
+    });
+    if let Some(regex) = last {
+        return Ok(regex);
+    }
+    let found = REGEXES.with(|regexes| regexes.borrow().get(pattern).map(Rc::clone));
+    let regex = match found {
+        Some(regex) => regex,
+        None => {
+            // A clone shares the compiled program and gets scratch space of its own.
+            let regex = Rc::new(Regex::clone(&*cached_regex(pattern)?));
+            REGEXES.with(|regexes| {
+                let mut regexes = regexes.borrow_mut();
+                if regexes.len() >= PATTERN_CACHE_CAPACITY {
+                    regexes.clear();
+                }
+                regexes.insert(pattern.into(), Rc::clone(&regex));
+            });
+            regex
+        }
+    };
+    LAST.with(|last| *last.borrow_mut() = Some(Rc::clone(&regex)));
+    Ok(regex)
+}
+
 /// Parsed paths, per thread: decisions name the same few fields again and again.
 fn parse(field: &str) -> Result<Rc<FieldPath>, ApplyError> {
     thread_local! {
@@ -286,6 +344,108 @@ fn parse_cached(field: &str) -> Result<Rc<FieldPath>, ApplyError> {
         paths.insert(field.into(), Rc::clone(&path));
         Ok(path)
     })
+}
+
+/// `context` copied with `change` made to the text of a message (a message of an input, an
+/// answer, a tool call's calling message), without copying the text it replaces: `None` when
+/// `path` names another field or `change` is not a text change (the caller copies and edits
+/// as usual), `Some(None)` when the change leaves the text as it is.
+fn copy_with_text<C: PolicyContext>(
+    context: &C,
+    path: &FieldPath,
+    change: &Change<'_>,
+) -> Option<Option<C>> {
+    let (Segment::Name(first), rest) = path.segments().split_first()? else {
+        return None;
+    };
+    let content = |rest: &[Segment]| matches!(rest, [Segment::Name(name)] if name == "content");
+    let mut copy: Option<C> = None;
+    let source: &dyn Any = context;
+    let target: &mut dyn Any = &mut copy;
+    if let (Some(input), Some(target)) = (
+        source.downcast_ref::<InputContext>(),
+        target.downcast_mut::<Option<InputContext>>(),
+    ) {
+        let ("messages", [Segment::Index { index, .. }, rest @ ..]) = (first.as_str(), rest) else {
+            return None;
+        };
+        let at = list_position(*index, input.messages.len()).filter(|_| content(rest))?;
+        let Some(text) = edited_text(&input.messages[at].content, change)? else {
+            return Some(None);
+        };
+        let mut text = Some(text);
+        let mut messages = Vec::with_capacity(input.messages.len());
+        for (position, message) in input.messages.iter().enumerate() {
+            messages.push(match text.take_if(|_| position == at) {
+                Some(content) => Message {
+                    role: message.role,
+                    content,
+                },
+                None => message.clone(),
+            });
+        }
+        *target = Some(InputContext {
+            messages,
+            metadata: input.metadata.clone(),
+        });
+    } else if let (Some(output), Some(target)) = (
+        source.downcast_ref::<OutputContext>(),
+        target.downcast_mut::<Option<OutputContext>>(),
+    ) {
+        if first != "response" || !content(rest) {
+            return None;
+        }
+        let Some(content) = edited_text(&output.response.content, change)? else {
+            return Some(None);
+        };
+        *target = Some(OutputContext {
+            response: Message {
+                role: output.response.role,
+                content,
+            },
+            metadata: output.metadata.clone(),
+        });
+    } else if let (Some(call), Some(target)) = (
+        source.downcast_ref::<ToolCallContext>(),
+        target.downcast_mut::<Option<ToolCallContext>>(),
+    ) {
+        if first != "calling_message" || !content(rest) {
+            return None;
+        }
+        let Some(content) = edited_text(&call.calling_message.content, change)? else {
+            return Some(None);
+        };
+        *target = Some(ToolCallContext {
+            tool_name: call.tool_name.clone(),
+            arguments: call.arguments.clone(),
+            calling_message: Message {
+                role: call.calling_message.role,
+                content,
+            },
+            metadata: call.metadata.clone(),
+        });
+    }
+    copy.map(Some)
+}
+
+/// The text `change` makes of `text`, as [`edit_string`] would: `None` for a change that is
+/// not a text change, `Some(None)` when the text stays as it is.
+#[inline]
+fn edited_text(text: &str, change: &Change<'_>) -> Option<Option<String>> {
+    let edited = match change {
+        Change::Replace(regex, replacement) => {
+            match regex.replace_all(text, regex::NoExpand(replacement)) {
+                std::borrow::Cow::Owned(replaced) if replaced != text => Some(replaced),
+                _ => None,
+            }
+        }
+        Change::Mask(value) => (text != *value).then(|| (*value).to_owned()),
+        Change::Set(Value::String(value)) => (text != value).then(|| value.clone()),
+        Change::Prepend(addition) => (!addition.is_empty()).then(|| [*addition, text].concat()),
+        Change::Append(addition) => (!addition.is_empty()).then(|| [text, *addition].concat()),
+        Change::Set(_) | Change::Remove => return None,
+    };
+    Some(edited)
 }
 
 /// Makes one change on a typed context; whether it changed anything.

@@ -1,12 +1,14 @@
 //! The engine: runs the policies of a point and applies their decisions.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
-use std::task::Poll;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock, Weak};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_changes;
@@ -16,7 +18,7 @@ use crate::context::{InputContext, InterceptionPoint, OutputContext, ToolCallCon
 use crate::decision::PolicyDecision;
 use crate::error::{
     BoxError, DeadlineScope, EngineError, InvalidContext, PolicyDenialError, PolicyEvaluationError,
-    PolicyTimedOut, error_chain,
+    PolicyPanicked, PolicyTimedOut, error_chain,
 };
 use crate::point::PolicyContext;
 use crate::resolve::{
@@ -73,6 +75,9 @@ pub struct PolicyEngine {
     /// The set new evaluations start on, with its stream plan; an evaluation holds its own
     /// handle to the set, so a replacement never changes an evaluation under way.
     active: RwLock<Arc<Active>>,
+    /// The stamp of the active set (see [`Active::stamp`]), read without the lock: a thread
+    /// that evaluated on this set before finds it in its cache (see [`PolicyEngine::current_set`]).
+    stamp: AtomicU64,
     audit: Option<Arc<dyn AuditHandler>>,
     sessions: Option<Arc<dyn SessionStore>>,
     approvals: Approvals,
@@ -94,13 +99,26 @@ impl fmt::Debug for PolicyEngine {
 /// compiles streaming rules.
 pub(crate) struct Active {
     pub(crate) set: Arc<PolicySet>,
+    /// A number no other set installed in any engine of the process has.
+    stamp: u64,
     stream_plan: OnceLock<Arc<StreamPlan>>,
+}
+
+/// The next [`Active::stamp`] (0 is never given: it marks an empty cache).
+static NEXT_STAMP: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The set this thread evaluated on last, by stamp: finding it again costs one plain load
+    /// of the engine's stamp and an upgrade of the weak handle, instead of taking the engine's
+    /// lock. Weak, so a replaced set is not kept alive by a thread that evaluated on it.
+    static LAST_SET: RefCell<(u64, Weak<PolicySet>)> = const { RefCell::new((0, Weak::new())) };
 }
 
 impl Active {
     fn new(set: PolicySet) -> Arc<Active> {
         Arc::new(Active {
             set: Arc::new(set),
+            stamp: NEXT_STAMP.fetch_add(1, Ordering::Relaxed),
             stream_plan: OnceLock::new(),
         })
     }
@@ -179,8 +197,10 @@ impl PolicyEngineBuilder {
 
     /// The engine.
     pub fn build(self) -> PolicyEngine {
+        let active = Active::new(self.set.unwrap_or_default());
         PolicyEngine {
-            active: RwLock::new(Active::new(self.set.unwrap_or_default())),
+            stamp: AtomicU64::new(active.stamp),
+            active: RwLock::new(active),
             audit: self.audit,
             sessions: self.sessions,
             approvals: Approvals::new(
@@ -228,13 +248,6 @@ enum Kept {
 }
 
 impl Kept {
-    fn new(decision: PolicyDecision) -> Self {
-        match decision {
-            PolicyDecision::Allow { audit, labels } if labels.is_empty() => Kept::Allow { audit },
-            other => Kept::Other(other),
-        }
-    }
-
     fn into_decision(self) -> PolicyDecision {
         match self {
             Kept::Allow { audit } => PolicyDecision::Allow {
@@ -453,12 +466,42 @@ impl PolicyEngine {
         Arc::clone(&self.active.read().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// [`policy_set`](Self::policy_set) for an evaluation: the set this thread found last
+    /// when it is still the active one, without taking the engine's lock.
+    fn current_set(&self) -> Arc<PolicySet> {
+        // Acquire: pairs with the release in `replace_policy_set`, so a thread that sees a
+        // replacement's stamp finds no older set under it.
+        let stamp = self.stamp.load(Ordering::Acquire);
+        let cached = LAST_SET.try_with(|last| {
+            let last = last.try_borrow().ok()?;
+            if last.0 == stamp {
+                last.1.upgrade()
+            } else {
+                None
+            }
+        });
+        if let Ok(Some(set)) = cached {
+            return set;
+        }
+        let (set, stamp) = {
+            let active = self.active.read().unwrap_or_else(PoisonError::into_inner);
+            (Arc::clone(&active.set), active.stamp)
+        };
+        let _ = LAST_SET.try_with(|last| {
+            if let Ok(mut last) = last.try_borrow_mut() {
+                *last = (stamp, Arc::downgrade(&set));
+            }
+        });
+        set
+    }
+
     /// Replaces the policy set while the engine serves: evaluations (and output streams)
     /// under way finish on the set they started with, new ones start on `set`, and none fails
     /// because of the swap. Returns the set that was replaced.
     pub fn replace_policy_set(&self, set: PolicySet) -> Arc<PolicySet> {
         let active = Active::new(set);
         let mut current = self.active.write().unwrap_or_else(PoisonError::into_inner);
+        self.stamp.store(active.stamp, Ordering::Release);
         Arc::clone(&std::mem::replace(&mut *current, active).set)
     }
 
@@ -508,48 +551,89 @@ impl PolicyEngine {
         &'a self,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
-        self.evaluate_on(self.policy_set(), context).await
+        let set = self.current_set();
+        if self.sessions.is_some() {
+            return self.evaluate_recorded(set, context).await;
+        }
+        // Without sessions, the point and nothing else, in as few steps as possible (each
+        // would move the evaluation).
+        if let Err(problem) = context.check_nesting() {
+            return Err(self.reject(context, problem));
+        }
+        // Built first and filled in place: the run's results are not moved through each step.
+        let mut evaluation =
+            Evaluation::new(Cow::Borrowed(context), TakenList::default(), set, C::POINT);
+        let taken = evaluation
+            .taken
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (point, on_error) = (C::point_policies(&evaluation.set), evaluation.set.on_error);
+        // The usual point, policies without deadlines one after another, runs here rather
+        // than a step further in `run_point` (each step moves what it returns): plain
+        // `allow`s in a row, any other outcome settled between two runs. `run_point` takes
+        // over for a call deadline, a concurrent point, or a policy with a deadline.
+        let mut rest = Some(0);
+        if point.settings.call_deadline.is_none()
+            && !(point.settings.concurrent && point.entries.len() > 1)
+        {
+            let entries = &point.entries[..];
+            let mut next = 0;
+            let mut stopped_at = None;
+            rest = loop {
+                // Dropped where it is at the end of the block (moving it to drop it would
+                // copy it), and the outcome it stopped at stays in `stopped_at`.
+                let stop = Sequence::<C> {
+                    engine: self,
+                    entries,
+                    context: &*evaluation.context,
+                    next: &mut next,
+                    taken: &mut *taken,
+                    running: None,
+                    outcome: &mut stopped_at,
+                }
+                .await;
+                match (&mut stopped_at, stop) {
+                    (Some(outcome), _) => {
+                        let (entry, current) = (&entries[next], &mut evaluation.context);
+                        self.settle(on_error, (next, entry), outcome, None, current, taken)?;
+                        stopped_at = None;
+                        next += 1;
+                        if next == entries.len() {
+                            break None;
+                        }
+                    }
+                    (None, Stop::Ran) => break None,
+                    (None, Stop::Deadline) => break Some(next),
+                }
+            };
+        }
+        if let Some(resume) = rest {
+            let (set, current) = (&*evaluation.set, &mut evaluation.context);
+            self.run_point(set, context, current, taken, resume).await?;
+        }
+        if !taken.escalates() {
+            return Ok(evaluation);
+        }
+        // Rare, and a large future: boxed, so it does not make every evaluation's larger.
+        Box::pin(self.approve(evaluation)).await
     }
 
-    /// Runs the policies of `C`'s point of `set` on `context`, and records the call in the
-    /// session store when there is one.
-    pub(crate) async fn evaluate_on<'a, C: PolicyContext>(
+    /// Runs the policies of `C`'s point of `set` on `context` with the session's facts, then
+    /// resolves its escalations and records the call in the session store.
+    async fn evaluate_recorded<'a, C: PolicyContext>(
         &'a self,
         set: Arc<PolicySet>,
         context: &'a C,
     ) -> Result<Evaluation<'a, C>, EngineError> {
-        if self.sessions.is_none() {
-            // Without sessions, the point and nothing else, in as few steps as possible (each
-            // would move the evaluation).
-            if let Err(problem) = context.check_nesting() {
-                return Err(self.reject(context, problem));
-            }
-            let (current, taken) = self.run_point(&set, context).await?;
-            let escalates = taken.escalates();
-            let evaluation = Evaluation {
-                context: current,
-                taken: Mutex::new(taken),
-                decisions: OnceLock::new(),
-                set,
-                point: C::POINT,
-            };
-            return if escalates {
-                self.approve(evaluation).await
-            } else {
-                Ok(evaluation)
-            };
-        }
         let on_error = set.on_error;
         let (mut evaluation, labels) = self.evaluate_unrecorded(set, context).await?;
         // Approvals: once the point's policies ran without a denial.
         let taken = evaluation.taken.get_mut();
         if taken.unwrap_or_else(PoisonError::into_inner).escalates() {
-            evaluation = self.approve(evaluation).await?;
+            evaluation = Box::pin(self.approve(evaluation)).await?;
         }
-        if self.sessions.is_some() {
-            self.record_session(on_error, context, &labels, true)
-                .await?;
-        }
+        self.record_session(on_error, context, &labels, true)
+            .await?;
         Ok(evaluation)
     }
 
@@ -565,7 +649,9 @@ impl PolicyEngine {
             return Err(self.reject(context, problem));
         }
         let Some(store) = &self.sessions else {
-            let (current, taken) = self.run_point(&set, context).await?;
+            let (mut current, mut taken) = (Cow::Borrowed(context), TakenList::default());
+            self.run_point(&set, context, &mut current, &mut taken, 0)
+                .await?;
             return Ok((Evaluation::new(current, taken, set, C::POINT), Vec::new()));
         };
         // Session step 1: the facts, in the context the policies see.
@@ -582,7 +668,9 @@ impl PolicyEngine {
             }
         };
         let seen = flow::with_facts(context, facts);
-        let (current, taken) = self.run_point(&set, &seen.context).await?;
+        let (mut current, mut taken) = (Cow::Borrowed(&seen.context), TakenList::default());
+        self.run_point(&set, &seen.context, &mut current, &mut taken, 0)
+            .await?;
         let mut labels = Vec::new();
         for taken in taken.others().filter(|taken| taken.enforced) {
             if let Kept::Other(decision) = &taken.decision {
@@ -632,64 +720,76 @@ impl PolicyEngine {
         }
     }
 
-    /// Runs the policies of `C`'s point on `context`: the context to forward and the
-    /// decisions taken.
+    /// Runs the policies of `C`'s point on `context`: `current` becomes the context to
+    /// forward, `taken` holds the decisions taken (both start as `context` and empty).
+    /// `next`: the first policy to run (0 to start; a run that stopped at a policy with a
+    /// deadline goes on from there).
     async fn run_point<'c, C: PolicyContext>(
         &self,
         set: &PolicySet,
         context: &'c C,
-    ) -> Result<(Cow<'c, C>, TakenList), EngineError> {
+        current: &mut Cow<'c, C>,
+        taken: &mut TakenList,
+        mut next: usize,
+    ) -> Result<(), EngineError> {
         let on_error = set.on_error;
         let point = C::point_policies(set);
         let call_deadline = point
             .settings
             .call_deadline
             .map(|deadline| (Instant::now() + deadline, deadline));
-        if point.settings.concurrent && point.entries.len() > 1 {
-            return self
-                .evaluate_concurrently(&point.entries, on_error, context, call_deadline)
-                .await;
+        if next == 0 && point.settings.concurrent && point.entries.len() > 1 {
+            // Boxed: its future is large, and it allocates per policy anyway.
+            (*current, *taken) = Box::pin(self.evaluate_concurrently(
+                &point.entries,
+                on_error,
+                context,
+                call_deadline,
+            ))
+            .await?;
+            return Ok(());
         }
-        let mut current = Cow::Borrowed(context);
-        let mut decisions = TakenList::default();
-        for (index, entry) in point.entries.iter().enumerate() {
-            let outcome = if entry.deadline.is_none() && call_deadline.is_none() {
-                // Without a deadline, the policy's own future and nothing else.
-                match CatchUnwind::<C>::new(&entry.policy, &*current).await {
-                    Ok(outcome) => outcome,
-                    Err(panic) => Err(Box::new(panic) as BoxError),
+        let entries = &point.entries[..];
+        loop {
+            // The policies without a deadline run in a row, their plain `allow`s kept on
+            // the way; the run stops at any other outcome, which is settled here.
+            let mut stopped_at = None;
+            let stop = if call_deadline.is_none() {
+                Sequence::<C> {
+                    engine: self,
+                    entries,
+                    context: &**current,
+                    next: &mut next,
+                    taken,
+                    running: None,
+                    outcome: &mut stopped_at,
                 }
+                .await
             } else {
-                evaluate_entry::<C>(entry, &*current, call_deadline).await
+                Stop::Deadline
             };
-            match outcome {
-                // The common case, kept short.
-                Ok(PolicyDecision::Allow { audit, labels }) if labels.is_empty() => {
-                    let enforced = !entry.monitor;
-                    if self.audit.is_some() {
-                        let allow = PolicyDecision::Allow { audit, labels };
-                        self.record(
-                            C::policy_id(&entry.policy),
-                            AuditDecision::from(&allow),
-                            None,
-                            &*current,
-                            enforced,
-                            Some(&allow),
-                        );
+            let mut outcome = match (stopped_at, stop) {
+                (Some(outcome), _) => outcome,
+                (None, Stop::Ran) => break,
+                (None, Stop::Deadline) => match entries.get(next) {
+                    // Boxed: the timer's future is large, and rarely needed.
+                    Some(entry) => {
+                        Box::pin(evaluate_entry::<C>(entry, &**current, call_deadline)).await
                     }
-                    decisions.push_allow(index, audit, enforced);
-                }
-                outcome => self.settle(
-                    on_error,
-                    (index, entry),
-                    outcome,
-                    None,
-                    &mut current,
-                    &mut decisions,
-                )?,
-            }
+                    None => break,
+                },
+            };
+            self.settle(
+                on_error,
+                (next, &entries[next]),
+                &mut outcome,
+                None,
+                current,
+                taken,
+            )?;
+            next += 1;
         }
-        Ok((current, decisions))
+        Ok(())
     }
 
     /// The approval step: when enforced policies escalated, the call proceeds only with a
@@ -777,11 +877,11 @@ impl PolicyEngine {
                 }
             }
             // Settle in declared order, as far as the outcomes allow.
-            while let Some(outcome) = finished.get_mut(next).and_then(Option::take) {
+            while let Some(mut outcome) = finished.get_mut(next).and_then(Option::take) {
                 let settled = self.settle(
                     on_error,
                     (next, &entries[next]),
-                    outcome,
+                    &mut outcome,
                     Some(context),
                     &mut current,
                     &mut decisions,
@@ -830,48 +930,55 @@ impl PolicyEngine {
     /// Audits one outcome and applies it: a change to `current`, a decision to `taken`, or
     /// the error that stops the evaluation. `evaluated` is the context the policy saw, when it
     /// is not `current` (the one changes apply to).
+    ///
+    /// The outcome is read where it lies and moved once, into `taken` (each move of a fresh
+    /// value costs more than the move itself); it is left a plain `allow`.
+    #[inline]
     fn settle<C: PolicyContext>(
         &self,
         on_error: OnError,
         (index, entry): (usize, &Entry<C::Policy>),
-        outcome: Outcome,
+        outcome: &mut Outcome,
         evaluated: Option<&C>,
         current: &mut Cow<'_, C>,
         taken: &mut TakenList,
     ) -> Result<(), EngineError> {
-        let policy_id = C::policy_id(&entry.policy);
+        // Read only where it is needed (it is a call through the policy's vtable).
+        let policy_id = || C::policy_id(&entry.policy);
         let enforced = !entry.monitor;
+        let decision = match outcome {
+            Ok(decision) => decision,
+            Err(_) => {
+                // Taken out (it was matched as an error just above), an `allow` left in place.
+                let Err(error) = std::mem::replace(outcome, Ok(PolicyDecision::allow())) else {
+                    return Ok(());
+                };
+                let evaluated = evaluated.unwrap_or(current);
+                return self.fail(on_error, policy_id(), enforced, error, evaluated);
+            }
+        };
         // The common case, without moving the decision around.
-        if let Ok(allow @ PolicyDecision::Allow { audit, labels }) = &outcome
+        if let PolicyDecision::Allow { audit, labels } = decision
             && labels.is_empty()
         {
-            self.record(
-                policy_id,
-                AuditDecision::from(allow),
-                None,
-                evaluated.unwrap_or(current),
-                enforced,
-                Some(allow),
-            );
+            let audit = *audit;
+            if self.audits() {
+                self.record(
+                    policy_id(),
+                    AuditDecision::from(&*decision),
+                    None,
+                    evaluated.unwrap_or(current),
+                    enforced,
+                    Some(decision),
+                );
+            }
             taken.push(Taken {
                 index,
-                decision: Kept::Allow { audit: *audit },
+                decision: Kept::Allow { audit },
                 enforced,
             });
             return Ok(());
         }
-        let decision = match outcome {
-            Ok(decision) => decision,
-            Err(error) => {
-                return self.fail(
-                    on_error,
-                    policy_id,
-                    enforced,
-                    error,
-                    evaluated.unwrap_or(current),
-                );
-            }
-        };
         let changes = matches!(
             decision,
             PolicyDecision::Redact { .. } | PolicyDecision::Transform { .. }
@@ -879,42 +986,55 @@ impl PolicyEngine {
         // A monitored change is applied too, to a scratch copy that is then dropped: a change
         // that would fail is audited as the evaluation error it would be.
         let changed = if changes {
-            match apply_changes(&**current, &decision) {
+            match apply_changes(&**current, decision) {
+                // Without records to write, nothing reads the context as it was: the change
+                // goes in at once (one move of the context less).
+                Ok(Some(changed)) if enforced && !self.audits() => {
+                    *current = Cow::Owned(changed);
+                    None
+                }
                 Ok(changed) if enforced => changed,
                 Ok(_) => None,
                 Err(error) => {
                     let evaluated = evaluated.unwrap_or(current);
-                    return self.fail(on_error, policy_id, enforced, Box::new(error), evaluated);
+                    return self.fail(on_error, policy_id(), enforced, Box::new(error), evaluated);
                 }
             }
         } else {
             None
         };
-        self.record(
-            policy_id,
-            AuditDecision::from(&decision),
-            decision.reason().map(Cow::Borrowed),
-            evaluated.unwrap_or(current),
-            enforced,
-            Some(&decision),
-        );
+        if self.audits() {
+            self.record(
+                policy_id(),
+                AuditDecision::from(&*decision),
+                decision.reason().map(Cow::Borrowed),
+                evaluated.unwrap_or(current),
+                enforced,
+                Some(decision),
+            );
+        }
         if enforced
             && let PolicyDecision::Deny {
                 reason,
                 policy_id: named,
-            } = &decision
+            } = decision
         {
             return Err(EngineError::Denied(PolicyDenialError::new(
-                named.as_deref().unwrap_or(policy_id),
+                named.as_deref().unwrap_or_else(policy_id),
                 C::POINT,
                 reason.clone(),
             )));
         }
-        taken.push(Taken {
+        // Not a plain `allow` (that returned above): kept as it is, written where it stays.
+        let kept = |decision: &mut PolicyDecision| Taken {
             index,
-            decision: Kept::new(decision),
+            decision: Kept::Other(std::mem::take(decision)),
             enforced,
-        });
+        };
+        match &mut taken.first {
+            first @ None => *first = Some(kept(decision)),
+            Some(_) => taken.others.push(kept(decision)),
+        }
         // A change that changed nothing (a redaction that matched nothing) keeps forwarding
         // the context as it was.
         if let Some(changed) = changed {
@@ -1021,16 +1141,124 @@ impl PolicyEngine {
     pub(crate) async fn evaluate_monitored_output(&self, set: &PolicySet, context: &OutputContext) {
         let entries = set.output.entries.iter().enumerate();
         for (index, entry) in entries.filter(|(_, entry)| entry.monitor) {
-            let outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
+            let mut outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
             // Monitored: nothing to apply and nothing that stops.
             let _ = self.settle(
                 set.on_error,
                 (index, entry),
-                outcome,
+                &mut outcome,
                 None,
                 &mut Cow::Borrowed(context),
                 &mut TakenList::default(),
             );
+        }
+    }
+}
+
+/// Why a [`Sequence`] stopped.
+enum Stop {
+    /// Every policy ran, or the policy at `next` came to the outcome left in
+    /// [`Sequence::outcome`] (neither a plain `allow` nor pending). The outcome is not a
+    /// field of a variant: moving it out of an enum that shares its tag copies it at odd
+    /// offsets, which costs more than the move itself.
+    Ran,
+    /// The policy at `next` has a deadline: it runs on its own, with a timer.
+    Deadline,
+}
+
+/// Runs the policies of `entries` from `next` one after another on `context`, keeping their
+/// plain `allow`s in `taken`, until one comes to another outcome (or has a deadline).
+///
+/// One unwind guard covers each poll of the whole run: `in_policy` says whether the panic
+/// came from a policy (starting its evaluation or polling it) and so becomes that policy's
+/// error, or from the engine's own bookkeeping and goes on unwinding.
+struct Sequence<'s, 'c, C: PolicyContext> {
+    engine: &'s PolicyEngine,
+    entries: &'c [Entry<C::Policy>],
+    context: &'c C,
+    next: &'s mut usize,
+    taken: &'s mut TakenList,
+    running: Option<crate::BoxFuture<'c, Outcome>>,
+    /// The outcome the run stopped at, if it stopped at one.
+    outcome: &'s mut Option<Outcome>,
+}
+
+impl<C: PolicyContext> Sequence<'_, '_, C> {
+    #[inline]
+    fn run(&mut self, cx: &mut Context<'_>, in_policy: &mut bool) -> Poll<Stop> {
+        while let Some(entry) = self.entries.get(*self.next) {
+            let running = match &mut self.running {
+                Some(running) => running,
+                None if entry.deadline.is_some() => return Poll::Ready(Stop::Deadline),
+                None => {
+                    *in_policy = true;
+                    self.running
+                        .insert(C::evaluate_policy(&entry.policy, self.context))
+                }
+            };
+            *in_policy = true;
+            let polled = running.as_mut().poll(cx);
+            *in_policy = false;
+            // Read where the policy's future left it: binding the outcome by value would
+            // copy it (right after it was written) for each policy.
+            let allowed = match &polled {
+                Poll::Pending => return Poll::Pending,
+                // The common case: nothing to drop, no labels and no room for any.
+                Poll::Ready(Ok(PolicyDecision::Allow { audit, labels }))
+                    if labels.capacity() == 0 =>
+                {
+                    Some(*audit)
+                }
+                Poll::Ready(_) => None,
+            };
+            self.running = None;
+            let Some(audit) = allowed else {
+                if let Poll::Ready(outcome) = polled {
+                    *self.outcome = Some(outcome);
+                }
+                return Poll::Ready(Stop::Ran);
+            };
+            std::mem::forget(polled);
+            let enforced = !entry.monitor;
+            if self.engine.audit.is_some() {
+                let allow = PolicyDecision::Allow {
+                    audit,
+                    labels: Vec::new(),
+                };
+                self.engine.record(
+                    C::policy_id(&entry.policy),
+                    AuditDecision::from(&allow),
+                    None,
+                    self.context,
+                    enforced,
+                    Some(&allow),
+                );
+            }
+            self.taken.push_allow(*self.next, audit, enforced);
+            *self.next += 1;
+        }
+        Poll::Ready(Stop::Ran)
+    }
+}
+
+impl<C: PolicyContext> Future for Sequence<'_, '_, C> {
+    type Output = Stop;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Stop> {
+        let this = self.get_mut();
+        let mut in_policy = false;
+        // After a panic in a policy its future is dropped and never polled again, and the
+        // run's state (`next`, `taken`) was left between two steps: asserting unwind safety
+        // is sound here.
+        match catch_unwind(AssertUnwindSafe(|| this.run(cx, &mut in_policy))) {
+            Ok(poll) => poll,
+            Err(payload) if in_policy => {
+                let panicked = PolicyPanicked::from_payload(&*payload);
+                this.running = None;
+                *this.outcome = Some(Err(Box::new(panicked)));
+                Poll::Ready(Stop::Ran)
+            }
+            Err(payload) => resume_unwind(payload),
         }
     }
 }
@@ -1102,7 +1330,7 @@ mod tests {
         let mut list = TakenList::default();
         let other = |index, enforced| Taken {
             index,
-            decision: Kept::new(PolicyDecision::audit("noted")),
+            decision: Kept::Other(PolicyDecision::audit("noted")),
             enforced,
         };
         list.push_allow(0, false, true);

@@ -312,6 +312,101 @@ async fn a_panic_under_on_error_allow_is_skipped() {
     assert_eq!(evaluation.decisions()[0].policy_id, "fine");
 }
 
+/// Panics when its evaluation starts, before it returns a future.
+struct PanicsOnStart;
+
+impl portcullis_engine::InputPolicy for PanicsOnStart {
+    fn id(&self) -> &str {
+        "panics_on_start"
+    }
+
+    fn evaluate<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        _: &'life1 portcullis_engine::InputContext,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<PolicyDecision, portcullis_engine::BoxError>>
+                + Send
+                + 'async_trait,
+        >,
+    >
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        panic!("before the future")
+    }
+}
+
+#[tokio::test]
+async fn a_panic_between_allows_is_the_error_of_the_policy_that_panicked() {
+    let set = |on_error| {
+        PolicySet::builder()
+            .on_error(on_error)
+            .input(Scripted::returning("first", PolicyDecision::allow()))
+            // Pending once: the panic comes in a later poll of the run.
+            .input(
+                Scripted::returning("slow", PolicyDecision::allow())
+                    .after(std::time::Duration::from_millis(2)),
+            )
+            .input(Scripted::new("explodes", |_| panic!("third one")))
+            .input(PanicsOnStart)
+            .input(Scripted::returning("last", PolicyDecision::allow()))
+            .build()
+    };
+    let recorder = Recorder::default();
+    let engine = PolicyEngine::builder()
+        .policy_set(set(OnError::Deny))
+        .on_audit(recorder.handler())
+        .build();
+    let error = engine.evaluate_input(&input(&["x"])).await.unwrap_err();
+    let failed = error.as_evaluation().expect("an evaluation error");
+    assert_eq!(failed.policy_id(), "explodes");
+    let panicked = failed.cause().downcast_ref::<PolicyPanicked>().unwrap();
+    assert_eq!(panicked.message(), "third one");
+    assert_eq!(
+        recorder.summary(),
+        pairs(&[
+            ("first", "allow"),
+            ("slow", "allow"),
+            ("explodes", "evaluation_error")
+        ])
+    );
+
+    let engine = PolicyEngine::builder()
+        .policy_set(set(OnError::Allow))
+        .on_audit(recorder.handler())
+        .build();
+    let context = input(&["x"]);
+    let evaluation = engine.evaluate_input(&context).await.unwrap();
+    let ids: Vec<&str> = evaluation
+        .decisions()
+        .iter()
+        .map(|entry| entry.policy_id.as_str())
+        .collect();
+    assert_eq!(ids, ["first", "slow", "last"]);
+    let records = recorder.take();
+    let summary: Vec<(&str, &str)> = records
+        .iter()
+        .map(|record| (record.policy_id.as_str(), record.decision.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("first", "allow"),
+            ("slow", "allow"),
+            ("explodes", "evaluation_error"),
+            ("panics_on_start", "evaluation_error"),
+            ("last", "allow")
+        ]
+    );
+    assert_eq!(
+        records[3].reason.as_deref(),
+        Some("the policy panicked: before the future")
+    );
+}
+
 #[tokio::test]
 async fn a_panicking_audit_handler_does_not_break_the_evaluation() {
     let engine = PolicyEngine::builder()
