@@ -10,7 +10,10 @@
 //!   Responses API's `instructions` and `input` items); redactions and transformations
 //!   rewrite the text that is sent, a denial stops the request (the server is never called);
 //! - **output policies** see each text of the answer (each `choices[].message.content`; each
-//!   `output_text` part of an `output` message item), and each refusal the model wrote;
+//!   `output_text` part of an `output` message item), each refusal the model wrote, and the
+//!   reasoning a Responses answer shows (each `summary_text` part of a reasoning item's
+//!   `summary` and each `reasoning_text` part of its `content`): a redaction rewrites the
+//!   text, a denial is handled as for the answer's text;
 //! - **tool-call policies** see each call of the answer (`choices[].message.tool_calls[]`;
 //!   `function_call` and `custom_tool_call` output items): the arguments are parsed,
 //!   evaluated, and re-serialized when a policy patched them. A denied call is either removed
@@ -20,14 +23,17 @@
 //!   call's place) or fails the whole call ([`ToolDenial::Fail`]);
 //! - **streamed answers** (`"stream": true`, server-sent events) go through the engine's
 //!   streaming output guard ([`PolicyEngine::output_stream`]), one guard per chat choice or
-//!   per content part of a Responses message item, so only cleared text reaches the reader.
+//!   per part of a Responses message item (content parts) or reasoning item (summary parts
+//!   and reasoning text, each with a guard of its own), so only cleared text reaches the
+//!   reader.
 //!   Calls are held back until they are complete (chat tool-call deltas per index until the
 //!   choice finishes; a Responses call item with its `response.function_call_arguments.*`
 //!   events until its `response.output_item.done`), then evaluated whole and released as
 //!   one complete delta (chat) or as a complete item: `response.output_item.added`, one
 //!   arguments delta, `…arguments.done`, `response.output_item.done`. In a Responses stream
-//!   the `…done` events of a text, its item and the final `response.completed` carry the
-//!   released text, and every event is numbered again (`sequence_number`) in order.
+//!   a part's `…part.added` event carries it blank, the `…done` events of a text, its item
+//!   and the final `response.completed` carry the released text, and every event is
+//!   numbered again (`sequence_number`) in order.
 //!
 //! **Every other request is refused** with [`GuardError::Unguarded`] before it is sent, so
 //! nothing reaches the server unguarded by default (listing models, embeddings, files, the
@@ -83,8 +89,8 @@
 //! | `ToolCallContext.tool_name` | a `function_call` or `custom_tool_call` item's `name` |
 //! | `ToolCallContext.arguments` | its `arguments` parsed as a JSON object (`{"input": input}` for custom tools) |
 //! | `ToolCallContext.calling_message` | the text of the answer's message items, after output policies |
-//! | `OutputContext.response` | each `output_text` part's `text` and each `refusal` part's `refusal` of a message item, each on its own (the released text of its `response.output_text.delta` or `response.refusal.delta` events in a stream) |
-//! | `metadata.extra` | for answers `response_id` and `output_index` (in a stream also `content_index`) |
+//! | `OutputContext.response` | each `output_text` part's `text` and each `refusal` part's `refusal` of a message item, each `summary_text` part's `text` of a reasoning item's `summary` and each `reasoning_text` part's `text` of its `content`, each on its own (in a stream the released text of its `response.output_text.delta`, `response.refusal.delta`, `response.reasoning_summary_text.delta` or `response.reasoning_text.delta` events) |
+//! | `metadata.extra` | for answers `response_id`, `output_index` and `text_kind`, the type of the part the text lives in (`output_text`, `refusal`, `summary_text` or `reasoning_text`: reasoning is told from the answer by it); in a stream also `content_index` (or `summary_index` for a summary part) |
 //!
 //! Both:
 //!

@@ -1,5 +1,6 @@
-//! Whole answers: output policies on each text (a chat choice's message, a Responses API
-//! message item), then tool-call policies on each call the answer makes.
+//! Whole answers: output policies on each text (a chat choice's message, the text parts of
+//! a Responses API message or reasoning item), then tool-call policies on each call the
+//! answer makes.
 
 use bytes::Bytes;
 use portcullis_engine::{EngineError, Message, Metadata, OutputContext};
@@ -181,8 +182,9 @@ pub(crate) fn item_metadata(metadata: &Metadata, output_index: u64) -> Metadata 
     metadata
 }
 
-/// Evaluates the `output` items of a Responses API answer in place: the text of every
-/// message item first, then every call, with the answer's text as its calling message.
+/// Evaluates the `output` items of a Responses API answer in place: the texts of every
+/// message and reasoning item first, then every call, with the answer's text (its message
+/// items) as its calling message.
 pub(crate) async fn guard_output(
     settings: &Settings,
     metadata: &Metadata,
@@ -191,7 +193,7 @@ pub(crate) async fn guard_output(
     let mut text = String::new();
     for (index, item) in output.iter_mut().enumerate() {
         let item_text =
-            guard_message_item(settings, &item_metadata(metadata, index as u64), item).await?;
+            guard_item_texts(settings, &item_metadata(metadata, index as u64), item).await?;
         join(&mut text, &item_text);
     }
     for (index, item) in output.iter_mut().enumerate() {
@@ -214,35 +216,171 @@ pub(crate) fn join(text: &mut String, more: &str) {
     text.push_str(more);
 }
 
-/// Runs the output policies on each `output_text` and `refusal` part of a message item,
-/// writing back what they change; returns the item's text as forwarded. Other items are
-/// left alone.
-pub(crate) async fn guard_message_item(
+/// The `metadata.extra` key naming the kind of an answer text of the Responses API: the type
+/// of the part it lives in (see [`TextKind`]).
+pub(crate) const TEXT_KIND: &str = "text_kind";
+
+/// The kinds of text the model writes in the output items of a Responses API answer, named
+/// after the type of the part that holds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TextKind {
+    /// An `output_text` part of a message item: the answer.
+    OutputText,
+    /// A `refusal` part of a message item.
+    Refusal,
+    /// A `summary_text` part of a reasoning item's `summary`.
+    SummaryText,
+    /// A `reasoning_text` part of a reasoning item's `content`.
+    ReasoningText,
+}
+
+impl TextKind {
+    /// The kind of a part, by its `type`; `None` for parts that carry no text to check.
+    pub(crate) fn of_part(part: &Value) -> Option<TextKind> {
+        match part.get("type").and_then(Value::as_str)? {
+            "output_text" => Some(TextKind::OutputText),
+            "refusal" => Some(TextKind::Refusal),
+            "summary_text" => Some(TextKind::SummaryText),
+            "reasoning_text" => Some(TextKind::ReasoningText),
+            _ => None,
+        }
+    }
+
+    /// The part's type, which is also `metadata.extra.text_kind`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TextKind::OutputText => "output_text",
+            TextKind::Refusal => "refusal",
+            TextKind::SummaryText => "summary_text",
+            TextKind::ReasoningText => "reasoning_text",
+        }
+    }
+
+    /// The field of the part (and of its `…done` event) that holds the text.
+    pub(crate) fn field(self) -> &'static str {
+        match self {
+            TextKind::Refusal => "refusal",
+            _ => "text",
+        }
+    }
+
+    /// The list of its item the part lives in.
+    pub(crate) fn area(self) -> Area {
+        match self {
+            TextKind::SummaryText => Area::Summary,
+            _ => Area::Content,
+        }
+    }
+
+    /// The type of the stream event that carries a piece of this text.
+    pub(crate) fn delta_event(self) -> &'static str {
+        match self {
+            TextKind::OutputText => "response.output_text.delta",
+            TextKind::Refusal => "response.refusal.delta",
+            TextKind::SummaryText => "response.reasoning_summary_text.delta",
+            TextKind::ReasoningText => "response.reasoning_text.delta",
+        }
+    }
+}
+
+/// The list of an output item a text part lives in: `content` (a message's text, a reasoning
+/// item's reasoning text) or `summary` (a reasoning item's summary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Area {
+    /// `content`, indexed by `content_index` in stream events.
+    Content,
+    /// `summary`, indexed by `summary_index` in stream events.
+    Summary,
+}
+
+impl Area {
+    /// The item's field holding the list.
+    pub(crate) fn field(self) -> &'static str {
+        match self {
+            Area::Content => "content",
+            Area::Summary => "summary",
+        }
+    }
+
+    /// The field of stream events (and of `metadata.extra`) giving a part's place in it.
+    pub(crate) fn index_key(self) -> &'static str {
+        match self {
+            Area::Content => "content_index",
+            Area::Summary => "summary_index",
+        }
+    }
+}
+
+/// One text part of an output item: the list it lives in, its place there, its kind.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TextPart {
+    pub(crate) area: Area,
+    pub(crate) index: usize,
+    pub(crate) kind: TextKind,
+}
+
+/// The text parts of an output item: each `output_text` and `refusal` part of a message
+/// item, each `summary_text` part of a reasoning item's `summary` and each `reasoning_text`
+/// part of its `content`. Other items carry no text to check here.
+pub(crate) fn text_parts(item: &Value) -> Vec<TextPart> {
+    let areas: &[Area] = match item.get("type").and_then(Value::as_str) {
+        Some("message") => &[Area::Content],
+        Some("reasoning") => &[Area::Summary, Area::Content],
+        _ => return Vec::new(),
+    };
+    let mut found = Vec::new();
+    for &area in areas {
+        let Some(Value::Array(parts)) = item.get(area.field()) else {
+            continue;
+        };
+        for (index, part) in parts.iter().enumerate() {
+            if let Some(kind) = TextKind::of_part(part) {
+                found.push(TextPart { area, index, kind });
+            }
+        }
+    }
+    found
+}
+
+/// The metadata of one text of an output item: `metadata.extra.text_kind` added.
+pub(crate) fn text_metadata(metadata: &Metadata, kind: TextKind) -> Metadata {
+    let mut metadata = metadata.clone();
+    metadata
+        .extra
+        .insert(TEXT_KIND.to_owned(), Value::from(kind.name()));
+    metadata
+}
+
+/// Runs the output policies on each text part of an output item (see [`text_parts`]),
+/// writing back what they change; a text they deny is handled as the answer's text is (see
+/// [`clear_text`]). Returns the text of a message item as forwarded (a reasoning item's text
+/// is not part of the answer's text); other items are left alone.
+pub(crate) async fn guard_item_texts(
     settings: &Settings,
     metadata: &Metadata,
     item: &mut Value,
 ) -> Result<String, Failure> {
     let mut text = String::new();
-    if item.get("type").and_then(Value::as_str) != Some("message") {
-        return Ok(text);
-    }
-    let Some(Value::Array(parts)) = item.get_mut("content") else {
-        return Ok(text);
-    };
-    for part in parts {
-        let key = match part.get("type").and_then(Value::as_str) {
-            Some("output_text") => "text",
-            Some("refusal") => "refusal",
-            _ => continue,
-        };
-        let Some(Value::String(content)) = part.get(key) else {
+    let answer = item.get("type").and_then(Value::as_str) == Some("message");
+    for part in text_parts(item) {
+        let field = part.kind.field();
+        let Some(slot) = item
+            .get_mut(part.area.field())
+            .and_then(|parts| parts.get_mut(part.index))
+        else {
             continue;
         };
-        let forwarded = match clear_text(settings, metadata, content).await? {
+        let Some(Value::String(content)) = slot.get(field) else {
+            continue;
+        };
+        let metadata = text_metadata(metadata, part.kind);
+        let forwarded = match clear_text(settings, &metadata, content).await? {
             Cleared::Text { text, .. } | Cleared::Refused(text) => text,
         };
-        join(&mut text, &forwarded);
-        part[key] = Value::String(forwarded);
+        if answer {
+            join(&mut text, &forwarded);
+        }
+        slot[field] = Value::String(forwarded);
     }
     Ok(text)
 }

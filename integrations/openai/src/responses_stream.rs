@@ -1,9 +1,13 @@
 //! Streamed Responses API answers (server-sent events).
 //!
-//! - the text of each content part (`response.output_text.delta`, `response.refusal.delta`)
-//!   goes through a streaming output guard of its own, so only cleared text is released;
-//!   the part's `done` events, its message item's `response.output_item.done` and the final
-//!   `response.completed` carry the released text;
+//! - the text of each part goes through a streaming output guard of its own, so only
+//!   cleared text is released: a message item's content parts (`response.output_text.delta`,
+//!   `response.refusal.delta`), a reasoning item's summary parts
+//!   (`response.reasoning_summary_text.delta`) and its reasoning text
+//!   (`response.reasoning_text.delta`); summary and content parts are told apart by the list
+//!   they live in, not only by their index. A part starts blank (`…part.added`, and the
+//!   parts of `response.output_item.added`); its `done` events, its item's
+//!   `response.output_item.done` and the final `response.completed` carry the released text;
 //! - a call item (`function_call`, `custom_tool_call`) is held back, with its argument
 //!   deltas, until its `response.output_item.done`: then it is evaluated whole and released
 //!   as a complete item (added, one arguments delta, done), with patched arguments, or
@@ -19,7 +23,7 @@ use serde_json::{Map, Value, json};
 use crate::error;
 use crate::exchange::{Failure, Settings, ToolOutcome, collect, evaluate_tool_call};
 use crate::mapping;
-use crate::response::{self, item_metadata, join};
+use crate::response::{self, Area, TextKind, item_metadata, join, text_metadata, text_parts};
 use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
 /// Guards a Responses API stream: reads `upstream`, writes the released events to `sender`;
@@ -49,12 +53,14 @@ pub(crate) async fn run<E: std::fmt::Display>(
     }
 }
 
-/// The text of one content part: `(output_index, content_index)`.
-type PartKey = (u64, u64);
+/// The text of one part: `(output_index, the list it lives in, its index there)`.
+type PartKey = (u64, Area, u64);
 
-/// One content part's guard and the text it released.
+/// One part's guard and the text it released.
 struct Part<'e> {
     guard: Option<OutputStream<'e>>,
+    /// The kind of text, as the part was opened.
+    kind: TextKind,
     released: String,
 }
 
@@ -171,66 +177,75 @@ impl<'e> ResponsesGuard<'e> {
                     return Ok(true);
                 }
                 // Text reaches the reader through the deltas, once cleared.
-                if let Some(Value::Array(parts)) = event
-                    .get_mut("item")
-                    .and_then(|value| value.get_mut("content"))
-                {
-                    parts.iter_mut().for_each(blank_part);
+                if let Some(item) = event.get_mut("item") {
+                    for area in [Area::Content, Area::Summary] {
+                        if let Some(Value::Array(parts)) = item.get_mut(area.field()) {
+                            parts.iter_mut().for_each(blank_part);
+                        }
+                    }
                 }
                 Ok(self.emit(sender, event).await)
             }
-            "response.content_part.added" => {
+            "response.content_part.added" | "response.reasoning_summary_part.added" => {
                 if let Some(part) = event.get_mut("part") {
                     blank_part(part);
                 }
                 Ok(self.emit(sender, event).await)
             }
-            "response.output_text.delta" | "response.refusal.delta" => {
-                let key = part_key(&event);
+            "response.output_text.delta"
+            | "response.refusal.delta"
+            | "response.reasoning_summary_text.delta"
+            | "response.reasoning_text.delta" => {
+                let Some(text_kind) = text_event(&kind) else {
+                    return Ok(self.emit(sender, event).await);
+                };
+                let key = part_key(&event, text_kind.area());
                 let delta = event
                     .get("delta")
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned();
-                let released = self.push(key, &delta).await?;
+                let released = self.push(key, text_kind, &delta).await?;
                 if released.is_empty() {
                     return Ok(true);
                 }
                 event.insert("delta".to_owned(), Value::String(released));
                 Ok(self.emit(sender, event).await)
             }
-            "response.output_text.done" | "response.refusal.done" => {
-                let field = if kind == "response.output_text.done" {
-                    "text"
-                } else {
-                    "refusal"
+            "response.output_text.done"
+            | "response.refusal.done"
+            | "response.reasoning_summary_text.done"
+            | "response.reasoning_text.done" => {
+                let Some(text_kind) = text_event(&kind) else {
+                    return Ok(self.emit(sender, event).await);
                 };
-                let key = part_key(&event);
+                let field = text_kind.field();
+                let key = part_key(&event, text_kind.area());
                 let whole = event.get(field).and_then(Value::as_str).map(str::to_owned);
                 let released = self
-                    .finish_part(key, whole.as_deref(), &event, sender)
+                    .finish_part(key, text_kind, whole.as_deref(), &event, sender)
                     .await?;
                 event.insert(field.to_owned(), Value::String(released));
                 Ok(self.emit(sender, event).await)
             }
-            "response.content_part.done" => {
-                let key = part_key(&event);
-                let field = match event
-                    .get("part")
-                    .and_then(|value| value.get("type"))
-                    .and_then(Value::as_str)
-                {
-                    Some("output_text") => "text",
-                    Some("refusal") => "refusal",
-                    _ => return Ok(self.emit(sender, event).await),
+            "response.content_part.done" | "response.reasoning_summary_part.done" => {
+                let Some(text_kind) = event.get("part").and_then(TextKind::of_part) else {
+                    return Ok(self.emit(sender, event).await);
                 };
+                let area = if kind == "response.content_part.done" {
+                    Area::Content
+                } else {
+                    Area::Summary
+                };
+                let key = part_key(&event, area);
+                let field = text_kind.field();
                 let whole = event
                     .get("part")
                     .and_then(|part| part.get(field))
                     .and_then(Value::as_str)
                     .map(str::to_owned);
                 let released = self
-                    .finish_part(key, whole.as_deref(), &event, sender)
+                    .finish_part(key, text_kind, whole.as_deref(), &event, sender)
                     .await?;
                 if let Some(part) = event.get_mut("part").and_then(Value::as_object_mut) {
                     part.insert(field.to_owned(), Value::String(released));
@@ -251,8 +266,7 @@ impl<'e> ResponsesGuard<'e> {
                 if self.held_calls.remove(&index) || is_call {
                     return self.release_call(index, item, sender).await;
                 }
-                self.settle_message(index, &mut item, &event, sender)
-                    .await?;
+                self.settle_item(index, &mut item, sender).await?;
                 self.released_items.insert(index, item.clone());
                 event.insert("item".to_owned(), item);
                 Ok(self.emit(sender, event).await)
@@ -281,24 +295,27 @@ impl<'e> ResponsesGuard<'e> {
         send(sender, name.as_deref(), &Value::Object(event).to_string()).await
     }
 
-    fn open(&mut self, key: PartKey) -> &mut Part<'e> {
+    /// The part's state, its guard opened with the part's metadata (`output_index`,
+    /// `content_index` or `summary_index`, `text_kind`) when it is new.
+    fn open(&mut self, key: PartKey, kind: TextKind) -> &mut Part<'e> {
         let engine = self.engine;
         let metadata = &self.metadata;
         self.parts.entry(key).or_insert_with(|| {
-            let mut metadata = item_metadata(metadata, key.0);
+            let mut metadata = text_metadata(&item_metadata(metadata, key.0), kind);
             metadata
                 .extra
-                .insert("content_index".to_owned(), Value::from(key.1));
+                .insert(key.1.index_key().to_owned(), Value::from(key.2));
             Part {
                 guard: Some(engine.output_stream(metadata)),
+                kind,
                 released: String::new(),
             }
         })
     }
 
     /// Pushes a text delta through its part's guard; returns what it releases.
-    async fn push(&mut self, key: PartKey, delta: &str) -> Result<String, Failure> {
-        let part = self.open(key);
+    async fn push(&mut self, key: PartKey, kind: TextKind, delta: &str) -> Result<String, Failure> {
+        let part = self.open(key, kind);
         let Some(guard) = part.guard.as_mut() else {
             // The part is done; text after that is not released.
             return Ok(String::new());
@@ -314,12 +331,14 @@ impl<'e> ResponsesGuard<'e> {
     async fn finish_part(
         &mut self,
         key: PartKey,
+        kind: TextKind,
         whole: Option<&str>,
         like: &Map<String, Value>,
         sender: &Sender,
     ) -> Result<String, Failure> {
         let fresh = !self.parts.contains_key(&key);
-        let part = self.open(key);
+        let part = self.open(key, kind);
+        let kind = part.kind;
         let Some(mut guard) = part.guard.take() else {
             return Ok(part.released.clone());
         };
@@ -331,17 +350,13 @@ impl<'e> ResponsesGuard<'e> {
         part.released.push_str(&tail);
         let released = part.released.clone();
         if !tail.is_empty() && !fresh {
-            let kind = match like.get("type").and_then(Value::as_str) {
-                Some(kind) if kind.starts_with("response.refusal") => "response.refusal.delta",
-                _ => "response.output_text.delta",
-            };
             let mut delta = Map::new();
-            delta.insert("type".to_owned(), Value::from(kind));
-            for key in ["item_id", "output_index", "content_index"] {
-                if let Some(value) = like.get(key) {
-                    delta.insert(key.to_owned(), value.clone());
-                }
+            delta.insert("type".to_owned(), Value::from(kind.delta_event()));
+            if let Some(id) = like.get("item_id") {
+                delta.insert("item_id".to_owned(), id.clone());
             }
+            delta.insert("output_index".to_owned(), Value::from(key.0));
+            delta.insert(key.1.index_key().to_owned(), Value::from(key.2));
             delta.insert("delta".to_owned(), Value::String(tail));
             self.emit(sender, delta).await;
         }
@@ -350,56 +365,51 @@ impl<'e> ResponsesGuard<'e> {
 
     /// Ends every part still open (the upstream ended early), releasing what is left.
     async fn finish_parts(&mut self, sender: &Sender) -> Result<(), Failure> {
-        let open: Vec<PartKey> = self
+        let open: Vec<(PartKey, TextKind)> = self
             .parts
             .iter()
             .filter(|(_, part)| part.guard.is_some())
-            .map(|(key, _)| *key)
+            .map(|(key, part)| (*key, part.kind))
             .collect();
-        for key in open {
-            let like = Map::from_iter([
-                ("output_index".to_owned(), Value::from(key.0)),
-                ("content_index".to_owned(), Value::from(key.1)),
-            ]);
-            self.finish_part(key, None, &like, sender).await?;
+        for (key, kind) in open {
+            self.finish_part(key, kind, None, &Map::new(), sender)
+                .await?;
         }
         Ok(())
     }
 
-    /// Puts the released text into each part of a finished message item.
-    async fn settle_message(
+    /// Puts the released text into each text part of a finished message or reasoning item
+    /// (see [`text_parts`]); a message item's text joins the answer's text.
+    async fn settle_item(
         &mut self,
         index: u64,
         item: &mut Value,
-        event: &Map<String, Value>,
         sender: &Sender,
     ) -> Result<(), Failure> {
-        if item.get("type").and_then(Value::as_str) != Some("message") {
-            return Ok(());
+        let answer = item.get("type").and_then(Value::as_str) == Some("message");
+        // A delta the guard still releases is shaped like the item's own text events.
+        let mut like = Map::new();
+        if let Some(id) = item.get("id").filter(|id| id.is_string()) {
+            like.insert("item_id".to_owned(), id.clone());
         }
-        let Some(Value::Array(parts)) = item.get_mut("content") else {
-            return Ok(());
-        };
         let mut text = String::new();
-        for (content_index, part) in parts.iter_mut().enumerate() {
-            let field = match part.get("type").and_then(Value::as_str) {
-                Some("output_text") => "text",
-                Some("refusal") => "refusal",
-                _ => continue,
+        for part in text_parts(item) {
+            let field = part.kind.field();
+            let Some(slot) = item
+                .get_mut(part.area.field())
+                .and_then(|parts| parts.get_mut(part.index))
+            else {
+                continue;
             };
-            let whole = part.get(field).and_then(Value::as_str).map(str::to_owned);
-            let mut like = event.clone();
-            like.insert("content_index".to_owned(), Value::from(content_index));
+            let whole = slot.get(field).and_then(Value::as_str).map(str::to_owned);
+            let key = (index, part.area, part.index as u64);
             let released = self
-                .finish_part(
-                    (index, content_index as u64),
-                    whole.as_deref(),
-                    &like,
-                    sender,
-                )
+                .finish_part(key, part.kind, whole.as_deref(), &like, sender)
                 .await?;
-            join(&mut text, &released);
-            part[field] = Value::String(released);
+            if answer {
+                join(&mut text, &released);
+            }
+            slot[field] = Value::String(released);
         }
         join(&mut self.text, &text);
         Ok(())
@@ -456,7 +466,7 @@ impl<'e> ResponsesGuard<'e> {
         for &index in &unseen {
             let metadata = item_metadata(&self.metadata, index as u64);
             let text =
-                response::guard_message_item(self.settings, &metadata, &mut output[index]).await?;
+                response::guard_item_texts(self.settings, &metadata, &mut output[index]).await?;
             join(&mut self.text, &text);
         }
         for &index in &unseen {
@@ -480,9 +490,25 @@ fn blank_part(part: &mut Value) {
     }
 }
 
-fn part_key(event: &Map<String, Value>) -> PartKey {
+/// The part a text event is about: its output index, and its index in `area`.
+fn part_key(event: &Map<String, Value>, area: Area) -> PartKey {
     let index = |key: &str| event.get(key).and_then(Value::as_u64).unwrap_or(0);
-    (index("output_index"), index("content_index"))
+    (index("output_index"), area, index(area.index_key()))
+}
+
+/// The kind of text a `…delta` or `…done` text event carries.
+fn text_event(kind: &str) -> Option<TextKind> {
+    match kind {
+        "response.output_text.delta" | "response.output_text.done" => Some(TextKind::OutputText),
+        "response.refusal.delta" | "response.refusal.done" => Some(TextKind::Refusal),
+        "response.reasoning_summary_text.delta" | "response.reasoning_summary_text.done" => {
+            Some(TextKind::SummaryText)
+        }
+        "response.reasoning_text.delta" | "response.reasoning_text.done" => {
+            Some(TextKind::ReasoningText)
+        }
+        _ => None,
+    }
 }
 
 /// The id events use for an item: its `id`, else its `call_id`.

@@ -1140,3 +1140,234 @@ async fn a_streamed_refusal_goes_through_the_guard_too() {
     }
     assert_eq!(refusal, "I cannot act on [REDACTED].");
 }
+
+// Reasoning items: their summary and reasoning text are output like the answer's text.
+
+/// The events as JSON, for the fields every event type names the same way.
+fn event_values(events: &[ResponseStreamEvent]) -> Vec<Value> {
+    events
+        .iter()
+        .map(|event| serde_json::to_value(event).expect("an event"))
+        .collect()
+}
+
+/// The pieces of the `field` of the events of type `kind`, joined.
+fn joined(events: &[Value], kind: &str, field: &str) -> String {
+    events
+        .iter()
+        .filter(|event| event["type"] == kind)
+        .filter_map(|event| event[field].as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn streamed_reasoning_is_redacted_per_part_before_it_reaches_the_caller() {
+    // The summary part and the reasoning text both sit at index 0 of their lists, their
+    // deltas interleaved: each has a guard of its own.
+    let summary = [
+        "The user's SSN ",
+        "is 987-6",
+        "5-4321; answer ",
+        "without it.",
+    ];
+    let reasoning = ["Checking 123-4", "5-6789 against ", "the records now."];
+    let mut events = support::streamed_reasoning(0, "rs_1", &summary, &reasoning);
+    events.extend(support::streamed_message(1, "msg_1", &["Done."]));
+    let output = vec![
+        support::reasoning_item("rs_1", &[&summary.concat()], &[&reasoning.concat()]),
+        support::message_item("msg_1", "Done."),
+    ];
+    let fixture = fixture(
+        vec![Reply::Sse(support::response_events(events, output))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let (events, failure) = read_response_stream(&fixture, "My SSN?").await;
+    assert!(failure.is_none(), "{failure:?}");
+    let all = serde_json::to_string(&events).expect("events");
+    assert!(!all.contains("4321") && !all.contains("6789"), "{all}");
+    let events = event_values(&events);
+
+    let expected_summary = "The user's SSN is [REDACTED]; answer without it.";
+    let expected_reasoning = "Checking [REDACTED] against the records now.";
+    assert_eq!(
+        joined(&events, "response.reasoning_summary_text.delta", "delta"),
+        expected_summary
+    );
+    assert_eq!(
+        joined(&events, "response.reasoning_text.delta", "delta"),
+        expected_reasoning
+    );
+    assert_eq!(
+        joined(&events, "response.reasoning_summary_text.done", "text"),
+        expected_summary
+    );
+    assert_eq!(
+        joined(&events, "response.reasoning_text.done", "text"),
+        expected_reasoning
+    );
+    let part_done = |kind: &str| -> Vec<Value> {
+        events
+            .iter()
+            .filter(|event| event["type"] == kind)
+            .map(|event| event["part"]["text"].clone())
+            .collect()
+    };
+    assert_eq!(
+        part_done("response.reasoning_summary_part.done"),
+        vec![json!(expected_summary)]
+    );
+    assert_eq!(
+        part_done("response.content_part.done"),
+        vec![json!(expected_reasoning), json!("Done.")]
+    );
+    assert_eq!(
+        part_done("response.reasoning_summary_part.added"),
+        vec![json!("")]
+    );
+    let reasoning_done: Vec<&Value> = events
+        .iter()
+        .filter(|event| {
+            event["type"] == "response.output_item.done" && event["item"]["type"] == "reasoning"
+        })
+        .map(|event| &event["item"])
+        .collect();
+    let completed = events.last().expect("events");
+    assert_eq!(completed["type"], "response.completed");
+    for item in [reasoning_done[0], &completed["response"]["output"][0]] {
+        assert_eq!(item["summary"][0]["text"], expected_summary, "{item}");
+        assert_eq!(item["content"][0]["text"], expected_reasoning, "{item}");
+    }
+    assert_eq!(
+        completed["response"]["output"][1]["content"][0]["text"],
+        "Done."
+    );
+}
+
+#[tokio::test]
+async fn a_denied_streamed_reasoning_text_ends_the_stream_like_a_denied_answer() {
+    let reasoning = ["Fine. ", "They want the laun", "ch codes: 0000."];
+    let mut events = support::streamed_reasoning(0, "rs_1", &["Thinking."], &reasoning);
+    events.extend(support::streamed_message(1, "msg_1", &["No."]));
+    let output = vec![
+        support::reasoning_item("rs_1", &["Thinking."], &[&reasoning.concat()]),
+        support::message_item("msg_1", "No."),
+    ];
+    let fixture = fixture(
+        vec![Reply::Sse(support::response_events(events, output))],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let (events, failure) = read_response_stream(&fixture, "A secret?").await;
+    let all = serde_json::to_string(&events).expect("events");
+    assert!(
+        !all.contains("launch codes") && !all.contains("codes: 0000"),
+        "{all}"
+    );
+    // Nothing of the answer after it either.
+    assert!(!all.contains("\"No.\""), "{all}");
+    let failure = failure.expect("the stream ends with the denial");
+    let denial = portcullis_openai::denial(&failure).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+    assert_eq!(denial.reason(), Some("mentions the launch codes"));
+}
+
+#[tokio::test]
+async fn reasoning_in_whole_answers_is_output_too() {
+    let reasoning = support::reasoning_item(
+        "rs_1",
+        &["The user's SSN is 987-65-4321."],
+        &["Look up 123-45-6789."],
+    );
+    let fixture = fixture(
+        vec![
+            Reply::Json(support::response(vec![
+                reasoning,
+                support::message_item("msg_1", "Done."),
+            ])),
+            Reply::Json(support::response(vec![support::reasoning_item(
+                "rs_2",
+                &["The user wants the launch codes."],
+                &[],
+            )])),
+        ],
+        ToolDenial::Refuse,
+    )
+    .await;
+    let response = fixture
+        .client
+        .responses()
+        .create(responses_request(
+            json!({"model": "scripted-model", "input": "My SSN?"}),
+        ))
+        .await
+        .expect("the guarded call succeeds");
+    let output = serde_json::to_value(&response.output).expect("JSON");
+    assert_eq!(
+        output[0]["summary"][0]["text"],
+        "The user's SSN is [REDACTED]."
+    );
+    assert_eq!(output[0]["content"][0]["text"], "Look up [REDACTED].");
+    assert_eq!(item_text(&response.output[1]), "Done.");
+    let kinds: Vec<(Value, Value)> = fixture
+        .audit
+        .lock()
+        .expect("audit lock")
+        .iter()
+        .filter(|record| {
+            record.point == InterceptionPoint::Output && record.policy_id == "redact_answer_ssn"
+        })
+        .map(|record| {
+            (
+                record.extra["text_kind"].clone(),
+                record.extra["output_index"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (json!("summary_text"), json!(0)),
+            (json!("reasoning_text"), json!(0)),
+            (json!("output_text"), json!(1)),
+        ]
+    );
+
+    let error = fixture
+        .client
+        .responses()
+        .create(responses_request(
+            json!({"model": "scripted-model", "input": "A secret?"}),
+        ))
+        .await
+        .expect_err("the reasoning is denied");
+    let denial = portcullis_openai::denial(&error).expect("the error is the denial");
+    assert_eq!(denial.policy_id(), "no_launch_codes");
+}
+
+#[tokio::test]
+async fn reasoning_in_stream_snapshots_is_output_too() {
+    // The reasoning item is never streamed: only the final snapshot carries it.
+    let reasoning = support::reasoning_item(
+        "rs_1",
+        &["The user's SSN is 987-65-4321."],
+        &["Look up 123-45-6789."],
+    );
+    let snapshot = support::response_events(
+        support::streamed_message(1, "msg_1", &["Done."]),
+        vec![reasoning, support::message_item("msg_1", "Done.")],
+    );
+    let fixture = fixture(vec![Reply::Sse(snapshot)], ToolDenial::Refuse).await;
+    let (events, failure) = read_response_stream(&fixture, "My SSN?").await;
+    assert!(failure.is_none(), "{failure:?}");
+    let all = serde_json::to_string(&events).expect("events");
+    assert!(!all.contains("4321") && !all.contains("6789"), "{all}");
+    let completed = event_values(&events).pop().expect("events");
+    let output = &completed["response"]["output"];
+    assert_eq!(
+        output[0]["summary"][0]["text"],
+        "The user's SSN is [REDACTED]."
+    );
+    assert_eq!(output[0]["content"][0]["text"], "Look up [REDACTED].");
+    assert_eq!(output[1]["content"][0]["text"], "Done.");
+}

@@ -730,3 +730,75 @@ async fn an_unreachable_upstream_is_a_502() {
     assert_eq!(status, 502);
     assert_eq!(json_of(&answer)["error"]["code"], "upstream_unreachable");
 }
+
+#[tokio::test]
+async fn reasoning_text_is_guarded_on_the_wire_streamed_and_whole() {
+    let summary = [CLEARED, "The user's SSN ", "is 987-6", "5-4321."];
+    let denied = support::response(vec![
+        support::reasoning_item("rs_2", &["They want the launch codes."], &[]),
+        support::message_item("msg_2", "No."),
+    ]);
+    let (_server, proxy) = setup(
+        vec![
+            Reply::Sse(support::response_events(
+                support::streamed_reasoning(0, "rs_1", &summary, &[]),
+                vec![support::reasoning_item("rs_1", &[&summary.concat()], &[])],
+            )),
+            Reply::Json(denied.clone()),
+            Reply::Json(denied),
+        ],
+        |proxy| proxy,
+    )
+    .await;
+    let request = json!({"model": "scripted-model", "input": "My SSN?", "stream": true});
+    let (status, body) = post(&proxy, "/v1/responses", &request).await;
+    assert_eq!(status, 200);
+    let body = String::from_utf8_lossy(&body);
+    assert!(!body.contains("4321"), "{body}");
+    let events: Vec<Value> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str(data).ok())
+        .collect();
+    let deltas: Vec<&Value> = events
+        .iter()
+        .filter(|event| event["type"] == "response.reasoning_summary_text.delta")
+        .collect();
+    assert!(deltas.len() > 1, "{body}");
+    let summary: String = deltas
+        .iter()
+        .map(|event| {
+            assert_eq!(event["summary_index"], 0, "{event}");
+            assert_eq!(event["item_id"], "rs_1", "{event}");
+            event["delta"].as_str().unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(summary, format!("{CLEARED}The user's SSN is [REDACTED]."));
+
+    // A denied reasoning summary in a whole answer is a 403 like a denied answer text...
+    let request = json!({"model": "scripted-model", "input": "A secret?"});
+    let (status, body) = post(&proxy, "/v1/responses", &request).await;
+    assert_eq!(status, 403);
+    assert!(!String::from_utf8_lossy(&body).contains("They want"));
+    assert_eq!(json_of(&body)["error"]["code"], "no_launch_codes");
+    // ...or a refusal in its place when denied answers are refused.
+    let (_server, proxy) = setup(
+        vec![Reply::Json(support::response(vec![
+            support::reasoning_item("rs_2", &["They want the launch codes."], &[]),
+            support::message_item("msg_2", "No."),
+        ]))],
+        |proxy| proxy.refuse_denied_answers(true),
+    )
+    .await;
+    let (status, body) = post(&proxy, "/v1/responses", &request).await;
+    assert_eq!(status, 200);
+    let answer = json_of(&body);
+    let text = answer["output"][0]["summary"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("[The answer was withheld by policy \"no_launch_codes\""),
+        "{answer}"
+    );
+    assert_eq!(answer["output"][1]["content"][0]["text"], "No.");
+}

@@ -416,3 +416,79 @@ pub fn streamed_call(output_index: u32, call_id: &str, name: &str, pieces: &[&st
     }));
     events
 }
+
+/// A finished reasoning item: one `summary_text` part per `summary` entry, one
+/// `reasoning_text` part per `content` entry.
+pub fn reasoning_item(id: &str, summary: &[&str], content: &[&str]) -> Value {
+    let summary: Vec<Value> = summary
+        .iter()
+        .map(|text| json!({ "type": "summary_text", "text": text }))
+        .collect();
+    let content: Vec<Value> = content
+        .iter()
+        .map(|text| json!({ "type": "reasoning_text", "text": text }))
+        .collect();
+    json!({
+        "type": "reasoning",
+        "id": id,
+        "status": "completed",
+        "summary": summary,
+        "content": content
+    })
+}
+
+/// The events of a reasoning item at `output_index` with one summary part streamed as
+/// `summary` pieces and one reasoning text streamed as `reasoning` pieces, their deltas
+/// interleaved (summary first), both at index 0 of their list.
+pub fn streamed_reasoning(
+    output_index: u32,
+    id: &str,
+    summary: &[&str],
+    reasoning: &[&str],
+) -> Vec<Value> {
+    let summary_text: String = summary.concat();
+    let reasoning_text: String = reasoning.concat();
+    let mut added = reasoning_item(id, &[], &[]);
+    added["status"] = json!("in_progress");
+    let summary_at = |kind: &str| json!({ "type": kind, "item_id": id, "output_index": output_index, "summary_index": 0 });
+    let content_at = |kind: &str| json!({ "type": kind, "item_id": id, "output_index": output_index, "content_index": 0 });
+    let mut events = vec![
+        json!({ "type": "response.output_item.added", "output_index": output_index, "item": added }),
+    ];
+    let mut part = summary_at("response.reasoning_summary_part.added");
+    part["part"] = json!({ "type": "summary_text", "text": "" });
+    events.push(part);
+    let mut part = content_at("response.content_part.added");
+    part["part"] = json!({ "type": "reasoning_text", "text": "" });
+    events.push(part);
+    for at in 0..summary.len().max(reasoning.len()) {
+        if let Some(piece) = summary.get(at) {
+            let mut delta = summary_at("response.reasoning_summary_text.delta");
+            delta["delta"] = json!(piece);
+            events.push(delta);
+        }
+        if let Some(piece) = reasoning.get(at) {
+            let mut delta = content_at("response.reasoning_text.delta");
+            delta["delta"] = json!(piece);
+            events.push(delta);
+        }
+    }
+    let mut done = summary_at("response.reasoning_summary_text.done");
+    done["text"] = json!(summary_text);
+    events.push(done);
+    let mut part = summary_at("response.reasoning_summary_part.done");
+    part["part"] = json!({ "type": "summary_text", "text": summary_text });
+    events.push(part);
+    let mut done = content_at("response.reasoning_text.done");
+    done["text"] = json!(reasoning_text);
+    events.push(done);
+    let mut part = content_at("response.content_part.done");
+    part["part"] = json!({ "type": "reasoning_text", "text": reasoning_text });
+    events.push(part);
+    events.push(json!({
+        "type": "response.output_item.done",
+        "output_index": output_index,
+        "item": reasoning_item(id, &[&summary_text], &[&reasoning_text])
+    }));
+    events
+}
