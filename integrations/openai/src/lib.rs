@@ -78,8 +78,12 @@
 //! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools) |
 //! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools) |
 //! | `ToolCallContext.calling_message` | the assistant text of the same choice, after output policies |
-//! | `OutputContext.response` | `choices[].message.content` and `choices[].message.refusal`, each on its own (in a stream, the released text of `choices[].delta.content` and of `choices[].delta.refusal`) |
-//! | `metadata.extra` | for answers `response_id` and `choice_index` |
+//! | `OutputContext.response` | `choices[].message.content`, `choices[].message.refusal`, the `reasoning_content` some OpenAI-compatible servers send and `choices[].message.audio.transcript`, each on its own (in a stream, the released text of the same fields of `choices[].delta`) |
+//! | `metadata.extra` | for answers `response_id`, `choice_index` and `text_kind` (`content`, `refusal`, `reasoning_content` or `audio_transcript`) |
+//!
+//! An audio answer's `audio.data` speaks what its transcript said before the policies saw
+//! it, and no policy reads audio: it is released only with a transcript the policies left as
+//! it was (held until the choice finishes in a stream), and emptied otherwise.
 //!
 //! The Responses API:
 //!

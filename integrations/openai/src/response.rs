@@ -103,7 +103,8 @@ async fn guard_choice(
     // The text first: tool-call policies see the text as it will be forwarded.
     let mut text = String::new();
     if let Some(Value::String(content)) = message.get("content") {
-        match clear_text(settings, &metadata, content).await? {
+        let text_metadata = text_metadata(&metadata, ChatText::Content.name());
+        match clear_text(settings, &text_metadata, content).await? {
             Cleared::Text {
                 text: cleared,
                 modified,
@@ -114,8 +115,11 @@ async fn guard_choice(
                 text = cleared;
             }
             Cleared::Refused(refusal) => {
-                // The whole answer is withheld: its text, and the calls it made.
+                // The whole answer is withheld: its text, its audio, its reasoning and the
+                // calls it made.
                 message.insert("content".to_owned(), Value::String(refusal));
+                message.remove("audio");
+                message.remove("reasoning_content");
                 message.remove("tool_calls");
                 if choice.get("finish_reason").and_then(Value::as_str) == Some("tool_calls") {
                     choice.insert("finish_reason".to_owned(), Value::from("stop"));
@@ -125,14 +129,47 @@ async fn guard_choice(
         }
     }
 
-    // A refusal the model wrote is text it sends too.
-    if let Some(Value::String(refusal)) = message.get("refusal") {
-        match clear_text(settings, &metadata, refusal).await? {
+    // A refusal the model wrote, and the reasoning some servers send, are text it sends too.
+    for (field, kind) in [
+        ("refusal", ChatText::Refusal),
+        ("reasoning_content", ChatText::Reasoning),
+    ] {
+        let Some(Value::String(written)) = message.get(field) else {
+            continue;
+        };
+        match clear_text(settings, &text_metadata(&metadata, kind.name()), written).await? {
             Cleared::Text {
                 modified: false, ..
             } => {}
             Cleared::Text { text, .. } | Cleared::Refused(text) => {
-                message.insert("refusal".to_owned(), Value::String(text));
+                message.insert(field.to_owned(), Value::String(text));
+            }
+        }
+    }
+
+    // An audio answer: the policies read its transcript. The audio says what the transcript
+    // said before the policies saw it, so it is released only with a transcript they left
+    // as it was; otherwise its `data` is emptied.
+    if let Some(Value::Object(audio)) = message.get_mut("audio") {
+        let metadata = text_metadata(&metadata, ChatText::Transcript.name());
+        let cleared = match audio.get("transcript") {
+            Some(Value::String(transcript)) => {
+                Some(clear_text(settings, &metadata, transcript).await?)
+            }
+            _ => None,
+        };
+        match cleared {
+            Some(Cleared::Text {
+                modified: false, ..
+            }) => {}
+            Some(Cleared::Text { text, .. } | Cleared::Refused(text)) => {
+                audio.insert("transcript".to_owned(), Value::String(text));
+                audio.insert("data".to_owned(), Value::from(""));
+            }
+            None => {
+                if audio.contains_key("data") {
+                    audio.insert("data".to_owned(), Value::from(""));
+                }
             }
         }
     }
@@ -342,13 +379,41 @@ pub(crate) fn text_parts(item: &Value) -> Vec<TextPart> {
     found
 }
 
-/// The metadata of one text of an output item: `metadata.extra.text_kind` added.
-pub(crate) fn text_metadata(metadata: &Metadata, kind: TextKind) -> Metadata {
+/// The metadata of one text of an answer: `metadata.extra.text_kind` added (for the
+/// Responses API the part's type, [`TextKind::name`]; for chat completions the message's
+/// field, see [`ChatText`]).
+pub(crate) fn text_metadata(metadata: &Metadata, kind: &str) -> Metadata {
     let mut metadata = metadata.clone();
     metadata
         .extra
-        .insert(TEXT_KIND.to_owned(), Value::from(kind.name()));
+        .insert(TEXT_KIND.to_owned(), Value::from(kind));
     metadata
+}
+
+/// The texts of a chat completion message the output policies see, each on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum ChatText {
+    /// `content`: the answer.
+    Content,
+    /// `refusal`: a refusal the model wrote.
+    Refusal,
+    /// `reasoning_content`: the reasoning some OpenAI-compatible servers send beside the
+    /// answer.
+    Reasoning,
+    /// `audio.transcript`: the transcript of an audio answer.
+    Transcript,
+}
+
+impl ChatText {
+    /// `metadata.extra.text_kind` of this text.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ChatText::Content => "content",
+            ChatText::Refusal => "refusal",
+            ChatText::Reasoning => "reasoning_content",
+            ChatText::Transcript => "audio_transcript",
+        }
+    }
 }
 
 /// Runs the output policies on each text part of an output item (see [`text_parts`]),
@@ -373,7 +438,7 @@ pub(crate) async fn guard_item_texts(
         let Some(Value::String(content)) = slot.get(field) else {
             continue;
         };
-        let metadata = text_metadata(metadata, part.kind);
+        let metadata = text_metadata(metadata, part.kind.name());
         let forwarded = match clear_text(settings, &metadata, content).await? {
             Cleared::Text { text, .. } | Cleared::Refused(text) => text,
         };

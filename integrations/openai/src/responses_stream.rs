@@ -301,7 +301,7 @@ impl<'e> ResponsesGuard<'e> {
         let engine = self.engine;
         let metadata = &self.metadata;
         self.parts.entry(key).or_insert_with(|| {
-            let mut metadata = text_metadata(&item_metadata(metadata, key.0), kind);
+            let mut metadata = text_metadata(&item_metadata(metadata, key.0), kind.name());
             metadata
                 .extra
                 .insert(key.1.index_key().to_owned(), Value::from(key.2));

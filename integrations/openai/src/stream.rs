@@ -1,6 +1,8 @@
 //! Streamed chat completions (server-sent events): the streaming output guard on each
-//! choice's text (and another on its refusal text), tool-call deltas buffered per index and
-//! evaluated whole when the choice finishes.
+//! choice's text, another on each other text it writes (its refusal, the `reasoning_content`
+//! some servers send, the transcript of an audio answer), tool-call deltas buffered per index
+//! and evaluated whole when the choice finishes. An audio answer's `data` is held until the
+//! choice finishes and released only with a transcript the policies left as it was.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::{self, GuardError};
 use crate::exchange::{Failure, Settings, ToolOutcome, collect, evaluate_tool_call};
 use crate::mapping::{self, ToolCall};
+use crate::response::{ChatText, text_metadata};
 use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
 /// Guards a chat completion stream: reads `upstream`, writes the released events to
@@ -50,11 +53,22 @@ struct PartialToolCall {
     arguments: String,
 }
 
+/// A text of a choice besides its content, with a guard of its own opened by its first
+/// delta.
+struct SideText<'e> {
+    guard: OutputStream<'e>,
+    /// What the upstream sent, and what the guard released.
+    sent: String,
+    released: String,
+}
+
 /// One choice of the answer.
 struct ChoiceState<'e> {
     guard: Option<OutputStream<'e>>,
-    /// The guard of the choice's `refusal` text, opened by its first delta.
-    refusal: Option<OutputStream<'e>>,
+    /// The choice's other texts (refusal, reasoning, audio transcript).
+    sides: BTreeMap<ChatText, SideText<'e>>,
+    /// The audio answer's `data`, held until the choice finishes.
+    audio_data: String,
     /// Whether the choice finished: text after that is not released.
     finished: bool,
     metadata: Metadata,
@@ -65,7 +79,10 @@ struct ChoiceState<'e> {
 /// What finishing a choice adds to its last delta.
 struct Tail {
     text: String,
-    refusal: String,
+    /// The rest of each other text.
+    sides: Vec<(ChatText, String)>,
+    /// The audio answer's data, when its transcript came out as it was sent.
+    audio_data: String,
     tool_calls: Vec<Value>,
     refused: bool,
 }
@@ -161,10 +178,33 @@ impl<'e> StreamGuard<'e> {
                 let released = self.push(index, &text).await?;
                 delta.insert("content".to_owned(), Value::String(released));
             }
-            if let Some(Value::String(text)) = delta.get("refusal") {
-                let text = text.clone();
-                let released = self.push_refusal(index, &text).await?;
-                delta.insert("refusal".to_owned(), Value::String(released));
+            for (field, kind) in [
+                ("refusal", ChatText::Refusal),
+                ("reasoning_content", ChatText::Reasoning),
+            ] {
+                if let Some(Value::String(text)) = delta.get(field) {
+                    let text = text.clone();
+                    let released = self.push_side(index, kind, &text).await?;
+                    delta.insert(field.to_owned(), Value::String(released));
+                }
+            }
+            if let Some(Value::Object(mut audio)) = delta.remove("audio") {
+                // The audio itself waits for the end of its transcript.
+                if let Some(Value::String(data)) = audio.remove("data")
+                    && let Some(state) = self.choices.get_mut(&index)
+                    && !state.finished
+                {
+                    state.audio_data.push_str(&data);
+                }
+                if let Some(Value::String(text)) = audio.remove("transcript") {
+                    let released = self.push_side(index, ChatText::Transcript, &text).await?;
+                    if !released.is_empty() {
+                        audio.insert("transcript".to_owned(), Value::String(released));
+                    }
+                }
+                if !audio.is_empty() {
+                    delta.insert("audio".to_owned(), Value::Object(audio));
+                }
             }
             if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
                 self.buffer_tool_calls(index, calls);
@@ -184,7 +224,8 @@ impl<'e> StreamGuard<'e> {
                 || delta.iter().any(|(key, value)| match value {
                     Value::Null => false,
                     Value::String(text) => {
-                        !text.is_empty() || !matches!(key.as_str(), "content" | "refusal")
+                        !text.is_empty()
+                            || !matches!(key.as_str(), "content" | "refusal" | "reasoning_content")
                     }
                     _ => true,
                 });
@@ -214,12 +255,15 @@ impl<'e> StreamGuard<'e> {
         metadata
             .extra
             .insert("choice_index".to_owned(), Value::from(index));
-        let guard = self.engine.output_stream(metadata.clone());
+        let guard = self
+            .engine
+            .output_stream(text_metadata(&metadata, ChatText::Content.name()));
         self.choices.insert(
             index,
             ChoiceState {
                 guard: Some(guard),
-                refusal: None,
+                sides: BTreeMap::new(),
+                audio_data: String::new(),
                 finished: false,
                 metadata,
                 released: String::new(),
@@ -242,8 +286,14 @@ impl<'e> StreamGuard<'e> {
         Ok(released)
     }
 
-    /// Pushes a refusal delta through the choice's refusal guard; returns what it releases.
-    async fn push_refusal(&mut self, index: u64, text: &str) -> Result<String, Failure> {
+    /// Pushes a delta of one of the choice's other texts through its guard; returns what it
+    /// releases.
+    async fn push_side(
+        &mut self,
+        index: u64,
+        kind: ChatText,
+        text: &str,
+    ) -> Result<String, Failure> {
         let engine = self.engine;
         let Some(state) = self.choices.get_mut(&index) else {
             return Ok(String::new());
@@ -251,10 +301,15 @@ impl<'e> StreamGuard<'e> {
         if state.finished {
             return Ok(String::new());
         }
-        let guard = state
-            .refusal
-            .get_or_insert_with(|| engine.output_stream(state.metadata.clone()));
-        collect(guard.push(text).await)
+        let side = state.sides.entry(kind).or_insert_with(|| SideText {
+            guard: engine.output_stream(text_metadata(&state.metadata, kind.name())),
+            sent: String::new(),
+            released: String::new(),
+        });
+        side.sent.push_str(text);
+        let released = collect(side.guard.push(text).await)?;
+        side.released.push_str(&released);
+        Ok(released)
     }
 
     fn buffer_tool_calls(&mut self, index: u64, calls: Vec<Value>) {
@@ -285,7 +340,8 @@ impl<'e> StreamGuard<'e> {
     async fn finish_choice(&mut self, index: u64) -> Result<Tail, Failure> {
         let mut tail = Tail {
             text: String::new(),
-            refusal: String::new(),
+            sides: Vec::new(),
+            audio_data: String::new(),
             tool_calls: Vec::new(),
             refused: false,
         };
@@ -297,8 +353,17 @@ impl<'e> StreamGuard<'e> {
             tail.text = collect(guard.finish().await)?;
             state.released.push_str(&tail.text);
         }
-        if let Some(guard) = state.refusal.take() {
-            tail.refusal = collect(guard.finish().await)?;
+        let mut transcript_kept = false;
+        for (kind, side) in std::mem::take(&mut state.sides) {
+            let rest = collect(side.guard.finish().await)?;
+            if kind == ChatText::Transcript {
+                transcript_kept = side.released + &rest == side.sent;
+            }
+            tail.sides.push((kind, rest));
+        }
+        let audio_data = std::mem::take(&mut state.audio_data);
+        if transcript_kept {
+            tail.audio_data = audio_data;
         }
         let calls = std::mem::take(&mut state.tool_calls);
         let mut refusals = Vec::new();
@@ -351,14 +416,21 @@ impl<'e> StreamGuard<'e> {
             .choices
             .iter()
             .filter(|(_, state)| {
-                state.guard.is_some() || state.refusal.is_some() || !state.tool_calls.is_empty()
+                state.guard.is_some()
+                    || !state.sides.is_empty()
+                    || !state.audio_data.is_empty()
+                    || !state.tool_calls.is_empty()
             })
             .map(|(index, _)| *index)
             .collect();
         let mut choices = Vec::new();
         for index in open {
             let tail = self.finish_choice(index).await?;
-            if tail.text.is_empty() && tail.refusal.is_empty() && tail.tool_calls.is_empty() {
+            let empty = tail.text.is_empty()
+                && tail.sides.iter().all(|(_, rest)| rest.is_empty())
+                && tail.audio_data.is_empty()
+                && tail.tool_calls.is_empty();
+            if empty {
                 continue;
             }
             let mut delta = Map::new();
@@ -385,13 +457,32 @@ fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
         content.push_str(&tail.text);
         delta.insert("content".to_owned(), Value::String(content));
     }
-    if !tail.refusal.is_empty() {
-        let mut refusal = match delta.get("refusal") {
+    let mut audio = match delta.remove("audio") {
+        Some(Value::Object(audio)) => audio,
+        _ => Map::new(),
+    };
+    for (kind, rest) in tail.sides {
+        if rest.is_empty() {
+            continue;
+        }
+        let (target, field) = match kind {
+            ChatText::Refusal => (&mut *delta, "refusal"),
+            ChatText::Reasoning => (&mut *delta, "reasoning_content"),
+            ChatText::Transcript => (&mut audio, "transcript"),
+            ChatText::Content => continue,
+        };
+        let mut text = match target.get(field) {
             Some(Value::String(text)) => text.clone(),
             _ => String::new(),
         };
-        refusal.push_str(&tail.refusal);
-        delta.insert("refusal".to_owned(), Value::String(refusal));
+        text.push_str(&rest);
+        target.insert(field.to_owned(), Value::String(text));
+    }
+    if !tail.audio_data.is_empty() {
+        audio.insert("data".to_owned(), Value::String(tail.audio_data));
+    }
+    if !audio.is_empty() {
+        delta.insert("audio".to_owned(), Value::Object(audio));
     }
     if !tail.tool_calls.is_empty() {
         delta.insert("tool_calls".to_owned(), Value::Array(tail.tool_calls));

@@ -802,3 +802,128 @@ async fn reasoning_text_is_guarded_on_the_wire_streamed_and_whole() {
     );
     assert_eq!(answer["output"][1]["content"][0]["text"], "No.");
 }
+
+/// The chat chunks of a streamed body, as JSON.
+fn chat_chunks(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .collect()
+}
+
+/// The pieces of a delta field (a JSON pointer into choice 0's delta) of `chunks`, joined.
+fn delta_text(chunks: &[Value], pointer: &str) -> String {
+    chunks
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0]["delta"].pointer(pointer))
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_reasoning_and_audio_transcripts_are_output_too() {
+    let mut whole = support::text_completion("Done.");
+    whole["choices"][0]["message"]["reasoning_content"] = json!("Their SSN is 987-65-4321.");
+    whole["choices"][0]["message"]["audio"] = json!({
+        "id": "audio_1", "expires_at": 1_700_000_100, "data": "U1NOIGF1ZGlv",
+        "transcript": "Your SSN is 123-45-6789."
+    });
+    let mut clean = support::text_completion("Done.");
+    clean["choices"][0]["message"]["audio"] = json!({
+        "id": "audio_2", "expires_at": 1_700_000_100, "data": "aGVsbG8=",
+        "transcript": "Hello there."
+    });
+    use support::chunk;
+    let streamed = vec![
+        chunk(
+            json!({"role": "assistant", "reasoning_content": "Their SSN "}),
+            None,
+        ),
+        chunk(json!({"reasoning_content": "is 987-6"}), None),
+        chunk(json!({"reasoning_content": "5-4321."}), None),
+        chunk(
+            json!({"audio": {"id": "audio_3", "data": "UEFSVDE=", "transcript": "Your SSN is 123-4"}}),
+            None,
+        ),
+        chunk(
+            json!({"audio": {"data": "UEFSVDI=", "transcript": "5-6789."}}),
+            None,
+        ),
+        chunk(
+            json!({"audio": {"expires_at": 1_700_000_100}}),
+            Some("stop"),
+        ),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let clean_stream = vec![
+        chunk(
+            json!({"role": "assistant", "audio": {"id": "audio_4", "data": "UEFSVDE=", "transcript": CLEARED}}),
+            None,
+        ),
+        chunk(
+            json!({"audio": {"data": "UEFSVDI=", "transcript": "Bye."}}),
+            None,
+        ),
+        chunk(json!({}), Some("stop")),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    let (_server, proxy) = setup(
+        vec![
+            Reply::Json(whole),
+            Reply::Json(clean),
+            Reply::Sse(streamed),
+            Reply::Sse(clean_stream),
+        ],
+        |proxy| proxy,
+    )
+    .await;
+    let request = json!({
+        "model": "scripted-model",
+        "modalities": ["text", "audio"],
+        "messages": [{ "role": "user", "content": "Hi" }]
+    });
+
+    // Whole: a changed transcript empties the audio, whose words the policies cannot read.
+    let (status, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    assert_eq!(status, 200);
+    let answer = json_of(&body);
+    let message = &answer["choices"][0]["message"];
+    assert_eq!(message["reasoning_content"], "Their SSN is [REDACTED].");
+    assert_eq!(message["audio"]["transcript"], "Your SSN is [REDACTED].");
+    assert_eq!(message["audio"]["data"], "");
+    assert_eq!(message["audio"]["id"], "audio_1");
+    let (_, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    let answer = json_of(&body);
+    assert_eq!(answer["choices"][0]["message"]["audio"]["data"], "aGVsbG8=");
+    assert_eq!(
+        answer["choices"][0]["message"]["audio"]["transcript"],
+        "Hello there."
+    );
+
+    // Streamed: each text through a guard of its own; the audio held to the end.
+    let mut streaming = request.clone();
+    streaming["stream"] = json!(true);
+    let (status, body) = post(&proxy, "/v1/chat/completions", &streaming).await;
+    assert_eq!(status, 200);
+    let body = String::from_utf8_lossy(&body);
+    assert!(!body.contains("4321") && !body.contains("6789"), "{body}");
+    assert!(!body.contains("UEFSV"), "{body}");
+    let chunks = chat_chunks(&body);
+    assert_eq!(
+        delta_text(&chunks, "/reasoning_content"),
+        "Their SSN is [REDACTED]."
+    );
+    assert_eq!(
+        delta_text(&chunks, "/audio/transcript"),
+        "Your SSN is [REDACTED]."
+    );
+    assert_eq!(delta_text(&chunks, "/audio/id"), "audio_3");
+
+    let (_, body) = post(&proxy, "/v1/chat/completions", &streaming).await;
+    let chunks = chat_chunks(&String::from_utf8_lossy(&body));
+    assert_eq!(
+        delta_text(&chunks, "/audio/transcript"),
+        format!("{CLEARED}Bye.")
+    );
+    assert_eq!(delta_text(&chunks, "/audio/data"), "UEFSVDE=UEFSVDI=");
+}
