@@ -14,7 +14,8 @@
 //!   reasoning a Responses answer shows (each `summary_text` part of a reasoning item's
 //!   `summary` and each `reasoning_text` part of its `content`): a redaction rewrites the
 //!   text, a denial is handled as for the answer's text;
-//! - **tool-call policies** see each call of the answer (`choices[].message.tool_calls[]`;
+//! - **tool-call policies** see each call of the answer (`choices[].message.tool_calls[]`
+//!   and the deprecated `choices[].message.function_call`;
 //!   `function_call` and `custom_tool_call` output items): the arguments are parsed,
 //!   evaluated, and re-serialized when a policy patched them. A denied call is either removed
 //!   and replaced by refusal text ([`ToolDenial::Refuse`], the default: the application never
@@ -25,12 +26,12 @@
 //!   streaming output guard ([`PolicyEngine::output_stream`]), one guard per chat choice or
 //!   per part of a Responses message item (content parts) or reasoning item (summary parts
 //!   and reasoning text, each with a guard of its own), so only cleared text reaches the
-//!   reader.
-//!   Calls are held back until they are complete (chat tool-call deltas per index until the
-//!   choice finishes; a Responses call item with its `response.function_call_arguments.*`
-//!   events until its `response.output_item.done`), then evaluated whole and released as
-//!   one complete delta (chat) or as a complete item: `response.output_item.added`, one
-//!   arguments delta, `…arguments.done`, `response.output_item.done`. In a Responses stream
+//!   reader. Calls are held back until they are complete (chat tool-call and
+//!   `function_call` deltas until the choice finishes; a Responses call item with its
+//!   `response.function_call_arguments.*` events until its `response.output_item.done`),
+//!   then evaluated whole and released as one complete delta (chat) or as a complete item:
+//!   `response.output_item.added`, one arguments delta, `…arguments.done`,
+//!   `response.output_item.done`. In a Responses stream
 //!   a part's `…part.added` event carries it blank, the `…done` events of a text, its item
 //!   and the final `response.completed` carry the released text, and every event is
 //!   numbered again (`sequence_number`) in order.
@@ -75,8 +76,8 @@
 //! | Policy context | Taken from |
 //! |---|---|
 //! | `InputContext.messages[]` | each text of `messages[]`: a string `content`, or each `text` (and `refusal`) of an array `content`; roles `system` and `developer` are `system`, `assistant` is `assistant`, `user`, `tool` and `function` are `user` |
-//! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools) |
-//! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools) |
+//! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools; `function_call.name` for the deprecated single call, evaluated, patched or refused like the others) |
+//! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools; `function_call.arguments`) |
 //! | `ToolCallContext.calling_message` | the assistant text of the same choice, after output policies |
 //! | `OutputContext.response` | `choices[].message.content`, `choices[].message.refusal`, the `reasoning_content` some OpenAI-compatible servers send and `choices[].message.audio.transcript`, each on its own (in a stream, the released text of the same fields of `choices[].delta`) |
 //! | `metadata.extra` | for answers `response_id`, `choice_index` and `text_kind` (`content`, `refusal`, `reasoning_content` or `audio_transcript`) |

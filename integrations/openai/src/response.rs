@@ -121,7 +121,11 @@ async fn guard_choice(
                 message.remove("audio");
                 message.remove("reasoning_content");
                 message.remove("tool_calls");
-                if choice.get("finish_reason").and_then(Value::as_str) == Some("tool_calls") {
+                message.remove("function_call");
+                if matches!(
+                    choice.get("finish_reason").and_then(Value::as_str),
+                    Some("tool_calls" | "function_call")
+                ) {
                     choice.insert("finish_reason".to_owned(), Value::from("stop"));
                 }
                 return Ok(());
@@ -173,6 +177,34 @@ async fn guard_choice(
             }
         }
     }
+
+    // The deprecated `function_call` is a call like the others.
+    if message.get("function_call").is_some_and(Value::is_object)
+        && let Some(call) = message.remove("function_call")
+    {
+        let mut wrapped = serde_json::json!({ "function": call });
+        let tool = mapping::read_tool_call(&wrapped)?;
+        match evaluate_tool_call(settings, &metadata, &tool, &text).await? {
+            ToolOutcome::Allowed(outcome) => {
+                if let Some(arguments) = outcome {
+                    mapping::write_tool_call(&mut wrapped, &tool, arguments);
+                }
+                if let Some(call) = wrapped.get_mut("function").map(Value::take) {
+                    message.insert("function_call".to_owned(), call);
+                }
+            }
+            ToolOutcome::Refused(refusal) => {
+                join(&mut text, &refusal);
+                message.insert("content".to_owned(), Value::String(text.clone()));
+                if choice.get("finish_reason").and_then(Value::as_str) == Some("function_call") {
+                    choice.insert("finish_reason".to_owned(), Value::from("stop"));
+                }
+            }
+        }
+    }
+    let Some(Value::Object(message)) = choice.get_mut("message") else {
+        return Ok(());
+    };
 
     let Some(Value::Array(calls)) = message.remove("tool_calls") else {
         return Ok(());

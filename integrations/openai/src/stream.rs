@@ -74,6 +74,8 @@ struct ChoiceState<'e> {
     metadata: Metadata,
     released: String,
     tool_calls: BTreeMap<u64, PartialToolCall>,
+    /// The deprecated `function_call` being assembled from its deltas.
+    function_call: Option<PartialToolCall>,
 }
 
 /// What finishing a choice adds to its last delta.
@@ -84,6 +86,8 @@ struct Tail {
     /// The audio answer's data, when its transcript came out as it was sent.
     audio_data: String,
     tool_calls: Vec<Value>,
+    /// The deprecated `function_call`, when it is allowed.
+    function_call: Option<Value>,
     refused: bool,
 }
 
@@ -209,13 +213,23 @@ impl<'e> StreamGuard<'e> {
             if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
                 self.buffer_tool_calls(index, calls);
             }
+            if delta.get("function_call").is_some_and(Value::is_object)
+                && let Some(call) = delta.remove("function_call")
+            {
+                self.buffer_function_call(index, &call);
+            }
             let finish_reason = choice
                 .get("finish_reason")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
             if let Some(reason) = finish_reason {
                 let tail = self.finish_choice(index).await?;
-                if tail.refused && tail.tool_calls.is_empty() && reason == "tool_calls" {
+                let no_call_left = match reason.as_str() {
+                    "tool_calls" => tail.tool_calls.is_empty(),
+                    "function_call" => tail.function_call.is_none(),
+                    _ => false,
+                };
+                if tail.refused && no_call_left {
                     choice.insert("finish_reason".to_owned(), Value::from("stop"));
                 }
                 add_tail(&mut delta, tail);
@@ -268,6 +282,7 @@ impl<'e> StreamGuard<'e> {
                 metadata,
                 released: String::new(),
                 tool_calls: BTreeMap::new(),
+                function_call: None,
             },
         );
     }
@@ -336,6 +351,24 @@ impl<'e> StreamGuard<'e> {
         }
     }
 
+    fn buffer_function_call(&mut self, index: u64, call: &Value) {
+        let Some(state) = self.choices.get_mut(&index) else {
+            return;
+        };
+        if state.finished {
+            return;
+        }
+        let partial = state
+            .function_call
+            .get_or_insert_with(PartialToolCall::default);
+        if let Some(name) = call.get("name").and_then(Value::as_str) {
+            partial.name.push_str(name);
+        }
+        if let Some(arguments) = call.get("arguments").and_then(Value::as_str) {
+            partial.arguments.push_str(arguments);
+        }
+    }
+
     /// Ends a choice: the rest of its text, then its tool calls, evaluated whole.
     async fn finish_choice(&mut self, index: u64) -> Result<Tail, Failure> {
         let mut tail = Tail {
@@ -343,6 +376,7 @@ impl<'e> StreamGuard<'e> {
             sides: Vec::new(),
             audio_data: String::new(),
             tool_calls: Vec::new(),
+            function_call: None,
             refused: false,
         };
         let Some(state) = self.choices.get_mut(&index) else {
@@ -367,7 +401,12 @@ impl<'e> StreamGuard<'e> {
         }
         let calls = std::mem::take(&mut state.tool_calls);
         let mut refusals = Vec::new();
-        for partial in calls.into_values() {
+        let legacy = state.function_call.take();
+        for (legacy, partial) in calls
+            .into_values()
+            .map(|call| (false, call))
+            .chain(legacy.map(|call| (true, call)))
+        {
             let arguments = mapping::parse_arguments(&partial.arguments).map_err(|problem| {
                 GuardError::InvalidToolArguments {
                     tool_name: partial.name.clone(),
@@ -391,6 +430,13 @@ impl<'e> StreamGuard<'e> {
                     continue;
                 }
             };
+            if legacy {
+                tail.function_call = Some(serde_json::json!({
+                    "name": tool.name,
+                    "arguments": arguments,
+                }));
+                continue;
+            }
             tail.tool_calls.push(serde_json::json!({
                 "index": tail.tool_calls.len(),
                 "id": tool.id,
@@ -420,6 +466,7 @@ impl<'e> StreamGuard<'e> {
                     || !state.sides.is_empty()
                     || !state.audio_data.is_empty()
                     || !state.tool_calls.is_empty()
+                    || state.function_call.is_some()
             })
             .map(|(index, _)| *index)
             .collect();
@@ -429,7 +476,8 @@ impl<'e> StreamGuard<'e> {
             let empty = tail.text.is_empty()
                 && tail.sides.iter().all(|(_, rest)| rest.is_empty())
                 && tail.audio_data.is_empty()
-                && tail.tool_calls.is_empty();
+                && tail.tool_calls.is_empty()
+                && tail.function_call.is_none();
             if empty {
                 continue;
             }
@@ -486,5 +534,8 @@ fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
     }
     if !tail.tool_calls.is_empty() {
         delta.insert("tool_calls".to_owned(), Value::Array(tail.tool_calls));
+    }
+    if let Some(call) = tail.function_call {
+        delta.insert("function_call".to_owned(), call);
     }
 }

@@ -927,3 +927,99 @@ async fn chat_reasoning_and_audio_transcripts_are_output_too() {
     );
     assert_eq!(delta_text(&chunks, "/audio/data"), "UEFSVDE=UEFSVDI=");
 }
+
+#[tokio::test]
+async fn the_deprecated_function_call_is_a_tool_call_too() {
+    let function_answer = |name: &str, arguments: &str| {
+        let mut answer = support::text_completion("");
+        answer["choices"][0]["message"]["content"] = Value::Null;
+        answer["choices"][0]["message"]["function_call"] =
+            json!({ "name": name, "arguments": arguments });
+        answer["choices"][0]["finish_reason"] = json!("function_call");
+        answer
+    };
+    use support::chunk;
+    let streamed = |first: Value, rest: &str| {
+        vec![
+            chunk(json!({"role": "assistant", "function_call": first}), None),
+            chunk(json!({"function_call": {"arguments": rest}}), None),
+            chunk(json!({}), Some("function_call")),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+    };
+    let (_server, proxy) = setup(
+        vec![
+            Reply::Json(function_answer(
+                "search",
+                r#"{"query": "records of 123-45-6789"}"#,
+            )),
+            Reply::Json(function_answer("delete_database", r#"{"confirm": true}"#)),
+            Reply::Sse(streamed(
+                json!({"name": "search", "arguments": "{\"query\": \"records of 123"}),
+                "-45-6789\"}",
+            )),
+            Reply::Sse(streamed(
+                json!({"name": "delete_database", "arguments": "{\"confirm\""}),
+                ": true}",
+            )),
+        ],
+        |proxy| proxy,
+    )
+    .await;
+    let mut request = json!({
+        "model": "scripted-model",
+        "messages": [{ "role": "user", "content": "Find my records." }]
+    });
+
+    let (status, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    assert_eq!(status, 200);
+    let answer = json_of(&body);
+    let call = &answer["choices"][0]["message"]["function_call"];
+    assert_eq!(call["name"], "search");
+    let arguments: Value =
+        serde_json::from_str(call["arguments"].as_str().unwrap_or_default()).expect("JSON");
+    assert_eq!(arguments["query"], "records of [REDACTED]");
+    assert_eq!(answer["choices"][0]["finish_reason"], "function_call");
+
+    let (status, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    assert_eq!(status, 200);
+    let answer = json_of(&body);
+    let message = &answer["choices"][0]["message"];
+    assert!(message.get("function_call").is_none(), "{answer}");
+    let content = message["content"].as_str().unwrap_or_default();
+    assert!(
+        content.contains("denied by policy \"guard_tools\""),
+        "{answer}"
+    );
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+
+    request["stream"] = json!(true);
+    let (_, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    let body = String::from_utf8_lossy(&body);
+    assert!(!body.contains("6789"), "{body}");
+    let chunks = chat_chunks(&body);
+    let calls: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0]["delta"].get("function_call"))
+        .collect();
+    assert_eq!(calls.len(), 1, "{body}");
+    assert_eq!(calls[0]["name"], "search");
+    let arguments: Value =
+        serde_json::from_str(calls[0]["arguments"].as_str().unwrap_or_default()).expect("JSON");
+    assert_eq!(arguments["query"], "records of [REDACTED]");
+
+    let (_, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    let body = String::from_utf8_lossy(&body);
+    assert!(!body.contains("delete_database\""), "{body}");
+    assert!(!body.contains("\"function_call\":{"), "{body}");
+    let chunks = chat_chunks(&body);
+    assert!(
+        delta_text(&chunks, "/content").contains("denied by policy \"guard_tools\""),
+        "{body}"
+    );
+    let last_reason = chunks
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0]["finish_reason"].as_str())
+        .next_back();
+    assert_eq!(last_reason, Some("stop"), "{body}");
+}
