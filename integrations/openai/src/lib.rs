@@ -84,7 +84,12 @@
 //!
 //! An audio answer's `audio.data` speaks what its transcript said before the policies saw
 //! it, and no policy reads audio: it is released only with a transcript the policies left as
-//! it was (held until the choice finishes in a stream), and emptied otherwise.
+//! it was (held until the choice finishes in a stream), and emptied otherwise. Likewise the
+//! `logprobs` of an answer (chat `choices[].logprobs`, the `logprobs` of a Responses
+//! `output_text` part) spell out the text as the model wrote it, token by token: they go only
+//! with texts the policies left as they were (`null` or `[]` otherwise). In a chat stream
+//! they are held until the choice finishes; in a Responses stream the deltas carry none and
+//! the part's `…done` events carry them.
 //!
 //! The Responses API:
 //!

@@ -102,6 +102,8 @@ async fn guard_choice(
 
     // The text first: tool-call policies see the text as it will be forwarded.
     let mut text = String::new();
+    // Whether the policies changed a text the choice's `logprobs` spell out token by token.
+    let mut texts_changed = false;
     if let Some(Value::String(content)) = message.get("content") {
         let text_metadata = text_metadata(&metadata, ChatText::Content.name());
         match clear_text(settings, &text_metadata, content).await? {
@@ -110,6 +112,8 @@ async fn guard_choice(
                 modified,
             } => {
                 if modified {
+                    texts_changed |=
+                        message.get("content").and_then(Value::as_str) != Some(cleared.as_str());
                     message.insert("content".to_owned(), Value::String(cleared.clone()));
                 }
                 text = cleared;
@@ -122,6 +126,12 @@ async fn guard_choice(
                 message.remove("reasoning_content");
                 message.remove("tool_calls");
                 message.remove("function_call");
+                if choice
+                    .get("logprobs")
+                    .is_some_and(|logprobs| !logprobs.is_null())
+                {
+                    choice.insert("logprobs".to_owned(), Value::Null);
+                }
                 if matches!(
                     choice.get("finish_reason").and_then(Value::as_str),
                     Some("tool_calls" | "function_call")
@@ -146,6 +156,7 @@ async fn guard_choice(
                 modified: false, ..
             } => {}
             Cleared::Text { text, .. } | Cleared::Refused(text) => {
+                texts_changed |= message.get(field).and_then(Value::as_str) != Some(text.as_str());
                 message.insert(field.to_owned(), Value::String(text));
             }
         }
@@ -177,6 +188,18 @@ async fn guard_choice(
             }
         }
     }
+
+    // The tokens of the texts as the model wrote them go only with those texts.
+    if texts_changed
+        && choice
+            .get("logprobs")
+            .is_some_and(|logprobs| !logprobs.is_null())
+    {
+        choice.insert("logprobs".to_owned(), Value::Null);
+    }
+    let Some(Value::Object(message)) = choice.get_mut("message") else {
+        return Ok(());
+    };
 
     // The deprecated `function_call` is a call like the others.
     if message.get("function_call").is_some_and(Value::is_object)
@@ -477,9 +500,22 @@ pub(crate) async fn guard_item_texts(
         if answer {
             join(&mut text, &forwarded);
         }
+        if slot.get(field).and_then(Value::as_str) != Some(forwarded.as_str()) {
+            drop_logprobs(slot);
+        }
         slot[field] = Value::String(forwarded);
     }
     Ok(text)
+}
+
+/// Empties the `logprobs` of a part (or a text event) whose text the policies changed: they
+/// spell out, token by token, the text as the model wrote it.
+pub(crate) fn drop_logprobs(part: &mut Value) {
+    if let Some(logprobs) = part.get_mut("logprobs")
+        && logprobs.is_array()
+    {
+        *logprobs = Value::Array(Vec::new());
+    }
 }
 
 /// Runs the tool-call policies on a `function_call` or `custom_tool_call` item: patched

@@ -210,6 +210,9 @@ impl<'e> ResponsesGuard<'e> {
                     return Ok(true);
                 }
                 event.insert("delta".to_owned(), Value::String(released));
+                // The released pieces are not the upstream's: their tokens go with the whole
+                // text, in its `…done` event, if the policies left it as it was.
+                empty_logprobs(&mut event);
                 Ok(self.emit(sender, event).await)
             }
             "response.output_text.done"
@@ -225,6 +228,9 @@ impl<'e> ResponsesGuard<'e> {
                 let released = self
                     .finish_part(key, text_kind, whole.as_deref(), &event, sender)
                     .await?;
+                if whole.as_deref() != Some(released.as_str()) {
+                    empty_logprobs(&mut event);
+                }
                 event.insert(field.to_owned(), Value::String(released));
                 Ok(self.emit(sender, event).await)
             }
@@ -247,8 +253,13 @@ impl<'e> ResponsesGuard<'e> {
                 let released = self
                     .finish_part(key, text_kind, whole.as_deref(), &event, sender)
                     .await?;
-                if let Some(part) = event.get_mut("part").and_then(Value::as_object_mut) {
-                    part.insert(field.to_owned(), Value::String(released));
+                if let Some(part) = event.get_mut("part") {
+                    if whole.as_deref() != Some(released.as_str()) {
+                        response::drop_logprobs(part);
+                    }
+                    if let Some(part) = part.as_object_mut() {
+                        part.insert(field.to_owned(), Value::String(released));
+                    }
                 }
                 Ok(self.emit(sender, event).await)
             }
@@ -409,6 +420,9 @@ impl<'e> ResponsesGuard<'e> {
             if answer {
                 join(&mut text, &released);
             }
+            if whole.as_deref() != Some(released.as_str()) {
+                response::drop_logprobs(slot);
+            }
             slot[field] = Value::String(released);
         }
         join(&mut self.text, &text);
@@ -475,6 +489,15 @@ impl<'e> ResponsesGuard<'e> {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// Empties the `logprobs` of a text event (see [`response::drop_logprobs`]).
+fn empty_logprobs(event: &mut Map<String, Value>) {
+    if let Some(logprobs) = event.get_mut("logprobs")
+        && logprobs.is_array()
+    {
+        *logprobs = Value::Array(Vec::new());
     }
 }
 

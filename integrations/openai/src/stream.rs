@@ -69,6 +69,11 @@ struct ChoiceState<'e> {
     sides: BTreeMap<ChatText, SideText<'e>>,
     /// The audio answer's `data`, held until the choice finishes.
     audio_data: String,
+    /// The tokens of `logprobs.content` and `logprobs.refusal`, held until the choice
+    /// finishes.
+    logprobs: Logprobs,
+    /// The content text the upstream sent.
+    sent: String,
     /// Whether the choice finished: text after that is not released.
     finished: bool,
     metadata: Metadata,
@@ -78,8 +83,17 @@ struct ChoiceState<'e> {
     function_call: Option<PartialToolCall>,
 }
 
+/// The tokens of a choice's `logprobs`, by list.
+#[derive(Default)]
+struct Logprobs {
+    content: Option<Vec<Value>>,
+    refusal: Option<Vec<Value>>,
+}
+
 /// What finishing a choice adds to its last delta.
 struct Tail {
+    /// The choice's `logprobs`, when its texts came out as they were sent.
+    logprobs: Option<Value>,
     text: String,
     /// The rest of each other text.
     sides: Vec<(ChatText, String)>,
@@ -177,6 +191,10 @@ impl<'e> StreamGuard<'e> {
                 Some(Value::Object(delta)) => delta,
                 _ => Map::new(),
             };
+            // The tokens of text the guards may still hold, or change: they wait for the end.
+            if let Some(Value::Object(logprobs)) = choice.remove("logprobs") {
+                self.buffer_logprobs(index, logprobs);
+            }
             if let Some(Value::String(text)) = delta.get("content") {
                 let text = text.clone();
                 let released = self.push(index, &text).await?;
@@ -232,6 +250,9 @@ impl<'e> StreamGuard<'e> {
                 if tail.refused && no_call_left {
                     choice.insert("finish_reason".to_owned(), Value::from("stop"));
                 }
+                if let Some(logprobs) = &tail.logprobs {
+                    choice.insert("logprobs".to_owned(), logprobs.clone());
+                }
                 add_tail(&mut delta, tail);
             }
             let carries_something = choice.get("finish_reason").is_some_and(|r| !r.is_null())
@@ -278,6 +299,8 @@ impl<'e> StreamGuard<'e> {
                 guard: Some(guard),
                 sides: BTreeMap::new(),
                 audio_data: String::new(),
+                logprobs: Logprobs::default(),
+                sent: String::new(),
                 finished: false,
                 metadata,
                 released: String::new(),
@@ -296,6 +319,7 @@ impl<'e> StreamGuard<'e> {
             // The choice finished already; text after that is not released.
             return Ok(String::new());
         };
+        state.sent.push_str(text);
         let released = collect(guard.push(text).await)?;
         state.released.push_str(&released);
         Ok(released)
@@ -351,6 +375,24 @@ impl<'e> StreamGuard<'e> {
         }
     }
 
+    fn buffer_logprobs(&mut self, index: u64, logprobs: Map<String, Value>) {
+        let Some(state) = self.choices.get_mut(&index) else {
+            return;
+        };
+        if state.finished {
+            return;
+        }
+        for (field, held) in [
+            ("content", &mut state.logprobs.content),
+            ("refusal", &mut state.logprobs.refusal),
+        ] {
+            if let Some(Value::Array(tokens)) = logprobs.get(field) {
+                held.get_or_insert_with(Vec::new)
+                    .extend(tokens.iter().cloned());
+            }
+        }
+    }
+
     fn buffer_function_call(&mut self, index: u64, call: &Value) {
         let Some(state) = self.choices.get_mut(&index) else {
             return;
@@ -377,6 +419,7 @@ impl<'e> StreamGuard<'e> {
             audio_data: String::new(),
             tool_calls: Vec::new(),
             function_call: None,
+            logprobs: None,
             refused: false,
         };
         let Some(state) = self.choices.get_mut(&index) else {
@@ -387,13 +430,23 @@ impl<'e> StreamGuard<'e> {
             tail.text = collect(guard.finish().await)?;
             state.released.push_str(&tail.text);
         }
+        let mut texts_kept = state.released == state.sent;
         let mut transcript_kept = false;
         for (kind, side) in std::mem::take(&mut state.sides) {
             let rest = collect(side.guard.finish().await)?;
-            if kind == ChatText::Transcript {
-                transcript_kept = side.released + &rest == side.sent;
+            let kept = side.released + &rest == side.sent;
+            match kind {
+                ChatText::Transcript => transcript_kept = kept,
+                _ => texts_kept &= kept,
             }
             tail.sides.push((kind, rest));
+        }
+        let logprobs = std::mem::take(&mut state.logprobs);
+        if texts_kept && (logprobs.content.is_some() || logprobs.refusal.is_some()) {
+            tail.logprobs = Some(serde_json::json!({
+                "content": logprobs.content,
+                "refusal": logprobs.refusal,
+            }));
         }
         let audio_data = std::mem::take(&mut state.audio_data);
         if transcript_kept {
@@ -465,6 +518,8 @@ impl<'e> StreamGuard<'e> {
                 state.guard.is_some()
                     || !state.sides.is_empty()
                     || !state.audio_data.is_empty()
+                    || state.logprobs.content.is_some()
+                    || state.logprobs.refusal.is_some()
                     || !state.tool_calls.is_empty()
                     || state.function_call.is_some()
             })
@@ -476,14 +531,21 @@ impl<'e> StreamGuard<'e> {
             let empty = tail.text.is_empty()
                 && tail.sides.iter().all(|(_, rest)| rest.is_empty())
                 && tail.audio_data.is_empty()
+                && tail.logprobs.is_none()
                 && tail.tool_calls.is_empty()
                 && tail.function_call.is_none();
             if empty {
                 continue;
             }
+            let mut choice = Map::new();
+            choice.insert("index".to_owned(), Value::from(index));
+            if let Some(logprobs) = &tail.logprobs {
+                choice.insert("logprobs".to_owned(), logprobs.clone());
+            }
             let mut delta = Map::new();
             add_tail(&mut delta, tail);
-            choices.push(serde_json::json!({ "index": index, "delta": delta }));
+            choice.insert("delta".to_owned(), Value::Object(delta));
+            choices.push(Value::Object(choice));
         }
         if !choices.is_empty() {
             let mut chunk = self.template.clone();

@@ -1023,3 +1023,101 @@ async fn the_deprecated_function_call_is_a_tool_call_too() {
         .next_back();
     assert_eq!(last_reason, Some("stop"), "{body}");
 }
+
+/// Chat `logprobs` for these tokens.
+fn token_logprobs(tokens: &[&str]) -> Value {
+    let tokens: Vec<Value> = tokens
+        .iter()
+        .map(|token| json!({ "token": token, "logprob": -0.5, "bytes": token.as_bytes(), "top_logprobs": [] }))
+        .collect();
+    json!({ "content": tokens, "refusal": null })
+}
+
+#[tokio::test]
+async fn logprobs_go_only_with_the_text_the_policies_left_as_it_was() {
+    let with_logprobs = |text: &str, tokens: &[&str]| {
+        let mut answer = support::text_completion(text);
+        answer["choices"][0]["logprobs"] = token_logprobs(tokens);
+        answer
+    };
+    let logprob_chunk = |content: &str| {
+        let chunk = json!({
+            "id": "chatcmpl-stream", "object": "chat.completion.chunk",
+            "created": 1_700_000_000, "model": "scripted-model",
+            "choices": [{ "index": 0, "delta": { "content": content },
+                          "logprobs": token_logprobs(&[content]), "finish_reason": null }]
+        });
+        format!("data: {chunk}\n\n")
+    };
+    let streamed = |pieces: &[&str]| {
+        let mut frames: Vec<String> = pieces.iter().map(|piece| logprob_chunk(piece)).collect();
+        frames.push(support::chunk(json!({}), Some("stop")));
+        frames.push("data: [DONE]\n\n".to_owned());
+        frames
+    };
+    let ssn = ["Your SSN is 987-6", "5-4321."];
+    let clean = [CLEARED, "Bye."];
+    let mut message = support::message_item("msg_1", &ssn.concat());
+    message["content"][0]["logprobs"] =
+        json!([{ "token": "5-4321", "logprob": -0.1, "bytes": [], "top_logprobs": [] }]);
+    let mut events = support::streamed_message(0, "msg_2", &ssn);
+    for event in &mut events {
+        if event["type"] == "response.output_text.delta" {
+            event["logprobs"] = json!([{ "token": event["delta"].clone(), "logprob": -0.1, "bytes": [], "top_logprobs": [] }]);
+        }
+    }
+    let (_server, proxy) = setup(
+        vec![
+            Reply::Json(with_logprobs(&ssn.concat(), &ssn)),
+            Reply::Json(with_logprobs(&clean.concat(), &clean)),
+            Reply::Sse(streamed(&ssn)),
+            Reply::Sse(streamed(&clean)),
+            Reply::Json(support::response(vec![message])),
+            Reply::Sse(support::response_events(
+                events,
+                vec![support::message_item("msg_2", &ssn.concat())],
+            )),
+        ],
+        |proxy| proxy,
+    )
+    .await;
+    let mut request = json!({
+        "model": "scripted-model", "logprobs": true,
+        "messages": [{ "role": "user", "content": "Hi" }]
+    });
+
+    let (_, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    assert!(!String::from_utf8_lossy(&body).contains("4321"));
+    assert_eq!(json_of(&body)["choices"][0]["logprobs"], Value::Null);
+    let (_, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    assert_eq!(
+        json_of(&body)["choices"][0]["logprobs"],
+        token_logprobs(&clean)
+    );
+
+    request["stream"] = json!(true);
+    let (_, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    let body = String::from_utf8_lossy(&body);
+    assert!(!body.contains("4321"), "{body}");
+    assert_eq!(streamed_content(&body), "Your SSN is [REDACTED].");
+    let (_, body) = post(&proxy, "/v1/chat/completions", &request).await;
+    let chunks = chat_chunks(&String::from_utf8_lossy(&body));
+    let held: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0].get("logprobs"))
+        .filter(|logprobs| !logprobs.is_null())
+        .collect();
+    assert_eq!(held, vec![&token_logprobs(&clean)]);
+
+    let request = json!({"model": "scripted-model", "input": "Hi"});
+    let (_, body) = post(&proxy, "/v1/responses", &request).await;
+    let answer = json_of(&body);
+    assert!(!answer.to_string().contains("4321"), "{answer}");
+    assert_eq!(answer["output"][0]["content"][0]["logprobs"], json!([]));
+    let mut streaming = request.clone();
+    streaming["stream"] = json!(true);
+    let (_, body) = post(&proxy, "/v1/responses", &streaming).await;
+    let body = String::from_utf8_lossy(&body);
+    assert!(!body.contains("4321"), "{body}");
+    assert!(body.contains("Your SSN is [REDACTED]."), "{body}");
+}
