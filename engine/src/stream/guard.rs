@@ -82,6 +82,9 @@ pub struct OutputStream<'e> {
     fed: usize,
     /// Incremental mode: the text goes past the stages (see [`OutputStream::lane_feed`]).
     in_lane: bool,
+    /// Every push takes the fast lane itself (see [`OutputStream::lane_push`]): incremental
+    /// mode without batches, in the lane, and not stopped.
+    lane_direct: bool,
     /// Bytes of `raw` when the fast lane last searched it.
     lane_searched: usize,
     /// Bytes of `raw` the fast lane's quick filter has cleared: no watched literal starts
@@ -179,6 +182,7 @@ impl PolicyEngine {
             set: Arc::clone(&active.set),
             stages: plan.stages.iter().map(StageState::new).collect(),
             in_lane: plan.lane,
+            lane_direct: false,
             plan,
             metadata,
             raw: String::new(),
@@ -298,12 +302,51 @@ impl<'e> OutputStream<'e> {
             }
             return Feed { stream: Some(self) };
         }
-        self.feed_text(delta);
+        if self.lane_direct {
+            self.lane_push(delta);
+        } else {
+            self.feed_text(delta);
+        }
         Feed { stream: Some(self) }
+    }
+
+    /// [`feed`](Self::feed) in the fast lane without batches: when the quick filter finds no
+    /// literal in the new bytes, the text before the windows is released at once, with none
+    /// of the other bookkeeping of [`feed_text`](Self::feed_text) (the guard's state stays
+    /// what that would leave).
+    #[inline(never)]
+    fn lane_push(&mut self, delta: &str) {
+        self.lent_from = self.released.len();
+        self.raw.push_str(delta);
+        let len = self.raw.len();
+        let new = self.lane_filtered;
+        if len - new < LiteralFilter::SHORT
+            && self.plan.lane_filter.clear_from(self.raw.as_bytes(), new)
+        {
+            self.lane_searched = len;
+            self.lane_filtered = len;
+            let cut = self
+                .raw
+                .floor_char_boundary(len.saturating_sub(self.plan.windows));
+            if cut > self.fed {
+                self.released.push_str(&self.raw[self.fed..cut]);
+                self.fed = cut;
+                if self.first_release.is_none() {
+                    self.first_release = Some(self.started.elapsed());
+                }
+            }
+            if len - self.fed > self.max_held_chars {
+                self.note_held();
+            }
+            return;
+        }
+        let ran = self.lane_feed(false);
+        self.after_run(ran);
     }
 
     /// [`feed`](Self::feed) past its fast path: leaves what the call released from `lent_from`
     /// on, or why the stream stopped in `failure`, or a checkpoint evaluation to wait for.
+    #[inline(never)]
     fn feed_text(&mut self, delta: &str) {
         // A checkpoint whose `Feed` was dropped before it finished is given up: its text
         // stays held for the next one. (An error such a `Feed` did not report stays in
@@ -336,6 +379,12 @@ impl<'e> OutputStream<'e> {
             }
             StreamMode::Checkpoint { .. } => Ok(()),
         };
+        self.after_run(ran);
+    }
+
+    /// What every call that ran the rules (or started a checkpoint) does after them: plans
+    /// the next run, keeps a failure for the call's [`Feed`], keeps the records.
+    fn after_run(&mut self, ran: Result<(), EngineError>) {
         self.plan_next_run();
         if let Err(error) = ran {
             self.failure = Some(error);
@@ -378,6 +427,10 @@ impl<'e> OutputStream<'e> {
         } else {
             self.stages.iter().map(|state| state.held().len()).sum()
         };
+        self.lane_direct = self.plan.mode == StreamMode::Incremental
+            && self.plan.batch == 0
+            && self.in_lane
+            && self.finished.is_none();
         self.quiet_until = match (batching, self.in_lane) {
             (false, _) => 0,
             (true, true) => self.lane_searched + self.plan.batch,
@@ -480,7 +533,8 @@ impl<'e> OutputStream<'e> {
         Ok(self.released[self.lent_from..].to_owned())
     }
 
-    #[inline]
+    // Out of line: a new record is rare, and the fast paths that check for one stay small.
+    #[inline(never)]
     fn note_held(&mut self) {
         // Characters never outnumber bytes: count them only when the bytes could set a record.
         let held_bytes = match self.plan.mode {
@@ -558,8 +612,8 @@ impl<'e> OutputStream<'e> {
         // A few new bytes (and the one before, for a literal's first two bytes) go through
         // the quick filter of all the stages' literals first; only what it flags goes to the
         // stages' prefilters, each from where it searched last.
-        let from = self.lane_filtered.saturating_sub(1).min(len);
-        let quiet = len - from < LiteralFilter::SHORT && self.plan.lane_filter.clear(&raw[from..]);
+        let new = self.lane_filtered.min(len);
+        let quiet = len - new < LiteralFilter::SHORT && self.plan.lane_filter.clear_from(raw, new);
         let hit = !quiet
             && self
                 .plan
@@ -847,6 +901,7 @@ impl<'e> OutputStream<'e> {
             EngineError::ApprovalRequired(_) => StreamOutcome::ApprovalRequired,
         });
         self.quiet_until = 0;
+        self.lane_direct = false;
         error
     }
 
