@@ -8,7 +8,7 @@ use std::time::Duration;
 use portcullis_engine::stream::{StreamEvent, StreamMode, StreamingRule, decide_whole_text};
 use portcullis_engine::{
     AuditRecord, BoxError, EngineError, Feed, Metadata, OutputContext, OutputPolicy, OutputStream,
-    PolicyDecision, PolicyEngine, PolicyExt, PolicySet, StreamItem, async_trait,
+    PolicyDecision, PolicyEngine, PolicyExt, PolicySet, StreamItem, StreamItems, async_trait,
 };
 use proptest::prelude::*;
 use regex::Regex;
@@ -183,7 +183,7 @@ async fn stream(engine: &PolicyEngine, chunks: &[Vec<u8>], whole: Option<&str>) 
     let incremental = guard.plan().mode() == StreamMode::Incremental;
     let mut released = String::new();
     let mut ended: Option<End> = None;
-    let check = |items: Vec<StreamItem>, released: &mut String, ended: &mut Option<End>| {
+    let check = |items: StreamItems, released: &mut String, ended: &mut Option<End>| {
         for item in items {
             assert!(ended.is_none(), "an item after the stream ended: {item:?}");
             match item {

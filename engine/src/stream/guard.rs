@@ -10,45 +10,18 @@ use std::time::{Duration, Instant, SystemTime};
 
 use regex_automata::Span;
 
-use crate::approval::ApprovalRequest;
 use crate::audit::{AuditContext, AuditDecision, AuditRecord};
 use crate::context::{InterceptionPoint, Message, Metadata, OutputContext};
 use crate::decision::{PolicyDecision, Redaction};
 use crate::engine::PolicyEngine;
 use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 use crate::set::PolicySet;
+use crate::stream::item::StreamItems;
 use crate::stream::plan::{LiteralFilter, Stage, StageAction, StreamPlan, Watch};
 use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
 use crate::stream::stage::{Sink, StageState, Watching};
-
-/// What a push or the end of a stream yields.
-#[derive(Debug)]
-pub enum StreamItem {
-    /// Checked text, to release to the reader.
-    Text(String),
-    /// A policy denied the answer; nothing more is released.
-    Denied(PolicyDenialError),
-    /// A policy could not be evaluated; nothing more is released.
-    Error(PolicyEvaluationError),
-    /// An output policy escalated and no approval came (see
-    /// [`EngineError::ApprovalRequired`]); nothing more is released.
-    ApprovalRequired(Box<ApprovalRequest>),
-}
-
-impl StreamItem {
-    /// The released text, or why the stream stopped, as the error the non-streaming
-    /// evaluation would give.
-    pub fn into_text(self) -> Result<String, EngineError> {
-        match self {
-            StreamItem::Text(text) => Ok(text),
-            StreamItem::Denied(denial) => Err(EngineError::Denied(denial)),
-            StreamItem::Error(error) => Err(EngineError::Evaluation(error)),
-            StreamItem::ApprovalRequired(request) => Err(EngineError::ApprovalRequired(request)),
-        }
-    }
-}
 
 /// The characters of `text`; ASCII (most deltas) is checked a word at a time, much faster
 /// than counting short text character by character.
@@ -240,25 +213,27 @@ impl<'e> OutputStream<'e> {
         }
     }
 
-    /// Adds a delta of the answer and returns what can be released now.
+    /// Adds a delta of the answer and returns what can be released now: at most one item,
+    /// kept in place, whose text is allocated only when it is longer than
+    /// [`StreamText::INLINE`](crate::stream::StreamText::INLINE) bytes.
     ///
-    /// [`feed`](Self::feed) does the same and lends the released text instead of allocating it.
-    pub async fn push(&mut self, delta: &str) -> Vec<StreamItem> {
-        items(self.feed(delta).await.map(str::to_owned))
+    /// [`feed`](Self::feed) does the same and lends the released text instead of copying it.
+    pub async fn push(&mut self, delta: &str) -> StreamItems {
+        StreamItems::of(self.feed(delta).await)
     }
 
     /// Adds raw bytes of the answer (for example from a network body), which may split a
     /// UTF-8 character; the incomplete end is kept until the next bytes. Invalid UTF-8 is an
     /// evaluation error.
-    pub async fn push_bytes(&mut self, bytes: &[u8]) -> Vec<StreamItem> {
-        items(self.feed_bytes(bytes).await.map(str::to_owned))
+    pub async fn push_bytes(&mut self, bytes: &[u8]) -> StreamItems {
+        StreamItems::of(self.feed_bytes(bytes).await)
     }
 
     /// Adds a delta of the answer and returns the text released by it (often empty), or why
     /// the stream stopped: a denial, or an evaluation error. A call that stops the stream
     /// releases nothing; once the stop is reported, calls release nothing and return `Ok("")`.
     ///
-    /// This is [`push`](Self::push) without an allocation per call: the text is lent from the
+    /// This is [`push`](Self::push) without a copy of the released text: it is lent from the
     /// guard's record of everything released.
     ///
     /// The delta is taken, and the incremental rules run, when `feed` is called; the returned
@@ -478,7 +453,7 @@ impl<'e> OutputStream<'e> {
     }
 
     /// Ends the stream: runs the final evaluation and releases the rest.
-    pub async fn finish(mut self) -> Vec<StreamItem> {
+    pub async fn finish(mut self) -> StreamItems {
         let mut result = self.settle().await;
         if result.is_ok() && self.finished.is_none() && self.engine.keeps_sessions() {
             // The stream proceeded: one record in the session, as for a whole answer.
@@ -497,10 +472,11 @@ impl<'e> OutputStream<'e> {
             self.finished = Some(StreamOutcome::Allowed);
         }
         self.report(StreamEvent::End);
-        items(result)
+        StreamItems::of(result.map(|()| &self.released[self.lent_from..]))
     }
 
-    async fn settle(&mut self) -> Result<String, EngineError> {
+    /// Releases the rest, from `lent_from` on.
+    async fn settle(&mut self) -> Result<(), EngineError> {
         // The last call stopped the stream and its `Feed` was dropped before reporting why.
         self.outstanding = false;
         if let Some(error) = self.failure.take() {
@@ -508,7 +484,8 @@ impl<'e> OutputStream<'e> {
         }
         *self.pending_checkpoint() = None;
         if self.finished.is_some() {
-            return Ok(String::new());
+            self.lent_from = self.released.len();
+            return Ok(());
         }
         if !self.incomplete_utf8.is_empty() {
             let bytes = std::mem::take(&mut self.incomplete_utf8);
@@ -530,7 +507,7 @@ impl<'e> OutputStream<'e> {
             StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.final_evaluation().await?,
         }
         self.note_release();
-        Ok(self.released[self.lent_from..].to_owned())
+        Ok(())
     }
 
     // Out of line: a new record is rare, and the fast paths that check for one stay small.
@@ -1012,19 +989,6 @@ impl std::fmt::Debug for Feed<'_, '_> {
     }
 }
 
-/// The items of one call: its text, if any, or why the stream stopped.
-fn items(result: Result<String, EngineError>) -> Vec<StreamItem> {
-    match result {
-        Ok(text) if text.is_empty() => Vec::new(),
-        Ok(text) => vec![StreamItem::Text(text)],
-        Err(EngineError::Denied(denial)) => vec![StreamItem::Denied(denial)],
-        Err(EngineError::Evaluation(error)) => vec![StreamItem::Error(error)],
-        Err(EngineError::ApprovalRequired(request)) => {
-            vec![StreamItem::ApprovalRequired(request)]
-        }
-    }
-}
-
 impl Drop for OutputStream<'_> {
     fn drop(&mut self) {
         // A stream dropped without `finish` (the reader went away) still gets its end record.
@@ -1039,8 +1003,8 @@ impl Drop for OutputStream<'_> {
 mod tests {
     use super::*;
     use crate::policy::OutputPolicy;
-    use crate::stream::StreamingRule;
     use crate::stream::plan::required_literals;
+    use crate::stream::{StreamItem, StreamingRule};
 
     fn literals_of(pattern: &str) -> Option<Watch> {
         let hir = regex_syntax::ParserBuilder::new()
