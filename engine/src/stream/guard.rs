@@ -667,7 +667,7 @@ impl<'e> OutputStream<'e> {
             || !self
                 .stages
                 .iter()
-                .all(|state| matches!(state.watching, Watching::Literals { found: false, .. }))
+                .all(|state| matches!(state.watching, Watching::Literals { found: None, .. }))
         {
             return;
         }

@@ -46,6 +46,9 @@ pub(super) struct Stage {
     pub(super) action: StageAction,
     /// Bytes this stage may hold back: longest match, look-ahead, and a partial character.
     pub(super) window: usize,
+    /// The most bytes a match can start before the first byte of the literal the stage
+    /// watches for (the longest match when it watches with a DFA).
+    pub(super) back: usize,
     /// How the stage tells text that cannot hold a match from text that may.
     pub(super) watch: Watch,
 }
@@ -59,6 +62,9 @@ pub(super) enum Watch {
     /// match may be, and text far enough before the first of them is final.
     Literals {
         prefilter: Prefilter,
+        /// The most bytes a match can start before the literal found in it (none when the
+        /// pattern does not bound them; the longest match bounds them then).
+        back: Option<usize>,
         /// The longest literal, in bytes: an occurrence may straddle two pushes.
         longest: usize,
         /// The quick test run before the prefilter on the few bytes of a push.
@@ -212,7 +218,14 @@ impl Stage {
                 Watch::Dfa(Arc::new(dfa))
             }
         };
+        let back = match &watch {
+            Watch::Literals {
+                back: Some(back), ..
+            } => (*back).min(longest),
+            Watch::Literals { back: None, .. } | Watch::Dfa(_) => longest,
+        };
         Ok(Stage {
+            back,
             policy_index,
             policy_id: policy_id.to_owned(),
             regex: Arc::new(regex),
@@ -236,9 +249,17 @@ pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
     while let HirKind::Capture(capture) = hir.kind() {
         hir = &capture.sub;
     }
-    let mut parts = vec![hir];
+    // Each part, with the most bytes a match can have before the part's own match (none
+    // when the parts before it have no bound).
+    let mut parts = vec![(hir, Some(0))];
     if let HirKind::Concat(subs) = hir.kind() {
-        parts.extend(subs.iter());
+        let mut before = Some(0);
+        for sub in subs {
+            parts.push((sub, before));
+            before = before
+                .zip(sub.properties().maximum_len())
+                .map(|(before, most)| before + most);
+        }
     }
     let mut extractor = Extractor::new();
     extractor.kind(ExtractKind::Prefix);
@@ -247,7 +268,7 @@ pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
         _ => 1,
     };
     let mut candidates = Vec::new();
-    for part in parts {
+    for (part, back) in parts {
         let seq = extractor.extract(part);
         if seq.literals().is_none_or(<[_]>::is_empty) {
             continue;
@@ -274,17 +295,22 @@ pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
         let bytes: Vec<Vec<u8>> = literals.iter().map(|l| l.as_bytes().to_vec()).collect();
         let shortest = bytes.iter().map(Vec::len).min().unwrap_or(0);
         let rare = bytes.iter().map(|l| rarity(l)).min().unwrap_or(0);
-        candidates.push(((shortest, std::cmp::Reverse(bytes.len()), rare), bytes));
+        candidates.push((
+            (shortest, std::cmp::Reverse(bytes.len()), rare),
+            bytes,
+            back,
+        ));
     }
-    candidates.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
-    let (prefilter, literals) = candidates.iter().find_map(|(_, literals)| {
+    candidates.sort_by_key(|(score, ..)| std::cmp::Reverse(*score));
+    let (prefilter, literals, back) = candidates.iter().find_map(|(_, literals, back)| {
         Prefilter::new(MatchKind::LeftmostFirst, literals)
             .filter(Prefilter::is_fast)
-            .map(|prefilter| (prefilter, literals))
+            .map(|prefilter| (prefilter, literals, *back))
     })?;
     let mut filter = LiteralFilter::empty();
     filter.add(literals);
     Some(Watch::Literals {
+        back,
         longest: prefilter.max_needle_len(),
         prefilter,
         filter: Arc::new(filter),
@@ -546,6 +572,33 @@ mod tests {
                 prop_assert!(!starts_from(&literals, &text, new), "{literals:?} in {text:?} from {new}");
             }
         }
+    }
+
+    /// The most bytes a match of `pattern` can start before the literal its stage watches for.
+    fn back_of(pattern: &str) -> Option<usize> {
+        let hir = regex_syntax::ParserBuilder::new()
+            .build()
+            .parse(pattern)
+            .expect("a valid pattern");
+        match required_literals(&hir) {
+            Some(Watch::Literals { back, .. }) => back,
+            _ => panic!("{pattern} is not watched with literals"),
+        }
+    }
+
+    #[test]
+    fn a_match_starts_at_most_the_parts_before_its_literal_before_it() {
+        // The `@` comes after at most 32 address characters.
+        assert_eq!(
+            back_of(r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}"),
+            Some(32)
+        );
+        // The `-` after three digits (of up to four bytes each) and a boundary.
+        assert_eq!(back_of(r"\b\d{3}-\d{2}-\d{4}\b"), Some(12));
+        // Prefixes of the whole pattern start the match.
+        assert_eq!(back_of(r"(?i:phishing\.example|evil\.invalid)"), Some(0));
+        // Nothing bounds what comes before the `@`.
+        assert_eq!(back_of(r"\w+@corp\.example"), None);
     }
 
     #[test]
