@@ -69,8 +69,17 @@ pub struct OutputStream<'e> {
     quiet_until: usize,
     /// Bytes the stages held after they last ran (0 in the fast lane).
     stage_held: usize,
-    /// Where the text released by the last call starts, in `released`.
+    /// Where the text released by the last call starts: in `released` (to its end) when
+    /// `lent_to` is [`usize::MAX`], otherwise in `raw` (a push in the fast lane releases the
+    /// text as it was received, and lends it from there).
     lent_from: usize,
+    /// Where that text ends in `raw` (the call released nothing when it equals `lent_from`).
+    lent_to: usize,
+    /// Text the fast lane released (`raw[from..fed]`) and has not copied to `released` yet:
+    /// [`flush`](OutputStream::flush) copies it before anything else reads `released`, adds
+    /// to it, or moves `fed` other than by releasing more of `raw` (the stages run only after
+    /// it).
+    unflushed: Option<usize>,
     /// Why the last call stopped the stream, until its [`Feed`] reports it.
     failure: Option<EngineError>,
     /// The last call left something for its [`Feed`]: an error in `failure`, or a checkpoint
@@ -170,6 +179,8 @@ impl PolicyEngine {
             quiet_until: 0,
             stage_held: 0,
             lent_from: 0,
+            lent_to: 0,
+            unflushed: None,
             failure: None,
             outstanding: false,
             checkpoint: Mutex::new(None),
@@ -194,8 +205,35 @@ impl<'e> OutputStream<'e> {
     }
 
     /// Everything released so far.
-    pub fn released(&self) -> &str {
+    pub fn released(&mut self) -> &str {
+        self.flush();
         &self.released
+    }
+
+    /// Copies the text the fast lane released without copying it to `released`.
+    fn flush(&mut self) {
+        if let Some(from) = self.unflushed.take() {
+            self.released.push_str(&self.raw[from..self.fed]);
+        }
+    }
+
+    /// The text released by the last call.
+    #[inline]
+    fn lent(&self) -> &str {
+        if self.lent_from == self.lent_to {
+            ""
+        } else if self.lent_to != usize::MAX {
+            &self.raw[self.lent_from..self.lent_to]
+        } else {
+            &self.released[self.lent_from..]
+        }
+    }
+
+    /// The last call's text starts at the end of `released`.
+    #[inline]
+    fn lend_from_released(&mut self) {
+        self.lent_from = self.released.len();
+        self.lent_to = usize::MAX;
     }
 
     /// Characters received but not released yet.
@@ -270,7 +308,8 @@ impl<'e> OutputStream<'e> {
         let len = self.raw.len() + delta.len();
         if len < self.quiet_until {
             self.raw.push_str(delta);
-            self.lent_from = self.released.len();
+            // Nothing released.
+            (self.lent_from, self.lent_to) = (0, 0);
             // Only a new record of held text needs counting.
             if self.stage_held + len - self.fed > self.max_held_chars {
                 self.note_held();
@@ -288,10 +327,11 @@ impl<'e> OutputStream<'e> {
     /// [`feed`](Self::feed) in the fast lane without batches: when the quick filter finds no
     /// literal in the new bytes, the text before the windows is released at once, with none
     /// of the other bookkeeping of [`feed_text`](Self::feed_text) (the guard's state stays
-    /// what that would leave).
+    /// what that would leave). The released text is the text as it was received: it is lent
+    /// from `raw`, and copied to `released` only when something reads that
+    /// ([`flush`](Self::flush)).
     #[inline(never)]
     fn lane_push(&mut self, delta: &str) {
-        self.lent_from = self.released.len();
         self.raw.push_str(delta);
         let len = self.raw.len();
         let new = self.lane_filtered;
@@ -303,18 +343,21 @@ impl<'e> OutputStream<'e> {
             let cut = self
                 .raw
                 .floor_char_boundary(len.saturating_sub(self.plan.windows));
+            self.lent_from = self.fed;
             if cut > self.fed {
-                self.released.push_str(&self.raw[self.fed..cut]);
+                self.unflushed.get_or_insert(self.fed);
                 self.fed = cut;
                 if self.first_release.is_none() {
                     self.first_release = Some(self.started.elapsed());
                 }
             }
+            self.lent_to = self.fed;
             if len - self.fed > self.max_held_chars {
                 self.note_held();
             }
             return;
         }
+        self.lend_from_released();
         let ran = self.lane_feed(false);
         self.after_run(ran);
     }
@@ -327,7 +370,7 @@ impl<'e> OutputStream<'e> {
         // stays held for the next one. (An error such a `Feed` did not report stays in
         // `failure`, for the next call to report.)
         *self.pending_checkpoint() = None;
-        self.lent_from = self.released.len();
+        self.lend_from_released();
         // Text pushed after the end still counts as received, so the end record says how
         // much the stream carried whatever the chunking.
         if self.finished.is_some() {
@@ -372,7 +415,7 @@ impl<'e> OutputStream<'e> {
 
     /// Notes the time of the first release, if the text from `lent_from` on is it.
     fn note_release(&mut self) {
-        if self.released.len() > self.lent_from && self.first_release.is_none() {
+        if !self.lent().is_empty() && self.first_release.is_none() {
             self.first_release = Some(self.started.elapsed());
         }
     }
@@ -436,7 +479,8 @@ impl<'e> OutputStream<'e> {
             }
             Err(_) if self.finished.is_some() => {
                 self.chars_after_end += String::from_utf8_lossy(bytes).chars().count();
-                self.lent_from = self.released.len();
+                self.flush();
+                self.lend_from_released();
                 return Feed { stream: Some(self) };
             }
             Err(error) => return self.failed(Box::new(error)),
@@ -472,11 +516,13 @@ impl<'e> OutputStream<'e> {
             self.finished = Some(StreamOutcome::Allowed);
         }
         self.report(StreamEvent::End);
-        StreamItems::of(result.map(|()| &self.released[self.lent_from..]))
+        StreamItems::of(result.map(|()| self.lent()))
     }
 
     /// Releases the rest, from `lent_from` on.
     async fn settle(&mut self) -> Result<(), EngineError> {
+        self.flush();
+        self.lend_from_released();
         // The last call stopped the stream and its `Feed` was dropped before reporting why.
         self.outstanding = false;
         if let Some(error) = self.failure.take() {
@@ -484,7 +530,6 @@ impl<'e> OutputStream<'e> {
         }
         *self.pending_checkpoint() = None;
         if self.finished.is_some() {
-            self.lent_from = self.released.len();
             return Ok(());
         }
         if !self.incomplete_utf8.is_empty() {
@@ -493,7 +538,7 @@ impl<'e> OutputStream<'e> {
                 return Err(self.fail(Box::new(error)));
             }
         }
-        self.lent_from = self.released.len();
+        self.lend_from_released();
         match self.plan.mode {
             StreamMode::Incremental => {
                 if self.in_lane {
@@ -532,6 +577,10 @@ impl<'e> OutputStream<'e> {
     /// Runs the stages as a pipeline: each passes what it has cleared into the next one's
     /// buffer, the last into `released`.
     fn run_stages(&mut self, end: bool) -> Result<(), EngineError> {
+        // The stages' text follows what the fast lane released: `released` gets that first,
+        // and the call's text is what follows it.
+        self.flush();
+        self.lend_from_released();
         let delta = &self.raw[self.fed..];
         self.fed = self.raw.len();
         let Some(first) = self.stages.first_mut() else {
@@ -636,6 +685,8 @@ impl<'e> OutputStream<'e> {
                 .floor_char_boundary(len.saturating_sub(self.plan.windows))
         };
         if cut > self.fed {
+            self.flush();
+            self.lend_from_released();
             self.released.push_str(&self.raw[self.fed..cut]);
             self.fed = cut;
         }
@@ -900,6 +951,7 @@ impl<'e> OutputStream<'e> {
         if !self.engine.audits() {
             return;
         }
+        self.flush();
         let report = StreamReport {
             event,
             mode: self.plan.mode,
@@ -967,7 +1019,7 @@ impl<'a> Future for Feed<'a, '_> {
                 return Poll::Ready(Err(error));
             }
         }
-        Poll::Ready(Ok(&stream.released[stream.lent_from..]))
+        Poll::Ready(Ok(stream.lent()))
     }
 }
 
