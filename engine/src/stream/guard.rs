@@ -1221,6 +1221,48 @@ mod tests {
     }
 
     #[test]
+    fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one() {
+        // The DFA stage keeps the guard out of the fast lane, so the e-mail stage runs on
+        // every push: with no `@` in sight it holds back only the 16 address characters a
+        // match may have before an `@` that is still to come (and a partial character), not
+        // its whole window.
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Redact(r"\b\d{5}\b", "ZIP"))
+                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.[a-z]{2,4}", "EMAIL"))
+                    .build(),
+            )
+            .build();
+        let plan = engine.stream_plan();
+        assert!(!plan.lane);
+        let email = &plan.stages[1];
+        assert_eq!(email.back, 16);
+        assert!(email.window > 30);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            let text = "plain words and more plain words, ".repeat(8);
+            for chunk in text.as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+                assert!(guard.stages[1].held().len() <= email.back + 3);
+            }
+            // An address still arriving is held whole, and redacted.
+            for chunk in ["write to ops", "@corp", ".com now. ", &text] {
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            }
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("text"));
+            }
+            assert_eq!(shown, format!("{text}write to [EMAIL] now. {text}"));
+        });
+    }
+
+    #[test]
     fn patterns_without_a_common_literal_are_stepped_by_a_dfa() {
         assert!(literals_of(r"\b\d{5}\b").is_none());
         assert!(literals_of(r"\w{3,8}").is_none());

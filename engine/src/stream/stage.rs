@@ -141,6 +141,7 @@ impl StageState {
     ) -> Result<(), Matched> {
         self.watch(stage, end);
         let len = self.buffer.len();
+        // Text before the horizon is final once no match starting in it is left to act on.
         let horizon = if end {
             len
         } else {
@@ -148,19 +149,25 @@ impl StageState {
                 .floor_char_boundary(len.saturating_sub(stage.window).max(self.held_from))
         };
         let clean = match &self.watching {
-            // No match can lie in the text seen since the last reset point: everything before
-            // the horizon is final.
-            Watching::Literals { found: None, .. } => true,
-            // No match can start before the horizon yet: the regex would find nothing to act
-            // on, and the text before the horizon is final.
-            Watching::Literals {
-                found: Some(literal),
-                ..
-            } if !end && horizon <= literal.saturating_sub(stage.back) => {
-                self.pass(horizon, out);
-                return Ok(());
+            // Every match contains a literal, and none starts more than `back` bytes before
+            // it: no match can start before the first literal in the held text (or, when
+            // there is none, where one may still start) less `back`, and the text before that
+            // is final, however far it reaches past the horizon.
+            Watching::Literals { search_from, found } if !end => {
+                let earliest = found
+                    .unwrap_or(*search_from)
+                    .saturating_sub(stage.back)
+                    .min(len);
+                if earliest >= horizon {
+                    let cut = self.buffer.floor_char_boundary(earliest).max(horizon);
+                    self.pass(cut, out);
+                    return Ok(());
+                }
+                // A literal turned up, and a match containing it may start before the
+                // horizon: the regex decides.
+                false
             }
-            Watching::Literals { .. } => false,
+            Watching::Literals { found, .. } => found.is_none(),
             Watching::Dfa(scanner) if !scanner.matched => true,
             // The DFA saw a complete match: the whole text holds it too.
             Watching::Dfa(_) if matches!(stage.action, StageAction::Deny { .. }) => {
