@@ -96,10 +96,11 @@ fn pushing_small_deltas_does_not_allocate_per_delta() {
             let (shown, allocations, long) = pushes(&engine, &text);
             assert_eq!(shown, text.replace("123-45-6789", "[SSN]"));
             // A push allocates for its item only when it releases more text than an item
-            // keeps in place. Besides, the rules' work around a secret may allocate once, the
-            // guard's buffers double as they grow, and the regexes build their caches when
-            // they first run: a few hundred allocations in all. (When each push allocated its
-            // item, that was one or two per delta.)
+            // keeps in place. Besides, a debug build checks the guard's state when it takes
+            // the fast lane again after a secret (which allocates), the guard's buffers double
+            // as they grow, and the regexes build their caches when they first run: a few
+            // hundred allocations in all. (When each push allocated its item, that was one or
+            // two per delta.)
             assert!(
                 allocations <= long + secrets + 256,
                 "{allocations} allocations for {deltas} deltas, {long} of them releasing long \
