@@ -65,7 +65,9 @@ pub use portcullis_engine::{
     GrantStore, MemoryGrantStore,
 };
 // Streaming answers (the rest is in `stream`).
-pub use portcullis_engine::{Feed, OutputStream, StreamItem, StreamingRule};
+pub use portcullis_engine::{
+    Feed, OutputStream, StreamItem, StreamItems, StreamText, StreamingRule,
+};
 // The engine's modules: applying decisions, the causes of errors, field paths, streaming.
 pub use portcullis_engine::{apply, approval, error, path, session, stream};
 // Session state: the store trait and the in-memory store (see the `session` module).

@@ -9,7 +9,9 @@
 //! nanoseconds the store adds per evaluation), not a ratio.
 //!
 //! `PORTCULLIS_PROFILE=<name>` runs only the engine side of the workloads named (their floor
-//! with `PORTCULLIS_PROFILE_FLOOR=1` too), for a profiler (`valgrind --tool=callgrind`).
+//! with `PORTCULLIS_PROFILE_FLOOR=1` too), for a profiler (`valgrind --tool=callgrind`);
+//! `PORTCULLIS_PROFILE_ROUNDS=<n>` runs them `n` times, so that the difference between two
+//! counts is the work of the extra rounds alone, without the one-time setup.
 
 use std::borrow::Cow;
 use std::hint::black_box;
@@ -337,13 +339,21 @@ fn main() {
         }
     }
 
+    // Profiling, the side runs this many times its iterations: the difference between two
+    // counts leaves out the one-time work (building the engine, compiling patterns).
+    let profile_rounds: usize = std::env::var("PORTCULLIS_PROFILE_ROUNDS")
+        .ok()
+        .and_then(|rounds| rounds.parse().ok())
+        .unwrap_or(1);
     for mut workload in workloads {
         if let Some(profile) = &profile {
             if workload.name.contains(profile.as_str()) {
-                if std::env::var_os("PORTCULLIS_PROFILE_FLOOR").is_some() {
-                    (workload.floor)(workload.iterations);
-                } else {
-                    (workload.engine)(workload.iterations);
+                for _ in 0..profile_rounds {
+                    if std::env::var_os("PORTCULLIS_PROFILE_FLOOR").is_some() {
+                        (workload.floor)(workload.iterations);
+                    } else {
+                        (workload.engine)(workload.iterations);
+                    }
                 }
             }
             continue;

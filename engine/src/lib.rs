@@ -114,7 +114,7 @@ pub use resolve::{
 };
 pub use session::{MemorySessionStore, SessionFacts, SessionStore};
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
-pub use stream::{Feed, OutputStream, StreamItem, StreamingRule};
+pub use stream::{Feed, OutputStream, StreamItem, StreamItems, StreamText, StreamingRule};
 
 /// Support for the workspace's other crates (the dsl and rego crates share the engine's
 /// pattern cache and list positions). Not public API: it may change in any release.

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("approval", 2),
     ("error", 3),
     ("stream/rule", 4),
+    ("stream/item", 4),
     ("blocking", 4),
     ("audit", 4),
     ("resolve", 4),

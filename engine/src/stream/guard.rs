@@ -10,45 +10,18 @@ use std::time::{Duration, Instant, SystemTime};
 
 use regex_automata::Span;
 
-use crate::approval::ApprovalRequest;
 use crate::audit::{AuditContext, AuditDecision, AuditRecord};
 use crate::context::{InterceptionPoint, Message, Metadata, OutputContext};
 use crate::decision::{PolicyDecision, Redaction};
 use crate::engine::PolicyEngine;
 use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 use crate::set::PolicySet;
+use crate::stream::item::StreamItems;
 use crate::stream::plan::{LiteralFilter, Stage, StageAction, StreamPlan, Watch};
 use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
 use crate::stream::stage::{Sink, StageState, Watching};
-
-/// What a push or the end of a stream yields.
-#[derive(Debug)]
-pub enum StreamItem {
-    /// Checked text, to release to the reader.
-    Text(String),
-    /// A policy denied the answer; nothing more is released.
-    Denied(PolicyDenialError),
-    /// A policy could not be evaluated; nothing more is released.
-    Error(PolicyEvaluationError),
-    /// An output policy escalated and no approval came (see
-    /// [`EngineError::ApprovalRequired`]); nothing more is released.
-    ApprovalRequired(Box<ApprovalRequest>),
-}
-
-impl StreamItem {
-    /// The released text, or why the stream stopped, as the error the non-streaming
-    /// evaluation would give.
-    pub fn into_text(self) -> Result<String, EngineError> {
-        match self {
-            StreamItem::Text(text) => Ok(text),
-            StreamItem::Denied(denial) => Err(EngineError::Denied(denial)),
-            StreamItem::Error(error) => Err(EngineError::Evaluation(error)),
-            StreamItem::ApprovalRequired(request) => Err(EngineError::ApprovalRequired(request)),
-        }
-    }
-}
 
 /// The characters of `text`; ASCII (most deltas) is checked a word at a time, much faster
 /// than counting short text character by character.
@@ -82,6 +55,9 @@ pub struct OutputStream<'e> {
     fed: usize,
     /// Incremental mode: the text goes past the stages (see [`OutputStream::lane_feed`]).
     in_lane: bool,
+    /// Every push takes the fast lane itself (see [`OutputStream::lane_push`]): incremental
+    /// mode without batches, in the lane, and not stopped.
+    lane_direct: bool,
     /// Bytes of `raw` when the fast lane last searched it.
     lane_searched: usize,
     /// Bytes of `raw` the fast lane's quick filter has cleared: no watched literal starts
@@ -93,8 +69,17 @@ pub struct OutputStream<'e> {
     quiet_until: usize,
     /// Bytes the stages held after they last ran (0 in the fast lane).
     stage_held: usize,
-    /// Where the text released by the last call starts, in `released`.
+    /// Where the text released by the last call starts: in `released` (to its end) when
+    /// `lent_to` is [`usize::MAX`], otherwise in `raw` (a push in the fast lane releases the
+    /// text as it was received, and lends it from there).
     lent_from: usize,
+    /// Where that text ends in `raw` (the call released nothing when it equals `lent_from`).
+    lent_to: usize,
+    /// Text the fast lane released (`raw[from..fed]`) and has not copied to `released` yet:
+    /// [`flush`](OutputStream::flush) copies it before anything else reads `released`, adds
+    /// to it, or moves `fed` other than by releasing more of `raw` (the stages run only after
+    /// it).
+    unflushed: Option<usize>,
     /// Why the last call stopped the stream, until its [`Feed`] reports it.
     failure: Option<EngineError>,
     /// The last call left something for its [`Feed`]: an error in `failure`, or a checkpoint
@@ -179,6 +164,7 @@ impl PolicyEngine {
             set: Arc::clone(&active.set),
             stages: plan.stages.iter().map(StageState::new).collect(),
             in_lane: plan.lane,
+            lane_direct: false,
             plan,
             metadata,
             raw: String::new(),
@@ -193,6 +179,8 @@ impl PolicyEngine {
             quiet_until: 0,
             stage_held: 0,
             lent_from: 0,
+            lent_to: 0,
+            unflushed: None,
             failure: None,
             outstanding: false,
             checkpoint: Mutex::new(None),
@@ -217,8 +205,35 @@ impl<'e> OutputStream<'e> {
     }
 
     /// Everything released so far.
-    pub fn released(&self) -> &str {
+    pub fn released(&mut self) -> &str {
+        self.flush();
         &self.released
+    }
+
+    /// Copies the text the fast lane released without copying it to `released`.
+    fn flush(&mut self) {
+        if let Some(from) = self.unflushed.take() {
+            self.released.push_str(&self.raw[from..self.fed]);
+        }
+    }
+
+    /// The text released by the last call.
+    #[inline]
+    fn lent(&self) -> &str {
+        if self.lent_from == self.lent_to {
+            ""
+        } else if self.lent_to != usize::MAX {
+            &self.raw[self.lent_from..self.lent_to]
+        } else {
+            &self.released[self.lent_from..]
+        }
+    }
+
+    /// The last call's text starts at the end of `released`.
+    #[inline]
+    fn lend_from_released(&mut self) {
+        self.lent_from = self.released.len();
+        self.lent_to = usize::MAX;
     }
 
     /// Characters received but not released yet.
@@ -236,25 +251,27 @@ impl<'e> OutputStream<'e> {
         }
     }
 
-    /// Adds a delta of the answer and returns what can be released now.
+    /// Adds a delta of the answer and returns what can be released now: at most one item,
+    /// kept in place, whose text is allocated only when it is longer than
+    /// [`StreamText::INLINE`](crate::stream::StreamText::INLINE) bytes.
     ///
-    /// [`feed`](Self::feed) does the same and lends the released text instead of allocating it.
-    pub async fn push(&mut self, delta: &str) -> Vec<StreamItem> {
-        items(self.feed(delta).await.map(str::to_owned))
+    /// [`feed`](Self::feed) does the same and lends the released text instead of copying it.
+    pub async fn push(&mut self, delta: &str) -> StreamItems {
+        StreamItems::of(self.feed(delta).await)
     }
 
     /// Adds raw bytes of the answer (for example from a network body), which may split a
     /// UTF-8 character; the incomplete end is kept until the next bytes. Invalid UTF-8 is an
     /// evaluation error.
-    pub async fn push_bytes(&mut self, bytes: &[u8]) -> Vec<StreamItem> {
-        items(self.feed_bytes(bytes).await.map(str::to_owned))
+    pub async fn push_bytes(&mut self, bytes: &[u8]) -> StreamItems {
+        StreamItems::of(self.feed_bytes(bytes).await)
     }
 
     /// Adds a delta of the answer and returns the text released by it (often empty), or why
     /// the stream stopped: a denial, or an evaluation error. A call that stops the stream
     /// releases nothing; once the stop is reported, calls release nothing and return `Ok("")`.
     ///
-    /// This is [`push`](Self::push) without an allocation per call: the text is lent from the
+    /// This is [`push`](Self::push) without a copy of the released text: it is lent from the
     /// guard's record of everything released.
     ///
     /// The delta is taken, and the incremental rules run, when `feed` is called; the returned
@@ -291,25 +308,69 @@ impl<'e> OutputStream<'e> {
         let len = self.raw.len() + delta.len();
         if len < self.quiet_until {
             self.raw.push_str(delta);
-            self.lent_from = self.released.len();
+            // Nothing released.
+            (self.lent_from, self.lent_to) = (0, 0);
             // Only a new record of held text needs counting.
             if self.stage_held + len - self.fed > self.max_held_chars {
                 self.note_held();
             }
             return Feed { stream: Some(self) };
         }
-        self.feed_text(delta);
+        if self.lane_direct {
+            self.lane_push(delta);
+        } else {
+            self.feed_text(delta);
+        }
         Feed { stream: Some(self) }
+    }
+
+    /// [`feed`](Self::feed) in the fast lane without batches: when the quick filter finds no
+    /// literal in the new bytes, the text before the windows is released at once, with none
+    /// of the other bookkeeping of [`feed_text`](Self::feed_text) (the guard's state stays
+    /// what that would leave). The released text is the text as it was received: it is lent
+    /// from `raw`, and copied to `released` only when something reads that
+    /// ([`flush`](Self::flush)).
+    #[inline(never)]
+    fn lane_push(&mut self, delta: &str) {
+        self.raw.push_str(delta);
+        let len = self.raw.len();
+        let new = self.lane_filtered;
+        if len - new < LiteralFilter::SHORT
+            && self.plan.lane_filter.clear_from(self.raw.as_bytes(), new)
+        {
+            self.lane_searched = len;
+            self.lane_filtered = len;
+            let cut = self
+                .raw
+                .floor_char_boundary(len.saturating_sub(self.plan.windows));
+            self.lent_from = self.fed;
+            if cut > self.fed {
+                self.unflushed.get_or_insert(self.fed);
+                self.fed = cut;
+                if self.first_release.is_none() {
+                    self.first_release = Some(self.started.elapsed());
+                }
+            }
+            self.lent_to = self.fed;
+            if len - self.fed > self.max_held_chars {
+                self.note_held();
+            }
+            return;
+        }
+        self.lend_from_released();
+        let ran = self.lane_feed(false);
+        self.after_run(ran);
     }
 
     /// [`feed`](Self::feed) past its fast path: leaves what the call released from `lent_from`
     /// on, or why the stream stopped in `failure`, or a checkpoint evaluation to wait for.
+    #[inline(never)]
     fn feed_text(&mut self, delta: &str) {
         // A checkpoint whose `Feed` was dropped before it finished is given up: its text
         // stays held for the next one. (An error such a `Feed` did not report stays in
         // `failure`, for the next call to report.)
         *self.pending_checkpoint() = None;
-        self.lent_from = self.released.len();
+        self.lend_from_released();
         // Text pushed after the end still counts as received, so the end record says how
         // much the stream carried whatever the chunking.
         if self.finished.is_some() {
@@ -336,6 +397,12 @@ impl<'e> OutputStream<'e> {
             }
             StreamMode::Checkpoint { .. } => Ok(()),
         };
+        self.after_run(ran);
+    }
+
+    /// What every call that ran the rules (or started a checkpoint) does after them: plans
+    /// the next run, keeps a failure for the call's [`Feed`], keeps the records.
+    fn after_run(&mut self, ran: Result<(), EngineError>) {
         self.plan_next_run();
         if let Err(error) = ran {
             self.failure = Some(error);
@@ -348,7 +415,7 @@ impl<'e> OutputStream<'e> {
 
     /// Notes the time of the first release, if the text from `lent_from` on is it.
     fn note_release(&mut self) {
-        if self.released.len() > self.lent_from && self.first_release.is_none() {
+        if !self.lent().is_empty() && self.first_release.is_none() {
             self.first_release = Some(self.started.elapsed());
         }
     }
@@ -378,6 +445,10 @@ impl<'e> OutputStream<'e> {
         } else {
             self.stages.iter().map(|state| state.held().len()).sum()
         };
+        self.lane_direct = self.plan.mode == StreamMode::Incremental
+            && self.plan.batch == 0
+            && self.in_lane
+            && self.finished.is_none();
         self.quiet_until = match (batching, self.in_lane) {
             (false, _) => 0,
             (true, true) => self.lane_searched + self.plan.batch,
@@ -408,7 +479,8 @@ impl<'e> OutputStream<'e> {
             }
             Err(_) if self.finished.is_some() => {
                 self.chars_after_end += String::from_utf8_lossy(bytes).chars().count();
-                self.lent_from = self.released.len();
+                self.flush();
+                self.lend_from_released();
                 return Feed { stream: Some(self) };
             }
             Err(error) => return self.failed(Box::new(error)),
@@ -425,7 +497,7 @@ impl<'e> OutputStream<'e> {
     }
 
     /// Ends the stream: runs the final evaluation and releases the rest.
-    pub async fn finish(mut self) -> Vec<StreamItem> {
+    pub async fn finish(mut self) -> StreamItems {
         let mut result = self.settle().await;
         if result.is_ok() && self.finished.is_none() && self.engine.keeps_sessions() {
             // The stream proceeded: one record in the session, as for a whole answer.
@@ -444,10 +516,13 @@ impl<'e> OutputStream<'e> {
             self.finished = Some(StreamOutcome::Allowed);
         }
         self.report(StreamEvent::End);
-        items(result)
+        StreamItems::of(result.map(|()| self.lent()))
     }
 
-    async fn settle(&mut self) -> Result<String, EngineError> {
+    /// Releases the rest, from `lent_from` on.
+    async fn settle(&mut self) -> Result<(), EngineError> {
+        self.flush();
+        self.lend_from_released();
         // The last call stopped the stream and its `Feed` was dropped before reporting why.
         self.outstanding = false;
         if let Some(error) = self.failure.take() {
@@ -455,7 +530,7 @@ impl<'e> OutputStream<'e> {
         }
         *self.pending_checkpoint() = None;
         if self.finished.is_some() {
-            return Ok(String::new());
+            return Ok(());
         }
         if !self.incomplete_utf8.is_empty() {
             let bytes = std::mem::take(&mut self.incomplete_utf8);
@@ -463,7 +538,7 @@ impl<'e> OutputStream<'e> {
                 return Err(self.fail(Box::new(error)));
             }
         }
-        self.lent_from = self.released.len();
+        self.lend_from_released();
         match self.plan.mode {
             StreamMode::Incremental => {
                 if self.in_lane {
@@ -477,10 +552,11 @@ impl<'e> OutputStream<'e> {
             StreamMode::Buffer | StreamMode::Checkpoint { .. } => self.final_evaluation().await?,
         }
         self.note_release();
-        Ok(self.released[self.lent_from..].to_owned())
+        Ok(())
     }
 
-    #[inline]
+    // Out of line: a new record is rare, and the fast paths that check for one stay small.
+    #[inline(never)]
     fn note_held(&mut self) {
         // Characters never outnumber bytes: count them only when the bytes could set a record.
         let held_bytes = match self.plan.mode {
@@ -501,6 +577,10 @@ impl<'e> OutputStream<'e> {
     /// Runs the stages as a pipeline: each passes what it has cleared into the next one's
     /// buffer, the last into `released`.
     fn run_stages(&mut self, end: bool) -> Result<(), EngineError> {
+        // The stages' text follows what the fast lane released: `released` gets that first,
+        // and the call's text is what follows it.
+        self.flush();
+        self.lend_from_released();
         let delta = &self.raw[self.fed..];
         self.fed = self.raw.len();
         let Some(first) = self.stages.first_mut() else {
@@ -558,8 +638,8 @@ impl<'e> OutputStream<'e> {
         // A few new bytes (and the one before, for a literal's first two bytes) go through
         // the quick filter of all the stages' literals first; only what it flags goes to the
         // stages' prefilters, each from where it searched last.
-        let from = self.lane_filtered.saturating_sub(1).min(len);
-        let quiet = len - from < LiteralFilter::SHORT && self.plan.lane_filter.clear(&raw[from..]);
+        let new = self.lane_filtered.min(len);
+        let quiet = len - new < LiteralFilter::SHORT && self.plan.lane_filter.clear_from(raw, new);
         let hit = !quiet
             && self
                 .plan
@@ -605,6 +685,8 @@ impl<'e> OutputStream<'e> {
                 .floor_char_boundary(len.saturating_sub(self.plan.windows))
         };
         if cut > self.fed {
+            self.flush();
+            self.lend_from_released();
             self.released.push_str(&self.raw[self.fed..cut]);
             self.fed = cut;
         }
@@ -636,7 +718,7 @@ impl<'e> OutputStream<'e> {
             || !self
                 .stages
                 .iter()
-                .all(|state| matches!(state.watching, Watching::Literals { found: false, .. }))
+                .all(|state| matches!(state.watching, Watching::Literals { found: None, .. }))
         {
             return;
         }
@@ -847,6 +929,7 @@ impl<'e> OutputStream<'e> {
             EngineError::ApprovalRequired(_) => StreamOutcome::ApprovalRequired,
         });
         self.quiet_until = 0;
+        self.lane_direct = false;
         error
     }
 
@@ -868,6 +951,7 @@ impl<'e> OutputStream<'e> {
         if !self.engine.audits() {
             return;
         }
+        self.flush();
         let report = StreamReport {
             event,
             mode: self.plan.mode,
@@ -935,7 +1019,7 @@ impl<'a> Future for Feed<'a, '_> {
                 return Poll::Ready(Err(error));
             }
         }
-        Poll::Ready(Ok(&stream.released[stream.lent_from..]))
+        Poll::Ready(Ok(stream.lent()))
     }
 }
 
@@ -957,19 +1041,6 @@ impl std::fmt::Debug for Feed<'_, '_> {
     }
 }
 
-/// The items of one call: its text, if any, or why the stream stopped.
-fn items(result: Result<String, EngineError>) -> Vec<StreamItem> {
-    match result {
-        Ok(text) if text.is_empty() => Vec::new(),
-        Ok(text) => vec![StreamItem::Text(text)],
-        Err(EngineError::Denied(denial)) => vec![StreamItem::Denied(denial)],
-        Err(EngineError::Evaluation(error)) => vec![StreamItem::Error(error)],
-        Err(EngineError::ApprovalRequired(request)) => {
-            vec![StreamItem::ApprovalRequired(request)]
-        }
-    }
-}
-
 impl Drop for OutputStream<'_> {
     fn drop(&mut self) {
         // A stream dropped without `finish` (the reader went away) still gets its end record.
@@ -984,8 +1055,8 @@ impl Drop for OutputStream<'_> {
 mod tests {
     use super::*;
     use crate::policy::OutputPolicy;
-    use crate::stream::StreamingRule;
     use crate::stream::plan::required_literals;
+    use crate::stream::{StreamItem, StreamingRule};
 
     fn literals_of(pattern: &str) -> Option<Watch> {
         let hir = regex_syntax::ParserBuilder::new()
@@ -1147,6 +1218,48 @@ mod tests {
             });
             assert!(denied, "{split:?}");
         }
+    }
+
+    #[test]
+    fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one() {
+        // The DFA stage keeps the guard out of the fast lane, so the e-mail stage runs on
+        // every push: with no `@` in sight it holds back only the 16 address characters a
+        // match may have before an `@` that is still to come (and a partial character), not
+        // its whole window.
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Redact(r"\b\d{5}\b", "ZIP"))
+                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.[a-z]{2,4}", "EMAIL"))
+                    .build(),
+            )
+            .build();
+        let plan = engine.stream_plan();
+        assert!(!plan.lane);
+        let email = &plan.stages[1];
+        assert_eq!(email.back, 16);
+        assert!(email.window > 30);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            let text = "plain words and more plain words, ".repeat(8);
+            for chunk in text.as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+                assert!(guard.stages[1].held().len() <= email.back + 3);
+            }
+            // An address still arriving is held whole, and redacted.
+            for chunk in ["write to ops", "@corp", ".com now. ", &text] {
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            }
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("text"));
+            }
+            assert_eq!(shown, format!("{text}write to [EMAIL] now. {text}"));
+        });
     }
 
     #[test]

@@ -36,8 +36,10 @@
 //!   evaluation can deny after earlier text was released: checkpoint mode trades that
 //!   guarantee for latency. Errors and time-outs fail closed: held text is never released.
 //!
-//! [`OutputStream::feed`] is [`push`](OutputStream::push) lending the released text rather
-//! than allocating it. With [`PolicySetBuilder::stream_batch`] the incremental rules run once
+//! A push yields [`StreamItems`]: at most one [`StreamItem`], kept in place, whose text (a
+//! [`StreamText`]) is kept in place too unless it is long, so that a push does not allocate
+//! for the few bytes it usually releases. [`OutputStream::feed`] is
+//! [`push`](OutputStream::push) lending the released text rather than copying it. With [`PolicySetBuilder::stream_batch`] the incremental rules run once
 //! per batch of bytes instead of on every push, for answers that come in many tiny deltas.
 //!
 //! Policies in monitor mode never hold text back: they are evaluated once, on the whole text,
@@ -51,12 +53,14 @@
 //! [`PolicyEngine::evaluate_output`]: crate::PolicyEngine::evaluate_output
 
 mod guard;
+mod item;
 pub(crate) mod plan;
 pub(crate) mod report;
 pub(crate) mod rule;
 mod stage;
 
-pub use guard::{Feed, OutputStream, StreamItem};
+pub use guard::{Feed, OutputStream};
+pub use item::{StreamItem, StreamItems, StreamText};
 pub use plan::StreamPlan;
 pub use report::{STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport};
 pub use rule::{StreamingRule, decide_whole_text};

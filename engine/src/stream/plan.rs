@@ -46,6 +46,9 @@ pub(super) struct Stage {
     pub(super) action: StageAction,
     /// Bytes this stage may hold back: longest match, look-ahead, and a partial character.
     pub(super) window: usize,
+    /// The most bytes a match can start before the first byte of the literal the stage
+    /// watches for (the longest match when it watches with a DFA).
+    pub(super) back: usize,
     /// How the stage tells text that cannot hold a match from text that may.
     pub(super) watch: Watch,
 }
@@ -59,6 +62,9 @@ pub(super) enum Watch {
     /// match may be, and text far enough before the first of them is final.
     Literals {
         prefilter: Prefilter,
+        /// The most bytes a match can start before the literal found in it (none when the
+        /// pattern does not bound them; the longest match bounds them then).
+        back: Option<usize>,
         /// The longest literal, in bytes: an occurrence may straddle two pushes.
         longest: usize,
         /// The quick test run before the prefilter on the few bytes of a push.
@@ -212,7 +218,14 @@ impl Stage {
                 Watch::Dfa(Arc::new(dfa))
             }
         };
+        let back = match &watch {
+            Watch::Literals {
+                back: Some(back), ..
+            } => (*back).min(longest),
+            Watch::Literals { back: None, .. } | Watch::Dfa(_) => longest,
+        };
         Ok(Stage {
+            back,
             policy_index,
             policy_id: policy_id.to_owned(),
             regex: Arc::new(regex),
@@ -236,9 +249,17 @@ pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
     while let HirKind::Capture(capture) = hir.kind() {
         hir = &capture.sub;
     }
-    let mut parts = vec![hir];
+    // Each part, with the most bytes a match can have before the part's own match (none
+    // when the parts before it have no bound).
+    let mut parts = vec![(hir, Some(0))];
     if let HirKind::Concat(subs) = hir.kind() {
-        parts.extend(subs.iter());
+        let mut before = Some(0);
+        for sub in subs {
+            parts.push((sub, before));
+            before = before
+                .zip(sub.properties().maximum_len())
+                .map(|(before, most)| before + most);
+        }
     }
     let mut extractor = Extractor::new();
     extractor.kind(ExtractKind::Prefix);
@@ -247,7 +268,7 @@ pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
         _ => 1,
     };
     let mut candidates = Vec::new();
-    for part in parts {
+    for (part, back) in parts {
         let seq = extractor.extract(part);
         if seq.literals().is_none_or(<[_]>::is_empty) {
             continue;
@@ -274,17 +295,22 @@ pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
         let bytes: Vec<Vec<u8>> = literals.iter().map(|l| l.as_bytes().to_vec()).collect();
         let shortest = bytes.iter().map(Vec::len).min().unwrap_or(0);
         let rare = bytes.iter().map(|l| rarity(l)).min().unwrap_or(0);
-        candidates.push(((shortest, std::cmp::Reverse(bytes.len()), rare), bytes));
+        candidates.push((
+            (shortest, std::cmp::Reverse(bytes.len()), rare),
+            bytes,
+            back,
+        ));
     }
-    candidates.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
-    let (prefilter, literals) = candidates.iter().find_map(|(_, literals)| {
+    candidates.sort_by_key(|(score, ..)| std::cmp::Reverse(*score));
+    let (prefilter, literals, back) = candidates.iter().find_map(|(_, literals, back)| {
         Prefilter::new(MatchKind::LeftmostFirst, literals)
             .filter(Prefilter::is_fast)
-            .map(|prefilter| (prefilter, literals))
+            .map(|prefilter| (prefilter, literals, *back))
     })?;
     let mut filter = LiteralFilter::empty();
     filter.add(literals);
     Some(Watch::Literals {
+        back,
         longest: prefilter.max_needle_len(),
         prefilter,
         filter: Arc::new(filter),
@@ -302,7 +328,47 @@ pub(super) struct LiteralFilter {
     pairs: Box<[u64; 1024]>,
     /// A one-byte literal: the first byte of a text is tested on its own.
     single: [bool; 256],
+    /// The same test as a few comparisons of 16 bytes at once, when the literals start with
+    /// few enough distinct bytes (see [`clear_window`](Self::clear_window)).
+    lanes: Option<Lanes>,
 }
+
+/// The literals' first bytes as comparisons the compiler turns into 16-byte vector
+/// instructions: two consecutive bytes equal to the first two bytes of a literal, or one byte
+/// equal to a one-byte literal (its first "byte" is then one that every byte equals). An ASCII
+/// letter is compared with its case folded, so the case variants of a literal (`Ev`, `eV`,
+/// ...) share one comparison; that can only flag more text, never less.
+#[derive(Clone, Default)]
+struct Lanes {
+    /// Each test: a byte and what to `|` the text's byte with before comparing it to that,
+    /// for the first byte and for the second, 16 times over.
+    tests: Vec<[[u8; 16]; 4]>,
+}
+
+/// A byte of a literal as one [`Lanes`] test compares it: folded to lowercase, with the mask
+/// that folds the text's byte likewise, when it is an ASCII letter.
+fn lane_byte(byte: u8) -> (u8, u8) {
+    if byte.is_ascii_alphabetic() {
+        (byte | 0x20, 0x20)
+    } else {
+        (byte, 0)
+    }
+}
+
+impl Lanes {
+    fn add(&mut self, first: Option<u8>, second: u8) {
+        // Any byte `| 0xff` equals 0xff: the test of a one-byte literal is its second byte's.
+        let (a, a_mask) = first.map_or((0xff, 0xff), lane_byte);
+        let (b, b_mask) = lane_byte(second);
+        let test = [[a; 16], [a_mask; 16], [b; 16], [b_mask; 16]];
+        if !self.tests.contains(&test) {
+            self.tests.push(test);
+        }
+    }
+}
+
+/// More comparisons than this run slower than the pair table.
+const MOST_LANE_TESTS: usize = 12;
 
 impl std::fmt::Debug for LiteralFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -318,6 +384,7 @@ impl LiteralFilter {
         LiteralFilter {
             pairs: Box::new([0; 1024]),
             single: [false; 256],
+            lanes: Some(Lanes::default()),
         }
     }
 
@@ -335,10 +402,30 @@ impl LiteralFilter {
                     for first in 0..=u8::MAX {
                         self.mark(first, byte);
                     }
+                    if let Some(lanes) = &mut self.lanes {
+                        lanes.add(None, byte);
+                    }
                 }
-                [first, second, ..] => self.mark(first, second),
+                [first, second, ..] => {
+                    self.mark(first, second);
+                    if let Some(lanes) = &mut self.lanes {
+                        lanes.add(Some(first), second);
+                    }
+                }
                 [] => {}
             }
+        }
+        self.limit_lanes();
+    }
+
+    /// Gives up the vector test when it has grown too long to beat the pair table.
+    fn limit_lanes(&mut self) {
+        if self
+            .lanes
+            .as_ref()
+            .is_some_and(|lanes| lanes.tests.len() > MOST_LANE_TESTS)
+        {
+            self.lanes = None;
         }
     }
 
@@ -349,6 +436,49 @@ impl LiteralFilter {
         }
         for (mine, theirs) in self.pairs.iter_mut().zip(other.pairs.iter()) {
             *mine |= *theirs;
+        }
+        match (&mut self.lanes, &other.lanes) {
+            (Some(mine), Some(theirs)) => {
+                for test in &theirs.tests {
+                    if !mine.tests.contains(test) {
+                        mine.tests.push(*test);
+                    }
+                }
+            }
+            (mine, None) => *mine = None,
+            (None, Some(_)) => {}
+        }
+        self.limit_lanes();
+    }
+
+    /// Whether no literal starts in `text` with a byte at `new` or later: no one-byte literal
+    /// in `text[new..]`, and no longer literal whose second byte lies there (the text before
+    /// `new` has been tested). `false` may be a false alarm (the prefilters then decide);
+    /// `true` is certain.
+    ///
+    /// Fewer than [`SHORT`](Self::SHORT) new bytes after a tested one, in a text of at least
+    /// 17 bytes, are tested 16 bytes at a time; other text byte pair by byte pair.
+    #[inline]
+    pub(super) fn clear_from(&self, text: &[u8], new: usize) -> bool {
+        let len = text.len();
+        match &self.lanes {
+            Some(lanes) if new > 0 && len >= 17 && len - new < Self::SHORT => {
+                // A window of 17 bytes tests the pairs starting at its first 16 bytes and the
+                // one-byte literals at its last 16: the first window starts at the last tested
+                // byte, the last one ends at the end of the text (overlapping the one before).
+                let mut at = new - 1;
+                loop {
+                    let start = at.min(len - 17);
+                    if !lanes.clear_window(&text[start..start + 17]) {
+                        return false;
+                    }
+                    if start + 17 >= len {
+                        return true;
+                    }
+                    at += 16;
+                }
+            }
+            _ => self.clear(text.get(new.saturating_sub(1)..).unwrap_or_default()),
         }
     }
 
@@ -368,5 +498,120 @@ impl LiteralFilter {
             previous = usize::from(byte);
         }
         marked & 1 == 0
+    }
+}
+
+impl Lanes {
+    /// Whether `window` (17 bytes) holds no one-byte literal in its last 16 bytes and no pair
+    /// of first bytes starting in its first 16. Written as loops over 16 lanes without
+    /// branches, which the compiler turns into a few vector instructions per test (kept out
+    /// of line so that it does).
+    #[inline(never)]
+    fn clear_window(&self, window: &[u8]) -> bool {
+        let (Some(first), Some(second)) =
+            (window.first_chunk::<16>(), window[1..].first_chunk::<16>())
+        else {
+            return true;
+        };
+        let mut hit = [0u8; 16];
+        for [a, a_mask, b, b_mask] in &self.tests {
+            for lane in 0..16 {
+                hit[lane] |= u8::from((first[lane] | a_mask[lane]) == a[lane])
+                    & u8::from((second[lane] | b_mask[lane]) == b[lane]);
+            }
+        }
+        u128::from_ne_bytes(hit) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Whether a literal starts in `text` with a byte at `new` or later (a one-byte literal
+    /// at `new` or later, or the first two bytes of a longer one, the second at `new` or
+    /// later): what [`LiteralFilter::clear_from`] must never call clear.
+    fn starts_from(literals: &[Vec<u8>], text: &[u8], new: usize) -> bool {
+        literals.iter().any(|literal| {
+            let prefix = &literal[..literal.len().min(2)];
+            (0..text.len()).any(|at| at + prefix.len() > new && text[at..].starts_with(prefix))
+        })
+    }
+
+    fn literal() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            prop_oneof![
+                Just(b'a'),
+                Just(b'A'),
+                Just(b'z'),
+                Just(b'@'),
+                Just(b'`'),
+                Just(b'-'),
+                Just(b'\r'),
+                Just(0xc3),
+            ],
+            1..4,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn the_quick_filter_never_clears_text_where_a_literal_starts(
+            literals in proptest::collection::vec(literal(), 1..6),
+            text in proptest::collection::vec(
+                prop_oneof![Just(b'a'), Just(b'Z'), Just(b'@'), Just(b'-'), Just(b' '), Just(b'\r'), Just(0xc3), Just(b'`')],
+                0..80,
+            ),
+            new in 0usize..80,
+        ) {
+            let new = new.min(text.len());
+            let mut filter = LiteralFilter::empty();
+            filter.add(&literals);
+            if filter.clear_from(&text, new) {
+                prop_assert!(!starts_from(&literals, &text, new), "{literals:?} in {text:?} from {new}");
+            }
+        }
+    }
+
+    /// The most bytes a match of `pattern` can start before the literal its stage watches for.
+    fn back_of(pattern: &str) -> Option<usize> {
+        let hir = regex_syntax::ParserBuilder::new()
+            .build()
+            .parse(pattern)
+            .expect("a valid pattern");
+        match required_literals(&hir) {
+            Some(Watch::Literals { back, .. }) => back,
+            _ => panic!("{pattern} is not watched with literals"),
+        }
+    }
+
+    #[test]
+    fn a_match_starts_at_most_the_parts_before_its_literal_before_it() {
+        // The `@` comes after at most 32 address characters.
+        assert_eq!(
+            back_of(r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}"),
+            Some(32)
+        );
+        // The `-` after three digits (of up to four bytes each) and a boundary.
+        assert_eq!(back_of(r"\b\d{3}-\d{2}-\d{4}\b"), Some(12));
+        // Prefixes of the whole pattern start the match.
+        assert_eq!(back_of(r"(?i:phishing\.example|evil\.invalid)"), Some(0));
+        // Nothing bounds what comes before the `@`.
+        assert_eq!(back_of(r"\w+@corp\.example"), None);
+    }
+
+    #[test]
+    fn the_quick_filter_folds_only_letters() {
+        let mut filter = LiteralFilter::empty();
+        filter.add(&[b"@".to_vec(), b"Ev".to_vec(), b"-".to_vec()]);
+        let text = |tail: &[u8]| [&[b'x'; 20][..], tail].concat();
+        // Case variants of a letter pair are flagged; `` ` `` is not `@`, nor `\r` `-`.
+        for flagged in [&b"eV"[..], b"EV", b"ev", b"@", b"-"] {
+            assert!(!filter.clear_from(&text(flagged), 20), "{flagged:?}");
+        }
+        for clear in [&b"`"[..], b"\r", b"e", b"v", b"Ex"] {
+            assert!(filter.clear_from(&text(clear), 20), "{clear:?}");
+        }
     }
 }

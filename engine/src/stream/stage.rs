@@ -33,8 +33,9 @@ pub(super) enum Watching {
     Literals {
         /// Where the next literal search starts.
         search_from: usize,
-        /// A literal occurs in the held text: a match may contain it.
-        found: bool,
+        /// Where the first literal in the held text starts: a match may contain it, and none
+        /// can start more than the stage's `back` bytes before it.
+        found: Option<usize>,
     },
     Dfa(Box<Scanner>),
     /// The DFA gave up: the stage searches its held text on every push.
@@ -78,7 +79,7 @@ impl StageState {
         self.watching = match &stage.watch {
             Watch::Literals { .. } => Watching::Literals {
                 search_from: self.held_from,
-                found: false,
+                found: None,
             },
             Watch::Dfa(dfa) => {
                 let look_behind = self.buffer.as_bytes()[..self.held_from].last().copied();
@@ -107,7 +108,7 @@ impl StageState {
             (
                 Watching::Literals {
                     search_from,
-                    found: found @ false,
+                    found: found @ None,
                 },
                 Watch::Literals {
                     prefilter, longest, ..
@@ -115,7 +116,7 @@ impl StageState {
             ) if *search_from < len => {
                 let span = Span::from(*search_from..len);
                 match prefilter.find(self.buffer.as_bytes(), span) {
-                    Some(_) => *found = true,
+                    Some(literal) => *found = Some(literal.start),
                     // An occurrence may start in the last `longest - 1` bytes and end in the
                     // next push.
                     None => *search_from = (len + 1).saturating_sub(*longest).max(*search_from),
@@ -140,6 +141,7 @@ impl StageState {
     ) -> Result<(), Matched> {
         self.watch(stage, end);
         let len = self.buffer.len();
+        // Text before the horizon is final once no match starting in it is left to act on.
         let horizon = if end {
             len
         } else {
@@ -147,9 +149,25 @@ impl StageState {
                 .floor_char_boundary(len.saturating_sub(stage.window).max(self.held_from))
         };
         let clean = match &self.watching {
-            // No match can lie in the text seen since the last reset point: everything before
-            // the horizon is final.
-            Watching::Literals { found, .. } => !found,
+            // Every match contains a literal, and none starts more than `back` bytes before
+            // it: no match can start before the first literal in the held text (or, when
+            // there is none, where one may still start) less `back`, and the text before that
+            // is final, however far it reaches past the horizon.
+            Watching::Literals { search_from, found } if !end => {
+                let earliest = found
+                    .unwrap_or(*search_from)
+                    .saturating_sub(stage.back)
+                    .min(len);
+                if earliest >= horizon {
+                    let cut = self.buffer.floor_char_boundary(earliest).max(horizon);
+                    self.pass(cut, out);
+                    return Ok(());
+                }
+                // A literal turned up, and a match containing it may start before the
+                // horizon: the regex decides.
+                false
+            }
+            Watching::Literals { found, .. } => found.is_none(),
             Watching::Dfa(scanner) if !scanner.matched => true,
             // The DFA saw a complete match: the whole text holds it too.
             Watching::Dfa(_) if matches!(stage.action, StageAction::Deny { .. }) => {
@@ -214,8 +232,11 @@ impl StageState {
         self.buffer.drain(..keep_from);
         self.held_from -= keep_from;
         match &mut self.watching {
-            Watching::Literals { search_from, .. } => {
+            Watching::Literals { search_from, found } => {
                 *search_from = search_from.saturating_sub(keep_from);
+                if let Some(literal) = found {
+                    *literal = literal.saturating_sub(keep_from);
+                }
             }
             Watching::Dfa(scanner) => scanner.scanned = scanner.scanned.saturating_sub(keep_from),
             Watching::Blind => {}

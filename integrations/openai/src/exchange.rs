@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use portcullis_engine::{
     EngineError, InputContext, Message, Metadata, PolicyDenialError, PolicyEngine, StreamItem,
-    ToolCallContext,
+    StreamItems, ToolCallContext,
 };
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -228,7 +228,7 @@ pub(crate) fn from_engine(error: EngineError) -> Failure {
 }
 
 /// The released text of a guard's items, or the denial or error that ends the stream.
-pub(crate) fn collect(items: Vec<StreamItem>) -> Result<String, Failure> {
+pub(crate) fn collect(items: StreamItems) -> Result<String, Failure> {
     let mut text = String::new();
     for item in items {
         match item {

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::{FutureExt, StreamExt};
-use portcullis_engine::{EngineError, Metadata, OutputStream, PolicyEngine, StreamItem};
+use portcullis_engine::{
+    EngineError, Metadata, OutputStream, PolicyEngine, StreamItem, StreamItems,
+};
 use rig_agent::Agent;
 use rig_agent::agent::{MultiTurnStreamItem, StreamingResult};
 use rig_agent::run::PromptError;
@@ -278,7 +280,7 @@ fn text_item(part: Part, text: String) -> Option<MultiTurnStreamItem> {
 }
 
 /// The released text of a guard's items, or the stop its denial or error is.
-fn collect(items: Vec<StreamItem>) -> Result<String, Stop> {
+fn collect(items: StreamItems) -> Result<String, Stop> {
     let mut text = String::new();
     for item in items {
         match item {
