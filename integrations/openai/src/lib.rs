@@ -16,8 +16,10 @@
 //!   text, a denial is handled as for the answer's text;
 //! - **tool-call policies** see each call of the answer (`choices[].message.tool_calls[]`
 //!   and the deprecated `choices[].message.function_call`;
-//!   `function_call` and `custom_tool_call` output items): the arguments are parsed,
-//!   evaluated, and re-serialized when a policy patched them. A denied call is either removed
+//!   `function_call` and `custom_tool_call` output items, and the output items asking the
+//!   client to run a built-in tool: `local_shell_call`, `shell_call`, `apply_patch_call`,
+//!   `computer_call`): the arguments are parsed, evaluated, and re-serialized (or written
+//!   back as the item's action) when a policy patched them. A denied call is either removed
 //!   and replaced by refusal text ([`ToolDenial::Refuse`], the default: the application never
 //!   sees it; in a chat answer the text joins the message and `finish_reason` becomes
 //!   `"stop"` when no call is left, in a Responses answer an assistant message item takes the
@@ -28,10 +30,12 @@
 //!   and reasoning text, each with a guard of its own), so only cleared text reaches the
 //!   reader. Calls are held back until they are complete (chat tool-call and
 //!   `function_call` deltas until the choice finishes; a Responses call item with its
-//!   `response.function_call_arguments.*` events until its `response.output_item.done`),
-//!   then evaluated whole and released as one complete delta (chat) or as a complete item:
-//!   `response.output_item.added`, one arguments delta, `…arguments.done`,
-//!   `response.output_item.done`. In a Responses stream
+//!   `response.function_call_arguments.*` events, or the `response.shell_call_command.*`
+//!   and `response.apply_patch_call_operation_diff.*` events of a built-in tool's call,
+//!   until its `response.output_item.done`), then evaluated whole and released as one
+//!   complete delta (chat) or as a complete item: `response.output_item.added`, one
+//!   arguments delta, `…arguments.done`, `response.output_item.done` (a built-in tool's call:
+//!   added complete, then done). In a Responses stream
 //!   a part's `…part.added` event carries it blank, the `…done` events of a text, its item
 //!   and the final `response.completed` carry the released text, and every event is
 //!   numbered again (`sequence_number`) in order.
@@ -96,8 +100,8 @@
 //! | Policy context | Taken from |
 //! |---|---|
 //! | `InputContext.messages[]` | `instructions` as `system`; a string `input` as `user`; for an `input` list, each text of a message item's `content` (a string, or each `text` of its parts) with the item's role as above, and each text of a `function_call_output` or `custom_tool_call_output` item's `output` as `user`; other items carry no text |
-//! | `ToolCallContext.tool_name` | a `function_call` or `custom_tool_call` item's `name` |
-//! | `ToolCallContext.arguments` | its `arguments` parsed as a JSON object (`{"input": input}` for custom tools) |
+//! | `ToolCallContext.tool_name` | a `function_call` or `custom_tool_call` item's `name`; for the call of a built-in tool the client runs, its item type without `_call`: `local_shell`, `shell`, `apply_patch`, `computer` |
+//! | `ToolCallContext.arguments` | its `arguments` parsed as a JSON object (`{"input": input}` for custom tools); for a built-in tool, the item's `action` object (`{"type": "exec", "command": [..], "env", "working_directory", "timeout_ms", "user"}` for `local_shell`, `{"commands": [..], "timeout_ms", "max_output_length"}` for `shell`, `{"type": "click", ..}` and the like for `computer`, each action of a batched `actions` list as a call of its own) or its `operation` for `apply_patch` (`{"type": "create_file" \| "update_file" \| "delete_file", "path", "diff"}`); a transformation rewrites that object, a denial refuses the whole item as it refuses a function call |
 //! | `ToolCallContext.calling_message` | the text of the answer's message items, after output policies |
 //! | `OutputContext.response` | each `output_text` part's `text` and each `refusal` part's `refusal` of a message item, each `summary_text` part's `text` of a reasoning item's `summary` and each `reasoning_text` part's `text` of its `content`, each on its own (in a stream the released text of its `response.output_text.delta`, `response.refusal.delta`, `response.reasoning_summary_text.delta` or `response.reasoning_text.delta` events) |
 //! | `metadata.extra` | for answers `response_id`, `output_index` and `text_kind`, the type of the part the text lives in (`output_text`, `refusal`, `summary_text` or `reasoning_text`: reasoning is told from the answer by it); in a stream also `content_index` (or `summary_index` for a summary part) |

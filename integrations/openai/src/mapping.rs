@@ -227,6 +227,10 @@ pub(crate) struct ToolCall {
     pub(crate) arguments: Map<String, Value>,
     /// `true` for `custom` tools, whose free-text input is seen as `arguments.input`.
     pub(crate) custom: bool,
+    /// For the call item of a tool the client runs itself (see [`BUILT_IN_CALLS`]): the JSON
+    /// pointer, in the item, of the object seen as `arguments` (`/action`, `/operation`, or
+    /// `/actions/N` for one action of a batched computer call).
+    pub(crate) action: Option<String>,
 }
 
 /// Reads one entry of `tool_calls` (a function call, or a custom tool's free-text input).
@@ -253,6 +257,7 @@ pub(crate) fn read_tool_call(call: &Value) -> Result<ToolCall, GuardError> {
             name,
             arguments,
             custom: true,
+            action: None,
         });
     }
     let function = call.get("function");
@@ -275,6 +280,7 @@ pub(crate) fn read_tool_call(call: &Value) -> Result<ToolCall, GuardError> {
         name,
         arguments,
         custom: false,
+        action: None,
     })
 }
 
@@ -316,10 +322,34 @@ pub(crate) fn write_tool_call(call: &mut Value, tool: &ToolCall, arguments: Map<
     }
 }
 
-/// Reads a tool call of a Responses API answer: a `function_call` item (its `arguments`
-/// parsed as a JSON object) or a `custom_tool_call` item (its free-text `input` seen as
-/// `arguments.input`); `None` for any other item.
-pub(crate) fn read_output_call(item: &Value) -> Result<Option<ToolCall>, GuardError> {
+/// The Responses API output items that ask the client to run one of OpenAI's built-in tools:
+/// `(item type, tool name the policies see, the field holding what to run)`.
+pub(crate) const BUILT_IN_CALLS: [(&str, &str, &str); 4] = [
+    ("local_shell_call", "local_shell", "action"),
+    ("shell_call", "shell", "action"),
+    ("apply_patch_call", "apply_patch", "operation"),
+    ("computer_call", "computer", "action"),
+];
+
+/// Whether an output item of this type is a call the tool-call policies evaluate.
+pub(crate) fn is_call_item(kind: Option<&str>) -> bool {
+    match kind {
+        Some("function_call" | "custom_tool_call") => true,
+        Some(kind) => BUILT_IN_CALLS.iter().any(|(item, _, _)| *item == kind),
+        None => false,
+    }
+}
+
+/// Reads the tool calls of a Responses API output item:
+///
+/// - a `function_call` item: its `name`, its `arguments` parsed as a JSON object;
+/// - a `custom_tool_call` item: its `name`, its free-text `input` seen as `arguments.input`;
+/// - a call of a built-in tool the client runs (see [`BUILT_IN_CALLS`]): the item type
+///   without `_call` as the name, its `action` (or `operation`) object as the arguments. A
+///   computer call that batches its actions in `actions` is one call per action.
+///
+/// Empty for any other item.
+pub(crate) fn read_output_calls(item: &Value) -> Result<Vec<ToolCall>, GuardError> {
     let kind = item.get("type").and_then(Value::as_str);
     let field = |key: &str| {
         item.get(key)
@@ -341,12 +371,13 @@ pub(crate) fn read_output_call(item: &Value) -> Result<Option<ToolCall>, GuardEr
                     call_id: id.clone(),
                     problem,
                 })?;
-            Ok(Some(ToolCall {
+            Ok(vec![ToolCall {
                 id,
                 name,
                 arguments,
                 custom: false,
-            }))
+                action: None,
+            }])
         }
         Some("custom_tool_call") => {
             let mut arguments = Map::new();
@@ -354,19 +385,73 @@ pub(crate) fn read_output_call(item: &Value) -> Result<Option<ToolCall>, GuardEr
                 "input".to_owned(),
                 item.get("input").cloned().unwrap_or(Value::Null),
             );
-            Ok(Some(ToolCall {
+            Ok(vec![ToolCall {
                 id: field("call_id"),
                 name: field("name"),
                 arguments,
                 custom: true,
-            }))
+                action: None,
+            }])
         }
-        _ => Ok(None),
+        Some(kind) => {
+            let Some((_, name, key)) = BUILT_IN_CALLS.iter().find(|(item, _, _)| *item == kind)
+            else {
+                return Ok(Vec::new());
+            };
+            let id = field("call_id");
+            let mut pointers = Vec::new();
+            if let Some(Value::Array(actions)) = item.get("actions") {
+                pointers.extend((0..actions.len()).map(|index| format!("/actions/{index}")));
+            }
+            if item.get(*key).is_some_and(|value| !value.is_null()) || pointers.is_empty() {
+                pointers.push(format!("/{key}"));
+            }
+            pointers
+                .into_iter()
+                .map(|pointer| {
+                    let arguments = match item.pointer(&pointer) {
+                        None | Some(Value::Null) => Map::new(),
+                        Some(Value::Object(arguments)) => arguments.clone(),
+                        Some(other) => {
+                            return Err(GuardError::InvalidToolArguments {
+                                tool_name: (*name).to_owned(),
+                                call_id: id.clone(),
+                                problem: format!(
+                                    "its {} is a JSON {}",
+                                    pointer.trim_start_matches('/'),
+                                    json_kind(other)
+                                ),
+                            });
+                        }
+                    };
+                    Ok(ToolCall {
+                        id: id.clone(),
+                        name: (*name).to_owned(),
+                        arguments,
+                        custom: false,
+                        action: Some(pointer),
+                    })
+                })
+                .collect()
+        }
+        None => Ok(Vec::new()),
     }
 }
 
 /// Writes patched arguments back into a Responses API call item.
 pub(crate) fn write_output_call(item: &mut Value, tool: &ToolCall, arguments: Map<String, Value>) {
+    if let Some(pointer) = &tool.action {
+        if let Some(target) = item.pointer_mut(pointer) {
+            *target = Value::Object(arguments);
+        } else if let Some(item) = item.as_object_mut() {
+            // An item without its action: the policies' arguments become it.
+            let key = pointer.trim_start_matches('/');
+            if !key.contains('/') {
+                item.insert(key.to_owned(), Value::Object(arguments));
+            }
+        }
+        return;
+    }
     let Some(item) = item.as_object_mut() else {
         return;
     };
@@ -518,7 +603,7 @@ mod tests {
             "type": "function_call", "call_id": "call_1", "name": "search",
             "arguments": "{\"query\": \"x\"}"
         });
-        let tool = read_output_call(&item).expect("read").expect("a call");
+        let tool = one_call(&item);
         assert_eq!((tool.id.as_str(), tool.name.as_str()), ("call_1", "search"));
         let mut arguments = tool.arguments.clone();
         arguments.insert("limit".to_owned(), json!(5));
@@ -529,17 +614,94 @@ mod tests {
 
         let custom =
             json!({ "type": "custom_tool_call", "call_id": "c", "name": "sh", "input": "ls" });
-        let tool = read_output_call(&custom).expect("read").expect("a call");
+        let tool = one_call(&custom);
         assert!(tool.custom);
         assert_eq!(tool.arguments["input"], "ls");
 
         let bad =
             json!({ "type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]" });
         assert!(matches!(
-            read_output_call(&bad),
+            read_output_calls(&bad),
             Err(GuardError::InvalidToolArguments { .. })
         ));
         let message = json!({ "type": "message", "content": [] });
-        assert!(read_output_call(&message).expect("read").is_none());
+        assert!(read_output_calls(&message).expect("read").is_empty());
+    }
+
+    fn one_call(item: &Value) -> ToolCall {
+        let mut calls = read_output_calls(item).expect("read");
+        assert_eq!(calls.len(), 1, "{item}");
+        calls.remove(0)
+    }
+
+    #[test]
+    fn built_in_tool_calls_are_read_and_patched_as_their_action() {
+        let mut shell = json!({
+            "type": "local_shell_call", "id": "lsh_1", "call_id": "call_1", "status": "completed",
+            "action": { "type": "exec", "command": ["rm", "-rf", "/"], "env": {} }
+        });
+        let tool = one_call(&shell);
+        assert_eq!(
+            (tool.id.as_str(), tool.name.as_str()),
+            ("call_1", "local_shell")
+        );
+        assert_eq!(tool.arguments["command"], json!(["rm", "-rf", "/"]));
+        let mut arguments = tool.arguments.clone();
+        arguments.insert("command".to_owned(), json!(["ls"]));
+        write_output_call(&mut shell, &tool, arguments);
+        assert_eq!(shell["action"]["command"], json!(["ls"]));
+        assert_eq!(shell["action"]["type"], "exec");
+
+        let patch = json!({
+            "type": "apply_patch_call", "id": "apc_1", "call_id": "call_2", "status": "completed",
+            "operation": { "type": "delete_file", "path": "src/main.rs" }
+        });
+        let tool = one_call(&patch);
+        assert_eq!(tool.name, "apply_patch");
+        assert_eq!(tool.arguments["path"], "src/main.rs");
+
+        let shell = json!({
+            "type": "shell_call", "id": "sh_1", "call_id": "call_3", "status": "completed",
+            "action": { "commands": ["ls", "pwd"], "timeout_ms": 1000 }
+        });
+        assert_eq!(one_call(&shell).name, "shell");
+
+        // A computer call that batches its actions is one call per action.
+        let mut computer = json!({
+            "type": "computer_call", "id": "cu_1", "call_id": "call_4", "status": "completed",
+            "pending_safety_checks": [],
+            "actions": [{ "type": "click", "x": 1, "y": 2, "button": "left" },
+                        { "type": "type", "text": "hello" }]
+        });
+        let calls = read_output_calls(&computer).expect("read");
+        assert_eq!(calls.len(), 2);
+        assert!(calls.iter().all(|call| call.name == "computer"));
+        assert_eq!(calls[1].arguments["text"], "hello");
+        let mut arguments = calls[1].arguments.clone();
+        arguments.insert("text".to_owned(), json!("bye"));
+        write_output_call(&mut computer, &calls[1], arguments);
+        assert_eq!(computer["actions"][1]["text"], "bye");
+        assert_eq!(computer["actions"][0]["type"], "click");
+        assert!(computer.get("action").is_none());
+
+        // No action: the policies see no arguments.
+        let bare = json!({ "type": "computer_call", "call_id": "call_5" });
+        assert!(one_call(&bare).arguments.is_empty());
+
+        // An action that is not an object fails closed.
+        let bad = json!({ "type": "local_shell_call", "call_id": "c", "action": "rm -rf /" });
+        assert!(matches!(
+            read_output_calls(&bad),
+            Err(GuardError::InvalidToolArguments { .. })
+        ));
+        for kind in [
+            "local_shell_call",
+            "shell_call",
+            "apply_patch_call",
+            "computer_call",
+        ] {
+            assert!(is_call_item(Some(kind)), "{kind}");
+        }
+        assert!(!is_call_item(Some("web_search_call")));
     }
 }

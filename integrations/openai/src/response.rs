@@ -518,27 +518,60 @@ pub(crate) fn drop_logprobs(part: &mut Value) {
     }
 }
 
-/// Runs the tool-call policies on a `function_call` or `custom_tool_call` item: patched
-/// arguments are written back; a refused call is replaced by an assistant message item
-/// saying so, whose text is returned. Other items are left alone.
+/// What the tool-call policies made of an output item.
+pub(crate) enum CallVerdict {
+    /// The item is no call (see [`mapping::read_output_calls`]).
+    NotACall,
+    /// The call goes, its arguments patched in place if a policy changed them.
+    Allowed,
+    /// The call was refused; the item is now the assistant message item saying this text.
+    Refused(String),
+}
+
+/// Runs the tool-call policies on each call of an output item (a `function_call`, a
+/// `custom_tool_call`, or the call of a built-in tool the client runs: see
+/// [`mapping::read_output_calls`]): patched arguments are written back; an item any of whose
+/// calls is refused is replaced by an assistant message item saying so.
+pub(crate) async fn evaluate_call_item(
+    settings: &Settings,
+    metadata: &Metadata,
+    item: &mut Value,
+    calling_message: &str,
+) -> Result<CallVerdict, Failure> {
+    let calls = mapping::read_output_calls(item)?;
+    let Some(call_id) = calls.first().map(|tool| tool.id.clone()) else {
+        return Ok(CallVerdict::NotACall);
+    };
+    let mut patches = Vec::new();
+    let mut refusals = Vec::new();
+    for tool in calls {
+        match evaluate_tool_call(settings, metadata, &tool, calling_message).await? {
+            ToolOutcome::Allowed(None) => {}
+            ToolOutcome::Allowed(Some(arguments)) => patches.push((tool, arguments)),
+            ToolOutcome::Refused(refusal) => refusals.push(refusal),
+        }
+    }
+    if !refusals.is_empty() {
+        let refusal = refusals.join("\n");
+        *item = mapping::refusal_item(&call_id, &refusal);
+        return Ok(CallVerdict::Refused(refusal));
+    }
+    for (tool, arguments) in patches {
+        mapping::write_output_call(item, &tool, arguments);
+    }
+    Ok(CallVerdict::Allowed)
+}
+
+/// Runs the tool-call policies on a call item (see [`evaluate_call_item`]); returns the text
+/// of the message item that replaced a refused call. Other items are left alone.
 pub(crate) async fn guard_call_item(
     settings: &Settings,
     metadata: &Metadata,
     item: &mut Value,
     calling_message: &str,
 ) -> Result<Option<String>, Failure> {
-    let Some(tool) = mapping::read_output_call(item)? else {
-        return Ok(None);
-    };
-    match evaluate_tool_call(settings, metadata, &tool, calling_message).await? {
-        ToolOutcome::Allowed(None) => Ok(None),
-        ToolOutcome::Allowed(Some(arguments)) => {
-            mapping::write_output_call(item, &tool, arguments);
-            Ok(None)
-        }
-        ToolOutcome::Refused(refusal) => {
-            *item = mapping::refusal_item(&tool.id, &refusal);
-            Ok(Some(refusal))
-        }
+    match evaluate_call_item(settings, metadata, item, calling_message).await? {
+        CallVerdict::Refused(refusal) => Ok(Some(refusal)),
+        CallVerdict::NotACall | CallVerdict::Allowed => Ok(None),
     }
 }

@@ -8,10 +8,14 @@
 //!   they live in, not only by their index. A part starts blank (`…part.added`, and the
 //!   parts of `response.output_item.added`); its `done` events, its item's
 //!   `response.output_item.done` and the final `response.completed` carry the released text;
-//! - a call item (`function_call`, `custom_tool_call`) is held back, with its argument
-//!   deltas, until its `response.output_item.done`: then it is evaluated whole and released
-//!   as a complete item (added, one arguments delta, done), with patched arguments, or
-//!   replaced by an assistant message item saying it was refused;
+//! - a call item (`function_call`, `custom_tool_call`, and the calls of built-in tools the
+//!   client runs: `local_shell_call`, `shell_call`, `apply_patch_call`, `computer_call`) is
+//!   held back, with its argument deltas (and the `response.shell_call_command.*` and
+//!   `response.apply_patch_call_operation_diff.*` events that stream a command or a diff),
+//!   until its `response.output_item.done`: then it is evaluated whole and released as a
+//!   complete item (added, one arguments delta, done; a built-in tool's call added complete,
+//!   then done), with patched arguments, or replaced by an assistant message item saying it
+//!   was refused;
 //! - every event the guard writes is numbered again (`sequence_number`), in order.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,9 +25,11 @@ use portcullis_engine::{Metadata, OutputStream, PolicyEngine};
 use serde_json::{Map, Value, json};
 
 use crate::error;
-use crate::exchange::{Failure, Settings, ToolOutcome, collect, evaluate_tool_call};
+use crate::exchange::{Failure, Settings, collect};
 use crate::mapping;
-use crate::response::{self, Area, TextKind, item_metadata, join, text_metadata, text_parts};
+use crate::response::{
+    self, Area, CallVerdict, TextKind, item_metadata, join, text_metadata, text_parts,
+};
 use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
 /// Guards a Responses API stream: reads `upstream`, writes the released events to `sender`;
@@ -139,6 +145,11 @@ impl<'e> ResponsesGuard<'e> {
                 | "response.function_call_arguments.done"
                 | "response.custom_tool_call_input.delta"
                 | "response.custom_tool_call_input.done"
+                | "response.shell_call_command.added"
+                | "response.shell_call_command.delta"
+                | "response.shell_call_command.done"
+                | "response.apply_patch_call_operation_diff.delta"
+                | "response.apply_patch_call_operation_diff.done"
         );
         let of_held_call = output_index.is_some_and(|index| self.held_calls.contains(&index));
         if call_part || (of_held_call && kind != "response.output_item.done") {
@@ -170,7 +181,7 @@ impl<'e> ResponsesGuard<'e> {
                     .get("item")
                     .and_then(|value| value.get("type"))
                     .and_then(Value::as_str);
-                if matches!(kind, Some("function_call" | "custom_tool_call")) {
+                if mapping::is_call_item(kind) {
                     if let Some(index) = output_index {
                         self.held_calls.insert(index);
                     }
@@ -270,10 +281,7 @@ impl<'e> ResponsesGuard<'e> {
                 let Some(mut item) = event.remove("item") else {
                     return Ok(self.emit(sender, event).await);
                 };
-                let is_call = matches!(
-                    item.get("type").and_then(Value::as_str),
-                    Some("function_call" | "custom_tool_call")
-                );
+                let is_call = mapping::is_call_item(item.get("type").and_then(Value::as_str));
                 if self.held_calls.remove(&index) || is_call {
                     return self.release_call(index, item, sender).await;
                 }
@@ -438,20 +446,12 @@ impl<'e> ResponsesGuard<'e> {
         sender: &Sender,
     ) -> Result<bool, Failure> {
         let metadata = item_metadata(&self.metadata, index);
-        let tool = mapping::read_output_call(&item)?;
-        let Some(tool) = tool else {
-            return Ok(true);
-        };
-        let outcome = evaluate_tool_call(self.settings, &metadata, &tool, &self.text).await?;
-        let events = match outcome {
-            ToolOutcome::Allowed(arguments) => {
-                if let Some(arguments) = arguments {
-                    mapping::write_output_call(&mut item, &tool, arguments);
-                }
-                call_events(index, &item, tool.custom)
-            }
-            ToolOutcome::Refused(refusal) => {
-                item = mapping::refusal_item(&tool.id, &refusal);
+        let verdict =
+            response::evaluate_call_item(self.settings, &metadata, &mut item, &self.text).await?;
+        let events = match verdict {
+            CallVerdict::NotACall => return Ok(true),
+            CallVerdict::Allowed => call_events(index, &item),
+            CallVerdict::Refused(refusal) => {
                 join(&mut self.text, &refusal);
                 message_events(index, &item, &refusal)
             }
@@ -544,21 +544,32 @@ fn id_of(item: &Value) -> Value {
 }
 
 /// The events of a complete call item: added, its arguments (or input) in one delta, done.
-fn call_events(index: u64, item: &Value, custom: bool) -> Vec<Value> {
+/// The call of a built-in tool is added complete, then done: the events that stream its
+/// command or diff are not written again.
+fn call_events(index: u64, item: &Value) -> Vec<Value> {
     let id = id_of(item);
-    let (field, delta_kind, done_kind) = if custom {
-        (
-            "input",
-            "response.custom_tool_call_input.delta",
-            "response.custom_tool_call_input.done",
-        )
-    } else {
-        (
+    let kind = item.get("type").and_then(Value::as_str);
+    let (field, delta_kind, done_kind) = match kind {
+        Some("function_call") => (
             "arguments",
             "response.function_call_arguments.delta",
             "response.function_call_arguments.done",
-        )
+        ),
+        Some("custom_tool_call") => (
+            "input",
+            "response.custom_tool_call_input.delta",
+            "response.custom_tool_call_input.done",
+        ),
+        _ => {
+            let mut added = item.clone();
+            added["status"] = Value::from("in_progress");
+            return vec![
+                json!({ "type": "response.output_item.added", "output_index": index, "item": added }),
+                json!({ "type": "response.output_item.done", "output_index": index, "item": item }),
+            ];
+        }
     };
+    let custom = kind == Some("custom_tool_call");
     let value = item.get(field).cloned().unwrap_or(Value::from(""));
     let mut added = item.clone();
     added[field] = Value::from("");

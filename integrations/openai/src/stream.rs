@@ -472,6 +472,7 @@ impl<'e> StreamGuard<'e> {
                 name: partial.name,
                 arguments,
                 custom: false,
+                action: None,
             };
             let outcome =
                 evaluate_tool_call(self.settings, &state.metadata, &tool, &state.released).await?;

@@ -16,7 +16,7 @@ use async_openai::types::responses::{
     CreateResponse, OutputItem, OutputMessageContent, ResponseStreamEvent,
 };
 use futures_util::StreamExt;
-use portcullis_engine::{AuditRecord, InterceptionPoint, PolicyEngine};
+use portcullis_engine::{AuditRecord, InterceptionPoint, PolicyEngine, PolicySet};
 use portcullis_openai::{PortcullisLayer, ToolDenial};
 use serde_json::{Map, Value, json};
 use support::{Reply, ScriptedServer};
@@ -45,10 +45,17 @@ async fn fixture_with(
     replies: Vec<Reply>,
     layer: impl FnOnce(PortcullisLayer) -> PortcullisLayer,
 ) -> Fixture {
+    fixture_with_policies(replies, portcullis_testing::agent::policy_set(), layer).await
+}
+
+async fn fixture_with_policies(
+    replies: Vec<Reply>,
+    set: PolicySet,
+    layer: impl FnOnce(PortcullisLayer) -> PortcullisLayer,
+) -> Fixture {
     let server = ScriptedServer::start(replies).await;
     let audit = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&audit);
-    let set = portcullis_testing::agent::policy_set();
     let engine = PolicyEngine::builder()
         .policy_set(set)
         .on_audit(move |record: &AuditRecord<'_>| {
@@ -1370,4 +1377,94 @@ async fn reasoning_in_stream_snapshots_is_output_too() {
     );
     assert_eq!(output[0]["content"][0]["text"], "Look up [REDACTED].");
     assert_eq!(output[1]["content"][0]["text"], "Done.");
+}
+
+/// An answer that asks the client to run `rm -rf` in a local shell and to patch a file.
+fn shell_and_patch() -> Vec<Value> {
+    vec![
+        support::message_item("msg_1", "Cleaning up."),
+        support::local_shell_call_item("call_rm", &["rm", "-rf", "/srv/app"]),
+        support::apply_patch_call_item("call_patch", "src/lib.rs", "@@ -1 +1 @@\n-a\n+b\n"),
+    ]
+}
+
+/// What the application would run: no local shell call at all, the patch under `sandbox/`.
+fn assert_shell_refused_and_patch_moved(output: &[OutputItem], events: &str) {
+    assert!(!events.contains("-rf"), "{events}");
+    assert!(
+        !output
+            .iter()
+            .any(|item| matches!(item, OutputItem::LocalShellCall(_))),
+        "{output:#?}"
+    );
+    assert_eq!(item_text(&output[0]), "Cleaning up.");
+    assert_eq!(
+        item_text(&output[1]),
+        "[The call to tool \"local_shell\" was denied by policy \"guard_built_in_tools\": deletes recursively]"
+    );
+    let OutputItem::ApplyPatchCall(patch) = &output[2] else {
+        panic!("the patch goes on: {output:#?}");
+    };
+    let operation = serde_json::to_value(&patch.operation).expect("JSON");
+    assert_eq!(
+        operation,
+        json!({"type": "update_file", "path": "sandbox/src/lib.rs", "diff": "@@ -1 +1 @@\n-a\n+b\n"})
+    );
+}
+
+#[tokio::test]
+async fn a_local_shell_call_is_a_tool_call_in_a_whole_answer() {
+    let fixture = fixture_with_policies(
+        vec![Reply::Json(support::response(shell_and_patch()))],
+        support::policies_with_built_in_tools(),
+        |layer| layer,
+    )
+    .await;
+    let response = fixture
+        .client
+        .responses()
+        .create(responses_request(
+            json!({"model": "scripted-model", "input": "Tidy up."}),
+        ))
+        .await
+        .expect("the guarded call succeeds");
+    let all = serde_json::to_string(&response).expect("JSON");
+    assert_shell_refused_and_patch_moved(&response.output, &all);
+    let seen = fixture.audit.lock().expect("audit lock").clone();
+    let shell = seen
+        .iter()
+        .find(|seen| seen.point == InterceptionPoint::ToolCall)
+        .expect("a tool-call audit record");
+    assert_eq!(shell.extra["tool_call_id"], "call_rm");
+}
+
+#[tokio::test]
+async fn a_streamed_local_shell_call_is_held_and_is_a_tool_call() {
+    let items = shell_and_patch();
+    let mut events = support::streamed_message(0, "msg_1", &["Cleaning up."]);
+    for (index, item) in items.iter().enumerate().skip(1) {
+        events.extend(support::streamed_built_in_call(index as u32, item));
+    }
+    let fixture = fixture_with_policies(
+        vec![Reply::Sse(support::response_events(events, items))],
+        support::policies_with_built_in_tools(),
+        |layer| layer,
+    )
+    .await;
+    let (events, failure) = read_response_stream(&fixture, "Tidy up.").await;
+    let all = serde_json::to_string(&events).expect("events");
+    assert!(!all.contains("-rf"), "{all}");
+    assert!(failure.is_none(), "{failure:?}");
+    let done: Vec<OutputItem> = events
+        .iter()
+        .filter_map(|event| match event {
+            ResponseStreamEvent::ResponseOutputItemDone(done) => Some(done.item.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_shell_refused_and_patch_moved(&done, &all);
+    let Some(ResponseStreamEvent::ResponseCompleted(completed)) = events.last() else {
+        panic!("the stream ends with response.completed: {events:#?}");
+    };
+    assert_shell_refused_and_patch_moved(&completed.response.output, &all);
 }

@@ -1121,3 +1121,160 @@ async fn logprobs_go_only_with_the_text_the_policies_left_as_it_was() {
     assert!(!body.contains("4321"), "{body}");
     assert!(body.contains("Your SSN is [REDACTED]."), "{body}");
 }
+
+/// The calls of built-in tools a scripted answer makes after its message item: `rm -rf` in
+/// a local shell and in a shell, a patch, and a harmless computer action.
+fn built_in_calls() -> Vec<Value> {
+    vec![
+        support::message_item("msg_1", "Cleaning up."),
+        support::local_shell_call_item("call_rm", &["rm", "-rf", "/srv/app"]),
+        support::shell_call_item("call_sh", &["ls", "rm -rf ~"]),
+        support::apply_patch_call_item("call_patch", "src/main.rs", "@@ -1 +1 @@\n-old\n+new\n"),
+        support::computer_call_item("call_cu", "hello"),
+    ]
+}
+
+/// The proxy, with the agent's policies and a guard on built-in tools, in front of `replies`.
+async fn setup_built_in(
+    replies: Vec<Reply>,
+    configure: impl FnOnce(OpenAIProxy) -> OpenAIProxy,
+) -> (ScriptedServer, Proxy) {
+    let server = ScriptedServer::start(replies).await;
+    let upstream = server.base_url().trim_end_matches("/v1").to_owned();
+    let engine = PolicyEngine::builder()
+        .policy_set(support::policies_with_built_in_tools())
+        .build();
+    let proxy = OpenAIProxy::new(Arc::new(engine), &upstream).expect("a valid upstream");
+    let proxy = Proxy::start(configure(proxy)).await;
+    (server, proxy)
+}
+
+/// The output items of an answer whose calls of built-in tools went through the policies:
+/// both shells refused, the patch moved under `sandbox/`, the computer action as it was.
+fn assert_built_in_calls_guarded(output: &Value) {
+    assert_eq!(output[0]["content"][0]["text"], "Cleaning up.", "{output}");
+    for (index, tool) in [(1, "local_shell"), (2, "shell")] {
+        let refusal = &output[index];
+        assert_eq!(refusal["type"], "message", "{output}");
+        assert_eq!(
+            refusal["content"][0]["text"],
+            format!(
+                "[The call to tool \"{tool}\" was denied by policy \"guard_built_in_tools\": deletes recursively]"
+            ),
+            "{output}"
+        );
+    }
+    assert_eq!(output[3]["type"], "apply_patch_call", "{output}");
+    assert_eq!(output[3]["call_id"], "call_patch");
+    assert_eq!(
+        output[3]["operation"],
+        json!({ "type": "update_file", "path": "sandbox/src/main.rs", "diff": "@@ -1 +1 @@\n-old\n+new\n" })
+    );
+    assert_eq!(output[4], support::computer_call_item("call_cu", "hello"));
+    assert_eq!(output.as_array().map(Vec::len), Some(5), "{output}");
+}
+
+#[tokio::test]
+async fn calls_of_built_in_tools_in_a_whole_answer_go_through_the_tool_call_policies() {
+    let (_server, proxy) = setup_built_in(
+        vec![Reply::Json(support::response(built_in_calls()))],
+        |proxy| proxy,
+    )
+    .await;
+    // The shells never reach the client, the patch goes where the policy put it.
+    let request = json!({"model": "scripted-model", "input": "Tidy up."});
+    let (status, body) = post(&proxy, "/v1/responses", &request).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(!String::from_utf8_lossy(&body).contains("-rf"));
+    assert_built_in_calls_guarded(&json_of(&body)["output"]);
+}
+
+#[tokio::test]
+async fn streamed_calls_of_built_in_tools_are_held_and_go_through_the_tool_call_policies() {
+    let items = built_in_calls();
+    let mut events = support::streamed_message(0, "msg_1", &["Cleaning up."]);
+    for (index, item) in items.iter().enumerate().skip(1) {
+        events.extend(support::streamed_built_in_call(index as u32, item));
+    }
+    let (server, proxy) = setup_built_in(
+        vec![Reply::Sse(support::response_events(events, items))],
+        |proxy| proxy,
+    )
+    .await;
+    // Nothing of the shell calls (not their commands' own events either); the patch is
+    // released whole with its new path, once evaluated.
+    let request = json!({"model": "scripted-model", "input": "Tidy up.", "stream": true});
+    let (status, body) = post(&proxy, "/v1/responses", &request).await;
+    assert_eq!(status, 200);
+    let body = String::from_utf8_lossy(&body);
+    assert!(!body.contains("-rf"), "{body}");
+    assert!(!body.contains("\"src/main.rs\""), "{body}");
+    let events = chat_chunks(&body);
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|event| event["type"].as_str())
+        .collect();
+    assert!(
+        !kinds
+            .iter()
+            .any(|kind| kind.starts_with("response.shell_call_command")
+                || kind.starts_with("response.apply_patch_call_operation_diff")),
+        "{kinds:?}"
+    );
+    let done: Vec<Value> = events
+        .iter()
+        .filter(|event| event["type"] == "response.output_item.done")
+        .map(|event| event["item"].clone())
+        .collect();
+    assert_built_in_calls_guarded(&Value::Array(done));
+    let patch_added = events
+        .iter()
+        .find(|event| event["type"] == "response.output_item.added" && event["output_index"] == 3)
+        .expect("the patch is added");
+    assert_eq!(
+        patch_added["item"]["operation"]["path"],
+        "sandbox/src/main.rs"
+    );
+    let completed = events
+        .iter()
+        .find(|event| event["type"] == "response.completed")
+        .expect("the stream completes");
+    assert_built_in_calls_guarded(&completed["response"]["output"]);
+    let numbers: Vec<u64> = events
+        .iter()
+        .filter_map(|event| event["sequence_number"].as_u64())
+        .collect();
+    assert_eq!(numbers, (0..numbers.len() as u64).collect::<Vec<_>>());
+    assert_eq!(server.recorded().len(), 1);
+}
+
+#[tokio::test]
+async fn a_denied_built_in_tool_call_can_fail_the_request_instead() {
+    let items = vec![support::local_shell_call_item(
+        "call_rm",
+        &["rm", "-rf", "/"],
+    )];
+    let events = support::streamed_built_in_call(0, &items[0]);
+    let (_server, proxy) = setup_built_in(
+        vec![
+            Reply::Json(support::response(items.clone())),
+            Reply::Sse(support::response_events(events, items)),
+        ],
+        |proxy| proxy.on_tool_denial(ToolDenial::Fail),
+    )
+    .await;
+    let request = json!({"model": "scripted-model", "input": "Wipe it."});
+    let (status, body) = post(&proxy, "/v1/responses", &request).await;
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
+    let answer = json_of(&body);
+    assert_eq!(answer["error"]["code"], "guard_built_in_tools");
+    assert!(!answer.to_string().contains("local_shell_call"), "{answer}");
+
+    let request = json!({"model": "scripted-model", "input": "Wipe it.", "stream": true});
+    let (status, body) = post(&proxy, "/v1/responses", &request).await;
+    assert_eq!(status, 200);
+    let body = String::from_utf8_lossy(&body);
+    assert!(!body.contains("-rf"), "{body}");
+    assert!(!body.contains("local_shell_call"), "{body}");
+    assert!(body.contains("guard_built_in_tools"), "{body}");
+}

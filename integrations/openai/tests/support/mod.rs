@@ -492,3 +492,177 @@ pub fn streamed_reasoning(
     }));
     events
 }
+
+/// A finished `local_shell_call` item asking the client to run `command`.
+pub fn local_shell_call_item(call_id: &str, command: &[&str]) -> Value {
+    json!({
+        "type": "local_shell_call",
+        "id": format!("lsh_{call_id}"),
+        "call_id": call_id,
+        "status": "completed",
+        "action": {
+            "type": "exec",
+            "command": command,
+            "env": {},
+            "working_directory": "/srv/app",
+            "timeout_ms": 10_000
+        }
+    })
+}
+
+/// A finished `shell_call` item asking the client to run `commands`.
+pub fn shell_call_item(call_id: &str, commands: &[&str]) -> Value {
+    json!({
+        "type": "shell_call",
+        "id": format!("sh_{call_id}"),
+        "call_id": call_id,
+        "status": "completed",
+        "action": { "commands": commands, "timeout_ms": 10_000, "max_output_length": 4096 }
+    })
+}
+
+/// A finished `apply_patch_call` item updating the file at `path` with `diff`.
+pub fn apply_patch_call_item(call_id: &str, path: &str, diff: &str) -> Value {
+    json!({
+        "type": "apply_patch_call",
+        "id": format!("apc_{call_id}"),
+        "call_id": call_id,
+        "status": "completed",
+        "operation": { "type": "update_file", "path": path, "diff": diff }
+    })
+}
+
+/// A finished `computer_call` item typing `text`.
+pub fn computer_call_item(call_id: &str, text: &str) -> Value {
+    json!({
+        "type": "computer_call",
+        "id": format!("cu_{call_id}"),
+        "call_id": call_id,
+        "status": "completed",
+        "pending_safety_checks": [],
+        "action": { "type": "type", "text": text }
+    })
+}
+
+/// The events of a finished built-in tool call `item` as the API streams it at
+/// `output_index`: added in progress (a shell call's commands and a patch's diff empty, then
+/// streamed by their own events), done.
+pub fn streamed_built_in_call(output_index: u32, item: &Value) -> Vec<Value> {
+    let id = item["id"].clone();
+    let mut added = item.clone();
+    added["status"] = json!("in_progress");
+    let mut events = Vec::new();
+    let mut middle = Vec::new();
+    match item["type"].as_str() {
+        Some("shell_call") => {
+            added["action"]["commands"] = json!([]);
+            let commands = item["action"]["commands"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for (command_index, command) in commands.iter().enumerate() {
+                let at = |kind: &str| json!({ "type": kind, "output_index": output_index, "command_index": command_index });
+                let mut event = at("response.shell_call_command.added");
+                event["command"] = json!("");
+                middle.push(event);
+                let text = command.as_str().unwrap_or_default();
+                let half = text.len() / 2;
+                for piece in [&text[..half], &text[half..]] {
+                    let mut event = at("response.shell_call_command.delta");
+                    event["delta"] = json!(piece);
+                    middle.push(event);
+                }
+                let mut event = at("response.shell_call_command.done");
+                event["command"] = command.clone();
+                middle.push(event);
+            }
+        }
+        Some("apply_patch_call") => {
+            added["operation"]["diff"] = json!("");
+            let diff = item["operation"]["diff"].as_str().unwrap_or_default();
+            let half = diff.len() / 2;
+            for piece in [&diff[..half], &diff[half..]] {
+                middle.push(json!({
+                    "type": "response.apply_patch_call_operation_diff.delta",
+                    "item_id": id, "output_index": output_index, "delta": piece
+                }));
+            }
+            middle.push(json!({
+                "type": "response.apply_patch_call_operation_diff.done",
+                "item_id": id, "output_index": output_index, "diff": diff
+            }));
+        }
+        _ => {}
+    }
+    events.push(
+        json!({ "type": "response.output_item.added", "output_index": output_index, "item": added }),
+    );
+    events.extend(middle);
+    events.push(
+        json!({ "type": "response.output_item.done", "output_index": output_index, "item": item }),
+    );
+    events
+}
+
+/// The agent's input and output policies (`portcullis_testing::agent`), with
+/// [`GuardBuiltInTools`] as the only tool-call policy.
+pub fn policies_with_built_in_tools() -> portcullis_engine::PolicySet {
+    use portcullis_testing::agent::{
+        NoLaunchCodes, NoPasswordRequests, RedactAnswerSsn, RedactPromptSsn,
+    };
+    portcullis_engine::PolicySet::builder()
+        .input(NoPasswordRequests)
+        .input(RedactPromptSsn)
+        .tool_call(GuardBuiltInTools)
+        .output(NoLaunchCodes)
+        .output(RedactAnswerSsn)
+        .build()
+}
+
+/// Guards the built-in tools the client runs (id `guard_built_in_tools`): denies a
+/// `local_shell`, `shell` or `computer` call whose action says `rm -rf` anywhere (a command
+/// split in words counts too), and moves every `apply_patch` path under `sandbox/`.
+pub struct GuardBuiltInTools;
+
+#[portcullis_engine::async_trait]
+impl portcullis_engine::ToolCallPolicy for GuardBuiltInTools {
+    fn id(&self) -> &str {
+        "guard_built_in_tools"
+    }
+
+    async fn evaluate(
+        &self,
+        context: &portcullis_engine::ToolCallContext,
+    ) -> Result<portcullis_engine::PolicyDecision, portcullis_engine::BoxError> {
+        use portcullis_engine::{PolicyDecision, TransformOperation};
+        fn words(value: &Value, into: &mut Vec<String>) {
+            match value {
+                Value::String(text) => into.push(text.clone()),
+                Value::Array(values) => values.iter().for_each(|value| words(value, into)),
+                Value::Object(map) => map.values().for_each(|value| words(value, into)),
+                _ => {}
+            }
+        }
+        Ok(match context.tool_name.as_str() {
+            "local_shell" | "shell" | "computer" => {
+                let mut found = Vec::new();
+                words(&Value::Object(context.arguments.clone()), &mut found);
+                if found.join(" ").contains("rm -rf") {
+                    PolicyDecision::deny("deletes recursively")
+                } else {
+                    PolicyDecision::allow()
+                }
+            }
+            "apply_patch" => match context.arguments.get("path").and_then(Value::as_str) {
+                Some(path) if !path.starts_with("sandbox/") => {
+                    PolicyDecision::transform([TransformOperation::set(
+                        "arguments.path",
+                        format!("sandbox/{path}"),
+                    )])
+                }
+                _ => PolicyDecision::allow(),
+            },
+            _ => PolicyDecision::allow(),
+        })
+    }
+}
