@@ -110,15 +110,24 @@ pub(crate) fn chat_input(
             message.get("content"),
             &format!("/messages/{index}/content"),
         );
+        // An earlier refusal of the model, sent back in the conversation's history.
+        if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
+            texts.push(role, refusal, format!("/messages/{index}/refusal"));
+        }
     }
     Ok((texts.messages, texts.slots))
 }
 
 /// The texts of a Responses API request: `instructions` (as `system`), then `input`, a
 /// string (one `user` message) or a list of items: each text of a message item's `content`
-/// with the item's role, and each text of a `function_call_output` or
-/// `custom_tool_call_output` item's `output` as `user` text (a tool result reaches the model
-/// from outside). Other items (earlier calls, reasoning, references) carry no text to check.
+/// with the item's role, and the output of each tool as `user` text (a tool result reaches
+/// the model from outside, see [`TOOL_OUTPUTS`]): each text of a `function_call_output` or
+/// `custom_tool_call_output` item's `output`; the `output` string of a
+/// `local_shell_call_output`, `apply_patch_call_output` or `mcp_call` item; each non-empty
+/// `stdout` and `stderr` of a `shell_call_output` item's `output` chunks, each a text of its
+/// own, so a redaction is written back into the very string it was read from. A
+/// `computer_call_output` item's output is a screenshot, an image with no text, and goes as
+/// it is. Other items (earlier calls, reasoning, references) carry no text to check.
 pub(crate) fn responses_input(
     body: &Map<String, Value>,
 ) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
@@ -146,7 +155,10 @@ pub(crate) fn responses_input(
                             &format!("/input/{index}/content"),
                         );
                     }
-                    Some("function_call_output" | "custom_tool_call_output") => {
+                    Some("shell_call_output") => {
+                        texts.shell_output(item.get("output"), &format!("/input/{index}/output"));
+                    }
+                    Some(kind) if TOOL_OUTPUTS.contains(&kind) => {
                         texts.content(
                             Role::User,
                             item.get("output"),
@@ -166,6 +178,17 @@ pub(crate) fn responses_input(
     }
     Ok((texts.messages, texts.slots))
 }
+
+/// The Responses API input items whose `output` is a string, or a list of content parts,
+/// that a tool produced (`shell_call_output`, whose `output` is a list of chunks, is read on
+/// its own).
+const TOOL_OUTPUTS: [&str; 5] = [
+    "function_call_output",
+    "custom_tool_call_output",
+    "local_shell_call_output",
+    "apply_patch_call_output",
+    "mcp_call",
+];
 
 /// The texts found so far, and where each lives.
 #[derive(Default)]
@@ -195,6 +218,23 @@ impl Texts {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A `shell_call_output` item's `output`: a list of chunks, each with the `stdout` and
+    /// `stderr` of one command; each non-empty one is a `user` text of its own.
+    fn shell_output(&mut self, output: Option<&Value>, pointer: &str) {
+        let Some(Value::Array(chunks)) = output else {
+            return;
+        };
+        for (index, chunk) in chunks.iter().enumerate() {
+            for key in ["stdout", "stderr"] {
+                if let Some(text) = chunk.get(key).and_then(Value::as_str)
+                    && !text.is_empty()
+                {
+                    self.push(Role::User, text, format!("{pointer}/{index}/{key}"));
+                }
+            }
         }
     }
 }
@@ -558,6 +598,138 @@ mod tests {
         assert_eq!(written["input"][2]["arguments"], "{}");
         assert_eq!(written["input"][3]["output"], "RESULT");
         assert_eq!(written["input"][4]["content"][0]["text"], "EARLIER ANSWER");
+    }
+
+    /// Reads `body`, checks the texts seen, writes them back upper-cased.
+    fn read_and_upper(body: &Value, api: Api, expected: &[(Role, &str)]) -> Value {
+        let (messages, slots) = api.input(&object(body.clone())).expect("mapped");
+        let seen: Vec<(Role, &str)> = messages
+            .iter()
+            .map(|message| (message.role, message.content.as_str()))
+            .collect();
+        assert_eq!(seen, expected, "{body}");
+        let upper = messages
+            .into_iter()
+            .map(|message| Message::new(message.role, message.content.to_uppercase()))
+            .collect();
+        let mut written = body.clone();
+        write_input(&mut written, &slots, upper).expect("written");
+        written
+    }
+
+    #[test]
+    fn outputs_of_built_in_and_mcp_tools_are_user_texts_written_back_in_place() {
+        let screenshot =
+            json!({ "type": "computer_screenshot", "image_url": "data:image/png;base64,AAAA" });
+        let body = json!({
+            "input": [
+                { "type": "local_shell_call", "id": "lsh_1", "call_id": "call_1", "status": "completed",
+                  "action": { "type": "exec", "command": ["cat", "notes"], "env": {} } },
+                { "type": "local_shell_call_output", "id": "call_1", "output": "ssn 1" },
+                { "type": "shell_call_output", "call_id": "call_2", "max_output_length": 100,
+                  "output": [
+                    { "stdout": "out a", "stderr": "", "outcome": { "type": "exit", "exit_code": 0 } },
+                    { "stdout": "", "stderr": "err b", "outcome": { "type": "timeout" } },
+                    { "stdout": "out c", "stderr": "err c", "outcome": { "type": "exit", "exit_code": 1 } }
+                  ] },
+                { "type": "apply_patch_call_output", "call_id": "call_3", "status": "failed",
+                  "output": "patch log" },
+                { "type": "apply_patch_call_output", "call_id": "call_4", "status": "completed" },
+                { "type": "computer_call_output", "call_id": "call_5", "output": screenshot,
+                  "acknowledged_safety_checks": [] },
+                { "type": "mcp_call", "id": "mcp_1", "server_label": "docs", "name": "read",
+                  "arguments": "{}", "output": "mcp text" },
+                { "type": "item_reference", "id": "msg_0" }
+            ]
+        });
+        let written = read_and_upper(
+            &body,
+            Api::Responses,
+            &[
+                (Role::User, "ssn 1"),
+                (Role::User, "out a"),
+                (Role::User, "err b"),
+                (Role::User, "out c"),
+                (Role::User, "err c"),
+                (Role::User, "patch log"),
+                (Role::User, "mcp text"),
+            ],
+        );
+        let input = &written["input"];
+        assert_eq!(
+            input[0], body["input"][0],
+            "the call itself is no input text"
+        );
+        assert_eq!(input[1]["output"], "SSN 1");
+        assert_eq!(input[1]["id"], "call_1");
+        let chunks = &input[2]["output"];
+        assert_eq!(
+            (&chunks[0]["stdout"], &chunks[0]["stderr"]),
+            (&json!("OUT A"), &json!(""))
+        );
+        assert_eq!(
+            (&chunks[1]["stdout"], &chunks[1]["stderr"]),
+            (&json!(""), &json!("ERR B"))
+        );
+        assert_eq!(
+            (&chunks[2]["stdout"], &chunks[2]["stderr"]),
+            (&json!("OUT C"), &json!("ERR C"))
+        );
+        assert_eq!(
+            chunks[2]["outcome"],
+            json!({ "type": "exit", "exit_code": 1 })
+        );
+        assert_eq!(input[2]["max_output_length"], 100);
+        assert_eq!(input[3]["output"], "PATCH LOG");
+        assert_eq!(input[4], body["input"][4], "no output, nothing to write");
+        assert_eq!(input[5], body["input"][5], "a screenshot goes as it is");
+        assert_eq!(input[6]["output"], "MCP TEXT");
+        assert_eq!(input[6]["arguments"], "{}");
+        assert_eq!(input[7], body["input"][7]);
+    }
+
+    #[test]
+    fn shell_output_of_an_unexpected_shape_carries_no_text() {
+        for output in [
+            json!("plain"),
+            json!([{ "stdout": 3 }]),
+            json!(null),
+            json!({}),
+        ] {
+            let body = object(
+                json!({ "input": [{ "type": "shell_call_output", "call_id": "c", "output": output }] }),
+            );
+            let (messages, _) = responses_input(&body).expect("mapped");
+            assert!(messages.is_empty(), "{output}");
+        }
+    }
+
+    #[test]
+    fn a_chat_refusal_in_the_history_is_an_assistant_text() {
+        let body = json!({
+            "messages": [
+                { "role": "user", "content": "Do it." },
+                { "role": "assistant", "content": null, "refusal": "I will not, 1." },
+                { "role": "function", "name": "f", "content": "function result" },
+                { "role": "tool", "tool_call_id": "c", "content": [
+                    { "type": "text", "text": "tool part" }
+                ] }
+            ]
+        });
+        let written = read_and_upper(
+            &body,
+            Api::ChatCompletions,
+            &[
+                (Role::User, "Do it."),
+                (Role::Assistant, "I will not, 1."),
+                (Role::User, "function result"),
+                (Role::User, "tool part"),
+            ],
+        );
+        assert_eq!(written["messages"][1]["refusal"], "I WILL NOT, 1.");
+        assert_eq!(written["messages"][1]["content"], Value::Null);
+        assert_eq!(written["messages"][2]["content"], "FUNCTION RESULT");
+        assert_eq!(written["messages"][3]["content"][0]["text"], "TOOL PART");
     }
 
     #[test]
