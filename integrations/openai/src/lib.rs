@@ -79,7 +79,7 @@
 //!
 //! | Policy context | Taken from |
 //! |---|---|
-//! | `InputContext.messages[]` | each text of `messages[]`: a string `content`, or each `text` (and `refusal`) of an array `content`; roles `system` and `developer` are `system`, `assistant` is `assistant`, `user`, `tool` and `function` are `user` |
+//! | `InputContext.messages[]` | each text of `messages[]`: a string `content`, or each `text` (and `refusal`) of an array `content`, and an assistant message's `refusal`; roles `system` and `developer` are `system`, `assistant` is `assistant`, `user`, `tool` and `function` are `user` |
 //! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools; `function_call.name` for the deprecated single call, evaluated, patched or refused like the others) |
 //! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools; `function_call.arguments`) |
 //! | `ToolCallContext.calling_message` | the assistant text of the same choice, after output policies |
@@ -99,7 +99,7 @@
 //!
 //! | Policy context | Taken from |
 //! |---|---|
-//! | `InputContext.messages[]` | `instructions` as `system`; a string `input` as `user`; for an `input` list, each text of a message item's `content` (a string, or each `text` of its parts) with the item's role as above, and each text of a `function_call_output` or `custom_tool_call_output` item's `output` as `user`; other items carry no text |
+//! | `InputContext.messages[]` | `instructions` as `system`; a string `input` as `user`; for an `input` list, each text of a message item's `content` (a string, or each `text` of its parts) with the item's role as above, and what a tool returned as `user`: each text of a `function_call_output` or `custom_tool_call_output` item's `output`, the `output` string of a `local_shell_call_output`, `apply_patch_call_output` or `mcp_call` item, each non-empty `stdout` and `stderr` of a `shell_call_output` item's `output` chunks on its own (a redaction rewrites the string it was read from); a `computer_call_output` is a screenshot with no text and goes as it is, and other items (earlier calls, reasoning, references) carry no text |
 //! | `ToolCallContext.tool_name` | a `function_call` or `custom_tool_call` item's `name`; for the call of a built-in tool the client runs, its item type without `_call`: `local_shell`, `shell`, `apply_patch`, `computer` |
 //! | `ToolCallContext.arguments` | its `arguments` parsed as a JSON object (`{"input": input}` for custom tools); for a built-in tool, the item's `action` object (`{"type": "exec", "command": [..], "env", "working_directory", "timeout_ms", "user"}` for `local_shell`, `{"commands": [..], "timeout_ms", "max_output_length"}` for `shell`, `{"type": "click", ..}` and the like for `computer`, each action of a batched `actions` list as a call of its own) or its `operation` for `apply_patch` (`{"type": "create_file" \| "update_file" \| "delete_file", "path", "diff"}`); a transformation rewrites that object, a denial refuses the whole item as it refuses a function call |
 //! | `ToolCallContext.calling_message` | the text of the answer's message items, after output policies |
