@@ -34,6 +34,8 @@ pub struct StreamPlan {
     /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
     /// hold back less).
     pub(super) windows: usize,
+    /// The longest literal any stage watches for, in bytes (0 when none does).
+    pub(super) longest_literal: usize,
     pub(super) whole_text_reasons: Vec<String>,
 }
 
@@ -142,9 +144,14 @@ impl StreamPlan {
                 .all(|stage| matches!(stage.watch, Watch::Literals { .. }));
         let windows = stages.iter().map(|stage| stage.window).sum();
         let mut lane_filter = LiteralFilter::empty();
+        let mut longest_literal = 0;
         for stage in &stages {
-            if let Watch::Literals { filter, .. } = &stage.watch {
+            if let Watch::Literals {
+                filter, longest, ..
+            } = &stage.watch
+            {
                 lane_filter.merge(filter);
+                longest_literal = longest_literal.max(*longest);
             }
         }
         StreamPlan {
@@ -154,6 +161,7 @@ impl StreamPlan {
             lane,
             lane_filter,
             windows,
+            longest_literal,
             whole_text_reasons: reasons,
         }
     }
