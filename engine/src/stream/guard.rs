@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
@@ -17,7 +18,7 @@ use crate::engine::PolicyEngine;
 use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 use crate::set::PolicySet;
 use crate::stream::item::StreamItems;
-use crate::stream::plan::{LiteralFilter, Stage, StageAction, StreamPlan, Watch};
+use crate::stream::plan::{LiteralFilter, ROOM_MOST, Stage, StageAction, StreamPlan, Watch};
 use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
@@ -166,6 +167,7 @@ impl PolicyEngine {
     pub fn output_stream(&self, metadata: Metadata) -> OutputStream<'_> {
         let active = self.active();
         let plan = active.stream_plan();
+        let room = plan.room.load(Ordering::Relaxed);
         let mut stream = OutputStream {
             engine: self,
             set: Arc::clone(&active.set),
@@ -176,11 +178,11 @@ impl PolicyEngine {
             hold_filtered: 0,
             plan,
             metadata,
-            raw: String::new(),
+            raw: String::with_capacity(room),
             chars_after_end: 0,
             buffered_chars: 0,
             since_checkpoint: 0,
-            released: String::new(),
+            released: String::with_capacity(room),
             released_raw: 0,
             fed: 0,
             lane_searched: 0,
@@ -1097,6 +1099,10 @@ impl Drop for OutputStream<'_> {
             self.finished = Some(StreamOutcome::Abandoned);
         }
         self.report(StreamEvent::End);
+        // The next stream on the plan makes room for as much text as this one received.
+        self.plan
+            .room
+            .store(self.raw.len().min(ROOM_MOST), Ordering::Relaxed);
     }
 }
 
@@ -1261,6 +1267,34 @@ mod tests {
                 shown,
                 [plain.as_str(), redacted, &plain, redacted, redacted, &plain].concat()
             );
+        });
+    }
+
+    #[test]
+    fn a_stream_makes_room_for_as_much_text_as_the_last_one_received() {
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                    .build(),
+            )
+            .build();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let first = engine.output_stream(Metadata::new("agent", "session"));
+            assert_eq!(first.raw.capacity(), 0);
+            let mut first = first;
+            let text = "call 123-45-6789 now. ".repeat(100);
+            for chunk in text.as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                first.feed(chunk).await.expect("no denial");
+            }
+            first.finish().await;
+            let second = engine.output_stream(Metadata::new("agent", "session"));
+            assert!(second.raw.capacity() >= text.len());
+            assert!(second.released.capacity() >= text.len());
         });
     }
 

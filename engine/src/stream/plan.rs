@@ -5,6 +5,7 @@
 //! may hold back), and how it watches new text for a possible match (literals, or a lazy DFA).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
 use regex::Regex;
 use regex_automata::MatchKind;
@@ -17,6 +18,10 @@ use crate::pattern::{PATTERN_SIZE_LIMIT, compile_pattern};
 use crate::set::PolicySet;
 use crate::stream::report::StreamMode;
 use crate::stream::rule::StreamingRule;
+
+/// The most room, in bytes, a stream makes ahead for the text it receives and for the text it
+/// releases.
+pub(super) const ROOM_MOST: usize = 256 * 1024;
 
 /// What the guard will do with a policy set's output policies, worked out when the set is
 /// built.
@@ -36,6 +41,10 @@ pub struct StreamPlan {
     pub(super) windows: usize,
     /// The longest literal any stage watches for, in bytes (0 when none does).
     pub(super) longest_literal: usize,
+    /// The bytes the last stream on this plan received, up to [`ROOM_MOST`]: a stream starts
+    /// with room for as much text, so that a long answer is not copied again and again as
+    /// the guard's records of it grow.
+    pub(super) room: Arc<AtomicUsize>,
     pub(super) whole_text_reasons: Vec<String>,
 }
 
@@ -162,6 +171,7 @@ impl StreamPlan {
             lane_filter,
             windows,
             longest_literal,
+            room: Arc::new(AtomicUsize::new(0)),
             whole_text_reasons: reasons,
         }
     }
