@@ -59,12 +59,13 @@ pub struct OutputStream<'e> {
     /// Every push takes the fast lane itself (see [`OutputStream::lane_push`]): incremental
     /// mode without batches, in the lane, and not stopped.
     lane_direct: bool,
-    /// Out of the fast lane, a push the quick filter clears only keeps its text while the
-    /// text held stays within the windows (see [`OutputStream::hold_push`]): incremental mode
+    /// Out of the fast lane, a push that brings no literal of a denying stage only keeps its
+    /// text while the text held stays within the windows (see [`OutputStream::hold_push`]): incremental mode
     /// with a fast lane, without batches, out of the lane, and not stopped.
     holding: bool,
     /// Bytes of `raw` the quick filter has cleared while the guard holds text out of the
-    /// lane: no watched literal starts before it that the stages have not seen whole.
+    /// lane: no literal of a denying stage starts before it that the stages have not seen
+    /// whole.
     hold_filtered: usize,
     /// Bytes of `raw` when the fast lane last searched it.
     lane_searched: usize,
@@ -375,13 +376,14 @@ impl<'e> OutputStream<'e> {
         self.after_run(ran);
     }
 
-    /// [`feed`](Self::feed) out of the fast lane (without batches). The rules run on every
-    /// push that may bring a watched literal, but a push the quick filter clears only keeps its
-    /// text while the text held (by the stages and before them) stays within the windows: the
-    /// lane holds back as much, and whatever the stages do with the text later, they do the
-    /// same whether it reaches them in one piece or in several. So after a secret the stages
-    /// run on a few larger pieces of text rather than on every delta, until they are quiet
-    /// and the guard takes the lane again.
+    /// [`feed`](Self::feed) out of the fast lane (without batches). A push only keeps its text
+    /// while the text held (by the stages and before them) stays within the windows: the lane
+    /// holds back as much, and whatever the stages do with the text later, they do the same
+    /// whether it reaches them in one piece or in several. So after a secret the stages run on
+    /// a few larger pieces of text rather than on every delta, until they are quiet and the
+    /// guard takes the lane again. A push that may bring a literal of a denying stage goes to
+    /// the stages at once, so that the denial is reported as soon as it would be without this
+    /// (a replacement shows only in released text, and nothing is released meanwhile).
     #[inline(never)]
     fn hold_push(&mut self, delta: &str) {
         self.raw.push_str(delta);
@@ -390,8 +392,9 @@ impl<'e> OutputStream<'e> {
         if held <= self.plan.windows
             && self
                 .plan
-                .lane_filter
-                .clear_from(self.raw.as_bytes(), self.hold_filtered)
+                .deny_filter
+                .as_ref()
+                .is_none_or(|filter| filter.clear_from(self.raw.as_bytes(), self.hold_filtered))
         {
             self.hold_filtered = len;
             // Nothing released.
@@ -1396,6 +1399,60 @@ mod tests {
                 shown.push_str(&item.into_text().expect("text"));
             }
             assert_eq!(shown, format!("{text}write to [EMAIL] now. {text}"));
+        });
+    }
+
+    #[test]
+    fn out_of_the_lane_a_blocked_literal_goes_to_the_stages_at_once() {
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Deny(&["evil.invalid", "malware.test"]))
+                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+                    .build(),
+            )
+            .build();
+        assert!(engine.stream_plan().lane);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let plain = "nothing to see in this sentence at all. ".repeat(8);
+        // Right after a replacement, out of the lane, the blocked domain arrives in pieces.
+        let text = [
+            &plain,
+            "call 123-45-6789 or ops@example.com, ",
+            "then evil.inv",
+            "alid ",
+        ]
+        .concat();
+        let literal_end = text.find("evil.invalid").expect("the literal") + "evil.invalid".len();
+        runtime.block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut received = 0;
+            let mut out_of_the_lane = false;
+            for chunk in text
+                .as_bytes()
+                .chunks(8)
+                .chain([&b"more plain text. "[..]; 40])
+            {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                out_of_the_lane |= !guard.in_lane;
+                received += chunk.len();
+                if guard.feed(chunk).await.is_err() {
+                    assert!(out_of_the_lane);
+                    // The deny stage (the first) reports a match once its window is past
+                    // it: within a few pushes of the literal, not once the windows of all
+                    // stages fill.
+                    assert!(
+                        received <= literal_end + 24,
+                        "denied {} bytes after the literal",
+                        received - literal_end
+                    );
+                    return;
+                }
+            }
+            panic!("no denial");
         });
     }
 

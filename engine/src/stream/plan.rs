@@ -35,6 +35,9 @@ pub struct StreamPlan {
     pub(super) lane: bool,
     /// The literals of every stage, for the fast lane's quick test.
     pub(super) lane_filter: LiteralFilter,
+    /// The literals of the stages that deny, when any does: out of the fast lane, text that
+    /// may hold one goes to the stages at once (see `OutputStream::hold_push`).
+    pub(super) deny_filter: Option<LiteralFilter>,
     /// The windows of all stages together: what the pipeline holds back, and the fast lane
     /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
     /// hold back less).
@@ -153,6 +156,7 @@ impl StreamPlan {
                 .all(|stage| matches!(stage.watch, Watch::Literals { .. }));
         let windows = stages.iter().map(|stage| stage.window).sum();
         let mut lane_filter = LiteralFilter::empty();
+        let mut deny_filter: Option<LiteralFilter> = None;
         let mut longest_literal = 0;
         for stage in &stages {
             if let Watch::Literals {
@@ -161,6 +165,11 @@ impl StreamPlan {
             {
                 lane_filter.merge(filter);
                 longest_literal = longest_literal.max(*longest);
+                if matches!(stage.action, StageAction::Deny { .. }) {
+                    deny_filter
+                        .get_or_insert_with(LiteralFilter::empty)
+                        .merge(filter);
+                }
             }
         }
         StreamPlan {
@@ -169,6 +178,7 @@ impl StreamPlan {
             stages,
             lane,
             lane_filter,
+            deny_filter,
             windows,
             longest_literal,
             room: Arc::new(AtomicUsize::new(0)),
