@@ -60,8 +60,8 @@ pub struct OutputStream<'e> {
     /// mode without batches, in the lane, and not stopped.
     lane_direct: bool,
     /// Out of the fast lane, a push that brings no literal of a denying stage only keeps its
-    /// text while the text held stays within the windows (see [`OutputStream::hold_push`]): incremental mode
-    /// with a fast lane, without batches, out of the lane, and not stopped.
+    /// text while the text held stays within the windows (see [`OutputStream::hold_push`]):
+    /// incremental mode with a fast lane, without batches, out of the lane, and not stopped.
     holding: bool,
     /// Bytes of `raw` the quick filter has cleared while the guard holds text out of the
     /// lane: no literal of a denying stage starts before it that the stages have not seen
