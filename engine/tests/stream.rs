@@ -36,15 +36,20 @@ enum Family {
     /// the next rule replaces in turn, with any address characters before it; the card's is
     /// longer than the windows of all rules.
     Literals,
+    /// The rules are watched for literals prose rarely holds (the `-` of an SSN, the `@` of an
+    /// e-mail address), so the guard spends most of an answer in its fast lane and leaves it
+    /// only around secrets. The SSN's replacement is an e-mail address, as above.
+    Prose,
 }
 
 impl Family {
-    const ALL: [Family; 2] = [Family::WithDfa, Family::Literals];
+    const ALL: [Family; 3] = [Family::WithDfa, Family::Literals, Family::Prose];
 
     fn redactions(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Family::WithDfa => &[(SSN, "[SSN]"), (CARD, "[CARD]"), (ZIP, "[ZIP]")],
             Family::Literals => &[(SSN, "id@ssn.org"), (EMAIL, "[EMAIL]"), (CARD, LONG_CARD)],
+            Family::Prose => &[(SSN, "id@ssn.org"), (EMAIL, "[EMAIL]")],
         }
     }
 }
@@ -369,6 +374,66 @@ fn multibyte_text_split_inside_characters() {
             per_char(text),
         ],
     );
+}
+
+/// Prose with no literal any rule watches for: the guard takes its fast lane through it.
+const PLAIN: &str = "Quarterly results were good. Quarterly results were good. \
+                     Quarterly results were good. Quarterly results were good. ";
+
+/// Cuts of a long text: the deltas of a model (16 bytes), odd sizes, and single bytes (which
+/// split characters).
+fn long_cuts(text: &str) -> Vec<Vec<Vec<u8>>> {
+    vec![
+        cut(text, &[16]),
+        cut(text, &[5, 11, 3, 24]),
+        cut(text, &[1]),
+        cut(text, &[64]),
+    ]
+}
+
+#[test]
+fn secrets_around_the_fast_lane_stream_as_whole_text() {
+    // The guard leaves the lane at a secret and, out of it, keeps the text of pushes without
+    // literals until the windows fill: a secret right after a replaced one, one split across
+    // deltas, one in multibyte text, and the lane taken again in between.
+    let text = [
+        PLAIN,
+        "SSN 123-45-6789 123-45-6788, mail ops@example.com.",
+        PLAIN,
+        "123-45-6789ops@example.com 123-45-",
+        "6789 ",
+        PLAIN,
+        "Zürich — 漢字 🚀 SSN 987-65-4321 🚀 naïve café ops@éxample.com ",
+        PLAIN,
+    ]
+    .concat();
+    check_text(&text, &long_cuts(&text));
+}
+
+#[test]
+fn a_blocked_domain_after_a_replacement_is_denied() {
+    for text in [
+        [PLAIN, "call 123-45-6789 or see phishing.example now", PLAIN].concat(),
+        [PLAIN, "ops@example.com ", PLAIN, "then MALWARE.test"].concat(),
+        // The blocked domain arrives while the replaced text is still held.
+        [PLAIN, "123-45-6789 phishing.example", PLAIN].concat(),
+    ] {
+        check_text(&text, &long_cuts(&text));
+    }
+}
+
+#[test]
+fn finish_releases_text_held_out_of_the_lane() {
+    // The stream ends while text after a replacement is still held (a secret at the very
+    // end, a partial literal, a partial character).
+    for text in [
+        [PLAIN, "123-45-6789"].concat(),
+        [PLAIN, "123-45-6789 and more"].concat(),
+        [PLAIN, "ops@example.com then phishing.exam"].concat(),
+        [PLAIN, "123-45-6789 café 🚀"].concat(),
+    ] {
+        check_text(&text, &long_cuts(&text));
+    }
 }
 
 #[test]
@@ -768,6 +833,7 @@ fn piece() -> impl Strategy<Value = String> {
         Just("PhIsHiNg.ExAmPlE".to_owned()),
         Just(" ".to_owned()),
         Just("-".to_owned()),
+        Just(PLAIN.to_owned()),
         "[0-9]{1,4}",
         "[a-z]{1,6}",
         "[éü漢🚀ß]{1,2}",

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
@@ -17,7 +18,7 @@ use crate::engine::PolicyEngine;
 use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 use crate::set::PolicySet;
 use crate::stream::item::StreamItems;
-use crate::stream::plan::{LiteralFilter, Stage, StageAction, StreamPlan, Watch};
+use crate::stream::plan::{LiteralFilter, ROOM_MOST, Stage, StageAction, StreamPlan, Watch};
 use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
@@ -58,6 +59,14 @@ pub struct OutputStream<'e> {
     /// Every push takes the fast lane itself (see [`OutputStream::lane_push`]): incremental
     /// mode without batches, in the lane, and not stopped.
     lane_direct: bool,
+    /// Out of the fast lane, a push that brings no literal of a denying stage only keeps its
+    /// text while the text held stays within the windows (see [`OutputStream::hold_push`]):
+    /// incremental mode with a fast lane, without batches, out of the lane, and not stopped.
+    holding: bool,
+    /// Bytes of `raw` the quick filter has cleared while the guard holds text out of the
+    /// lane: no literal of a denying stage starts before it that the stages have not seen
+    /// whole.
+    hold_filtered: usize,
     /// Bytes of `raw` when the fast lane last searched it.
     lane_searched: usize,
     /// Bytes of `raw` the fast lane's quick filter has cleared: no watched literal starts
@@ -159,19 +168,22 @@ impl PolicyEngine {
     pub fn output_stream(&self, metadata: Metadata) -> OutputStream<'_> {
         let active = self.active();
         let plan = active.stream_plan();
+        let room = plan.room.load(Ordering::Relaxed);
         let mut stream = OutputStream {
             engine: self,
             set: Arc::clone(&active.set),
             stages: plan.stages.iter().map(StageState::new).collect(),
             in_lane: plan.lane,
             lane_direct: false,
+            holding: false,
+            hold_filtered: 0,
             plan,
             metadata,
-            raw: String::new(),
+            raw: String::with_capacity(room),
             chars_after_end: 0,
             buffered_chars: 0,
             since_checkpoint: 0,
-            released: String::new(),
+            released: String::with_capacity(room),
             released_raw: 0,
             fed: 0,
             lane_searched: 0,
@@ -318,6 +330,8 @@ impl<'e> OutputStream<'e> {
         }
         if self.lane_direct {
             self.lane_push(delta);
+        } else if self.holding {
+            self.hold_push(delta);
         } else {
             self.feed_text(delta);
         }
@@ -359,6 +373,39 @@ impl<'e> OutputStream<'e> {
         }
         self.lend_from_released();
         let ran = self.lane_feed(false);
+        self.after_run(ran);
+    }
+
+    /// [`feed`](Self::feed) out of the fast lane (without batches). A push only keeps its text
+    /// while the text held (by the stages and before them) stays within the windows: the lane
+    /// holds back as much, and whatever the stages do with the text later, they do the same
+    /// whether it reaches them in one piece or in several. So after a secret the stages run on
+    /// a few larger pieces of text rather than on every delta, until they are quiet and the
+    /// guard takes the lane again. A push that may bring a literal of a denying stage goes to
+    /// the stages at once, so that the denial is reported as soon as it would be without this
+    /// (a replacement shows only in released text, and nothing is released meanwhile).
+    #[inline(never)]
+    fn hold_push(&mut self, delta: &str) {
+        self.raw.push_str(delta);
+        let len = self.raw.len();
+        let held = self.stage_held + len - self.fed;
+        if held <= self.plan.windows
+            && self
+                .plan
+                .deny_filter
+                .as_ref()
+                .is_none_or(|filter| filter.clear_from(self.raw.as_bytes(), self.hold_filtered))
+        {
+            self.hold_filtered = len;
+            // Nothing released.
+            (self.lent_from, self.lent_to) = (0, 0);
+            if held > self.max_held_chars {
+                self.note_held();
+            }
+            return;
+        }
+        self.lend_from_released();
+        let ran = self.run_stages(false).map(|()| self.try_lane());
         self.after_run(ran);
     }
 
@@ -445,10 +492,16 @@ impl<'e> OutputStream<'e> {
         } else {
             self.stages.iter().map(|state| state.held().len()).sum()
         };
-        self.lane_direct = self.plan.mode == StreamMode::Incremental
+        let unbatched = self.plan.mode == StreamMode::Incremental
             && self.plan.batch == 0
-            && self.in_lane
             && self.finished.is_none();
+        self.lane_direct = unbatched && self.in_lane;
+        self.holding = unbatched && self.plan.lane && !self.in_lane;
+        if self.holding {
+            // A literal may have begun in the last bytes the stages received and end in the
+            // next ones: the filter looks at its first bytes again.
+            self.hold_filtered = (self.fed + 2).saturating_sub(self.plan.longest_literal);
+        }
         self.quiet_until = match (batching, self.in_lane) {
             (false, _) => 0,
             (true, true) => self.lane_searched + self.plan.batch,
@@ -930,6 +983,7 @@ impl<'e> OutputStream<'e> {
         });
         self.quiet_until = 0;
         self.lane_direct = false;
+        self.holding = false;
         error
     }
 
@@ -1048,6 +1102,10 @@ impl Drop for OutputStream<'_> {
             self.finished = Some(StreamOutcome::Abandoned);
         }
         self.report(StreamEvent::End);
+        // The next stream on the plan makes room for as much text as this one received.
+        self.plan
+            .room
+            .store(self.raw.len().min(ROOM_MOST), Ordering::Relaxed);
     }
 }
 
@@ -1161,6 +1219,88 @@ mod tests {
         });
     }
 
+    #[test]
+    fn out_of_the_lane_clear_pushes_are_kept_until_the_windows_fill() {
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+                    .build(),
+            )
+            .build();
+        let plan = engine.stream_plan();
+        assert!(plan.lane);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let plain = "nothing to see in this sentence at all. ".repeat(8);
+            let secret = "mail ops@example.com or call 123-45-6789 now. ";
+            let text = [plain.as_str(), secret, &plain, secret, secret, &plain].concat();
+            let mut shown = String::new();
+            let (mut kept, mut ran) = (0, 0);
+            for chunk in text.as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                let (was_in_lane, fed) = (guard.in_lane, guard.fed);
+                let released = guard.feed(chunk).await.expect("no denial").to_owned();
+                if !was_in_lane {
+                    // Out of the lane, a push whose bytes hold no literal only keeps them
+                    // (the stages do not run) while the held text stays within the windows.
+                    if guard.fed == fed {
+                        assert!(released.is_empty());
+                        kept += 1;
+                    } else {
+                        ran += 1;
+                    }
+                }
+                let held = guard.raw.len() - guard.fed
+                    + guard.stages.iter().map(|s| s.held().len()).sum::<usize>();
+                assert!(held <= plan.windows, "{held} held");
+                shown.push_str(&released);
+            }
+            assert!(kept > 0 && ran > 0, "kept {kept}, ran {ran}");
+            assert!(guard.in_lane);
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("text"));
+            }
+            let redacted = "mail [EMAIL] or call [SSN] now. ";
+            assert_eq!(
+                shown,
+                [plain.as_str(), redacted, &plain, redacted, redacted, &plain].concat()
+            );
+        });
+    }
+
+    #[test]
+    fn a_stream_makes_room_for_as_much_text_as_the_last_one_received() {
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                    .build(),
+            )
+            .build();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let first = engine.output_stream(Metadata::new("agent", "session"));
+            assert_eq!(first.raw.capacity(), 0);
+            let mut first = first;
+            let text = "call 123-45-6789 now. ".repeat(100);
+            for chunk in text.as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                first.feed(chunk).await.expect("no denial");
+            }
+            first.finish().await;
+            let second = engine.output_stream(Metadata::new("agent", "session"));
+            assert!(second.raw.capacity() >= text.len());
+            assert!(second.released.capacity() >= text.len());
+        });
+    }
+
     struct Deny(&'static [&'static str]);
 
     #[async_trait::async_trait]
@@ -1259,6 +1399,60 @@ mod tests {
                 shown.push_str(&item.into_text().expect("text"));
             }
             assert_eq!(shown, format!("{text}write to [EMAIL] now. {text}"));
+        });
+    }
+
+    #[test]
+    fn out_of_the_lane_a_blocked_literal_goes_to_the_stages_at_once() {
+        let engine = PolicyEngine::builder()
+            .policy_set(
+                crate::PolicySet::builder()
+                    .output(Deny(&["evil.invalid", "malware.test"]))
+                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+                    .build(),
+            )
+            .build();
+        assert!(engine.stream_plan().lane);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let plain = "nothing to see in this sentence at all. ".repeat(8);
+        // Right after a replacement, out of the lane, the blocked domain arrives in pieces.
+        let text = [
+            &plain,
+            "call 123-45-6789 or ops@example.com, ",
+            "then evil.inv",
+            "alid ",
+        ]
+        .concat();
+        let literal_end = text.find("evil.invalid").expect("the literal") + "evil.invalid".len();
+        runtime.block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut received = 0;
+            let mut out_of_the_lane = false;
+            for chunk in text
+                .as_bytes()
+                .chunks(8)
+                .chain([&b"more plain text. "[..]; 40])
+            {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                out_of_the_lane |= !guard.in_lane;
+                received += chunk.len();
+                if guard.feed(chunk).await.is_err() {
+                    assert!(out_of_the_lane);
+                    // The deny stage (the first) reports a match once its window is past
+                    // it: within a few pushes of the literal, not once the windows of all
+                    // stages fill.
+                    assert!(
+                        received <= literal_end + 24,
+                        "denied {} bytes after the literal",
+                        received - literal_end
+                    );
+                    return;
+                }
+            }
+            panic!("no denial");
         });
     }
 

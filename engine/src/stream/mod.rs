@@ -21,7 +21,10 @@
 //!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. When
 //!   every rule is watched with literals, text in which none of them occurs skips the pipeline
 //!   (no rule can match in it, nor change it): it is searched once per rule and released from
-//!   where it was received, and the pipeline runs only around the literals. A
+//!   where it was received, and the pipeline runs only around the literals: there, a push
+//!   only adds to the held text until that fills the windows (or it may bring a literal of a
+//!   denying rule), so the rules run on a few larger pieces of text until they are quiet and
+//!   the fast lane goes on. A
 //!   pattern with no upper bound on its match length (`\d+`) cannot stream unless the rule
 //!   states a maximum; nor can a pattern that matches the empty string. Guarantees: the
 //!   released text is always a prefix of what the whole-text evaluation forwards, and at the

@@ -5,6 +5,7 @@
 //! may hold back), and how it watches new text for a possible match (literals, or a lazy DFA).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
 use regex::Regex;
 use regex_automata::MatchKind;
@@ -18,6 +19,10 @@ use crate::set::PolicySet;
 use crate::stream::report::StreamMode;
 use crate::stream::rule::StreamingRule;
 
+/// The most room, in bytes, a stream makes ahead for the text it receives and for the text it
+/// releases.
+pub(super) const ROOM_MOST: usize = 256 * 1024;
+
 /// What the guard will do with a policy set's output policies, worked out when the set is
 /// built.
 #[derive(Debug, Clone)]
@@ -30,10 +35,19 @@ pub struct StreamPlan {
     pub(super) lane: bool,
     /// The literals of every stage, for the fast lane's quick test.
     pub(super) lane_filter: LiteralFilter,
+    /// The literals of the stages that deny, when any does: out of the fast lane, text that
+    /// may hold one goes to the stages at once (see `OutputStream::hold_push`).
+    pub(super) deny_filter: Option<LiteralFilter>,
     /// The windows of all stages together: what the pipeline holds back, and the fast lane
     /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
     /// hold back less).
     pub(super) windows: usize,
+    /// The longest literal any stage watches for, in bytes (0 when none does).
+    pub(super) longest_literal: usize,
+    /// The bytes the last stream on this plan received, up to [`ROOM_MOST`]: a stream starts
+    /// with room for as much text, so that a long answer is not copied again and again as
+    /// the guard's records of it grow.
+    pub(super) room: Arc<AtomicUsize>,
     pub(super) whole_text_reasons: Vec<String>,
 }
 
@@ -142,9 +156,20 @@ impl StreamPlan {
                 .all(|stage| matches!(stage.watch, Watch::Literals { .. }));
         let windows = stages.iter().map(|stage| stage.window).sum();
         let mut lane_filter = LiteralFilter::empty();
+        let mut deny_filter: Option<LiteralFilter> = None;
+        let mut longest_literal = 0;
         for stage in &stages {
-            if let Watch::Literals { filter, .. } = &stage.watch {
+            if let Watch::Literals {
+                filter, longest, ..
+            } = &stage.watch
+            {
                 lane_filter.merge(filter);
+                longest_literal = longest_literal.max(*longest);
+                if matches!(stage.action, StageAction::Deny { .. }) {
+                    deny_filter
+                        .get_or_insert_with(LiteralFilter::empty)
+                        .merge(filter);
+                }
             }
         }
         StreamPlan {
@@ -153,7 +178,10 @@ impl StreamPlan {
             stages,
             lane,
             lane_filter,
+            deny_filter,
             windows,
+            longest_literal,
+            room: Arc::new(AtomicUsize::new(0)),
             whole_text_reasons: reasons,
         }
     }
