@@ -14,6 +14,17 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
+/// The counts are global: the tests of this binary take turns, or one would count the other's
+/// allocations.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The turn of the calling test (a test that failed while holding it leaves it usable).
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 struct Allow(String);
 
 #[async_trait]
@@ -54,6 +65,7 @@ fn measure(
 
 #[test]
 fn the_allow_path_does_not_allocate_in_proportion_to_the_context() {
+    let _turn = turn();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");
@@ -103,6 +115,7 @@ fn the_allow_path_does_not_allocate_in_proportion_to_the_context() {
 
 #[test]
 fn the_in_memory_session_store_adds_no_allocation_once_warm() {
+    let _turn = turn();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");
