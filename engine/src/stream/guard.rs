@@ -1113,8 +1113,22 @@ impl Drop for OutputStream<'_> {
 mod tests {
     use super::*;
     use crate::policy::OutputPolicy;
+    use crate::set::PolicySetBuilder;
     use crate::stream::plan::required_literals;
     use crate::stream::{StreamItem, StreamingRule};
+
+    /// An engine with the policy set `outputs` builds.
+    fn engine_of(outputs: impl FnOnce(PolicySetBuilder) -> PolicySetBuilder) -> PolicyEngine {
+        let set = outputs(crate::PolicySet::builder()).build();
+        PolicyEngine::builder().policy_set(set).build()
+    }
+
+    /// The runtime each test drives its guard on.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+    }
 
     fn literals_of(pattern: &str) -> Option<Watch> {
         let hir = regex_syntax::ParserBuilder::new()
@@ -1173,19 +1187,13 @@ mod tests {
 
     #[test]
     fn text_without_watched_literals_takes_the_fast_lane() {
-        let engine = PolicyEngine::builder()
-            .policy_set(
-                crate::PolicySet::builder()
-                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
-                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
-                    .build(),
-            )
-            .build();
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+        });
         let plan = engine.stream_plan();
         assert!(plan.lane);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a runtime");
+        let runtime = runtime();
         runtime.block_on(async {
             let mut guard = engine.output_stream(Metadata::new("agent", "session"));
             let mut shown = String::new();
@@ -1221,19 +1229,13 @@ mod tests {
 
     #[test]
     fn out_of_the_lane_clear_pushes_are_kept_until_the_windows_fill() {
-        let engine = PolicyEngine::builder()
-            .policy_set(
-                crate::PolicySet::builder()
-                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
-                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
-                    .build(),
-            )
-            .build();
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+        });
         let plan = engine.stream_plan();
         assert!(plan.lane);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a runtime");
+        let runtime = runtime();
         runtime.block_on(async {
             let mut guard = engine.output_stream(Metadata::new("agent", "session"));
             let plain = "nothing to see in this sentence at all. ".repeat(8);
@@ -1275,16 +1277,8 @@ mod tests {
 
     #[test]
     fn a_stream_makes_room_for_as_much_text_as_the_last_one_received() {
-        let engine = PolicyEngine::builder()
-            .policy_set(
-                crate::PolicySet::builder()
-                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
-                    .build(),
-            )
-            .build();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a runtime");
+        let engine = engine_of(|set| set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN")));
+        let runtime = runtime();
         runtime.block_on(async {
             let first = engine.output_stream(Metadata::new("agent", "session"));
             assert_eq!(first.raw.capacity(), 0);
@@ -1320,17 +1314,9 @@ mod tests {
 
     #[test]
     fn a_literal_whose_start_ends_a_push_is_found_in_the_fast_lane() {
-        let engine = PolicyEngine::builder()
-            .policy_set(
-                crate::PolicySet::builder()
-                    .output(Deny(&["evil.invalid", "malware.test"]))
-                    .build(),
-            )
-            .build();
+        let engine = engine_of(|set| set.output(Deny(&["evil.invalid", "malware.test"])));
         assert!(engine.stream_plan().lane);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a runtime");
+        let runtime = runtime();
         // The first two bytes of the literal end one push (the filter flags them, the
         // prefilter finds no whole literal yet); the rest comes with the next pushes.
         for split in [
@@ -1366,22 +1352,16 @@ mod tests {
         // every push: with no `@` in sight it holds back only the 16 address characters a
         // match may have before an `@` that is still to come (and a partial character), not
         // its whole window.
-        let engine = PolicyEngine::builder()
-            .policy_set(
-                crate::PolicySet::builder()
-                    .output(Redact(r"\b\d{5}\b", "ZIP"))
-                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.[a-z]{2,4}", "EMAIL"))
-                    .build(),
-            )
-            .build();
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{5}\b", "ZIP"))
+                .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.[a-z]{2,4}", "EMAIL"))
+        });
         let plan = engine.stream_plan();
         assert!(!plan.lane);
         let email = &plan.stages[1];
         assert_eq!(email.back, 16);
         assert!(email.window > 30);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a runtime");
+        let runtime = runtime();
         runtime.block_on(async {
             let mut guard = engine.output_stream(Metadata::new("agent", "session"));
             let mut shown = String::new();
@@ -1404,19 +1384,13 @@ mod tests {
 
     #[test]
     fn out_of_the_lane_a_blocked_literal_goes_to_the_stages_at_once() {
-        let engine = PolicyEngine::builder()
-            .policy_set(
-                crate::PolicySet::builder()
-                    .output(Deny(&["evil.invalid", "malware.test"]))
-                    .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
-                    .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
-                    .build(),
-            )
-            .build();
+        let engine = engine_of(|set| {
+            set.output(Deny(&["evil.invalid", "malware.test"]))
+                .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+        });
         assert!(engine.stream_plan().lane);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a runtime");
+        let runtime = runtime();
         let plain = "nothing to see in this sentence at all. ".repeat(8);
         // Right after a replacement, out of the lane, the blocked domain arrives in pieces.
         let text = [
