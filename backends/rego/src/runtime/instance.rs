@@ -441,6 +441,16 @@ impl PooledInstance {
         !self.poisoned
     }
 
+    /// What the entry returned: its result, with the end of the heap noted when the heap is
+    /// kept.
+    fn returned(&mut self, called: (i32, i32, i32)) -> wasmtime::Result<Ran> {
+        let (result, heap_end) = finish(called)?;
+        if self.keep_heap.is_some() {
+            self.heap_end = heap_end;
+        }
+        Ok(Ran::Value(result))
+    }
+
     /// Whether the next evaluation starts from the post-data heap (see [`run`](Self::run)).
     fn resets(&self) -> bool {
         match self.keep_heap {
@@ -543,9 +553,7 @@ impl PooledInstance {
                     &mut self.store,
                     (entrypoint, self.data_addr, root, 0, 0, MODE_KEEP_BUILT),
                 )?;
-                let (result, heap_end) = finish(called)?;
-                self.heap_end = heap_end;
-                return Ok(Ran::Value(result));
+                return self.returned(called);
             }
             if reset
                 && let Some(image) = &mut self.image
@@ -559,11 +567,7 @@ impl PooledInstance {
                     &mut self.store,
                     (entrypoint, self.data_addr, root, 0, end, MODE_BUILT),
                 )?;
-                let (result, heap_end) = finish(called)?;
-                if self.keep_heap.is_some() {
-                    self.heap_end = heap_end;
-                }
-                return Ok(Ran::Value(result));
+                return self.returned(called);
             }
             if self.input.is_empty() {
                 // The image was built but could not be placed: the guest parses the JSON.
@@ -591,11 +595,7 @@ impl PooledInstance {
                 &mut self.store,
                 (entrypoint, self.data_addr, input_addr, len, heap, mode),
             )?;
-            let (result, heap_end) = finish(called)?;
-            if self.keep_heap.is_some() {
-                self.heap_end = heap_end;
-            }
-            return Ok(Ran::Value(result));
+            return self.returned(called);
         }
         if self.input.is_empty() {
             input.write_json(&mut self.input);
