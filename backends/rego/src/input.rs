@@ -365,7 +365,7 @@ fn write_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use portcullis_engine::Role;
     use proptest::prelude::*;
@@ -438,7 +438,9 @@ mod tests {
         }
     }
 
-    fn value() -> impl Strategy<Value = Value> {
+    /// JSON values up to `depth` levels deep, of about `size` nodes, with up to `items`
+    /// elements or members per array or object.
+    pub(crate) fn json_values(depth: u32, size: u32, items: usize) -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
@@ -446,13 +448,17 @@ mod tests {
             any::<f64>().prop_map(Value::from),
             any::<String>().prop_map(Value::String),
         ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
+        leaf.prop_recursive(depth, size, items as u32, move |inner| {
             prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::btree_map(any::<String>(), inner, 0..4)
+                prop::collection::vec(inner.clone(), 0..items).prop_map(Value::Array),
+                prop::collection::btree_map(any::<String>(), inner, 0..items)
                     .prop_map(|map| Value::Object(map.into_iter().collect())),
             ]
         })
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        json_values(3, 24, 4)
     }
 
     proptest! {

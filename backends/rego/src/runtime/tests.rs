@@ -205,21 +205,9 @@ fn a_relocated_image_is_the_image_built_in_place() {
     assert_eq!(moved.end(), direct.end());
 }
 
+/// Values of the size the image tests need (deeper and wider than the input writer's).
 fn value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_map(Value::from),
-        any::<String>().prop_map(Value::String),
-    ];
-    leaf.prop_recursive(4, 48, 12, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..12).prop_map(Value::Array),
-            prop::collection::btree_map(any::<String>(), inner, 0..14)
-                .prop_map(|map| Value::Object(map.into_iter().collect())),
-        ]
-    })
+    crate::input::tests::json_values(4, 48, 12)
 }
 
 proptest! {
