@@ -411,6 +411,23 @@ pub(crate) struct TextPart {
     pub(crate) kind: TextKind,
 }
 
+impl TextPart {
+    /// The part in `item`, if it is still there.
+    pub(crate) fn in_item(self, item: &mut Value) -> Option<&mut Value> {
+        item.get_mut(self.area.field())?.get_mut(self.index)
+    }
+
+    /// Writes the part's text as forwarded; its `logprobs` go when that is not the text the
+    /// part held (see [`drop_logprobs`]).
+    pub(crate) fn forward(self, part: &mut Value, text: String) {
+        let field = self.kind.field();
+        if part.get(field).and_then(Value::as_str) != Some(text.as_str()) {
+            drop_logprobs(part);
+        }
+        part[field] = Value::String(text);
+    }
+}
+
 /// The text parts of an output item: each `output_text` and `refusal` part of a message
 /// item, each `summary_text` part of a reasoning item's `summary` and each `reasoning_text`
 /// part of its `content`. Other items carry no text to check here.
@@ -483,14 +500,10 @@ pub(crate) async fn guard_item_texts(
     let mut text = String::new();
     let answer = item.get("type").and_then(Value::as_str) == Some("message");
     for part in text_parts(item) {
-        let field = part.kind.field();
-        let Some(slot) = item
-            .get_mut(part.area.field())
-            .and_then(|parts| parts.get_mut(part.index))
-        else {
+        let Some(slot) = part.in_item(item) else {
             continue;
         };
-        let Some(Value::String(content)) = slot.get(field) else {
+        let Some(Value::String(content)) = slot.get(part.kind.field()) else {
             continue;
         };
         let metadata = text_metadata(metadata, part.kind.name());
@@ -500,10 +513,7 @@ pub(crate) async fn guard_item_texts(
         if answer {
             join(&mut text, &forwarded);
         }
-        if slot.get(field).and_then(Value::as_str) != Some(forwarded.as_str()) {
-            drop_logprobs(slot);
-        }
-        slot[field] = Value::String(forwarded);
+        part.forward(slot, forwarded);
     }
     Ok(text)
 }

@@ -413,14 +413,13 @@ impl<'e> ResponsesGuard<'e> {
         }
         let mut text = String::new();
         for part in text_parts(item) {
-            let field = part.kind.field();
-            let Some(slot) = item
-                .get_mut(part.area.field())
-                .and_then(|parts| parts.get_mut(part.index))
-            else {
+            let Some(slot) = part.in_item(item) else {
                 continue;
             };
-            let whole = slot.get(field).and_then(Value::as_str).map(str::to_owned);
+            let whole = slot
+                .get(part.kind.field())
+                .and_then(Value::as_str)
+                .map(str::to_owned);
             let key = (index, part.area, part.index as u64);
             let released = self
                 .finish_part(key, part.kind, whole.as_deref(), &like, sender)
@@ -428,10 +427,7 @@ impl<'e> ResponsesGuard<'e> {
             if answer {
                 join(&mut text, &released);
             }
-            if whole.as_deref() != Some(released.as_str()) {
-                response::drop_logprobs(slot);
-            }
-            slot[field] = Value::String(released);
+            part.forward(slot, released);
         }
         join(&mut self.text, &text);
         Ok(())
