@@ -20,6 +20,8 @@ use tokio::sync::mpsc;
 use crate::ToolDenial;
 use crate::error::GuardError;
 use crate::mapping::{self, Api, ToolCall};
+/// The whole-answer side of an exchange.
+pub(crate) use crate::response::guard_answer;
 
 /// Why an exchange failed: a [`PolicyDenialError`], a
 /// [`PolicyEvaluationError`](portcullis_engine::PolicyEvaluationError), an
@@ -125,17 +127,6 @@ pub(crate) async fn guard_request(
         streaming,
         body,
     })
-}
-
-/// Runs the output and tool-call policies on a whole answer of `api`; the body to release
-/// instead (`None`: the body is not an answer of this endpoint, and goes as it is).
-pub(crate) async fn guard_answer(
-    settings: &Settings,
-    api: Api,
-    metadata: Metadata,
-    body: &[u8],
-) -> Result<Option<Bytes>, Failure> {
-    crate::response::guard_answer(settings, api, metadata, body).await
 }
 
 /// Guards a stream of server-sent events from `api`: returns the events as released, in
