@@ -123,16 +123,18 @@ impl OutputPolicy for Broken {
     }
 }
 
+/// The end records of streams, and apart from them the most characters each stream held.
 #[derive(Clone, Default)]
-struct Ends(Arc<Mutex<Vec<serde_json::Value>>>);
+struct Ends(Arc<Mutex<Vec<serde_json::Value>>>, Arc<Mutex<Vec<usize>>>);
 
 impl Ends {
     fn handler(&self) -> impl Fn(&AuditRecord<'_>) + Send + Sync + 'static {
-        let ends = Arc::clone(&self.0);
+        let (ends, most_held) = (Arc::clone(&self.0), Arc::clone(&self.1));
         move |record: &AuditRecord<'_>| {
             if let Some(report) = record.stream
                 && report.event == StreamEvent::End
             {
+                most_held.lock().unwrap().push(report.max_held_chars);
                 let mut json = serde_json::to_value(report).unwrap();
                 // These depend on timing and chunking by nature.
                 json.as_object_mut()
@@ -146,6 +148,11 @@ impl Ends {
 
     fn last(&self) -> serde_json::Value {
         self.0.lock().unwrap().last().cloned().unwrap()
+    }
+
+    /// The most characters the last stream held at once, as its end record says.
+    fn last_most_held(&self) -> usize {
+        self.1.lock().unwrap().last().copied().unwrap()
     }
 }
 
@@ -175,9 +182,20 @@ fn engine(set: PolicySet, ends: &Ends) -> PolicyEngine {
 /// How a run ended.
 #[derive(Debug, PartialEq)]
 enum End {
-    Released(String),
+    /// The text released, and the most characters the guard held after any push.
+    Released(String, usize),
     Denied { released: String },
     Failed { released: String },
+}
+
+impl End {
+    /// The text released, when the stream ended without a denial or an error.
+    fn released(&self) -> Option<&str> {
+        match self {
+            End::Released(text, _) => Some(text),
+            End::Denied { .. } | End::Failed { .. } => None,
+        }
+    }
 }
 
 /// Streams `chunks` through the guard, checking the per-step invariants against `whole`
@@ -187,6 +205,7 @@ async fn stream(engine: &PolicyEngine, chunks: &[Vec<u8>], whole: Option<&str>) 
     let bound = guard.plan().hold_back();
     let incremental = guard.plan().mode() == StreamMode::Incremental;
     let mut released = String::new();
+    let mut most_held = 0;
     let mut ended: Option<End> = None;
     let check = |items: StreamItems, released: &mut String, ended: &mut Option<End>| {
         for item in items {
@@ -222,6 +241,9 @@ async fn stream(engine: &PolicyEngine, chunks: &[Vec<u8>], whole: Option<&str>) 
         if step % 3 == 2 {
             assert_eq!(guard.released(), released);
         }
+        if ended.is_none() {
+            most_held = most_held.max(guard.held_chars());
+        }
         if incremental && ended.is_none() {
             assert!(
                 guard.held_chars() <= bound,
@@ -232,7 +254,7 @@ async fn stream(engine: &PolicyEngine, chunks: &[Vec<u8>], whole: Option<&str>) 
     }
     let items = guard.finish().await;
     check(items, &mut released, &mut ended);
-    ended.unwrap_or(End::Released(released))
+    ended.unwrap_or(End::Released(released, most_held))
 }
 
 /// Cuts `text` into chunks of the given byte sizes (which may split characters).
@@ -285,7 +307,9 @@ fn check_text_with(family: Family, text: &str, chunkings: &[Vec<Vec<u8>>]) {
     let runtime = runtime();
     runtime.block_on(async {
         let ends = Ends::default();
-        let engines = [0, 13].map(|batch| engine(incremental_set_batched(family, batch), &ends));
+        // Every push, small batches, and one batch longer than any text here.
+        let engines =
+            [0, 13, 4096].map(|batch| engine(incremental_set_batched(family, batch), &ends));
         let engine = &engines[0];
         assert_eq!(engine.stream_plan().mode(), StreamMode::Incremental);
         let whole = whole_text(engine, text).await;
@@ -308,7 +332,11 @@ fn check_text_with(family: Family, text: &str, chunkings: &[Vec<Vec<u8>>]) {
         {
             let end = stream(engine, chunks, whole.as_deref().ok()).await;
             match (&whole, &end) {
-                (Ok(forwarded), End::Released(released)) => assert_eq!(released, forwarded),
+                (Ok(forwarded), End::Released(released, most_held)) => {
+                    assert_eq!(released, forwarded);
+                    // The end record's figure is the most the guard was seen to hold.
+                    assert_eq!(ends.last_most_held(), *most_held, "{chunks:?}");
+                }
                 (Err(_), End::Denied { released }) => {
                     // Nothing at or after the first offending match was released.
                     let offending = offending.expect("the whole text was denied");
@@ -494,7 +522,7 @@ fn a_rule_matching_around_an_earlier_replacement_is_held_back_for() {
         assert_eq!(whole, "hello [HANDLE] end");
         for chunks in [per_char(&text), cut(&text, &[16]), cut(&text, &[5, 9])] {
             let end = stream(&engine, &chunks, Some(&whole)).await;
-            assert_eq!(end, End::Released(whole.clone()));
+            assert_eq!(end.released(), Some(whole.as_str()));
         }
     });
 }
@@ -518,7 +546,7 @@ fn a_replacement_longer_than_the_text_it_replaces_streams() {
         let whole = whole_text(&engine, text).await.expect("allowed");
         for chunks in [per_char(text), cut(text, &[3]), cut(text, &[16])] {
             let end = stream(&engine, &chunks, Some(&whole)).await;
-            assert_eq!(end, End::Released(whole.clone()));
+            assert_eq!(end.released(), Some(whole.as_str()));
         }
     });
 }
@@ -580,8 +608,10 @@ fn whole_text_policies_buffer_by_default() {
         );
         for chunking in [per_char(text), cut(text, &[3])] {
             assert_eq!(
-                stream(&engine, &chunking, Some("id [SSN] end")).await,
-                End::Released("id [SSN] end".into())
+                stream(&engine, &chunking, Some("id [SSN] end"))
+                    .await
+                    .released(),
+                Some("id [SSN] end")
             );
         }
     });
@@ -682,7 +712,7 @@ fn monitored_policies_do_not_hold_text_back() {
         assert_eq!(engine.stream_plan().mode(), StreamMode::Incremental);
         let text = "You can ask for a refund.";
         let end = stream(&engine, &per_char(text), Some(text)).await;
-        assert_eq!(end, End::Released(text.into()));
+        assert_eq!(end.released(), Some(text));
         let records = records.lock().unwrap().clone();
         assert!(
             records.contains(&("strict".into(), "deny".into(), false)),

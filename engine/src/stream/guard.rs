@@ -34,6 +34,28 @@ fn char_count(text: &str) -> usize {
     }
 }
 
+/// The characters of a growing text up to a position that moves a little at a time: counting
+/// them up to a new position costs only the bytes between the two positions.
+#[derive(Debug, Default)]
+struct CharsUpTo {
+    at: usize,
+    chars: usize,
+}
+
+impl CharsUpTo {
+    /// The characters of `text[..at]` (`at` a character boundary, `text` only ever appended to
+    /// since the last call).
+    fn to(&mut self, text: &str, at: usize) -> usize {
+        if at >= self.at {
+            self.chars += char_count(&text[self.at..at]);
+        } else {
+            self.chars -= char_count(&text[at..self.at]);
+        }
+        self.at = at;
+        self.chars
+    }
+}
+
 /// The streaming output guard; see the [module docs](crate::stream).
 pub struct OutputStream<'e> {
     engine: &'e PolicyEngine,
@@ -103,6 +125,13 @@ pub struct OutputStream<'e> {
     started: Instant,
     first_release: Option<Duration>,
     max_held_chars: usize,
+    /// The characters of `raw` up to its end and up to `fed`, when [`note_held`] last counted
+    /// them: counting the held characters again costs only the bytes received or released
+    /// since, not the whole held text (a large batch holds a lot).
+    ///
+    /// [`note_held`]: OutputStream::note_held
+    counted_to_end: CharsUpTo,
+    counted_to_fed: CharsUpTo,
     finished: Option<StreamOutcome>,
     reported_end: bool,
     /// The labels the final evaluation's decisions carried, recorded in the session when the
@@ -200,6 +229,8 @@ impl PolicyEngine {
             started: Instant::now(),
             first_release: None,
             max_held_chars: 0,
+            counted_to_end: CharsUpTo::default(),
+            counted_to_fed: CharsUpTo::default(),
             finished: None,
             reported_end: false,
             session_labels: Vec::new(),
@@ -320,12 +351,9 @@ impl<'e> OutputStream<'e> {
         let len = self.raw.len() + delta.len();
         if len < self.quiet_until {
             self.raw.push_str(delta);
-            // Nothing released.
+            // Nothing released. The held text only grows until the rules run: its record is
+            // taken then (or when the stream ends).
             (self.lent_from, self.lent_to) = (0, 0);
-            // Only a new record of held text needs counting.
-            if self.stage_held + len - self.fed > self.max_held_chars {
-                self.note_held();
-            }
             return Feed { stream: Some(self) };
         }
         if self.lane_direct {
@@ -424,6 +452,9 @@ impl<'e> OutputStream<'e> {
             self.chars_after_end += char_count(delta);
             return;
         }
+        // The pushes of a batch before this one only added to the held text, and did not
+        // count it: it is at its most now.
+        self.note_held();
         self.raw.push_str(delta);
         if self.plan.mode != StreamMode::Incremental {
             let chars = char_count(delta);
@@ -574,6 +605,8 @@ impl<'e> OutputStream<'e> {
 
     /// Releases the rest, from `lent_from` on.
     async fn settle(&mut self) -> Result<(), EngineError> {
+        // The pushes since the rules last ran may have held more than ever before.
+        self.note_held();
         self.flush();
         self.lend_from_released();
         // The last call stopped the stream and its `Feed` was dropped before reporting why.
@@ -621,10 +654,22 @@ impl<'e> OutputStream<'e> {
             }
             _ => self.raw.len() - self.released_raw,
         };
-        if held_bytes > self.max_held_chars {
-            let held = self.held_chars();
-            self.max_held_chars = self.max_held_chars.max(held);
+        if held_bytes <= self.max_held_chars {
+            return;
         }
+        let held = match self.plan.mode {
+            StreamMode::Incremental => {
+                let staged: usize = self
+                    .stages
+                    .iter()
+                    .map(|state| char_count(state.held()))
+                    .sum();
+                let received = self.counted_to_end.to(&self.raw, self.raw.len());
+                staged + received - self.counted_to_fed.to(&self.raw, self.fed)
+            }
+            _ => self.held_chars(),
+        };
+        self.max_held_chars = self.max_held_chars.max(held);
     }
 
     /// Runs the stages as a pipeline: each passes what it has cleared into the next one's
@@ -1001,6 +1046,8 @@ impl<'e> OutputStream<'e> {
                 return;
             }
             self.reported_end = true;
+            // A stream dropped in the middle of a batch: its pushes did not count what they held.
+            self.note_held();
         }
         if !self.engine.audits() {
             return;
