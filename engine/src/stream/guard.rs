@@ -377,31 +377,47 @@ impl<'e> OutputStream<'e> {
         self.raw.push_str(delta);
         let len = self.raw.len();
         let new = self.lane_filtered;
-        if len - new < LiteralFilter::SHORT
-            && self.plan.lane_filter.clear_from(self.raw.as_bytes(), new)
+        if len - new >= LiteralFilter::SHORT
+            || !self
+                .plan
+                .lane_filter
+                .clear_push(self.raw.as_bytes(), new, delta.as_bytes())
         {
-            self.lane_searched = len;
-            self.lane_filtered = len;
-            let cut = self
-                .raw
-                .floor_char_boundary(len.saturating_sub(self.plan.windows));
-            self.lent_from = self.fed;
-            if cut > self.fed {
-                self.unflushed.get_or_insert(self.fed);
-                self.fed = cut;
-                if self.first_release.is_none() {
-                    self.first_release = Some(self.started.elapsed());
-                }
-            }
-            self.lent_to = self.fed;
-            if len - self.fed > self.max_held_chars {
-                self.note_held();
-            }
-            return;
+            return self.lane_search();
         }
+        self.lane_searched = len;
+        self.lane_filtered = len;
+        let cut = self
+            .raw
+            .floor_char_boundary(len.saturating_sub(self.plan.windows));
+        self.lent_from = self.fed;
+        if cut > self.fed {
+            if self.unflushed.is_none() {
+                self.unflushed = Some(self.fed);
+            }
+            self.fed = cut;
+            if self.first_release.is_none() {
+                self.note_first_release();
+            }
+        }
+        self.lent_to = self.fed;
+        if len - self.fed > self.max_held_chars {
+            self.note_held();
+        }
+    }
+
+    /// [`lane_push`](Self::lane_push) when the quick filter may have found a literal: the
+    /// stages' own searches decide. Out of line, so that the quick path stays small.
+    #[inline(never)]
+    fn lane_search(&mut self) {
         self.lend_from_released();
         let ran = self.lane_feed(false);
         self.after_run(ran);
+    }
+
+    #[cold]
+    fn note_first_release(&mut self) {
+        self.first_release = Some(self.started.elapsed());
     }
 
     /// [`feed`](Self::feed) out of the fast lane (without batches). A push only keeps its text
@@ -418,11 +434,9 @@ impl<'e> OutputStream<'e> {
         let len = self.raw.len();
         let held = self.stage_held + len - self.fed;
         if held <= self.plan.windows
-            && self
-                .plan
-                .deny_filter
-                .as_ref()
-                .is_none_or(|filter| filter.clear_from(self.raw.as_bytes(), self.hold_filtered))
+            && self.plan.deny_filter.as_ref().is_none_or(|filter| {
+                filter.clear_push(self.raw.as_bytes(), self.hold_filtered, delta.as_bytes())
+            })
         {
             self.hold_filtered = len;
             // Nothing released.

@@ -357,46 +357,168 @@ pub(super) struct LiteralFilter {
     /// A one-byte literal: the first byte of a text is tested on its own.
     single: [bool; 256],
     /// The same test as a few comparisons of 16 bytes at once, when the literals start with
-    /// few enough distinct bytes (see [`clear_window`](Self::clear_window)).
+    /// few enough distinct bytes (see [`Lanes`]).
     lanes: Option<Lanes>,
 }
 
 /// The literals' first bytes as comparisons the compiler turns into 16-byte vector
-/// instructions: two consecutive bytes equal to the first two bytes of a literal, or one byte
-/// equal to a one-byte literal (its first "byte" is then one that every byte equals). An ASCII
-/// letter is compared with its case folded, so the case variants of a literal (`Ev`, `eV`,
-/// ...) share one comparison; that can only flag more text, never less.
-#[derive(Clone, Default)]
+/// instructions: one byte equal to a one-byte literal, or two consecutive bytes equal to the
+/// first two bytes of a longer one. An ASCII letter is compared with its case folded, so the
+/// case variants of a literal (`Ev`, `eV`, ...) share one comparison; that can only flag more
+/// text, never less.
+#[derive(Clone)]
 struct Lanes {
-    /// Each test: a byte and what to `|` the text's byte with before comparing it to that,
-    /// for the first byte and for the second, 16 times over.
-    tests: Vec<[[u8; 16]; 4]>,
+    /// Each one-byte literal: what to `|` the text's byte with, and what that must equal.
+    singles: Vec<[Lane; 2]>,
+    /// Each pair: the same for the first byte, then for the second.
+    pairs: Vec<[Lane; 4]>,
+    /// The same tests in a fixed number of slots, the fewest that hold them.
+    slots: Slots,
 }
 
-/// A byte of a literal as one [`Lanes`] test compares it: folded to lowercase, with the mask
-/// that folds the text's byte likewise, when it is an ASCII letter.
-fn lane_byte(byte: u8) -> (u8, u8) {
-    if byte.is_ascii_alphabetic() {
-        (byte | 0x20, 0x20)
+/// The tests of [`Lanes`] in fixed slots: a test of a window is then a straight run of a few
+/// dozen vector instructions, without loops or branches.
+#[derive(Clone)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "the few slots every push tests stay in line, one pointer less to follow"
+)]
+enum Slots {
+    Few(Tests<4, 4>),
+    More(Box<Tests<8, 8>>),
+}
+
+/// `S` one-byte tests and `P` pair tests; slots without a test never match.
+#[derive(Clone)]
+struct Tests<const S: usize, const P: usize> {
+    singles: [[Lane; 2]; S],
+    pairs: [[Lane; 4]; P],
+}
+
+/// One byte 16 times over, aligned so that a comparison can read it straight from memory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(align(16))]
+struct Lane([u8; 16]);
+
+/// A byte of a literal as one [`Lanes`] test compares it: the mask that folds the text's byte
+/// to lowercase when the literal's byte is an ASCII letter, and the byte so folded.
+fn lane_byte(byte: u8) -> [Lane; 2] {
+    let (mask, byte) = if byte.is_ascii_alphabetic() {
+        (0x20, byte | 0x20)
     } else {
-        (byte, 0)
+        (0, byte)
+    };
+    [Lane([mask; 16]), Lane([byte; 16])]
+}
+
+/// A byte test that no byte passes: any byte `| 0xff` is 0xff, never 0.
+const NEVER: [Lane; 2] = [Lane([0xff; 16]), Lane([0; 16])];
+
+impl<const S: usize, const P: usize> Tests<S, P> {
+    /// No tests in any slot.
+    const EMPTY: Self = Tests {
+        singles: [NEVER; S],
+        pairs: [[NEVER[0], NEVER[1], NEVER[0], NEVER[1]]; P],
+    };
+
+    /// The tests in slots, when they fit.
+    fn new(singles: &[[Lane; 2]], pairs: &[[Lane; 4]]) -> Option<Self> {
+        if singles.len() > S || pairs.len() > P {
+            return None;
+        }
+        let mut tests = Self::EMPTY;
+        tests.singles[..singles.len()].copy_from_slice(singles);
+        tests.pairs[..pairs.len()].copy_from_slice(pairs);
+        Some(tests)
+    }
+
+    /// Whether no one-byte literal is in `second` and no pair starts in `first` (`second` is
+    /// `first` one byte on). Written as loops over 16 lanes without branches, which the
+    /// compiler unrolls into four vector instructions per one-byte test and nine per pair.
+    #[inline(always)]
+    fn clear(&self, first: &[u8; 16], second: &[u8; 16]) -> bool {
+        let mut hit = [false; 16];
+        for [mask, byte] in &self.singles {
+            for lane in 0..16 {
+                hit[lane] |= (second[lane] | mask.0[lane]) == byte.0[lane];
+            }
+        }
+        for [a_mask, a, b_mask, b] in &self.pairs {
+            for lane in 0..16 {
+                hit[lane] |= ((first[lane] | a_mask.0[lane]) == a.0[lane])
+                    & ((second[lane] | b_mask.0[lane]) == b.0[lane]);
+            }
+        }
+        // Folded like this, the lanes are read with one instruction.
+        hit.iter().fold(0u8, |any, &lane| any | u8::from(lane)) == 0
     }
 }
 
 impl Lanes {
+    /// No tests yet.
+    fn new() -> Lanes {
+        Lanes {
+            singles: Vec::new(),
+            pairs: Vec::new(),
+            slots: Slots::Few(Tests::EMPTY),
+        }
+    }
+
     fn add(&mut self, first: Option<u8>, second: u8) {
-        // Any byte `| 0xff` equals 0xff: the test of a one-byte literal is its second byte's.
-        let (a, a_mask) = first.map_or((0xff, 0xff), lane_byte);
-        let (b, b_mask) = lane_byte(second);
-        let test = [[a; 16], [a_mask; 16], [b; 16], [b_mask; 16]];
-        if !self.tests.contains(&test) {
-            self.tests.push(test);
+        match first {
+            None => {
+                let test = lane_byte(second);
+                if !self.singles.contains(&test) {
+                    self.singles.push(test);
+                }
+            }
+            Some(first) => {
+                let ([a_mask, a], [b_mask, b]) = (lane_byte(first), lane_byte(second));
+                let test = [a_mask, a, b_mask, b];
+                if !self.pairs.contains(&test) {
+                    self.pairs.push(test);
+                }
+            }
+        }
+    }
+
+    /// Adds what `other` tests for.
+    fn merge(&mut self, other: &Lanes) {
+        for test in &other.singles {
+            if !self.singles.contains(test) {
+                self.singles.push(*test);
+            }
+        }
+        for test in &other.pairs {
+            if !self.pairs.contains(test) {
+                self.pairs.push(*test);
+            }
+        }
+    }
+
+    /// Puts the tests in slots; `None` when there are too many of them for the largest.
+    fn slotted(mut self) -> Option<Lanes> {
+        self.slots = match Tests::new(&self.singles, &self.pairs) {
+            Some(few) => Slots::Few(few),
+            None => Slots::More(Box::new(Tests::new(&self.singles, &self.pairs)?)),
+        };
+        Some(self)
+    }
+
+    /// Whether `window` (17 bytes) holds no one-byte literal in its last 16 bytes and no pair
+    /// of first bytes starting in its first 16.
+    #[inline(always)]
+    fn clear_window(&self, window: &[u8; 17]) -> bool {
+        let (Some(first), Some(second)) = (window.first_chunk::<16>(), window.last_chunk::<16>())
+        else {
+            return true;
+        };
+        match &self.slots {
+            Slots::Few(tests) => tests.clear(first, second),
+            Slots::More(tests) => tests.clear(first, second),
         }
     }
 }
-
-/// More comparisons than this run slower than the pair table.
-const MOST_LANE_TESTS: usize = 12;
 
 impl std::fmt::Debug for LiteralFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -412,7 +534,7 @@ impl LiteralFilter {
         LiteralFilter {
             pairs: Box::new([0; 1024]),
             single: [false; 256],
-            lanes: Some(Lanes::default()),
+            lanes: Some(Lanes::new()),
         }
     }
 
@@ -446,15 +568,9 @@ impl LiteralFilter {
         self.limit_lanes();
     }
 
-    /// Gives up the vector test when it has grown too long to beat the pair table.
+    /// Puts the vector tests in slots, or gives them up when there are too many of them.
     fn limit_lanes(&mut self) {
-        if self
-            .lanes
-            .as_ref()
-            .is_some_and(|lanes| lanes.tests.len() > MOST_LANE_TESTS)
-        {
-            self.lanes = None;
-        }
+        self.lanes = self.lanes.take().and_then(Lanes::slotted);
     }
 
     /// Adds what `other` looks for.
@@ -466,17 +582,38 @@ impl LiteralFilter {
             *mine |= *theirs;
         }
         match (&mut self.lanes, &other.lanes) {
-            (Some(mine), Some(theirs)) => {
-                for test in &theirs.tests {
-                    if !mine.tests.contains(test) {
-                        mine.tests.push(*test);
-                    }
-                }
-            }
+            (Some(mine), Some(theirs)) => mine.merge(theirs),
             (mine, None) => *mine = None,
             (None, Some(_)) => {}
         }
         self.limit_lanes();
+    }
+
+    /// [`clear_from`](Self::clear_from) after a push of `delta`, which ends `text`. The usual
+    /// push, 16 new bytes, is tested in one window read from `delta` and the byte before it:
+    /// a window read from `text` would straddle the copies of this push and the last one
+    /// into it, and a processor forwards a read from two recent writes slowly.
+    #[inline(always)]
+    pub(super) fn clear_push(&self, text: &[u8], new: usize, delta: &[u8]) -> bool {
+        let len = text.len();
+        if let Some(Lanes {
+            slots: Slots::Few(tests),
+            ..
+        }) = &self.lanes
+            && new > 0
+            && len - new <= 16
+            && let Some(second) = delta.last_chunk::<16>()
+            && let Some(&before) = len.checked_sub(17).and_then(|at| text.get(at))
+        {
+            // Built like this, the window's first 16 bytes are `second` shifted by one byte
+            // in a register.
+            let mut window = [before; 17];
+            window[1..].copy_from_slice(second);
+            if let Some(first) = window.first_chunk::<16>() {
+                return tests.clear(first, second);
+            }
+        }
+        self.clear_from(text, new)
     }
 
     /// Whether no literal starts in `text` with a byte at `new` or later: no one-byte literal
@@ -486,7 +623,7 @@ impl LiteralFilter {
     ///
     /// Fewer than [`SHORT`](Self::SHORT) new bytes after a tested one, in a text of at least
     /// 17 bytes, are tested 16 bytes at a time; other text byte pair by byte pair.
-    #[inline]
+    #[inline(never)]
     pub(super) fn clear_from(&self, text: &[u8], new: usize) -> bool {
         let len = text.len();
         match &self.lanes {
@@ -497,7 +634,10 @@ impl LiteralFilter {
                 let mut at = new - 1;
                 loop {
                     let start = at.min(len - 17);
-                    if !lanes.clear_window(&text[start..start + 17]) {
+                    let Some(window) = text[start..].first_chunk::<17>() else {
+                        return true;
+                    };
+                    if !lanes.clear_window(window) {
                         return false;
                     }
                     if start + 17 >= len {
@@ -526,29 +666,6 @@ impl LiteralFilter {
             previous = usize::from(byte);
         }
         marked & 1 == 0
-    }
-}
-
-impl Lanes {
-    /// Whether `window` (17 bytes) holds no one-byte literal in its last 16 bytes and no pair
-    /// of first bytes starting in its first 16. Written as loops over 16 lanes without
-    /// branches, which the compiler turns into a few vector instructions per test (kept out
-    /// of line so that it does).
-    #[inline(never)]
-    fn clear_window(&self, window: &[u8]) -> bool {
-        let (Some(first), Some(second)) =
-            (window.first_chunk::<16>(), window[1..].first_chunk::<16>())
-        else {
-            return true;
-        };
-        let mut hit = [0u8; 16];
-        for [a, a_mask, b, b_mask] in &self.tests {
-            for lane in 0..16 {
-                hit[lane] |= u8::from((first[lane] | a_mask[lane]) == a[lane])
-                    & u8::from((second[lane] | b_mask[lane]) == b[lane]);
-            }
-        }
-        u128::from_ne_bytes(hit) == 0
     }
 }
 
@@ -592,12 +709,18 @@ mod tests {
                 0..80,
             ),
             new in 0usize..80,
+            pushed in 0usize..24,
         ) {
             let new = new.min(text.len());
             let mut filter = LiteralFilter::empty();
             filter.add(&literals);
             if filter.clear_from(&text, new) {
                 prop_assert!(!starts_from(&literals, &text, new), "{literals:?} in {text:?} from {new}");
+            }
+            // The same after a push of the text's last `pushed` bytes (at least the new ones).
+            let pushed = (text.len() - new).max(pushed).min(text.len());
+            if filter.clear_push(&text, new, &text[text.len() - pushed..]) {
+                prop_assert!(!starts_from(&literals, &text, new), "{literals:?} in {text:?} from {new}, pushed {pushed}");
             }
         }
     }
@@ -627,6 +750,19 @@ mod tests {
         assert_eq!(back_of(r"(?i:phishing\.example|evil\.invalid)"), Some(0));
         // Nothing bounds what comes before the `@`.
         assert_eq!(back_of(r"\w+@corp\.example"), None);
+    }
+
+    #[test]
+    fn a_pair_begun_before_a_push_is_seen_with_it() {
+        let mut filter = LiteralFilter::empty();
+        filter.add(&[b"ev".to_vec(), b"@".to_vec()]);
+        // `e` ends the last push, `v` starts this one.
+        let text = [&[b'x'; 20][..], b"e", b"vxxxxxxxxxxxxxxx"].concat();
+        let new = text.len() - 16;
+        assert!(!filter.clear_push(&text, new, &text[new..]));
+        assert!(!filter.clear_from(&text, new));
+        let text = [&[b'x'; 20][..], b"x", b"vxxxxxxxxxxxxxxx"].concat();
+        assert!(filter.clear_push(&text, new, &text[new..]));
     }
 
     #[test]
