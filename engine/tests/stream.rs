@@ -184,8 +184,12 @@ fn engine(set: PolicySet, ends: &Ends) -> PolicyEngine {
 enum End {
     /// The text released, and the most characters the guard held after any push.
     Released(String, usize),
-    Denied { released: String },
-    Failed { released: String },
+    Denied {
+        released: String,
+    },
+    Failed {
+        released: String,
+    },
 }
 
 impl End {
