@@ -700,9 +700,9 @@ impl<'e> OutputStream<'e> {
             return Ok(());
         };
         first.buffer.push_str(delta);
-        let plan = Arc::clone(&self.plan);
         let mut released_unchanged = 0;
-        for (index, stage) in plan.stages.iter().enumerate() {
+        let mut matched = None;
+        for (index, stage) in self.plan.stages.iter().enumerate() {
             let (head, tail) = self.stages.split_at_mut(index + 1);
             let mut out = match tail.first_mut() {
                 Some(next) => Sink {
@@ -714,27 +714,31 @@ impl<'e> OutputStream<'e> {
                     unchanged: &mut released_unchanged,
                 },
             };
-            if head[index].advance(stage, end, &mut out).is_ok() {
-                continue;
+            // Only a denying stage stops at a match.
+            if head[index].advance(stage, end, &mut out).is_err() {
+                matched = Some(index);
+                break;
             }
-            let StageAction::Deny { reason } = &stage.action else {
-                continue;
-            };
-            self.record_stage(
-                stage,
-                PolicyDecision::Deny {
-                    reason: reason.clone(),
-                    policy_id: None,
-                },
-            );
-            self.finished = Some(StreamOutcome::Denied);
-            return Err(EngineError::Denied(PolicyDenialError::new(
-                stage.policy_id.clone(),
-                InterceptionPoint::Output,
-                reason.clone(),
-            )));
         }
-        Ok(())
+        let Some(index) = matched else {
+            return Ok(());
+        };
+        let stage = &self.plan.stages[index];
+        let reason = match &stage.action {
+            StageAction::Deny { reason } => reason.clone(),
+            StageAction::Replace { .. } => None,
+        };
+        self.record_stage(
+            stage,
+            PolicyDecision::Deny {
+                reason: reason.clone(),
+                policy_id: None,
+            },
+        );
+        let denied =
+            PolicyDenialError::new(stage.policy_id.clone(), InterceptionPoint::Output, reason);
+        self.finished = Some(StreamOutcome::Denied);
+        Err(EngineError::Denied(denied))
     }
 
     /// The fast lane: while no literal any stage watches for occurs in the unreleased text,
