@@ -209,6 +209,22 @@ impl StageState {
             _ => None,
         };
         self.rewatch(stage, cache);
+        // The literal the regex has dealt with is behind: what the watch finds in the text
+        // left held decides how much more of it is final, as at the start of the next run. A
+        // stage that holds no more than it must lets the next pushes be kept without running
+        // the stages, and the fast lane be taken again sooner.
+        if let Watching::Literals { search_from, found } = &self.watching
+            && !end
+        {
+            let earliest = found
+                .unwrap_or(*search_from)
+                .saturating_sub(stage.back)
+                .min(len);
+            let cut = self.buffer.floor_char_boundary(earliest);
+            if cut > self.held_from {
+                self.pass(cut, out);
+            }
+        }
         Ok(())
     }
 
