@@ -81,6 +81,14 @@ pub struct OutputStream<'e> {
     /// Every push takes the fast lane itself (see [`OutputStream::lane_push`]): incremental
     /// mode without batches, in the lane, and not stopped.
     lane_direct: bool,
+    /// In the fast lane, a replacing stage's literal has turned up (and no denying stage's):
+    /// no match can start before this point, so the lane goes on releasing text up to it
+    /// without running the stages, which run once the lane would release past it or a
+    /// denying stage's literal may have come (see [`OutputStream::pending_push`]).
+    lane_until: Option<usize>,
+    /// Every push goes through [`OutputStream::pending_push`]: as `lane_direct`, with a
+    /// literal pending.
+    lane_pending: bool,
     /// Out of the fast lane, a push that brings no literal of a denying stage only keeps its
     /// text while the text held stays within the windows (see [`OutputStream::hold_push`]):
     /// incremental mode with a fast lane, without batches, out of the lane, and not stopped.
@@ -204,6 +212,8 @@ impl PolicyEngine {
             stages: plan.stages.iter().map(StageState::new).collect(),
             in_lane: plan.lane,
             lane_direct: false,
+            lane_until: None,
+            lane_pending: false,
             holding: false,
             hold_filtered: 0,
             plan,
@@ -358,6 +368,8 @@ impl<'e> OutputStream<'e> {
         }
         if self.lane_direct {
             self.lane_push(delta);
+        } else if self.lane_pending {
+            self.pending_push(delta);
         } else if self.holding {
             self.hold_push(delta);
         } else {
@@ -390,6 +402,13 @@ impl<'e> OutputStream<'e> {
         let cut = self
             .raw
             .floor_char_boundary(len.saturating_sub(self.plan.windows));
+        self.lane_release(cut);
+    }
+
+    /// Releases the received text up to `cut` as it came, lent from `raw`: the end of a push
+    /// in the fast lane.
+    #[inline(always)]
+    fn lane_release(&mut self, cut: usize) {
         self.lent_from = self.fed;
         if cut > self.fed {
             if self.unflushed.is_none() {
@@ -401,9 +420,39 @@ impl<'e> OutputStream<'e> {
             }
         }
         self.lent_to = self.fed;
-        if len - self.fed > self.max_held_chars {
+        if self.raw.len() - self.fed > self.max_held_chars {
             self.note_held();
         }
+    }
+
+    /// [`feed`](Self::feed) in the fast lane while a replacing stage's literal is pending
+    /// (see `lane_until`): the push releases what the lane would, as long as that stays before
+    /// where a match may start and the push brings no literal of a denying stage. Otherwise
+    /// the stages take the unreleased text and run: by then the text after the literal is
+    /// long enough for them to act on its match in one run, where running at once would
+    /// have needed a run to find the match incomplete and more runs after it.
+    #[inline(never)]
+    fn pending_push(&mut self, delta: &str) {
+        self.raw.push_str(delta);
+        let len = self.raw.len();
+        let cut = self
+            .raw
+            .floor_char_boundary(len.saturating_sub(self.plan.windows));
+        if self.lane_until.is_some_and(|until| cut <= until)
+            && self.plan.deny_filter.as_ref().is_none_or(|filter| {
+                filter.clear_push(self.raw.as_bytes(), self.hold_filtered, delta.as_bytes())
+            })
+        {
+            self.hold_filtered = len;
+            self.lane_searched = len;
+            self.lane_release(cut);
+            return;
+        }
+        self.lend_from_released();
+        self.lane_until = None;
+        self.leave_lane();
+        let ran = self.run_stages(false).map(|()| self.try_lane());
+        self.after_run(ran);
     }
 
     /// [`lane_push`](Self::lane_push) when the quick filter may have found a literal: the
@@ -540,7 +589,8 @@ impl<'e> OutputStream<'e> {
         let unbatched = self.plan.mode == StreamMode::Incremental
             && self.plan.batch == 0
             && self.finished.is_none();
-        self.lane_direct = unbatched && self.in_lane;
+        self.lane_direct = unbatched && self.in_lane && self.lane_until.is_none();
+        self.lane_pending = unbatched && self.in_lane && self.lane_until.is_some();
         self.holding = unbatched && self.plan.lane && !self.in_lane;
         if self.holding {
             // A literal may have begun in the last bytes the stages received and end in the
@@ -756,29 +806,33 @@ impl<'e> OutputStream<'e> {
         // stages' prefilters, each from where it searched last.
         let new = self.lane_filtered.min(len);
         let quiet = len - new < LiteralFilter::SHORT && self.plan.lane_filter.clear_from(raw, new);
-        let hit = !quiet
-            && self
-                .plan
-                .stages
-                .iter()
-                .zip(&mut self.stages)
-                .any(|(stage, state)| {
-                    let Watch::Literals {
-                        prefilter, longest, ..
-                    } = &stage.watch
-                    else {
-                        return true;
-                    };
-                    if state.lane_scanned < len
-                        && prefilter
-                            .find(raw, Span::from(state.lane_scanned..len))
-                            .is_some()
-                    {
-                        return true;
-                    }
-                    state.lane_scanned = (len + 1).saturating_sub(*longest).max(state.lane_scanned);
-                    false
-                });
+        // The first literal any stage's prefilter finds, and whether a denying stage found one.
+        // The quick filter has cleared the text before `new` (but for a literal that starts
+        // at its last byte): a stage's search starts there if it searched less far itself.
+        let mut first = None;
+        let mut deny = false;
+        if !quiet {
+            let cleared = new.saturating_sub(1);
+            for (stage, state) in self.plan.stages.iter().zip(&mut self.stages) {
+                state.lane_scanned = state.lane_scanned.max(cleared);
+                let Watch::Literals {
+                    prefilter, longest, ..
+                } = &stage.watch
+                else {
+                    first = Some(state.lane_scanned.min(len));
+                    deny = true;
+                    continue;
+                };
+                if state.lane_scanned < len
+                    && let Some(literal) = prefilter.find(raw, Span::from(state.lane_scanned..len))
+                {
+                    first = Some(first.map_or(literal.start, |at: usize| at.min(literal.start)));
+                    deny |= matches!(stage.action, StageAction::Deny { .. });
+                    continue;
+                }
+                state.lane_scanned = (len + 1).saturating_sub(*longest).max(state.lane_scanned);
+            }
+        }
         self.lane_filtered = if quiet {
             // A literal starting at the last byte is seen with the next bytes.
             len
@@ -790,16 +844,27 @@ impl<'e> OutputStream<'e> {
                 .min()
                 .unwrap_or(len)
         };
-        if hit {
-            self.leave_lane();
-            return self.run_stages(end);
-        }
         let cut = if end {
             len
         } else {
             self.raw
                 .floor_char_boundary(len.saturating_sub(self.plan.windows))
         };
+        self.lane_until = None;
+        // A replacing stage's literal: the lane goes on while it releases text before where
+        // a match may start (see `pending_push`).
+        let hit = match first {
+            Some(at) if !end && !deny && cut <= at.saturating_sub(self.plan.reach) => {
+                self.lane_until = Some(at.saturating_sub(self.plan.reach));
+                self.hold_filtered = len;
+                false
+            }
+            found => found.is_some(),
+        };
+        if hit {
+            self.leave_lane();
+            return self.run_stages(end);
+        }
         if cut > self.fed {
             self.flush();
             self.lend_from_released();
@@ -1046,6 +1111,7 @@ impl<'e> OutputStream<'e> {
         });
         self.quiet_until = 0;
         self.lane_direct = false;
+        self.lane_pending = false;
         self.holding = false;
         error
     }
@@ -1310,12 +1376,15 @@ mod tests {
             let (mut kept, mut ran) = (0, 0);
             for chunk in text.as_bytes().chunks(16) {
                 let chunk = std::str::from_utf8(chunk).expect("ascii");
-                let (was_in_lane, fed) = (guard.in_lane, guard.fed);
+                let buffers = |guard: &OutputStream<'_>| -> Vec<usize> {
+                    guard.stages.iter().map(|s| s.buffer.len()).collect()
+                };
+                let (was_in_lane, before) = (guard.in_lane, buffers(&guard));
                 let released = guard.feed(chunk).await.expect("no denial").to_owned();
                 if !was_in_lane {
                     // Out of the lane, a push whose bytes hold no literal only keeps them
                     // (the stages do not run) while the held text stays within the windows.
-                    if guard.fed == fed {
+                    if !guard.in_lane && buffers(&guard) == before {
                         assert!(released.is_empty());
                         kept += 1;
                     } else {
@@ -1375,6 +1444,67 @@ mod tests {
         fn streaming(&self) -> Option<Vec<StreamingRule>> {
             Some(vec![StreamingRule::deny_on_any(self.0, None)])
         }
+    }
+
+    #[test]
+    fn a_replacing_literal_lets_the_lane_release_up_to_where_its_match_may_start() {
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Deny(&["evil.invalid"]))
+        });
+        let plan = engine.stream_plan();
+        assert!(plan.lane);
+        let runtime = runtime();
+        let plain = "nothing to see in this sentence at all. ".repeat(8);
+        // Released, and whether the stream was denied.
+        let stream = |text: String| {
+            runtime.block_on(async {
+                let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+                let mut shown = String::new();
+                let mut pending_pushes = 0;
+                for chunk in text.as_bytes().chunks(16) {
+                    let chunk = std::str::from_utf8(chunk).expect("ascii");
+                    let was_pending = guard.lane_until;
+                    match guard.feed(chunk).await {
+                        Ok(released) => shown.push_str(released),
+                        Err(_) => return (shown, true, pending_pushes),
+                    }
+                    if let (Some(until), Some(_)) = (was_pending, guard.lane_until) {
+                        // The stages did not run, the lane released text before `until`.
+                        pending_pushes += 1;
+                        assert!(guard.in_lane && guard.stages.iter().all(|s| s.buffer.is_empty()));
+                        assert!(guard.fed <= until && guard.raw.len() - guard.fed <= plan.windows);
+                    }
+                }
+                for item in guard.finish().await {
+                    match item.into_text() {
+                        Ok(text) => shown.push_str(&text),
+                        Err(_) => return (shown, true, pending_pushes),
+                    }
+                }
+                (shown, false, pending_pushes)
+            })
+        };
+        // The SSN's `-` is found while the lane still has text to release before it.
+        let text = [plain.as_str(), "call 123-45-6789 now. ", &plain].concat();
+        let (shown, denied, pending_pushes) = stream(text);
+        assert!(!denied);
+        assert!(pending_pushes > 0);
+        assert_eq!(shown, [plain.as_str(), "call [SSN] now. ", &plain].concat());
+        // A denying stage's literal while a replacing one is pending: the stages run at once,
+        // and nothing of the denied match is released.
+        let text = [
+            plain.as_str(),
+            "call 123-45-6789 at evil.invalid now. ",
+            &plain,
+        ]
+        .concat();
+        let (shown, denied, _) = stream(text);
+        assert!(denied);
+        assert!(
+            shown.len() <= plain.len() + "call 123-45-6789 at ".len(),
+            "{shown:?}"
+        );
     }
 
     #[test]

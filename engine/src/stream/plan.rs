@@ -44,6 +44,11 @@ pub struct StreamPlan {
     pub(super) windows: usize,
     /// The longest literal any stage watches for, in bytes (0 when none does).
     pub(super) longest_literal: usize,
+    /// The most bytes before the first literal in a text that a match of any stage can
+    /// start: the stages' `back`, added up. A stage's match starts at most its `back` before
+    /// a literal of its own, and that literal is either in the text or in the replacement of
+    /// an earlier stage's match, which starts no earlier than that match.
+    pub(super) reach: usize,
     /// The bytes the last stream on this plan received, up to [`ROOM_MOST`]: a stream starts
     /// with room for as much text, so that a long answer is not copied again and again as
     /// the guard's records of it grow.
@@ -155,6 +160,7 @@ impl StreamPlan {
                 .iter()
                 .all(|stage| matches!(stage.watch, Watch::Literals { .. }));
         let windows = stages.iter().map(|stage| stage.window).sum();
+        let reach = stages.iter().map(|stage| stage.back).sum();
         let mut lane_filter = LiteralFilter::empty();
         let mut deny_filter: Option<LiteralFilter> = None;
         let mut longest_literal = 0;
@@ -181,6 +187,7 @@ impl StreamPlan {
             deny_filter,
             windows,
             longest_literal,
+            reach,
             room: Arc::new(AtomicUsize::new(0)),
             whole_text_reasons: reasons,
         }
