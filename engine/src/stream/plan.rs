@@ -65,6 +65,10 @@ pub(super) struct Stage {
     pub(super) action: StageAction,
     /// Bytes this stage may hold back: longest match, look-ahead, and a partial character.
     pub(super) window: usize,
+    /// The longest match and the look-ahead it needs: a match starting at least this far
+    /// before the end of the text received is final (no more text can change it, nor bring a
+    /// match starting before it).
+    pub(super) span: usize,
     /// The most bytes a match can start before the first byte of the literal the stage
     /// watches for (the longest match when it watches with a DFA).
     pub(super) back: usize,
@@ -267,6 +271,7 @@ impl Stage {
             pattern: pattern.to_owned(),
             action,
             window: longest + lookahead + 3,
+            span: longest + lookahead,
             watch,
         })
     }

@@ -181,7 +181,7 @@ impl StageState {
         }
         let mut position = self.held_from;
         while let Some(found) = stage.regex.find_at(&self.buffer, position) {
-            if found.start() >= horizon && !end {
+            if !end && found.start() + stage.span > len {
                 break;
             }
             match &stage.action {
