@@ -386,6 +386,9 @@ impl<'e> OutputStream<'e> {
     /// ([`flush`](Self::flush)).
     #[inline(never)]
     fn lane_push(&mut self, delta: &str) {
+        if delta.len() < 16 {
+            return self.lane_push_short(delta);
+        }
         self.raw.push_str(delta);
         let len = self.raw.len();
         let new = self.lane_filtered;
@@ -399,6 +402,49 @@ impl<'e> OutputStream<'e> {
         }
         self.lane_searched = len;
         self.lane_filtered = len;
+        let cut = self
+            .raw
+            .floor_char_boundary(len.saturating_sub(self.plan.windows));
+        self.lane_release(cut);
+    }
+
+    /// [`lane_push`](Self::lane_push) of fewer than 16 bytes. The quick filter tests such
+    /// deltas a push behind, 16 bytes at a time, as long as the bytes it has not tested stay
+    /// within the plan's slack (they cannot change what the lane releases): a few short
+    /// deltas then cost one test between them, and the bytes it reads back have reached the
+    /// cache (the bytes of this push, just copied, would stall the read).
+    #[inline(never)]
+    fn lane_push_short(&mut self, delta: &str) {
+        let received = self.raw.len();
+        self.raw.push_str(delta);
+        let len = self.raw.len();
+        let mut filtered = self.lane_filtered;
+        if received.saturating_sub(filtered) >= LiteralFilter::SHORT {
+            return self.lane_search();
+        }
+        while received.saturating_sub(filtered) >= 16 {
+            if !self
+                .plan
+                .lane_filter
+                .clear_16(self.raw.as_bytes(), filtered)
+            {
+                return self.lane_search();
+            }
+            filtered += 16;
+        }
+        if len - filtered > self.plan.lane_slack {
+            // The filter may not fall further behind: this push's bytes are tested now.
+            if !self
+                .plan
+                .lane_filter
+                .clear_from(self.raw.as_bytes(), filtered)
+            {
+                return self.lane_search();
+            }
+            filtered = len;
+        }
+        self.lane_searched = len;
+        self.lane_filtered = filtered;
         let cut = self
             .raw
             .floor_char_boundary(len.saturating_sub(self.plan.windows));
@@ -1444,6 +1490,52 @@ mod tests {
         fn streaming(&self) -> Option<Vec<StreamingRule>> {
             Some(vec![StreamingRule::deny_on_any(self.0, None)])
         }
+    }
+
+    #[test]
+    fn short_deltas_are_tested_a_window_at_a_time_within_the_slack() {
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+        });
+        let plan = engine.stream_plan();
+        assert!(plan.lane && plan.lane_slack >= 16);
+        let runtime = runtime();
+        runtime.block_on(async {
+            let plain = "nothing to see in this sentence at all. ".repeat(8);
+            let secret = "mail ops@example.com or call 123-45-6789 now. ";
+            let text = [plain.as_str(), secret, &plain, secret, &plain].concat();
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            let (mut deferred, mut tested) = (0, 0);
+            for chunk in text.as_bytes().chunks(3) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                let (direct, filtered) = (guard.lane_direct, guard.lane_filtered);
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+                if direct && guard.in_lane && guard.lane_until.is_none() {
+                    // The untested bytes never outgrow the slack.
+                    assert!(guard.raw.len() - guard.lane_filtered <= plan.lane_slack);
+                    if guard.lane_filtered == filtered {
+                        deferred += 1;
+                    } else {
+                        tested += 1;
+                    }
+                }
+            }
+            // About one push in six tests a window (16 bytes in 3-byte deltas).
+            assert!(
+                deferred > 4 * tested && tested > 0,
+                "{deferred} deferred, {tested} tested"
+            );
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("text"));
+            }
+            let redacted = "mail [EMAIL] or call [SSN] now. ";
+            assert_eq!(
+                shown,
+                [plain.as_str(), redacted, &plain, redacted, &plain].concat()
+            );
+        });
     }
 
     #[test]

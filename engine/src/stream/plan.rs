@@ -49,6 +49,11 @@ pub struct StreamPlan {
     /// a literal of its own, and that literal is either in the text or in the replacement of
     /// an earlier stage's match, which starts no earlier than that match.
     pub(super) reach: usize,
+    /// The most received bytes the fast lane may leave to its quick filter for later: a
+    /// literal in them could only make a match that starts where the lane does not release
+    /// yet (the windows, less the reach and the byte a literal may start before the tested
+    /// text).
+    pub(super) lane_slack: usize,
     /// The bytes the last stream on this plan received, up to [`ROOM_MOST`]: a stream starts
     /// with room for as much text, so that a long answer is not copied again and again as
     /// the guard's records of it grow.
@@ -192,6 +197,7 @@ impl StreamPlan {
             windows,
             longest_literal,
             reach,
+            lane_slack: windows.saturating_sub(reach + 1),
             room: Arc::new(AtomicUsize::new(0)),
             whole_text_reasons: reasons,
         }
@@ -626,6 +632,21 @@ impl LiteralFilter {
             }
         }
         self.clear_from(text, new)
+    }
+
+    /// Whether no literal starts in the 16 bytes of `text` from `from`: a literal's first
+    /// two bytes, the first at `from - 1` or later, or a one-byte literal, in
+    /// `text[from - 1..from + 16]` ([`clear_from`](Self::clear_from) of one window).
+    #[inline(never)]
+    pub(super) fn clear_16(&self, text: &[u8], from: usize) -> bool {
+        let window = from
+            .checked_sub(1)
+            .and_then(|start| text.get(start..))
+            .and_then(<[u8]>::first_chunk::<17>);
+        match (&self.lanes, window) {
+            (Some(lanes), Some(window)) => lanes.clear_window(window),
+            _ => self.clear_from(text.get(..from + 16).unwrap_or(text), from),
+        }
     }
 
     /// Whether no literal starts in `text` with a byte at `new` or later: no one-byte literal
