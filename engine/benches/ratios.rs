@@ -132,6 +132,8 @@ enum Goal {
     Ratio(f64),
     /// The engine's side adds at most this many nanoseconds to the floor.
     Added(f64),
+    /// No goal: a figure that puts the others in context.
+    Reference,
 }
 
 /// Keeps `value` for the whole run (the workloads borrow their engines and inputs).
@@ -178,9 +180,10 @@ fn measure(mut workload: Workload<'_>, rounds: usize) {
     let verdict = match workload.goal {
         Goal::Ratio(most) => format!("{ratio:.2}x (goal <= {most}x)"),
         Goal::Added(most) => format!("+{added:.0} ns (goal < {most} ns), {ratio:.2}x"),
+        Goal::Reference => format!("{ratio:.2}x (no goal)"),
     };
     println!(
-        "{:<58} engine {:>10.0} ns  floor {:>10.0} ns  {verdict}",
+        "{:<62} engine {:>10.0} ns  floor {:>10.0} ns  {verdict}",
         workload.name, engine, floor
     );
 }
@@ -295,31 +298,86 @@ fn main() {
     });
 
     // The streaming guard against the whole-text evaluation of the same 64 KiB answer.
-    let every = stream_engine(0);
-    let batched = stream_engine(256);
-    let (every, batched) = (leak(every), leak(batched));
-    let metadata = Metadata::new("agent", "session");
-    let metadata = leak(metadata);
+    let every = leak(stream_engine(0));
+    let batched = leak(stream_engine(256));
+    // One batch for the whole answer: the rules run once, at the end, so this is what the
+    // pushes alone cost beside the whole-text evaluation, the least any batch size can cost.
+    let once = leak(stream_engine(1 << 20));
+    let metadata = leak(Metadata::new("agent", "session"));
     let texts: Vec<(&str, String)> = vec![("typical", answer(30)), ("dense", answer(1))];
     let texts = leak(texts);
     for (name, text) in texts {
         let context = OutputContext::new(Message::assistant(text.clone()), metadata.clone());
         let context = leak(context);
-        let chunks: Vec<&str> = text
-            .as_bytes()
-            .chunks(16)
-            .map(|chunk| std::str::from_utf8(chunk).expect("ascii"))
-            .collect();
-        let chunks: &[&str] = leak(chunks);
-        for (how, engine, push, goal) in [
-            ("feed, rules on every delta", every, false, 2.0),
-            ("push, rules on every delta", every, true, 3.0),
-            ("feed, stream_batch(256)", batched, false, 1.3),
-            ("push, stream_batch(256)", batched, true, 1.5),
-        ] {
+        let chunked = |size: usize| -> &'static [&'static str] {
+            let chunks: Vec<&str> = text
+                .as_bytes()
+                .chunks(size)
+                .map(|chunk| std::str::from_utf8(chunk).expect("ascii"))
+                .collect();
+            leak(chunks)
+        };
+        let mut runs = vec![
+            (
+                16,
+                "feed, rules on every delta",
+                every,
+                false,
+                Goal::Ratio(2.0),
+            ),
+            (
+                16,
+                "push, rules on every delta",
+                every,
+                true,
+                Goal::Ratio(3.0),
+            ),
+            (
+                16,
+                "feed, stream_batch(256)",
+                batched,
+                false,
+                Goal::Ratio(1.3),
+            ),
+            (
+                16,
+                "push, stream_batch(256)",
+                batched,
+                true,
+                Goal::Ratio(1.5),
+            ),
+        ];
+        if *name == "typical" {
+            runs.extend([
+                (
+                    16,
+                    "feed, one batch for the whole answer",
+                    once,
+                    false,
+                    Goal::Reference,
+                ),
+                // Deltas of a model's tokens, a few bytes each.
+                (
+                    4,
+                    "feed, rules on every delta",
+                    every,
+                    false,
+                    Goal::Reference,
+                ),
+                (
+                    4,
+                    "push, rules on every delta",
+                    every,
+                    true,
+                    Goal::Reference,
+                ),
+            ]);
+        }
+        for (size, how, engine, push, goal) in runs {
+            let chunks = chunked(size);
             workloads.push(Workload {
-                name: format!("stream {name} 64 KiB/16 B: {how} / whole"),
-                goal: Goal::Ratio(goal),
+                name: format!("stream {name} 64 KiB/{size} B: {how} / whole"),
+                goal,
                 iterations: 20,
                 engine: Box::new(move |n| {
                     rt.block_on(async {

@@ -20,11 +20,14 @@
 //!   assertion (`\b`, `$`). Rules run as a pipeline in declared order, so a rule sees the text
 //!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. When
 //!   every rule is watched with literals, text in which none of them occurs skips the pipeline
-//!   (no rule can match in it, nor change it): it is searched once per rule and released from
-//!   where it was received, and the pipeline runs only around the literals: there, a push
-//!   only adds to the held text until that fills the windows (or it may bring a literal of a
-//!   denying rule), so the rules run on a few larger pieces of text until they are quiet and
-//!   the fast lane goes on. A
+//!   (no rule can match in it, nor change it): it is tested 16 bytes at a time (short deltas a
+//!   push behind, a window for several of them) and released from where it was received. A
+//!   literal of a replacing rule only bounds the lane: no match can start more than the
+//!   rules' reach before it, so the lane goes on releasing the text before that, and the
+//!   pipeline runs once the text after the literal is long enough to act on its match (a
+//!   denying rule's literal makes it run at once). After the run, a push only adds to the
+//!   held text until that fills the windows, until the rules are quiet and the fast lane
+//!   goes on. A
 //!   pattern with no upper bound on its match length (`\d+`) cannot stream unless the rule
 //!   states a maximum; nor can a pattern that matches the empty string. Guarantees: the
 //!   released text is always a prefix of what the whole-text evaluation forwards, and at the
