@@ -912,10 +912,8 @@ impl<'e> OutputStream<'e> {
             return self.run_stages(end);
         }
         if cut > self.fed {
-            self.flush();
-            self.lend_from_released();
-            self.released.push_str(&self.raw[self.fed..cut]);
-            self.fed = cut;
+            // Lent from `raw`, as a push in the fast lane does.
+            self.lane_release(cut);
         }
         Ok(())
     }
