@@ -126,7 +126,8 @@ pub(crate) fn chat_input(
 /// `local_shell_call_output`, `apply_patch_call_output` or `mcp_call` item, and the `error`
 /// of an `mcp_call` item (see [`Texts::mcp_error`]); each non-empty `stdout` and `stderr` of
 /// a `shell_call_output` item's `output` chunks; the `text` of each of a `file_search_call`
-/// item's `results`. Reasoning sent back is the model's own text, `assistant`: the `text` of each
+/// item's `results`; the `logs` of each `logs` entry of a `code_interpreter_call` item's
+/// `outputs`. Reasoning sent back is the model's own text, `assistant`: the `text` of each
 /// `summary_text` part of a `reasoning` item's `summary` and of each `reasoning_text` part of
 /// its `content` (its `encrypted_content` goes as it is). Each string is a text of its own,
 /// so a redaction is written back into the very string it was read from. A
@@ -203,6 +204,10 @@ impl Texts {
                 let (results, at) = field("results");
                 self.entries(Role::User, results, &at, None, &["text"]);
             }
+            Some("code_interpreter_call") => {
+                let (outputs, at) = field("outputs");
+                self.entries(Role::User, outputs, &at, Some("logs"), &["logs"]);
+            }
             Some("reasoning") => {
                 let (summary, at) = field("summary");
                 self.entries(
@@ -252,7 +257,7 @@ impl Texts {
     }
 
     /// A list of objects (a `shell_call_output`'s chunks, a `file_search_call`'s results, a
-    /// reasoning item's parts): of each entry whose `type` is `kind` (any entry when `kind`
+    /// `code_interpreter_call`'s outputs, a reasoning item's parts): of each entry whose `type` is `kind` (any entry when `kind`
     /// is `None`), each non-empty string under one of `keys` is a text of its own. Anything
     /// that is not a list carries no text.
     fn entries(
@@ -841,6 +846,38 @@ mod tests {
             &["/input/0/results/0/text", "/input/0/results/2/text"],
         );
         assert_eq!(written, expected);
+    }
+
+    #[test]
+    fn code_interpreter_logs_are_user_texts_written_back_in_place() {
+        let body = json!({
+            "input": [
+                { "type": "code_interpreter_call", "id": "ci_1", "container_id": "cntr_1",
+                  "status": "completed", "code": "print(ssn)",
+                  "outputs": [
+                    { "type": "logs", "logs": "ssn 1\n" },
+                    { "type": "image", "url": "https://example.com/plot.png" },
+                    { "type": "logs", "logs": "" },
+                    { "type": "logs", "logs": "done ssn 2" }
+                  ] },
+                { "type": "code_interpreter_call", "id": "ci_2", "container_id": "cntr_1",
+                  "status": "in_progress", "code": "x", "outputs": null }
+            ]
+        });
+        let written = read_and_upper(
+            &body,
+            Api::Responses,
+            &[(Role::User, "ssn 1\n"), (Role::User, "done ssn 2")],
+        );
+        let expected = upper_at(
+            &body,
+            &["/input/0/outputs/0/logs", "/input/0/outputs/3/logs"],
+        );
+        assert_eq!(written, expected);
+        assert_eq!(
+            written["input"][0]["code"], "print(ssn)",
+            "the code is no input"
+        );
     }
 
     #[test]

@@ -1357,7 +1357,7 @@ async fn a_denied_output_of_a_built_in_tool_is_a_403_and_never_reaches_the_upstr
 
 /// A Responses request that replays texts the model read or wrote in an earlier turn: `said`
 /// in an MCP tool's error (a string, as OpenAI's API has it), in the first file-search
-/// result, and in a reasoning item's summary and reasoning text.
+/// result, in a reasoning item's summary and reasoning text, and in code-interpreter logs.
 fn replayed_texts(said: &str) -> Value {
     json!({
         "model": "scripted-model",
@@ -1374,21 +1374,28 @@ fn replayed_texts(said: &str) -> Value {
               ] },
             { "type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAAB-opaque",
               "summary": [{ "type": "summary_text", "text": said }],
-              "content": [{ "type": "reasoning_text", "text": said }] }
+              "content": [{ "type": "reasoning_text", "text": said }] },
+            { "type": "code_interpreter_call", "id": "ci_1", "container_id": "cntr_1",
+              "status": "completed", "code": "print(open('notes').read())",
+              "outputs": [
+                { "type": "image", "url": "https://example.com/plot.png" },
+                { "type": "logs", "logs": said }
+              ] }
         ]
     })
 }
 
 /// Where [`replayed_texts`] puts what it is given.
-const REPLAYED: [&str; 4] = [
+const REPLAYED: [&str; 5] = [
     "/input/1/error",
     "/input/2/results/0/text",
     "/input/3/summary/0/text",
     "/input/3/content/0/text",
+    "/input/4/outputs/1/logs",
 ];
 
 #[tokio::test]
-async fn replayed_mcp_errors_file_search_results_and_reasoning_reach_the_upstream_redacted() {
+async fn replayed_tool_results_and_reasoning_reach_the_upstream_redacted() {
     let (server, proxy) = setup(
         vec![Reply::Json(support::response(vec![support::message_item(
             "msg_1", "Noted.",
