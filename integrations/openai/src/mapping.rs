@@ -120,14 +120,19 @@ pub(crate) fn chat_input(
 
 /// The texts of a Responses API request: `instructions` (as `system`), then `input`, a
 /// string (one `user` message) or a list of items: each text of a message item's `content`
-/// with the item's role, and the output of each tool as `user` text (a tool result reaches
-/// the model from outside, see [`TOOL_OUTPUTS`]): each text of a `function_call_output` or
+/// with the item's role, and what reached the model from outside as `user` text (a tool
+/// result, see [`TOOL_OUTPUTS`]): each text of a `function_call_output` or
 /// `custom_tool_call_output` item's `output`; the `output` string of a
-/// `local_shell_call_output`, `apply_patch_call_output` or `mcp_call` item; each non-empty
-/// `stdout` and `stderr` of a `shell_call_output` item's `output` chunks, each a text of its
-/// own, so a redaction is written back into the very string it was read from. A
+/// `local_shell_call_output`, `apply_patch_call_output` or `mcp_call` item, and the `error`
+/// of an `mcp_call` item (see [`Texts::mcp_error`]); each non-empty `stdout` and `stderr` of
+/// a `shell_call_output` item's `output` chunks; the `text` of each of a `file_search_call`
+/// item's `results`; the `logs` of each `logs` entry of a `code_interpreter_call` item's
+/// `outputs`. Reasoning sent back is the model's own text, `assistant`: the `text` of each
+/// `summary_text` part of a `reasoning` item's `summary` and of each `reasoning_text` part of
+/// its `content` (its `encrypted_content` goes as it is). Each string is a text of its own,
+/// so a redaction is written back into the very string it was read from. A
 /// `computer_call_output` item's output is a screenshot, an image with no text, and goes as
-/// it is. Other items (earlier calls, reasoning, references) carry no text to check.
+/// it is. Other items (earlier calls, references) carry no text to check.
 pub(crate) fn responses_input(
     body: &Map<String, Value>,
 ) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
@@ -145,28 +150,7 @@ pub(crate) fn responses_input(
         Some(Value::String(text)) => texts.push(Role::User, text, "/input".to_owned()),
         Some(Value::Array(items)) => {
             for (index, item) in items.iter().enumerate() {
-                let kind = item.get("type").and_then(Value::as_str);
-                match kind {
-                    None | Some("message") => {
-                        let role = role_of(item.get("role").and_then(Value::as_str));
-                        texts.content(
-                            role,
-                            item.get("content"),
-                            &format!("/input/{index}/content"),
-                        );
-                    }
-                    Some("shell_call_output") => {
-                        texts.shell_output(item.get("output"), &format!("/input/{index}/output"));
-                    }
-                    Some(kind) if TOOL_OUTPUTS.contains(&kind) => {
-                        texts.content(
-                            Role::User,
-                            item.get("output"),
-                            &format!("/input/{index}/output"),
-                        );
-                    }
-                    Some(_) => {}
-                }
+                texts.input_item(item, &format!("/input/{index}"));
             }
         }
         None | Some(Value::Null) => {}
@@ -203,6 +187,57 @@ impl Texts {
         self.slots.push(Slot(pointer));
     }
 
+    /// The texts of one item of a Responses API `input` list, found at `pointer`.
+    fn input_item(&mut self, item: &Value, pointer: &str) {
+        let field = |key: &str| (item.get(key), format!("{pointer}/{key}"));
+        match item.get("type").and_then(Value::as_str) {
+            None | Some("message") => {
+                let role = role_of(item.get("role").and_then(Value::as_str));
+                let (content, at) = field("content");
+                self.content(role, content, &at);
+            }
+            Some("shell_call_output") => {
+                let (output, at) = field("output");
+                self.entries(Role::User, output, &at, None, &["stdout", "stderr"]);
+            }
+            Some("file_search_call") => {
+                let (results, at) = field("results");
+                self.entries(Role::User, results, &at, None, &["text"]);
+            }
+            Some("code_interpreter_call") => {
+                let (outputs, at) = field("outputs");
+                self.entries(Role::User, outputs, &at, Some("logs"), &["logs"]);
+            }
+            Some("reasoning") => {
+                let (summary, at) = field("summary");
+                self.entries(
+                    Role::Assistant,
+                    summary,
+                    &at,
+                    Some("summary_text"),
+                    &["text"],
+                );
+                let (content, at) = field("content");
+                self.entries(
+                    Role::Assistant,
+                    content,
+                    &at,
+                    Some("reasoning_text"),
+                    &["text"],
+                );
+            }
+            Some(kind) if TOOL_OUTPUTS.contains(&kind) => {
+                let (output, at) = field("output");
+                self.content(Role::User, output, &at);
+                if kind == "mcp_call" {
+                    let (error, at) = field("error");
+                    self.mcp_error(error, &at);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
     /// A `content` (or tool `output`): a string, or a list of parts whose `text` (and
     /// `refusal`) strings are each one text.
     fn content(&mut self, role: Role, content: Option<&Value>, pointer: &str) {
@@ -221,20 +256,58 @@ impl Texts {
         }
     }
 
-    /// A `shell_call_output` item's `output`: a list of chunks, each with the `stdout` and
-    /// `stderr` of one command; each non-empty one is a `user` text of its own.
-    fn shell_output(&mut self, output: Option<&Value>, pointer: &str) {
-        let Some(Value::Array(chunks)) = output else {
+    /// A list of objects (a `shell_call_output`'s chunks, a `file_search_call`'s results, a
+    /// `code_interpreter_call`'s outputs, a reasoning item's parts): of each entry whose `type` is `kind` (any entry when `kind`
+    /// is `None`), each non-empty string under one of `keys` is a text of its own. Anything
+    /// that is not a list carries no text.
+    fn entries(
+        &mut self,
+        role: Role,
+        list: Option<&Value>,
+        pointer: &str,
+        kind: Option<&str>,
+        keys: &[&str],
+    ) {
+        let Some(Value::Array(entries)) = list else {
             return;
         };
-        for (index, chunk) in chunks.iter().enumerate() {
-            for key in ["stdout", "stderr"] {
-                if let Some(text) = chunk.get(key).and_then(Value::as_str)
+        for (index, entry) in entries.iter().enumerate() {
+            if kind.is_some_and(|kind| entry.get("type").and_then(Value::as_str) != Some(kind)) {
+                continue;
+            }
+            for key in keys {
+                if let Some(text) = entry.get(*key).and_then(Value::as_str)
                     && !text.is_empty()
                 {
-                    self.push(Role::User, text, format!("{pointer}/{index}/{key}"));
+                    self.push(role, text, format!("{pointer}/{index}/{key}"));
                 }
             }
+        }
+    }
+
+    /// An `mcp_call` item's `error`, what the server got back from a failed MCP tool, as
+    /// `user` text: a non-empty string as OpenAI's API sends it, or an object as
+    /// async-openai writes it, whose non-empty `message` (`mcp_protocol_error`,
+    /// `http_error`) and each text of whose `content` (`mcp_tool_execution_error`, a string
+    /// or a list of parts) is a text of its own.
+    fn mcp_error(&mut self, error: Option<&Value>, pointer: &str) {
+        match error {
+            Some(Value::String(text)) if !text.is_empty() => {
+                self.push(Role::User, text, pointer.to_owned());
+            }
+            Some(Value::Object(fields)) => {
+                if let Some(message) = fields.get("message").and_then(Value::as_str)
+                    && !message.is_empty()
+                {
+                    self.push(Role::User, message, format!("{pointer}/message"));
+                }
+                self.content(
+                    Role::User,
+                    fields.get("content"),
+                    &format!("{pointer}/content"),
+                );
+            }
+            _ => {}
         }
     }
 }
@@ -686,6 +759,172 @@ mod tests {
         assert_eq!(input[6]["output"], "MCP TEXT");
         assert_eq!(input[6]["arguments"], "{}");
         assert_eq!(input[7], body["input"][7]);
+    }
+
+    /// `body` with the string at each of `pointers` upper-cased.
+    fn upper_at(body: &Value, pointers: &[&str]) -> Value {
+        let mut expected = body.clone();
+        for pointer in pointers {
+            let target = expected.pointer_mut(pointer).expect("a text");
+            let upper = target.as_str().expect("a string").to_uppercase();
+            *target = Value::String(upper);
+        }
+        expected
+    }
+
+    #[test]
+    fn an_mcp_error_is_a_user_text_written_back_in_place() {
+        let body = json!({
+            "input": [
+                { "type": "mcp_call", "id": "mcp_1", "server_label": "docs", "name": "read",
+                  "arguments": "{}", "status": "failed", "error": "server said ssn 1" },
+                { "type": "mcp_call", "id": "mcp_2", "server_label": "docs", "name": "read",
+                  "arguments": "{}", "output": "fine", "error": "" },
+                { "type": "mcp_call", "id": "mcp_3", "server_label": "docs", "name": "read",
+                  "arguments": "{}", "error": null },
+                // The shapes async-openai writes.
+                { "type": "mcp_call", "id": "mcp_4", "server_label": "docs", "name": "read",
+                  "arguments": "{}", "error": { "type": "mcp_protocol_error", "code": -32000,
+                                                "message": "protocol ssn 2" } },
+                { "type": "mcp_call", "id": "mcp_5", "server_label": "docs", "name": "read",
+                  "arguments": "{}", "error": { "type": "mcp_tool_execution_error",
+                                                "content": [{ "type": "text", "text": "tool ssn 3" }] } },
+                { "type": "mcp_list_tools", "id": "mcpl_1", "server_label": "docs", "tools": [] }
+            ]
+        });
+        let written = read_and_upper(
+            &body,
+            Api::Responses,
+            &[
+                (Role::User, "server said ssn 1"),
+                (Role::User, "fine"),
+                (Role::User, "protocol ssn 2"),
+                (Role::User, "tool ssn 3"),
+            ],
+        );
+        let expected = upper_at(
+            &body,
+            &[
+                "/input/0/error",
+                "/input/1/output",
+                "/input/3/error/message",
+                "/input/4/error/content/0/text",
+            ],
+        );
+        assert_eq!(written, expected);
+    }
+
+    #[test]
+    fn file_search_results_are_user_texts_written_back_in_place() {
+        let body = json!({
+            "input": [
+                { "type": "file_search_call", "id": "fs_1", "status": "completed",
+                  "queries": ["who is ssn 0"],
+                  "results": [
+                    { "file_id": "file_1", "filename": "a.txt", "score": 0.9,
+                      "attributes": { "team": "hr" }, "text": "found ssn 1" },
+                    { "file_id": "file_2", "filename": "b.txt", "score": 0.5,
+                      "attributes": {}, "text": "" },
+                    { "file_id": "file_3", "filename": "c.txt", "score": 0.4,
+                      "attributes": {}, "text": "found ssn 2" }
+                  ] },
+                { "type": "file_search_call", "id": "fs_2", "status": "searching",
+                  "queries": ["q"] },
+                { "type": "file_search_call", "id": "fs_3", "status": "completed",
+                  "queries": ["q"], "results": null },
+                { "type": "web_search_call", "id": "ws_1", "status": "completed",
+                  "action": { "type": "search", "query": "text" } }
+            ]
+        });
+        let written = read_and_upper(
+            &body,
+            Api::Responses,
+            &[(Role::User, "found ssn 1"), (Role::User, "found ssn 2")],
+        );
+        let expected = upper_at(
+            &body,
+            &["/input/0/results/0/text", "/input/0/results/2/text"],
+        );
+        assert_eq!(written, expected);
+    }
+
+    #[test]
+    fn code_interpreter_logs_are_user_texts_written_back_in_place() {
+        let body = json!({
+            "input": [
+                { "type": "code_interpreter_call", "id": "ci_1", "container_id": "cntr_1",
+                  "status": "completed", "code": "print(ssn)",
+                  "outputs": [
+                    { "type": "logs", "logs": "ssn 1\n" },
+                    { "type": "image", "url": "https://example.com/plot.png" },
+                    { "type": "logs", "logs": "" },
+                    { "type": "logs", "logs": "done ssn 2" }
+                  ] },
+                { "type": "code_interpreter_call", "id": "ci_2", "container_id": "cntr_1",
+                  "status": "in_progress", "code": "x", "outputs": null }
+            ]
+        });
+        let written = read_and_upper(
+            &body,
+            Api::Responses,
+            &[(Role::User, "ssn 1\n"), (Role::User, "done ssn 2")],
+        );
+        let expected = upper_at(
+            &body,
+            &["/input/0/outputs/0/logs", "/input/0/outputs/3/logs"],
+        );
+        assert_eq!(written, expected);
+        assert_eq!(
+            written["input"][0]["code"], "print(ssn)",
+            "the code is no input"
+        );
+    }
+
+    #[test]
+    fn replayed_reasoning_is_an_assistant_text_written_back_in_place() {
+        let body = json!({
+            "input": [
+                { "role": "user", "content": "Think." },
+                { "type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAAenc",
+                  "summary": [
+                    { "type": "summary_text", "text": "summary ssn 1" },
+                    { "type": "summary_text", "text": "" },
+                    { "type": "summary_text", "text": "summary ssn 2" }
+                  ],
+                  "content": [
+                    { "type": "reasoning_text", "text": "thought ssn 3" },
+                    { "type": "other_part", "text": "not reasoning text" }
+                  ] },
+                { "type": "reasoning", "id": "rs_2", "summary": [],
+                  "encrypted_content": "gAAAAonly" },
+                { "type": "message", "role": "assistant", "content": [
+                    { "type": "output_text", "text": "answer" }
+                ] }
+            ]
+        });
+        let written = read_and_upper(
+            &body,
+            Api::Responses,
+            &[
+                (Role::User, "Think."),
+                (Role::Assistant, "summary ssn 1"),
+                (Role::Assistant, "summary ssn 2"),
+                (Role::Assistant, "thought ssn 3"),
+                (Role::Assistant, "answer"),
+            ],
+        );
+        let expected = upper_at(
+            &body,
+            &[
+                "/input/0/content",
+                "/input/1/summary/0/text",
+                "/input/1/summary/2/text",
+                "/input/1/content/0/text",
+                "/input/3/content/0/text",
+            ],
+        );
+        assert_eq!(written, expected);
+        assert_eq!(written["input"][1]["encrypted_content"], "gAAAAenc");
     }
 
     #[test]
