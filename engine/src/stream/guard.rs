@@ -860,6 +860,10 @@ impl<'e> OutputStream<'e> {
         if !quiet {
             let cleared = new.saturating_sub(1);
             for (stage, state) in self.plan.stages.iter().zip(&mut self.stages) {
+                // At the end any literal makes the stages run: the search can stop at one.
+                if end && first.is_some() {
+                    break;
+                }
                 state.lane_scanned = state.lane_scanned.max(cleared);
                 let Watch::Literals {
                     prefilter, longest, ..
@@ -869,14 +873,21 @@ impl<'e> OutputStream<'e> {
                     deny = true;
                     continue;
                 };
-                if state.lane_scanned < len
-                    && let Some(literal) = prefilter.find(raw, Span::from(state.lane_scanned..len))
+                // A replacing stage's literal matters only if it comes first; a denying
+                // stage's anywhere.
+                let until = match (&stage.action, first) {
+                    (StageAction::Replace { .. }, Some(first)) => first,
+                    _ => len,
+                };
+                if state.lane_scanned < until
+                    && let Some(literal) =
+                        prefilter.find(raw, Span::from(state.lane_scanned..until))
                 {
                     first = Some(first.map_or(literal.start, |at: usize| at.min(literal.start)));
                     deny |= matches!(stage.action, StageAction::Deny { .. });
                     continue;
                 }
-                state.lane_scanned = (len + 1).saturating_sub(*longest).max(state.lane_scanned);
+                state.lane_scanned = (until + 1).saturating_sub(*longest).max(state.lane_scanned);
             }
         }
         self.lane_filtered = if quiet {
