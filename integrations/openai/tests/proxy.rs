@@ -1357,7 +1357,9 @@ async fn a_denied_output_of_a_built_in_tool_is_a_403_and_never_reaches_the_upstr
 
 /// A Responses request that replays texts the model read or wrote in an earlier turn: `said`
 /// in an MCP tool's error (a string, as OpenAI's API has it), in the first file-search
-/// result, in a reasoning item's summary and reasoning text, and in code-interpreter logs.
+/// result, in a reasoning item's summary and reasoning text, in code-interpreter logs, in the
+/// description of a tool an MCP server listed and in the error of a failed listing, in the
+/// reason of an MCP approval response, and in an image call's revised prompt.
 fn replayed_texts(said: &str) -> Value {
     json!({
         "model": "scripted-model",
@@ -1380,22 +1382,38 @@ fn replayed_texts(said: &str) -> Value {
               "outputs": [
                 { "type": "image", "url": "https://example.com/plot.png" },
                 { "type": "logs", "logs": said }
-              ] }
+              ] },
+            { "type": "mcp_list_tools", "id": "mcpl_1", "server_label": "docs",
+              "tools": [
+                { "name": "read", "input_schema": { "type": "object" }, "description": said },
+                { "name": "stat", "input_schema": { "type": "object" },
+                  "annotations": { "readOnlyHint": true }, "description": "Tells a file's size." }
+              ] },
+            { "type": "mcp_list_tools", "id": "mcpl_2", "server_label": "mail", "tools": [],
+              "error": said },
+            { "type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": false,
+              "reason": said },
+            { "type": "image_generation_call", "id": "ig_1", "status": "completed",
+              "result": "iVBORw0KGgo=", "revised_prompt": said }
         ]
     })
 }
 
 /// Where [`replayed_texts`] puts what it is given.
-const REPLAYED: [&str; 5] = [
+const REPLAYED: [&str; 9] = [
     "/input/1/error",
     "/input/2/results/0/text",
     "/input/3/summary/0/text",
     "/input/3/content/0/text",
     "/input/4/outputs/1/logs",
+    "/input/5/tools/0/description",
+    "/input/6/error",
+    "/input/7/reason",
+    "/input/8/revised_prompt",
 ];
 
 #[tokio::test]
-async fn replayed_tool_results_and_reasoning_reach_the_upstream_redacted() {
+async fn replayed_texts_reach_the_upstream_redacted() {
     let (server, proxy) = setup(
         vec![Reply::Json(support::response(vec![support::message_item(
             "msg_1", "Noted.",
