@@ -400,12 +400,7 @@ impl<'e> OutputStream<'e> {
         {
             return self.lane_search();
         }
-        self.lane_searched = len;
-        self.lane_filtered = len;
-        let cut = self
-            .raw
-            .floor_char_boundary(len.saturating_sub(self.plan.windows));
-        self.lane_release(cut);
+        self.lane_cleared(len);
     }
 
     /// [`lane_push`](Self::lane_push) of fewer than 16 bytes. The quick filter tests such
@@ -443,12 +438,25 @@ impl<'e> OutputStream<'e> {
             }
             filtered = len;
         }
-        self.lane_searched = len;
+        self.lane_cleared(filtered);
+    }
+
+    /// The end of a push in the fast lane whose text the quick filter has cleared up to
+    /// `filtered` (or left untested within the slack after it): the text before the windows
+    /// is released.
+    #[inline(always)]
+    fn lane_cleared(&mut self, filtered: usize) {
+        self.lane_searched = self.raw.len();
         self.lane_filtered = filtered;
-        let cut = self
-            .raw
-            .floor_char_boundary(len.saturating_sub(self.plan.windows));
+        let cut = self.lane_cut();
         self.lane_release(cut);
+    }
+
+    /// Where the fast lane releases the received text up to: all but the windows.
+    #[inline(always)]
+    fn lane_cut(&self) -> usize {
+        self.raw
+            .floor_char_boundary(self.raw.len().saturating_sub(self.plan.windows))
     }
 
     /// Releases the received text up to `cut` as it came, lent from `raw`: the end of a push
@@ -481,9 +489,7 @@ impl<'e> OutputStream<'e> {
     fn pending_push(&mut self, delta: &str) {
         self.raw.push_str(delta);
         let len = self.raw.len();
-        let cut = self
-            .raw
-            .floor_char_boundary(len.saturating_sub(self.plan.windows));
+        let cut = self.lane_cut();
         if self.lane_until.is_some_and(|until| cut <= until)
             && self.plan.deny_filter.as_ref().is_none_or(|filter| {
                 filter.clear_push(self.raw.as_bytes(), self.hold_filtered, delta.as_bytes())
@@ -901,12 +907,7 @@ impl<'e> OutputStream<'e> {
                 .min()
                 .unwrap_or(len)
         };
-        let cut = if end {
-            len
-        } else {
-            self.raw
-                .floor_char_boundary(len.saturating_sub(self.plan.windows))
-        };
+        let cut = if end { len } else { self.lane_cut() };
         self.lane_until = None;
         // A replacing stage's literal: the lane goes on while it releases text before where
         // a match may start (see `pending_push`).
