@@ -1535,8 +1535,10 @@ async fn a_denied_output_of_a_built_in_tool_never_reaches_the_server() {
 /// A Responses request, in async-openai's own types, that replays texts of an earlier turn:
 /// `said` in an MCP tool's error (the object async-openai writes), in a file-search result,
 /// in a reasoning item's summary and reasoning text, in code-interpreter logs, in the
-/// description of a tool an MCP server listed and in the error of a failed listing, in the
-/// reason of an MCP approval response, and in an image call's revised prompt.
+/// description of a tool an MCP server listed, in the description of a parameter (named
+/// `description`) of its input schema and in its annotations' title, in the error of a
+/// failed listing, in the reason of an MCP approval response, in an image call's revised
+/// prompt and in the message of a failed image call's error.
 fn replayed_texts(said: &str) -> CreateResponse {
     responses_request(json!({
         "model": "scripted-model",
@@ -1556,7 +1558,10 @@ fn replayed_texts(said: &str) -> CreateResponse {
               "outputs": [{ "type": "logs", "logs": said }] },
             { "type": "mcp_list_tools", "id": "mcpl_1", "server_label": "docs",
               "tools": [
-                { "name": "read", "input_schema": { "type": "object" }, "description": said },
+                { "name": "read", "description": said,
+                  "input_schema": { "type": "object", "required": ["description"],
+                    "properties": { "description": { "type": "string", "description": said } } },
+                  "annotations": { "title": said, "readOnlyHint": true } },
                 { "name": "stat", "input_schema": { "type": "object" },
                   "description": "Tells a file's size." }
               ] },
@@ -1565,13 +1570,16 @@ fn replayed_texts(said: &str) -> CreateResponse {
             { "type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": false,
               "reason": said },
             { "type": "image_generation_call", "id": "ig_1", "status": "completed",
-              "result": "iVBORw0KGgo=", "revised_prompt": said }
+              "result": "iVBORw0KGgo=", "revised_prompt": said },
+            { "type": "image_generation_call", "id": "ig_2", "status": "failed", "result": null,
+              "error": { "type": "image_generation_user_error", "code": "moderation_blocked",
+                         "message": said } }
         ]
     }))
 }
 
 /// Where [`replayed_texts`] puts what it is given, in its `input`.
-const REPLAYED: [&str; 9] = [
+const REPLAYED: [&str; 12] = [
     "/1/error/message",
     "/2/results/0/text",
     "/3/summary/0/text",
@@ -1581,6 +1589,9 @@ const REPLAYED: [&str; 9] = [
     "/6/error",
     "/7/reason",
     "/8/revised_prompt",
+    "/5/tools/0/input_schema/properties/description/description",
+    "/5/tools/0/annotations/title",
+    "/9/error/message",
 ];
 
 #[tokio::test]
@@ -1615,6 +1626,14 @@ async fn replayed_texts_are_redacted_before_they_are_sent() {
     assert_eq!(input[5]["tools"][1]["description"], "Tells a file's size.");
     assert_eq!(input[7]["approve"], false);
     assert_eq!(input[8]["result"], "iVBORw0KGgo=");
+    let tool = &input[5]["tools"][0];
+    assert_eq!(tool["input_schema"]["required"], json!(["description"]));
+    assert_eq!(
+        tool["input_schema"]["properties"]["description"]["type"],
+        "string"
+    );
+    assert_eq!(tool["annotations"]["readOnlyHint"], true);
+    assert_eq!(input[9]["error"]["code"], "moderation_blocked");
 }
 
 #[tokio::test]
@@ -1635,4 +1654,39 @@ async fn a_denied_replayed_text_never_reaches_the_server() {
         assert_eq!(denial.policy_id(), "no_password_requests", "{pointer}");
         assert!(fixture.server.recorded().is_empty(), "{pointer}");
     }
+}
+
+#[tokio::test]
+async fn a_tool_schema_too_deep_to_read_never_reaches_the_server() {
+    let fixture = fixture(vec![], ToolDenial::Refuse).await;
+    let mut schema = json!({ "type": "string", "description": "A tag." });
+    for _ in 1..65 {
+        schema = json!({ "type": "array", "items": schema });
+    }
+    let request = responses_request(json!({
+        "model": "scripted-model",
+        "input": [
+            { "role": "user", "content": "Tag it." },
+            { "type": "mcp_list_tools", "id": "mcpl_1", "server_label": "docs",
+              "tools": [{ "name": "tag", "input_schema": schema }] }
+        ]
+    }));
+    let error = fixture
+        .client
+        .responses()
+        .create(request)
+        .await
+        .expect_err("the request is refused");
+    let OpenAIError::Boxed(inner) = &error else {
+        panic!("not the guard's error: {error}");
+    };
+    assert!(
+        matches!(
+            inner.downcast_ref::<portcullis_openai::GuardError>(),
+            Some(portcullis_openai::GuardError::InvalidRequest { problem })
+                if problem.contains("nested more than 64 levels")
+        ),
+        "{error}"
+    );
+    assert!(fixture.server.recorded().is_empty());
 }

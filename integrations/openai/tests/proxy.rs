@@ -1358,8 +1358,10 @@ async fn a_denied_output_of_a_built_in_tool_is_a_403_and_never_reaches_the_upstr
 /// A Responses request that replays texts the model read or wrote in an earlier turn: `said`
 /// in an MCP tool's error (a string, as OpenAI's API has it), in the first file-search
 /// result, in a reasoning item's summary and reasoning text, in code-interpreter logs, in the
-/// description of a tool an MCP server listed and in the error of a failed listing, in the
-/// reason of an MCP approval response, and in an image call's revised prompt.
+/// description of a tool an MCP server listed, in the description of a parameter (named
+/// `description`) of its input schema and in its annotations' title, in the error of a
+/// failed listing, in the reason of an MCP approval response, in an image call's revised
+/// prompt and in the message of a failed image call's error.
 fn replayed_texts(said: &str) -> Value {
     json!({
         "model": "scripted-model",
@@ -1385,7 +1387,13 @@ fn replayed_texts(said: &str) -> Value {
               ] },
             { "type": "mcp_list_tools", "id": "mcpl_1", "server_label": "docs",
               "tools": [
-                { "name": "read", "input_schema": { "type": "object" }, "description": said },
+                { "name": "read", "description": said,
+                  "input_schema": { "type": "object", "required": ["description"],
+                    "properties": {
+                      "description": { "type": "string", "description": said },
+                      "path": { "type": "string", "title": "Path" }
+                    } },
+                  "annotations": { "title": said, "readOnlyHint": true } },
                 { "name": "stat", "input_schema": { "type": "object" },
                   "annotations": { "readOnlyHint": true }, "description": "Tells a file's size." }
               ] },
@@ -1394,13 +1402,16 @@ fn replayed_texts(said: &str) -> Value {
             { "type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": false,
               "reason": said },
             { "type": "image_generation_call", "id": "ig_1", "status": "completed",
-              "result": "iVBORw0KGgo=", "revised_prompt": said }
+              "result": "iVBORw0KGgo=", "revised_prompt": said },
+            { "type": "image_generation_call", "id": "ig_2", "status": "failed", "result": null,
+              "error": { "type": "image_generation_user_error", "code": "moderation_blocked",
+                         "message": said } }
         ]
     })
 }
 
 /// Where [`replayed_texts`] puts what it is given.
-const REPLAYED: [&str; 9] = [
+const REPLAYED: [&str; 12] = [
     "/input/1/error",
     "/input/2/results/0/text",
     "/input/3/summary/0/text",
@@ -1410,6 +1421,9 @@ const REPLAYED: [&str; 9] = [
     "/input/6/error",
     "/input/7/reason",
     "/input/8/revised_prompt",
+    "/input/5/tools/0/input_schema/properties/description/description",
+    "/input/5/tools/0/annotations/title",
+    "/input/9/error/message",
 ];
 
 #[tokio::test]
@@ -1452,4 +1466,48 @@ async fn a_denied_replayed_text_is_a_403_and_never_reaches_the_upstream() {
         assert_eq!(json_of(&body)["error"]["code"], "no_password_requests");
     }
     assert!(server.recorded().is_empty());
+}
+
+/// A Responses request replaying an MCP tool list whose tool's input schema nests `depth`
+/// levels of `items`.
+fn nested_tool_schema(depth: usize) -> Value {
+    let mut schema = json!({ "type": "string", "description": "A tag." });
+    for _ in 1..depth {
+        schema = json!({ "type": "array", "items": schema });
+    }
+    json!({
+        "model": "scripted-model",
+        "input": [
+            { "role": "user", "content": "Tag it." },
+            { "type": "mcp_list_tools", "id": "mcpl_1", "server_label": "docs",
+              "tools": [{ "name": "tag", "input_schema": schema }] }
+        ]
+    })
+}
+
+#[tokio::test]
+async fn a_tool_schema_too_deep_to_read_is_a_400_and_never_reaches_the_upstream() {
+    let (server, proxy) = setup(
+        vec![Reply::Json(support::response(vec![support::message_item(
+            "msg_1", "Tagged.",
+        )]))],
+        |proxy| proxy,
+    )
+    .await;
+    let (status, body) = post(&proxy, "/v1/responses", &nested_tool_schema(65)).await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    let error = &json_of(&body)["error"];
+    assert_eq!(error["type"], "invalid_request_error");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("nested more than 64 levels")),
+        "{error}"
+    );
+    assert!(server.recorded().is_empty());
+
+    // At the bound, the request is read and goes on.
+    let (status, body) = post(&proxy, "/v1/responses", &nested_tool_schema(64)).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(server.recorded().len(), 1);
 }
