@@ -398,9 +398,9 @@ impl Texts {
     }
 
     /// A list of objects (a `shell_call_output`'s chunks, a `file_search_call`'s results, a
-    /// `code_interpreter_call`'s outputs, a reasoning item's parts): of each entry whose `type` is `kind` (any entry when `kind` is `None`), each
-    /// non-empty string under one of `keys` is a text of its own. Anything that is not a
-    /// list carries no text.
+    /// `code_interpreter_call`'s outputs, a reasoning item's parts): of each entry whose
+    /// `type` is `kind` (any entry when `kind` is `None`), each non-empty string under one of
+    /// `keys` is a text of its own. Anything that is not a list carries no text.
     fn entries(
         &mut self,
         role: Role,
