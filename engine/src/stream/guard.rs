@@ -721,8 +721,11 @@ impl<'e> OutputStream<'e> {
 
     /// Releases the rest, from `lent_from` on.
     async fn settle(&mut self) -> Result<(), EngineError> {
-        // The pushes since the rules last ran may have held more than ever before.
-        self.note_held();
+        // The pushes since the rules last ran may have held more than ever before (a stream
+        // that stopped holds what it stopped on, which is not held back).
+        if self.finished.is_none() {
+            self.note_held();
+        }
         self.flush();
         self.lend_from_released();
         // The last call stopped the stream and its `Feed` was dropped before reporting why.
@@ -1186,8 +1189,6 @@ impl<'e> OutputStream<'e> {
                 return;
             }
             self.reported_end = true;
-            // A stream dropped in the middle of a batch: its pushes did not count what they held.
-            self.note_held();
         }
         if !self.engine.audits() {
             return;
@@ -1286,6 +1287,8 @@ impl Drop for OutputStream<'_> {
     fn drop(&mut self) {
         // A stream dropped without `finish` (the reader went away) still gets its end record.
         if self.finished.is_none() {
+            // Dropped in the middle of a batch: its pushes did not count what they held.
+            self.note_held();
             self.finished = Some(StreamOutcome::Abandoned);
         }
         self.report(StreamEvent::End);
