@@ -354,17 +354,20 @@ impl<'e> OutputStream<'e> {
     /// # Ok::<(), portcullis_engine::EngineError>(())
     /// # }).unwrap();
     /// ```
-    #[inline]
+    // Always in line: a `Feed` returned through memory would be read back from two stores.
+    #[inline(always)]
     pub fn feed(&mut self, delta: &str) -> Feed<'_, 'e> {
         // Between two runs of the rules (batches) a push only keeps the text: inlined into the
         // caller, this is all most pushes of a batched stream cost.
         let len = self.raw.len() + delta.len();
         if len < self.quiet_until {
+            // A stream that stopped, or left something for its `Feed`, has no quiet pushes.
+            debug_assert!(!self.outstanding);
             self.raw.push_str(delta);
             // Nothing released. The held text only grows until the rules run: its record is
             // taken then (or when the stream ends).
             (self.lent_from, self.lent_to) = (0, 0);
-            return Feed { stream: Some(self) };
+            return Feed::released("");
         }
         if self.lane_direct {
             self.lane_push(delta);
@@ -375,7 +378,20 @@ impl<'e> OutputStream<'e> {
         } else {
             self.feed_text(delta);
         }
-        Feed { stream: Some(self) }
+        self.fed_call()
+    }
+
+    /// The `Feed` of a call that left its outcome in the guard: the text it released, or what
+    /// it left outstanding.
+    #[inline(always)]
+    fn fed_call(&mut self) -> Feed<'_, 'e> {
+        if self.outstanding {
+            Feed {
+                state: FeedState::Outstanding(self),
+            }
+        } else {
+            Feed::released(self.lent())
+        }
     }
 
     /// [`feed`](Self::feed) in the fast lane without batches: when the quick filter finds no
@@ -681,7 +697,7 @@ impl<'e> OutputStream<'e> {
                 self.chars_after_end += String::from_utf8_lossy(bytes).chars().count();
                 self.flush();
                 self.lend_from_released();
-                return Feed { stream: Some(self) };
+                return self.fed_call();
             }
             Err(error) => return self.failed(Box::new(error)),
         };
@@ -693,7 +709,7 @@ impl<'e> OutputStream<'e> {
         *self.pending_checkpoint() = None;
         self.failure = Some(self.fail(cause));
         self.outstanding = true;
-        Feed { stream: Some(self) }
+        self.fed_call()
     }
 
     /// Ends the stream: runs the final evaluation and releases the rest.
@@ -1234,9 +1250,28 @@ impl<'e> OutputStream<'e> {
 /// stream in incremental or buffer mode never waits on it.
 #[must_use = "the future holds the released text, or why the stream stopped"]
 pub struct Feed<'a, 'e> {
-    // Only the stream: the call left its outcome there. One word, so that awaiting a `Feed`
-    // that is ready (nearly all of them) costs the caller next to nothing.
-    stream: Option<&'a mut OutputStream<'e>>,
+    state: FeedState<'a, 'e>,
+}
+
+/// Two words, returned in registers: a `Feed` stored for the caller to read back would make
+/// the processor forward a load from several stores, which stalls it.
+enum FeedState<'a, 'e> {
+    /// The call released this text (often none) and left nothing to wait for or report: the
+    /// `Feed` of nearly every call, which the caller awaits without reading the guard again.
+    /// Also what a `Feed` polled to completion holds: nothing more.
+    Released(&'a str),
+    /// The call left something for its `Feed` in the guard: a checkpoint evaluation to wait
+    /// for, or why the stream stopped.
+    Outstanding(&'a mut OutputStream<'e>),
+}
+
+impl<'a> Feed<'a, '_> {
+    #[inline]
+    fn released(text: &'a str) -> Self {
+        Feed {
+            state: FeedState::Released(text),
+        }
+    }
 }
 
 /// A checkpoint evaluation under way: whether the evaluation changed the text.
@@ -1248,27 +1283,26 @@ impl<'a> Future for Feed<'a, '_> {
     #[inline]
     fn poll(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        // Polled again after completion: nothing more was released.
-        let Some(stream) = this.stream.take() else {
-            return Poll::Ready(Ok(""));
-        };
-        if stream.outstanding {
-            if stream.poll_outstanding(context).is_pending() {
-                this.stream = Some(stream);
-                return Poll::Pending;
-            }
-            if let Some(error) = stream.failure.take() {
-                return Poll::Ready(Err(error));
+        match std::mem::replace(&mut this.state, FeedState::Released("")) {
+            FeedState::Released(text) => Poll::Ready(Ok(text)),
+            FeedState::Outstanding(stream) => {
+                if stream.poll_outstanding(context).is_pending() {
+                    this.state = FeedState::Outstanding(stream);
+                    return Poll::Pending;
+                }
+                match stream.failure.take() {
+                    Some(error) => Poll::Ready(Err(error)),
+                    None => Poll::Ready(Ok(stream.lent())),
+                }
             }
         }
-        Poll::Ready(Ok(stream.lent()))
     }
 }
 
 impl std::fmt::Debug for Feed<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match &self.stream {
-            Some(stream)
+        let state = match &self.state {
+            FeedState::Outstanding(stream)
                 if stream
                     .checkpoint
                     .try_lock()
@@ -1276,8 +1310,8 @@ impl std::fmt::Debug for Feed<'_, '_> {
             {
                 "waiting for a checkpoint evaluation"
             }
-            Some(_) => "ready",
-            None => "done",
+            FeedState::Outstanding(_) => "ready",
+            FeedState::Released(_) => "ready (or done)",
         };
         f.debug_struct("Feed").field("state", &state).finish()
     }
@@ -1728,6 +1762,16 @@ mod tests {
             }
             panic!("no denial");
         });
+    }
+
+    #[test]
+    fn a_feed_is_two_words() {
+        // Returned in two registers; a larger `Feed` goes through memory, and reading it back
+        // from several stores stalls the caller on every push.
+        assert_eq!(
+            std::mem::size_of::<Feed<'_, '_>>(),
+            2 * std::mem::size_of::<usize>()
+        );
     }
 
     #[test]
