@@ -884,10 +884,35 @@ impl<'e> OutputStream<'e> {
         let mut deny = false;
         if !quiet {
             let cleared = new.saturating_sub(1);
-            for (stage, state) in self.plan.stages.iter().zip(&mut self.stages) {
+            let group = self.plan.lane_group.as_ref();
+            if let Some(group) = group {
+                // The group's first literal, from where the one that searched least left off.
+                let mut from = len;
+                for &index in &group.stages {
+                    let state = &mut self.stages[index];
+                    state.lane_scanned = state.lane_scanned.max(cleared);
+                    from = from.min(state.lane_scanned);
+                }
+                if from < len {
+                    match group.prefilter.find(raw, Span::from(from..len)) {
+                        Some(literal) => first = Some(literal.start),
+                        // One-byte literals: none straddles the end.
+                        None => {
+                            for &index in &group.stages {
+                                self.stages[index].lane_scanned = len;
+                            }
+                        }
+                    }
+                }
+            }
+            for (index, (stage, state)) in self.plan.stages.iter().zip(&mut self.stages).enumerate()
+            {
                 // At the end any literal makes the stages run: the search can stop at one.
                 if end && first.is_some() {
                     break;
+                }
+                if group.is_some_and(|group| group.has(index)) {
+                    continue;
                 }
                 state.lane_scanned = state.lane_scanned.max(cleared);
                 let Watch::Literals {
@@ -1448,6 +1473,65 @@ mod tests {
                 shown,
                 format!("{plain}mail [EMAIL] or call [SSN] now. {plain}")
             );
+        });
+    }
+
+    /// An e-mail address, watched for its `@`.
+    const EMAIL: &str = r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}";
+
+    #[test]
+    fn replacing_stages_with_one_byte_literals_are_searched_together() {
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Deny(&["evil.invalid"]))
+                .output(Redact(EMAIL, "EMAIL"))
+        });
+        let plan = engine.stream_plan();
+        let group = plan.lane_group.as_ref().expect("a group");
+        // The `-` of the SSN and the `@` of the address, not the denied domain.
+        assert_eq!(group.stages, [0, 2]);
+        let text = b"plain text, then ops@example.com and 123-45-6789";
+        let found = group.prefilter.find(text, Span::from(0..text.len()));
+        assert_eq!(found.map(|found| text[found.start]), Some(b'@'));
+        // One replacing stage alone is searched on its own.
+        let engine = engine_of(|set| set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN")));
+        assert!(engine.stream_plan().lane_group.is_none());
+        // So are replacing stages whose literals are longer than a byte.
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Redact(r"key-[0-9a-f]{8}", "KEY"))
+        });
+        assert!(engine.stream_plan().lane_group.is_none());
+        // The group's literals are found where each stage's search had left off: a secret
+        // after a long plain text is replaced, through the group, as the whole text has it.
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Redact(EMAIL, "EMAIL"))
+        });
+        let text = [
+            "plain words here. ".repeat(30),
+            "call 123-45-6789 or ops@example.com. ".into(),
+            "more plain words. ".repeat(30),
+        ]
+        .concat();
+        runtime().block_on(async {
+            for size in [5, 16, 64, 300] {
+                let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+                let mut shown = String::new();
+                for chunk in text.as_bytes().chunks(size) {
+                    let chunk = std::str::from_utf8(chunk).expect("ascii");
+                    shown.push_str(guard.feed(chunk).await.expect("no denial"));
+                }
+                for item in guard.finish().await {
+                    shown.push_str(&item.into_text().expect("text"));
+                }
+                assert_eq!(
+                    shown,
+                    text.replace("123-45-6789", "[SSN]")
+                        .replace("ops@example.com", "[EMAIL]"),
+                    "{size}"
+                );
+            }
         });
     }
 

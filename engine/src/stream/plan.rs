@@ -38,6 +38,8 @@ pub struct StreamPlan {
     /// The literals of the stages that deny, when any does: out of the fast lane, text that
     /// may hold one goes to the stages at once (see `OutputStream::hold_push`).
     pub(super) deny_filter: Option<LiteralFilter>,
+    /// Replacing stages whose literals the fast lane looks for in one search.
+    pub(super) lane_group: Option<LaneGroup>,
     /// The windows of all stages together: what the pipeline holds back, and the fast lane
     /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
     /// hold back less).
@@ -90,6 +92,8 @@ pub(super) enum Watch {
     /// match may be, and text far enough before the first of them is final.
     Literals {
         prefilter: Prefilter,
+        /// The literals the prefilter looks for.
+        literals: Vec<Vec<u8>>,
         /// The most bytes a match can start before the literal found in it (none when the
         /// pattern does not bound them; the longest match bounds them then).
         back: Option<usize>,
@@ -101,6 +105,52 @@ pub(super) enum Watch {
     /// A lazy DFA stepped over each new byte. It gives up ("quits") on non-ASCII text when the
     /// pattern has a Unicode word boundary; the stage then searches its window on every push.
     Dfa(Arc<hybrid::dfa::DFA>),
+}
+
+/// Replacing stages watched for one-byte literals, two or three bytes in all (the `-` of an
+/// SSN, the `@` of an e-mail address): the fast lane finds the first of them with one
+/// `memchr2` or `memchr3` instead of a search per stage. Of a replacing stage's literals only
+/// the first one in the text matters, so the first of all of them is all the lane needs.
+#[derive(Debug, Clone)]
+pub(super) struct LaneGroup {
+    pub(super) prefilter: Prefilter,
+    /// The stages, by index.
+    pub(super) stages: Vec<usize>,
+}
+
+impl LaneGroup {
+    /// The group of `stages`, when there are two or more such stages.
+    fn of(stages: &[Stage]) -> Option<LaneGroup> {
+        let mut members = Vec::new();
+        let mut bytes: Vec<Vec<u8>> = Vec::new();
+        for (index, stage) in stages.iter().enumerate() {
+            if let (StageAction::Replace { .. }, Watch::Literals { literals, .. }) =
+                (&stage.action, &stage.watch)
+                && literals.iter().all(|literal| literal.len() == 1)
+            {
+                members.push(index);
+                for literal in literals {
+                    if !bytes.contains(literal) {
+                        bytes.push(literal.clone());
+                    }
+                }
+            }
+        }
+        if members.len() < 2 || bytes.len() > 3 {
+            return None;
+        }
+        let prefilter = Prefilter::new(MatchKind::LeftmostFirst, &bytes)?;
+        Some(LaneGroup {
+            prefilter,
+            stages: members,
+        })
+    }
+
+    /// Whether the stage at `index` is one of the group.
+    #[inline]
+    pub(super) fn has(&self, index: usize) -> bool {
+        self.stages.contains(&index)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -187,11 +237,13 @@ impl StreamPlan {
                 }
             }
         }
+        let lane_group = LaneGroup::of(&stages);
         StreamPlan {
             mode,
             batch,
             stages,
             lane,
+            lane_group,
             lane_filter,
             deny_filter,
             windows,
@@ -348,14 +400,15 @@ pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
         ));
     }
     candidates.sort_by_key(|(score, ..)| std::cmp::Reverse(*score));
-    let (prefilter, literals, back) = candidates.iter().find_map(|(_, literals, back)| {
-        Prefilter::new(MatchKind::LeftmostFirst, literals)
+    let (prefilter, literals, back) = candidates.into_iter().find_map(|(_, literals, back)| {
+        Prefilter::new(MatchKind::LeftmostFirst, &literals)
             .filter(Prefilter::is_fast)
-            .map(|prefilter| (prefilter, literals, *back))
+            .map(|prefilter| (prefilter, literals, back))
     })?;
     let mut filter = LiteralFilter::empty();
-    filter.add(literals);
+    filter.add(&literals);
     Some(Watch::Literals {
+        literals,
         back,
         longest: prefilter.max_needle_len(),
         prefilter,
