@@ -323,9 +323,9 @@ fn check_text_with(family: Family, text: &str, chunkings: &[Vec<Vec<u8>>]) {
     let runtime = runtime();
     runtime.block_on(async {
         let ends = Ends::default();
-        // Every push, small batches, and one batch longer than any text here.
+        // Every push, small and middling batches, and one batch longer than any text here.
         let engines =
-            [0, 13, 4096].map(|batch| engine(incremental_set_batched(family, batch), &ends));
+            [0, 13, 64, 4096].map(|batch| engine(incremental_set_batched(family, batch), &ends));
         let engine = &engines[0];
         assert_eq!(engine.stream_plan().mode(), StreamMode::Incremental);
         let whole = whole_text(engine, text).await;

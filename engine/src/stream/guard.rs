@@ -814,6 +814,13 @@ impl<'e> OutputStream<'e> {
         // and the call's text is what follows it.
         self.flush();
         self.lend_from_released();
+        self.run_stages_lent(end)
+    }
+
+    /// [`run_stages`](Self::run_stages) once the call's text starts in `released` (the lane's
+    /// earlier text flushed).
+    fn run_stages_lent(&mut self, end: bool) -> Result<(), EngineError> {
+        debug_assert!(self.unflushed.is_none() && self.lent_to == usize::MAX);
         let delta = &self.raw[self.fed..];
         self.fed = self.raw.len();
         let Some(first) = self.stages.first_mut() else {
@@ -964,8 +971,28 @@ impl<'e> OutputStream<'e> {
             found => found.is_some(),
         };
         if hit {
+            self.flush();
+            self.lend_from_released();
+            // No match can start before the first literal less the reach: the text before
+            // that goes out as the lane would release it, and the stages take only the rest
+            // (after a batch, much less than all the lane held). Not when a denying stage's
+            // literal came: a call that stops the stream releases nothing; nor at the end,
+            // where the search stops at the first literal it finds, which may not be the
+            // first in the text.
+            if let Some(at) = first
+                && !deny
+                && !end
+            {
+                let until = self
+                    .raw
+                    .floor_char_boundary(cut.min(at.saturating_sub(self.plan.reach)));
+                if until > self.fed {
+                    self.released.push_str(&self.raw[self.fed..until]);
+                    self.fed = until;
+                }
+            }
             self.leave_lane();
-            return self.run_stages(end);
+            return self.run_stages_lent(end);
         }
         if cut > self.fed {
             // Lent from `raw`, as a push in the fast lane does.
