@@ -86,6 +86,9 @@ pub struct OutputStream<'e> {
     /// without running the stages, which run once the lane would release past it or a
     /// denying stage's literal may have come (see [`OutputStream::pending_push`]).
     lane_until: Option<usize>,
+    /// The push that ends a batch goes through [`OutputStream::lane_batch`]: incremental mode
+    /// in batches, in the lane, and not stopped.
+    lane_batched: bool,
     /// Every push goes through [`OutputStream::pending_push`]: as `lane_direct`, with a
     /// literal pending.
     lane_pending: bool,
@@ -212,6 +215,7 @@ impl PolicyEngine {
             stages: plan.stages.iter().map(StageState::new).collect(),
             in_lane: plan.lane,
             lane_direct: false,
+            lane_batched: false,
             lane_until: None,
             lane_pending: false,
             holding: false,
@@ -371,6 +375,8 @@ impl<'e> OutputStream<'e> {
         }
         if self.lane_direct {
             self.lane_push(delta);
+        } else if self.lane_batched {
+            self.lane_batch(delta);
         } else if self.lane_pending {
             self.pending_push(delta);
         } else if self.holding {
@@ -532,6 +538,30 @@ impl<'e> OutputStream<'e> {
         self.after_run(ran);
     }
 
+    /// [`feed`](Self::feed) that ends a batch in the fast lane: the lane searches the batch,
+    /// with none of the other bookkeeping of [`feed_text`](Self::feed_text) while it stays in
+    /// the lane.
+    #[inline(never)]
+    fn lane_batch(&mut self, delta: &str) {
+        // The batch's other pushes only kept their text: what is held is at its most now.
+        if self.raw.len() - self.fed > self.max_held_chars {
+            self.note_held();
+        }
+        self.raw.push_str(delta);
+        // Nothing released unless the lane releases it.
+        (self.lent_from, self.lent_to) = (0, 0);
+        let ran = self.lane_feed(false);
+        if ran.is_ok() && self.in_lane {
+            // What `after_run` would leave: the next batch ends a batch on from here.
+            self.quiet_until = self.lane_searched + self.plan.batch;
+            if self.raw.len() - self.fed > self.max_held_chars {
+                self.note_held();
+            }
+            return;
+        }
+        self.after_run(ran);
+    }
+
     #[cold]
     fn note_first_release(&mut self) {
         self.first_release = Some(self.started.elapsed());
@@ -658,6 +688,7 @@ impl<'e> OutputStream<'e> {
             && self.plan.batch == 0
             && self.finished.is_none();
         self.lane_direct = unbatched && self.in_lane && self.lane_until.is_none();
+        self.lane_batched = batching && self.in_lane;
         self.lane_pending = unbatched && self.in_lane && self.lane_until.is_some();
         self.holding = unbatched && self.plan.lane && !self.in_lane;
         if self.holding {
@@ -1238,6 +1269,7 @@ impl<'e> OutputStream<'e> {
         });
         self.quiet_until = 0;
         self.lane_direct = false;
+        self.lane_batched = false;
         self.lane_pending = false;
         self.holding = false;
         error
