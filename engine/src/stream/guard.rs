@@ -56,6 +56,33 @@ impl CharsUpTo {
     }
 }
 
+/// [`OutputStream::lane_push`] as a function, to be picked when the stream starts.
+type LanePush = for<'s, 'e> fn(&'s mut OutputStream<'e>, &str);
+
+/// [`OutputStream::lane_push`] with its vector test on exactly `ES` one-byte slots and `EP`
+/// pair slots.
+#[inline(never)]
+fn lane_push_exact<const ES: usize, const EP: usize>(stream: &mut OutputStream<'_>, delta: &str) {
+    stream.lane_push::<ES, EP>(delta);
+}
+
+/// The forms of [`OutputStream::lane_push`] for up to four one-byte tests and four pair tests,
+/// by their counts: a test on empty slots costs as much as on full ones.
+const LANE_PUSH: [[LanePush; 5]; 5] = {
+    macro_rules! counts {
+        ($singles:literal) => {
+            [
+                lane_push_exact::<$singles, 0>,
+                lane_push_exact::<$singles, 1>,
+                lane_push_exact::<$singles, 2>,
+                lane_push_exact::<$singles, 3>,
+                lane_push_exact::<$singles, 4>,
+            ]
+        };
+    }
+    [counts!(0), counts!(1), counts!(2), counts!(3), counts!(4)]
+};
+
 /// The streaming output guard; see the [module docs](crate::stream).
 pub struct OutputStream<'e> {
     engine: &'e PolicyEngine,
@@ -78,6 +105,8 @@ pub struct OutputStream<'e> {
     fed: usize,
     /// Incremental mode: the text goes past the stages (see [`OutputStream::lane_feed`]).
     in_lane: bool,
+    /// [`OutputStream::lane_push`] with as many vector tests as the plan's literals need.
+    lane_push: LanePush,
     /// Every push takes the fast lane itself (see [`OutputStream::lane_push`]): incremental
     /// mode without batches, in the lane, and not stopped.
     lane_direct: bool,
@@ -214,6 +243,11 @@ impl PolicyEngine {
             set: Arc::clone(&active.set),
             stages: plan.stages.iter().map(StageState::new).collect(),
             in_lane: plan.lane,
+            lane_push: plan
+                .lane_filter
+                .few_tests()
+                .and_then(|(singles, pairs)| LANE_PUSH.get(singles)?.get(pairs).copied())
+                .unwrap_or(lane_push_exact::<4, 4>),
             lane_direct: false,
             lane_batched: false,
             lane_until: None,
@@ -374,7 +408,7 @@ impl<'e> OutputStream<'e> {
             return Feed::released("");
         }
         if self.lane_direct {
-            self.lane_push(delta);
+            (self.lane_push)(self, delta);
         } else if self.lane_batched {
             self.lane_batch(delta);
         } else if self.lane_pending {
@@ -406,8 +440,11 @@ impl<'e> OutputStream<'e> {
     /// what that would leave). The released text is the text as it was received: it is lent
     /// from `raw`, and copied to `released` only when something reads that
     /// ([`flush`](Self::flush)).
-    #[inline(never)]
-    fn lane_push(&mut self, delta: &str) {
+    ///
+    /// Its vector test runs on `ES` one-byte slots and `EP` pair slots: each stream calls the
+    /// form whose slots its plan's literals fill exactly (see [`LANE_PUSH`]).
+    #[inline(always)]
+    fn lane_push<const ES: usize, const EP: usize>(&mut self, delta: &str) {
         if delta.len() < 16 {
             return self.lane_push_short(delta);
         }
@@ -415,10 +452,11 @@ impl<'e> OutputStream<'e> {
         let len = self.raw.len();
         let new = self.lane_filtered;
         if len - new >= LiteralFilter::SHORT
-            || !self
-                .plan
-                .lane_filter
-                .clear_push(self.raw.as_bytes(), new, delta.as_bytes())
+            || !self.plan.lane_filter.clear_push_exact::<ES, EP>(
+                self.raw.as_bytes(),
+                new,
+                delta.as_bytes(),
+            )
         {
             return self.lane_search();
         }
@@ -1905,6 +1943,17 @@ mod tests {
             }
             panic!("no denial");
         });
+    }
+
+    #[test]
+    fn the_lane_tests_exactly_the_literals_first_bytes() {
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Redact(EMAIL, "EMAIL"))
+                .output(Deny(&["phishing.example", "malware.test", "evil.invalid"]))
+        });
+        // `-` and `@` alone; `ph`, `ma` and `ev` in either case.
+        assert_eq!(engine.stream_plan().lane_filter.few_tests(), Some((2, 3)));
     }
 
     #[test]

@@ -504,25 +504,55 @@ impl<const S: usize, const P: usize> Tests<S, P> {
     }
 
     /// Whether no one-byte literal is in `second` and no pair starts in `first` (`second` is
-    /// `first` one byte on). Written as loops over 16 lanes without branches, which the
-    /// compiler unrolls into four vector instructions per one-byte test and nine per pair.
+    /// `first` one byte on).
     #[inline(always)]
     fn clear(&self, first: &[u8; 16], second: &[u8; 16]) -> bool {
-        let mut hit = [false; 16];
-        for [mask, byte] in &self.singles {
-            for lane in 0..16 {
-                hit[lane] |= (second[lane] | mask.0[lane]) == byte.0[lane];
-            }
-        }
-        for [a_mask, a, b_mask, b] in &self.pairs {
-            for lane in 0..16 {
-                hit[lane] |= ((first[lane] | a_mask.0[lane]) == a.0[lane])
-                    & ((second[lane] | b_mask.0[lane]) == b.0[lane]);
-            }
-        }
-        // Folded like this, the lanes are read with one instruction.
-        hit.iter().fold(0u8, |any, &lane| any | u8::from(lane)) == 0
+        clear_in(&self.singles, &self.pairs, first, second)
     }
+
+    /// [`clear`](Self::clear) on the first `ES` one-byte slots and the first `EP` pair slots
+    /// alone (the others empty); on all of them when there are fewer.
+    #[inline(always)]
+    fn clear_first<const ES: usize, const EP: usize>(
+        &self,
+        first: &[u8; 16],
+        second: &[u8; 16],
+    ) -> bool {
+        match (
+            self.singles.first_chunk::<ES>(),
+            self.pairs.first_chunk::<EP>(),
+        ) {
+            (Some(singles), Some(pairs)) => clear_in(singles, pairs, first, second),
+            _ => self.clear(first, second),
+        }
+    }
+}
+
+/// Whether no one-byte literal of `singles` is in `second` and no pair of `pairs` starts in
+/// `first` (`second` is `first` one byte on). Written as loops over 16 lanes without
+/// branches, which the compiler unrolls into four vector instructions per one-byte test and
+/// nine per pair.
+#[inline(always)]
+fn clear_in<const S: usize, const P: usize>(
+    singles: &[[Lane; 2]; S],
+    pairs: &[[Lane; 4]; P],
+    first: &[u8; 16],
+    second: &[u8; 16],
+) -> bool {
+    let mut hit = [false; 16];
+    for [mask, byte] in singles {
+        for lane in 0..16 {
+            hit[lane] |= (second[lane] | mask.0[lane]) == byte.0[lane];
+        }
+    }
+    for [a_mask, a, b_mask, b] in pairs {
+        for lane in 0..16 {
+            hit[lane] |= ((first[lane] | a_mask.0[lane]) == a.0[lane])
+                & ((second[lane] | b_mask.0[lane]) == b.0[lane]);
+        }
+    }
+    // Folded like this, the lanes are read with one instruction.
+    hit.iter().fold(0u8, |any, &lane| any | u8::from(lane)) == 0
 }
 
 impl Lanes {
@@ -660,12 +690,29 @@ impl LiteralFilter {
         self.limit_lanes();
     }
 
-    /// [`clear_from`](Self::clear_from) after a push of `delta`, which ends `text`. The usual
-    /// push, 16 new bytes, is tested in one window read from `delta` and the byte before it:
-    /// a window read from `text` would straddle the copies of this push and the last one
-    /// into it, and a processor forwards a read from two recent writes slowly.
+    /// The one-byte tests and the pair tests the vector test holds, when they fit the few
+    /// slots: [`clear_push_exact`](Self::clear_push_exact) can run on exactly as many.
+    pub(super) fn few_tests(&self) -> Option<(usize, usize)> {
+        match &self.lanes {
+            Some(Lanes {
+                singles,
+                pairs,
+                slots: Slots::Few(_),
+            }) => Some((singles.len(), pairs.len())),
+            _ => None,
+        }
+    }
+
+    /// [`clear_push`](Self::clear_push) whose vector test runs on `ES` one-byte slots and
+    /// `EP` pair slots alone: exactly the tests the literals need (see
+    /// [`few_tests`](Self::few_tests)), without the empty slots' work.
     #[inline(always)]
-    pub(super) fn clear_push(&self, text: &[u8], new: usize, delta: &[u8]) -> bool {
+    pub(super) fn clear_push_exact<const ES: usize, const EP: usize>(
+        &self,
+        text: &[u8],
+        new: usize,
+        delta: &[u8],
+    ) -> bool {
         let len = text.len();
         if let Some(Lanes {
             slots: Slots::Few(tests),
@@ -681,10 +728,19 @@ impl LiteralFilter {
             let mut window = [before; 17];
             window[1..].copy_from_slice(second);
             if let Some(first) = window.first_chunk::<16>() {
-                return tests.clear(first, second);
+                return tests.clear_first::<ES, EP>(first, second);
             }
         }
         self.clear_from(text, new)
+    }
+
+    /// [`clear_from`](Self::clear_from) after a push of `delta`, which ends `text`. The usual
+    /// push, 16 new bytes, is tested in one window read from `delta` and the byte before it:
+    /// a window read from `text` would straddle the copies of this push and the last one
+    /// into it, and a processor forwards a read from two recent writes slowly.
+    #[inline(always)]
+    pub(super) fn clear_push(&self, text: &[u8], new: usize, delta: &[u8]) -> bool {
+        self.clear_push_exact::<4, 4>(text, new, delta)
     }
 
     /// Whether no literal starts in the 16 bytes of `text` from `from`: a literal's first
@@ -770,6 +826,32 @@ mod tests {
         })
     }
 
+    /// [`LiteralFilter::clear_push_exact`] on `singles` one-byte slots and `pairs` pair slots.
+    fn clear_push_on(
+        filter: &LiteralFilter,
+        singles: usize,
+        pairs: usize,
+        text: &[u8],
+        new: usize,
+        delta: &[u8],
+    ) -> bool {
+        macro_rules! on {
+            ($($s:literal),*; $p:tt) => {
+                match singles {
+                    $($s => on!(@pairs $s; $p),)*
+                    _ => unreachable!("{singles} one-byte tests"),
+                }
+            };
+            (@pairs $s:literal; [$($p:literal),*]) => {
+                match pairs {
+                    $($p => filter.clear_push_exact::<$s, $p>(text, new, delta),)*
+                    _ => unreachable!("{pairs} pair tests"),
+                }
+            };
+        }
+        on!(0, 1, 2, 3, 4; [0, 1, 2, 3, 4])
+    }
+
     fn literal() -> impl Strategy<Value = Vec<u8>> {
         proptest::collection::vec(
             prop_oneof![
@@ -805,8 +887,14 @@ mod tests {
             }
             // The same after a push of the text's last `pushed` bytes (at least the new ones).
             let pushed = (text.len() - new).max(pushed).min(text.len());
-            if filter.clear_push(&text, new, &text[text.len() - pushed..]) {
+            let delta = &text[text.len() - pushed..];
+            let clear = filter.clear_push(&text, new, delta);
+            if clear {
                 prop_assert!(!starts_from(&literals, &text, new), "{literals:?} in {text:?} from {new}, pushed {pushed}");
+            }
+            // On exactly as many slots as there are tests, the same answer.
+            if let Some((singles, pairs)) = filter.few_tests() {
+                prop_assert_eq!(clear_push_on(&filter, singles, pairs, &text, new, delta), clear);
             }
         }
     }
