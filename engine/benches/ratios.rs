@@ -371,6 +371,13 @@ fn main() {
                     true,
                     Goal::Reference,
                 ),
+                (
+                    4,
+                    "feed, stream_batch(256)",
+                    batched,
+                    false,
+                    Goal::Reference,
+                ),
             ]);
         }
         for (size, how, engine, push, goal) in runs {

@@ -446,7 +446,7 @@ impl<'e> OutputStream<'e> {
     #[inline(always)]
     fn lane_push<const ES: usize, const EP: usize>(&mut self, delta: &str) {
         if delta.len() < 16 {
-            return self.lane_push_short(delta);
+            return self.lane_push_short::<ES, EP>(delta);
         }
         self.raw.push_str(delta);
         let len = self.raw.len();
@@ -468,8 +468,8 @@ impl<'e> OutputStream<'e> {
     /// within the plan's slack (they cannot change what the lane releases): a few short
     /// deltas then cost one test between them, and the bytes it reads back have reached the
     /// cache (the bytes of this push, just copied, would stall the read).
-    #[inline(never)]
-    fn lane_push_short(&mut self, delta: &str) {
+    #[inline(always)]
+    fn lane_push_short<const ES: usize, const EP: usize>(&mut self, delta: &str) {
         let received = self.raw.len();
         self.raw.push_str(delta);
         let len = self.raw.len();
@@ -481,7 +481,7 @@ impl<'e> OutputStream<'e> {
             if !self
                 .plan
                 .lane_filter
-                .clear_16(self.raw.as_bytes(), filtered)
+                .clear_16_exact::<ES, EP>(self.raw.as_bytes(), filtered)
             {
                 return self.lane_search();
             }
@@ -492,7 +492,7 @@ impl<'e> OutputStream<'e> {
             if !self
                 .plan
                 .lane_filter
-                .clear_from(self.raw.as_bytes(), filtered)
+                .clear_from_exact::<ES, EP>(self.raw.as_bytes(), filtered)
             {
                 return self.lane_search();
             }

@@ -607,15 +607,16 @@ impl Lanes {
     }
 
     /// Whether `window` (17 bytes) holds no one-byte literal in its last 16 bytes and no pair
-    /// of first bytes starting in its first 16.
+    /// of first bytes starting in its first 16, with the vector test on `ES` one-byte slots
+    /// and `EP` pair slots of the few (see [`LiteralFilter::clear_push_exact`]).
     #[inline(always)]
-    fn clear_window(&self, window: &[u8; 17]) -> bool {
+    fn clear_window_exact<const ES: usize, const EP: usize>(&self, window: &[u8; 17]) -> bool {
         let (Some(first), Some(second)) = (window.first_chunk::<16>(), window.last_chunk::<16>())
         else {
             return true;
         };
         match &self.slots {
-            Slots::Few(tests) => tests.clear(first, second),
+            Slots::Few(tests) => tests.clear_first::<ES, EP>(first, second),
             Slots::More(tests) => tests.clear(first, second),
         }
     }
@@ -731,7 +732,7 @@ impl LiteralFilter {
                 return tests.clear_first::<ES, EP>(first, second);
             }
         }
-        self.clear_from(text, new)
+        self.clear_from_exact::<ES, EP>(text, new)
     }
 
     /// [`clear_from`](Self::clear_from) after a push of `delta`, which ends `text`. The usual
@@ -746,14 +747,20 @@ impl LiteralFilter {
     /// Whether no literal starts in the 16 bytes of `text` from `from`: a literal's first
     /// two bytes, the first at `from - 1` or later, or a one-byte literal, in
     /// `text[from - 1..from + 16]` ([`clear_from`](Self::clear_from) of one window).
-    #[inline(never)]
-    pub(super) fn clear_16(&self, text: &[u8], from: usize) -> bool {
+    /// The vector test runs on `ES` one-byte slots and `EP` pair slots (see
+    /// [`clear_push_exact`](Self::clear_push_exact)).
+    #[inline(always)]
+    pub(super) fn clear_16_exact<const ES: usize, const EP: usize>(
+        &self,
+        text: &[u8],
+        from: usize,
+    ) -> bool {
         let window = from
             .checked_sub(1)
             .and_then(|start| text.get(start..))
             .and_then(<[u8]>::first_chunk::<17>);
         match (&self.lanes, window) {
-            (Some(lanes), Some(window)) => lanes.clear_window(window),
+            (Some(lanes), Some(window)) => lanes.clear_window_exact::<ES, EP>(window),
             _ => self.clear_from(text.get(..from + 16).unwrap_or(text), from),
         }
     }
@@ -767,6 +774,17 @@ impl LiteralFilter {
     /// 17 bytes, are tested 16 bytes at a time; other text byte pair by byte pair.
     #[inline(never)]
     pub(super) fn clear_from(&self, text: &[u8], new: usize) -> bool {
+        self.clear_from_exact::<4, 4>(text, new)
+    }
+
+    /// [`clear_from`](Self::clear_from) on `ES` one-byte slots and `EP` pair slots (see
+    /// [`clear_push_exact`](Self::clear_push_exact)).
+    #[inline(always)]
+    pub(super) fn clear_from_exact<const ES: usize, const EP: usize>(
+        &self,
+        text: &[u8],
+        new: usize,
+    ) -> bool {
         let len = text.len();
         match &self.lanes {
             Some(lanes) if new > 0 && len >= 17 && len - new < Self::SHORT => {
@@ -779,7 +797,7 @@ impl LiteralFilter {
                     let Some(window) = text[start..].first_chunk::<17>() else {
                         return true;
                     };
-                    if !lanes.clear_window(window) {
+                    if !lanes.clear_window_exact::<ES, EP>(window) {
                         return false;
                     }
                     if start + 17 >= len {
