@@ -96,7 +96,15 @@ fn ssn_message() -> String {
 }
 
 /// Streams `chunks` through `engine`'s guard with `feed` (or `push`); the bytes released.
-async fn stream(engine: &PolicyEngine, metadata: &Metadata, chunks: &[&str], push: bool) -> usize {
+/// With `finish` false the guard is dropped after the last push (the pushes alone, with a
+/// batch longer than the answer).
+async fn stream(
+    engine: &PolicyEngine,
+    metadata: &Metadata,
+    chunks: &[&str],
+    push: bool,
+    finish: bool,
+) -> usize {
     let mut guard = engine.output_stream(metadata.clone());
     let mut released = 0;
     for chunk in chunks {
@@ -109,6 +117,9 @@ async fn stream(engine: &PolicyEngine, metadata: &Metadata, chunks: &[&str], pus
         } else {
             released += guard.feed(chunk).await.map_or(0, str::len);
         }
+    }
+    if !finish {
+        return released;
     }
     for item in guard.finish().await {
         if let StreamItem::Text(text) = item {
@@ -324,6 +335,7 @@ fn main() {
                 every,
                 false,
                 Goal::Ratio(2.0),
+                true,
             ),
             (
                 16,
@@ -331,6 +343,7 @@ fn main() {
                 every,
                 true,
                 Goal::Ratio(3.0),
+                true,
             ),
             (
                 16,
@@ -338,6 +351,7 @@ fn main() {
                 batched,
                 false,
                 Goal::Ratio(1.3),
+                true,
             ),
             (
                 16,
@@ -345,6 +359,7 @@ fn main() {
                 batched,
                 true,
                 Goal::Ratio(1.5),
+                true,
             ),
         ];
         if *name == "typical" {
@@ -355,6 +370,16 @@ fn main() {
                     once,
                     false,
                     Goal::Reference,
+                    true,
+                ),
+                // The pushes alone: the text kept, the rules never run.
+                (
+                    16,
+                    "feed, the pushes alone (never finished)",
+                    once,
+                    false,
+                    Goal::Reference,
+                    false,
                 ),
                 // Deltas of a model's tokens, a few bytes each.
                 (
@@ -363,6 +388,7 @@ fn main() {
                     every,
                     false,
                     Goal::Reference,
+                    true,
                 ),
                 (
                     4,
@@ -370,6 +396,7 @@ fn main() {
                     every,
                     true,
                     Goal::Reference,
+                    true,
                 ),
                 (
                     4,
@@ -377,10 +404,11 @@ fn main() {
                     batched,
                     false,
                     Goal::Reference,
+                    true,
                 ),
             ]);
         }
-        for (size, how, engine, push, goal) in runs {
+        for (size, how, engine, push, goal, finish) in runs {
             let chunks = chunked(size);
             workloads.push(Workload {
                 name: format!("stream {name} 64 KiB/{size} B: {how} / whole"),
@@ -389,7 +417,7 @@ fn main() {
                 engine: Box::new(move |n| {
                     rt.block_on(async {
                         for _ in 0..n {
-                            black_box(stream(engine, metadata, chunks, push).await);
+                            black_box(stream(engine, metadata, chunks, push, finish).await);
                         }
                     })
                 }),

@@ -25,7 +25,10 @@
 //!   literal of a replacing rule only bounds the lane: no match can start more than the
 //!   rules' reach before it, so the lane goes on releasing the text before that, and the
 //!   pipeline runs once the text after the literal is long enough to act on its match (a
-//!   denying rule's literal makes it run at once). After the run, a push only adds to the
+//!   denying rule's literal makes it run at once); the pipeline then takes only the text from
+//!   where a match can start, the lane releasing what comes before. The replacing rules
+//!   watched for one-byte literals (the `-` of an SSN, the `@` of an address) are searched
+//!   for together, with one `memchr2` or `memchr3`. After the run, a push only adds to the
 //!   held text until that fills the windows, until the rules are quiet and the fast lane
 //!   goes on. A
 //!   pattern with no upper bound on its match length (`\d+`) cannot stream unless the rule
