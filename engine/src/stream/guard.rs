@@ -590,7 +590,7 @@ impl<'e> OutputStream<'e> {
         (self.lent_from, self.lent_to) = (0, 0);
         let ran = self.lane_feed(false);
         if ran.is_ok() && self.in_lane {
-            // What `after_run` would leave: the next batch ends a batch on from here.
+            // What `after_run` would leave: the next run comes a batch after this search.
             self.quiet_until = self.lane_searched + self.plan.batch;
             if self.raw.len() - self.fed > self.max_held_chars {
                 self.note_held();
