@@ -534,9 +534,7 @@ impl<'e> OutputStream<'e> {
             }
         }
         self.lent_to = self.fed;
-        if self.raw.len() - self.fed > self.max_held_chars {
-            self.note_held();
-        }
+        self.note_held_in_lane();
     }
 
     /// [`feed`](Self::feed) in the fast lane while a replacing stage's literal is pending
@@ -582,9 +580,7 @@ impl<'e> OutputStream<'e> {
     #[inline(never)]
     fn lane_batch(&mut self, delta: &str) {
         // The batch's other pushes only kept their text: what is held is at its most now.
-        if self.raw.len() - self.fed > self.max_held_chars {
-            self.note_held();
-        }
+        self.note_held_in_lane();
         self.raw.push_str(delta);
         // Nothing released unless the lane releases it.
         (self.lent_from, self.lent_to) = (0, 0);
@@ -592,12 +588,19 @@ impl<'e> OutputStream<'e> {
         if ran.is_ok() && self.in_lane {
             // What `after_run` would leave: the next run comes a batch after this search.
             self.quiet_until = self.lane_searched + self.plan.batch;
-            if self.raw.len() - self.fed > self.max_held_chars {
-                self.note_held();
-            }
+            self.note_held_in_lane();
             return;
         }
         self.after_run(ran);
+    }
+
+    /// [`note_held`](Self::note_held) in the fast lane, where the stages hold nothing: the
+    /// call only when the text received and not released may set a record.
+    #[inline(always)]
+    fn note_held_in_lane(&mut self) {
+        if self.raw.len() - self.fed > self.max_held_chars {
+            self.note_held();
+        }
     }
 
     #[cold]
