@@ -263,7 +263,15 @@ fn sighup_reloads_and_sigterm_stops_gracefully() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(0));
-    let log: Vec<String> = server.log.try_iter().collect();
+    // The reader of the service's stderr may still be passing its last lines on: read until
+    // it reaches the end of the pipe (the child has exited, so that comes).
+    let mut log = Vec::new();
+    while let Ok(line) = server
+        .log
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+    {
+        log.push(line);
+    }
     assert!(log.iter().any(|line| line.contains("SIGTERM")), "{log:?}");
     // The manifest's audit log has a record of every decision served.
     let audit = std::fs::read_to_string(scratch.0.join("audit.jsonl")).expect("an audit log");
