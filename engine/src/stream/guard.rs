@@ -570,8 +570,17 @@ impl<'e> OutputStream<'e> {
     #[inline(never)]
     fn lane_search(&mut self) {
         self.lend_from_released();
-        let ran = self.lane_feed(false);
+        let ran = self.lane_feed(false).map(|()| self.lane_again());
         self.after_run(ran);
+    }
+
+    /// After [`lane_feed`](Self::lane_feed): when its literal sent the text to the stages,
+    /// the lane is taken again at once if they are quiet after their run (the match's
+    /// replacement passed on), not a run later.
+    fn lane_again(&mut self) {
+        if !self.in_lane {
+            self.try_lane();
+        }
     }
 
     /// [`feed`](Self::feed) that ends a batch in the fast lane: the lane searches the batch,
@@ -591,6 +600,7 @@ impl<'e> OutputStream<'e> {
             self.note_held_in_lane();
             return;
         }
+        let ran = ran.map(|()| self.lane_again());
         self.after_run(ran);
     }
 
@@ -666,7 +676,9 @@ impl<'e> OutputStream<'e> {
         let ran = match self.plan.mode {
             // A whole batch has arrived since the lane's last search (the fast path of `feed`
             // keeps the text otherwise).
-            StreamMode::Incremental if self.in_lane => self.lane_feed(false),
+            StreamMode::Incremental if self.in_lane => {
+                self.lane_feed(false).map(|()| self.lane_again())
+            }
             StreamMode::Incremental if self.raw.len() - self.fed >= self.plan.batch => {
                 self.run_stages(false).map(|()| self.try_lane())
             }
@@ -1827,6 +1839,49 @@ mod tests {
         assert!(
             shown.len() <= plain.len() + "call 123-45-6789 at ".len(),
             "{shown:?}"
+        );
+    }
+
+    #[test]
+    fn a_batch_whose_match_the_stages_pass_on_takes_the_lane_again_at_once() {
+        let engine = engine_of(|set| {
+            set.stream_batch(256)
+                .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+                .output(Deny(&["evil.invalid"]))
+        });
+        assert!(engine.stream_plan().lane);
+        let plain = "nothing to see in this sentence at all. ".repeat(12);
+        // The first batch ends 256 bytes in, far enough after the secrets for the stages to
+        // pass their replacements on in the run that batch makes.
+        let text = [
+            &plain[..64],
+            "call 123-45-6789 or ops@example.com now. ",
+            &plain,
+        ]
+        .concat();
+        let (shown, lane_after_run) = runtime().block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            let mut lane_after_run = None;
+            for chunk in text.as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                let before = guard.raw.len();
+                shown.push_str(guard.feed(chunk).await.expect("allowed"));
+                if before < 256 && guard.raw.len() >= 256 {
+                    lane_after_run = Some(guard.in_lane);
+                }
+            }
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("allowed"));
+            }
+            (shown, lane_after_run)
+        });
+        // Back in the lane with the push that ran the stages, not a batch later.
+        assert_eq!(lane_after_run, Some(true));
+        assert_eq!(
+            shown,
+            [&plain[..64], "call [SSN] or [EMAIL] now. ", &plain].concat()
         );
     }
 
