@@ -315,7 +315,12 @@ fn main() {
     // pushes alone cost beside the whole-text evaluation, the least any batch size can cost.
     let once = leak(stream_engine(1 << 20));
     let metadata = leak(Metadata::new("agent", "session"));
-    let texts: Vec<(&str, String)> = vec![("typical", answer(30)), ("dense", answer(1))];
+    let texts: Vec<(&str, String)> = vec![
+        ("typical", answer(30)),
+        ("dense", answer(1)),
+        // One secret, at the start: what the lane costs when the stages have nothing to do.
+        ("clean", answer(usize::MAX)),
+    ];
     let texts = leak(texts);
     for (name, text) in texts {
         let context = OutputContext::new(Message::assistant(text.clone()), metadata.clone());
@@ -328,6 +333,7 @@ fn main() {
                 .collect();
             leak(chunks)
         };
+        let goals = if *name == "clean" { 0 } else { 4 };
         let mut runs = vec![
             (
                 16,
@@ -362,6 +368,27 @@ fn main() {
                 true,
             ),
         ];
+        runs.truncate(goals);
+        if *name == "clean" {
+            runs.extend([
+                (
+                    16,
+                    "feed, rules on every delta",
+                    every,
+                    false,
+                    Goal::Reference,
+                    true,
+                ),
+                (
+                    16,
+                    "feed, stream_batch(256)",
+                    batched,
+                    false,
+                    Goal::Reference,
+                    true,
+                ),
+            ]);
+        }
         if *name == "typical" {
             runs.extend([
                 (
