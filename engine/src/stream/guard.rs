@@ -60,9 +60,34 @@ impl CharsUpTo {
 type LanePush = for<'s, 'e> fn(&'s mut OutputStream<'e>, &str);
 
 /// [`OutputStream::lane_push`] with its vector test on exactly `ES` one-byte slots and `EP`
-/// pair slots.
+/// pair slots. Its two forms stay out of line, each on its own: the long form's one test then
+/// saves only the few registers it needs, not the many of the short form's loop (nor makes
+/// room on the stack for them).
 #[inline(never)]
 fn lane_push_exact<const ES: usize, const EP: usize>(stream: &mut OutputStream<'_>, delta: &str) {
+    if delta.len() < 16 {
+        lane_push_short_exact::<ES, EP>(stream, delta);
+    } else {
+        lane_push_long_exact::<ES, EP>(stream, delta);
+    }
+}
+
+/// [`OutputStream::lane_push_short`] on exactly `ES` one-byte slots and `EP` pair slots.
+#[inline(never)]
+fn lane_push_short_exact<const ES: usize, const EP: usize>(
+    stream: &mut OutputStream<'_>,
+    delta: &str,
+) {
+    stream.lane_push_short::<ES, EP>(delta);
+}
+
+/// [`OutputStream::lane_push`] of 16 bytes or more on exactly `ES` one-byte slots and `EP`
+/// pair slots.
+#[inline(never)]
+fn lane_push_long_exact<const ES: usize, const EP: usize>(
+    stream: &mut OutputStream<'_>,
+    delta: &str,
+) {
     stream.lane_push::<ES, EP>(delta);
 }
 
@@ -443,11 +468,11 @@ impl<'e> OutputStream<'e> {
     ///
     /// Its vector test runs on `ES` one-byte slots and `EP` pair slots: each stream calls the
     /// form whose slots its plan's literals fill exactly (see [`LANE_PUSH`]).
+    ///
+    /// Deltas of fewer than 16 bytes take [`lane_push_short`](Self::lane_push_short).
     #[inline(always)]
     fn lane_push<const ES: usize, const EP: usize>(&mut self, delta: &str) {
-        if delta.len() < 16 {
-            return self.lane_push_short::<ES, EP>(delta);
-        }
+        debug_assert!(delta.len() >= 16);
         self.raw.push_str(delta);
         let len = self.raw.len();
         let new = self.lane_filtered;
