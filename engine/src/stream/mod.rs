@@ -28,14 +28,14 @@
 //!   denying rule's literal makes it run at once); the pipeline then takes only the text from
 //!   where a match can start, the lane releasing what comes before. The replacing rules
 //!   watched for one-byte literals (the `-` of an SSN, the `@` of an address) are searched
-//!   for together, with one `memchr2` or `memchr3`. After the run, a push only adds to the
-//!   held text until that fills the windows, until the rules are quiet and the fast lane
-//!   goes on. A
-//!   pattern with no upper bound on its match length (`\d+`) cannot stream unless the rule
-//!   states a maximum; nor can a pattern that matches the empty string. Guarantees: the
-//!   released text is always a prefix of what the whole-text evaluation forwards, and at the
-//!   end it equals it; a denial is reported before any byte of the offending match (or after
-//!   it) is released.
+//!   for together, with one `memchr2` or `memchr3`. After the run the fast lane goes on at
+//!   once if the rules are quiet (the match and its replacement passed on); until they are,
+//!   a push only adds to the held text until that fills the windows (or a batch), and the
+//!   rules run again. A pattern with no upper bound on its match length (`\d+`) cannot
+//!   stream unless the rule states a maximum; nor can a pattern that matches the empty
+//!   string. Guarantees: the released text is always a prefix of what the whole-text
+//!   evaluation forwards, and at the end it equals it; a denial is reported before any byte
+//!   of the offending match (or after it) is released.
 //! - **Buffer** (the default when any enforced output policy is whole-text only: code
 //!   policies without a streaming form, Rego, remote): nothing is released until the whole
 //!   answer has been evaluated at [`finish`](OutputStream::finish).
