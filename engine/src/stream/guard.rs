@@ -61,8 +61,7 @@ type LanePush = for<'s, 'e> fn(&'s mut OutputStream<'e>, &str);
 
 /// [`OutputStream::lane_push`] with its vector test on exactly `ES` one-byte slots and `EP`
 /// pair slots. Its two forms stay out of line, each on its own: the long form's one test then
-/// saves only the few registers it needs, not the many of the short form's loop (nor makes
-/// room on the stack for them).
+/// saves only the few registers it needs, not the many of the short form's loop.
 #[inline(never)]
 fn lane_push_exact<const ES: usize, const EP: usize>(stream: &mut OutputStream<'_>, delta: &str) {
     if delta.len() < 16 {
