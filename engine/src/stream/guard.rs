@@ -594,17 +594,8 @@ impl<'e> OutputStream<'e> {
     #[inline(never)]
     fn lane_search(&mut self) {
         self.lend_from_released();
-        let ran = self.lane_feed(false).map(|()| self.lane_again());
+        let ran = self.lane_feed(false).map(|()| self.try_lane());
         self.after_run(ran);
-    }
-
-    /// After [`lane_feed`](Self::lane_feed): when its literal sent the text to the stages,
-    /// the lane is taken again at once if they are quiet after their run (the match's
-    /// replacement passed on), not a run later.
-    fn lane_again(&mut self) {
-        if !self.in_lane {
-            self.try_lane();
-        }
     }
 
     /// [`feed`](Self::feed) that ends a batch in the fast lane: the lane searches the batch,
@@ -624,7 +615,7 @@ impl<'e> OutputStream<'e> {
             self.note_held_in_lane();
             return;
         }
-        let ran = ran.map(|()| self.lane_again());
+        let ran = ran.map(|()| self.try_lane());
         self.after_run(ran);
     }
 
@@ -701,7 +692,7 @@ impl<'e> OutputStream<'e> {
             // A whole batch has arrived since the lane's last search (the fast path of `feed`
             // keeps the text otherwise).
             StreamMode::Incremental if self.in_lane => {
-                self.lane_feed(false).map(|()| self.lane_again())
+                self.lane_feed(false).map(|()| self.try_lane())
             }
             StreamMode::Incremental if self.raw.len() - self.fed >= self.plan.batch => {
                 self.run_stages(false).map(|()| self.try_lane())
@@ -1125,12 +1116,14 @@ impl<'e> OutputStream<'e> {
         }
     }
 
-    /// Takes the fast lane again once the pipeline is quiet: no stage has seen a literal in
-    /// the text it holds, and the held text of every stage, with the character before it, is
-    /// the answer's text as it came (no replacement in it, for any stage). The held texts
-    /// then lie end to end in `raw`, and the lane goes on from where the first of them starts.
+    /// Takes the fast lane again, if the stream is out of it, once the pipeline is quiet (after
+    /// any run of the stages, the lane's own too): no stage has seen a literal in the text it
+    /// holds, and the held text of every stage, with the character before it, is the answer's
+    /// text as it came (no replacement in it, for any stage). The held texts then lie end to
+    /// end in `raw`, and the lane goes on from where the first of them starts.
     fn try_lane(&mut self) {
-        if !self.plan.lane
+        if self.in_lane
+            || !self.plan.lane
             || !self
                 .stages
                 .iter()
