@@ -11,6 +11,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("path", 0),
     ("pattern", 0),
     ("stream/report", 0),
+    ("stream/short", 0),
     ("context", 1),
     ("decision", 1),
     ("approval", 2),

@@ -22,6 +22,7 @@ use crate::stream::plan::{LiteralFilter, ROOM_MOST, Stage, StageAction, StreamPl
 use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
+use crate::stream::short::append;
 use crate::stream::stage::{Sink, StageState, Watching};
 
 /// The characters of `text`; ASCII (most deltas) is checked a word at a time, much faster
@@ -425,7 +426,7 @@ impl<'e> OutputStream<'e> {
         if len < self.quiet_until {
             // A stream that stopped, or left something for its `Feed`, has no quiet pushes.
             debug_assert!(!self.outstanding);
-            self.raw.push_str(delta);
+            append(&mut self.raw, delta);
             // Nothing released. The held text only grows until the rules run: its record is
             // taken then (or when the stream ends).
             (self.lent_from, self.lent_to) = (0, 0);
@@ -472,7 +473,7 @@ impl<'e> OutputStream<'e> {
     #[inline(always)]
     fn lane_push<const ES: usize, const EP: usize>(&mut self, delta: &str) {
         debug_assert!(delta.len() >= 16);
-        self.raw.push_str(delta);
+        append(&mut self.raw, delta);
         let len = self.raw.len();
         let new = self.lane_filtered;
         if len - new >= LiteralFilter::SHORT
@@ -495,7 +496,7 @@ impl<'e> OutputStream<'e> {
     #[inline(always)]
     fn lane_push_short<const ES: usize, const EP: usize>(&mut self, delta: &str) {
         let received = self.raw.len();
-        self.raw.push_str(delta);
+        append(&mut self.raw, delta);
         let len = self.raw.len();
         let mut filtered = self.lane_filtered;
         if received.saturating_sub(filtered) >= LiteralFilter::SHORT {
@@ -569,7 +570,7 @@ impl<'e> OutputStream<'e> {
     /// have needed a run to find the match incomplete and more runs after it.
     #[inline(never)]
     fn pending_push(&mut self, delta: &str) {
-        self.raw.push_str(delta);
+        append(&mut self.raw, delta);
         let len = self.raw.len();
         let cut = self.lane_cut();
         if self.lane_until.is_some_and(|until| cut <= until)
@@ -605,7 +606,7 @@ impl<'e> OutputStream<'e> {
     fn lane_batch(&mut self, delta: &str) {
         // The batch's other pushes only kept their text: what is held is at its most now.
         self.note_held_in_lane();
-        self.raw.push_str(delta);
+        append(&mut self.raw, delta);
         // Nothing released unless the lane releases it.
         (self.lent_from, self.lent_to) = (0, 0);
         let ran = self.lane_feed(false);
@@ -643,7 +644,7 @@ impl<'e> OutputStream<'e> {
     /// (a replacement shows only in released text, and nothing is released meanwhile).
     #[inline(never)]
     fn hold_push(&mut self, delta: &str) {
-        self.raw.push_str(delta);
+        append(&mut self.raw, delta);
         let len = self.raw.len();
         let held = self.stage_held + len - self.fed;
         if held <= self.plan.windows
@@ -682,7 +683,7 @@ impl<'e> OutputStream<'e> {
         // The pushes of a batch before this one only added to the held text, and did not
         // count it: it is at its most now.
         self.note_held();
-        self.raw.push_str(delta);
+        append(&mut self.raw, delta);
         if self.plan.mode != StreamMode::Incremental {
             let chars = char_count(delta);
             self.buffered_chars += chars;

@@ -66,6 +66,7 @@ mod item;
 pub(crate) mod plan;
 pub(crate) mod report;
 pub(crate) mod rule;
+mod short;
 mod stage;
 
 pub use guard::{Feed, OutputStream};
