@@ -57,6 +57,14 @@ impl CharsUpTo {
     }
 }
 
+/// The bit of the stage at `index` in a set of stages, for the first 64 (none for the others).
+fn stage_bit(index: usize) -> u64 {
+    u32::try_from(index)
+        .ok()
+        .and_then(|index| 1u64.checked_shl(index))
+        .unwrap_or(0)
+}
+
 /// [`OutputStream::lane_push`] as a function, to be picked when the stream starts.
 type LanePush = for<'s, 'e> fn(&'s mut OutputStream<'e>, &str);
 
@@ -989,6 +997,9 @@ impl<'e> OutputStream<'e> {
         // at its last byte): a stage's search starts there if it searched less far itself.
         let mut first = None;
         let mut deny = false;
+        // The stages (the first 64) whose literals this call searched for up to the end of
+        // the text and did not find.
+        let mut clear = 0u64;
         if !quiet {
             let cleared = new.saturating_sub(1);
             let group = self.plan.lane_group.as_ref();
@@ -1007,6 +1018,7 @@ impl<'e> OutputStream<'e> {
                         None => {
                             for &index in &group.stages {
                                 self.stages[index].lane_scanned = len;
+                                clear |= stage_bit(index);
                             }
                         }
                     }
@@ -1043,6 +1055,9 @@ impl<'e> OutputStream<'e> {
                     first = Some(first.map_or(literal.start, |at: usize| at.min(literal.start)));
                     deny |= matches!(stage.action, StageAction::Deny { .. });
                     continue;
+                }
+                if until == len {
+                    clear |= stage_bit(index);
                 }
                 state.lane_scanned = (until + 1).saturating_sub(*longest).max(state.lane_scanned);
             }
@@ -1092,7 +1107,17 @@ impl<'e> OutputStream<'e> {
                 }
             }
             self.leave_lane();
-            return self.run_stages_lent(end);
+            // What the lane has just searched the whole text for and not found, the stages
+            // need not search their text for in this run (see `Stage::own_literals`).
+            for (index, (stage, state)) in self.plan.stages.iter().zip(&mut self.stages).enumerate()
+            {
+                state.lane_clear = stage.own_literals && clear & stage_bit(index) != 0;
+            }
+            let ran = self.run_stages_lent(end);
+            for state in &mut self.stages {
+                state.lane_clear = false;
+            }
+            return ran;
         }
         if cut > self.fed {
             // Lent from `raw`, as a push in the fast lane does.
@@ -1750,6 +1775,70 @@ mod tests {
 
         fn streaming(&self) -> Option<Vec<StreamingRule>> {
             Some(vec![StreamingRule::deny_on_any(self.0, None)])
+        }
+    }
+
+    /// Replaces matches of a pattern with the given text.
+    struct ReplaceWith(&'static str, &'static str);
+
+    #[async_trait::async_trait]
+    impl OutputPolicy for ReplaceWith {
+        fn id(&self) -> &str {
+            "replace"
+        }
+
+        async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, crate::BoxError> {
+            Ok(PolicyDecision::allow())
+        }
+
+        fn streaming(&self) -> Option<Vec<StreamingRule>> {
+            Some(vec![StreamingRule::Replace {
+                pattern: self.0.into(),
+                replacement: self.1.into(),
+                max_match_len: None,
+            }])
+        }
+    }
+
+    #[test]
+    fn a_literal_a_replacement_makes_with_the_text_after_it_is_found() {
+        // The answer has no blocked domain; the SSN's replacement makes one with the text
+        // after it. The fast lane finds none in the answer, and the deny stage must still
+        // search its own text.
+        let plain = "nothing to see in this sentence at all. ".repeat(12);
+        let text = [&plain[..64], "call 123-45-6789.invalid now. ", &plain].concat();
+        for batch in [0, 256] {
+            let engine = engine_of(|set| {
+                set.stream_batch(batch)
+                    .output(ReplaceWith(r"\b\d{3}-\d{2}-\d{4}\b", "x-evil"))
+                    .output(Deny(&["evil.invalid"]))
+            });
+            let plan = engine.stream_plan();
+            assert!(plan.lane);
+            assert_eq!(
+                plan.stages
+                    .iter()
+                    .map(|stage| stage.own_literals)
+                    .collect::<Vec<_>>(),
+                [true, false]
+            );
+            for size in [1, 5, 16, 64] {
+                let denied = runtime().block_on(async {
+                    let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+                    for chunk in text.as_bytes().chunks(size) {
+                        let chunk = std::str::from_utf8(chunk).expect("ascii");
+                        if guard.feed(chunk).await.is_err() {
+                            return true;
+                        }
+                    }
+                    guard
+                        .finish()
+                        .await
+                        .into_iter()
+                        .any(|item| matches!(item, StreamItem::Denied(_)))
+                });
+                assert!(denied, "batch {batch}, {size}-byte deltas");
+            }
         }
     }
 

@@ -81,6 +81,12 @@ pub(super) struct Stage {
     pub(super) back: usize,
     /// How the stage tells text that cannot hold a match from text that may.
     pub(super) watch: Watch,
+    /// The stage watches for literals, and no replacement of an earlier stage holds one of
+    /// them or makes one with the text around it: every literal in the text this stage
+    /// receives is one the answer itself holds there. So when the fast lane has just
+    /// searched the answer for them and found none, the stage need not search again (see
+    /// `StageState::lane_clear`).
+    pub(super) own_literals: bool,
 }
 
 /// What a stage runs over each new piece of text, so that the regex searches only where a match
@@ -214,6 +220,12 @@ impl StreamPlan {
                 None => StreamMode::Buffer,
             }
         };
+        for index in 0..stages.len() {
+            let (earlier, rest) = stages.split_at_mut(index);
+            if let Some(stage) = rest.first_mut() {
+                stage.own_literals = own_literals(stage, earlier);
+            }
+        }
         let lane = !stages.is_empty()
             && stages
                 .iter()
@@ -331,8 +343,44 @@ impl Stage {
             window: longest + lookahead + 3,
             span: longest + lookahead,
             watch,
+            own_literals: false,
         })
     }
+}
+
+/// Whether every literal `stage` watches for in its text is one of the answer's own, whatever
+/// the stages before it (`earlier`) replace: each replacement is text that none of the
+/// literals can overlap, so no literal lies in one or across its edge. (An empty
+/// replacement could join the text on either side into one.)
+fn own_literals(stage: &Stage, earlier: &[Stage]) -> bool {
+    let Watch::Literals { literals, .. } = &stage.watch else {
+        return false;
+    };
+    earlier.iter().all(|before| match &before.action {
+        StageAction::Deny { .. } => true,
+        StageAction::Replace { replacement } => {
+            !replacement.is_empty()
+                && literals
+                    .iter()
+                    .all(|literal| !overlaps(literal, replacement.as_bytes()))
+        }
+    })
+}
+
+/// Whether `literal` can lie over at least one byte of `text`, somewhere in a longer text
+/// around it: at some offset, the bytes of the two that meet are equal.
+fn overlaps(literal: &[u8], text: &[u8]) -> bool {
+    // `literal` starts `shift` bytes before the end of `text`: from its first byte on the
+    // last byte of `text` to its last byte on the first byte of `text`.
+    (1..text.len() + literal.len()).any(|shift| {
+        let start = text.len().saturating_sub(shift);
+        let skipped = shift.saturating_sub(text.len());
+        text.get(start..)
+            .into_iter()
+            .flatten()
+            .zip(literal.iter().skip(skipped))
+            .all(|(a, b)| a == b)
+    })
 }
 
 /// Literals one of which every match of `hir` contains, when there are few enough of them for a
@@ -969,5 +1017,93 @@ mod tests {
         for clear in [&b"`"[..], b"\r", b"e", b"v", b"Ex"] {
             assert!(filter.clear_from(&text(clear), 20), "{clear:?}");
         }
+    }
+
+    /// Whether `literal` can lie over part of `text`, written out case by case: it holds
+    /// `text`, `text` holds it, or it runs over one edge of `text`.
+    fn overlaps_by_cases(literal: &[u8], text: &[u8]) -> bool {
+        let holds = |outer: &[u8], inner: &[u8]| outer.windows(inner.len()).any(|w| w == inner);
+        let shared = literal.len().min(text.len());
+        holds(literal, text)
+            || holds(text, literal)
+            || (1..shared).any(|k| {
+                text.ends_with(&literal[..k]) || text.starts_with(&literal[literal.len() - k..])
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn a_literal_overlaps_text_when_it_holds_it_is_held_or_runs_over_an_edge(
+            literal in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(b'[')], 1..6),
+            text in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(b']')], 1..8),
+        ) {
+            prop_assert_eq!(overlaps(&literal, &text), overlaps_by_cases(&literal, &text));
+        }
+    }
+
+    #[test]
+    fn a_literal_overlaps_a_replacement_that_holds_part_of_it() {
+        for (literal, replacement) in [
+            ("evil.invalid", "x-ev"),
+            ("evil.invalid", "lid]"),
+            ("@", "id@ssn.org"),
+            ("example", "[example]"),
+            ("ab", "b"),
+        ] {
+            assert!(
+                overlaps(literal.as_bytes(), replacement.as_bytes()),
+                "{literal} over {replacement}"
+            );
+        }
+        for (literal, replacement) in [("evil.invalid", "[EMAIL]"), ("-", "[SSN]"), ("ab", "c")] {
+            assert!(
+                !overlaps(literal.as_bytes(), replacement.as_bytes()),
+                "{literal} over {replacement}"
+            );
+        }
+    }
+
+    /// Whether each of `rules`, compiled into stages in order, sees only the answer's own
+    /// literals.
+    fn own_literals_of(rules: &[StreamingRule]) -> Vec<bool> {
+        let stages: Vec<Stage> = rules
+            .iter()
+            .map(|rule| Stage::compile(0, "rules", rule).expect("a streaming rule"))
+            .collect();
+        (0..stages.len())
+            .map(|index| own_literals(&stages[index], &stages[..index]))
+            .collect()
+    }
+
+    #[test]
+    fn a_stage_sees_only_the_answers_literals_when_no_earlier_replacement_can_make_one() {
+        let replace = |pattern: &str, replacement: &str| StreamingRule::Replace {
+            pattern: pattern.into(),
+            replacement: replacement.into(),
+            max_match_len: None,
+        };
+        let domains = StreamingRule::deny_on_any(&["evil.invalid"], None);
+        let email = r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}";
+        let ssn = r"\b\d{3}-\d{2}-\d{4}\b";
+        assert_eq!(
+            own_literals_of(&[
+                replace(ssn, "[SSN]"),
+                replace(email, "[EMAIL]"),
+                domains.clone()
+            ]),
+            [true, true, true]
+        );
+        // The SSN's replacement holds the e-mail stage's `@`.
+        assert_eq!(
+            own_literals_of(&[replace(ssn, "id@ssn.org"), replace(email, "[EMAIL]")]),
+            [true, false]
+        );
+        // The replacement ends with the start of the blocked domain.
+        assert_eq!(
+            own_literals_of(&[replace(ssn, "x-ev"), domains.clone()]),
+            [true, false]
+        );
+        // Nothing between the text before a match and the text after it.
+        assert_eq!(own_literals_of(&[replace(ssn, ""), domains]), [true, false]);
     }
 }

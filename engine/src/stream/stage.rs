@@ -23,6 +23,11 @@ pub(super) struct StageState {
     pub(super) unchanged: usize,
     /// Where the fast lane's search for this stage's literals goes on, in `raw`.
     pub(super) lane_scanned: usize,
+    /// The text this stage receives in the run under way, the first after the fast lane,
+    /// holds none of its literals: the lane has just searched the answer up to its end for
+    /// them and found none, and no earlier stage's replacement can bring one
+    /// ([`Stage::own_literals`]). The stage's first search in the run is then skipped.
+    pub(super) lane_clear: bool,
     pub(super) watching: Watching,
 }
 
@@ -63,6 +68,7 @@ impl StageState {
             replacements: 0,
             unchanged: 0,
             lane_scanned: 0,
+            lane_clear: false,
             watching: Watching::Blind,
         };
         state.rewatch(stage, None);
@@ -115,7 +121,12 @@ impl StageState {
                 },
             ) if *search_from < len => {
                 let span = Span::from(*search_from..len);
-                match prefilter.find(self.buffer.as_bytes(), span) {
+                let literal = if std::mem::take(&mut self.lane_clear) {
+                    None
+                } else {
+                    prefilter.find(self.buffer.as_bytes(), span)
+                };
+                match literal {
                     Some(literal) => *found = Some(literal.start),
                     // An occurrence may start in the last `longest - 1` bytes and end in the
                     // next push.
