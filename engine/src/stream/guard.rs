@@ -581,20 +581,36 @@ impl<'e> OutputStream<'e> {
         append(&mut self.raw, delta);
         let len = self.raw.len();
         let cut = self.lane_cut();
-        if self.lane_until.is_some_and(|until| cut <= until)
-            && self.plan.deny_filter.as_ref().is_none_or(|filter| {
-                filter.clear_push(self.raw.as_bytes(), self.hold_filtered, delta.as_bytes())
-            })
-        {
+        // Since the lane's search, no literal of a denying stage has begun (the filter has
+        // looked from where one that search could not see whole may begin).
+        let deny_clear = self.plan.deny_filter.as_ref().is_none_or(|filter| {
+            filter.clear_push(self.raw.as_bytes(), self.hold_filtered, delta.as_bytes())
+        });
+        if deny_clear && self.lane_until.is_some_and(|until| cut <= until) {
             self.hold_filtered = len;
             self.lane_searched = len;
             self.lane_release(cut);
             return;
         }
-        self.lend_from_released();
         self.lane_until = None;
         self.leave_lane();
-        let ran = self.run_stages(false).map(|()| self.try_lane());
+        // The lane's search found none of the denying stages' literals, and the filter none
+        // since: the text the stages take holds none.
+        let clear = if deny_clear {
+            self.plan
+                .stages
+                .iter()
+                .enumerate()
+                .filter(|(_, stage)| matches!(stage.action, StageAction::Deny { .. }))
+                .fold(0, |clear, (index, _)| clear | stage_bit(index))
+        } else {
+            0
+        };
+        self.flush();
+        self.lend_from_released();
+        let ran = self
+            .run_stages_from_lane(clear, false)
+            .map(|()| self.try_lane());
         self.after_run(ran);
     }
 
@@ -771,7 +787,9 @@ impl<'e> OutputStream<'e> {
         if self.holding {
             // A literal may have begun in the last bytes the stages received and end in the
             // next ones: the filter looks at its first bytes again.
-            self.hold_filtered = (self.fed + 2).saturating_sub(self.plan.longest_literal);
+            self.hold_filtered = (self.fed + 2)
+                .saturating_sub(self.plan.longest_literal)
+                .min(self.fed);
         }
         self.quiet_until = match (batching, self.in_lane) {
             (false, _) => 0,
@@ -1080,7 +1098,9 @@ impl<'e> OutputStream<'e> {
         let hit = match first {
             Some(at) if !end && !deny && cut <= at.saturating_sub(self.plan.reach) => {
                 self.lane_until = Some(at.saturating_sub(self.plan.reach));
-                self.hold_filtered = len;
+                // The pushes that follow look for a denying stage's literal from where one
+                // this search could not see whole may begin.
+                self.hold_filtered = (len + 2).saturating_sub(self.plan.longest_literal).min(len);
                 false
             }
             found => found.is_some(),
@@ -1107,23 +1127,28 @@ impl<'e> OutputStream<'e> {
                 }
             }
             self.leave_lane();
-            // What the lane has just searched the whole text for and not found, the stages
-            // need not search their text for in this run (see `Stage::own_literals`).
-            for (index, (stage, state)) in self.plan.stages.iter().zip(&mut self.stages).enumerate()
-            {
-                state.lane_clear = stage.own_literals && clear & stage_bit(index) != 0;
-            }
-            let ran = self.run_stages_lent(end);
-            for state in &mut self.stages {
-                state.lane_clear = false;
-            }
-            return ran;
+            return self.run_stages_from_lane(clear, end);
         }
         if cut > self.fed {
             // Lent from `raw`, as a push in the fast lane does.
             self.lane_release(cut);
         }
         Ok(())
+    }
+
+    /// [`run_stages_lent`](Self::run_stages_lent) on the text the fast lane has just handed
+    /// the stages. The lane has searched the answer up to its end for the literals of the
+    /// stages in `clear` (see [`stage_bit`]) and found none: those of them that see only the
+    /// answer's own literals ([`Stage::own_literals`]) skip their search of the text.
+    fn run_stages_from_lane(&mut self, clear: u64, end: bool) -> Result<(), EngineError> {
+        for (index, (stage, state)) in self.plan.stages.iter().zip(&mut self.stages).enumerate() {
+            state.lane_clear = stage.own_literals && clear & stage_bit(index) != 0;
+        }
+        let ran = self.run_stages_lent(end);
+        for state in &mut self.stages {
+            state.lane_clear = false;
+        }
+        ran
     }
 
     /// Hands the unreleased text to the stages: each starts afresh at `fed`, with the
@@ -1840,6 +1865,77 @@ mod tests {
                 assert!(denied, "batch {batch}, {size}-byte deltas");
             }
         }
+    }
+
+    #[test]
+    fn empty_pushes_while_a_replacing_literal_is_pending_pass_with_one_byte_literals() {
+        // Every literal is one byte: the pushes after the lane's search look for a denying
+        // stage's literal from the end of the text it searched, not past it.
+        let engine = engine_of(|set| {
+            set.output(Redact(r"[0-9]{1,4}-[0-9]{1,4}", "DASH"))
+                .output(Redact(r"[a-z]{1,8}@[a-z]{1,8}", "AT"))
+                .output(Deny(&["#"]))
+        });
+        let plan = engine.stream_plan();
+        assert!(plan.lane && plan.longest_literal == 1);
+        let shown = runtime().block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            let pushes = [
+                "call 12-34 now, or write to them about it: ",
+                "",
+                "",
+                "their address is a@b for now, ",
+                "",
+                "it says so on the page you have in front of you!",
+                "",
+                "",
+            ];
+            for chunk in pushes {
+                shown.push_str(guard.feed(chunk).await.expect("allowed"));
+            }
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("allowed"));
+            }
+            shown
+        });
+        assert_eq!(
+            shown,
+            "call [DASH] now, or write to them about it: their address is [AT] for now, \
+             it says so on the page you have in front of you!"
+        );
+    }
+
+    #[test]
+    fn a_denied_literal_begun_in_the_push_that_found_a_replacing_one_is_found() {
+        // The push that brings the SSN's `-` ends in the first bytes of a blocked domain: the
+        // lane's search then cannot see it whole, and the pushes after it must.
+        let engine = engine_of(|set| {
+            set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+                .output(Deny(&["evil.invalid"]))
+        });
+        let plain = "nothing to see in this sentence at all. ".repeat(4);
+        let pushes = [
+            &plain[..],
+            "call 123-45-6789 at evil",
+            ".invalid now, or later. ",
+            &plain,
+            &plain,
+        ];
+        let denied = runtime().block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            for push in pushes {
+                if guard.feed(push).await.is_err() {
+                    return true;
+                }
+            }
+            guard
+                .finish()
+                .await
+                .into_iter()
+                .any(|item| matches!(item, StreamItem::Denied(_)))
+        });
+        assert!(denied);
     }
 
     #[test]
