@@ -1020,14 +1020,16 @@ impl<'e> OutputStream<'e> {
         let mut clear = 0u64;
         if !quiet {
             let cleared = new.saturating_sub(1);
-            let group = self.plan.lane_group.as_ref();
-            if let Some(group) = group {
+            let plan = &*self.plan;
+            let stages = &mut self.stages[..];
+            if let Some(group) = &plan.lane_group {
                 // The group's first literal, from where the one that searched least left off.
                 let mut from = len;
                 for &index in &group.stages {
-                    let state = &mut self.stages[index];
-                    state.lane_scanned = state.lane_scanned.max(cleared);
-                    from = from.min(state.lane_scanned);
+                    if let Some(state) = stages.get_mut(index) {
+                        state.lane_scanned = state.lane_scanned.max(cleared);
+                        from = from.min(state.lane_scanned);
+                    }
                 }
                 if from < len {
                     match group.prefilter.find(raw, Span::from(from..len)) {
@@ -1035,22 +1037,24 @@ impl<'e> OutputStream<'e> {
                         // One-byte literals: none straddles the end.
                         None => {
                             for &index in &group.stages {
-                                self.stages[index].lane_scanned = len;
-                                clear |= stage_bit(index);
+                                if let Some(state) = stages.get_mut(index) {
+                                    state.lane_scanned = len;
+                                    clear |= stage_bit(index);
+                                }
                             }
                         }
                     }
                 }
             }
-            for (index, (stage, state)) in self.plan.stages.iter().zip(&mut self.stages).enumerate()
-            {
+            for &index in &plan.lane_solo {
                 // At the end any literal makes the stages run: the search can stop at one.
                 if end && first.is_some() {
                     break;
                 }
-                if group.is_some_and(|group| group.has(index)) {
+                let (Some(stage), Some(state)) = (plan.stages.get(index), stages.get_mut(index))
+                else {
                     continue;
-                }
+                };
                 state.lane_scanned = state.lane_scanned.max(cleared);
                 let Watch::Literals {
                     prefilter, longest, ..

@@ -40,6 +40,9 @@ pub struct StreamPlan {
     pub(super) deny_filter: Option<LiteralFilter>,
     /// Replacing stages whose literals the fast lane looks for in one search.
     pub(super) lane_group: Option<LaneGroup>,
+    /// The other stages, by index and in order: the fast lane searches for each one's
+    /// literals on its own.
+    pub(super) lane_solo: Vec<usize>,
     /// The windows of all stages together: what the pipeline holds back, and the fast lane
     /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
     /// hold back less).
@@ -250,12 +253,16 @@ impl StreamPlan {
             }
         }
         let lane_group = LaneGroup::of(&stages);
+        let lane_solo = (0..stages.len())
+            .filter(|&index| lane_group.as_ref().is_none_or(|group| !group.has(index)))
+            .collect();
         StreamPlan {
             mode,
             batch,
             stages,
             lane,
             lane_group,
+            lane_solo,
             lane_filter,
             deny_filter,
             windows,
