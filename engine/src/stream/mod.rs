@@ -28,8 +28,11 @@
 //!   denying rule's literal makes it run at once); the pipeline then takes only the text from
 //!   where a match can start, the lane releasing what comes before. The replacing rules
 //!   watched for one-byte literals (the `-` of an SSN, the `@` of an address) are searched
-//!   for together, with one `memchr2` or `memchr3`. After the run the fast lane goes on at
-//!   once if the rules are quiet (the match and its replacement passed on); until they are,
+//!   for together, with one `memchr2` or `memchr3`. A rule the lane has just searched the
+//!   answer for without finding one of its literals does not search the text of the run the
+//!   lane hands over again, unless a replacement of a rule before it could hold or make one of
+//!   them (each replacement is checked against its literals when the plan is built). After
+//!   the run the fast lane goes on at once if the rules are quiet (the match and its replacement passed on); until they are,
 //!   a push only adds to the held text until that fills the windows (or a batch), and the
 //!   rules run again. A pattern with no upper bound on its match length (`\d+`) cannot
 //!   stream unless the rule states a maximum; nor can a pattern that matches the empty
