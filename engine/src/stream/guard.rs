@@ -1070,9 +1070,17 @@ impl<'e> OutputStream<'e> {
                     (StageAction::Replace { .. }, Some(first)) => first,
                     _ => len,
                 };
+                // A literal of this stage that starts before `until` counts, wherever it
+                // ends.
+                let search_end = if until < len {
+                    (until + longest - 1).min(len)
+                } else {
+                    len
+                };
                 if state.lane_scanned < until
-                    && let Some(literal) =
-                        prefilter.find(raw, Span::from(state.lane_scanned..until))
+                    && let Some(literal) = prefilter
+                        .find(raw, Span::from(state.lane_scanned..search_end))
+                        .filter(|literal| literal.start < until)
                 {
                     first = Some(first.map_or(literal.start, |at: usize| at.min(literal.start)));
                     deny |= matches!(stage.action, StageAction::Deny { .. });
@@ -1095,6 +1103,15 @@ impl<'e> OutputStream<'e> {
                 .min()
                 .unwrap_or(len)
         };
+        // A longer literal may have begun before the first one found and not be whole yet:
+        // until the end, the first literal starts no later than where one may straddle it.
+        let first = first.map(|at| {
+            if end {
+                at
+            } else {
+                at.min((len + 1).saturating_sub(self.plan.longest_literal))
+            }
+        });
         let cut = if end { len } else { self.lane_cut() };
         self.lane_until = None;
         // A replacing stage's literal: the lane goes on while it releases text before where

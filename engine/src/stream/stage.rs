@@ -127,7 +127,11 @@ impl StageState {
                     prefilter.find(self.buffer.as_bytes(), span)
                 };
                 match literal {
-                    Some(literal) => *found = Some(literal.start),
+                    // A longer literal may have begun before it and not be whole yet: the
+                    // first literal starts no later than where one may straddle the end.
+                    Some(literal) => {
+                        *found = Some(literal.start.min((len + 1).saturating_sub(*longest)));
+                    }
                     // An occurrence may start in the last `longest - 1` bytes and end in the
                     // next push.
                     None => *search_from = (len + 1).saturating_sub(*longest).max(*search_from),
