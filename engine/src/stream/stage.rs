@@ -194,8 +194,30 @@ impl StageState {
             self.pass(horizon, out);
             return Ok(());
         }
+        // A stage watched for literals knows where the first literal at or after `position`
+        // starts (`Some(None)`: none lies wholly in the text): no match starts more than the
+        // stage's `back` before it, so the regex starts there, or not at all, and after the
+        // last match the watch goes on from it rather than searching the text again.
+        let (mut next_literal, literals) = match (&self.watching, &stage.watch) {
+            (
+                Watching::Literals { found, .. },
+                Watch::Literals {
+                    prefilter, longest, ..
+                },
+            ) => (Some(*found), Some((prefilter, *longest))),
+            _ => (None, None),
+        };
         let mut position = self.held_from;
-        while let Some(found) = stage.regex.find_at(&self.buffer, position) {
+        let replaced = self.replacements;
+        loop {
+            let from = match next_literal {
+                Some(None) => break,
+                Some(Some(literal)) => literal.saturating_sub(stage.back).max(position),
+                None => position,
+            };
+            let Some(found) = stage.regex.find_at(&self.buffer, from) else {
+                break;
+            };
             if !end && found.start() + stage.span > len {
                 break;
             }
@@ -209,12 +231,27 @@ impl StageState {
                 }
             }
             if end && position >= len {
+                next_literal = None;
                 break;
             }
+            next_literal = match literals {
+                // After the first match: text with another match after it is dense with
+                // them, and the regex's own search finds each as cheaply as this one would.
+                Some((prefilter, longest)) if self.replacements == replaced + 1 => Some(
+                    prefilter
+                        .find(self.buffer.as_bytes(), Span::from(position..len))
+                        // As in `watch`: a longer literal may have begun before the one found.
+                        .map(|literal| literal.start.min((len + 1).saturating_sub(longest))),
+                ),
+                _ => None,
+            };
         }
         let cut = position.max(horizon);
         out.pass(&self.buffer[position..cut]);
+        let before = self.buffer.len();
         self.cut_at(cut);
+        // Bytes the compaction dropped from the front of the buffer.
+        let dropped = before - self.buffer.len();
         let cache = match std::mem::replace(&mut self.watching, Watching::Blind) {
             Watching::Dfa(scanner) => Some(scanner.cache),
             Watching::Blind if matches!(stage.watch, Watch::Dfa(_)) => {
@@ -223,7 +260,24 @@ impl StageState {
             }
             _ => None,
         };
-        self.rewatch(stage, cache);
+        match (next_literal, literals) {
+            // No literal lies wholly in the text left held (it starts at or after `position`).
+            (Some(None), Some((_, longest))) if !end => {
+                let len = self.buffer.len();
+                self.watching = Watching::Literals {
+                    search_from: (len + 1).saturating_sub(longest).max(self.held_from),
+                    found: None,
+                };
+            }
+            // The first literal in the text left held.
+            (Some(Some(literal)), Some(_)) if !end && literal >= cut => {
+                self.watching = Watching::Literals {
+                    search_from: self.held_from,
+                    found: Some(literal - dropped),
+                };
+            }
+            _ => self.rewatch(stage, cache),
+        }
         // The literal the regex has dealt with is behind: what the watch finds in the text
         // left held decides how much more of it is final, as at the start of the next run. A
         // stage that holds no more than it must lets the next pushes be kept without running
