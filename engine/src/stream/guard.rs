@@ -175,7 +175,9 @@ pub struct OutputStream<'e> {
     stage_held: usize,
     /// Where the text released by the last call starts: in `released` (to its end) when
     /// `lent_to` is [`usize::MAX`], otherwise in `raw` (a push in the fast lane releases the
-    /// text as it was received, and lends it from there).
+    /// text as it was received, and lends it from there). A push between two runs of the
+    /// rules (batches) leaves these as they were: it releases nothing, and its `Feed` says so
+    /// itself; every other call sets them before anything reads them.
     lent_from: usize,
     /// Where that text ends in `raw` (the call released nothing when it equals `lent_from`).
     lent_to: usize,
@@ -437,7 +439,6 @@ impl<'e> OutputStream<'e> {
             append(&mut self.raw, delta);
             // Nothing released. The held text only grows until the rules run: its record is
             // taken then (or when the stream ends).
-            (self.lent_from, self.lent_to) = (0, 0);
             return Feed::released("");
         }
         if self.lane_direct {
