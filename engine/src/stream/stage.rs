@@ -24,9 +24,10 @@ pub(super) struct StageState {
     /// Where the fast lane's search for this stage's literals goes on, in `raw`.
     pub(super) lane_scanned: usize,
     /// The text this stage receives in the run under way, the first after the fast lane,
-    /// holds none of its literals: the lane has just searched the answer up to its end for
-    /// them and found none, and no earlier stage's replacement can bring one
-    /// ([`Stage::own_literals`]). The stage's first search in the run is then skipped.
+    /// holds none of its literals: the lane's search of the answer up to its end found none
+    /// of them (nor, for a denying stage, the filter of the pushes since), and no earlier
+    /// stage's replacement can bring one ([`Stage::own_literals`]). The stage's first search
+    /// in the run is then skipped.
     pub(super) lane_clear: bool,
     pub(super) watching: Watching,
 }
