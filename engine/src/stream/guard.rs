@@ -1581,6 +1581,23 @@ mod tests {
             .expect("a runtime")
     }
 
+    /// Whether a stream of `deltas` through `engine` is denied, by a push or at its end.
+    fn denied<'d>(engine: &PolicyEngine, deltas: impl IntoIterator<Item = &'d str>) -> bool {
+        runtime().block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            for delta in deltas {
+                if guard.feed(delta).await.is_err() {
+                    return true;
+                }
+            }
+            guard
+                .finish()
+                .await
+                .into_iter()
+                .any(|item| matches!(item, StreamItem::Denied(_)))
+        })
+    }
+
     fn literals_of(pattern: &str) -> Option<Watch> {
         let hir = regex_syntax::ParserBuilder::new()
             .build()
@@ -1870,21 +1887,11 @@ mod tests {
                 [true, false]
             );
             for size in [1, 5, 16, 64] {
-                let denied = runtime().block_on(async {
-                    let mut guard = engine.output_stream(Metadata::new("agent", "session"));
-                    for chunk in text.as_bytes().chunks(size) {
-                        let chunk = std::str::from_utf8(chunk).expect("ascii");
-                        if guard.feed(chunk).await.is_err() {
-                            return true;
-                        }
-                    }
-                    guard
-                        .finish()
-                        .await
-                        .into_iter()
-                        .any(|item| matches!(item, StreamItem::Denied(_)))
-                });
-                assert!(denied, "batch {batch}, {size}-byte deltas");
+                let chunks = text
+                    .as_bytes()
+                    .chunks(size)
+                    .map(|chunk| std::str::from_utf8(chunk).expect("ascii"));
+                assert!(denied(&engine, chunks), "batch {batch}, {size}-byte deltas");
             }
         }
     }
@@ -1944,20 +1951,7 @@ mod tests {
             &plain,
             &plain,
         ];
-        let denied = runtime().block_on(async {
-            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
-            for push in pushes {
-                if guard.feed(push).await.is_err() {
-                    return true;
-                }
-            }
-            guard
-                .finish()
-                .await
-                .into_iter()
-                .any(|item| matches!(item, StreamItem::Denied(_)))
-        });
-        assert!(denied);
+        assert!(denied(&engine, pushes));
     }
 
     #[test]
@@ -2114,7 +2108,6 @@ mod tests {
     fn a_literal_whose_start_ends_a_push_is_found_in_the_fast_lane() {
         let engine = engine_of(|set| set.output(Deny(&["evil.invalid", "malware.test"])));
         assert!(engine.stream_plan().lane);
-        let runtime = runtime();
         // The first two bytes of the literal end one push (the filter flags them, the
         // prefilter finds no whole literal yet); the rest comes with the next pushes.
         for split in [
@@ -2127,20 +2120,7 @@ mod tests {
             ],
             &["plain text, then ma", "lware.test"],
         ] {
-            let denied = runtime.block_on(async {
-                let mut guard = engine.output_stream(Metadata::new("agent", "session"));
-                for delta in split {
-                    if guard.feed(delta).await.is_err() {
-                        return true;
-                    }
-                }
-                guard
-                    .finish()
-                    .await
-                    .into_iter()
-                    .any(|item| matches!(item, StreamItem::Denied(_)))
-            });
-            assert!(denied, "{split:?}");
+            assert!(denied(&engine, split.iter().copied()), "{split:?}");
         }
     }
 
