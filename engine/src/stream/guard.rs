@@ -23,7 +23,7 @@ use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
 use crate::stream::short::append;
-use crate::stream::stage::{Sink, StageState, Watching};
+use crate::stream::stage::{Sink, StageState, Watching, unfinished_from};
 
 /// The characters of `text`; ASCII (most deltas) is checked a word at a time, much faster
 /// than counting short text character by character.
@@ -1090,7 +1090,7 @@ impl<'e> OutputStream<'e> {
                 if until == len {
                     clear |= stage_bit(index);
                 }
-                state.lane_scanned = (until + 1).saturating_sub(*longest).max(state.lane_scanned);
+                state.lane_scanned = unfinished_from(until, *longest).max(state.lane_scanned);
             }
         }
         self.lane_filtered = if quiet {
@@ -1110,7 +1110,7 @@ impl<'e> OutputStream<'e> {
             if end {
                 at
             } else {
-                at.min((len + 1).saturating_sub(self.plan.longest_literal))
+                at.min(unfinished_from(len, self.plan.longest_literal))
             }
         });
         let cut = if end { len } else { self.lane_cut() };

@@ -61,6 +61,13 @@ pub(super) struct Scanner {
 /// A deny stage found a match.
 pub(super) struct Matched;
 
+/// The first place a literal of at most `longest` bytes may begin in text that ends at `end`
+/// and not lie wholly within it: a search of the text up to `end` cannot have seen one that
+/// begins there or later, and the next text may complete it.
+pub(super) fn unfinished_from(end: usize, longest: usize) -> usize {
+    (end + 1).saturating_sub(longest)
+}
+
 impl StageState {
     pub(super) fn new(stage: &Stage) -> Self {
         let mut state = StageState {
@@ -131,11 +138,11 @@ impl StageState {
                     // A longer literal may have begun before it and not be whole yet: the
                     // first literal starts no later than where one may straddle the end.
                     Some(literal) => {
-                        *found = Some(literal.start.min((len + 1).saturating_sub(*longest)));
+                        *found = Some(literal.start.min(unfinished_from(len, *longest)));
                     }
                     // An occurrence may start in the last `longest - 1` bytes and end in the
                     // next push.
-                    None => *search_from = (len + 1).saturating_sub(*longest).max(*search_from),
+                    None => *search_from = unfinished_from(len, *longest).max(*search_from),
                 }
             }
             (Watching::Dfa(scanner), Watch::Dfa(dfa)) => {
@@ -242,7 +249,7 @@ impl StageState {
                     prefilter
                         .find(self.buffer.as_bytes(), Span::from(position..len))
                         // As in `watch`: a longer literal may have begun before the one found.
-                        .map(|literal| literal.start.min((len + 1).saturating_sub(longest))),
+                        .map(|literal| literal.start.min(unfinished_from(len, longest))),
                 ),
                 _ => None,
             };
@@ -266,7 +273,7 @@ impl StageState {
             (Some(None), Some((_, longest))) if !end => {
                 let len = self.buffer.len();
                 self.watching = Watching::Literals {
-                    search_from: (len + 1).saturating_sub(longest).max(self.held_from),
+                    search_from: unfinished_from(len, longest).max(self.held_from),
                     found: None,
                 };
             }
