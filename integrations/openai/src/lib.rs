@@ -83,8 +83,8 @@
 //! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools; `function_call.name` for the deprecated single call, evaluated, patched or refused like the others) |
 //! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools; `function_call.arguments`) |
 //! | `ToolCallContext.calling_message` | the assistant text of the same choice, after output policies |
-//! | `OutputContext.response` | `choices[].message.content` (a string, or each `text` part's `text` and `refusal` part's `refusal` of a list of parts, each on its own, a redaction written back into its part), `choices[].message.refusal`, the `reasoning_content` some OpenAI-compatible servers send and `choices[].message.audio.transcript`, each on its own (in a stream, the released text of the same fields of `choices[].delta`; a delta's list of parts is read as one text and released as a string) |
-//! | `metadata.extra` | for answers `response_id`, `choice_index` and `text_kind` (`content`, `refusal`, `reasoning_content` or `audio_transcript`); `content_index` for a part of a whole answer's `content` list |
+//! | `OutputContext.response` | `choices[].message.content` (a string, or each `text` part's `text` and `refusal` part's `refusal` of a list of parts, each on its own, a redaction written back into its part), `choices[].message.refusal`, the `reasoning_content` (or `reasoning`) some OpenAI-compatible servers send and `choices[].message.audio.transcript`, each on its own (in a stream, the released text of the same fields of `choices[].delta`; a delta's list of parts is read as one text and released as a string) |
+//! | `metadata.extra` | for answers `response_id`, `choice_index` and `text_kind` (`content`, `refusal`, `reasoning_content`, `reasoning` or `audio_transcript`); `content_index` for a part of a whole answer's `content` list |
 //!
 //! An audio answer's `audio.data` speaks what its transcript said before the policies saw
 //! it, and no policy reads audio: it is released only with a transcript the policies left as
@@ -110,9 +110,10 @@
 //!
 //! An answer is released only as far as the policies read it. A chat choice that is not an
 //! object, a `content` that is neither a string nor a list of `text` and `refusal` parts, a
-//! `refusal`, `reasoning_content` or audio transcript that is not a string; a Responses API
-//! output item, content part or stream event of a type the guard does not know, or an
-//! `output_item` event without its `output_index`: a whole answer is refused (the proxy
+//! `refusal`, `reasoning_content`, `reasoning` or audio transcript that is not a string, a
+//! `function_call` that is not an object; a Responses API output item, content part or
+//! stream event of a type the guard does not know, or an `output_item` event without its
+//! `output_index`: a whole answer is refused (the proxy
 //! answers `502` with an OpenAI-shaped `upstream_error`; the layer fails with
 //! [`GuardError::Body`]), a stream ends with an error event and releases nothing of it. A
 //! hosted tool's item is held until it is done (its code, arguments and output deltas are not

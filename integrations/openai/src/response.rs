@@ -145,10 +145,8 @@ async fn guard_choice(
     };
 
     // A refusal the model wrote, and the reasoning some servers send, are text it sends too.
-    for (field, kind) in [
-        ("refusal", ChatText::Refusal),
-        ("reasoning_content", ChatText::Reasoning),
-    ] {
+    for kind in SIDE_TEXTS {
+        let field = kind.field();
         let written = match message.get(field) {
             Some(Value::String(written)) => written,
             None | Some(Value::Null) => continue,
@@ -387,6 +385,7 @@ fn withhold(choice: &mut Map<String, Value>, refusal: String) {
         message.insert("content".to_owned(), Value::String(refusal));
         message.remove("audio");
         message.remove("reasoning_content");
+        message.remove("reasoning");
         message.remove("refusal");
         message.remove("tool_calls");
         message.remove("function_call");
@@ -795,9 +794,18 @@ pub(crate) enum ChatText {
     /// `reasoning_content`: the reasoning some OpenAI-compatible servers send beside the
     /// answer.
     Reasoning,
+    /// `reasoning`: the same, under the name other servers (vLLM, OpenRouter) give it.
+    BareReasoning,
     /// `audio.transcript`: the transcript of an audio answer.
     Transcript,
 }
+
+/// The texts of a chat message (or delta) besides its content and its audio, by field.
+pub(crate) const SIDE_TEXTS: [ChatText; 3] = [
+    ChatText::Refusal,
+    ChatText::Reasoning,
+    ChatText::BareReasoning,
+];
 
 impl ChatText {
     /// `metadata.extra.text_kind` of this text.
@@ -806,7 +814,16 @@ impl ChatText {
             ChatText::Content => "content",
             ChatText::Refusal => "refusal",
             ChatText::Reasoning => "reasoning_content",
+            ChatText::BareReasoning => "reasoning",
             ChatText::Transcript => "audio_transcript",
+        }
+    }
+
+    /// The field of the message (or of its `audio`) holding the text.
+    pub(crate) fn field(self) -> &'static str {
+        match self {
+            ChatText::Transcript => "transcript",
+            other => other.name(),
         }
     }
 }

@@ -573,7 +573,8 @@ fn empty_logprobs(event: &mut Map<String, Value>) {
     }
 }
 
-/// The part's text starts empty: it reaches the reader through its deltas.
+/// The part's text starts empty: it reaches the reader through its deltas; its annotations
+/// and its tokens start empty too (its `done` events carry them, read).
 fn blank_part(part: &mut Value) {
     let Some(part) = part.as_object_mut() else {
         return;
@@ -581,6 +582,11 @@ fn blank_part(part: &mut Value) {
     for field in ["text", "refusal"] {
         if part.get(field).is_some_and(Value::is_string) {
             part.insert(field.to_owned(), Value::from(""));
+        }
+    }
+    for field in ["annotations", "logprobs"] {
+        if part.get(field).is_some_and(|value| !value.is_null()) {
+            part.insert(field.to_owned(), Value::Array(Vec::new()));
         }
     }
 }

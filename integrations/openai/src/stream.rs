@@ -1,6 +1,6 @@
 //! Streamed chat completions (server-sent events): the streaming output guard on each
 //! choice's text, another on each other text it writes (its refusal, the `reasoning_content`
-//! some servers send, the transcript of an audio answer), tool-call deltas buffered per index
+//! or `reasoning` some servers send, the transcript of an audio answer), tool-call deltas buffered per index
 //! and evaluated whole when the choice finishes. An audio answer's `data` is held until the
 //! choice finishes and released only with a transcript the policies left as it was.
 
@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::{self, GuardError};
 use crate::exchange::{Failure, Settings, ToolOutcome, collect, evaluate_tool_call};
 use crate::mapping::{self, ToolCall};
-use crate::response::{self, ChatText, content_texts, text_metadata, unreadable};
+use crate::response::{self, ChatText, SIDE_TEXTS, content_texts, text_metadata, unreadable};
 use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
 /// Guards a chat completion stream: reads `upstream`, writes the released events to
@@ -211,10 +211,8 @@ impl<'e> StreamGuard<'e> {
                 let released = self.push(index, &content).await?;
                 delta.insert("content".to_owned(), Value::String(released));
             }
-            for (field, kind) in [
-                ("refusal", ChatText::Refusal),
-                ("reasoning_content", ChatText::Reasoning),
-            ] {
+            for kind in SIDE_TEXTS {
+                let field = kind.field();
                 if let Some(text) = string_field(&delta, field, index)? {
                     let released = self.push_side(index, kind, &text).await?;
                     delta.insert(field.to_owned(), Value::String(released));
@@ -294,7 +292,8 @@ impl<'e> StreamGuard<'e> {
                     Value::Null => false,
                     Value::String(text) => {
                         !text.is_empty()
-                            || !matches!(key.as_str(), "content" | "refusal" | "reasoning_content")
+                            || !(key == "content"
+                                || SIDE_TEXTS.iter().any(|kind| kind.field() == key))
                     }
                     _ => true,
                 });
@@ -628,10 +627,9 @@ fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
             continue;
         }
         let (target, field) = match kind {
-            ChatText::Refusal => (&mut *delta, "refusal"),
-            ChatText::Reasoning => (&mut *delta, "reasoning_content"),
-            ChatText::Transcript => (&mut audio, "transcript"),
+            ChatText::Transcript => (&mut audio, kind.field()),
             ChatText::Content => continue,
+            side => (&mut *delta, side.field()),
         };
         let mut text = match target.get(field) {
             Some(Value::String(text)) => text.clone(),

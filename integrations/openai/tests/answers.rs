@@ -661,3 +661,82 @@ async fn the_official_python_client_gets_no_held_answer_and_no_unread_event() {
         "{stdout}"
     );
 }
+
+#[tokio::test]
+async fn chat_reasoning_under_its_other_name_is_read_whole_and_streamed() {
+    let said = "Thinking of SSN 987-65-4321. This sentence is long enough to clear the guards.";
+    let setup = Setup::start(vec![
+        Reply::Json(chat_answer(
+            json!({ "role": "assistant", "content": "Hi.", "reasoning": said }),
+        )),
+        Reply::Sse(vec![
+            support::chunk(json!({ "role": "assistant", "reasoning": said }), None),
+            support::chunk(json!({ "content": "Hi." }), None),
+            support::chunk(json!({}), Some("stop")),
+            "data: [DONE]\n\n".to_owned(),
+        ]),
+    ])
+    .await;
+    let (status, body) = setup.post("/v1/chat/completions", false).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("4321"), "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        answer["choices"][0]["message"]["reasoning"],
+        "Thinking of SSN [REDACTED]. This sentence is long enough to clear the guards."
+    );
+
+    let (status, body) = setup.post("/v1/chat/completions", true).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("4321"), "{body}");
+    let reasoning: String = events(&body)
+        .iter()
+        .filter_map(|chunk| chunk["choices"][0]["delta"]["reasoning"].as_str())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        reasoning,
+        "Thinking of SSN [REDACTED]. This sentence is long enough to clear the guards."
+    );
+}
+
+#[tokio::test]
+async fn annotations_and_tokens_of_a_streamed_part_are_released_only_read() {
+    let mut events_in = support::streamed_message(0, "msg_1", &["See the source."]);
+    let citation = json!([{ "type": "url_citation", "start_index": 0, "end_index": 3,
+                            "url": "https://example.com/?ssn=987-65-4321",
+                            "title": "Records of 987-65-4321" }]);
+    let tokens = json!([{ "token": "987-65-4321", "logprob": -0.1, "bytes": [57] }]);
+    // The part as added already carries the citation and the tokens of a secret.
+    events_in[1]["part"]["annotations"] = citation.clone();
+    events_in[1]["part"]["logprobs"] = tokens.clone();
+    events_in.insert(
+        2,
+        json!({ "type": "response.output_text.annotation.added", "item_id": "msg_1",
+                "output_index": 0, "content_index": 0, "annotation_index": 0,
+                "annotation": citation[0] }),
+    );
+    let mut item = support::message_item("msg_1", "See the source.");
+    item["content"][0]["annotations"] = citation.clone();
+    let last = events_in.len() - 1;
+    events_in[last]["item"] = item.clone();
+    let part_done = events_in.len() - 2;
+    events_in[part_done]["part"]["annotations"] = citation;
+    let setup = Setup::start(vec![response_stream(events_in, vec![item])]).await;
+    let (status, body) = setup.post("/v1/responses", true).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("4321"), "{body}");
+    let events = events(&body);
+    assert!(
+        events.iter().all(|event| event.get("error").is_none()),
+        "{body}"
+    );
+    let done = events
+        .iter()
+        .find(|event| event["type"] == "response.output_item.done")
+        .expect("the item");
+    assert_eq!(
+        done["item"]["content"][0]["annotations"][0]["title"],
+        "Records of [REDACTED]"
+    );
+}
