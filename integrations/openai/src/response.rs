@@ -270,7 +270,16 @@ async fn guard_choice(
     };
     let mut kept = Vec::with_capacity(calls.len());
     let mut refusals = Vec::new();
-    for mut call in calls {
+    for (position, mut call) in calls.into_iter().enumerate() {
+        // A call is a function's or a custom tool's: anything else the policies cannot see.
+        let readable = ["function", "custom"]
+            .iter()
+            .any(|kind| call.get(kind).is_some_and(Value::is_object));
+        if !readable {
+            return Err(unreadable(format!(
+                "tool call {position} of choice {index} is neither a function call nor a custom tool call"
+            )));
+        }
         let tool = mapping::read_tool_call(&call)?;
         match evaluate_tool_call(settings, &metadata, &tool, &text).await? {
             ToolOutcome::Allowed(None) => kept.push(call),

@@ -469,6 +469,14 @@ async fn chat_content_parts_are_each_read_and_what_cannot_be_read_is_refused() {
             json!({ "role": "assistant", "content": "Hi.", "audio": { "id": "a", "data": "QQ==", "transcript": { "t": secret } } }),
         )),
         Reply::Json(chat_answer(
+            json!({ "role": "assistant", "content": null, "function_call": secret }),
+        )),
+        Reply::Json(chat_answer(
+            json!({ "role": "assistant", "content": null, "tool_calls": [
+                { "id": "call_1", "type": "hologram", "hologram": { "script": secret } }
+            ] }),
+        )),
+        Reply::Json(chat_answer(
             json!({ "role": "assistant", "content": [{ "type": "text", "text": "The launch codes are 31337." }] }),
         )),
     ])
@@ -490,6 +498,8 @@ async fn chat_content_parts_are_each_read_and_what_cannot_be_read_is_refused() {
         "a content that is an object",
         "a refusal that is not a string",
         "a transcript that is not a string",
+        "a function_call that is not an object",
+        "a tool call of a kind the guard does not know",
     ] {
         let (status, body) = setup.post("/v1/chat/completions", false).await;
         assert_eq!(status, 502, "{attack}: {body}");
