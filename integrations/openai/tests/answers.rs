@@ -673,11 +673,14 @@ async fn the_official_python_client_gets_no_held_answer_and_no_unread_event() {
 }
 
 #[tokio::test]
-async fn chat_reasoning_under_its_other_name_is_read_whole_and_streamed() {
+async fn chat_reasoning_under_its_other_name_and_citations_are_read_whole_and_streamed() {
     let said = "Thinking of SSN 987-65-4321. This sentence is long enough to clear the guards.";
     let setup = Setup::start(vec![
         Reply::Json(chat_answer(
-            json!({ "role": "assistant", "content": "Hi.", "reasoning": said }),
+            json!({ "role": "assistant", "content": "Hi.", "reasoning": said,
+            "annotations": [{ "type": "url_citation", "url_citation": {
+                "start_index": 0, "end_index": 2, "title": "SSN 987-65-4321",
+                "url": "https://example.com/987-65-4321" } }] }),
         )),
         Reply::Sse(vec![
             support::chunk(json!({ "role": "assistant", "reasoning": said }), None),
@@ -695,6 +698,9 @@ async fn chat_reasoning_under_its_other_name_is_read_whole_and_streamed() {
         answer["choices"][0]["message"]["reasoning"],
         "Thinking of SSN [REDACTED]. This sentence is long enough to clear the guards."
     );
+    let citation = &answer["choices"][0]["message"]["annotations"][0]["url_citation"];
+    assert_eq!(citation["title"], "SSN [REDACTED]");
+    assert_eq!(citation["url"], "https://example.com/[REDACTED]");
 
     let (status, body) = setup.post("/v1/chat/completions", true).await;
     assert_eq!(status, 200, "{body}");
