@@ -144,8 +144,10 @@ const APPROVAL_TYPE: &str = "approval_required";
 /// The application shows the request to a person, records a grant for its digest with
 /// [`Approvals::grant`](portcullis_engine::Approvals::grant), and sends the request again:
 /// the retried call with the same action proceeds once. Whole answers carry the engine's
-/// [`EngineError::ApprovalRequired`] as [`OpenAIError::Boxed`]; streams end with an error
-/// event of type `approval_required` that carries the request.
+/// [`EngineError::ApprovalRequired`] as [`OpenAIError::Boxed`], in process, whole; streams
+/// end with an error event of type `approval_required` that names the request (its id,
+/// point, policy ids, reasons and digest) without the held action: the request found there
+/// has a `null` context.
 ///
 /// ```
 /// use async_openai::error::OpenAIError;
@@ -172,8 +174,13 @@ pub fn approval_request(error: &OpenAIError) -> Option<ApprovalRequest> {
             if error.get("type").and_then(Value::as_str) != Some(APPROVAL_TYPE) {
                 return None;
             }
-            let request = error.get("portcullis")?.get("approval_request")?;
-            serde_json::from_value(request.clone()).ok()
+            let mut request = error.get("portcullis")?.get("approval_request")?.clone();
+            // The event names the request without its context (see `named_request`).
+            request
+                .as_object_mut()?
+                .entry("context")
+                .or_insert(Value::Null);
+            serde_json::from_value(request).ok()
         }
         _ => None,
     }
@@ -203,7 +210,7 @@ pub(crate) fn error_event(failure: &(dyn StdError + Send + Sync + 'static)) -> V
             "type": APPROVAL_TYPE,
             "code": request.policy_ids.first(),
             "param": null,
-            "portcullis": { "approval_request": request },
+            "portcullis": { "approval_request": named_request(request) },
         }});
     }
     let kind = if failure.downcast_ref::<PolicyEvaluationError>().is_some() {
@@ -219,6 +226,21 @@ pub(crate) fn error_event(failure: &(dyn StdError + Send + Sync + 'static)) -> V
     }})
 }
 
+/// What an error event says of an approval request: what names it (its id, its point, the
+/// policies that escalated, their reasons, the action's digest), never its `context`. The
+/// context holds what the escalation holds back (an answer waiting for a person, a tool
+/// call's arguments): the client that would receive it is the party the approval guards
+/// against, so it learns which action waits, not what the action says.
+fn named_request(request: &ApprovalRequest) -> Value {
+    json!({
+        "id": request.id,
+        "interception_point": request.interception_point,
+        "policy_ids": request.policy_ids,
+        "reasons": request.reasons,
+        "action_digest": request.action_digest,
+    })
+}
+
 /// The evaluation error inside an error returned by a guarded client, if it is one
 /// (whole answers only: in a stream it is an error event whose `type` is
 /// `policy_evaluation_error`).
@@ -231,4 +253,38 @@ pub fn evaluation_error(error: &OpenAIError) -> Option<&PolicyEvaluationError> {
 
 pub(crate) fn from_guard(error: GuardError) -> OpenAIError {
     OpenAIError::Boxed(Box::new(error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_approval_event_names_the_request_without_what_it_holds() {
+        let request = ApprovalRequest::new(
+            InterceptionPoint::Output,
+            vec!["approve_wires".into()],
+            vec!["wire transfers need a person".into()],
+            json!({ "response": { "role": "assistant", "content": "wire to account 4242" } }),
+        );
+        let failure = EngineError::ApprovalRequired(Box::new(request.clone()));
+        let event = error_event(&failure).to_string();
+        assert!(!event.contains("4242"), "{event}");
+        assert!(!event.contains("context"), "{event}");
+
+        // Read back from a stream's last item: the same request, its context left out.
+        let error = OpenAIError::JSONDeserialize(
+            serde_json::from_str::<Value>("{").expect_err("not JSON"),
+            event,
+        );
+        let found = approval_request(&error).expect("the request");
+        assert_eq!(found.context, Value::Null);
+        assert_eq!(
+            ApprovalRequest {
+                context: Value::Null,
+                ..request
+            },
+            found
+        );
+    }
 }

@@ -83,8 +83,8 @@
 //! | `ToolCallContext.tool_name` | `tool_calls[].function.name` (`custom.name` for custom tools; `function_call.name` for the deprecated single call, evaluated, patched or refused like the others) |
 //! | `ToolCallContext.arguments` | `tool_calls[].function.arguments` parsed as a JSON object (`{"input": custom.input}` for custom tools; `function_call.arguments`) |
 //! | `ToolCallContext.calling_message` | the assistant text of the same choice, after output policies |
-//! | `OutputContext.response` | `choices[].message.content`, `choices[].message.refusal`, the `reasoning_content` some OpenAI-compatible servers send and `choices[].message.audio.transcript`, each on its own (in a stream, the released text of the same fields of `choices[].delta`) |
-//! | `metadata.extra` | for answers `response_id`, `choice_index` and `text_kind` (`content`, `refusal`, `reasoning_content` or `audio_transcript`) |
+//! | `OutputContext.response` | `choices[].message.content` (a string, or each `text` part's `text` and `refusal` part's `refusal` of a list of parts, each on its own, a redaction written back into its part), `choices[].message.refusal`, the `reasoning_content` (or `reasoning`) some OpenAI-compatible servers send and `choices[].message.audio.transcript`, each on its own (in a stream, the released text of the same fields of `choices[].delta`; a delta's list of parts is read as one text and released as a string); each string of `choices[].message.annotations` (a delta's `annotations`), the citations a search added |
+//! | `metadata.extra` | for answers `response_id`, `choice_index` and `text_kind` (`content`, `refusal`, `reasoning_content`, `reasoning` or `audio_transcript`); `content_index` for a part of a whole answer's `content` list |
 //!
 //! An audio answer's `audio.data` speaks what its transcript said before the policies saw
 //! it, and no policy reads audio: it is released only with a transcript the policies left as
@@ -103,8 +103,28 @@
 //! | `ToolCallContext.tool_name` | a `function_call` or `custom_tool_call` item's `name`; for the call of a built-in tool the client runs, its item type without `_call`: `local_shell`, `shell`, `apply_patch`, `computer` |
 //! | `ToolCallContext.arguments` | its `arguments` parsed as a JSON object (`{"input": input}` for custom tools); for a built-in tool, the item's `action` object (`{"type": "exec", "command": [..], "env", "working_directory", "timeout_ms", "user"}` for `local_shell`, `{"commands": [..], "timeout_ms", "max_output_length"}` for `shell`, `{"type": "click", ..}` and the like for `computer`, each action of a batched `actions` list as a call of its own) or its `operation` for `apply_patch` (`{"type": "create_file" \| "update_file" \| "delete_file", "path", "diff"}`); a transformation rewrites that object, a denial refuses the whole item as it refuses a function call |
 //! | `ToolCallContext.calling_message` | the text of the answer's message items, after output policies |
-//! | `OutputContext.response` | each `output_text` part's `text` and each `refusal` part's `refusal` of a message item, each `summary_text` part's `text` of a reasoning item's `summary` and each `reasoning_text` part's `text` of its `content`, each on its own (in a stream the released text of its `response.output_text.delta`, `response.refusal.delta`, `response.reasoning_summary_text.delta` or `response.reasoning_text.delta` events) |
-//! | `metadata.extra` | for answers `response_id`, `output_index` and `text_kind`, the type of the part the text lives in (`output_text`, `refusal`, `summary_text` or `reasoning_text`: reasoning is told from the answer by it); in a stream also `content_index` (or `summary_index` for a summary part) |
+//! | `OutputContext.response` | each `output_text` part's `text` and each `refusal` part's `refusal` of a message item, each `summary_text` part's `text` of a reasoning item's `summary` and each `reasoning_text` part's `text` of its `content`, each on its own (in a stream the released text of its `response.output_text.delta`, `response.refusal.delta`, `response.reasoning_summary_text.delta` or `response.reasoning_text.delta` events); each string of a text part's `annotations` (citation titles, URLs, file names); in a stream, the audio transcript (`response.audio.transcript.delta`); every string of the item of a tool the server runs itself (`web_search_call`, `file_search_call`, `code_interpreter_call`, `image_generation_call`, `mcp_call`, `mcp_list_tools`, `mcp_approval_request`, `shell_call_output`: queries, code, arguments, outputs, logs, results, errors) but its ids, `status`, `server_label`, `encrypted_content` and an image call's `result` image, each on its own |
+//! | `metadata.extra` | for answers `response_id`, `output_index` and `text_kind`, the type of the part the text lives in (`output_text`, `refusal`, `summary_text` or `reasoning_text`: reasoning is told from the answer by it), `annotation`, `audio_transcript`, or a hosted tool's item type (with `text_field`, the JSON pointer of the string in the item or in the part's `annotations`); in a stream also `content_index` (or `summary_index` for a summary part) |
+//!
+//! # What the guard cannot read is not released
+//!
+//! An answer is released only as far as the policies read it. A chat choice that is not an
+//! object, a `content` that is neither a string nor a list of `text` and `refusal` parts, a
+//! `refusal`, `reasoning_content`, `reasoning` or audio transcript that is not a string, a
+//! `function_call` that is not an object; a Responses API output item, content part or
+//! stream event of a type the guard does not know, or an `output_item` event without its
+//! `output_index`: a whole answer is refused (the proxy
+//! answers `502` with an OpenAI-shaped `upstream_error`; the layer fails with
+//! [`GuardError::Body`]), a stream ends with an error event and releases nothing of it. A
+//! hosted tool's item is held until it is done (its code, arguments and output deltas are not
+//! written), then released whole, read; the status events of hosted tools go with their
+//! type, `item_id` and `output_index` only. A streamed audio answer's data is held until its
+//! transcript is done, and released only if the policies left the transcript as it was.
+//! Fields of an answer the guard does not know (vendor extensions) are kept as they are.
+//!
+//! An escalation never hands the held answer (or call) to the client: the proxy's `403`, and
+//! the error event that ends a stream, name the approval request (its `id`,
+//! `interception_point`, `policy_ids`, `reasons` and `action_digest`) without its `context`.
 //!
 //! Both:
 //!
@@ -361,10 +381,15 @@ where
             problem: problem.to_string(),
         })
     })?;
+    // A body that is not an answer of the endpoint could carry anything: it is not released.
     let body = exchange::guard_answer(&settings, api, metadata, &bytes)
         .await
         .map_err(OpenAIError::Boxed)?
-        .unwrap_or(bytes);
+        .ok_or_else(|| {
+            error::from_guard(GuardError::Body {
+                problem: format!("the answer is not {}; it is not released", api.answer()),
+            })
+        })?;
     Ok(rebuild(status, version, headers, body.into()))
 }
 

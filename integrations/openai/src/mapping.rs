@@ -40,6 +40,14 @@ impl Api {
         }
     }
 
+    /// What a whole answer of this endpoint is, as an error names it.
+    pub(crate) fn answer(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "a chat completion",
+            Api::Responses => "a Responses API response",
+        }
+    }
+
     /// The texts of a request to this endpoint, and where each lives.
     pub(crate) fn input(
         self,
@@ -195,7 +203,7 @@ const MAX_SCHEMA_TEXTS: usize = 10_000;
 
 /// An object key as one reference token of a JSON pointer (`~` is `~0`, `/` is `~1`), so
 /// that a property name holding either still points at its own value.
-fn pointer_token(key: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn pointer_token(key: &str) -> std::borrow::Cow<'_, str> {
     if key.contains(['~', '/']) {
         key.replace('~', "~0").replace('/', "~1").into()
     } else {
@@ -550,7 +558,8 @@ pub(crate) fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
     }
 }
 
-fn json_kind(value: &Value) -> &'static str {
+/// The kind of a JSON value, as an error names it.
+pub(crate) fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use portcullis_engine::{EngineError, Message, Metadata, OutputContext};
 use serde_json::{Map, Value};
 
+use crate::error::GuardError;
 use crate::exchange::{Failure, Settings, ToolOutcome, evaluate_tool_call, from_engine};
 use crate::mapping::{self, Api};
 
@@ -37,9 +38,13 @@ pub(crate) async fn guard_answer(
         }
     } else if let Some(Value::Array(choices)) = answer.get_mut("choices") {
         for (position, choice) in choices.iter_mut().enumerate() {
-            if let Value::Object(choice) = choice {
-                guard_choice(settings, &metadata, position, choice).await?;
-            }
+            let Value::Object(choice) = choice else {
+                return Err(unreadable(format!(
+                    "choice {position} of the answer is a JSON {}, not an object",
+                    mapping::json_kind(choice)
+                )));
+            };
+            guard_choice(settings, &metadata, position, choice).await?;
         }
     }
     Ok(Some(Bytes::from(Value::Object(answer).to_string())))
@@ -96,60 +101,61 @@ async fn guard_choice(
     metadata
         .extra
         .insert("choice_index".to_owned(), Value::from(index));
-    let Some(Value::Object(message)) = choice.get_mut("message") else {
-        return Ok(());
+    let message = match choice.get_mut("message") {
+        Some(Value::Object(message)) => message,
+        None | Some(Value::Null) => return Ok(()),
+        Some(other) => {
+            return Err(unreadable(format!(
+                "the message of choice {index} is a JSON {}, not an object",
+                mapping::json_kind(other)
+            )));
+        }
     };
 
-    // The text first: tool-call policies see the text as it will be forwarded.
+    // The text first: tool-call policies see the text as it will be forwarded. A `content`
+    // given as a list of parts is read part by part, each a text of its own.
     let mut text = String::new();
     // Whether the policies changed a text the choice's `logprobs` spell out token by token.
     let mut texts_changed = false;
-    if let Some(Value::String(content)) = message.get("content") {
-        let text_metadata = text_metadata(&metadata, ChatText::Content.name());
-        match clear_text(settings, &text_metadata, content).await? {
+    let content_metadata = text_metadata(&metadata, ChatText::Content.name());
+    for (slot, written) in content_texts(message.get("content"), index)? {
+        let metadata = match slot {
+            Some(part) => part_metadata(&content_metadata, part),
+            None => content_metadata.clone(),
+        };
+        match clear_text(settings, &metadata, &written).await? {
             Cleared::Text {
                 text: cleared,
                 modified,
             } => {
-                if modified {
-                    texts_changed |=
-                        message.get("content").and_then(Value::as_str) != Some(cleared.as_str());
-                    message.insert("content".to_owned(), Value::String(cleared.clone()));
+                if modified && cleared != written {
+                    texts_changed = true;
+                    write_content(message, slot, cleared.clone());
                 }
-                text = cleared;
+                join(&mut text, &cleared);
             }
             Cleared::Refused(refusal) => {
-                // The whole answer is withheld: its text, its audio, its reasoning and the
-                // calls it made.
-                message.insert("content".to_owned(), Value::String(refusal));
-                message.remove("audio");
-                message.remove("reasoning_content");
-                message.remove("tool_calls");
-                message.remove("function_call");
-                if choice
-                    .get("logprobs")
-                    .is_some_and(|logprobs| !logprobs.is_null())
-                {
-                    choice.insert("logprobs".to_owned(), Value::Null);
-                }
-                if matches!(
-                    choice.get("finish_reason").and_then(Value::as_str),
-                    Some("tool_calls" | "function_call")
-                ) {
-                    choice.insert("finish_reason".to_owned(), Value::from("stop"));
-                }
+                withhold(choice, refusal);
                 return Ok(());
             }
         }
     }
+    let Some(Value::Object(message)) = choice.get_mut("message") else {
+        return Ok(());
+    };
 
     // A refusal the model wrote, and the reasoning some servers send, are text it sends too.
-    for (field, kind) in [
-        ("refusal", ChatText::Refusal),
-        ("reasoning_content", ChatText::Reasoning),
-    ] {
-        let Some(Value::String(written)) = message.get(field) else {
-            continue;
+    for kind in SIDE_TEXTS {
+        let field = kind.field();
+        let written = match message.get(field) {
+            Some(Value::String(written)) => written,
+            None | Some(Value::Null) => continue,
+            Some(other) => {
+                return Err(unreadable(format!(
+                    "the {field} of choice {index} is a JSON {}, not a string",
+                    mapping::json_kind(other)
+                )));
+            }
         };
         match clear_text(settings, &text_metadata(&metadata, kind.name()), written).await? {
             Cleared::Text {
@@ -165,13 +171,29 @@ async fn guard_choice(
     // An audio answer: the policies read its transcript. The audio says what the transcript
     // said before the policies saw it, so it is released only with a transcript they left
     // as it was; otherwise its `data` is emptied.
-    if let Some(Value::Object(audio)) = message.get_mut("audio") {
+    let audio = match message.get_mut("audio") {
+        Some(Value::Object(audio)) => Some(audio),
+        None | Some(Value::Null) => None,
+        Some(other) => {
+            return Err(unreadable(format!(
+                "the audio of choice {index} is a JSON {}, not an object",
+                mapping::json_kind(other)
+            )));
+        }
+    };
+    if let Some(audio) = audio {
         let metadata = text_metadata(&metadata, ChatText::Transcript.name());
         let cleared = match audio.get("transcript") {
             Some(Value::String(transcript)) => {
                 Some(clear_text(settings, &metadata, transcript).await?)
             }
-            _ => None,
+            None | Some(Value::Null) => None,
+            Some(other) => {
+                return Err(unreadable(format!(
+                    "the audio transcript of choice {index} is a JSON {}, not a string",
+                    mapping::json_kind(other)
+                )));
+            }
         };
         match cleared {
             Some(Cleared::Text {
@@ -201,7 +223,21 @@ async fn guard_choice(
         return Ok(());
     };
 
+    // Citations the model's search added (titles, URLs) reach the client as its text does.
+    if let Some(annotations) = message.get_mut("annotations") {
+        guard_annotation_list(settings, &metadata, annotations).await?;
+    }
+
     // The deprecated `function_call` is a call like the others.
+    if let Some(call) = message.get("function_call")
+        && !call.is_object()
+        && !call.is_null()
+    {
+        return Err(unreadable(format!(
+            "the function_call of choice {index} is a JSON {}, not an object",
+            mapping::json_kind(call)
+        )));
+    }
     if message.get("function_call").is_some_and(Value::is_object)
         && let Some(call) = message.remove("function_call")
     {
@@ -234,7 +270,16 @@ async fn guard_choice(
     };
     let mut kept = Vec::with_capacity(calls.len());
     let mut refusals = Vec::new();
-    for mut call in calls {
+    for (position, mut call) in calls.into_iter().enumerate() {
+        // A call is a function's or a custom tool's: anything else the policies cannot see.
+        let readable = ["function", "custom"]
+            .iter()
+            .any(|kind| call.get(kind).is_some_and(Value::is_object));
+        if !readable {
+            return Err(unreadable(format!(
+                "tool call {position} of choice {index} is neither a function call nor a custom tool call"
+            )));
+        }
         let tool = mapping::read_tool_call(&call)?;
         match evaluate_tool_call(settings, &metadata, &tool, &text).await? {
             ToolOutcome::Allowed(None) => kept.push(call),
@@ -263,6 +308,109 @@ async fn guard_choice(
         message.insert("tool_calls".to_owned(), Value::Array(kept));
     }
     Ok(())
+}
+
+/// The error for what the guard cannot read in an answer: nothing of it is released (the
+/// proxy answers 502; a stream ends with an error event).
+pub(crate) fn unreadable(what: String) -> Failure {
+    Box::new(GuardError::Body {
+        problem: format!("{what}; what the policies cannot read is not released"),
+    })
+}
+
+/// The texts of a chat message's `content`: a string (`None` for its place), or each text
+/// of a list of parts (`Some` index): a `text` part's `text`, a `refusal` part's `refusal`.
+/// A part of another type, or a `content` of another kind, cannot be read: an error.
+pub(crate) fn content_texts(
+    content: Option<&Value>,
+    choice: u64,
+) -> Result<Vec<(Option<usize>, String)>, Failure> {
+    match content {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(text)) => Ok(vec![(None, text.clone())]),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .enumerate()
+            .map(|(at, part)| match chat_part_text(part) {
+                Some(text) => Ok((Some(at), text.to_owned())),
+                None => Err(unreadable(format!(
+                    "part {at} of the content of choice {choice} is not a text part"
+                ))),
+            })
+            .collect(),
+        Some(other) => Err(unreadable(format!(
+            "the content of choice {choice} is a JSON {}, neither a string nor a list of parts",
+            mapping::json_kind(other)
+        ))),
+    }
+}
+
+/// The field of a chat content part holding its text: `text` for a `text` part, `refusal`
+/// for a `refusal` part; `None` for any other part.
+fn chat_part_field(part: &Value) -> Option<&'static str> {
+    match part.get("type").and_then(Value::as_str)? {
+        "text" => Some("text"),
+        "refusal" => Some("refusal"),
+        _ => None,
+    }
+}
+
+/// The text of a chat content part (see [`chat_part_field`]), if it is a string.
+pub(crate) fn chat_part_text(part: &Value) -> Option<&str> {
+    part.get(chat_part_field(part)?)?.as_str()
+}
+
+/// The metadata of one part of a chat message's `content`: `content_index` added.
+pub(crate) fn part_metadata(metadata: &Metadata, part: usize) -> Metadata {
+    let mut metadata = metadata.clone();
+    metadata
+        .extra
+        .insert("content_index".to_owned(), Value::from(part));
+    metadata
+}
+
+/// Writes a cleared text back where [`content_texts`] read it.
+fn write_content(message: &mut Map<String, Value>, slot: Option<usize>, text: String) {
+    match slot {
+        None => {
+            message.insert("content".to_owned(), Value::String(text));
+        }
+        Some(at) => {
+            if let Some(part) = message
+                .get_mut("content")
+                .and_then(|parts| parts.get_mut(at))
+                && let Some(field) = chat_part_field(part)
+            {
+                part[field] = Value::String(text);
+            }
+        }
+    }
+}
+
+/// Withholds a whole chat choice whose text a policy denied: the refusal is its content;
+/// its audio, its reasoning, its calls and its tokens go.
+fn withhold(choice: &mut Map<String, Value>, refusal: String) {
+    if let Some(Value::Object(message)) = choice.get_mut("message") {
+        message.insert("content".to_owned(), Value::String(refusal));
+        message.remove("audio");
+        message.remove("reasoning_content");
+        message.remove("reasoning");
+        message.remove("refusal");
+        message.remove("tool_calls");
+        message.remove("function_call");
+    }
+    if choice
+        .get("logprobs")
+        .is_some_and(|logprobs| !logprobs.is_null())
+    {
+        choice.insert("logprobs".to_owned(), Value::Null);
+    }
+    if matches!(
+        choice.get("finish_reason").and_then(Value::as_str),
+        Some("tool_calls" | "function_call")
+    ) {
+        choice.insert("finish_reason".to_owned(), Value::from("stop"));
+    }
 }
 
 /// The metadata of one output item of a Responses API answer.
@@ -324,6 +472,9 @@ pub(crate) enum TextKind {
     SummaryText,
     /// A `reasoning_text` part of a reasoning item's `content`.
     ReasoningText,
+    /// The transcript of a streamed audio answer (`response.audio.transcript.delta`): no
+    /// part holds it.
+    Transcript,
 }
 
 impl TextKind {
@@ -345,6 +496,7 @@ impl TextKind {
             TextKind::Refusal => "refusal",
             TextKind::SummaryText => "summary_text",
             TextKind::ReasoningText => "reasoning_text",
+            TextKind::Transcript => "audio_transcript",
         }
     }
 
@@ -371,6 +523,7 @@ impl TextKind {
             TextKind::Refusal => "response.refusal.delta",
             TextKind::SummaryText => "response.reasoning_summary_text.delta",
             TextKind::ReasoningText => "response.reasoning_text.delta",
+            TextKind::Transcript => "response.audio.transcript.delta",
         }
     }
 }
@@ -430,25 +583,203 @@ impl TextPart {
 
 /// The text parts of an output item: each `output_text` and `refusal` part of a message
 /// item, each `summary_text` part of a reasoning item's `summary` and each `reasoning_text`
-/// part of its `content`. Other items carry no text to check here.
-pub(crate) fn text_parts(item: &Value) -> Vec<TextPart> {
+/// part of its `content`. Other items carry no text parts. A part of another type, or
+/// whose text is not a string, cannot be read: an error.
+pub(crate) fn text_parts(item: &Value) -> Result<Vec<TextPart>, Failure> {
     let areas: &[Area] = match item.get("type").and_then(Value::as_str) {
         Some("message") => &[Area::Content],
         Some("reasoning") => &[Area::Summary, Area::Content],
-        _ => return Vec::new(),
+        _ => return Ok(Vec::new()),
     };
     let mut found = Vec::new();
     for &area in areas {
-        let Some(Value::Array(parts)) = item.get(area.field()) else {
-            continue;
+        let parts = match item.get(area.field()) {
+            Some(Value::Array(parts)) => parts,
+            None | Some(Value::Null) => continue,
+            Some(other) => {
+                return Err(unreadable(format!(
+                    "the {} of an output item is a JSON {}, not a list of parts",
+                    area.field(),
+                    mapping::json_kind(other)
+                )));
+            }
         };
         for (index, part) in parts.iter().enumerate() {
-            if let Some(kind) = TextKind::of_part(part) {
-                found.push(TextPart { area, index, kind });
+            let kind = TextKind::of_part(part)
+                .filter(|kind| kind.area() == area)
+                .ok_or_else(|| {
+                    unreadable(format!(
+                        "part {index} of the {} of an output item is of a type the guard does not know",
+                        area.field()
+                    ))
+                })?;
+            if !part.get(kind.field()).is_some_and(Value::is_string) {
+                return Err(unreadable(format!(
+                    "part {index} of the {} of an output item has no {} string",
+                    area.field(),
+                    kind.field()
+                )));
             }
+            found.push(TextPart { area, index, kind });
         }
     }
-    found
+    Ok(found)
+}
+
+/// What the guard knows of an output item of the Responses API, by its `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ItemKind {
+    /// A `message` or `reasoning` item: its text parts (see [`text_parts`]).
+    Text,
+    /// A call the client runs (see [`mapping::is_call_item`]): the tool-call policies.
+    Call,
+    /// The call of a tool the server runs itself (see [`HOSTED_ITEMS`]): every text in it
+    /// goes through the output policies (see [`guard_hosted_texts`]).
+    Hosted,
+}
+
+/// The output items of the tools the server runs itself: what the model asked of them (a
+/// search query, code, an MCP tool's arguments, an image prompt) and what they returned
+/// (results, logs, an MCP tool's output, the tools an MCP server lists, a shell's output)
+/// reach the client as the answer does.
+pub(crate) const HOSTED_ITEMS: [&str; 8] = [
+    "web_search_call",
+    "file_search_call",
+    "code_interpreter_call",
+    "image_generation_call",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "shell_call_output",
+];
+
+/// The keys of a hosted tool's item whose strings name or encode something rather than say
+/// it (ids, states, labels, the image an image call made, encrypted content): they go as
+/// they are. Every other string in the item is a text.
+const OPAQUE_KEYS: [&str; 10] = [
+    "type",
+    "id",
+    "status",
+    "call_id",
+    "item_id",
+    "approval_request_id",
+    "server_label",
+    "container_id",
+    "result",
+    "encrypted_content",
+];
+
+/// The kind of an output item; an item of a type the guard does not know cannot be read.
+pub(crate) fn item_kind(item: &Value) -> Result<ItemKind, Failure> {
+    let kind = item.get("type").and_then(Value::as_str);
+    match kind {
+        Some("message" | "reasoning") => Ok(ItemKind::Text),
+        Some(hosted) if HOSTED_ITEMS.contains(&hosted) => Ok(ItemKind::Hosted),
+        _ if mapping::is_call_item(kind) => Ok(ItemKind::Call),
+        Some(other) => Err(unreadable(format!(
+            "the answer has an output item of type {other:?}, which the guard does not know"
+        ))),
+        None => Err(unreadable(
+            "the answer has an output item without a type".to_owned(),
+        )),
+    }
+}
+
+/// The JSON pointers of the texts of a hosted tool's item (see [`OPAQUE_KEYS`]), in order.
+fn hosted_texts(value: &Value, pointer: &str, found: &mut Vec<String>) {
+    match value {
+        Value::String(_) => found.push(pointer.to_owned()),
+        Value::Array(values) => {
+            for (index, value) in values.iter().enumerate() {
+                hosted_texts(value, &format!("{pointer}/{index}"), found);
+            }
+        }
+        Value::Object(fields) => {
+            for (key, value) in fields {
+                if !OPAQUE_KEYS.contains(&key.as_str()) {
+                    let at = format!("{pointer}/{}", mapping::pointer_token(key));
+                    hosted_texts(value, &at, found);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Runs the output policies on every text of a hosted tool's item (see [`HOSTED_ITEMS`]),
+/// each on its own with `metadata.extra.text_kind` the item's type (see [`clear_strings`]).
+pub(crate) async fn guard_hosted_texts(
+    settings: &Settings,
+    metadata: &Metadata,
+    item: &mut Value,
+) -> Result<(), Failure> {
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    clear_strings(settings, &text_metadata(metadata, &kind), item).await
+}
+
+/// Runs the output policies on the `annotations` of a text part (the citations a hosted
+/// search adds: titles, URLs, file names), each text on its own with
+/// `metadata.extra.text_kind` `annotation` (see [`clear_strings`]).
+pub(crate) async fn guard_annotations(
+    settings: &Settings,
+    metadata: &Metadata,
+    part: &mut Value,
+) -> Result<(), Failure> {
+    let Some(annotations) = part.get_mut("annotations") else {
+        return Ok(());
+    };
+    guard_annotation_list(settings, metadata, annotations).await
+}
+
+/// Runs the output policies on each string of a list of annotations (a text part's, or a
+/// chat message's), with `metadata.extra.text_kind` `annotation` (see [`clear_strings`]).
+pub(crate) async fn guard_annotation_list(
+    settings: &Settings,
+    metadata: &Metadata,
+    annotations: &mut Value,
+) -> Result<(), Failure> {
+    clear_strings(
+        settings,
+        &text_metadata(metadata, "annotation"),
+        annotations,
+    )
+    .await
+}
+
+/// Runs the output policies on every string in `value` but those under [`OPAQUE_KEYS`],
+/// each on its own with `metadata.extra.text_field` its JSON pointer in `value`, writing
+/// back what they change; a text they deny is handled as the answer's text is (see
+/// [`clear_text`]).
+async fn clear_strings(
+    settings: &Settings,
+    metadata: &Metadata,
+    value: &mut Value,
+) -> Result<(), Failure> {
+    let mut pointers = Vec::new();
+    hosted_texts(value, "", &mut pointers);
+    for pointer in pointers {
+        let Some(Value::String(written)) = value.pointer(&pointer) else {
+            continue;
+        };
+        let mut metadata = metadata.clone();
+        metadata
+            .extra
+            .insert("text_field".to_owned(), Value::from(pointer.as_str()));
+        let forwarded = match clear_text(settings, &metadata, written).await? {
+            Cleared::Text {
+                modified: false, ..
+            } => continue,
+            Cleared::Text { text, .. } | Cleared::Refused(text) => text,
+        };
+        if let Some(slot) = value.pointer_mut(&pointer) {
+            *slot = Value::String(forwarded);
+        }
+    }
+    Ok(())
 }
 
 /// The metadata of one text of an answer: `metadata.extra.text_kind` added (for the
@@ -472,9 +803,18 @@ pub(crate) enum ChatText {
     /// `reasoning_content`: the reasoning some OpenAI-compatible servers send beside the
     /// answer.
     Reasoning,
+    /// `reasoning`: the same, under the name other servers (vLLM, OpenRouter) give it.
+    BareReasoning,
     /// `audio.transcript`: the transcript of an audio answer.
     Transcript,
 }
+
+/// The texts of a chat message (or delta) besides its content and its audio, by field.
+pub(crate) const SIDE_TEXTS: [ChatText; 3] = [
+    ChatText::Refusal,
+    ChatText::Reasoning,
+    ChatText::BareReasoning,
+];
 
 impl ChatText {
     /// `metadata.extra.text_kind` of this text.
@@ -483,23 +823,42 @@ impl ChatText {
             ChatText::Content => "content",
             ChatText::Refusal => "refusal",
             ChatText::Reasoning => "reasoning_content",
+            ChatText::BareReasoning => "reasoning",
             ChatText::Transcript => "audio_transcript",
+        }
+    }
+
+    /// The field of the message (or of its `audio`) holding the text.
+    pub(crate) fn field(self) -> &'static str {
+        match self {
+            ChatText::Transcript => "transcript",
+            other => other.name(),
         }
     }
 }
 
-/// Runs the output policies on each text part of an output item (see [`text_parts`]),
-/// writing back what they change; a text they deny is handled as the answer's text is (see
-/// [`clear_text`]). Returns the text of a message item as forwarded (a reasoning item's text
-/// is not part of the answer's text); other items are left alone.
+/// Runs the output policies on the texts of an output item: each text part of a message or
+/// reasoning item (see [`text_parts`]), every text of a hosted tool's item (see
+/// [`guard_hosted_texts`]), writing back what they change; a text they deny is handled as
+/// the answer's text is (see [`clear_text`]). Returns the text of a message item as
+/// forwarded (a reasoning item's text is not part of the answer's text); a call item is left
+/// for the tool-call policies; an item or part the guard does not know is an error.
 pub(crate) async fn guard_item_texts(
     settings: &Settings,
     metadata: &Metadata,
     item: &mut Value,
 ) -> Result<String, Failure> {
     let mut text = String::new();
+    match item_kind(item)? {
+        ItemKind::Call => return Ok(text),
+        ItemKind::Hosted => {
+            guard_hosted_texts(settings, metadata, item).await?;
+            return Ok(text);
+        }
+        ItemKind::Text => {}
+    }
     let answer = item.get("type").and_then(Value::as_str) == Some("message");
-    for part in text_parts(item) {
+    for part in text_parts(item)? {
         let Some(slot) = part.in_item(item) else {
             continue;
         };
@@ -514,6 +873,7 @@ pub(crate) async fn guard_item_texts(
             join(&mut text, &forwarded);
         }
         part.forward(slot, forwarded);
+        guard_annotations(settings, &metadata, slot).await?;
     }
     Ok(text)
 }

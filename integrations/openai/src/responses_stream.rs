@@ -16,6 +16,16 @@
 //!   complete item (added, one arguments delta, done; a built-in tool's call added complete,
 //!   then done), with patched arguments, or replaced by an assistant message item saying it
 //!   was refused;
+//! - the item of a tool the server runs itself (see [`response::HOSTED_ITEMS`]) is held
+//!   likewise, with the events that stream its code, arguments, output or partial image, and
+//!   released complete (added, done) once every text in it went through the output policies;
+//!   the status events of hosted tools keep their type, `item_id` and `output_index` only;
+//! - the audio transcript goes through a streaming output guard of its own; the audio is
+//!   held until the transcript is done and released only with a transcript the policies
+//!   left as it was;
+//! - an event of a type the guard does not know, an item or part of a type it does not know,
+//!   or an `output_item` event without its `output_index` ends the stream with an error
+//!   event: what the policies cannot read is not released;
 //! - every event the guard writes is numbered again (`sequence_number`), in order.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,9 +36,9 @@ use serde_json::{Map, Value, json};
 
 use crate::error;
 use crate::exchange::{Failure, Settings, collect};
-use crate::mapping;
+
 use crate::response::{
-    self, Area, CallVerdict, TextKind, item_metadata, join, text_metadata, text_parts,
+    self, Area, CallVerdict, ItemKind, TextKind, item_metadata, join, text_metadata, text_parts,
 };
 use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
@@ -47,7 +57,8 @@ pub(crate) async fn run<E: std::fmt::Display>(
         metadata,
         sequence: 0,
         parts: BTreeMap::new(),
-        held_calls: BTreeSet::new(),
+        held_items: BTreeSet::new(),
+        audio: Audio::default(),
         released_items: BTreeMap::new(),
         text: String::new(),
     };
@@ -77,8 +88,10 @@ struct ResponsesGuard<'e> {
     /// The `sequence_number` of the next event written.
     sequence: u64,
     parts: BTreeMap<PartKey, Part<'e>>,
-    /// Output indices of call items held until they are done.
-    held_calls: BTreeSet<u64>,
+    /// Output indices of items held until they are done: calls, hosted tools' items.
+    held_items: BTreeSet<u64>,
+    /// The answer's audio, held until its transcript is done.
+    audio: Audio,
     /// Items as released, by output index, for the final `response`.
     released_items: BTreeMap<u64, Value>,
     /// The answer's text released so far: the calling message of its calls.
@@ -139,21 +152,11 @@ impl<'e> ResponsesGuard<'e> {
             .unwrap_or_default()
             .to_owned();
         let output_index = event.get("output_index").and_then(Value::as_u64);
-        let call_part = matches!(
-            kind.as_str(),
-            "response.function_call_arguments.delta"
-                | "response.function_call_arguments.done"
-                | "response.custom_tool_call_input.delta"
-                | "response.custom_tool_call_input.done"
-                | "response.shell_call_command.added"
-                | "response.shell_call_command.delta"
-                | "response.shell_call_command.done"
-                | "response.apply_patch_call_operation_diff.delta"
-                | "response.apply_patch_call_operation_diff.done"
-        );
-        let of_held_call = output_index.is_some_and(|index| self.held_calls.contains(&index));
-        if call_part || (of_held_call && kind != "response.output_item.done") {
-            // The arguments of a call: released whole when the call is done.
+        let of_held_item = output_index.is_some_and(|index| self.held_items.contains(&index));
+        if HELD_PIECES.contains(&kind.as_str())
+            || (of_held_item && kind != "response.output_item.done")
+        {
+            // A piece of a held item: released whole when the item is done.
             return Ok(true);
         }
         match kind.as_str() {
@@ -177,30 +180,29 @@ impl<'e> ResponsesGuard<'e> {
                 Ok(self.emit(sender, event).await)
             }
             "response.output_item.added" => {
-                let kind = event
-                    .get("item")
-                    .and_then(|value| value.get("type"))
-                    .and_then(Value::as_str);
-                if mapping::is_call_item(kind) {
-                    if let Some(index) = output_index {
-                        self.held_calls.insert(index);
-                    }
+                let index = output_index.ok_or_else(|| without_index(&kind))?;
+                let item = event.get_mut("item").ok_or_else(|| without_item(&kind))?;
+                if response::item_kind(item)? != ItemKind::Text {
+                    // A call, or a hosted tool's item: held until it is done.
+                    self.held_items.insert(index);
                     return Ok(true);
                 }
                 // Text reaches the reader through the deltas, once cleared.
-                if let Some(item) = event.get_mut("item") {
-                    for area in [Area::Content, Area::Summary] {
-                        if let Some(Value::Array(parts)) = item.get_mut(area.field()) {
-                            parts.iter_mut().for_each(blank_part);
-                        }
+                response::text_parts(item)?;
+                for area in [Area::Content, Area::Summary] {
+                    if let Some(Value::Array(parts)) = item.get_mut(area.field()) {
+                        parts.iter_mut().for_each(blank_part);
                     }
                 }
                 Ok(self.emit(sender, event).await)
             }
             "response.content_part.added" | "response.reasoning_summary_part.added" => {
-                if let Some(part) = event.get_mut("part") {
-                    blank_part(part);
+                let area = part_area(&kind);
+                let part = event.get_mut("part").ok_or_else(|| without_part(&kind))?;
+                if TextKind::of_part(part).is_none_or(|text_kind| text_kind.area() != area) {
+                    return Err(unknown_part(&kind));
                 }
+                blank_part(part);
                 Ok(self.emit(sender, event).await)
             }
             "response.output_text.delta"
@@ -246,14 +248,12 @@ impl<'e> ResponsesGuard<'e> {
                 Ok(self.emit(sender, event).await)
             }
             "response.content_part.done" | "response.reasoning_summary_part.done" => {
-                let Some(text_kind) = event.get("part").and_then(TextKind::of_part) else {
-                    return Ok(self.emit(sender, event).await);
-                };
-                let area = if kind == "response.content_part.done" {
-                    Area::Content
-                } else {
-                    Area::Summary
-                };
+                let area = part_area(&kind);
+                let text_kind = event
+                    .get("part")
+                    .and_then(TextKind::of_part)
+                    .filter(|text_kind| text_kind.area() == area)
+                    .ok_or_else(|| unknown_part(&kind))?;
                 let key = part_key(&event, area);
                 let field = text_kind.field();
                 let whole = event
@@ -271,19 +271,18 @@ impl<'e> ResponsesGuard<'e> {
                     if let Some(part) = part.as_object_mut() {
                         part.insert(field.to_owned(), Value::String(released));
                     }
+                    let metadata = part_metadata(&self.metadata, key, text_kind);
+                    response::guard_annotations(self.settings, &metadata, part).await?;
                 }
                 Ok(self.emit(sender, event).await)
             }
             "response.output_item.done" => {
-                let Some(index) = output_index else {
-                    return Ok(self.emit(sender, event).await);
-                };
-                let Some(mut item) = event.remove("item") else {
-                    return Ok(self.emit(sender, event).await);
-                };
-                let is_call = mapping::is_call_item(item.get("type").and_then(Value::as_str));
-                if self.held_calls.remove(&index) || is_call {
-                    return self.release_call(index, item, sender).await;
+                let index = output_index.ok_or_else(|| without_index(&kind))?;
+                let mut item = event.remove("item").ok_or_else(|| without_item(&kind))?;
+                let item_kind = response::item_kind(&item)?;
+                self.held_items.remove(&index);
+                if item_kind != ItemKind::Text {
+                    return self.release_held(index, item, item_kind, sender).await;
                 }
                 self.settle_item(index, &mut item, sender).await?;
                 self.released_items.insert(index, item.clone());
@@ -300,8 +299,78 @@ impl<'e> ResponsesGuard<'e> {
                 }
                 Ok(self.emit(sender, event).await)
             }
-            _ => Ok(self.emit(sender, event).await),
+            "error" => Ok(self.emit(sender, event).await),
+            status if STATUS_EVENTS.contains(&status) => {
+                // They say how far a hosted tool got, and nothing else goes with them.
+                event.retain(|key, _| STATUS_FIELDS.contains(&key.as_str()));
+                Ok(self.emit(sender, event).await)
+            }
+            "response.audio.transcript.delta" => {
+                let delta = event
+                    .get("delta")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| without_text(&kind))?
+                    .to_owned();
+                let released = self.push(TRANSCRIPT, TextKind::Transcript, &delta).await?;
+                self.audio.transcript_sent.push_str(&delta);
+                if released.is_empty() {
+                    return Ok(true);
+                }
+                event.insert("delta".to_owned(), Value::String(released));
+                Ok(self.emit(sender, event).await)
+            }
+            "response.audio.transcript.done" => {
+                let released = self
+                    .finish_part(TRANSCRIPT, TextKind::Transcript, None, &Map::new(), sender)
+                    .await?;
+                self.audio.transcript_kept = Some(released == self.audio.transcript_sent);
+                if !self.emit(sender, event).await {
+                    return Ok(false);
+                }
+                self.release_audio(sender).await
+            }
+            "response.audio.delta" => {
+                // The audio speaks what its transcript said before the policies saw it: held
+                // until the transcript is done, released only if they left it as it was.
+                let data = event
+                    .get("delta")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| without_text(&kind))?;
+                self.audio.data.push_str(data);
+                Ok(true)
+            }
+            "response.audio.done" => {
+                self.audio.done = Some(event);
+                self.release_audio(sender).await
+            }
+            _ => Err(Box::new(error::GuardError::Body {
+                problem: format!(
+                    "the stream carries an event of type {kind:?}, which the guard does not know; what the policies cannot read is not released"
+                ),
+            })),
         }
+    }
+
+    /// Writes the held audio of the answer once its transcript is done and its `done` event
+    /// came: its data in one delta when the policies left the transcript as it was, else
+    /// none of it.
+    async fn release_audio(&mut self, sender: &Sender) -> Result<bool, Failure> {
+        let Some(kept) = self.audio.transcript_kept else {
+            return Ok(true);
+        };
+        let Some(done) = self.audio.done.take() else {
+            return Ok(true);
+        };
+        let data = std::mem::take(&mut self.audio.data);
+        if kept && !data.is_empty() {
+            let delta = json!({ "type": "response.audio.delta", "delta": data });
+            if let Value::Object(delta) = delta
+                && !self.emit(sender, delta).await
+            {
+                return Ok(false);
+            }
+        }
+        Ok(self.emit(sender, done).await)
     }
 
     /// Writes one event, numbered in order; `false` when the reader is gone.
@@ -319,16 +388,10 @@ impl<'e> ResponsesGuard<'e> {
     fn open(&mut self, key: PartKey, kind: TextKind) -> &mut Part<'e> {
         let engine = self.engine;
         let metadata = &self.metadata;
-        self.parts.entry(key).or_insert_with(|| {
-            let mut metadata = text_metadata(&item_metadata(metadata, key.0), kind.name());
-            metadata
-                .extra
-                .insert(key.1.index_key().to_owned(), Value::from(key.2));
-            Part {
-                guard: Some(engine.output_stream(metadata)),
-                kind,
-                released: String::new(),
-            }
+        self.parts.entry(key).or_insert_with(|| Part {
+            guard: Some(engine.output_stream(part_metadata(metadata, key, kind))),
+            kind,
+            released: String::new(),
         })
     }
 
@@ -374,8 +437,10 @@ impl<'e> ResponsesGuard<'e> {
             if let Some(id) = like.get("item_id") {
                 delta.insert("item_id".to_owned(), id.clone());
             }
-            delta.insert("output_index".to_owned(), Value::from(key.0));
-            delta.insert(key.1.index_key().to_owned(), Value::from(key.2));
+            if kind != TextKind::Transcript {
+                delta.insert("output_index".to_owned(), Value::from(key.0));
+                delta.insert(key.1.index_key().to_owned(), Value::from(key.2));
+            }
             delta.insert("delta".to_owned(), Value::String(tail));
             self.emit(sender, delta).await;
         }
@@ -412,7 +477,7 @@ impl<'e> ResponsesGuard<'e> {
             like.insert("item_id".to_owned(), id.clone());
         }
         let mut text = String::new();
-        for part in text_parts(item) {
+        for part in text_parts(item)? {
             let Some(slot) = part.in_item(item) else {
                 continue;
             };
@@ -428,28 +493,39 @@ impl<'e> ResponsesGuard<'e> {
                 join(&mut text, &released);
             }
             part.forward(slot, released);
+            let metadata = part_metadata(&self.metadata, key, part.kind);
+            response::guard_annotations(self.settings, &metadata, slot).await?;
         }
         join(&mut self.text, &text);
         Ok(())
     }
 
-    /// Evaluates a finished call item and writes it as a complete item, or the message item
-    /// that replaces it.
-    async fn release_call(
+    /// Evaluates a finished held item and writes it as a complete item: a call through the
+    /// tool-call policies (the message item saying it was refused replaces a refused call),
+    /// a hosted tool's item through the output policies (see
+    /// [`response::guard_hosted_texts`]), written added, then done.
+    async fn release_held(
         &mut self,
         index: u64,
         mut item: Value,
+        kind: ItemKind,
         sender: &Sender,
     ) -> Result<bool, Failure> {
         let metadata = item_metadata(&self.metadata, index);
-        let verdict =
-            response::evaluate_call_item(self.settings, &metadata, &mut item, &self.text).await?;
-        let events = match verdict {
-            CallVerdict::NotACall => return Ok(true),
-            CallVerdict::Allowed => call_events(index, &item),
-            CallVerdict::Refused(refusal) => {
-                join(&mut self.text, &refusal);
-                message_events(index, &item, &refusal)
+        let events = if kind == ItemKind::Hosted {
+            response::guard_hosted_texts(self.settings, &metadata, &mut item).await?;
+            whole_item_events(index, &item)
+        } else {
+            let verdict =
+                response::evaluate_call_item(self.settings, &metadata, &mut item, &self.text)
+                    .await?;
+            match verdict {
+                CallVerdict::NotACall => return Ok(true),
+                CallVerdict::Allowed => call_events(index, &item),
+                CallVerdict::Refused(refusal) => {
+                    join(&mut self.text, &refusal);
+                    message_events(index, &item, &refusal)
+                }
             }
         };
         self.released_items.insert(index, item);
@@ -497,7 +573,8 @@ fn empty_logprobs(event: &mut Map<String, Value>) {
     }
 }
 
-/// The part's text starts empty: it reaches the reader through its deltas.
+/// The part's text starts empty: it reaches the reader through its deltas; its annotations
+/// and its tokens start empty too (its `done` events carry them, read).
 fn blank_part(part: &mut Value) {
     let Some(part) = part.as_object_mut() else {
         return;
@@ -505,6 +582,11 @@ fn blank_part(part: &mut Value) {
     for field in ["text", "refusal"] {
         if part.get(field).is_some_and(Value::is_string) {
             part.insert(field.to_owned(), Value::from(""));
+        }
+    }
+    for field in ["annotations", "logprobs"] {
+        if part.get(field).is_some_and(|value| !value.is_null()) {
+            part.insert(field.to_owned(), Value::Array(Vec::new()));
         }
     }
 }
@@ -556,14 +638,7 @@ fn call_events(index: u64, item: &Value) -> Vec<Value> {
             "response.custom_tool_call_input.delta",
             "response.custom_tool_call_input.done",
         ),
-        _ => {
-            let mut added = item.clone();
-            added["status"] = Value::from("in_progress");
-            return vec![
-                json!({ "type": "response.output_item.added", "output_index": index, "item": added }),
-                json!({ "type": "response.output_item.done", "output_index": index, "item": item }),
-            ];
-        }
+        _ => return whole_item_events(index, item),
     };
     let custom = kind == Some("custom_tool_call");
     let value = item.get(field).cloned().unwrap_or(Value::from(""));
@@ -585,6 +660,133 @@ fn call_events(index: u64, item: &Value) -> Vec<Value> {
         done,
         json!({ "type": "response.output_item.done", "output_index": index, "item": item }),
     ]
+}
+
+/// The events of an item released whole, with nothing streamed between: added complete (in
+/// progress), then done.
+fn whole_item_events(index: u64, item: &Value) -> Vec<Value> {
+    let mut added = item.clone();
+    added["status"] = Value::from("in_progress");
+    vec![
+        json!({ "type": "response.output_item.added", "output_index": index, "item": added }),
+        json!({ "type": "response.output_item.done", "output_index": index, "item": item }),
+    ]
+}
+
+/// The events that stream a piece of a held item (a call's arguments, a command, a diff, a
+/// hosted tool's code, arguments, output or partial image): the item is released whole when
+/// it is done, and these are not written again. So is a citation added to a text part: the
+/// part's `done` events carry its annotations, read.
+const HELD_PIECES: [&str; 17] = [
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.custom_tool_call_input.delta",
+    "response.custom_tool_call_input.done",
+    "response.shell_call_command.added",
+    "response.shell_call_command.delta",
+    "response.shell_call_command.done",
+    "response.apply_patch_call_operation_diff.delta",
+    "response.apply_patch_call_operation_diff.done",
+    "response.code_interpreter_call_code.delta",
+    "response.code_interpreter_call_code.done",
+    "response.mcp_call_arguments.delta",
+    "response.mcp_call_arguments.done",
+    "response.shell_call_output_content.delta",
+    "response.shell_call_output_content.done",
+    "response.image_generation_call.partial_image",
+    "response.output_text.annotation.added",
+];
+
+/// The events that say how far a hosted tool got, and carry no text.
+const STATUS_EVENTS: [&str; 18] = [
+    "response.web_search_call.in_progress",
+    "response.web_search_call.searching",
+    "response.web_search_call.completed",
+    "response.file_search_call.in_progress",
+    "response.file_search_call.searching",
+    "response.file_search_call.completed",
+    "response.code_interpreter_call.in_progress",
+    "response.code_interpreter_call.interpreting",
+    "response.code_interpreter_call.completed",
+    "response.image_generation_call.in_progress",
+    "response.image_generation_call.generating",
+    "response.image_generation_call.completed",
+    "response.mcp_call.in_progress",
+    "response.mcp_call.completed",
+    "response.mcp_call.failed",
+    "response.mcp_list_tools.in_progress",
+    "response.mcp_list_tools.completed",
+    "response.mcp_list_tools.failed",
+];
+
+/// The fields a status event keeps (see [`STATUS_EVENTS`]); the others go.
+const STATUS_FIELDS: [&str; 4] = ["type", "item_id", "output_index", "sequence_number"];
+
+/// The place of the audio transcript's guard among the parts: no output item holds it.
+const TRANSCRIPT: PartKey = (u64::MAX, Area::Content, 0);
+
+/// The audio of the answer, held until its transcript is done.
+#[derive(Default)]
+struct Audio {
+    /// The data of its deltas, in order.
+    data: String,
+    /// Its `response.audio.done` event, once it came.
+    done: Option<Map<String, Value>>,
+    /// The transcript as the upstream sent it.
+    transcript_sent: String,
+    /// Once the transcript is done: whether the policies left it as it was.
+    transcript_kept: Option<bool>,
+}
+
+/// The metadata of a part's texts: `output_index`, `content_index` or `summary_index`,
+/// `text_kind` (only `text_kind` for the audio transcript, which no item holds).
+fn part_metadata(metadata: &Metadata, key: PartKey, kind: TextKind) -> Metadata {
+    if kind == TextKind::Transcript {
+        return text_metadata(metadata, kind.name());
+    }
+    let mut metadata = text_metadata(&item_metadata(metadata, key.0), kind.name());
+    metadata
+        .extra
+        .insert(key.1.index_key().to_owned(), Value::from(key.2));
+    metadata
+}
+
+/// The list a `…part.added` or `…part.done` event's part lives in.
+fn part_area(kind: &str) -> Area {
+    if kind.starts_with("response.reasoning_summary_part.") {
+        Area::Summary
+    } else {
+        Area::Content
+    }
+}
+
+/// The error for an event the guard must place but cannot.
+fn malformed(kind: &str, missing: &str) -> Failure {
+    Box::new(error::GuardError::Body {
+        problem: format!(
+            "a {kind} event of the stream has no {missing}; what the policies cannot read is not released"
+        ),
+    })
+}
+
+fn without_index(kind: &str) -> Failure {
+    malformed(kind, "output_index")
+}
+
+fn without_item(kind: &str) -> Failure {
+    malformed(kind, "item")
+}
+
+fn without_part(kind: &str) -> Failure {
+    malformed(kind, "part")
+}
+
+fn without_text(kind: &str) -> Failure {
+    malformed(kind, "delta string")
+}
+
+fn unknown_part(kind: &str) -> Failure {
+    malformed(kind, "part of a type the guard knows")
 }
 
 /// The events of a one-part assistant message item saying `text`.

@@ -1,6 +1,6 @@
 //! Streamed chat completions (server-sent events): the streaming output guard on each
 //! choice's text, another on each other text it writes (its refusal, the `reasoning_content`
-//! some servers send, the transcript of an audio answer), tool-call deltas buffered per index
+//! or `reasoning` some servers send, the transcript of an audio answer), tool-call deltas buffered per index
 //! and evaluated whole when the choice finishes. An audio answer's `data` is held until the
 //! choice finishes and released only with a transcript the policies left as it was.
 
@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::{self, GuardError};
 use crate::exchange::{Failure, Settings, ToolOutcome, collect, evaluate_tool_call};
 use crate::mapping::{self, ToolCall};
-use crate::response::{ChatText, text_metadata};
+use crate::response::{self, ChatText, SIDE_TEXTS, content_texts, text_metadata, unreadable};
 use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
 /// Guards a chat completion stream: reads `upstream`, writes the released events to
@@ -180,7 +180,10 @@ impl<'e> StreamGuard<'e> {
         let mut kept = Vec::with_capacity(choices.len());
         for (position, choice) in choices.into_iter().enumerate() {
             let Value::Object(mut choice) = choice else {
-                continue;
+                return Err(unreadable(format!(
+                    "choice {position} of a chunk is a JSON {}, not an object",
+                    mapping::json_kind(&choice)
+                )));
             };
             let index = choice
                 .get("index")
@@ -195,46 +198,75 @@ impl<'e> StreamGuard<'e> {
             if let Some(Value::Object(logprobs)) = choice.remove("logprobs") {
                 self.buffer_logprobs(index, logprobs);
             }
-            if let Some(Value::String(text)) = delta.get("content") {
-                let text = text.clone();
-                let released = self.push(index, &text).await?;
+            // A content given as a list of parts is one text, its parts' texts in order,
+            // released as a string.
+            let content: String = content_texts(delta.get("content"), index)?
+                .into_iter()
+                .map(|(_, text)| text)
+                .collect();
+            if delta
+                .get("content")
+                .is_some_and(|content| !content.is_null())
+            {
+                let released = self.push(index, &content).await?;
                 delta.insert("content".to_owned(), Value::String(released));
             }
-            for (field, kind) in [
-                ("refusal", ChatText::Refusal),
-                ("reasoning_content", ChatText::Reasoning),
-            ] {
-                if let Some(Value::String(text)) = delta.get(field) {
-                    let text = text.clone();
+            for kind in SIDE_TEXTS {
+                let field = kind.field();
+                if let Some(text) = string_field(&delta, field, index)? {
                     let released = self.push_side(index, kind, &text).await?;
                     delta.insert(field.to_owned(), Value::String(released));
                 }
             }
-            if let Some(Value::Object(mut audio)) = delta.remove("audio") {
-                // The audio itself waits for the end of its transcript.
-                if let Some(Value::String(data)) = audio.remove("data")
-                    && let Some(state) = self.choices.get_mut(&index)
-                    && !state.finished
-                {
-                    state.audio_data.push_str(&data);
-                }
-                if let Some(Value::String(text)) = audio.remove("transcript") {
-                    let released = self.push_side(index, ChatText::Transcript, &text).await?;
-                    if !released.is_empty() {
-                        audio.insert("transcript".to_owned(), Value::String(released));
+            match delta.remove("audio") {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(mut audio)) => {
+                    // The audio itself waits for the end of its transcript.
+                    if let Some(data) = string_field(&audio, "data", index)?
+                        && let Some(state) = self.choices.get_mut(&index)
+                        && !state.finished
+                    {
+                        state.audio_data.push_str(&data);
+                    }
+                    audio.remove("data");
+                    if let Some(text) = string_field(&audio, "transcript", index)? {
+                        let released = self.push_side(index, ChatText::Transcript, &text).await?;
+                        audio.remove("transcript");
+                        if !released.is_empty() {
+                            audio.insert("transcript".to_owned(), Value::String(released));
+                        }
+                    }
+                    if !audio.is_empty() {
+                        delta.insert("audio".to_owned(), Value::Object(audio));
                     }
                 }
-                if !audio.is_empty() {
-                    delta.insert("audio".to_owned(), Value::Object(audio));
+                Some(other) => {
+                    return Err(unreadable(format!(
+                        "the audio of choice {index} is a JSON {}, not an object",
+                        mapping::json_kind(&other)
+                    )));
                 }
             }
             if let Some(Value::Array(calls)) = delta.remove("tool_calls") {
                 self.buffer_tool_calls(index, calls);
             }
-            if delta.get("function_call").is_some_and(Value::is_object)
-                && let Some(call) = delta.remove("function_call")
-            {
-                self.buffer_function_call(index, &call);
+            match delta.remove("function_call") {
+                None | Some(Value::Null) => {}
+                Some(call @ Value::Object(_)) => self.buffer_function_call(index, &call),
+                Some(other) => {
+                    return Err(unreadable(format!(
+                        "the function_call of choice {index} is a JSON {}, not an object",
+                        mapping::json_kind(&other)
+                    )));
+                }
+            }
+            if let Some(annotations) = delta.get_mut("annotations") {
+                let metadata = self
+                    .choices
+                    .get(&index)
+                    .map(|state| state.metadata.clone())
+                    .unwrap_or_else(|| self.metadata.clone());
+                response::guard_annotation_list(self.settings, &metadata, annotations).await?;
             }
             let finish_reason = choice
                 .get("finish_reason")
@@ -260,7 +292,8 @@ impl<'e> StreamGuard<'e> {
                     Value::Null => false,
                     Value::String(text) => {
                         !text.is_empty()
-                            || !matches!(key.as_str(), "content" | "refusal" | "reasoning_content")
+                            || !(key == "content"
+                                || SIDE_TEXTS.iter().any(|kind| kind.field() == key))
                     }
                     _ => true,
                 });
@@ -558,6 +591,23 @@ impl<'e> StreamGuard<'e> {
     }
 }
 
+/// A text field of a delta (or of its audio): its string, `None` when it is missing or
+/// `null`; anything else cannot be read.
+fn string_field(
+    fields: &Map<String, Value>,
+    field: &str,
+    choice: u64,
+) -> Result<Option<String>, Failure> {
+    match fields.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(other) => Err(unreadable(format!(
+            "the {field} of choice {choice} is a JSON {}, not a string",
+            mapping::json_kind(other)
+        ))),
+    }
+}
+
 /// Adds the end of a choice to its delta.
 fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
     if !tail.text.is_empty() {
@@ -577,10 +627,9 @@ fn add_tail(delta: &mut Map<String, Value>, tail: Tail) {
             continue;
         }
         let (target, field) = match kind {
-            ChatText::Refusal => (&mut *delta, "refusal"),
-            ChatText::Reasoning => (&mut *delta, "reasoning_content"),
-            ChatText::Transcript => (&mut audio, "transcript"),
+            ChatText::Transcript => (&mut audio, kind.field()),
             ChatText::Content => continue,
+            side => (&mut *delta, side.field()),
         };
         let mut text = match target.get(field) {
             Some(Value::String(text)) => text.clone(),
