@@ -33,7 +33,8 @@ fn deny_secrets() -> portcullis_dsl::DslInputPolicy {
 /// (policy id, decision, enforced) of every record.
 type Records = Arc<Mutex<Vec<(String, String, bool)>>>;
 
-fn recorder() -> (Records, impl Fn(&AuditRecord<'_>) + Send + Sync + 'static) {
+/// A service on `set` whose audit records are kept, and the `/engine/evaluate` URL.
+async fn start_recorded(set: PolicySet) -> (common::Running, String, Records) {
     let records = Records::default();
     let kept = Arc::clone(&records);
     let handler = move |record: &AuditRecord<'_>| {
@@ -43,13 +44,6 @@ fn recorder() -> (Records, impl Fn(&AuditRecord<'_>) + Send + Sync + 'static) {
             record.enforced,
         ));
     };
-    (records, handler)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_decision_is_audited() {
-    let (records, handler) = recorder();
-    let set = PolicySet::builder().input(deny_secrets()).build();
     let server = start_engine(
         DecisionService::builder().audit(handler),
         PolicyEngine::builder().policy_set(set),
@@ -57,14 +51,24 @@ async fn every_decision_is_audited() {
     )
     .await;
     let url = format!("{}/engine/evaluate", server.url);
+    (server, url, records)
+}
+
+fn taken(records: &Records) -> Vec<(String, String, bool)> {
+    records.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_decision_is_audited() {
+    let set = PolicySet::builder().input(deny_secrets()).build();
+    let (server, url, records) = start_recorded(set).await;
     let (status, decision) = post(&url, &request("block_secret", input("the secret"))).await;
     assert_eq!(status, 200);
     assert_eq!(decision["decision"], "deny");
     let (status, _) = post(&url, &request("block_secret", input("hello"))).await;
     assert_eq!(status, 200);
-    let records = records.lock().unwrap_or_else(|e| e.into_inner()).clone();
     assert_eq!(
-        records,
+        taken(&records),
         [
             ("block_secret".to_owned(), "deny".to_owned(), true),
             ("block_secret".to_owned(), "allow".to_owned(), true),
@@ -75,25 +79,17 @@ async fn every_decision_is_audited() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_monitored_denial_is_audited_and_does_not_take_effect() {
-    let (records, handler) = recorder();
     let set = PolicySet::builder()
         .input(deny_secrets())
         .monitor(InterceptionPoint::Input)
         .build();
-    let server = start_engine(
-        DecisionService::builder().audit(handler),
-        PolicyEngine::builder().policy_set(set),
-        ServeOptions::new(),
-    )
-    .await;
-    let url = format!("{}/engine/evaluate", server.url);
+    let (server, url, records) = start_recorded(set).await;
     let (status, decision) = post(&url, &request("block_secret", input("the secret"))).await;
     assert_eq!(status, 200);
     // What takes effect: the call goes on. The record says what enforcing would have done.
     assert_eq!(decision, json!({"decision": "allow"}));
-    let records = records.lock().unwrap_or_else(|e| e.into_inner()).clone();
     assert_eq!(
-        records,
+        taken(&records),
         [("block_secret".to_owned(), "deny".to_owned(), false)]
     );
     server.stop().await;
@@ -101,24 +97,16 @@ async fn a_monitored_denial_is_audited_and_does_not_take_effect() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_error_decides_what_a_failing_policy_does() {
-    let (records, handler) = recorder();
     let set = PolicySet::builder()
         .input(Failing)
         .on_error(OnError::Allow)
         .build();
-    let server = start_engine(
-        DecisionService::builder().audit(handler),
-        PolicyEngine::builder().policy_set(set),
-        ServeOptions::new(),
-    )
-    .await;
-    let url = format!("{}/engine/evaluate", server.url);
+    let (server, url, records) = start_recorded(set).await;
     let (status, decision) = post(&url, &request("failing", input("hello"))).await;
     assert_eq!(status, 200, "{decision}");
     assert_eq!(decision, json!({"decision": "allow"}));
-    let records = records.lock().unwrap_or_else(|e| e.into_inner()).clone();
     assert_eq!(
-        records,
+        taken(&records),
         [("failing".to_owned(), "evaluation_error".to_owned(), true)]
     );
     server.stop().await;
@@ -130,13 +118,7 @@ async fn the_points_call_deadline_bounds_the_one_policy() {
         .input(Slow(Duration::from_secs(30)))
         .call_deadline(InterceptionPoint::Input, Duration::from_millis(100))
         .build();
-    let server = start_engine(
-        DecisionService::builder(),
-        PolicyEngine::builder().policy_set(set),
-        ServeOptions::new(),
-    )
-    .await;
-    let url = format!("{}/engine/evaluate", server.url);
+    let (server, url, _) = start_recorded(set).await;
     let (status, body) = post(&url, &request("slow", input("hello"))).await;
     assert_eq!(status, 500, "{body}");
     assert_eq!(body["error"]["code"], "evaluation_error");

@@ -39,13 +39,18 @@ fn get_as(path: &str, token: Option<&str>) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: t\r\n{authorization}Connection: close\r\n\r\n")
 }
 
+/// A POST of `body` with the header lines `headers` (each ending in `\r\n`).
+fn post_with(path: &str, headers: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: t\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 fn post_as(path: &str, content_type: Option<&str>, body: &str) -> String {
     let content_type =
         content_type.map_or(String::new(), |value| format!("Content-Type: {value}\r\n"));
-    format!(
-        "POST {path} HTTP/1.1\r\nHost: t\r\n{content_type}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
+    post_with(path, &content_type, body)
 }
 
 const FAILURE: &str = "portcullis.yaml:4:5: error: GET \
@@ -154,10 +159,8 @@ async fn only_the_exact_token_opens_the_evaluations() {
         ("Authorization: Bearer s3cret\r\n", 200),
         ("Authorization: bearer s3cret\r\n", 200),
     ] {
-        let request = format!(
-            "POST /v1/evaluate/input HTTP/1.1\r\nHost: t\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
+        let headers = format!("{authorization}Content-Type: application/json\r\n");
+        let request = post_with("/v1/evaluate/input", &headers, &body);
         let (status, answer) = raw(server.addr, request).await;
         assert_eq!(status, expected, "{authorization:?}: {answer}");
     }
