@@ -342,6 +342,31 @@ fn a_bad_manifest_or_a_missing_token_is_exit_1() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("missing.json"));
 
+    // A bundle URL in the errors is printed without its credentials and query string.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    std::fs::write(
+        &manifest,
+        format!(
+            "input:\n  - dsl: rules/missing.json\n  - rego: http://bot:pw@127.0.0.1:{port}/b.tar.gz?sig=s3cret\n"
+        ),
+    )
+    .expect("written");
+    let output = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("serve")
+        .arg(&manifest)
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/b.tar.gz"), "{stderr}");
+    assert!(
+        !stderr.contains("s3cret") && !stderr.contains("bot:pw"),
+        "{stderr}"
+    );
+
     scratch.rule("v1");
     let manifest = scratch.manifest();
     let output = Command::new(env!("CARGO_BIN_EXE_portcullis"))
