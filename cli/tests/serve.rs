@@ -216,6 +216,16 @@ impl Drop for Server {
     }
 }
 
+/// Runs `portcullis serve manifest args..` to its end (for the runs that must not start).
+fn serve_once(manifest: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("serve")
+        .arg(manifest)
+        .args(args)
+        .output()
+        .expect("runs")
+}
+
 fn context(content: &str) -> String {
     json!({
         "messages": [{"role": "user", "content": content}],
@@ -334,11 +344,7 @@ fn a_bad_manifest_or_a_missing_token_is_exit_1() {
     let scratch = Scratch::new("bad");
     let manifest = scratch.0.join("portcullis.yaml");
     std::fs::write(&manifest, "input:\n  - dsl: rules/missing.json\n").expect("written");
-    let output = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .arg("serve")
-        .arg(&manifest)
-        .output()
-        .expect("runs");
+    let output = serve_once(&manifest, &[]);
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("missing.json"));
 
@@ -354,11 +360,7 @@ fn a_bad_manifest_or_a_missing_token_is_exit_1() {
         ),
     )
     .expect("written");
-    let output = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .arg("serve")
-        .arg(&manifest)
-        .output()
-        .expect("runs");
+    let output = serve_once(&manifest, &[]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/b.tar.gz"), "{stderr}");
@@ -401,12 +403,7 @@ fn listening_beyond_loopback_without_a_token_is_refused_unless_allowed() {
     scratch.rule("v1");
     let manifest = scratch.manifest();
     for listen in ["0.0.0.0:0", "[::]:0"] {
-        let output = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-            .arg("serve")
-            .arg(&manifest)
-            .args(["--listen", listen])
-            .output()
-            .expect("runs");
+        let output = serve_once(&manifest, &["--listen", listen]);
         assert_eq!(output.status.code(), Some(1), "{listen}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
