@@ -26,9 +26,12 @@ fn context() -> InputContext {
     InputContext::new(vec![Message::user("hello")], Metadata::new("agent", "s1"))
 }
 
-/// An engine on `set` whose audit records (policy id, decision, enforced) are kept.
-fn recorded(set: PolicySet) -> (PolicyEngine, Arc<Mutex<Vec<(String, String, bool)>>>) {
-    let records = Arc::new(Mutex::new(Vec::new()));
+/// (policy id, decision, enforced) of every audit record.
+type Records = Arc<Mutex<Vec<(String, String, bool)>>>;
+
+/// An engine on `set` whose audit records are kept.
+fn recorded(set: PolicySet) -> (PolicyEngine, Records) {
+    let records = Records::default();
     let kept = Arc::clone(&records);
     let engine = PolicyEngine::builder()
         .policy_set(set)
