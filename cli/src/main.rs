@@ -133,7 +133,8 @@ enum Command {
     /// /v1/evaluate/{input|tool_call|output}, GET /healthz, /readyz, /metrics. Reloads when a
     /// file of the set changes and on SIGHUP (a failed reload keeps the set in use); SIGTERM
     /// stops accepting, finishes the requests in flight and exits 0. Exit status 1 when the
-    /// manifest, the address or the TLS files are wrong.
+    /// manifest, the address or the TLS files are wrong, or when it would listen beyond
+    /// loopback without a token (see --allow-unauthenticated).
     Serve {
         /// The manifest.
         manifest: PathBuf,
@@ -141,9 +142,13 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
         /// Require `Authorization: Bearer <token>` on evaluations, the token read from this
-        /// environment variable.
+        /// environment variable. Only callers with the token see reload errors in /readyz.
         #[arg(long, value_name = "VAR")]
         token_env: Option<String>,
+        /// Listen beyond loopback without --token-env: anyone who can reach the address can
+        /// ask for decisions and probe the policies. Refused without this flag.
+        #[arg(long)]
+        allow_unauthenticated: bool,
         /// Serve HTTPS: the PEM certificate chain (with --tls-key).
         #[arg(long, value_name = "FILE")]
         tls_cert: Option<PathBuf>,
@@ -162,9 +167,17 @@ enum Command {
         /// How many requests may wait for a slot (503 with Retry-After beyond).
         #[arg(long, default_value_t = 1024)]
         max_queued: usize,
-        /// How long one request may take, its body and its head included.
+        /// How long one request may take, from its head to its answer.
         #[arg(long, default_value = "10s")]
         request_deadline: String,
+        /// How long a client may take to send a request's head, and its body once the
+        /// request holds an evaluation slot (slow clients are cut off: 408 or a closed
+        /// connection). An idle keep-alive connection is closed after this long too.
+        #[arg(long, default_value = "5s")]
+        read_timeout: String,
+        /// How many client connections may be open at once (more wait to be accepted).
+        #[arg(long, default_value_t = portcullis::server::DEFAULT_MAX_CONNECTIONS)]
+        max_connections: usize,
         /// Log level: error, warn, info, debug or trace (logs go to standard error).
         #[arg(long, default_value = "info")]
         log_level: String,
@@ -215,6 +228,7 @@ fn main() -> ExitCode {
             manifest,
             listen,
             token_env,
+            allow_unauthenticated,
             tls_cert,
             tls_key,
             watch_interval,
@@ -222,11 +236,14 @@ fn main() -> ExitCode {
             max_concurrent,
             max_queued,
             request_deadline,
+            read_timeout,
+            max_connections,
             log_level,
         } => serve::run(serve::ServeArgs {
             manifest,
             listen,
             token_env,
+            allow_unauthenticated,
             tls_cert,
             tls_key,
             watch_interval,
@@ -234,6 +251,8 @@ fn main() -> ExitCode {
             max_concurrent,
             max_queued,
             request_deadline,
+            read_timeout,
+            max_connections,
             log_level,
         }),
         Command::Proxy(command) => proxy::run(command),

@@ -80,6 +80,8 @@ pub(crate) fn json(diagnostic: &Diagnostic) -> Value {
 pub(crate) fn print_load_errors(errors: &portcullis::manifest::ManifestErrors) {
     let colour = colours() && std::io::stderr().is_terminal();
     for diagnostic in errors.iter() {
-        eprint!("{}", human(diagnostic, colour));
+        // A bundle URL's credentials and query string never reach the terminal or a log.
+        let text = human(diagnostic, colour);
+        eprint!("{}", portcullis::server::redact_urls(&text));
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use portcullis::manifest::{
     CodeRegistry, Manifest, ManifestWatcher, PolicySource, ReloadOutcome, parse_duration,
 };
-use portcullis::server::{DecisionService, Limits, ReloadStatus, ServeOptions, serve};
+use portcullis::server::{DecisionService, Limits, ReloadStatus, redact_urls, serve};
 
 use crate::render;
 
@@ -17,6 +17,7 @@ pub(crate) struct ServeArgs {
     pub(crate) manifest: PathBuf,
     pub(crate) listen: String,
     pub(crate) token_env: Option<String>,
+    pub(crate) allow_unauthenticated: bool,
     pub(crate) tls_cert: Option<PathBuf>,
     pub(crate) tls_key: Option<PathBuf>,
     pub(crate) watch_interval: String,
@@ -24,6 +25,8 @@ pub(crate) struct ServeArgs {
     pub(crate) max_concurrent: usize,
     pub(crate) max_queued: usize,
     pub(crate) request_deadline: String,
+    pub(crate) read_timeout: String,
+    pub(crate) max_connections: usize,
     pub(crate) log_level: String,
 }
 
@@ -52,11 +55,13 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
     let durations = (
         parse_duration(&args.watch_interval),
         parse_duration(&args.request_deadline),
+        parse_duration(&args.read_timeout),
     );
-    let (interval, deadline) = match durations {
-        (Ok(interval), Ok(deadline)) => (interval, deadline),
-        (Err(message), _) => return fail(format!("`--watch-interval`: {message}")),
-        (_, Err(message)) => return fail(format!("`--request-deadline`: {message}")),
+    let (interval, deadline, read_timeout) = match durations {
+        (Ok(interval), Ok(deadline), Ok(read_timeout)) => (interval, deadline, read_timeout),
+        (Err(message), _, _) => return fail(format!("`--watch-interval`: {message}")),
+        (_, Err(message), _) => return fail(format!("`--request-deadline`: {message}")),
+        (_, _, Err(message)) => return fail(format!("`--read-timeout`: {message}")),
     };
     let token = match &args.token_env {
         Some(variable) => match std::env::var(variable) {
@@ -69,15 +74,24 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         },
         None => None,
     };
-    let mut options = ServeOptions::new().header_read_timeout(deadline);
-    match (&args.tls_cert, &args.tls_key) {
+    if token.is_none() && !listen.ip().is_loopback() && !args.allow_unauthenticated {
+        return fail(format!(
+            "refusing to listen on {listen} without a token: anyone who can reach it could ask \
+             for decisions and probe the policies. Set one with `--token-env VAR`, listen on \
+             loopback (127.0.0.1, ::1), or pass `--allow-unauthenticated` to accept the risk"
+        ));
+    }
+    if token.is_none() && !listen.ip().is_loopback() {
+        tracing::warn!("listening on {listen} without a token (--allow-unauthenticated)");
+    }
+    let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => match portcullis::server::Tls::from_pem_files(cert, key) {
-            Ok(tls) => options = options.tls(tls),
+            Ok(tls) => Some(tls),
             Err(error) => return fail(error),
         },
-        (None, None) => {}
+        (None, None) => None,
         _ => return fail("`--tls-cert` and `--tls-key` go together"),
-    }
+    };
 
     let registry = CodeRegistry::new();
     let manifest = match Manifest::read(&args.manifest) {
@@ -100,7 +114,8 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
             .max_concurrent(args.max_concurrent)
             .max_queued(args.max_queued)
             .request_deadline(deadline)
-            .header_read_timeout(deadline),
+            .header_read_timeout(read_timeout)
+            .body_read_timeout(read_timeout),
     );
     if let Some(token) = token {
         builder = builder.bearer_token(token);
@@ -154,7 +169,10 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
                     return 1;
                 }
             };
-            tracing::error!("serving 503 until the set loads: {errors}");
+            tracing::error!(
+                "serving 503 until the set loads: {}",
+                redact_urls(&errors.to_string())
+            );
             let service = builder.unloaded().build_on(Arc::new(engine));
             service.record_reload(ReloadStatus::Failed(errors.to_string()));
             (service, vec![args.manifest.clone()], export)
@@ -165,6 +183,12 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         }
     };
 
+    let mut options = service
+        .serve_options()
+        .max_connections(args.max_connections);
+    if let Some(tls) = tls {
+        options = options.tls(tls);
+    }
     let watcher = watch(&args.manifest, &service, registry.clone(), interval, files);
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -232,7 +256,10 @@ fn report(service: &DecisionService, outcome: &ReloadOutcome) {
             service.record_reload(ReloadStatus::Reloaded);
         }
         ReloadOutcome::Failed(errors) => {
-            tracing::error!("reload failed, the set in use stays: {errors}");
+            tracing::error!(
+                "reload failed, the set in use stays: {}",
+                redact_urls(&errors.to_string())
+            );
             service.record_reload(ReloadStatus::Failed(errors.to_string()));
         }
     }

@@ -62,6 +62,10 @@ struct Server {
     child: Child,
     addr: String,
     log: mpsc::Receiver<String>,
+    /// What it logged until it listened.
+    startup: Vec<String>,
+    /// The bearer token its requests carry, if any.
+    token: Option<String>,
 }
 
 impl Server {
@@ -70,11 +74,29 @@ impl Server {
     }
 
     fn start_with(manifest: &Path, extra: &[&str], variables: &[(&str, &str)]) -> Server {
+        Server::start_listening(manifest, "127.0.0.1:0", extra, variables)
+    }
+
+    /// Starts with the token `token` (from an environment variable) and sends it.
+    fn start_with_token(manifest: &Path, extra: &[&str], token: &str) -> Server {
+        let extra = [extra, &["--token-env", "PORTCULLIS_SERVE_TEST_TOKEN"]].concat();
+        let mut server =
+            Server::start_with(manifest, &extra, &[("PORTCULLIS_SERVE_TEST_TOKEN", token)]);
+        server.token = Some(token.to_owned());
+        server
+    }
+
+    fn start_listening(
+        manifest: &Path,
+        listen: &str,
+        extra: &[&str],
+        variables: &[(&str, &str)],
+    ) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
             .envs(variables.iter().copied())
             .arg("serve")
             .arg(manifest)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(extra)
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
@@ -89,6 +111,8 @@ impl Server {
             child,
             addr: String::new(),
             log,
+            startup: Vec::new(),
+            token: None,
         };
         let stderr = stderr.expect("stderr");
         std::thread::spawn(move || {
@@ -102,6 +126,7 @@ impl Server {
                 .log
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
                 .expect("the service starts");
+            server.startup.push(line.clone());
             if let Some(at) = line.find("serving decisions on http://") {
                 server.addr = line[at + "serving decisions on http://".len()..]
                     .split_whitespace()
@@ -125,14 +150,28 @@ impl Server {
         assert!(status.success());
     }
 
-    /// `method path` with `body`: the status and the body.
+    /// `method path` with `body` (and the server's token, if any): the status and the body.
     fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        self.request_as(self.token.as_deref(), method, path, body)
+    }
+
+    /// `method path` with `body` and `token`: the status and the body.
+    fn request_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> (u16, String) {
         let mut stream = TcpStream::connect(&self.addr).expect("a connection");
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
             .expect("a time-out");
+        let authorization = token.map_or(String::new(), |token| {
+            format!("Authorization: Bearer {token}\r\n")
+        });
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: test\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         stream.write_all(request.as_bytes()).expect("sent");
@@ -177,6 +216,16 @@ impl Drop for Server {
     }
 }
 
+/// Runs `portcullis serve manifest args..` to its end (for the runs that must not start).
+fn serve_once(manifest: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("serve")
+        .arg(manifest)
+        .args(args)
+        .output()
+        .expect("runs")
+}
+
 fn context(content: &str) -> String {
     json!({
         "messages": [{"role": "user", "content": content}],
@@ -190,7 +239,7 @@ fn serves_the_same_outcome_as_eval_and_reloads_on_change() {
     let scratch = Scratch::new("reload");
     scratch.rule("v1");
     let manifest = scratch.manifest();
-    let server = Server::start(&manifest, &["--watch-interval", "50ms"]);
+    let server = Server::start_with_token(&manifest, &["--watch-interval", "50ms"], "t0k3n");
 
     let (status, body) = server.request("POST", "/v1/evaluate/input", &context("a secret"));
     assert_eq!(status, 200);
@@ -214,7 +263,7 @@ fn serves_the_same_outcome_as_eval_and_reloads_on_change() {
     scratch.rule("v2");
     server.wait_for_reason("v2");
 
-    // A broken rule: the set in use stays, and /readyz says why.
+    // A broken rule: the set in use stays, and /readyz says why (to a caller with the token).
     std::fs::write(scratch.0.join("rules/no_secret.json"), "{ not json").expect("written");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -222,6 +271,8 @@ fn serves_the_same_outcome_as_eval_and_reloads_on_change() {
         assert_eq!(status, 200, "{body}");
         let ready: Value = serde_json::from_str(&body).expect("JSON");
         if ready["last_reload"]["outcome"] == "failed" {
+            let (_, anonymous) = server.request_as(None, "GET", "/readyz", "");
+            assert_eq!(anonymous, r#"{"ready":true}"#);
             assert!(
                 ready["last_reload"]["message"]
                     .as_str()
@@ -293,13 +344,30 @@ fn a_bad_manifest_or_a_missing_token_is_exit_1() {
     let scratch = Scratch::new("bad");
     let manifest = scratch.0.join("portcullis.yaml");
     std::fs::write(&manifest, "input:\n  - dsl: rules/missing.json\n").expect("written");
-    let output = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .arg("serve")
-        .arg(&manifest)
-        .output()
-        .expect("runs");
+    let output = serve_once(&manifest, &[]);
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("missing.json"));
+
+    // A bundle URL in the errors is printed without its credentials and query string.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    std::fs::write(
+        &manifest,
+        format!(
+            "input:\n  - dsl: rules/missing.json\n  - rego: http://bot:pw@127.0.0.1:{port}/b.tar.gz?sig=s3cret\n"
+        ),
+    )
+    .expect("written");
+    let output = serve_once(&manifest, &[]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/b.tar.gz"), "{stderr}");
+    assert!(
+        !stderr.contains("s3cret") && !stderr.contains("bot:pw"),
+        "{stderr}"
+    );
 
     scratch.rule("v1");
     let manifest = scratch.manifest();
@@ -327,6 +395,41 @@ fn a_token_from_the_environment_guards_evaluations() {
     let (status, body) = server.request("POST", "/v1/evaluate/input", &context("hi"));
     assert_eq!(status, 401, "{body}");
     assert_eq!(server.request("GET", "/healthz", "").0, 200);
+}
+
+#[test]
+fn listening_beyond_loopback_without_a_token_is_refused_unless_allowed() {
+    let scratch = Scratch::new("exposure");
+    scratch.rule("v1");
+    let manifest = scratch.manifest();
+    for listen in ["0.0.0.0:0", "[::]:0"] {
+        let output = serve_once(&manifest, &["--listen", listen]);
+        assert_eq!(output.status.code(), Some(1), "{listen}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("without a token") && stderr.contains("--allow-unauthenticated"),
+            "{stderr}"
+        );
+    }
+    // With a token, or with the operator's explicit consent, it starts.
+    let server = Server::start_listening(
+        &manifest,
+        "0.0.0.0:0",
+        &["--token-env", "PORTCULLIS_SERVE_TEST_TOKEN"],
+        &[("PORTCULLIS_SERVE_TEST_TOKEN", "t0k3n")],
+    );
+    assert_eq!(server.request("GET", "/healthz", "").0, 200);
+    drop(server);
+    let server = Server::start_listening(&manifest, "0.0.0.0:0", &["--allow-unauthenticated"], &[]);
+    assert_eq!(server.reason(), "v1");
+    assert!(
+        server
+            .startup
+            .iter()
+            .any(|line| line.contains("without a token")),
+        "{:?}",
+        server.startup
+    );
 }
 
 /// Serves `bytes` to every request on `listener` (one request per connection).
@@ -360,16 +463,23 @@ fn a_bundle_server_that_is_down_at_start_means_503_until_it_answers() {
     std::fs::write(
         &manifest,
         format!(
-            "input:\n  - dsl: rules/no_secret.json\n  - rego: http://127.0.0.1:{port}/no-ssn.tar.gz\n    poll: 100ms\n"
+            "input:\n  - dsl: rules/no_secret.json\n  - rego: http://127.0.0.1:{port}/no-ssn.tar.gz?sig=s3cret\n    poll: 100ms\n"
         ),
     )
     .expect("written");
-    let server = Server::start(&manifest, &["--watch-interval", "50ms"]);
+    let server = Server::start_with_token(&manifest, &["--watch-interval", "50ms"], "t0k3n");
     let (status, body) = server.request("POST", "/v1/evaluate/input", &context("hello"));
     assert_eq!(status, 503, "{body}");
+    // The bundle URL, without its query string, to a caller with the token and in the log.
     let (status, body) = server.request("GET", "/readyz", "");
     assert_eq!(status, 503, "{body}");
-    assert!(body.contains("no-ssn.tar.gz"), "{body}");
+    assert!(body.contains("/no-ssn.tar.gz"), "{body}");
+    assert!(!body.contains("s3cret"), "{body}");
+    let (status, body) = server.request_as(None, "GET", "/readyz", "");
+    assert_eq!((status, body.as_str()), (503, r#"{"ready":false}"#));
+    let logged = server.startup.join("\n");
+    assert!(logged.contains("/no-ssn.tar.gz"), "{logged}");
+    assert!(!logged.contains("s3cret"), "{logged}");
 
     // The bundle server comes up: the next poll loads the set.
     let bundle = Path::new(env!("CARGO_MANIFEST_DIR"))

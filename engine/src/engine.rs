@@ -620,7 +620,7 @@ impl PolicyEngine {
 
     /// Runs the policies of `C`'s point of `set` on `context` with the session's facts, then
     /// resolves its escalations and records the call in the session store.
-    async fn evaluate_recorded<'a, C: PolicyContext>(
+    pub(crate) async fn evaluate_recorded<'a, C: PolicyContext>(
         &'a self,
         set: Arc<PolicySet>,
         context: &'a C,

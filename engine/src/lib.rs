@@ -82,6 +82,7 @@ mod resolve;
 mod set;
 // The engine, on those.
 mod engine;
+mod single;
 mod unwind;
 // Streaming, on the engine (its leaves `stream::rule` and `stream::report` are plain data).
 pub mod stream;

@@ -1,8 +1,8 @@
 //! Reloading a manifest into a running engine when its files change.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -201,9 +201,18 @@ impl Drop for ManifestWatcher {
 
 /// Loads the manifest at `path` and, when it loads, swaps its set into `engine`; when it does
 /// not, the engine keeps its set. For a reload on demand (a signal, an admin request).
+///
+/// Reloads (this function's and every watcher's) run one at a time, each reading the files
+/// and swapping its set in before the next starts: the newest files always win.
 pub fn reload(path: &Path, registry: &CodeRegistry, engine: &PolicyEngine) -> ReloadOutcome {
     reload_files(path, registry, engine).0
 }
+
+/// One reload at a time in the process. A reload reads the files and swaps its set in under
+/// this lock, so the reload that read the files last swaps last: two reloads that cross (a
+/// `SIGHUP` and the watcher, a slow bundle fetch and a quick file change) never leave the
+/// older set in force.
+static RELOADING: Mutex<()> = Mutex::new(());
 
 /// Reloads, and says which files to watch from now on.
 fn reload_files(
@@ -211,6 +220,7 @@ fn reload_files(
     registry: &CodeRegistry,
     engine: &PolicyEngine,
 ) -> (ReloadOutcome, Vec<PathBuf>) {
+    let _one_at_a_time = RELOADING.lock().unwrap_or_else(PoisonError::into_inner);
     match Manifest::load(path, registry) {
         Ok(loaded) => {
             let (set, _, warnings, files) = loaded.into_parts();

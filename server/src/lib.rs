@@ -8,26 +8,39 @@
 //!   `{"policy_id": "..", "interception_point": "input"|"tool_call"|"output", "context": {..}}`;
 //!   the answer (200) is the decision of the one policy with that id at that point of the
 //!   loaded set, such as `{"decision": "deny", "reason": ".."}`. Any client of that protocol
-//!   (the `http` backend, the TypeScript `HttpInputPolicy`) works against it unchanged.
+//!   (the `http` backend, the TypeScript `HttpInputPolicy`) works against it unchanged. The
+//!   policy runs through the engine
+//!   ([`PolicyEngine::evaluate_only`](portcullis_engine::PolicyEngine::evaluate_only)):
+//!   audited, under its deadlines and the point's call deadline, with the session store's
+//!   facts; the answer is the decision that took effect (`allow` when the policy is only
+//!   monitored, or failed under `on_error: allow`).
 //! - `POST /v1/evaluate/{input|tool_call|output}`: the context through every policy of the
 //!   point, as the engine runs them; the answer is 200 with the [`Outcome`] document for every
 //!   outcome (a denial is an answer, not a failure):
 //!   `{"outcome": "allowed"|"denied"|"error"|"approval_required", "decisions": [{"policy_id",
 //!   "decision"}], "context": .., "denial": {"policy_id", "reason"}, "error": {"policy_id",
 //!   "message"}, "approval": {"id", "action_digest", "policy_ids", "reasons"}}`.
-//! - `GET /healthz`, `GET /readyz` (a set is loaded, and the last reload's outcome) and
-//!   `GET /metrics` (Prometheus text).
+//! - `GET /healthz`, `GET /readyz` (a set is loaded; the last reload's outcome and error only to
+//!   a caller with the bearer token, URLs in it cut down to host and path by [`redact_urls`])
+//!   and `GET /metrics` (Prometheus text).
 //!
 //! Errors are `{"error": {"code": "..", "message": ".."}}`: 400 malformed JSON or an invalid
 //! context, 401 bearer token missing or wrong, 404 unknown policy id, point or route, 408 body
-//! not received in time, 413 body over the limit (1 MiB by default), 503 no set loaded,
-//! overloaded (with `Retry-After`) or over the request deadline. A policy that fails under
-//! `/engine/evaluate` is a 500 (the protocol's clients read any non-2xx as an evaluation
+//! not received in time, 413 body over the limit (1 MiB by default), 415 a POST whose
+//! `Content-Type` is not JSON (what a browser page could send unasked), 503 no set loaded,
+//! overloaded (with `Retry-After`) or over the request deadline. A policy that fails the call
+//! under `/engine/evaluate` is a 500 (the protocol's clients read any non-2xx as an evaluation
 //! error).
+//!
+//! Limits ([`Limits`], [`ServeOptions`]): open connections are capped; a request's head must
+//! arrive within the header read time (an idle keep-alive connection is closed after it too);
+//! a request takes an evaluation slot (or waits in a bounded queue) *before* its body is read,
+//! so at most `max_concurrent` bodies are read and held at once, each within the body read
+//! time (408 beyond).
 //!
 //! ```no_run
 //! use portcullis_engine::{PolicyEngine, PolicySet};
-//! use portcullis_server::{DecisionService, Limits, ServeOptions, serve};
+//! use portcullis_server::{DecisionService, Limits, serve};
 //!
 //! # async fn run(set: PolicySet) -> std::io::Result<()> {
 //! let service = DecisionService::builder()
@@ -35,7 +48,7 @@
 //!     .limits(Limits::new().max_concurrent(64))
 //!     .build(PolicyEngine::builder().policy_set(set));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! serve(listener, service.router(), ServeOptions::new(), async {
+//! serve(listener, service.router(), service.serve_options(), async {
 //!     let _ = tokio::signal::ctrl_c().await;
 //! })
 //! .await
@@ -55,13 +68,15 @@
 
 mod metrics;
 pub mod outcome;
+mod redact;
 mod serve;
 mod service;
 #[cfg(feature = "tls")]
 mod tls;
 
 pub use outcome::{Approval, Context, DecisionTap, Outcome, evaluate, parse_context};
-pub use serve::{ServeOptions, serve};
+pub use redact::redact_urls;
+pub use serve::{DEFAULT_MAX_CONNECTIONS, ServeOptions, serve};
 pub use service::{
     DEFAULT_MAX_BODY_BYTES, DecisionService, DecisionServiceBuilder, Limits, ReloadStatus,
 };

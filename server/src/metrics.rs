@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the evaluation latency histogram's buckets.
@@ -21,6 +21,9 @@ pub(crate) struct Metrics {
     /// outcome → reloads.
     reloads: Mutex<BTreeMap<&'static str, u64>>,
     latency: Histogram,
+    /// Connections open now, and the most ever open at once.
+    connections: AtomicUsize,
+    peak_connections: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -58,6 +61,17 @@ impl Metrics {
 
     pub(crate) fn reload(&self, outcome: &'static str) {
         bump(&self.reloads, outcome);
+    }
+
+    /// A connection was accepted.
+    pub(crate) fn connection_opened(&self) {
+        let open = self.connections.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_connections.fetch_max(open, Ordering::Relaxed);
+    }
+
+    /// A connection ended.
+    pub(crate) fn connection_closed(&self) {
+        self.connections.fetch_sub(1, Ordering::Relaxed);
     }
 
     pub(crate) fn evaluation(&self, took: Duration) {
@@ -123,6 +137,16 @@ impl Metrics {
                 "portcullis_reloads_total{{outcome=\"{outcome}\"}} {count}"
             );
         }
+        out.push_str("# HELP portcullis_connections_open Client connections open now.\n");
+        out.push_str("# TYPE portcullis_connections_open gauge\n");
+        let open = self.connections.load(Ordering::Relaxed);
+        let _ = writeln!(out, "portcullis_connections_open {open}");
+        out.push_str(
+            "# HELP portcullis_connections_open_peak The most client connections open at once.\n",
+        );
+        out.push_str("# TYPE portcullis_connections_open_peak gauge\n");
+        let peak = self.peak_connections.load(Ordering::Relaxed);
+        let _ = writeln!(out, "portcullis_connections_open_peak {peak}");
         out.push_str(
             "# HELP portcullis_policy_set_loaded Whether a policy set is loaded (1) or not (0).\n",
         );

@@ -1,8 +1,9 @@
-//! Serving the router on a listener: HTTP/1.1 with keep-alive, a limit on how long a request's
-//! head may take, optional TLS, and a graceful stop.
+//! Serving the router on a listener: HTTP/1.1 with keep-alive, a cap on open connections, a
+//! limit on how long a request's head may take, optional TLS, and a graceful stop.
 
 use std::future::Future;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -12,6 +13,13 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::DecisionService;
+use crate::metrics::Metrics;
+
+/// The default cap on open connections: 1024.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// How [`serve`] runs connections.
 #[derive(Clone, Default)]
@@ -23,6 +31,12 @@ pub struct ServeOptions {
     /// How long a graceful stop waits for requests in flight before it closes their
     /// connections. Default: 30 s.
     pub drain_timeout: Option<Duration>,
+    /// How many connections may be open at once; the server accepts no other until one
+    /// closes (the kernel's backlog holds the ones waiting). Default:
+    /// [`DEFAULT_MAX_CONNECTIONS`].
+    pub max_connections: Option<usize>,
+    /// Where open connections are counted (`/metrics`).
+    metrics: Option<Arc<Metrics>>,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::Tls>,
 }
@@ -32,7 +46,8 @@ impl std::fmt::Debug for ServeOptions {
         let mut debug = f.debug_struct("ServeOptions");
         debug
             .field("header_read_timeout", &self.header_read_timeout)
-            .field("drain_timeout", &self.drain_timeout);
+            .field("drain_timeout", &self.drain_timeout)
+            .field("max_connections", &self.max_connections);
         #[cfg(feature = "tls")]
         debug.field("tls", &self.tls.is_some());
         debug.finish()
@@ -57,6 +72,18 @@ impl ServeOptions {
         self
     }
 
+    /// Sets [`max_connections`](ServeOptions::max_connections) (at least 1).
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = Some(connections.max(1));
+        self
+    }
+
+    /// Counts open connections (now, and the most at once) in `service`'s `/metrics`.
+    pub fn metrics_of(mut self, service: &DecisionService) -> Self {
+        self.metrics = Some(service.metrics());
+        self
+    }
+
     /// Serves HTTPS with this certificate and key.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
@@ -69,9 +96,10 @@ impl ServeOptions {
 /// Serves `router` on `listener` until `shutdown` completes; then stops accepting, lets the
 /// requests in flight finish (up to the drain time-out) and returns.
 ///
-/// A connection whose request head does not arrive within the header time-out is closed, so
-/// clients that never finish a request cannot pile up. An error accepting one connection is
-/// logged and the server goes on.
+/// A connection whose request head does not arrive within the header time-out is closed (an
+/// idle keep-alive connection too), so clients that never finish a request cannot pile up;
+/// no more than [`max_connections`](ServeOptions::max_connections) are open at once. An error
+/// accepting one connection is logged and the server goes on.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -83,8 +111,17 @@ pub async fn serve(
         .header_read_timeout
         .unwrap_or(Duration::from_secs(10));
     let drain = options.drain_timeout.unwrap_or(Duration::from_secs(30));
+    let open = Arc::new(Semaphore::new(
+        options.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+    ));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        // A free place first: at the cap, nothing more is accepted until a connection closes.
+        let place = tokio::select! {
+            place = Arc::clone(&open).acquire_owned() => place,
+            () = &mut shutdown => break,
+        };
+        let Ok(place) = place else { break };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
@@ -101,9 +138,11 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let watcher = graceful.watcher();
+        let counted = Counted::new(place, options.metrics.clone());
         #[cfg(feature = "tls")]
         let tls = options.tls.clone();
         tokio::spawn(async move {
+            let _counted = counted;
             #[cfg(feature = "tls")]
             if let Some(tls) = tls {
                 let handshake =
@@ -130,6 +169,33 @@ pub async fn serve(
         tracing::warn!("requests still in flight after the drain time-out were cut off");
     }
     Ok(())
+}
+
+/// An open connection: its place under the cap, and its count in the metrics, both given
+/// back when it is dropped.
+struct Counted {
+    _place: tokio::sync::OwnedSemaphorePermit,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Counted {
+    fn new(place: tokio::sync::OwnedSemaphorePermit, metrics: Option<Arc<Metrics>>) -> Counted {
+        if let Some(metrics) = &metrics {
+            metrics.connection_opened();
+        }
+        Counted {
+            _place: place,
+            metrics,
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.connection_closed();
+        }
+    }
 }
 
 async fn connection<I>(

@@ -12,15 +12,15 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::{Bytes, BytesMut};
-use futures_util::FutureExt;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use portcullis_engine::{
-    AuditHandler, AuditRecord, InterceptionPoint, PolicyDecision, PolicyEngine,
-    PolicyEngineBuilder, PolicySet,
+    AuditHandler, AuditRecord, EngineError, Evaluation, InterceptionPoint, PolicyDecision,
+    PolicyEngine, PolicyEngineBuilder, PolicySet,
 };
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
@@ -51,6 +51,12 @@ pub struct Limits {
     /// that takes longer: a client that never finishes its request cannot hold it).
     /// Default: 10 s.
     pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body once its request holds an
+    /// evaluation slot (408 beyond it, and the slot is free again): a slow body holds a slot
+    /// for this long at most. Bodies are read only under a slot, so at most
+    /// [`max_concurrent`](Limits::max_concurrent) bodies are read (and held) at once.
+    /// Default: 5 s (never more than the request deadline).
+    pub body_read_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -62,6 +68,7 @@ impl Default for Limits {
             queue_timeout: Duration::from_secs(1),
             request_deadline: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -105,6 +112,12 @@ impl Limits {
     /// Sets [`header_read_timeout`](Limits::header_read_timeout).
     pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
         self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Sets [`body_read_timeout`](Limits::body_read_timeout).
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
         self
     }
 }
@@ -160,7 +173,11 @@ impl DecisionServiceBuilder {
     }
 
     /// Requires `Authorization: Bearer <token>` on the evaluation routes (401 otherwise).
-    /// `/healthz`, `/readyz` and `/metrics` stay open, for probes and scrapers.
+    /// `/healthz`, `/readyz` and `/metrics` stay open, for probes and scrapers; `/readyz`
+    /// gives the last reload's details (its time and error) only to a caller with the token.
+    /// The token is kept as its SHA-256 digest, and a given token is compared digest to digest
+    /// in constant time: the time taken says neither how much of it was right nor how long
+    /// the token is.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self
@@ -213,7 +230,7 @@ impl DecisionServiceBuilder {
                 loaded: AtomicBool::new(!self.unloaded),
                 last_reload: Mutex::new(None),
                 metrics: self.metrics,
-                token: self.token,
+                token: self.token.as_deref().map(digest),
                 slots: Semaphore::new(limits.max_concurrent),
                 waiting: AtomicUsize::new(0),
                 limits,
@@ -238,7 +255,8 @@ struct Shared {
     loaded: AtomicBool,
     last_reload: Mutex<Option<LastReload>>,
     metrics: Arc<Metrics>,
-    token: Option<String>,
+    /// The SHA-256 digest of the bearer token, when one is required.
+    token: Option<[u8; 32]>,
     limits: Limits,
     slots: Semaphore,
     waiting: AtomicUsize,
@@ -253,17 +271,18 @@ struct Shared {
 ///
 /// | route | answers |
 /// |---|---|
-/// | `POST /engine/evaluate` | the remote policy protocol, server side: `{"policy_id", "interception_point", "context"}` → the decision of that one policy of the loaded set |
+/// | `POST /engine/evaluate` | the remote policy protocol, server side: `{"policy_id", "interception_point", "context"}` → the decision that one policy of the loaded set took, run through the engine (audited, monitored, under deadlines, `on_error` and the session store) |
 /// | `POST /v1/evaluate/{input\|tool_call\|output}` | the context through the whole point: 200 with the [`Outcome`](crate::Outcome) JSON, for every outcome |
 /// | `GET /healthz` | 200 while the process runs |
-/// | `GET /readyz` | 200 when a policy set is loaded (503 otherwise), with the last reload's status |
-/// | `GET /metrics` | Prometheus text: requests by route and status, decisions by policy and decision, evaluation latency, reloads by outcome |
+/// | `GET /readyz` | 200 when a policy set is loaded (503 otherwise); the last reload's status and error only to a caller with the bearer token |
+/// | `GET /metrics` | Prometheus text: requests by route and status, decisions by policy and decision, evaluation latency, reloads by outcome, open connections |
 ///
 /// Errors are `{"error": {"code": "..", "message": ".."}}` with 400 (malformed JSON, an
 /// invalid context), 401 (bearer token missing or wrong), 404 (unknown policy id, point or
-/// route), 405, 408 (body not received within the deadline), 413 (body over the limit), 500
-/// (`/engine/evaluate`: the policy failed), 503 (no set loaded, overloaded: with
-/// `Retry-After`, or the deadline passed).
+/// route), 405, 408 (body not received within the body read time), 413 (body over the
+/// limit), 415 (a POST whose `Content-Type` is not JSON), 500 (`/engine/evaluate`: the policy
+/// failed and `on_error` is `deny`), 503 (no set loaded, overloaded: with `Retry-After`, or
+/// the deadline passed).
 #[derive(Clone)]
 pub struct DecisionService {
     shared: Arc<Shared>,
@@ -295,6 +314,18 @@ impl DecisionService {
         &self.shared.limits
     }
 
+    /// Options to [`serve`](crate::serve) this service with: its header read time-out, and
+    /// its open connections counted in its `/metrics`.
+    pub fn serve_options(&self) -> crate::ServeOptions {
+        crate::ServeOptions::new()
+            .header_read_timeout(self.shared.limits.header_read_timeout)
+            .metrics_of(self)
+    }
+
+    pub(crate) fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.shared.metrics)
+    }
+
     /// Whether a policy set is loaded.
     pub fn is_loaded(&self) -> bool {
         self.shared.loaded.load(Ordering::Acquire)
@@ -309,14 +340,19 @@ impl DecisionService {
 
     /// Records how a reload went (for `/readyz` and `/metrics`); a successful one also marks
     /// the set loaded (for reloads that swapped the set into [`engine`](Self::engine)
-    /// themselves).
+    /// themselves). A failure's message is kept with the URLs in it cut down to scheme, host
+    /// and path ([`redact_urls`](crate::redact_urls)), and only authenticated callers of
+    /// `/readyz` see it.
     pub fn record_reload(&self, status: ReloadStatus) {
-        let outcome = match &status {
+        let (outcome, status) = match status {
             ReloadStatus::Reloaded => {
                 self.shared.loaded.store(true, Ordering::Release);
-                "reloaded"
+                ("reloaded", ReloadStatus::Reloaded)
             }
-            ReloadStatus::Failed(_) => "failed",
+            ReloadStatus::Failed(message) => (
+                "failed",
+                ReloadStatus::Failed(crate::redact_urls(&message).into_owned()),
+            ),
         };
         self.shared.metrics.reload(outcome);
         *self
@@ -445,52 +481,92 @@ async fn observe(State(shared): State<Arc<Shared>>, request: Request, next: Next
     response
 }
 
-/// Checks the bearer token, when one is configured.
-fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &shared.token else {
-        return Ok(());
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| {
-            let (scheme, rest) = value.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        });
-    match given {
-        Some(given) if constant_time_eq(given.as_bytes(), token.as_bytes()) => Ok(()),
-        Some(_) => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "the bearer token is wrong",
-        )),
-        None => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "this service requires `Authorization: Bearer <token>`",
-        )),
+/// The SHA-256 digest of a token.
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// The bearer token the request gives, if any.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, rest) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+}
+
+/// Whether the request gives the configured bearer token (never when none is configured:
+/// then every caller is anonymous).
+fn authenticated(shared: &Shared, headers: &HeaderMap) -> bool {
+    match (&shared.token, bearer(headers)) {
+        (Some(token), Some(given)) => constant_time_eq(&digest(given), token),
+        _ => false,
     }
 }
 
-/// Compares without stopping at the first difference (the time taken says nothing about
-/// how much of the token was right).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Checks the bearer token, when one is configured.
+fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+    if shared.token.is_none() || authenticated(shared, headers) {
+        return Ok(());
     }
+    let message = if bearer(headers).is_some() {
+        "the bearer token is wrong"
+    } else {
+        "this service requires `Authorization: Bearer <token>`"
+    };
+    Err(ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        message,
+    ))
+}
+
+/// Compares two digests without stopping at the first difference (the time taken says
+/// nothing about how much of the token was right; digests are all one length, so nothing
+/// about its length either).
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Runs an evaluation request under the service's guards: the token, a loaded set, the body
-/// (read under the size limit and the deadline: 413, 408), a slot (waiting in the queue for
-/// one: 503 with `Retry-After`), then `work` on the body within what is left of the deadline
-/// (503). A slow body never holds an evaluation slot.
+/// Refuses a body that is not declared JSON (415): a browser page can POST a "simple"
+/// request (`text/plain`, a form, no type at all) to the service without asking first, but
+/// not one with a JSON type.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let essence = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| value.split(';').next().unwrap_or_default().trim());
+    let json = essence.is_some_and(|essence| {
+        let (kind, subtype) = essence.split_once('/').unwrap_or((essence, ""));
+        let suffix = subtype
+            .len()
+            .checked_sub(5)
+            .and_then(|at| subtype.get(at..));
+        kind.eq_ignore_ascii_case("application")
+            && (subtype.eq_ignore_ascii_case("json")
+                || suffix.is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json")))
+    });
+    if json {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "the request body must be sent as `Content-Type: application/json`",
+    ))
+}
+
+/// Runs an evaluation request under the service's guards: the token (401), a JSON content
+/// type (415), a loaded set (503), a declared length within the limit (413), a slot (waiting
+/// in the queue for one: 503 with `Retry-After`), then the body, read under the slot within
+/// the body read time and the size limit (408, 413), then `work` on the body within what is
+/// left of the deadline (503). The slot is taken before the body is read: at most
+/// `max_concurrent` bodies are read and held at once, and a slow one holds its slot for the
+/// body read time at most.
 async fn guarded<F, W>(shared: &Arc<Shared>, headers: &HeaderMap, body: Body, work: W) -> Response
 where
     W: FnOnce(Bytes) -> F,
     F: Future<Output = Result<Response, ApiError>>,
 {
-    if let Err(error) = authorize(shared, headers) {
+    if let Err(error) = authorize(shared, headers).and_then(|()| require_json(headers)) {
         return error.into_response();
     }
     if !shared.loaded.load(Ordering::Acquire) {
@@ -503,10 +579,9 @@ where
         .into_response();
     }
     let deadline = Instant::now() + shared.limits.request_deadline;
-    let bytes = match read_body(shared, headers, body, deadline).await {
-        Ok(bytes) => bytes,
-        Err(error) => return error.into_response(),
-    };
+    if let Err(error) = declared_length(shared, headers) {
+        return error.into_response();
+    }
     // A slot at once, or a place in the queue, or a refusal.
     let permit = match shared.slots.try_acquire() {
         Ok(permit) => permit,
@@ -523,6 +598,11 @@ where
                 _ => return overloaded("no evaluation slot freed up in time"),
             }
         }
+    };
+    let read_by = deadline.min(Instant::now() + shared.limits.body_read_timeout);
+    let bytes = match read_body(shared, body, read_by).await {
+        Ok(bytes) => bytes,
+        Err(error) => return error.into_response(),
     };
     let answer = tokio::time::timeout_at(deadline.into(), work(bytes)).await;
     drop(permit);
@@ -548,28 +628,30 @@ fn overloaded(message: &str) -> Response {
         .into_response()
 }
 
-/// Reads the whole body under the size limit and the request's deadline.
-async fn read_body(
-    shared: &Shared,
-    headers: &HeaderMap,
-    body: Body,
-    deadline: Instant,
-) -> Result<Bytes, ApiError> {
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("the request body is larger than {limit} bytes"),
+    )
+}
+
+/// Refuses a declared length over the limit before the request waits for a slot.
+fn declared_length(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     let limit = shared.limits.max_body_bytes;
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("the request body is larger than {limit} bytes"),
-        )
-    };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
-        return Err(too_large());
+        return Err(too_large(limit));
     }
+    Ok(())
+}
+
+/// Reads the whole body under the size limit by `read_by` (408 after it).
+async fn read_body(shared: &Shared, body: Body, read_by: Instant) -> Result<Bytes, ApiError> {
+    let limit = shared.limits.max_body_bytes;
     let read = async {
         let mut body = body;
         let mut bytes = BytesMut::new();
@@ -583,14 +665,14 @@ async fn read_body(
             })?;
             if let Ok(data) = frame.into_data() {
                 if bytes.len() + data.len() > limit {
-                    return Err(too_large());
+                    return Err(too_large(limit));
                 }
                 bytes.extend_from_slice(&data);
             }
         }
         Ok(bytes.freeze())
     };
-    match tokio::time::timeout_at(deadline.into(), read).await {
+    match tokio::time::timeout_at(read_by.into(), read).await {
         Ok(read) => read,
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
@@ -691,9 +773,7 @@ async fn engine_evaluate(
         let started = Instant::now();
         let decided = decide(&engine, &policy_id, &context).await;
         metrics.evaluation(started.elapsed());
-        let decision = decided?;
-        metrics.decision(&policy_id, decision.name());
-        let text = serde_json::to_string(&decision).map_err(|error| {
+        let text = serde_json::to_string(&decided?).map_err(|error| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "evaluation_error",
@@ -705,68 +785,58 @@ async fn engine_evaluate(
     .await
 }
 
-/// Evaluates the first policy of the point with id `policy_id`, under the point's policy
-/// deadline; a policy that fails or panics is a 500 whose message says why.
+/// Evaluates the first policy of the point with id `policy_id` through the engine (audited,
+/// monitored, under its deadlines, `on_error` and the session store) and answers the decision
+/// that took effect: the policy's own when enforced, `allow` when it was only monitored, or
+/// skipped by `on_error: allow`, or escalated and granted; `deny` when it denied or its
+/// escalation was refused; `escalate` while an approval is pending. A failure that fails the
+/// call is a 500 whose message says why.
 async fn decide(
     engine: &PolicyEngine,
     policy_id: &str,
     context: &Context,
 ) -> Result<PolicyDecision, ApiError> {
-    let set = engine.policy_set();
     let point = context.point();
-    let deadline = set.settings(point).policy_deadline;
-    let unknown = || {
-        ApiError::new(
+    let evaluated = match context {
+        Context::Input(context) => taken(engine.evaluate_only(policy_id, context).await),
+        Context::ToolCall(context) => taken(engine.evaluate_only(policy_id, context).await),
+        Context::Output(context) => taken(engine.evaluate_only(policy_id, context).await),
+    };
+    match evaluated {
+        Some(Ok(decision)) => Ok(decision.unwrap_or_else(PolicyDecision::allow)),
+        Some(Err(EngineError::Denied(denial))) => Ok(PolicyDecision::Deny {
+            reason: denial.reason().map(str::to_owned),
+            policy_id: (denial.policy_id() != policy_id).then(|| denial.policy_id().to_owned()),
+        }),
+        Some(Err(EngineError::ApprovalRequired(request))) => Ok(PolicyDecision::Escalate {
+            reason: (!request.reasons.is_empty()).then(|| request.reasons.join("; ")),
+            labels: Vec::new(),
+        }),
+        Some(Err(EngineError::Evaluation(failure))) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "evaluation_error",
+            outcome::error_chain(&failure),
+        )),
+        None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_policy",
             format!("the loaded set has no {point} policy `{policy_id}`"),
-        )
-    };
-    let future = match context {
-        Context::Input(context) => {
-            let policy = set
-                .input()
-                .policies()
-                .find(|policy| policy.id() == policy_id)
-                .ok_or_else(unknown)?;
-            policy.evaluate(context)
-        }
-        Context::ToolCall(context) => {
-            let policy = set
-                .tool_call()
-                .policies()
-                .find(|policy| policy.id() == policy_id)
-                .ok_or_else(unknown)?;
-            policy.evaluate(context)
-        }
-        Context::Output(context) => {
-            let policy = set
-                .output()
-                .policies()
-                .find(|policy| policy.id() == policy_id)
-                .ok_or_else(unknown)?;
-            policy.evaluate(context)
-        }
-    };
-    let failed = |message: String| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "evaluation_error",
-            format!("policy `{policy_id}` failed: {message}"),
-        )
-    };
-    let guarded = std::panic::AssertUnwindSafe(future).catch_unwind();
-    let answer = match deadline {
-        Some(deadline) => tokio::time::timeout(deadline, guarded)
-            .await
-            .map_err(|_| failed(format!("no decision within {} ms", deadline.as_millis())))?,
-        None => guarded.await,
-    };
-    match answer {
-        Ok(Ok(decision)) => Ok(decision),
-        Ok(Err(error)) => Err(failed(outcome::error_chain(&*error))),
-        Err(_) => Err(failed("the policy panicked".to_owned())),
+        )),
     }
+}
+
+/// The enforced decision of a one-policy evaluation that proceeded (`None`: it took none
+/// that counts, so the call is allowed), or why it did not proceed.
+fn taken<C: Clone>(
+    evaluated: Option<Result<Evaluation<'_, C>, EngineError>>,
+) -> Option<Result<Option<PolicyDecision>, EngineError>> {
+    Some(evaluated?.map(|evaluation| {
+        evaluation
+            .decisions()
+            .iter()
+            .find(|entry| entry.enforced && !entry.decision.is_escalate())
+            .map(|entry| entry.decision.clone())
+    }))
 }
 
 /// `GET /healthz`.
@@ -774,9 +844,18 @@ async fn healthz() -> Response {
     json_response(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())
 }
 
-/// `GET /readyz`.
-async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+/// `GET /readyz`: whether a set is loaded, to anyone; the last reload's outcome, time and
+/// error only to a caller with the bearer token (a reload error names files and bundle URLs).
+async fn readyz(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let loaded = shared.loaded.load(Ordering::Acquire);
+    let status = if loaded {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    if !authenticated(&shared, &headers) {
+        return json_response(status, json_body(&json!({"ready": loaded})));
+    }
     let last = shared
         .last_reload
         .lock()
@@ -800,11 +879,6 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
         "policy_set_loaded": loaded,
         "last_reload": last_reload,
     });
-    let status = if loaded {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
     json_response(status, json_body(&body))
 }
 

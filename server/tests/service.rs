@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Failing, Slow, get, input, policies, post, rules_set, start, start_with};
+use common::{
+    Failing, Slow, get, get_as, input, policies, post, post_as, rules_set, start, start_with,
+};
 use portcullis_engine::{
     InputContext, InputPolicy, Message, Metadata, PolicyEngine, PolicySet, ToolCallContext,
 };
@@ -255,6 +257,7 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
     let big = vec![b' '; 2 * 1024 * 1024];
     let response = client
         .post(&url)
+        .header("content-type", "application/json")
         .body(big.clone())
         .send()
         .await
@@ -265,7 +268,7 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
     let mut stream = tokio::net::TcpStream::connect(server.addr)
         .await
         .expect("a connection");
-    let head = "POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let head = "POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
     let _ = stream.write_all(head.as_bytes()).await;
     let chunk = vec![b' '; 64 * 1024];
     for _ in 0..32 {
@@ -344,10 +347,11 @@ async fn a_configured_bearer_token_is_required_on_evaluations_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_set_evaluations_are_503_until_one_is_loaded() {
-    let server = start(DecisionService::builder(), None).await;
+    let server = start(DecisionService::builder().bearer_token("s3cret"), None).await;
     let url = format!("{}/v1/evaluate/input", server.url);
     let response = common::client()
         .post(&url)
+        .bearer_auth("s3cret")
         .json(&input("a secret"))
         .send()
         .await
@@ -362,10 +366,10 @@ async fn without_a_set_evaluations_are_503_until_one_is_loaded() {
     assert_eq!(get(&format!("{}/healthz", server.url)).await.0, 200);
 
     server.service.replace_policy_set(policies());
-    let (status, outcome) = post(&url, &input("a secret")).await;
+    let (status, outcome) = post_as(&url, "s3cret", &input("a secret")).await;
     assert_eq!(status, 200);
     assert_eq!(outcome["outcome"], "denied");
-    let (status, body) = get(&format!("{}/readyz", server.url)).await;
+    let (status, body) = get_as(&format!("{}/readyz", server.url), "s3cret").await;
     assert_eq!(status, 200);
     let body: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(body["ready"], true);
@@ -375,7 +379,7 @@ async fn without_a_set_evaluations_are_503_until_one_is_loaded() {
     server.service.record_reload(ReloadStatus::Failed(
         "rules/x.json:1:1: error: bad".to_owned(),
     ));
-    let (status, body) = get(&format!("{}/readyz", server.url)).await;
+    let (status, body) = get_as(&format!("{}/readyz", server.url), "s3cret").await;
     assert_eq!(status, 200);
     let body: Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(body["last_reload"]["outcome"], "failed");
@@ -385,7 +389,7 @@ async fn without_a_set_evaluations_are_503_until_one_is_loaded() {
             .unwrap_or_default()
             .contains("rules/x.json")
     );
-    let (status, outcome) = post(&url, &input("a secret")).await;
+    let (status, outcome) = post_as(&url, "s3cret", &input("a secret")).await;
     assert_eq!((status, &outcome["outcome"]), (200, &json!("denied")));
     let (_, metrics) = get(&format!("{}/metrics", server.url)).await;
     assert!(
@@ -573,14 +577,21 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_finishes_the_requests_in_flight() {
+    let started = Arc::new(tokio::sync::Notify::new());
     let set = PolicySet::builder()
-        .input(Slow(Duration::from_millis(500)))
+        .input(common::Signalling(
+            Duration::from_millis(500),
+            Arc::clone(&started),
+        ))
         .build();
     let server = start(DecisionService::builder(), Some(set)).await;
     let url = format!("{}/v1/evaluate/input", server.url);
     let addr = server.addr;
     let in_flight = tokio::spawn(async move { post(&url, &input("x")).await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Stopped while the request is being evaluated.
+    tokio::time::timeout(Duration::from_secs(20), started.notified())
+        .await
+        .expect("the request reached its policy");
     server.stop().await;
     let (status, outcome) = in_flight.await.expect("the request");
     assert_eq!((status, &outcome["outcome"]), (200, &json!("allowed")));

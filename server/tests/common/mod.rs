@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use portcullis_dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, PolicyDecision, PolicyEngine, PolicySet, async_trait,
+    BoxError, InputContext, InputPolicy, PolicyDecision, PolicyEngine, PolicyEngineBuilder,
+    PolicySet, async_trait,
 };
 use portcullis_server::{DecisionService, DecisionServiceBuilder, ServeOptions, serve};
 use serde_json::{Value, json};
@@ -54,7 +55,18 @@ pub async fn start_with(
         Some(set) => (builder, PolicyEngine::builder().policy_set(set)),
         None => (builder.unloaded(), PolicyEngine::builder()),
     };
+    start_engine(builder, engine, options).await
+}
+
+/// A service on the engine `engine` builds (its sessions, approvals), served with `options`
+/// (its open connections counted in the service's `/metrics`).
+pub async fn start_engine(
+    builder: DecisionServiceBuilder,
+    engine: PolicyEngineBuilder,
+    options: ServeOptions,
+) -> Running {
     let service = builder.build(engine);
+    let options = options.metrics_of(&service);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a free port on 127.0.0.1");
@@ -140,6 +152,22 @@ impl InputPolicy for Slow {
     }
 }
 
+/// Says when it starts (on its `Notify`), then allows after a while.
+pub struct Signalling(pub Duration, pub std::sync::Arc<tokio::sync::Notify>);
+
+#[async_trait]
+impl InputPolicy for Signalling {
+    fn id(&self) -> &str {
+        "signalling"
+    }
+
+    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
+        self.1.notify_one();
+        tokio::time::sleep(self.0).await;
+        Ok(PolicyDecision::allow())
+    }
+}
+
 pub fn input(content: &str) -> Value {
     json!({
         "messages": [{"role": "user", "content": content}],
@@ -156,12 +184,16 @@ pub fn client() -> reqwest::Client {
 
 /// POSTs `body` (JSON) and returns the status and the body as JSON (Null when not JSON).
 pub async fn post(url: &str, body: &Value) -> (u16, Value) {
-    let response = client()
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .expect("an answer");
+    answer(client().post(url).json(body)).await
+}
+
+/// [`post`] with a bearer token.
+pub async fn post_as(url: &str, token: &str, body: &Value) -> (u16, Value) {
+    answer(client().post(url).bearer_auth(token).json(body)).await
+}
+
+async fn answer(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let response = request.send().await.expect("an answer");
     let status = response.status().as_u16();
     let text = response.text().await.expect("a body");
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
@@ -169,6 +201,18 @@ pub async fn post(url: &str, body: &Value) -> (u16, Value) {
 
 pub async fn get(url: &str) -> (u16, String) {
     let response = client().get(url).send().await.expect("an answer");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
+}
+
+/// [`get`] with a bearer token.
+pub async fn get_as(url: &str, token: &str) -> (u16, String) {
+    let response = client()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("an answer");
     let status = response.status().as_u16();
     (status, response.text().await.expect("a body"))
 }
