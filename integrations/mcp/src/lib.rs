@@ -92,7 +92,9 @@
 //! # Transports
 //!
 //! The guard works over any rmcp transport. [`GuardedServer::streamable_http_service`]
-//! serves it on streamable HTTP. The features `transport-io` (this process's stdio),
+//! serves it on streamable HTTP; with the feature `listener`, `GuardedListener` serves it on
+//! a TCP listener of its own, with a bearer token, bounded connections, header and body read
+//! times and body size, and a graceful stop. The features `transport-io` (this process's stdio),
 //! `transport-child-process` and `transport-streamable-http-client` (reqwest, without a TLS
 //! stack: the application's own `rmcp` or `reqwest` dependency chooses one) turn on rmcp's
 //! transports of those names for applications that let this crate choose.
@@ -109,6 +111,8 @@
 mod approval;
 mod client;
 mod guard;
+#[cfg(feature = "listener")]
+mod listener;
 mod relay;
 mod server;
 
