@@ -124,7 +124,7 @@ pub use guard::{
 #[cfg(feature = "listener")]
 pub use listener::{GuardedListener, ListenerOptions, ListenerStats, MCP_PATH, check_exposure};
 pub use relay::UpstreamRelay;
-pub use server::{Connecting, GuardedServer};
+pub use server::{Connecting, DEFAULT_MAX_SESSIONS, GuardedServer};
 
 /// The rmcp crate this crate was built against, for applications that want the same one.
 pub use rmcp;

@@ -19,7 +19,7 @@ use rmcp::service::{
     ServiceError,
 };
 use rmcp::{ErrorData, ServerHandler};
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::approval::{self, Asked};
 use crate::client::GuardedClient;
@@ -75,9 +75,15 @@ enum Upstream {
     PerSession {
         guard: ToolGuard,
         connect: Arc<Connector>,
-        connected: Arc<OnceCell<GuardedClient>>,
+        /// One permit per session connected, shared by all sessions.
+        sessions: Arc<Semaphore>,
+        connected: Arc<OnceCell<(GuardedClient, OwnedSemaphorePermit)>>,
     },
 }
+
+/// How many sessions a [`per_session`](GuardedServer::per_session) server connects at once
+/// by default.
+pub const DEFAULT_MAX_SESSIONS: usize = 64;
 
 impl fmt::Debug for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -88,7 +94,7 @@ impl fmt::Debug for Upstream {
             } => f
                 .debug_struct("PerSession")
                 .field("guard", guard)
-                .field("connected", &connected.get())
+                .field("connected", &connected.get().map(|(client, _)| client))
                 .finish_non_exhaustive(),
         }
     }
@@ -188,11 +194,26 @@ impl GuardedServer {
             upstream: Upstream::PerSession {
                 guard,
                 connect: Arc::new(move |relay| -> Connecting { Box::pin(connect(relay)) }),
+                sessions: Arc::new(Semaphore::new(DEFAULT_MAX_SESSIONS)),
                 connected: Arc::default(),
             },
             relay: None,
             pass_through: Arc::from([]),
         }
+    }
+
+    /// How many sessions of a [`per_session`](Self::per_session) server may hold an
+    /// upstream connection at once (default [`DEFAULT_MAX_SESSIONS`], at least 1); a client
+    /// beyond them is refused when it initializes, until a session ends. No effect on a
+    /// server with one shared connection.
+    pub fn max_sessions(mut self, sessions: usize) -> Self {
+        if let Upstream::PerSession {
+            sessions: slots, ..
+        } = &mut self.upstream
+        {
+            *slots = Arc::new(Semaphore::new(sessions.max(1)));
+        }
+        self
     }
 
     /// Relays the upstream's notifications through `relay`, the client handler its
@@ -257,7 +278,7 @@ impl GuardedServer {
     pub fn client(&self) -> Option<&GuardedClient> {
         match &self.upstream {
             Upstream::Shared(client) => Some(client),
-            Upstream::PerSession { connected, .. } => connected.get(),
+            Upstream::PerSession { connected, .. } => connected.get().map(|(client, _)| client),
         }
     }
 
@@ -270,16 +291,25 @@ impl GuardedServer {
         method: &str,
         client: &Peer<RoleServer>,
     ) -> Result<&GuardedClient, ErrorData> {
-        let (guard, connect, connected) = match &self.upstream {
+        let (guard, connect, sessions, connected) = match &self.upstream {
             Upstream::Shared(shared) => return Ok(shared),
             Upstream::PerSession {
                 guard,
                 connect,
+                sessions,
                 connected,
-            } => (guard, connect, connected),
+            } => (guard, connect, sessions, connected),
         };
-        connected
+        let (client, _) = connected
             .get_or_try_init(|| async {
+                let Ok(session) = Arc::clone(sessions).try_acquire_owned() else {
+                    return Err(ErrorData::internal_error(
+                        format!(
+                            "{method}: the guard serves as many sessions as it may; try again once one ends"
+                        ),
+                        None,
+                    ));
+                };
                 let relay = UpstreamRelay::default();
                 relay.attach(client.clone());
                 let running = connect(relay).await.map_err(|error| {
@@ -288,9 +318,10 @@ impl GuardedServer {
                         None,
                     )
                 })?;
-                Ok(GuardedClient::from_running(running, guard.clone()))
+                Ok((GuardedClient::from_running(running, guard.clone()), session))
             })
-            .await
+            .await?;
+        Ok(client)
     }
 
     /// Sends `method` upstream: `request` builds it from the connection.

@@ -372,3 +372,38 @@ async fn each_http_client_has_its_own_upstream_session() -> Result<(), TestError
     assert_eq!(upstream.count("delete_database"), 0);
     Ok(())
 }
+
+#[tokio::test]
+async fn sessions_with_an_upstream_of_their_own_are_bounded() -> Result<(), TestError> {
+    let (engine, _audit) = engine();
+    let upstream = Upstream::default();
+    let upstream_http = HttpServer::start(upstream.clone()).await?;
+    let url = upstream_http.url.clone();
+    let guarded = GuardedServer::per_session(tool_guard(&engine), move |relay: UpstreamRelay| {
+        let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+        async move { Ok(relay.serve(transport).await?) }
+    })
+    .max_sessions(2);
+    let guard_http = HttpServer::guard(guarded).await?;
+    let first = guard_http.client().await?;
+    let second = guard_http.client().await?;
+    assert!(
+        guard_http.client().await.is_err(),
+        "a third session was served"
+    );
+    assert_eq!(upstream.sessions(), 2);
+    // A session that ends frees its place.
+    first.cancel().await?;
+    let mut third = None;
+    for _ in 0..200 {
+        if let Ok(client) = guard_http.client().await {
+            third = Some(client);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let third = third.ok_or("the ended session's place was never freed")?;
+    third.call_tool(call("read_file")).await?;
+    second.call_tool(call("read_file")).await?;
+    Ok(())
+}
