@@ -133,6 +133,10 @@ pub(crate) struct McpArgs {
     /// With --listen: how long a client may take to send a request's head, and its body.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, requires = "listen")]
     read_timeout: Duration,
+    /// With --listen: the most clients holding an upstream session at once; one more is
+    /// refused when it initializes, until a session ends.
+    #[arg(long, value_name = "N", default_value_t = portcullis_mcp::DEFAULT_MAX_SESSIONS, requires = "listen")]
+    max_sessions: usize,
     /// With --listen: the largest request body, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 4 * 1024 * 1024, requires = "listen")]
     max_body_bytes: usize,
@@ -338,7 +342,8 @@ async fn mcp(engine: Arc<PolicyEngine>, files: Vec<PathBuf>, args: McpArgs) -> u
             // Each client has an upstream session of its own: the probe is not shared.
             drop(running);
             let guarded =
-                GuardedServer::per_session(guard, move |relay| upstream.clone().connect(relay));
+                GuardedServer::per_session(guard, move |relay| upstream.clone().connect(relay))
+                    .max_sessions(args.max_sessions);
             let guarded = pass_through(guarded, &args.pass_through_methods);
             serve_http(guarded, address, args.allow_hosts, options).await
         }
