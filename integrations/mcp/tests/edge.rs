@@ -18,20 +18,11 @@ use rmcp::service::{NotificationContext, RoleClient, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::{Value, json};
 use support::upstream::{LAUNCH, RECORD, Upstream};
-use support::{HttpServer, InProcess, TestError, connect_in_process, engine, tool_guard};
+use support::{HttpServer, InProcess, TestError, connect_in_process, engine, text, tool_guard};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 fn call(name: &'static str) -> CallToolRequestParams {
     CallToolRequestParams::new(name)
-}
-
-fn texts(result: &rmcp::model::CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[tokio::test]
@@ -43,7 +34,7 @@ async fn a_secret_only_in_structured_content_is_judged() -> Result<(), TestError
     let launch = client.call_tool(call("structured_launch")).await?;
     assert_eq!(launch.is_error, Some(true));
     assert_eq!(launch.structured_content, None);
-    assert!(!texts(&launch).contains("0000"), "{}", texts(&launch));
+    assert!(!text(&launch).contains("0000"), "{}", text(&launch));
     let refusal = denial(&launch).ok_or("no denial in the result")?;
     assert_eq!(refusal.policy_id(), "no_launch_codes");
     let judged = setup.audit.contexts("output").pop().ok_or("no audit")?;
@@ -59,7 +50,7 @@ async fn a_secret_only_in_structured_content_is_judged() -> Result<(), TestError
         secret.structured_content,
         Some(json!({"ssn": "[REDACTED]"}))
     );
-    assert_eq!(texts(&secret), "Record found.");
+    assert_eq!(text(&secret), "Record found.");
 
     // The client form judges it the same way.
     let guarded = GuardedClient::new(
@@ -329,16 +320,21 @@ impl ListChanges {
     }
 }
 
-#[tokio::test]
-async fn each_http_client_has_its_own_upstream_session() -> Result<(), TestError> {
+/// A guard whose every session connects to `upstream` on streamable HTTP.
+fn per_session_over(upstream: &HttpServer) -> GuardedServer {
     let (engine, _audit) = engine();
-    let upstream = Upstream::default();
-    let upstream_http = HttpServer::start(upstream.clone()).await?;
-    let url = upstream_http.url.clone();
-    let guarded = GuardedServer::per_session(tool_guard(&engine), move |relay: UpstreamRelay| {
+    let url = upstream.url.clone();
+    GuardedServer::per_session(tool_guard(&engine), move |relay: UpstreamRelay| {
         let transport = StreamableHttpClientTransport::from_uri(url.as_str());
         async move { Ok(relay.serve(transport).await?) }
-    });
+    })
+}
+
+#[tokio::test]
+async fn each_http_client_has_its_own_upstream_session() -> Result<(), TestError> {
+    let upstream = Upstream::default();
+    let upstream_http = HttpServer::start(upstream.clone()).await?;
+    let guarded = per_session_over(&upstream_http);
     let guard_http = HttpServer::guard(guarded).await?;
     let connect = |changes: ListChanges| {
         changes.serve(StreamableHttpClientTransport::from_uri(
@@ -375,15 +371,9 @@ async fn each_http_client_has_its_own_upstream_session() -> Result<(), TestError
 
 #[tokio::test]
 async fn sessions_with_an_upstream_of_their_own_are_bounded() -> Result<(), TestError> {
-    let (engine, _audit) = engine();
     let upstream = Upstream::default();
     let upstream_http = HttpServer::start(upstream.clone()).await?;
-    let url = upstream_http.url.clone();
-    let guarded = GuardedServer::per_session(tool_guard(&engine), move |relay: UpstreamRelay| {
-        let transport = StreamableHttpClientTransport::from_uri(url.as_str());
-        async move { Ok(relay.serve(transport).await?) }
-    })
-    .max_sessions(2);
+    let guarded = per_session_over(&upstream_http).max_sessions(2);
     let guard_http = HttpServer::guard(guarded).await?;
     let first = guard_http.client().await?;
     let second = guard_http.client().await?;
