@@ -67,6 +67,11 @@ impl ServerHandler for Upstream {
             "launch_status" => text("All systems nominal; the launch codes are 0000."),
             "delete_database" => text("deleted"),
             "send_email" => text(format!("sent to {}", arguments["to"])),
+            // Answers after a moment: a call still in flight when the proxy is stopped.
+            "pause" => {
+                tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+                text("paused")
+            }
             other => {
                 return Err(ErrorData::invalid_params(
                     format!("no tool named {other}"),

@@ -6,17 +6,21 @@
 //! address is taken, the MCP upstream cannot be started or does not initialize).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use portcullis::PolicyEngine;
-use portcullis::manifest::{AuditExport, CodeRegistry, Manifest};
-use portcullis_mcp::{GuardedServer, ToolGuard, UpstreamRelay};
+use portcullis::manifest::{AuditExport, CodeRegistry, Manifest, ManifestWatcher, ReloadOutcome};
+use portcullis_mcp::{
+    GuardedListener, GuardedServer, ListenerOptions, MCP_PATH, ToolGuard, UpstreamRelay,
+    check_exposure,
+};
 use portcullis_openai::ToolDenial;
 use portcullis_openai::proxy::OpenAIProxy;
 use rmcp::ServiceExt;
+use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use tokio::net::TcpListener;
 
@@ -41,10 +45,15 @@ pub(crate) enum ProxyCommand {
     ///
     /// The upstream is a command started as a child process on stdio (after `--`), or a
     /// streamable HTTP server (--upstream). The client side is this process's stdio, or
-    /// streamable HTTP at `http://ADDR/mcp` with --listen. `tools/call` goes through the
-    /// tool-call policies (an escalation is asked of the person through MCP elicitation when
-    /// the client supports it), tool results through the output policies, `tools/list`
-    /// hides the tools the policies refuse; everything else passes through.
+    /// streamable HTTP at `http://ADDR/mcp` with --listen (clients authenticate with
+    /// --token-env; beyond loopback a token is required unless --allow-unauthenticated).
+    /// `tools/call` goes through the tool-call policies (an escalation is asked of the
+    /// person through MCP elicitation when the client supports it); tool results (text and
+    /// `structuredContent`), `resources/read` and `prompts/get` results through the output
+    /// policies; `tools/list` hides the tools the policies refuse. A request whose params
+    /// do not parse never reaches the upstream, and methods MCP does not define are refused
+    /// unless listed with --pass-through-method. The manifest reloads on change and SIGHUP;
+    /// SIGTERM lets the requests in flight finish.
     Mcp(McpArgs),
 }
 
@@ -97,18 +106,50 @@ pub(crate) struct OpenAIArgs {
 /// `portcullis proxy mcp`.
 #[derive(Debug, Args)]
 pub(crate) struct McpArgs {
-    /// The manifest.
-    manifest: std::path::PathBuf,
+    /// The manifest. It is reloaded when one of its files changes and on SIGHUP; a reload
+    /// that fails keeps the set in use.
+    manifest: PathBuf,
     /// The upstream MCP server's streamable HTTP endpoint (`https://host/mcp`), instead of a
     /// command.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     upstream: Option<String>,
-    /// Serve the client on streamable HTTP at `http://ADDR/mcp` instead of stdio.
+    /// Serve clients on streamable HTTP at `http://ADDR/mcp` instead of stdio. Each client
+    /// gets an upstream session of its own (with a command upstream: a process of its own).
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
     /// With --listen: a host name clients may use besides the loopback ones (repeatable).
     #[arg(long = "allow-host", value_name = "HOST", requires = "listen")]
     allow_hosts: Vec<String>,
+    /// With --listen: clients must send `Authorization: Bearer <token>`, the token being the
+    /// value of this environment variable.
+    #[arg(long, value_name = "VAR", requires = "listen")]
+    token_env: Option<String>,
+    /// With --listen: serve clients beyond loopback without a token (refused otherwise).
+    #[arg(long, requires = "listen")]
+    allow_unauthenticated: bool,
+    /// With --listen: the most client connections open at once.
+    #[arg(long, value_name = "N", default_value_t = 256, requires = "listen")]
+    max_connections: usize,
+    /// With --listen: how long a client may take to send a request's head, and its body.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, requires = "listen")]
+    read_timeout: Duration,
+    /// With --listen: the most clients holding an upstream session at once; one more is
+    /// refused when it initializes, until a session ends.
+    #[arg(long, value_name = "N", default_value_t = portcullis_mcp::DEFAULT_MAX_SESSIONS, requires = "listen")]
+    max_sessions: usize,
+    /// With --listen: the largest request body, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 4 * 1024 * 1024, requires = "listen")]
+    max_body_bytes: usize,
+    /// With --listen: how long SIGTERM waits for the requests in flight.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, requires = "listen")]
+    drain_timeout: Duration,
+    /// Pass requests and notifications of this method, one MCP does not define, to the
+    /// upstream unchecked (repeatable). Other unknown methods are refused.
+    #[arg(long = "pass-through-method", value_name = "NAME")]
+    pass_through_methods: Vec<String>,
+    /// How often the manifest's files are looked at for changes.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    watch_interval: Duration,
     /// The `metadata.agent_id` of every context.
     #[arg(long, default_value = "mcp-client")]
     agent_id: String,
@@ -137,12 +178,12 @@ pub(crate) fn run(command: ProxyCommand) -> u8 {
             ProxyCommand::Openai(args) => &args.manifest,
             ProxyCommand::Mcp(args) => &args.manifest,
         };
-        let Some((engine, export)) = engine(manifest).await else {
+        let Some((engine, export, files)) = engine(manifest).await else {
             return 1;
         };
         let code = match command {
             ProxyCommand::Openai(args) => openai(engine, args).await,
-            ProxyCommand::Mcp(args) => mcp(engine, args).await,
+            ProxyCommand::Mcp(args) => mcp(engine, files, args).await,
         };
         // The audit records still buffered for the span exporter go out before the exit.
         if let Err(error) = export.shutdown().await {
@@ -156,8 +197,9 @@ pub(crate) fn run(command: ProxyCommand) -> u8 {
 }
 
 /// The engine the manifest describes (its policy set, sessions, approval time-out and audit
-/// sinks) and the handle of its span export, or `None` after printing why it does not load.
-async fn engine(manifest: &Path) -> Option<(Arc<PolicyEngine>, AuditExport)> {
+/// sinks), the handle of its span export and the files of its set (to watch), or `None`
+/// after printing why it does not load.
+async fn engine(manifest: &Path) -> Option<(Arc<PolicyEngine>, AuditExport, Vec<PathBuf>)> {
     let loaded = match Manifest::load(manifest, &CodeRegistry::new()) {
         Ok(loaded) => loaded,
         Err(errors) => {
@@ -169,8 +211,9 @@ async fn engine(manifest: &Path) -> Option<(Arc<PolicyEngine>, AuditExport)> {
         eprint!("{}", render::human(warning, false));
     }
     let export = loaded.audit_export();
+    let files = loaded.files().to_vec();
     match loaded.into_engine_builder().await {
-        Ok(builder) => Some((Arc::new(builder.build()), export)),
+        Ok(builder) => Some((Arc::new(builder.build()), export, files)),
         Err(errors) => {
             render::print_load_errors(&errors);
             None
@@ -220,43 +263,51 @@ async fn openai(engine: Arc<PolicyEngine>, args: OpenAIArgs) -> u8 {
     }
 }
 
-async fn mcp(engine: Arc<PolicyEngine>, args: McpArgs) -> u8 {
-    let guard = ToolGuard::new(engine)
-        .agent_id(args.agent_id)
-        .session_id(args.session_id);
-    let relay = UpstreamRelay::default();
-    let guarded = match (&args.upstream, args.command.split_first()) {
-        (Some(url), _) => {
-            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            match relay.clone().serve(transport).await {
-                Ok(running) => GuardedServer::from_running(running, guard),
-                Err(error) => {
-                    eprintln!(
-                        "error: the upstream MCP server at {url} did not initialize: {error}"
-                    );
-                    return FAILED;
-                }
+/// Where the MCP proxy's upstream is.
+#[derive(Debug, Clone)]
+enum McpUpstream {
+    /// A streamable HTTP endpoint.
+    Http(String),
+    /// A command started on stdio, with its arguments.
+    Command(String, Vec<String>),
+}
+
+impl McpUpstream {
+    /// Connects to it, relaying its notifications through `relay`.
+    async fn connect(
+        self,
+        relay: UpstreamRelay,
+    ) -> Result<RunningService<RoleClient, UpstreamRelay>, portcullis::BoxError> {
+        match self {
+            McpUpstream::Http(url) => {
+                let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
+                Ok(relay.serve(transport).await?)
+            }
+            McpUpstream::Command(program, arguments) => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(arguments);
+                let transport = rmcp::transport::TokioChildProcess::new(command)?;
+                Ok(relay.serve(transport).await?)
             }
         }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            McpUpstream::Http(url) => format!("at {url}"),
+            McpUpstream::Command(program, _) => format!("{program:?}"),
+        }
+    }
+}
+
+async fn mcp(engine: Arc<PolicyEngine>, files: Vec<PathBuf>, args: McpArgs) -> u8 {
+    let guard = ToolGuard::new(Arc::clone(&engine))
+        .agent_id(args.agent_id.clone())
+        .session_id(args.session_id.clone());
+    let upstream = match (&args.upstream, args.command.split_first()) {
+        (Some(url), _) => McpUpstream::Http(url.clone()),
         (None, Some((program, arguments))) => {
-            let mut command = tokio::process::Command::new(program);
-            command.args(arguments);
-            let transport = match rmcp::transport::TokioChildProcess::new(command) {
-                Ok(transport) => transport,
-                Err(error) => {
-                    eprintln!("error: cannot start the upstream MCP server {program:?}: {error}");
-                    return FAILED;
-                }
-            };
-            match relay.clone().serve(transport).await {
-                Ok(running) => GuardedServer::from_running(running, guard),
-                Err(error) => {
-                    eprintln!(
-                        "error: the upstream MCP server {program:?} did not initialize: {error}"
-                    );
-                    return FAILED;
-                }
-            }
+            McpUpstream::Command(program.clone(), arguments.to_vec())
         }
         (None, None) => {
             eprintln!(
@@ -265,11 +316,123 @@ async fn mcp(engine: Arc<PolicyEngine>, args: McpArgs) -> u8 {
             return 1;
         }
     };
-    let guarded = guarded.relay(relay);
-    match args.listen {
-        None => serve_stdio(guarded).await,
-        Some(address) => serve_http(guarded, address, args.allow_hosts).await,
+    let options = match args.listen.map(|address| listener_options(address, &args)) {
+        Some(Err(message)) => {
+            eprintln!("error: {message}");
+            return 1;
+        }
+        Some(Ok(options)) => Some(options),
+        None => None,
+    };
+    // The upstream must answer before the proxy serves anyone.
+    let relay = UpstreamRelay::default();
+    let running = match upstream.clone().connect(relay.clone()).await {
+        Ok(running) => running,
+        Err(error) => {
+            eprintln!(
+                "error: the upstream MCP server {} did not initialize: {error}",
+                upstream.describe()
+            );
+            return FAILED;
+        }
+    };
+    let reloads = reload_on_change(&args.manifest, &engine, files, args.watch_interval);
+    let code = match (args.listen, options) {
+        (Some(address), Some(options)) => {
+            // Each client has an upstream session of its own: the probe is not shared.
+            drop(running);
+            let guarded =
+                GuardedServer::per_session(guard, move |relay| upstream.clone().connect(relay))
+                    .max_sessions(args.max_sessions);
+            let guarded = pass_through(guarded, &args.pass_through_methods);
+            serve_http(guarded, address, args.allow_hosts, options).await
+        }
+        _ => {
+            let guarded = GuardedServer::from_running(running, guard).relay(relay);
+            serve_stdio(pass_through(guarded, &args.pass_through_methods)).await
+        }
+    };
+    drop(reloads);
+    code
+}
+
+fn pass_through(mut guarded: GuardedServer, methods: &[String]) -> GuardedServer {
+    for method in methods {
+        guarded = guarded.pass_through_method(method.clone());
     }
+    guarded
+}
+
+/// The limits and token of the HTTP listener on `address`, or why it must not start.
+fn listener_options(address: SocketAddr, args: &McpArgs) -> Result<ListenerOptions, String> {
+    let mut options = ListenerOptions::new()
+        .max_connections(args.max_connections)
+        .header_read_timeout(args.read_timeout)
+        .body_read_timeout(args.read_timeout)
+        .max_body_bytes(args.max_body_bytes)
+        .drain_timeout(args.drain_timeout);
+    if let Some(variable) = &args.token_env {
+        match std::env::var(variable) {
+            Ok(token) if !token.is_empty() => options = options.bearer_token(token),
+            _ => {
+                return Err(format!(
+                    "the environment variable {variable} (`--token-env`) is not set"
+                ));
+            }
+        }
+    }
+    check_exposure(address, &options, args.allow_unauthenticated)?;
+    Ok(options)
+}
+
+/// Reloads the manifest into `engine` when one of its files changes (looked at every
+/// `interval`) and on SIGHUP; a reload that fails keeps the set in use. Both stop when the
+/// returned watcher is dropped (the SIGHUP task with the runtime).
+fn reload_on_change(
+    manifest: &Path,
+    engine: &Arc<PolicyEngine>,
+    files: Vec<PathBuf>,
+    interval: Duration,
+) -> ManifestWatcher {
+    #[cfg(unix)]
+    spawn_hangup_reloads(manifest.to_owned(), Arc::clone(engine));
+    ManifestWatcher::builder(manifest, Arc::clone(engine))
+        .interval(interval)
+        .files(files)
+        .on_reload(report_reload)
+        .spawn()
+}
+
+fn report_reload(outcome: &ReloadOutcome) {
+    match outcome {
+        ReloadOutcome::Reloaded { .. } => eprintln!("portcullis: policy set reloaded"),
+        ReloadOutcome::Failed(errors) => {
+            eprintln!("portcullis: reload failed, the set in use stays: {errors}");
+        }
+    }
+}
+
+/// `SIGHUP` reloads the manifest.
+#[cfg(unix)]
+fn spawn_hangup_reloads(manifest: PathBuf, engine: Arc<PolicyEngine>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        eprintln!("warning: cannot listen for SIGHUP: reload by changing the files");
+        return;
+    };
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let (manifest, engine) = (manifest.clone(), Arc::clone(&engine));
+            // On a plain thread: the loader may fetch bundles with a blocking client.
+            let outcome = tokio::task::spawn_blocking(move || {
+                portcullis::manifest::reload(&manifest, &CodeRegistry::new(), &engine)
+            })
+            .await;
+            if let Ok(outcome) = outcome {
+                report_reload(&outcome);
+            }
+        }
+    });
 }
 
 /// Serves the client on this process's stdio until it closes it (or the process is stopped).
@@ -297,11 +460,16 @@ async fn serve_stdio(guarded: GuardedServer) -> u8 {
     }
 }
 
-/// Serves clients on streamable HTTP at `/mcp` until the process is stopped.
-async fn serve_http(guarded: GuardedServer, address: SocketAddr, allow_hosts: Vec<String>) -> u8 {
+/// Serves clients on streamable HTTP at `/mcp` until the process is stopped; then lets the
+/// requests in flight finish.
+async fn serve_http(
+    guarded: GuardedServer,
+    address: SocketAddr,
+    allow_hosts: Vec<String>,
+    options: ListenerOptions,
+) -> u8 {
     let mut config = StreamableHttpServerConfig::default();
     config.allowed_hosts.extend(allow_hosts);
-    let service = guarded.streamable_http_service(config);
     let listener = match TcpListener::bind(address).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -310,41 +478,16 @@ async fn serve_http(guarded: GuardedServer, address: SocketAddr, allow_hosts: Ve
         }
     };
     let bound = listener.local_addr().unwrap_or(address);
-    eprintln!("portcullis: proxy mcp listening on http://{bound}/mcp");
-    let mut stop = std::pin::pin!(stopped());
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = &mut stop => return 0,
-        };
-        let Ok((stream, _)) = accepted else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let service = service.clone();
-        tokio::spawn(async move {
-            let service =
-                hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                    let service = service.clone();
-                    async move {
-                        if request.uri().path() == "/mcp" {
-                            Ok::<_, std::convert::Infallible>(service.handle(request).await)
-                        } else {
-                            let mut response = http::Response::new(http_body_util::BodyExt::boxed(
-                                http_body_util::Full::new(bytes::Bytes::from_static(
-                                    b"not found: the MCP endpoint is /mcp\n",
-                                )),
-                            ));
-                            *response.status_mut() = http::StatusCode::NOT_FOUND;
-                            Ok(response)
-                        }
-                    }
-                });
-            // A connection that fails (the client went away) ends on its own.
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-        });
+    eprintln!("portcullis: proxy mcp listening on http://{bound}{MCP_PATH}");
+    match GuardedListener::new(guarded, config, options)
+        .serve_until(listener, stopped())
+        .await
+    {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("error: the proxy failed: {error}");
+            FAILED
+        }
     }
 }
 

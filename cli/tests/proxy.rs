@@ -674,3 +674,165 @@ async fn proxy_mcp_on_streamable_http_both_sides() -> Result<(), TestError> {
     assert_eq!(status, 404);
     Ok(())
 }
+
+/// A folder of its own under the system's temporary folder, for a manifest a test edits.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("portcullis-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("rules")).expect("a scratch folder");
+    std::fs::write(
+        dir.join("rules/no_echo.json"),
+        r#"{"condition": {"field": "tool_name", "equals": "echo"}, "action": "deny", "reason": "no echoes"}"#,
+    )
+    .expect("a rule");
+    dir
+}
+
+/// Writes the manifest in `dir`: with `deny_echo`, a rule that denies the `echo` tool.
+fn write_manifest(dir: &Path, deny_echo: bool) -> PathBuf {
+    let path = dir.join("portcullis.yaml");
+    let tool_call = if deny_echo {
+        "tool_call:\n  - dsl: rules/no_echo.json\n"
+    } else {
+        "tool_call: []\n"
+    };
+    std::fs::write(&path, format!("on_error: deny\n{tool_call}")).expect("the manifest");
+    path
+}
+
+/// Calls `echo` until the proxy denies it (at most 10 s): the set was reloaded.
+async fn until_echo_denied<C: ClientHandler>(
+    client: &RunningService<RoleClient, C>,
+) -> Result<(), TestError> {
+    for _ in 0..200 {
+        let echoed = client
+            .call_tool(call("echo", json!({"text": "hello"})))
+            .await?;
+        if echoed.is_error == Some(true) {
+            assert!(text(&echoed).contains("no echoes"), "{}", text(&echoed));
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Err("the proxy never picked up the new manifest".into())
+}
+
+fn signal(process: &Running, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &process.0.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+fn start_mcp_http_proxy(manifest: &Path, extra: &[&str]) -> (Running, String) {
+    let mut proxy = portcullis();
+    proxy
+        .arg("proxy")
+        .arg("mcp")
+        .arg(manifest)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
+        .arg("--")
+        .arg(mcp_upstream());
+    start_and_read(proxy, "listening on ", false)
+}
+
+#[tokio::test]
+async fn proxy_mcp_reloads_on_change() -> Result<(), TestError> {
+    let dir = scratch("mcp-reload-change");
+    let manifest = write_manifest(&dir, false);
+    let (_proxy, url) = start_mcp_http_proxy(&manifest, &["--watch-interval", "50ms"]);
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await?;
+    let echoed = client
+        .call_tool(call("echo", json!({"text": "hello"})))
+        .await?;
+    assert_eq!(text(&echoed), "hello");
+    write_manifest(&dir, true);
+    until_echo_denied(&client).await?;
+    client.cancel().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn proxy_mcp_reloads_on_sighup_and_drains_on_sigterm() -> Result<(), TestError> {
+    let dir = scratch("mcp-reload-hangup");
+    let manifest = write_manifest(&dir, false);
+    // The watcher would look again in an hour: only SIGHUP can reload.
+    let (mut proxy, url) = start_mcp_http_proxy(&manifest, &["--watch-interval", "1h"]);
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await?;
+    write_manifest(&dir, true);
+    let echoed = client
+        .call_tool(call("echo", json!({"text": "hello"})))
+        .await?;
+    assert_eq!(text(&echoed), "hello", "reloaded before SIGHUP");
+    signal(&proxy, "HUP");
+    until_echo_denied(&client).await?;
+
+    // A call in flight when SIGTERM arrives is answered; then the proxy exits 0.
+    let paused = tokio::spawn({
+        let peer = client.peer().clone();
+        async move { peer.call_tool(call("pause", json!({}))).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    signal(&proxy, "TERM");
+    let paused = paused.await??;
+    assert_eq!(text(&paused), "paused");
+    let status = proxy.0.wait()?;
+    assert_eq!(status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[tokio::test]
+async fn proxy_mcp_http_clients_authenticate() -> Result<(), TestError> {
+    // Beyond loopback without a token: refused before anything starts.
+    let output = portcullis()
+        .args(["proxy", "mcp"])
+        .arg(manifest())
+        .args(["--listen", "0.0.0.0:0", "--"])
+        .arg(mcp_upstream())
+        .stdin(Stdio::null())
+        .output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--allow-unauthenticated"), "{stderr}");
+
+    let mut proxy = portcullis();
+    proxy
+        .args(["proxy", "mcp"])
+        .arg(manifest())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--token-env",
+            "MCP_PROXY_TEST_TOKEN",
+        ])
+        .env("MCP_PROXY_TEST_TOKEN", "s3cret")
+        .arg("--")
+        .arg(mcp_upstream());
+    let (_proxy, url) = start_and_read(proxy, "listening on ", false);
+    let http = reqwest::Client::new();
+    for token in [None, Some("Bearer wrong"), Some("Bearer s3cre")] {
+        let mut request = http
+            .post(url.as_str())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        if let Some(token) = token {
+            request = request.header("authorization", token);
+        }
+        assert_eq!(request.send().await?.status().as_u16(), 401, "{token:?}");
+    }
+    let config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            url.as_str(),
+        )
+        .auth_header("s3cret");
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await?;
+    mcp_scenario(&client, false).await?;
+    client.cancel().await?;
+    Ok(())
+}

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
-    PaginatedRequestParams, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
+    GetPromptResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResult, Tool,
 };
 use rmcp::service::{Peer, RoleClient, RunningService, Service, ServiceError};
 
@@ -22,8 +23,10 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(300);
 /// [`call_tool`](Self::call_tool) runs the tool-call policies before the request is sent
 /// (a transformation rewrites the arguments; a refusal answers an error result without
 /// calling the server) and the output policies on the result;
-/// [`list_tools`](Self::list_tools) hides the tools the policies would refuse. Everything
-/// else goes through [`peer`](Self::peer), unguarded.
+/// [`list_tools`](Self::list_tools) hides the tools the policies would refuse;
+/// [`read_resource`](Self::read_resource) and [`get_prompt`](Self::get_prompt) run the
+/// output policies on what they return. Everything else goes through [`peer`](Self::peer),
+/// unguarded.
 ///
 /// ```no_run
 /// # async fn run(engine: portcullis_engine::PolicyEngine) -> Result<(), Box<dyn std::error::Error>> {
@@ -179,6 +182,35 @@ impl GuardedClient {
         let mut result = self.upstream(self.peer.list_tools(params)).await?;
         result.tools = self.guard.filter_tools(result.tools).await;
         Ok(result)
+    }
+
+    /// Reads a resource, its text through the output policies
+    /// ([`ToolGuard::check_resource`]): a redaction reaches every text content; a refusal is
+    /// `ServiceError::McpError` with [`DENIAL_ERROR_CODE`](crate::DENIAL_ERROR_CODE).
+    pub async fn read_resource(
+        &self,
+        params: ReadResourceRequestParams,
+    ) -> Result<ReadResourceResult, ServiceError> {
+        let result = self
+            .upstream(self.peer.read_resource(params.clone()))
+            .await?;
+        self.guard
+            .check_resource(&params, result)
+            .await
+            .map_err(ServiceError::McpError)
+    }
+
+    /// Gets a prompt, its messages' text through the output policies
+    /// ([`ToolGuard::check_prompt`]); as [`read_resource`](Self::read_resource) otherwise.
+    pub async fn get_prompt(
+        &self,
+        params: GetPromptRequestParams,
+    ) -> Result<GetPromptResult, ServiceError> {
+        let result = self.upstream(self.peer.get_prompt(params.clone())).await?;
+        self.guard
+            .check_prompt(&params, result)
+            .await
+            .map_err(ServiceError::McpError)
     }
 
     /// Every tool of the server, without those the policies would refuse.

@@ -9,8 +9,11 @@ use portcullis_engine::{
     ApprovalRequest, EngineError, Message, Metadata, OutputContext, PolicyDecision,
     PolicyDenialError, PolicyEngine, ToolCallContext,
 };
+use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, ResourceContents, Tool,
+    CallToolRequestParams, CallToolResult, ContentBlock, ErrorCode, GetPromptRequestParams,
+    GetPromptResult, MetaObject, ReadResourceRequestParams, ReadResourceResult, ResourceContents,
+    Tool,
 };
 use serde_json::{Map, Value, json};
 
@@ -25,8 +28,15 @@ pub const DENIAL_META_KEY: &str = "portcullis/denial";
 /// "reasons", ...}`; see [`approval_request`]).
 pub const APPROVAL_META_KEY: &str = "portcullis/approval";
 
-/// The `metadata` key naming the MCP method a context comes from (`"tools/call"` or
-/// `"tools/list"`).
+/// The JSON-RPC error code of a request the guard refused because a policy denied its
+/// result (or could not be evaluated): `resources/read` and `prompts/get`, which have no
+/// `isError` result. The error's `data` holds the details a refused tool result carries in
+/// its `_meta` ([`DENIAL_META_KEY`]): `{"policy_id", "interception_point", "reason",
+/// "evaluation_error"}`.
+pub const DENIAL_ERROR_CODE: ErrorCode = ErrorCode(-32001);
+
+/// The `metadata` key naming the MCP method a context comes from (`"tools/call"`,
+/// `"tools/list"`, `"resources/read"` or `"prompts/get"`).
 pub const MCP_METHOD_KEY: &str = "mcp_method";
 
 /// The engine and the identity the guard evaluates with; shared by [`GuardedClient`] and
@@ -150,41 +160,22 @@ impl ToolGuard {
     /// Runs the output policies on the result of a call to `tool_name`.
     ///
     /// The policies see the result's text joined by newlines: its text blocks and the text of
-    /// its embedded text resources, in order. Their redactions and transformations are
-    /// applied again to each of those and to each string of `structuredContent`; a denial,
-    /// or a policy that could not be evaluated, replaces the result with an error result
-    /// that names the policy and the reason.
+    /// its embedded text resources, in order, then `structuredContent` as JSON text, so a
+    /// policy that matches only the structured result still denies it. Their redactions and
+    /// transformations are applied again to each of those texts and to each string of
+    /// `structuredContent`; a denial, or a policy that could not be evaluated, replaces the
+    /// result with an error result that names the policy and the reason.
     ///
     /// Binary content is not text the policies read: images, audio and embedded blob
     /// resources pass through as they came, as do resource links (a URI and its names).
     pub async fn check_result(&self, tool_name: &str, result: CallToolResult) -> CallToolResult {
-        let text = result_text(&result);
         let metadata = self
             .metadata("tools/call")
             .with_extra("tool_name", tool_name);
-        let context = OutputContext::new(Message::assistant(text), metadata);
-        let evaluation = match self.engine.evaluate_output(&context).await {
-            Ok(evaluation) => evaluation,
-            Err(error) => return refusal(tool_name, &error),
-        };
-        if !evaluation.is_modified() {
-            return result;
-        }
-        let changes: Vec<&PolicyDecision> = evaluation
-            .decisions()
-            .iter()
-            .map(|entry| &entry.decision)
-            .filter(|decision| {
-                matches!(
-                    decision,
-                    PolicyDecision::Redact { .. } | PolicyDecision::Transform { .. }
-                )
-            })
-            .collect();
-        let cleared = &evaluation.context().response.content;
-        match apply_to_result(result, &context.metadata, &changes, cleared) {
+        match self.check_data(metadata, result).await {
             Ok(result) => result,
-            Err(problem) => refused_result(
+            Err(Withheld::Refused(error)) => refusal(tool_name, &error),
+            Err(Withheld::Unapplicable(problem)) => refused_result(
                 "portcullis-mcp",
                 "output",
                 "",
@@ -194,6 +185,368 @@ impl ToolGuard {
                 ),
             ),
         }
+    }
+
+    /// Runs the result policies on what a `resources/read` returned: the text of its text
+    /// contents, joined by newlines, with `metadata.mcp_method = "resources/read"`,
+    /// `metadata.tool_name = "resources/read"` and `metadata.arguments` the request's
+    /// params. Redactions and transformations reach every text content; a denial, or a
+    /// policy that could not be evaluated, is a JSON-RPC error naming the policy
+    /// ([`DENIAL_ERROR_CODE`], the `_meta`-shaped details of [`DENIAL_META_KEY`] as its
+    /// `data`). Blob contents pass as they are.
+    pub async fn check_resource(
+        &self,
+        params: &ReadResourceRequestParams,
+        result: ReadResourceResult,
+    ) -> Result<ReadResourceResult, ErrorData> {
+        let arguments = serde_json::to_value(params).unwrap_or(Value::Null);
+        self.check_request_data("resources/read", arguments, result)
+            .await
+    }
+
+    /// Runs the result policies on what a `prompts/get` returned: the text of its messages
+    /// (text blocks and embedded text resources), joined by newlines, with
+    /// `metadata.mcp_method = "prompts/get"`, `metadata.tool_name = "prompts/get"` and
+    /// `metadata.arguments` the request's params; as [`check_resource`](Self::check_resource)
+    /// otherwise. Images, audio and blobs in messages pass as they are.
+    pub async fn check_prompt(
+        &self,
+        params: &GetPromptRequestParams,
+        result: GetPromptResult,
+    ) -> Result<GetPromptResult, ErrorData> {
+        let arguments = serde_json::to_value(params).unwrap_or(Value::Null);
+        self.check_request_data("prompts/get", arguments, result)
+            .await
+    }
+
+    /// [`check_data`](Self::check_data) for a method whose refusal is a JSON-RPC error.
+    async fn check_request_data<D: Readable>(
+        &self,
+        method: &str,
+        arguments: Value,
+        data: D,
+    ) -> Result<D, ErrorData> {
+        let metadata = self
+            .metadata(method)
+            .with_extra("tool_name", method)
+            .with_extra("arguments", arguments);
+        self.check_data(metadata, data)
+            .await
+            .map_err(|withheld| withheld.into_error(method))
+    }
+
+    /// Judges data on its way to the model ([`Readable`]) and applies what the policies
+    /// changed to each of its texts and each string of its structured value.
+    ///
+    /// When the texts so changed do not join into the text the policies cleared (a pattern
+    /// matched across two texts, a mask or an append applied once to the whole), the data
+    /// is [collapsed](Readable::collapse) to that cleared text: the client never reads text
+    /// the policies have not cleared.
+    async fn check_data<D: Readable>(
+        &self,
+        metadata: Metadata,
+        mut data: D,
+    ) -> Result<D, Withheld> {
+        let Some(judged) = judge(&self.engine, data_text(&data), metadata).await? else {
+            return Ok(data);
+        };
+        let rewrite = |text: &mut String| judged.rewrite(text);
+        data.for_each_text(&mut |text| rewrite(text))
+            .map_err(Withheld::Unapplicable)?;
+        if let Some(structured) = data.structured_mut() {
+            rewrite_strings(structured, &rewrite).map_err(Withheld::Unapplicable)?;
+        }
+        if data_text(&data) != judged.cleared {
+            data.collapse(&judged.cleared);
+        }
+        Ok(data)
+    }
+}
+
+/// Why data on its way to the model was withheld.
+enum Withheld {
+    /// A policy denied it, escalated it, or could not be evaluated.
+    Refused(EngineError),
+    /// A change the policies asked for could not be applied to one of its parts.
+    Unapplicable(String),
+}
+
+impl From<EngineError> for Withheld {
+    fn from(error: EngineError) -> Self {
+        Withheld::Refused(error)
+    }
+}
+
+impl Withheld {
+    /// The JSON-RPC error that answers a `method` request whose result was withheld.
+    fn into_error(self, method: &str) -> ErrorData {
+        match self {
+            Withheld::Refused(error) => {
+                let reason = error
+                    .as_denial()
+                    .and_then(PolicyDenialError::reason)
+                    .unwrap_or("");
+                let policy_id = error.policy_id();
+                let message = match error.as_denial() {
+                    Some(denial) => format!(
+                        "{method}: the result was withheld by policy \"{policy_id}\": {}",
+                        denial.reason().unwrap_or(DENIED_WITHOUT_REASON)
+                    ),
+                    None => format!(
+                        "{method}: the result was withheld: policy \"{policy_id}\" could not be evaluated ({error})"
+                    ),
+                };
+                ErrorData::new(
+                    DENIAL_ERROR_CODE,
+                    message,
+                    Some(denial_details(
+                        policy_id,
+                        error.interception_point().as_str(),
+                        reason,
+                        error.as_denial().is_none(),
+                    )),
+                )
+            }
+            Withheld::Unapplicable(problem) => ErrorData::new(
+                DENIAL_ERROR_CODE,
+                format!(
+                    "{method}: the result was withheld: a policy's change could not be applied to it ({problem})"
+                ),
+                Some(denial_details("portcullis-mcp", "output", "", true)),
+            ),
+        }
+    }
+}
+
+/// What the policies cleared of a text they changed, and the changes to apply again to
+/// each part of the data it was joined from.
+struct Judged {
+    cleared: String,
+    changes: Vec<PolicyDecision>,
+    metadata: Metadata,
+}
+
+/// Where data on its way to the model is judged.
+///
+/// Tool results, resources read and prompts fetched go to the output policies, as an
+/// output context whose `response.content` is `text`. (SPEC §18 sends them to the
+/// `tool_result` point once the engine has it: this function and [`Judged::rewrite`] are
+/// the one place that changes.) `None` when the policies changed nothing.
+async fn judge(
+    engine: &PolicyEngine,
+    text: String,
+    metadata: Metadata,
+) -> Result<Option<Judged>, EngineError> {
+    let context = OutputContext::new(Message::assistant(text), metadata);
+    let evaluation = engine.evaluate_output(&context).await?;
+    if !evaluation.is_modified() {
+        return Ok(None);
+    }
+    let changes = evaluation
+        .decisions()
+        .iter()
+        .map(|entry| &entry.decision)
+        .filter(|decision| {
+            matches!(
+                decision,
+                PolicyDecision::Redact { .. } | PolicyDecision::Transform { .. }
+            )
+        })
+        .cloned()
+        .collect();
+    let cleared = evaluation.into_context().response.content;
+    Ok(Some(Judged {
+        cleared,
+        changes,
+        metadata: context.metadata,
+    }))
+}
+
+impl Judged {
+    /// Applies the policies' changes to one part's text.
+    fn rewrite(&self, text: &mut String) -> Result<(), String> {
+        let mut context = OutputContext::new(
+            Message::assistant(std::mem::take(text)),
+            self.metadata.clone(),
+        );
+        for decision in &self.changes {
+            if let Some(changed) =
+                apply_decision(&context, decision).map_err(|error| error.to_string())?
+            {
+                context = changed;
+            }
+        }
+        *text = context.response.content;
+        Ok(())
+    }
+}
+
+/// Data on its way to the model that the guard reads: texts, in order, and perhaps a
+/// structured value.
+trait Readable {
+    /// Calls `read` with each text, in order.
+    fn texts<'a>(&'a self, read: &mut dyn FnMut(&'a str));
+    /// Calls `rewrite` with each text, in order, until it fails.
+    fn for_each_text(
+        &mut self,
+        rewrite: &mut dyn FnMut(&mut String) -> Result<(), String>,
+    ) -> Result<(), String>;
+    /// The structured value, read as JSON text after the texts.
+    fn structured(&self) -> Option<&Value> {
+        None
+    }
+    /// [`structured`](Self::structured), to rewrite its strings.
+    fn structured_mut(&mut self) -> Option<&mut Value> {
+        None
+    }
+    /// Keeps only `cleared` of what the policies read: the first text becomes `cleared`, the
+    /// other texts and the structured value go; what they did not read stays.
+    fn collapse(&mut self, cleared: &str);
+}
+
+/// The text the policies read of `data`: its texts and its structured value as JSON text,
+/// joined by newlines.
+fn data_text(data: &impl Readable) -> String {
+    let mut text = String::new();
+    let mut first = true;
+    let mut push = |piece: &str| {
+        if !first {
+            text.push('\n');
+        }
+        first = false;
+        text.push_str(piece);
+    };
+    data.texts(&mut push);
+    if let Some(structured) = data.structured() {
+        push(&serde_json::to_string(structured).unwrap_or_default());
+    }
+    text
+}
+
+/// Keeps the first of the blocks that carry text, as one text block holding `cleared`, and
+/// drops the others; blocks without text stay.
+fn collapse_blocks<T>(
+    items: &mut Vec<T>,
+    block: impl Fn(&mut T) -> &mut ContentBlock,
+    cleared: &str,
+) {
+    let mut first = true;
+    items.retain_mut(|item| {
+        let block = block(item);
+        if block_text(block).is_none() {
+            return true;
+        }
+        if !first {
+            return false;
+        }
+        first = false;
+        match block {
+            ContentBlock::Text(text) => cleared.clone_into(&mut text.text),
+            other => *other = ContentBlock::text(cleared),
+        }
+        true
+    });
+}
+
+impl Readable for CallToolResult {
+    fn texts<'a>(&'a self, read: &mut dyn FnMut(&'a str)) {
+        self.content.iter().filter_map(block_text).for_each(read);
+    }
+
+    fn for_each_text(
+        &mut self,
+        rewrite: &mut dyn FnMut(&mut String) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.content
+            .iter_mut()
+            .filter_map(block_text_mut)
+            .try_for_each(rewrite)
+    }
+
+    fn structured(&self) -> Option<&Value> {
+        self.structured_content.as_ref()
+    }
+
+    fn structured_mut(&mut self) -> Option<&mut Value> {
+        self.structured_content.as_mut()
+    }
+
+    fn collapse(&mut self, cleared: &str) {
+        collapse_blocks(&mut self.content, |block| block, cleared);
+        if self.structured_content.take().is_some() && block_text_count(&self.content) == 0 {
+            self.content.insert(0, ContentBlock::text(cleared));
+        }
+    }
+}
+
+fn block_text_count(blocks: &[ContentBlock]) -> usize {
+    blocks.iter().filter_map(block_text).count()
+}
+
+impl Readable for GetPromptResult {
+    fn texts<'a>(&'a self, read: &mut dyn FnMut(&'a str)) {
+        self.messages
+            .iter()
+            .filter_map(|message| block_text(&message.content))
+            .for_each(read);
+    }
+
+    fn for_each_text(
+        &mut self,
+        rewrite: &mut dyn FnMut(&mut String) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.messages
+            .iter_mut()
+            .filter_map(|message| block_text_mut(&mut message.content))
+            .try_for_each(rewrite)
+    }
+
+    fn collapse(&mut self, cleared: &str) {
+        collapse_blocks(&mut self.messages, |message| &mut message.content, cleared);
+    }
+}
+
+impl Readable for ReadResourceResult {
+    fn texts<'a>(&'a self, read: &mut dyn FnMut(&'a str)) {
+        self.contents
+            .iter()
+            .filter_map(resource_text)
+            .for_each(read);
+    }
+
+    fn for_each_text(
+        &mut self,
+        rewrite: &mut dyn FnMut(&mut String) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.contents
+            .iter_mut()
+            .filter_map(|contents| match contents {
+                ResourceContents::TextResourceContents { text, .. } => Some(text),
+                _ => None,
+            })
+            .try_for_each(rewrite)
+    }
+
+    fn collapse(&mut self, cleared: &str) {
+        let mut first = true;
+        self.contents.retain_mut(|contents| match contents {
+            ResourceContents::TextResourceContents { text, .. } => {
+                let keep = first;
+                if first {
+                    cleared.clone_into(text);
+                    first = false;
+                }
+                keep
+            }
+            _ => true,
+        });
+    }
+}
+
+fn resource_text(contents: &ResourceContents) -> Option<&str> {
+    match contents {
+        ResourceContents::TextResourceContents { text, .. } => Some(text),
+        _ => None,
     }
 }
 
@@ -214,10 +567,7 @@ fn describe_call(params: &CallToolRequestParams) -> String {
 fn block_text(block: &ContentBlock) -> Option<&str> {
     match block {
         ContentBlock::Text(text) => Some(&text.text),
-        ContentBlock::Resource(embedded) => match &embedded.resource {
-            ResourceContents::TextResourceContents { text, .. } => Some(text),
-            _ => None,
-        },
+        ContentBlock::Resource(embedded) => resource_text(&embedded.resource),
         _ => None,
     }
 }
@@ -232,73 +582,6 @@ fn block_text_mut(block: &mut ContentBlock) -> Option<&mut String> {
         },
         _ => None,
     }
-}
-
-/// The result's text ([`block_text`] of each block), joined by newlines.
-fn result_text(result: &CallToolResult) -> String {
-    let mut text = String::new();
-    for (index, block) in result.content.iter().filter_map(block_text).enumerate() {
-        if index > 0 {
-            text.push('\n');
-        }
-        text.push_str(block);
-    }
-    text
-}
-
-/// Applies `changes` to each block's text ([`block_text`]) and each string of
-/// `structuredContent`.
-///
-/// When the texts so changed do not join into `cleared` (the text the policies returned: a
-/// pattern matched across two blocks, a mask or an append applied once to the whole), the
-/// blocks that carry text (embedded text resources included) are replaced by one text block
-/// holding `cleared`, where the first was: the client never reads text the policies have not
-/// cleared.
-fn apply_to_result(
-    mut result: CallToolResult,
-    metadata: &Metadata,
-    changes: &[&PolicyDecision],
-    cleared: &str,
-) -> Result<CallToolResult, String> {
-    let rewrite = |text: &mut String| -> Result<(), String> {
-        let mut context =
-            OutputContext::new(Message::assistant(std::mem::take(text)), metadata.clone());
-        for decision in changes {
-            if let Some(changed) =
-                apply_decision(&context, decision).map_err(|error| error.to_string())?
-            {
-                context = changed;
-            }
-        }
-        *text = context.response.content;
-        Ok(())
-    };
-    for block in &mut result.content {
-        if let Some(text) = block_text_mut(block) {
-            rewrite(text)?;
-        }
-    }
-    if result_text(&result) != cleared {
-        let mut first = true;
-        result.content.retain_mut(|block| {
-            if block_text(block).is_none() {
-                return true;
-            }
-            if !first {
-                return false;
-            }
-            first = false;
-            match block {
-                ContentBlock::Text(text) => cleared.clone_into(&mut text.text),
-                other => *other = ContentBlock::text(cleared),
-            }
-            true
-        });
-    }
-    if let Some(structured) = &mut result.structured_content {
-        rewrite_strings(structured, &rewrite)?;
-    }
-    Ok(result)
 }
 
 fn rewrite_strings(
@@ -426,15 +709,21 @@ fn refused_result(
     let mut meta = MetaObject::new();
     meta.0.insert(
         DENIAL_META_KEY.to_owned(),
-        json!({
-            "policy_id": policy_id,
-            "interception_point": point,
-            "reason": reason,
-            "evaluation_error": evaluation_error,
-        }),
+        denial_details(policy_id, point, reason, evaluation_error),
     );
     result.meta = Some(meta);
     result
+}
+
+/// What the guard tells of a refusal, in a result's `_meta` ([`DENIAL_META_KEY`]) or a
+/// JSON-RPC error's `data`.
+fn denial_details(policy_id: &str, point: &str, reason: &str, evaluation_error: bool) -> Value {
+    json!({
+        "policy_id": policy_id,
+        "interception_point": point,
+        "reason": reason,
+        "evaluation_error": evaluation_error,
+    })
 }
 
 /// The policy denial a tool result reports, if the guard refused the call or its result.
@@ -523,7 +812,7 @@ mod tests {
             ContentBlock::resource(blob.clone()),
         ]);
         let result = guard.check_result("t", result).await;
-        assert_eq!(result_text(&result), "a [REDACTED]\nr [REDACTED]");
+        assert_eq!(data_text(&result), "a [REDACTED]\nr [REDACTED]");
         assert!(matches!(
             result.content[1].as_resource().map(|r| &r.resource),
             Some(ResourceContents::TextResourceContents { uri, .. }) if uri == "file:///r.txt"

@@ -18,7 +18,12 @@
 //! |---|---|---|
 //! | `tools/call` request | tool call: `tool_name`, `arguments` (`{}` when absent), `calling_message` an assistant message describing the call, `metadata.mcp_method = "tools/call"` | a redaction or transformation rewrites the arguments sent upstream; a denial answers a tool result with `isError: true` and the reason, and the upstream is never called |
 //! | `tools/list` result | tool call, per tool: its name, empty arguments, `metadata.mcp_method = "tools/list"` | a tool whose check is denied (or fails) is hidden |
-//! | `tools/call` result | output: `response.content` is the result's text blocks and embedded text resources joined by newlines, `metadata.mcp_method = "tools/call"`, `metadata.tool_name` | redactions and transformations are applied to every text block, every embedded text resource and every string of `structuredContent`; a denial replaces the result with `isError: true` and the reason |
+//! | `tools/call` result | output: `response.content` is the result's text blocks and embedded text resources, then `structuredContent` as JSON text, joined by newlines; `metadata.mcp_method = "tools/call"`, `metadata.tool_name` | redactions and transformations are applied to every text block, every embedded text resource and every string of `structuredContent`; a denial (one that matches only `structuredContent` too) replaces the result with `isError: true` and the reason |
+//! | `resources/read` result | output: `response.content` is the text contents joined by newlines; `metadata.mcp_method` and `metadata.tool_name` `"resources/read"`, `metadata.arguments` the request's params | redactions and transformations reach every text content; a denial is a JSON-RPC error ([`DENIAL_ERROR_CODE`]) |
+//! | `prompts/get` result | output: `response.content` is the messages' text (text blocks, embedded text resources) joined by newlines; `metadata.mcp_method` and `metadata.tool_name` `"prompts/get"`, `metadata.arguments` the request's params | as `resources/read` |
+//!
+//! Results go to the output policies because the engine has no `tool_result` point yet; one
+//! function of the guard says where they go.
 //!
 //! Every context carries `metadata.agent_id` and `metadata.session_id` as configured
 //! ([`ToolGuard::agent_id`], [`ToolGuard::session_id`]) and `metadata.framework = "mcp"`.
@@ -38,12 +43,17 @@
 //! spans two blocks, a mask of the whole text), the text blocks are replaced by one block
 //! holding the cleared text.
 //!
-//! The checks apply to tools. Other requests (prompts, resources, completion) pass through
+//! Other requests MCP defines (lists, completion, subscriptions, logging level) pass through
 //! unchanged, and so do requests for more input (`InputRequired`) that an upstream sends
-//! back to the client. Tasks, whose results would arrive past the output policies, are
-//! refused. The upstream's notifications (lists changed, resources updated, log messages)
-//! reach the client when its connection is made with an [`UpstreamRelay`]; the requests it
-//! makes of the client (sampling, elicitation, roots) are not relayed.
+//! back to the client. A request of a method MCP defines whose params do not parse (a
+//! `tools/call` whose `arguments` is a string) is refused with an invalid-params error and
+//! never reaches the upstream; methods MCP does not define are refused unless
+//! [`GuardedServer::pass_through_method`] lists them. Tasks, whose results would arrive past
+//! the output policies, are refused. The upstream's notifications (lists changed, resources
+//! updated, log messages) reach the client when its connection is made with an
+//! [`UpstreamRelay`] ([`GuardedServer::per_session`] makes one connection per client, so
+//! each client hears only its own); the requests it makes of the client (sampling,
+//! elicitation, roots) are not relayed.
 //!
 //! # Approvals
 //!
@@ -82,7 +92,9 @@
 //! # Transports
 //!
 //! The guard works over any rmcp transport. [`GuardedServer::streamable_http_service`]
-//! serves it on streamable HTTP. The features `transport-io` (this process's stdio),
+//! serves it on streamable HTTP; with the feature `listener`, `GuardedListener` serves it on
+//! a TCP listener of its own, with a bearer token, bounded connections, header and body read
+//! times and body size, and a graceful stop. The features `transport-io` (this process's stdio),
 //! `transport-child-process` and `transport-streamable-http-client` (reqwest, without a TLS
 //! stack: the application's own `rmcp` or `reqwest` dependency chooses one) turn on rmcp's
 //! transports of those names for applications that let this crate choose.
@@ -99,16 +111,20 @@
 mod approval;
 mod client;
 mod guard;
+#[cfg(feature = "listener")]
+mod listener;
 mod relay;
 mod server;
 
 pub use client::{DEFAULT_UPSTREAM_TIMEOUT, GuardedClient};
 pub use guard::{
-    APPROVAL_META_KEY, CallCheck, DENIAL_META_KEY, MCP_METHOD_KEY, ToolGuard, approval_request,
-    denial,
+    APPROVAL_META_KEY, CallCheck, DENIAL_ERROR_CODE, DENIAL_META_KEY, MCP_METHOD_KEY, ToolGuard,
+    approval_request, denial,
 };
+#[cfg(feature = "listener")]
+pub use listener::{GuardedListener, ListenerOptions, ListenerStats, MCP_PATH, check_exposure};
 pub use relay::UpstreamRelay;
-pub use server::GuardedServer;
+pub use server::{Connecting, DEFAULT_MAX_SESSIONS, GuardedServer};
 
 /// The rmcp crate this crate was built against, for applications that want the same one.
 pub use rmcp;

@@ -13,12 +13,14 @@ use rmcp::service::{NotificationContext, Peer, RoleClient, RoleServer};
 /// `().serve(transport)`) and hand a clone to [`GuardedServer::relay`]; the server attaches
 /// the client that initializes a session. Relayed: the tools, prompts and resources lists
 /// changed, a resource updated, and log messages. When several clients share one upstream
-/// (streamable HTTP sessions), the client that initialized last receives them.
+/// connection, the client that initialized last receives them: serve several clients with
+/// [`GuardedServer::per_session`] instead, which gives each its own connection and relay.
 ///
 /// The upstream's requests to the client (sampling, elicitation, roots) are not relayed:
 /// they are answered as rmcp's default client answers them.
 ///
 /// [`GuardedServer::relay`]: crate::GuardedServer::relay
+/// [`GuardedServer::per_session`]: crate::GuardedServer::per_session
 #[derive(Debug, Clone, Default)]
 pub struct UpstreamRelay {
     client: Arc<Mutex<Option<Peer<RoleServer>>>>,

@@ -1,18 +1,25 @@
 //! The server form: an MCP server in front of another, guarding its tools.
 
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use portcullis_engine::BoxError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientNotification, ClientRequest,
     CompleteRequestParams, CompleteResult, CustomNotification, CustomRequest, CustomResult,
-    GetPromptRequestParams, GetPromptResponse, InitializeRequestParams, InitializeResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
+    DiscoverResult, ErrorCode, GetPromptRequestParams, GetPromptResponse, InitializeRequestParams,
+    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, ServerResult, SubscribeRequestParams,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{
     NotificationContext, Peer, RequestContext, RoleClient, RoleServer, RunningService, Service,
     ServiceError,
 };
 use rmcp::{ErrorData, ServerHandler};
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::approval::{self, Asked};
 use crate::client::GuardedClient;
@@ -23,7 +30,7 @@ use crate::relay::UpstreamRelay;
 ///
 /// Serve it like any rmcp server handler: on stdio
 /// (`guarded.serve(rmcp::transport::stdio())`), on any async reader and writer, or on
-/// streamable HTTP (`rmcp::transport::StreamableHttpService`, one clone per session).
+/// streamable HTTP ([`streamable_http_service`](Self::streamable_http_service)).
 ///
 /// - `tools/call` goes through the tool-call policies, then upstream, then the output
 ///   policies ([`GuardedClient::call_tool_once`]); a refusal is a tool result with
@@ -36,19 +43,109 @@ use crate::relay::UpstreamRelay;
 ///   naming the approval request ([`approval_request`](crate::approval_request)).
 ///   A call the client cancels is cancelled upstream too.
 /// - `tools/list` hides the tools the policies would refuse.
+/// - `resources/read` and `prompts/get` results go through the output policies
+///   ([`ToolGuard::check_resource`], [`ToolGuard::check_prompt`]); a refusal is a JSON-RPC
+///   error ([`DENIAL_ERROR_CODE`](crate::DENIAL_ERROR_CODE)).
 /// - `initialize` answers with the upstream's server info, instructions and capabilities
 ///   (without the tasks extension, which would let results skip the output policies).
-/// - Prompts, resources, completion, logging level, custom requests and the client's
-///   notifications (`roots/list_changed`, custom ones) are passed to the upstream as they
+/// - Lists of prompts, resources and templates, completion, logging level, subscriptions
+///   and the client's `roots/list_changed` notification are passed to the upstream as they
 ///   are.
+/// - A request of a method MCP defines whose params do not parse (a `tools/call` whose
+///   `arguments` is not an object) is refused with an invalid-params error and never
+///   reaches the upstream. Methods MCP does not define are refused (method not found), and
+///   notifications of such methods dropped, unless listed with
+///   [`pass_through_method`](Self::pass_through_method).
 /// - An upstream that is gone, does not answer in time, or answers something that is not
 ///   a valid response makes the one request fail with a JSON-RPC internal error that says
 ///   so; the guard keeps serving.
 #[derive(Debug, Clone)]
 pub struct GuardedServer {
-    client: GuardedClient,
+    upstream: Upstream,
     relay: Option<UpstreamRelay>,
+    pass_through: Arc<[String]>,
 }
+
+/// The connection a [`GuardedServer`] forwards to.
+#[derive(Clone)]
+enum Upstream {
+    /// One connection, shared by every session served.
+    Shared(GuardedClient),
+    /// A connection of this session's own, made when its client initializes.
+    PerSession {
+        guard: ToolGuard,
+        connect: Arc<Connector>,
+        /// One permit per session connected, shared by all sessions.
+        sessions: Arc<Semaphore>,
+        connected: Arc<OnceCell<(GuardedClient, OwnedSemaphorePermit)>>,
+    },
+}
+
+/// How many sessions a [`per_session`](GuardedServer::per_session) server connects at once
+/// by default.
+pub const DEFAULT_MAX_SESSIONS: usize = 64;
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Upstream::Shared(client) => f.debug_tuple("Shared").field(client).finish(),
+            Upstream::PerSession {
+                guard, connected, ..
+            } => f
+                .debug_struct("PerSession")
+                .field("guard", guard)
+                .field("connected", &connected.get().map(|(client, _)| client))
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// The future of an upstream connection being made.
+pub type Connecting = Pin<
+    Box<dyn Future<Output = Result<RunningService<RoleClient, UpstreamRelay>, BoxError>> + Send>,
+>;
+
+/// Makes a session's own upstream connection, with the relay its notifications go through.
+type Connector = dyn Fn(UpstreamRelay) -> Connecting + Send + Sync;
+
+/// MCP's own client requests: one of these that reaches [`on_custom_request`] is a request
+/// whose params did not parse, never something to pass through.
+///
+/// [`on_custom_request`]: ServerHandler::on_custom_request
+const MCP_REQUEST_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "resources/directory/read",
+    "subscriptions/listen",
+    "tools/call",
+    "tools/list",
+    "tasks/get",
+    "tasks/list",
+    "tasks/result",
+    "tasks/update",
+    "tasks/cancel",
+    "skills/list",
+    "skills/get",
+];
+
+/// MCP's own client notifications, which never pass as unknown ones.
+const MCP_NOTIFICATION_METHODS: &[&str] = &[
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/initialized",
+    "notifications/roots/list_changed",
+    "notifications/elicitation/response",
+];
 
 impl GuardedServer {
     /// A server in front of the upstream connection `upstream` (an initialized rmcp client:
@@ -69,23 +166,78 @@ impl GuardedServer {
     }
 
     /// A server over a guarded client (to share its settings, such as the upstream
-    /// time-out).
+    /// time-out). Every session served shares that one upstream connection.
     pub fn from_client(client: GuardedClient) -> Self {
         GuardedServer {
-            client,
+            upstream: Upstream::Shared(client),
             relay: None,
+            pass_through: Arc::from([]),
         }
+    }
+
+    /// A server whose every session has an upstream connection of its own: when a client
+    /// initializes, `connect` is called with a relay for that client's notifications
+    /// (connect the upstream with it: `relay.serve(transport)`), and the connection closes
+    /// when the session ends. Over streamable HTTP
+    /// ([`streamable_http_service`](Self::streamable_http_service)) each client thus has
+    /// its own upstream session, and the upstream's notifications reach the client whose
+    /// session they belong to. A connection that fails answers the client's `initialize`
+    /// with an error.
+    pub fn per_session<F, Fut>(guard: ToolGuard, connect: F) -> Self
+    where
+        F: Fn(UpstreamRelay) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<RunningService<RoleClient, UpstreamRelay>, BoxError>>
+            + Send
+            + 'static,
+    {
+        GuardedServer {
+            upstream: Upstream::PerSession {
+                guard,
+                connect: Arc::new(move |relay| -> Connecting { Box::pin(connect(relay)) }),
+                sessions: Arc::new(Semaphore::new(DEFAULT_MAX_SESSIONS)),
+                connected: Arc::default(),
+            },
+            relay: None,
+            pass_through: Arc::from([]),
+        }
+    }
+
+    /// How many sessions of a [`per_session`](Self::per_session) server may hold an
+    /// upstream connection at once (default [`DEFAULT_MAX_SESSIONS`], at least 1); a client
+    /// beyond them is refused when it initializes, until a session ends. No effect on a
+    /// server with one shared connection.
+    pub fn max_sessions(mut self, sessions: usize) -> Self {
+        if let Upstream::PerSession {
+            sessions: slots, ..
+        } = &mut self.upstream
+        {
+            *slots = Arc::new(Semaphore::new(sessions.max(1)));
+        }
+        self
     }
 
     /// Relays the upstream's notifications through `relay`, the client handler its
     /// connection was made with, to the client that initializes a session with this server.
+    /// (A server made with [`per_session`](Self::per_session) relays each session's own.)
     pub fn relay(mut self, relay: UpstreamRelay) -> Self {
         self.relay = Some(relay);
         self
     }
 
+    /// Passes requests and notifications of `method`, one MCP does not define, to the
+    /// upstream as they are (repeatable). Unlisted unknown methods are refused with a
+    /// method-not-found error. A method MCP defines cannot be passed through this way: its
+    /// requests are checked, or refused when their params do not parse.
+    pub fn pass_through_method(mut self, method: impl Into<String>) -> Self {
+        let mut methods = self.pass_through.to_vec();
+        methods.push(method.into());
+        self.pass_through = Arc::from(methods);
+        self
+    }
+
     /// A tower service serving this guard on streamable HTTP, one clone per session
     /// (mount it at the MCP endpoint's path: `/mcp` by convention). Sessions live in memory.
+    /// With [`per_session`](Self::per_session), each session connects its own upstream.
     ///
     /// ```no_run
     /// # fn run(guarded: portcullis_mcp::GuardedServer) {
@@ -105,47 +257,115 @@ impl GuardedServer {
         rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
     > {
         rmcp::transport::streamable_http_server::StreamableHttpService::new(
-            move || Ok(self.clone()),
-            std::sync::Arc::default(),
+            move || Ok(self.new_session()),
+            Arc::default(),
             config,
         )
     }
 
-    /// The guarded upstream connection.
-    pub fn client(&self) -> &GuardedClient {
-        &self.client
+    /// The server a new session gets: a clone, with a connection of its own to make when it
+    /// is [`per_session`](Self::per_session).
+    fn new_session(&self) -> GuardedServer {
+        let mut session = self.clone();
+        if let Upstream::PerSession { connected, .. } = &mut session.upstream {
+            *connected = Arc::default();
+        }
+        session
     }
 
-    fn upstream(&self) -> &Peer<RoleClient> {
-        self.client.peer()
+    /// The guarded upstream connection: `None` for a [`per_session`](Self::per_session)
+    /// server whose session has not made its connection yet.
+    pub fn client(&self) -> Option<&GuardedClient> {
+        match &self.upstream {
+            Upstream::Shared(client) => Some(client),
+            Upstream::PerSession { connected, .. } => connected.get().map(|(client, _)| client),
+        }
     }
 
-    async fn forward<T>(
+    /// The connection, for a request of `method` from `client`: a
+    /// [`per_session`](Self::per_session) server makes its session's own on the first
+    /// request (`initialize`, or any request of a session-less client), relaying the
+    /// upstream's notifications to `client`.
+    async fn connected(
         &self,
         method: &str,
-        request: impl Future<Output = Result<T, ServiceError>>,
-    ) -> Result<T, ErrorData> {
-        self.client
-            .upstream(request)
+        client: &Peer<RoleServer>,
+    ) -> Result<&GuardedClient, ErrorData> {
+        let (guard, connect, sessions, connected) = match &self.upstream {
+            Upstream::Shared(shared) => return Ok(shared),
+            Upstream::PerSession {
+                guard,
+                connect,
+                sessions,
+                connected,
+            } => (guard, connect, sessions, connected),
+        };
+        let (client, _) = connected
+            .get_or_try_init(|| async {
+                let Ok(session) = Arc::clone(sessions).try_acquire_owned() else {
+                    return Err(ErrorData::internal_error(
+                        format!(
+                            "{method}: the guard serves as many sessions as it may; try again once one ends"
+                        ),
+                        None,
+                    ));
+                };
+                let relay = UpstreamRelay::default();
+                relay.attach(client.clone());
+                let running = connect(relay).await.map_err(|error| {
+                    ErrorData::internal_error(
+                        format!("{method}: the upstream MCP server did not initialize: {error}"),
+                        None,
+                    )
+                })?;
+                Ok((GuardedClient::from_running(running, guard.clone()), session))
+            })
+            .await?;
+        Ok(client)
+    }
+
+    /// Sends `method` upstream: `request` builds it from the connection.
+    async fn forward<'a, T, Fut>(
+        &'a self,
+        method: &str,
+        context: &RequestContext<RoleServer>,
+        request: impl FnOnce(&'a Peer<RoleClient>) -> Fut,
+    ) -> Result<T, ErrorData>
+    where
+        Fut: Future<Output = Result<T, ServiceError>>,
+    {
+        let client = self.connected(method, &context.peer).await?;
+        client
+            .upstream(request(client.peer()))
             .await
             .map_err(|error| upstream_error(method, error))
     }
 
     /// [`forward`](Self::forward), given up when the client cancels its request: the
     /// upstream request is dropped, and rmcp tells the upstream it is cancelled.
-    async fn forward_cancellable<T>(
-        &self,
+    async fn forward_cancellable<'a, T, Fut>(
+        &'a self,
         method: &str,
-        cancelled: impl Future<Output = ()>,
-        request: impl Future<Output = Result<T, ServiceError>>,
-    ) -> Result<T, ErrorData> {
+        context: &RequestContext<RoleServer>,
+        request: impl FnOnce(&'a Peer<RoleClient>) -> Fut,
+    ) -> Result<T, ErrorData>
+    where
+        Fut: Future<Output = Result<T, ServiceError>>,
+    {
         tokio::select! {
-            answer = self.forward(method, request) => answer,
-            () = cancelled => Err(ErrorData::internal_error(
+            answer = self.forward(method, context, request) => answer,
+            () = context.ct.cancelled() => Err(ErrorData::internal_error(
                 format!("{method}: the client cancelled the request"),
                 None,
             )),
         }
+    }
+
+    /// Whether requests and notifications of `method` go to the upstream unchecked.
+    fn passes_through(&self, method: &str) -> bool {
+        !MCP_REQUEST_METHODS.contains(&method)
+            && !MCP_NOTIFICATION_METHODS.contains(&method)
+            && self.pass_through.iter().any(|listed| listed == method)
     }
 }
 
@@ -176,7 +396,7 @@ fn upstream_error(method: &str, error: ServiceError) -> ErrorData {
 
 impl ServerHandler for GuardedServer {
     fn get_info(&self) -> ServerConfig {
-        let Some(upstream) = self.upstream().peer_info() else {
+        let Some(upstream) = self.client().and_then(|client| client.peer().peer_info()) else {
             return ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
         };
         let mut capabilities = upstream.capabilities.clone();
@@ -200,11 +420,25 @@ impl ServerHandler for GuardedServer {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        if let Some(relay) = &self.relay {
+        if let Upstream::Shared(_) = &self.upstream
+            && let Some(relay) = &self.relay
+        {
             relay.attach(context.peer.clone());
         }
+        self.connected("initialize", &context.peer).await?;
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
+    }
+
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        self.connected("server/discover", &context.peer).await?;
+        Ok(DiscoverResult::from_server_info(
+            ServerHandler::supported_protocol_versions(self).into_owned(),
+            ServerHandler::get_info(self),
+        ))
     }
 
     async fn call_tool(
@@ -212,7 +446,8 @@ impl ServerHandler for GuardedServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let guard = self.client.guard();
+        let client = self.connected("tools/call", &context.peer).await?;
+        let guard = client.guard();
         let params = match guard.check_call(request.clone()).await {
             CallCheck::Proceed(params) => params,
             CallCheck::Refused(result) => return Ok(CallToolResponse::Complete(result)),
@@ -248,11 +483,7 @@ impl ServerHandler for GuardedServer {
         };
         let name = params.name.clone();
         match self
-            .forward_cancellable(
-                "tools/call",
-                context.ct.cancelled(),
-                self.upstream().call_tool_once(params),
-            )
+            .forward_cancellable("tools/call", &context, |peer| peer.call_tool_once(params))
             .await?
         {
             CallToolResponse::Complete(result) => Ok(CallToolResponse::Complete(
@@ -271,120 +502,168 @@ impl ServerHandler for GuardedServer {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let mut result = self
-            .forward("tools/list", self.upstream().list_tools(request))
+            .forward("tools/list", &context, |peer| peer.list_tools(request))
             .await?;
-        result.tools = self.client.guard().filter_tools(result.tools).await;
+        let guard = self.connected("tools/list", &context.peer).await?.guard();
+        result.tools = guard.filter_tools(result.tools).await;
         Ok(result)
     }
 
     async fn complete(
         &self,
         request: CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.forward("completion/complete", self.upstream().complete(request))
-            .await
+        self.forward("completion/complete", &context, |peer| {
+            peer.complete(request)
+        })
+        .await
     }
 
     #[allow(deprecated)]
     async fn set_level(
         &self,
         request: rmcp::model::SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.forward("logging/setLevel", self.upstream().set_level(request))
+        self.forward("logging/setLevel", &context, |peer| peer.set_level(request))
             .await
     }
 
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.forward("prompts/get", self.upstream().get_prompt_once(request))
-            .await
+        let params = request.clone();
+        match self
+            .forward("prompts/get", &context, |peer| {
+                peer.get_prompt_once(request)
+            })
+            .await?
+        {
+            GetPromptResponse::Complete(result) => {
+                let guard = self.connected("prompts/get", &context.peer).await?.guard();
+                Ok(GetPromptResponse::Complete(
+                    guard.check_prompt(&params, result).await?,
+                ))
+            }
+            // A request for more input carries no prompt text; the retried request is
+            // checked again.
+            other => Ok(other),
+        }
     }
 
     async fn list_prompts(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.forward("prompts/list", self.upstream().list_prompts(request))
+        self.forward("prompts/list", &context, |peer| peer.list_prompts(request))
             .await
     }
 
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.forward("resources/list", self.upstream().list_resources(request))
-            .await
+        self.forward("resources/list", &context, |peer| {
+            peer.list_resources(request)
+        })
+        .await
     }
 
     async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.forward(
-            "resources/templates/list",
-            self.upstream().list_resource_templates(request),
-        )
+        self.forward("resources/templates/list", &context, |peer| {
+            peer.list_resource_templates(request)
+        })
         .await
     }
 
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.forward(
-            "resources/read",
-            self.upstream().read_resource_once(request),
-        )
-        .await
+        let params = request.clone();
+        match self
+            .forward("resources/read", &context, |peer| {
+                peer.read_resource_once(request)
+            })
+            .await?
+        {
+            ReadResourceResponse::Complete(result) => {
+                let guard = self
+                    .connected("resources/read", &context.peer)
+                    .await?
+                    .guard();
+                Ok(ReadResourceResponse::Complete(
+                    guard.check_resource(&params, result).await?,
+                ))
+            }
+            // A request for more input carries no resource text; the retried request is
+            // checked again.
+            other => Ok(other),
+        }
     }
 
     #[allow(deprecated)]
     async fn subscribe(
         &self,
         request: SubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.forward("resources/subscribe", self.upstream().subscribe(request))
-            .await
+        self.forward("resources/subscribe", &context, |peer| {
+            peer.subscribe(request)
+        })
+        .await
     }
 
     #[allow(deprecated)]
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.forward(
-            "resources/unsubscribe",
-            self.upstream().unsubscribe(request),
-        )
+        self.forward("resources/unsubscribe", &context, |peer| {
+            peer.unsubscribe(request)
+        })
         .await
     }
 
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let method = request.method.clone();
+        if MCP_REQUEST_METHODS.contains(&method.as_str()) {
+            // rmcp hands over a request of a method it knows when its params do not parse:
+            // refused here, it never reaches the upstream unchecked.
+            return Err(ErrorData::invalid_params(
+                format!("{method}: the params do not parse as MCP defines them"),
+                None,
+            ));
+        }
+        if !self.passes_through(&method) {
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("{method}: the guard does not pass this method to the upstream"),
+                None,
+            ));
+        }
         let answer = self
-            .forward(
-                &method,
-                self.upstream()
-                    .send_request(ClientRequest::CustomRequest(request)),
-            )
+            .forward(&method, &context, |peer| {
+                peer.send_request(ClientRequest::CustomRequest(request))
+            })
             .await?;
         match answer {
             ServerResult::CustomResult(result) => Ok(result),
@@ -395,7 +674,9 @@ impl ServerHandler for GuardedServer {
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
         // A notification has no answer to carry a failure; a gone upstream shows on the
         // next request.
-        let _ = self.upstream().notify_roots_list_changed().await;
+        if let Some(client) = self.client() {
+            let _ = client.peer().notify_roots_list_changed().await;
+        }
     }
 
     async fn on_custom_notification(
@@ -403,9 +684,15 @@ impl ServerHandler for GuardedServer {
         notification: CustomNotification,
         _context: NotificationContext<RoleServer>,
     ) {
-        let _ = self
-            .upstream()
-            .send_notification(ClientNotification::CustomNotification(notification))
-            .await;
+        // Unknown notifications are dropped unless listed to pass.
+        if !self.passes_through(&notification.method) {
+            return;
+        }
+        if let Some(client) = self.client() {
+            let _ = client
+                .peer()
+                .send_notification(ClientNotification::CustomNotification(notification))
+                .await;
+        }
     }
 }

@@ -11,15 +11,14 @@ use portcullis_engine::{
 };
 use portcullis_mcp::{GuardedClient, GuardedServer, ToolGuard, approval_request, denial};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
-    ElicitResult, ElicitationAction, ElicitationCapability, FormElicitationCapability,
-    Implementation,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationCapability, FormElicitationCapability, Implementation,
 };
 use rmcp::service::{RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData, ServiceExt};
 use serde_json::json;
 use support::upstream::Upstream;
-use support::{TestError, connect_in_process};
+use support::{TestError, connect_in_process, text};
 
 /// Escalates every `send_email` (id `ask_before_email`).
 struct AskBeforeEmail;
@@ -105,15 +104,6 @@ fn email() -> CallToolRequestParams {
             .unwrap_or_default(),
     );
     params
-}
-
-fn text(result: &CallToolResult) -> String {
-    result
-        .content
-        .iter()
-        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The upstream, the guard in front of it, and `person` as the client in front of the guard.

@@ -213,10 +213,19 @@ async fn tool_scenario(
             "history": [{"note": "badge [REDACTED] reissued"}, 42],
         }))
     );
+    // The policies read the structured result as JSON text after the text blocks.
     let output = audit.contexts("output").pop().ok_or("no output audit")?;
+    let read = output["response"]["content"].as_str().unwrap_or_default();
+    let structured = read
+        .strip_prefix("Found Jane Roe.\nHer SSN is 123-45-6789.\n")
+        .ok_or(format!("not the text blocks first: {read}"))?;
     assert_eq!(
-        output["response"]["content"],
-        "Found Jane Roe.\nHer SSN is 123-45-6789."
+        serde_json::from_str::<Value>(structured)?,
+        json!({
+            "name": "Jane Roe",
+            "ssn": "123-45-6789",
+            "history": [{"note": "badge 987-65-4321 reissued"}, 42],
+        })
     );
 
     // Output: a denied result is replaced; the tool did run.
@@ -257,7 +266,7 @@ async fn pass_through_scenario(client: &Peer<RoleClient>) -> Result<(), TestErro
     let prompt = client
         .get_prompt(GetPromptRequestParams::new("greeting"))
         .await?;
-    assert_eq!(prompt.messages.len(), 1);
+    assert_eq!(prompt.messages.len(), 2);
     Ok(())
 }
 

@@ -122,6 +122,16 @@ pub fn tool_guard(engine: &Arc<PolicyEngine>) -> ToolGuard {
         .session_id("session-1")
 }
 
+/// The text blocks of a tool result, joined by newlines.
+pub fn text(result: &rmcp::model::CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// An rmcp client with no handler of its own.
 pub type Client = RunningService<RoleClient, ()>;
 

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, JsonObject, ListPromptsResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities,
-    ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult, JsonObject,
+    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt,
+    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, Role, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -27,12 +27,21 @@ pub const INSTRUCTIONS: &str = "A scripted upstream for the portcullis-mcp tests
 /// One tool call as the upstream received it: the tool's name and arguments.
 pub type Call = (String, Option<JsonObject>);
 
+/// One request of a method MCP does not define, as the upstream received it: its method and
+/// params.
+pub type Custom = (String, Option<Value>);
+
 /// The scripted upstream; clones share the record of calls.
 #[derive(Debug, Clone, Default)]
 pub struct Upstream {
     calls: Arc<Mutex<Vec<Call>>>,
     cancelled: Arc<AtomicUsize>,
+    custom: Arc<Mutex<Vec<Custom>>>,
+    sessions: Arc<AtomicUsize>,
 }
+
+/// The text of the resource `file:///launch.txt` and of the prompt `launch`.
+pub const LAUNCH: &str = "the launch codes are 0000";
 
 #[allow(dead_code)]
 impl Upstream {
@@ -47,6 +56,20 @@ impl Upstream {
     /// How many calls of `slow` were cancelled by the caller.
     pub fn cancelled(&self) -> usize {
         self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Every request of a method MCP does not define that the upstream received (and
+    /// every one whose params did not parse): its method and params.
+    pub fn custom_requests(&self) -> Vec<Custom> {
+        self.custom
+            .lock()
+            .map(|requests| requests.clone())
+            .unwrap_or_default()
+    }
+
+    /// How many clients initialized a session.
+    pub fn sessions(&self) -> usize {
+        self.sessions.load(Ordering::SeqCst)
     }
 
     /// How many calls of `name` were received.
@@ -133,6 +156,31 @@ impl ServerHandler for Upstream {
                 }
             }
             "launch_status" => text("All systems nominal; the launch codes are 0000."),
+            // The secret is only in the structured result.
+            "structured_secret" => {
+                let mut result = CallToolResult::structured(json!({"ssn": "123-45-6789"}));
+                result.content = vec![ContentBlock::text("Record found.")];
+                result
+            }
+            "structured_launch" => {
+                let mut result = CallToolResult::structured(json!({"note": LAUNCH}));
+                result.content = vec![ContentBlock::text("Status ready.")];
+                result
+            }
+            // Answers after a moment: a call in flight.
+            "pause" => {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                text("paused")
+            }
+            // Tells this session's client that the tools changed.
+            "notify_me" => {
+                context
+                    .peer
+                    .notify_tool_list_changed()
+                    .await
+                    .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+                text("notified")
+            }
             "search" | "secret_tool" | "delete_database" => text(arguments.to_string()),
             // The process dies in the middle of the call: only when started for that.
             "exit" if std::env::var_os("SCRIPTED_UPSTREAM_EXIT_TOOL").is_some() => {
@@ -164,11 +212,13 @@ impl ServerHandler for Upstream {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        let text = match request.uri.as_str() {
+            "file:///hr.txt" => RECORD.to_owned(),
+            "file:///launch.txt" => LAUNCH.to_owned(),
+            uri => format!("the notes at {uri}"),
+        };
         Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
-            vec![ResourceContents::text(
-                format!("the notes at {}", request.uri),
-                request.uri,
-            )],
+            vec![ResourceContents::text(text, request.uri)],
         )))
     }
 
@@ -189,8 +239,30 @@ impl ServerHandler for Upstream {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        let text = match request.name.as_str() {
+            "hr" => RECORD.to_owned(),
+            "launch" => LAUNCH.to_owned(),
+            name => format!("Say hello ({name})."),
+        };
         Ok(GetPromptResponse::Complete(GetPromptResult::new(vec![
-            PromptMessage::new_text(Role::User, format!("Say hello ({}).", request.name)),
+            PromptMessage::new_text(Role::User, "Here is the record:"),
+            PromptMessage::new_text(Role::User, text),
         ])))
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        if let Ok(mut requests) = self.custom.lock() {
+            requests.push((request.method.clone(), request.params.clone()));
+        }
+        // A lenient server: it runs what it is asked.
+        Ok(CustomResult::new(json!({"echo": request.method})))
+    }
+
+    async fn on_initialized(&self, _context: rmcp::service::NotificationContext<RoleServer>) {
+        self.sessions.fetch_add(1, Ordering::SeqCst);
     }
 }
