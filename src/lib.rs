@@ -1,32 +1,5 @@
-//! Portcullis: an embeddable policy engine for LLM agents.
-//!
-//! Put Portcullis around an agent to block, redact, rewrite and audit what goes to the model,
-//! which tools the model calls, and what the model answers. Policies are plain Rust, JSON
-//! rules, or Rego (in-process WebAssembly or a policy server); every decision is audited.
-//!
-//! This crate is the facade: the core engine is always here, and each unit comes behind a
-//! feature named after it.
-//!
-//! | feature | unit | default |
-//! |---|---|---|
-//! | `dsl` | `dsl`: JSON rules, checked when loaded | yes |
-//! | `macros` | `#[input_policy]` and friends, `policy_set!`, `dsl_policy!` | yes |
-//! | `rego` | `rego`: OPA WebAssembly bundles, in process | no |
-//! | `rego-rest` | `rego_rest`: a policy server speaking the OPA REST API | no |
-//! | `http` | `http`: the remote `/engine/evaluate` endpoint | no |
-//! | `otel` | `otel`: OpenTelemetry spans for audit records | no |
-//! | `observability` | `observability`: OTLP export to an LLM observability platform | no |
-//! | `manifest` | `manifest`: policy sets as YAML files, reloaded when they change | no |
-//! | `redis` | `redis`: a session store in Redis, shared by a fleet of processes | no |
-//! | `server` | `server`: the decision service, an axum router to serve or mount | no |
-//! | `full` | all of the above | no |
-//! | `openai` | `openai`: a tower layer guarding async-openai chat completions | no |
-//! | `rig` | `rig`: an agent hook guarding rig-agent runs | no |
-//! | `mcp` | `mcp`: a guarded MCP server in front of another, and a guarded rmcp client | no |
-//!
-//! The framework integrations (`openai`, `rig`, `mcp`) are not part of `full`: they pull in the
-//! frameworks themselves, which only their users want.
-
+#![doc = include_str!("../docs/rustdoc-links.md")]
+#![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 extern crate self as portcullis;
@@ -100,11 +73,6 @@ pub use portcullis_redis as redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "server")))]
 pub use portcullis_server as server;
 
-/// The README's examples, compiled and run as doc tests.
-#[doc = include_str!("../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;
-
 #[cfg(feature = "dsl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dsl")))]
 pub use portcullis_dsl as dsl;
@@ -141,3 +109,81 @@ pub use portcullis_rego_rest as rego_rest;
 #[cfg(feature = "manifest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "manifest")))]
 pub use portcullis_manifest as manifest;
+
+/// Declares a guide: a page of `docs/` as a module's documentation, after the definitions that
+/// turn its links to other pages into links within this documentation. A guide whose examples
+/// need features is included only when they are on; without them its page says so.
+macro_rules! guide {
+    ($name:ident, $file:literal, $title:literal $(, $feature:literal)*) => {
+        #[doc = include_str!("../docs/rustdoc-links.md")]
+        #[cfg_attr(all($(feature = $feature),*), doc = include_str!(concat!("../docs/", $file)))]
+        #[cfg_attr(
+            not(all($(feature = $feature),*)),
+            doc = concat!(
+                "# ", $title, "\n\nThis guide needs the features",
+                $(" `", $feature, "`",)*
+                ", which this build of the documentation does not have: build it with them, or \
+                 read `docs/", $file, "` in the repository."
+            )
+        )]
+        pub mod $name {}
+    };
+}
+
+/// The guides: one page per topic, each the file of the repository's `docs/` folder named
+/// after it, with its examples compiled and run as doc tests.
+///
+/// Start with the crate page's [short example](crate#a-short-example), then
+/// [How the engine decides](crate::guides::engine).
+pub mod guides {
+    guide!(engine, "engine.md", "How the engine decides");
+    guide!(approvals, "approvals.md", "Approvals: a person in the loop");
+    guide!(
+        macros,
+        "macros.md",
+        "Policies as code, rules compiled at build time",
+        "macros"
+    );
+    guide!(dsl, "dsl.md", "Rules in JSON", "dsl");
+    guide!(
+        remote,
+        "remote.md",
+        "Remote policies: a decision endpoint or an OPA server",
+        "http",
+        "rego-rest"
+    );
+    guide!(rego, "rego.md", "Rego policies in process", "rego");
+    guide!(production, "production.md", "Production controls");
+    guide!(streaming, "streaming.md", "Streaming answers");
+    guide!(sessions, "sessions.md", "Session state", "dsl");
+    guide!(
+        audit_export,
+        "audit-export.md",
+        "Audit export",
+        "otel",
+        "observability"
+    );
+    guide!(
+        integrations,
+        "integrations.md",
+        "Guarding an agent framework",
+        "openai",
+        "rig",
+        "mcp"
+    );
+    guide!(proxies, "proxies.md", "Guard an agent you did not write");
+    guide!(
+        policy_authors,
+        "policy-authors.md",
+        "For policy authors",
+        "manifest"
+    );
+    guide!(service, "service.md", "Run it as a service", "http");
+    guide!(benchmarks, "benchmarks.md", "Benchmarks");
+    guide!(architecture, "architecture.md", "Architecture");
+
+    // The repository's SECURITY.md: the threat model.
+    #[doc = include_str!("../docs/rustdoc-links.md")]
+    #[doc = include_str!("../SECURITY.md")]
+    pub mod security {}
+}
