@@ -840,7 +840,7 @@ impl OpenAIProxy {
                 limit: self.max_stream_bytes,
             });
             let upstream = held_limited(
-                idle_limited(response.bytes_stream(), self.timeout),
+                idle_limited(upstream_body(response), self.timeout, "the upstream"),
                 Arc::clone(&held),
             );
             let released =
@@ -906,7 +906,14 @@ impl OpenAIProxy {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let (parts, body) = request.into_parts();
-        let body = reqwest::Body::wrap_stream(body.into_data_stream());
+        // Streamed as it comes, however long, but never stalled longer than a guarded body.
+        let body = body.into_data_stream().map_err(|error| {
+            let error: Box<dyn std::error::Error + Send + Sync> = error.into();
+            portcullis_engine::error::error_chain(&*error)
+        });
+        let body = reqwest::Body::wrap_stream(
+            idle_limited(body, self.body_read_timeout, "the client").map_err(io::Error::other),
+        );
         let upstream = self
             .client
             .request(parts.method.clone(), self.upstream_url(path, &parts))
@@ -919,7 +926,8 @@ impl OpenAIProxy {
         };
         let status = response.status();
         let headers = answer_headers(response.headers());
-        let body = idle_limited(response.bytes_stream(), self.timeout).map_err(io::Error::other);
+        let body = idle_limited(upstream_body(response), self.timeout, "the upstream")
+            .map_err(io::Error::other);
         build(status, headers, stream_body(body))
     }
 
@@ -1001,10 +1009,21 @@ async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<B
     }
 }
 
-/// The upstream's body, failing when a chunk takes longer than `idle` to come.
+/// The upstream's body as read: its chunks, or why reading failed.
+fn upstream_body(
+    response: reqwest::Response,
+) -> impl Stream<Item = Result<Bytes, String>> + Send + 'static {
+    response
+        .bytes_stream()
+        .map_err(|error| portcullis_engine::error::error_chain(&error))
+}
+
+/// A body from `sender` (`"the upstream"`, `"the client"`), failing when a chunk takes
+/// longer than `idle` to come.
 fn idle_limited(
-    body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+    body: impl Stream<Item = Result<Bytes, String>> + Send + 'static,
     idle: Duration,
+    sender: &'static str,
 ) -> impl Stream<Item = Result<Bytes, String>> + Send + 'static {
     futures_util::stream::unfold(
         (Box::pin(body), false),
@@ -1015,15 +1034,12 @@ fn idle_limited(
             match tokio::time::timeout(idle, body.next()).await {
                 Ok(Some(Ok(bytes))) => Some((Ok(bytes), (body, false))),
                 Ok(Some(Err(error))) => Some((
-                    Err(format!(
-                        "the upstream connection failed: {}",
-                        portcullis_engine::error::error_chain(&error)
-                    )),
+                    Err(format!("the connection of {sender} failed: {error}")),
                     (body, true),
                 )),
                 Ok(None) => None,
                 Err(_) => Some((
-                    Err(format!("the upstream sent nothing for {idle:?}")),
+                    Err(format!("{sender} sent nothing for {idle:?}")),
                     (body, true),
                 )),
             }

@@ -7,6 +7,7 @@
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 /// A JSON value parsed with every object's keys distinct.
@@ -74,13 +75,18 @@ impl<'de> Visitor<'de> for StrictVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut fields = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            let Strict(value) = map.next_value()?;
-            if fields.contains_key(&key) {
-                return Err(de::Error::custom(format_args!(
-                    "the key {key:?} is given twice in one object"
-                )));
+            match fields.entry(key) {
+                Entry::Vacant(entry) => {
+                    let Strict(value) = map.next_value()?;
+                    entry.insert(value);
+                }
+                Entry::Occupied(entry) => {
+                    return Err(de::Error::custom(format_args!(
+                        "the key {:?} is given twice in one object",
+                        entry.key()
+                    )));
+                }
             }
-            fields.insert(key, value);
         }
         Ok(Value::Object(fields))
     }

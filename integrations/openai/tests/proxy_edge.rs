@@ -668,6 +668,32 @@ async fn a_client_that_never_finishes_its_head_or_body_is_cut_off() {
 }
 
 #[tokio::test]
+async fn a_passed_through_body_that_stalls_is_cut_off() {
+    let (_server, proxy) = setup(vec![], |proxy| {
+        proxy
+            .pass_through("/v1/files")
+            .body_read_timeout(Duration::from_millis(200))
+    })
+    .await;
+    let mut stream = TcpStream::connect(proxy.address).await.expect("connect");
+    stream
+        .write_all(b"POST /v1/files HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\npart")
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_ok(),
+        "the stalled upload still holds its connection"
+    );
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 502"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
 async fn a_request_over_the_default_body_limit_is_refused() {
     let (server, proxy) = setup(vec![], |proxy| proxy).await;
     let big = "a".repeat(portcullis_openai::proxy::DEFAULT_MAX_BODY_BYTES);
