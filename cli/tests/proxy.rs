@@ -365,15 +365,11 @@ fn python_openai_installed() -> bool {
     installed
 }
 
-#[tokio::test]
-async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
-    if !python_openai_installed() {
-        return Ok(());
-    }
-    let upstream = EvaluateServer::scripted(scripted).await?;
-    let (_proxy, base) = start_openai_proxy(&upstream.url(), &[]);
+/// Runs a Python `script` with the proxy's base URL as its argument; what it printed, as
+/// JSON.
+async fn run_python(script: &str, base: &str) -> Result<Value, TestError> {
     let output = tokio::process::Command::new("python3")
-        .args(["-c", PYTHON_CLIENT, &base])
+        .args(["-c", script, base])
         .output()
         .await?;
     assert!(
@@ -381,7 +377,17 @@ async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let out: Value = serde_json::from_slice(&output.stdout)?;
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+#[tokio::test]
+async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
+    if !python_openai_installed() {
+        return Ok(());
+    }
+    let upstream = EvaluateServer::scripted(scripted).await?;
+    let (_proxy, base) = start_openai_proxy(&upstream.url(), &[]);
+    let out = run_python(PYTHON_CLIENT, &base).await?;
     let whole = out["whole"].as_str().unwrap_or_default();
     assert!(
         whole.starts_with("Your SSN is [REDACTED].") && whole.contains("no_delete_database"),
@@ -562,16 +568,7 @@ async fn proxy_openai_authenticates_clients_and_sends_its_own_upstream_key() -> 
             ("UPSTREAM_KEY", "upstream-secret"),
         ],
     );
-    let output = tokio::process::Command::new("python3")
-        .args(["-c", PYTHON_TOKEN_CLIENT, &base])
-        .output()
-        .await?;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let out: Value = serde_json::from_slice(&output.stdout)?;
+    let out = run_python(PYTHON_TOKEN_CLIENT, &base).await?;
     assert_eq!(
         out["wrong"],
         json!({"status": 401, "code": "invalid_proxy_token"}),
