@@ -10,6 +10,7 @@
 mod check;
 mod outcome;
 mod proxy;
+mod reload;
 mod render;
 mod replay;
 mod serve;

@@ -18,13 +18,13 @@ use portcullis_mcp::{
     check_exposure,
 };
 use portcullis_openai::ToolDenial;
-use portcullis_openai::proxy::OpenAIProxy;
+use portcullis_openai::proxy::{self, OpenAIProxy, SessionSource};
 use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use tokio::net::TcpListener;
 
-use crate::render;
+use crate::{reload, render};
 
 /// The exit status of a proxy that could not start or failed while serving.
 const FAILED: u8 = 5;
@@ -38,8 +38,13 @@ pub(crate) enum ProxyCommand {
     /// `POST …/responses`, streamed or not, go through the input, tool-call and output
     /// policies; a denial is a 403 OpenAI-shaped error (`"type": "policy_denied"`, `"code"`:
     /// the policy id). Every other path answers 404 unless listed with --pass-through.
-    /// Prints `portcullis: proxy openai listening on http://ADDR` on standard error once it
-    /// listens.
+    /// Paths are decoded and normalised once; an ambiguous one is refused (400), and so is a
+    /// body with a key given twice, or one that refers to state the upstream keeps (unless
+    /// --allow-server-state). Clients authenticate with --token-env; without it the proxy
+    /// listens on loopback only (unless --allow-unauthenticated). Reloads the manifest when
+    /// one of its files changes and on SIGHUP; SIGTERM stops accepting and lets the requests
+    /// and streams in flight finish (up to --drain-timeout). Prints `portcullis: proxy
+    /// openai listening on http://ADDR` on standard error once it listens.
     Openai(OpenAIArgs),
     /// A Model Context Protocol server in front of another.
     ///
@@ -99,8 +104,53 @@ pub(crate) struct OpenAIArgs {
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     timeout: Duration,
     /// The largest request body, whole answer or stream event, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = portcullis_openai::proxy::DEFAULT_MAX_BODY_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = proxy::DEFAULT_MAX_BODY_BYTES)]
     max_body_bytes: usize,
+    /// Require `Authorization: Bearer <token>` of clients (401 otherwise), the token read
+    /// from this environment variable; the client's header is never sent upstream.
+    #[arg(long, value_name = "VAR")]
+    token_env: Option<String>,
+    /// Send `Authorization: Bearer <key>` upstream in place of the client's `Authorization`
+    /// and `api-key` headers, the key read from this environment variable.
+    #[arg(long, value_name = "VAR")]
+    upstream_key_env: Option<String>,
+    /// Listen beyond loopback without --token-env: anyone who reaches the address is a
+    /// client.
+    #[arg(long)]
+    allow_unauthenticated: bool,
+    /// Forward requests that refer to state the upstream keeps and the policies cannot read
+    /// (`previous_response_id`, `conversation`, a stored `prompt`, `item_reference` items);
+    /// refused with 400 otherwise.
+    #[arg(long)]
+    allow_server_state: bool,
+    /// Where a request's session comes from: `body` (its `metadata.session_id`: any client
+    /// names any session), `token` (the client's --token-env token: one session per token),
+    /// or `header:NAME` (a header a trusted front sets to the client's identity; 401
+    /// without it).
+    #[arg(long, value_name = "SOURCE", default_value = "body", value_parser = parse_session_source)]
+    session_from: SessionSource,
+    /// How long a client may take to send a request's head.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    header_read_timeout: Duration,
+    /// How long a client may take to send a guarded request's body (408 after).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    body_read_timeout: Duration,
+    /// How many client connections are served at once (more wait to be accepted).
+    #[arg(long, value_name = "N", default_value_t = proxy::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// How many guarded streams run at once (429 beyond).
+    #[arg(long, value_name = "N", default_value_t = proxy::DEFAULT_MAX_STREAMS)]
+    max_streams: usize,
+    /// How many bytes all guarded streams may hold together (read from the upstream, not yet
+    /// taken by their client); a stream that would pass it ends with an error event.
+    #[arg(long, value_name = "BYTES", default_value_t = proxy::DEFAULT_MAX_STREAM_BYTES)]
+    max_stream_bytes: usize,
+    /// How long SIGTERM waits for the requests and streams in flight before it cuts them.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    drain_timeout: Duration,
+    /// How often the manifest's files are looked at for changes.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    watch_interval: Duration,
 }
 
 /// `portcullis proxy mcp`.
@@ -182,7 +232,7 @@ pub(crate) fn run(command: ProxyCommand) -> u8 {
             return 1;
         };
         let code = match command {
-            ProxyCommand::Openai(args) => openai(engine, args).await,
+            ProxyCommand::Openai(args) => openai(engine, files, args).await,
             ProxyCommand::Mcp(args) => mcp(engine, files, args).await,
         };
         // The audit records still buffered for the span exporter go out before the exit.
@@ -197,7 +247,7 @@ pub(crate) fn run(command: ProxyCommand) -> u8 {
 }
 
 /// The engine the manifest describes (its policy set, sessions, approval time-out and audit
-/// sinks), the handle of its span export and the files of its set (to watch), or `None`
+/// sinks), the handle of its span export and the files to watch for a reload, or `None`
 /// after printing why it does not load.
 async fn engine(manifest: &Path) -> Option<(Arc<PolicyEngine>, AuditExport, Vec<PathBuf>)> {
     let loaded = match Manifest::load(manifest, &CodeRegistry::new()) {
@@ -221,27 +271,74 @@ async fn engine(manifest: &Path) -> Option<(Arc<PolicyEngine>, AuditExport, Vec<
     }
 }
 
-async fn openai(engine: Arc<PolicyEngine>, args: OpenAIArgs) -> u8 {
-    let proxy = match OpenAIProxy::new(engine, &args.upstream) {
-        Ok(proxy) => proxy,
-        Err(error) => {
-            eprintln!("error: --upstream: {error}");
-            return 1;
-        }
+/// A secret read from the environment variable an option names; an error naming the option
+/// when it is unset or empty.
+fn secret(option: &str, variable: Option<&String>) -> Result<Option<String>, String> {
+    let Some(variable) = variable else {
+        return Ok(None);
     };
-    let mut proxy = proxy
-        .agent_id(args.agent_id)
-        .session_id(args.session_id)
+    match std::env::var(variable) {
+        Ok(secret) if !secret.is_empty() => Ok(Some(secret)),
+        _ => Err(format!(
+            "the environment variable {variable} ({option}) is not set"
+        )),
+    }
+}
+
+/// The proxy `args` describe; an error message when an argument is wrong.
+fn openai_proxy(engine: Arc<PolicyEngine>, args: &OpenAIArgs) -> Result<OpenAIProxy, String> {
+    let token = secret("--token-env", args.token_env.as_ref())?;
+    let upstream_key = secret("--upstream-key-env", args.upstream_key_env.as_ref())?;
+    if token.is_none() && !args.listen.ip().is_loopback() && !args.allow_unauthenticated {
+        return Err(format!(
+            "--listen {} reaches beyond this machine, and no --token-env is set: anyone who reaches it could use the proxy; set --token-env, or pass --allow-unauthenticated",
+            args.listen
+        ));
+    }
+    if args.session_from == SessionSource::Token && token.is_none() {
+        return Err("--session-from token needs --token-env".to_owned());
+    }
+    let mut proxy = OpenAIProxy::new(engine, &args.upstream)
+        .map_err(|error| format!("--upstream: {error}"))?
+        .agent_id(&args.agent_id)
+        .session_id(&args.session_id)
+        .session_from(args.session_from.clone())
         .on_tool_denial(match args.on_tool_denial {
             OnDenial::Refuse => ToolDenial::Refuse,
             OnDenial::Error => ToolDenial::Fail,
         })
         .refuse_denied_answers(args.on_answer_denial == OnDenial::Refuse)
+        .allow_server_state(args.allow_server_state)
         .timeout(args.timeout)
-        .max_body_bytes(args.max_body_bytes);
-    for path in args.pass_through {
+        .max_body_bytes(args.max_body_bytes)
+        .header_read_timeout(args.header_read_timeout)
+        .body_read_timeout(args.body_read_timeout)
+        .max_connections(args.max_connections)
+        .max_streams(args.max_streams)
+        .max_stream_bytes(args.max_stream_bytes)
+        .drain_timeout(args.drain_timeout);
+    if let Some(token) = token {
+        proxy = proxy.client_token(token);
+    }
+    if let Some(key) = upstream_key {
+        proxy = proxy
+            .upstream_key(&key)
+            .map_err(|error| format!("--upstream-key-env: {error}"))?;
+    }
+    for path in &args.pass_through {
         proxy = proxy.pass_through(path);
     }
+    Ok(proxy)
+}
+
+async fn openai(engine: Arc<PolicyEngine>, files: Vec<PathBuf>, args: OpenAIArgs) -> u8 {
+    let proxy = match openai_proxy(Arc::clone(&engine), &args) {
+        Ok(proxy) => proxy,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return 1;
+        }
+    };
     let listener = match TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -249,12 +346,15 @@ async fn openai(engine: Arc<PolicyEngine>, args: OpenAIArgs) -> u8 {
             return FAILED;
         }
     };
+    let watcher = reload_on_change(&args.manifest, &engine, files, args.watch_interval);
     let address = listener.local_addr().unwrap_or(args.listen);
     eprintln!(
         "portcullis: proxy openai listening on http://{address} (upstream {})",
         args.upstream
     );
-    match proxy.serve_until(listener, stopped()).await {
+    let served = proxy.serve_until(listener, stopped()).await;
+    watcher.stop();
+    match served {
         Ok(()) => 0,
         Err(error) => {
             eprintln!("error: the proxy failed: {error}");
@@ -386,53 +486,30 @@ fn listener_options(address: SocketAddr, args: &McpArgs) -> Result<ListenerOptio
 }
 
 /// Reloads the manifest into `engine` when one of its files changes (looked at every
-/// `interval`) and on SIGHUP; a reload that fails keeps the set in use. Both stop when the
-/// returned watcher is dropped (the SIGHUP task with the runtime).
+/// `interval`) and on SIGHUP; a reload that fails keeps the set in use, and each outcome is a
+/// line on standard error. Watching the files stops when the returned watcher is stopped or
+/// dropped, the SIGHUP task with the runtime.
 fn reload_on_change(
     manifest: &Path,
     engine: &Arc<PolicyEngine>,
     files: Vec<PathBuf>,
     interval: Duration,
 ) -> ManifestWatcher {
-    #[cfg(unix)]
-    spawn_hangup_reloads(manifest.to_owned(), Arc::clone(engine));
-    ManifestWatcher::builder(manifest, Arc::clone(engine))
-        .interval(interval)
-        .files(files)
-        .on_reload(report_reload)
-        .spawn()
-}
-
-fn report_reload(outcome: &ReloadOutcome) {
-    match outcome {
+    let report: reload::Report = Arc::new(|outcome: &ReloadOutcome| match outcome {
         ReloadOutcome::Reloaded { .. } => eprintln!("portcullis: policy set reloaded"),
         ReloadOutcome::Failed(errors) => {
             eprintln!("portcullis: reload failed, the set in use stays: {errors}");
         }
-    }
-}
-
-/// `SIGHUP` reloads the manifest.
-#[cfg(unix)]
-fn spawn_hangup_reloads(manifest: PathBuf, engine: Arc<PolicyEngine>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        eprintln!("warning: cannot listen for SIGHUP: reload by changing the files");
-        return;
-    };
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            let (manifest, engine) = (manifest.clone(), Arc::clone(&engine));
-            // On a plain thread: the loader may fetch bundles with a blocking client.
-            let outcome = tokio::task::spawn_blocking(move || {
-                portcullis::manifest::reload(&manifest, &CodeRegistry::new(), &engine)
-            })
-            .await;
-            if let Ok(outcome) = outcome {
-                report_reload(&outcome);
-            }
-        }
     });
+    let registry = CodeRegistry::new();
+    #[cfg(unix)]
+    reload::on_hangup(
+        manifest.to_owned(),
+        registry.clone(),
+        Arc::clone(engine),
+        Arc::clone(&report),
+    );
+    reload::watch(manifest, engine, registry, interval, files, report)
 }
 
 /// Serves the client on this process's stdio until it closes it (or the process is stopped).
@@ -511,6 +588,20 @@ async fn stopped() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// `--session-from`: `body`, `token` or `header:NAME`.
+fn parse_session_source(text: &str) -> Result<SessionSource, String> {
+    match text {
+        "body" => Ok(SessionSource::Request),
+        "token" => Ok(SessionSource::Token),
+        _ => match text.strip_prefix("header:") {
+            Some(name) => http::HeaderName::try_from(name)
+                .map(SessionSource::Header)
+                .map_err(|_| format!("{name:?} is not a header name")),
+            None => Err("one of `body`, `token`, `header:NAME`".to_owned()),
+        },
     }
 }
 

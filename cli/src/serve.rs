@@ -1,16 +1,13 @@
 //! `portcullis serve`: the manifest's policy set as a decision service.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use portcullis::manifest::{
-    CodeRegistry, Manifest, ManifestWatcher, PolicySource, ReloadOutcome, parse_duration,
-};
+use portcullis::manifest::{CodeRegistry, Manifest, PolicySource, ReloadOutcome, parse_duration};
 use portcullis::server::{DecisionService, Limits, ReloadStatus, redact_urls, serve};
 
-use crate::render;
+use crate::{reload, render};
 
 /// What `serve` was asked for.
 pub(crate) struct ServeArgs {
@@ -189,7 +186,16 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
     if let Some(tls) = tls {
         options = options.tls(tls);
     }
-    let watcher = watch(&args.manifest, &service, registry.clone(), interval, files);
+    let reported = service.clone();
+    let on_reload: reload::Report = Arc::new(move |outcome| report(&reported, outcome));
+    let watcher = reload::watch(
+        &args.manifest,
+        service.engine(),
+        registry.clone(),
+        interval,
+        files,
+        Arc::clone(&on_reload),
+    );
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let scheme = if args.tls_cert.is_some() {
@@ -203,7 +209,12 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
             listener.local_addr()?
         );
         #[cfg(unix)]
-        spawn_hangup_reloads(args.manifest.clone(), registry, service.clone());
+        reload::on_hangup(
+            args.manifest.clone(),
+            registry,
+            Arc::clone(service.engine()),
+            on_reload,
+        );
         serve(listener, service.router(), options, stop_signal()).await
     });
     watcher.stop();
@@ -232,23 +243,6 @@ fn has_bundle_urls(manifest: &Manifest) -> bool {
         .any(|entry| matches!(entry.source, PolicySource::RegoUrl { .. }))
 }
 
-/// Reloads when a file of the set changes; a failed reload keeps the set in use.
-fn watch(
-    path: &Path,
-    service: &DecisionService,
-    registry: CodeRegistry,
-    interval: Duration,
-    files: Vec<PathBuf>,
-) -> ManifestWatcher {
-    let reported = service.clone();
-    ManifestWatcher::builder(path, Arc::clone(service.engine()))
-        .registry(registry)
-        .interval(interval)
-        .files(files)
-        .on_reload(move |outcome: &ReloadOutcome| report(&reported, outcome))
-        .spawn()
-}
-
 fn report(service: &DecisionService, outcome: &ReloadOutcome) {
     match outcome {
         ReloadOutcome::Reloaded { warnings } => {
@@ -263,31 +257,6 @@ fn report(service: &DecisionService, outcome: &ReloadOutcome) {
             service.record_reload(ReloadStatus::Failed(errors.to_string()));
         }
     }
-}
-
-/// `SIGHUP` reloads the manifest.
-#[cfg(unix)]
-fn spawn_hangup_reloads(path: PathBuf, registry: CodeRegistry, service: DecisionService) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP: reload by changing the files");
-        return;
-    };
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading");
-            let (path, registry, engine) =
-                (path.clone(), registry.clone(), Arc::clone(service.engine()));
-            // On a plain thread: the loader may fetch bundles with a blocking client.
-            let (sender, receiver) = tokio::sync::oneshot::channel();
-            std::thread::spawn(move || {
-                let _ = sender.send(portcullis::manifest::reload(&path, &registry, &engine));
-            });
-            if let Ok(outcome) = receiver.await {
-                report(&service, &outcome);
-            }
-        }
-    });
 }
 
 /// Completes on `SIGTERM` or `SIGINT` (Ctrl-C).

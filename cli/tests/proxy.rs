@@ -159,13 +159,25 @@ async fn read_json(response: reqwest::Response) -> Result<Value, TestError> {
 }
 
 fn start_openai_proxy(upstream: &str, extra: &[&str]) -> (Running, String) {
+    start_openai_proxy_with(&manifest(), upstream, extra, &[])
+}
+
+/// Starts `portcullis proxy openai` on `manifest` in front of `upstream`, with `extra`
+/// arguments and `env` variables; the process and the proxy's base URL.
+fn start_openai_proxy_with(
+    manifest: &Path,
+    upstream: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Running, String) {
     let mut command = portcullis();
     command
         .arg("proxy")
         .arg("openai")
-        .arg(manifest())
+        .arg(manifest)
         .args(["--upstream", upstream, "--listen", "127.0.0.1:0"])
-        .args(extra);
+        .args(extra)
+        .envs(env.iter().copied());
     let (process, rest) = start_and_read(command, "listening on ", false);
     let base = rest
         .split_whitespace()
@@ -335,8 +347,9 @@ except openai.PermissionDeniedError as error:
 print(json.dumps(out))
 "#;
 
-#[tokio::test]
-async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
+/// Whether the `openai` Python package is installed (a test without it is skipped, unless
+/// `PORTCULLIS_REQUIRE_PYTHON_OPENAI` is set).
+fn python_openai_installed() -> bool {
     let installed = Command::new("python3")
         .args(["-c", "import openai"])
         .stderr(Stdio::null())
@@ -348,12 +361,15 @@ async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
             "the openai Python package is required but not installed"
         );
         eprintln!("skipped: the openai Python package is not installed (pip install openai)");
-        return Ok(());
     }
-    let upstream = EvaluateServer::scripted(scripted).await?;
-    let (_proxy, base) = start_openai_proxy(&upstream.url(), &[]);
+    installed
+}
+
+/// Runs a Python `script` with the proxy's base URL as its argument; what it printed, as
+/// JSON.
+async fn run_python(script: &str, base: &str) -> Result<Value, TestError> {
     let output = tokio::process::Command::new("python3")
-        .args(["-c", PYTHON_CLIENT, &base])
+        .args(["-c", script, base])
         .output()
         .await?;
     assert!(
@@ -361,7 +377,17 @@ async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let out: Value = serde_json::from_slice(&output.stdout)?;
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+#[tokio::test]
+async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
+    if !python_openai_installed() {
+        return Ok(());
+    }
+    let upstream = EvaluateServer::scripted(scripted).await?;
+    let (_proxy, base) = start_openai_proxy(&upstream.url(), &[]);
+    let out = run_python(PYTHON_CLIENT, &base).await?;
     let whole = out["whole"].as_str().unwrap_or_default();
     assert!(
         whole.starts_with("Your SSN is [REDACTED].") && whole.contains("no_delete_database"),
@@ -405,18 +431,7 @@ async fn proxy_openai_builds_the_engine_the_manifest_describes() -> Result<(), T
         ),
     )?;
     let upstream = EvaluateServer::scripted(scripted).await?;
-    let mut command = portcullis();
-    command
-        .arg("proxy")
-        .arg("openai")
-        .arg(&manifest_path)
-        .args(["--upstream", &upstream.url(), "--listen", "127.0.0.1:0"]);
-    let (_proxy, rest) = start_and_read(command, "listening on ", false);
-    let base = rest
-        .split_whitespace()
-        .next()
-        .expect("an address")
-        .to_owned();
+    let (_proxy, base) = start_openai_proxy_with(&manifest_path, &upstream.url(), &[], &[]);
     let denied = reqwest::Client::new()
         .post(format!("{base}/v1/chat/completions"))
         .header("content-type", "application/json")
@@ -472,6 +487,230 @@ fn proxy_commands_refuse_bad_arguments_with_status_1() {
         "http://127.0.0.1:9",
     ]);
     assert_eq!(code, Some(1), "{stderr}");
+}
+
+#[test]
+fn proxy_openai_listens_beyond_loopback_only_with_a_token_or_when_told() {
+    let manifest = manifest();
+    let manifest = manifest.to_str().expect("a UTF-8 path");
+    let run = |args: &[&str]| {
+        let output = portcullis()
+            .args([
+                "proxy",
+                "openai",
+                manifest,
+                "--upstream",
+                "http://127.0.0.1:9",
+            ])
+            .args(args)
+            .env_remove("PORTCULLIS_UNSET_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .expect("the binary runs");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&["--listen", "0.0.0.0:0"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--allow-unauthenticated"), "{stderr}");
+    let (code, stderr) = run(&[
+        "--listen",
+        "0.0.0.0:0",
+        "--token-env",
+        "PORTCULLIS_UNSET_TOKEN",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("PORTCULLIS_UNSET_TOKEN"), "{stderr}");
+    let (code, stderr) = run(&["--session-from", "token"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--token-env"), "{stderr}");
+    let (code, stderr) = run(&["--session-from", "cookie"]);
+    assert_eq!(code, Some(2), "{stderr}");
+}
+
+/// The official client with the proxy's token as its key: a wrong one is an authentication
+/// error; the right one goes through, and the upstream sees the proxy's key only.
+const PYTHON_TOKEN_CLIENT: &str = r#"
+import json, sys
+import openai
+
+out = {}
+for name, key in [("wrong", "not-the-token"), ("right", "proxy-token")]:
+    client = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key=key, max_retries=0)
+    try:
+        answer = client.responses.create(model="scripted-model", input="Hello?")
+        out[name] = answer.output_text
+    except openai.AuthenticationError as error:
+        out[name] = {"status": error.status_code, "code": error.code}
+print(json.dumps(out))
+"#;
+
+#[tokio::test]
+async fn proxy_openai_authenticates_clients_and_sends_its_own_upstream_key() -> Result<(), TestError>
+{
+    if !python_openai_installed() {
+        return Ok(());
+    }
+    let upstream = EvaluateServer::scripted(scripted).await?;
+    let (_proxy, base) = start_openai_proxy_with(
+        &manifest(),
+        &upstream.url(),
+        &[
+            "--token-env",
+            "PROXY_TOKEN",
+            "--upstream-key-env",
+            "UPSTREAM_KEY",
+        ],
+        &[
+            ("PROXY_TOKEN", "proxy-token"),
+            ("UPSTREAM_KEY", "upstream-secret"),
+        ],
+    );
+    let out = run_python(PYTHON_TOKEN_CLIENT, &base).await?;
+    assert_eq!(
+        out["wrong"],
+        json!({"status": 401, "code": "invalid_proxy_token"}),
+        "{out}"
+    );
+    assert_eq!(out["right"], "Your SSN is [REDACTED].", "{out}");
+    let requests = upstream.requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "only the authenticated request went upstream"
+    );
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some("Bearer upstream-secret")
+    );
+    Ok(())
+}
+
+/// Sends `signal` to the process.
+#[cfg(unix)]
+fn signal(process: &Running, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &process.0.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+/// Posts a prompt to the proxy; the status.
+async fn prompt_status(base: &str, prompt: &str) -> Result<u16, TestError> {
+    let answer = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(json!({"model": "m", "messages": [{"role": "user", "content": prompt}]}).to_string())
+        .send()
+        .await?;
+    Ok(answer.status().as_u16())
+}
+
+/// Waits (a bounded number of rounds) until the proxy denies the prompt.
+async fn until_denied(base: &str, prompt: &str) -> Result<bool, TestError> {
+    for _ in 0..300 {
+        if prompt_status(base, prompt).await? == 403 {
+            return Ok(true);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(false)
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn proxy_openai_reloads_its_manifest_on_change_and_on_sighup() -> Result<(), TestError> {
+    let dir = std::env::temp_dir().join(format!("portcullis-proxy-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let rules = manifest()
+        .parent()
+        .expect("the fixtures folder")
+        .join("rules");
+    let with = |rule: &str| {
+        format!(
+            "input:\n  - dsl: {}\n",
+            rules.join(format!("{rule}.json")).display()
+        )
+    };
+    let upstream = EvaluateServer::scripted(scripted).await?;
+    let start = |path: &Path, interval: &str| {
+        start_openai_proxy_with(path, &upstream.url(), &["--watch-interval", interval], &[])
+    };
+
+    // A change of the manifest's file reloads it.
+    let watched = dir.join("watched.yaml");
+    std::fs::write(&watched, with("redact_prompt_ssn"))?;
+    let (_watching, base) = start(&watched, "100ms");
+    assert_eq!(
+        prompt_status(&base, "What is the admin password?").await?,
+        200
+    );
+    std::fs::write(&watched, with("no_password_requests"))?;
+    assert!(until_denied(&base, "What is the admin password?").await?);
+
+    // SIGHUP reloads it, however long the watch interval.
+    let signalled = dir.join("signalled.yaml");
+    std::fs::write(&signalled, with("redact_prompt_ssn"))?;
+    let (process, base) = start(&signalled, "1h");
+    assert_eq!(
+        prompt_status(&base, "What is the admin password?").await?,
+        200
+    );
+    std::fs::write(&signalled, with("no_password_requests"))?;
+    signal(&process, "HUP");
+    assert!(until_denied(&base, "What is the admin password?").await?);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn proxy_openai_drains_the_streams_in_flight_on_sigterm() -> Result<(), TestError> {
+    // The upstream answers a stream two seconds late: SIGTERM comes while it is in flight.
+    let upstream = EvaluateServer::scripted(|request| {
+        let mut reply = scripted(request);
+        if request.json().is_some_and(|body| body["stream"] == true) {
+            reply = reply.after(std::time::Duration::from_secs(2));
+        }
+        reply
+    })
+    .await?;
+    let (process, base) = start_openai_proxy(&upstream.url(), &["--drain-timeout", "60s"]);
+    let request = tokio::spawn(
+        reqwest::Client::new()
+            .post(format!("{base}/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(
+                json!({"model": "m", "stream": true,
+                       "messages": [{"role": "user", "content": "Find cats."}]})
+                .to_string(),
+            )
+            .send(),
+    );
+    for _ in 0..300 {
+        if !upstream.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(upstream.requests().len(), 1);
+    signal(&process, "TERM");
+    let answer = request.await??;
+    assert_eq!(answer.status().as_u16(), 200);
+    let text = answer.text().await?;
+    assert!(text.contains("[DONE]"), "the stream was cut: {text}");
+    assert!(!text.contains("4321"), "{text}");
+    let status = tokio::task::spawn_blocking(move || {
+        let mut process = process;
+        process.0.wait()
+    })
+    .await??;
+    assert_eq!(status.code(), Some(0));
+    Ok(())
 }
 
 /// The crate's `mcp_upstream` example, which `cargo test` builds next to the test binaries.
@@ -715,14 +954,6 @@ async fn until_echo_denied<C: ClientHandler>(
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     Err("the proxy never picked up the new manifest".into())
-}
-
-fn signal(process: &Running, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &process.0.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
 }
 
 fn start_mcp_http_proxy(manifest: &Path, extra: &[&str]) -> (Running, String) {

@@ -73,6 +73,7 @@ pub mod path;
 mod pattern;
 mod time;
 mod timer;
+pub mod token;
 // Policies and sets, on the data.
 pub mod apply;
 mod audit;
@@ -116,6 +117,7 @@ pub use resolve::{
 pub use session::{MemorySessionStore, SessionFacts, SessionStore};
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
 pub use stream::{Feed, OutputStream, StreamItem, StreamItems, StreamText, StreamingRule};
+pub use token::BearerToken;
 
 /// Support for the workspace's other crates (the dsl and rego crates share the engine's
 /// pattern cache and list positions). Not public API: it may change in any release.

@@ -16,11 +16,10 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use portcullis_engine::{
-    AuditHandler, AuditRecord, EngineError, Evaluation, InterceptionPoint, PolicyDecision,
-    PolicyEngine, PolicyEngineBuilder, PolicySet,
+    AuditHandler, AuditRecord, BearerToken, EngineError, Evaluation, InterceptionPoint,
+    PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet,
 };
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
@@ -230,7 +229,7 @@ impl DecisionServiceBuilder {
                 loaded: AtomicBool::new(!self.unloaded),
                 last_reload: Mutex::new(None),
                 metrics: self.metrics,
-                token: self.token.as_deref().map(digest),
+                token: self.token.as_deref().map(BearerToken::new),
                 slots: Semaphore::new(limits.max_concurrent),
                 waiting: AtomicUsize::new(0),
                 limits,
@@ -255,8 +254,8 @@ struct Shared {
     loaded: AtomicBool,
     last_reload: Mutex<Option<LastReload>>,
     metrics: Arc<Metrics>,
-    /// The SHA-256 digest of the bearer token, when one is required.
-    token: Option<[u8; 32]>,
+    /// The bearer token, when one is required.
+    token: Option<BearerToken>,
     limits: Limits,
     slots: Semaphore,
     waiting: AtomicUsize,
@@ -481,23 +480,16 @@ async fn observe(State(shared): State<Arc<Shared>>, request: Request, next: Next
     response
 }
 
-/// The SHA-256 digest of a token.
-fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
 /// The bearer token the request gives, if any.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, rest) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+    BearerToken::from_authorization(headers.get(header::AUTHORIZATION)?.to_str().ok()?)
 }
 
 /// Whether the request gives the configured bearer token (never when none is configured:
 /// then every caller is anonymous).
 fn authenticated(shared: &Shared, headers: &HeaderMap) -> bool {
     match (&shared.token, bearer(headers)) {
-        (Some(token), Some(given)) => constant_time_eq(&digest(given), token),
+        (Some(token), Some(given)) => token.matches(given),
         _ => false,
     }
 }
@@ -517,13 +509,6 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
         "unauthorized",
         message,
     ))
-}
-
-/// Compares two digests without stopping at the first difference (the time taken says
-/// nothing about how much of the token was right; digests are all one length, so nothing
-/// about its length either).
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Refuses a body that is not declared JSON (415): a browser page can POST a "simple"

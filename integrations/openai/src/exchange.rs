@@ -48,6 +48,9 @@ pub(crate) struct Settings {
     /// in place of the text (the proxy's choice) rather than failing the exchange.
     pub(crate) refuse_denied_answers: bool,
     pub(crate) pass_through: Vec<String>,
+    /// Whether a request may refer to state the upstream keeps and the policies cannot read
+    /// (`previous_response_id`, `conversation`, a stored `prompt`, item references).
+    pub(crate) allow_server_state: bool,
     /// The largest server-sent event of a guarded stream.
     pub(crate) max_event_bytes: usize,
 }
@@ -63,6 +66,7 @@ impl Settings {
             tool_denial: ToolDenial::Refuse,
             refuse_denied_answers: false,
             pass_through: Vec::new(),
+            allow_server_state: false,
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
         }
     }
@@ -87,13 +91,17 @@ pub(crate) struct ClearedRequest {
     pub(crate) body: Option<Bytes>,
 }
 
-/// Runs the input policies on a request body to `api`.
+/// Runs the input policies on a request body to `api`: a body that is not one JSON object
+/// with distinct keys, or that refers to state the upstream keeps (unless the settings allow
+/// it), is refused. `bound_session` is the session the client is bound to, which the body's
+/// `metadata.session_id` cannot change.
 pub(crate) async fn guard_request(
     settings: &Settings,
     api: Api,
     body: &[u8],
+    bound_session: Option<&str>,
 ) -> Result<ClearedRequest, Failure> {
-    let body = match serde_json::from_slice::<Value>(body) {
+    let body = match crate::strict_json::from_slice(body) {
         Ok(Value::Object(body)) => body,
         Ok(_) => {
             return Err(Box::new(GuardError::InvalidRequest {
@@ -106,7 +114,19 @@ pub(crate) async fn guard_request(
             }));
         }
     };
-    let metadata = mapping::request_metadata(settings, api, &body);
+    if !settings.allow_server_state
+        && let Some(field) = mapping::server_state(&body)
+    {
+        return Err(Box::new(GuardError::InvalidRequest {
+            problem: format!(
+                "the request refers to state kept by the upstream ({field}), which the policies cannot read; the operator allows it with --allow-server-state"
+            ),
+        }));
+    }
+    let mut metadata = mapping::request_metadata(settings, api, &body);
+    if let Some(session) = bound_session {
+        metadata.session_id = session.to_owned();
+    }
     let streaming = body.get("stream").and_then(Value::as_bool) == Some(true);
     let (messages, slots) = api.input(&body)?;
     let context = InputContext::new(messages, metadata.clone());

@@ -161,10 +161,13 @@ mod exchange;
 mod mapping;
 #[cfg(feature = "proxy")]
 pub mod proxy;
+#[cfg(feature = "proxy")]
+mod request_path;
 mod response;
 mod responses_stream;
 mod sse;
 mod stream;
+mod strict_json;
 
 use std::fmt;
 use std::future::Future;
@@ -207,8 +210,11 @@ pub struct PortcullisLayer {
 impl PortcullisLayer {
     /// A layer that evaluates with `engine`, as agent `async-openai`, session `default`.
     pub fn new(engine: impl Into<Arc<PolicyEngine>>) -> Self {
+        let mut settings = Settings::new(engine.into(), "async-openai", "async-openai");
+        // The layer runs inside the application, which chose its stored state itself.
+        settings.allow_server_state = true;
         PortcullisLayer {
-            settings: Arc::new(Settings::new(engine.into(), "async-openai", "async-openai")),
+            settings: Arc::new(settings),
         }
     }
 
@@ -346,7 +352,7 @@ where
                 problem: "the body is not a JSON document in memory".to_owned(),
             })
         })?;
-    let cleared = exchange::guard_request(&settings, api, body)
+    let cleared = exchange::guard_request(&settings, api, body, None)
         .await
         .map_err(OpenAIError::Boxed)?;
     let metadata = cleared.metadata;

@@ -17,15 +17,17 @@ pub(crate) enum Api {
 }
 
 impl Api {
-    /// The endpoint a request goes to, if the guard maps it.
+    /// The endpoint a request goes to, if the guard maps it. Method and path are compared
+    /// without case, as a server that folds case would read them (`post
+    /// /V1/Chat/Completions` is a chat completion too).
     pub(crate) fn of(method: &str, path: &str) -> Option<Api> {
-        if method != "POST" {
+        if !method.eq_ignore_ascii_case("POST") {
             return None;
         }
         let path = path.trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
+        if ends_with_ignoring_case(path, "/chat/completions") {
             Some(Api::ChatCompletions)
-        } else if path.ends_with("/responses") {
+        } else if ends_with_ignoring_case(path, "/responses") {
             Some(Api::Responses)
         } else {
             None
@@ -58,6 +60,38 @@ impl Api {
             Api::Responses => responses_input(body),
         }
     }
+}
+
+/// Whether `text` ends with `suffix`, ASCII case aside.
+fn ends_with_ignoring_case(text: &str, suffix: &str) -> bool {
+    text.len() >= suffix.len()
+        && text.as_bytes()[text.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+}
+
+/// The first field of a request that refers to state the upstream keeps, whose text the
+/// policies cannot read: `previous_response_id`, `conversation`, a stored prompt
+/// (`prompt.id`), an `item_reference` input item. `None` when the request carries all of
+/// its text itself.
+pub(crate) fn server_state(body: &Map<String, Value>) -> Option<&'static str> {
+    let given = |value: Option<&Value>| value.is_some_and(|value| !value.is_null());
+    if given(body.get("previous_response_id")) {
+        return Some("previous_response_id");
+    }
+    if given(body.get("conversation")) {
+        return Some("conversation");
+    }
+    if given(body.get("prompt").and_then(|prompt| prompt.get("id"))) {
+        return Some("prompt.id");
+    }
+    let referenced = body
+        .get("input")
+        .and_then(Value::as_array)
+        .is_some_and(|items| {
+            items
+                .iter()
+                .any(|item| item.get("type").and_then(Value::as_str) == Some("item_reference"))
+        });
+    referenced.then_some("an item_reference input item")
 }
 
 /// The metadata of one request: ids from the request's `metadata` object when it has them,
@@ -101,7 +135,11 @@ fn role_of(role: Option<&str>) -> Role {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Slot(String);
 
-/// The texts of a chat completion request's `messages`, one engine message per text.
+/// The texts of a chat completion request's `messages`, one engine message per text: each
+/// message's `content` (a string or the `text` and `refusal` of its parts) and `refusal`
+/// with the message's role, the non-empty `arguments` (or `input`) of the calls in an
+/// assistant message as `assistant` text; then what the request defines (see
+/// [`Texts::definitions`]).
 pub(crate) fn chat_input(
     body: &Map<String, Value>,
 ) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
@@ -122,7 +160,28 @@ pub(crate) fn chat_input(
         if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
             texts.push(role, refusal, format!("/messages/{index}/refusal"));
         }
+        // Earlier calls, sent back: their arguments reach the model as its own text.
+        if let Some(Value::Array(calls)) = message.get("tool_calls") {
+            for (call, tool_call) in calls.iter().enumerate() {
+                texts.string(
+                    Role::Assistant,
+                    tool_call.pointer("/function/arguments"),
+                    format!("/messages/{index}/tool_calls/{call}/function/arguments"),
+                );
+                texts.string(
+                    Role::Assistant,
+                    tool_call.pointer("/custom/input"),
+                    format!("/messages/{index}/tool_calls/{call}/custom/input"),
+                );
+            }
+        }
+        texts.string(
+            Role::Assistant,
+            message.pointer("/function_call/arguments"),
+            format!("/messages/{index}/function_call/arguments"),
+        );
     }
+    texts.definitions(body, Api::ChatCompletions)?;
     Ok((texts.messages, texts.slots))
 }
 
@@ -148,8 +207,12 @@ pub(crate) fn chat_input(
 /// `image_generation_call` item, the prompt the model wrote for the image (its `result`
 /// image goes as it is). Each string is a text of its own, so a redaction is written back
 /// into the very string it was read from. A `computer_call_output` item's
-/// output is a screenshot, an image with no text, and goes as it is. Other items (earlier
-/// calls, references) carry no text to check.
+/// output is a screenshot, an image with no text, and goes as it is. The non-empty
+/// `arguments` of an earlier `function_call` item and `input` of a `custom_tool_call` item
+/// are the model's own text sent back, `assistant`. Then each text of the `prompt`'s
+/// `variables` and what the request defines (see [`Texts::definitions`]), as `user` text.
+/// Other items carry no text to check (an `item_reference` is refused before, see
+/// [`server_state`]).
 pub(crate) fn responses_input(
     body: &Map<String, Value>,
 ) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
@@ -177,6 +240,8 @@ pub(crate) fn responses_input(
             });
         }
     }
+    texts.prompt_variables(body.get("prompt"));
+    texts.definitions(body, Api::Responses)?;
     Ok((texts.messages, texts.slots))
 }
 
@@ -191,12 +256,13 @@ const TOOL_OUTPUTS: [&str; 5] = [
     "mcp_call",
 ];
 
-/// How many levels of objects and arrays an MCP tool's `input_schema` may nest (the schema
+/// How many levels of objects and arrays a schema (an MCP tool's `input_schema`, a tool's
+/// `parameters`, a structured output's `schema`) may nest (the schema
 /// itself is the first) before the guard refuses the request rather than read on: far more
 /// than any real tool schema needs, and a bound on the work a hostile schema can cause.
 const MAX_SCHEMA_DEPTH: usize = 64;
 
-/// How many `description` and `title` texts the MCP tool schemas of one request may hold
+/// How many `description` and `title` texts the schemas of one request may hold
 /// together before the guard refuses the request rather than read on: far more than real
 /// tool lists carry, and a bound on the texts a hostile schema makes the policies evaluate.
 const MAX_SCHEMA_TEXTS: usize = 10_000;
@@ -216,7 +282,7 @@ pub(crate) fn pointer_token(key: &str) -> std::borrow::Cow<'_, str> {
 struct Texts {
     messages: Vec<Message>,
     slots: Vec<Slot>,
-    /// The texts read from MCP tool schemas so far (see [`MAX_SCHEMA_TEXTS`]).
+    /// The texts read from schemas so far (see [`MAX_SCHEMA_TEXTS`]).
     schema_texts: usize,
 }
 
@@ -267,6 +333,15 @@ impl Texts {
                     self.string(Role::User, error.get("message"), format!("{at}/message"));
                 }
             }
+            // An earlier call, sent back: its arguments reach the model as its own text.
+            Some("function_call") => {
+                let (arguments, at) = field("arguments");
+                self.string(Role::Assistant, arguments, at);
+            }
+            Some("custom_tool_call") => {
+                let (input, at) = field("input");
+                self.string(Role::Assistant, input, at);
+            }
             Some("reasoning") => {
                 let (summary, at) = field("summary");
                 self.entries(
@@ -296,6 +371,94 @@ impl Texts {
             Some(_) => {}
         }
         Ok(())
+    }
+
+    /// What a request defines for the model besides its messages, as `user` text (the
+    /// client wrote it, and it reaches the model as instructions do): of each tool, its
+    /// non-empty `description` and the texts of its parameters' schema (see
+    /// [`Texts::schema`]), and the description and schema texts of a structured output's
+    /// format; in a chat completion, a predicted output's `content` too.
+    fn definitions(&mut self, body: &Map<String, Value>, api: Api) -> Result<(), GuardError> {
+        if let Some(Value::Array(tools)) = body.get("tools") {
+            for (index, tool) in tools.iter().enumerate() {
+                // A chat tool nests its definition under its type (`function`, `custom`).
+                let (definition, at) = match api {
+                    Api::ChatCompletions => {
+                        let kind = tool
+                            .get("type")
+                            .and_then(Value::as_str)
+                            .unwrap_or("function");
+                        (
+                            tool.get(kind).unwrap_or(&Value::Null),
+                            format!("/tools/{index}/{}", pointer_token(kind)),
+                        )
+                    }
+                    Api::Responses => (tool, format!("/tools/{index}")),
+                };
+                self.string(
+                    Role::User,
+                    definition.get("description"),
+                    format!("{at}/description"),
+                );
+                self.string(
+                    Role::User,
+                    definition.get("server_description"),
+                    format!("{at}/server_description"),
+                );
+                if let Some(parameters) = definition.get("parameters") {
+                    self.schema(parameters, &format!("{at}/parameters"), 1)?;
+                }
+            }
+        }
+        let (format, at) = match api {
+            Api::ChatCompletions => (
+                body.get("response_format")
+                    .and_then(|format| format.get("json_schema")),
+                "/response_format/json_schema",
+            ),
+            Api::Responses => (
+                body.get("text").and_then(|text| text.get("format")),
+                "/text/format",
+            ),
+        };
+        if let Some(format) = format {
+            self.string(
+                Role::User,
+                format.get("description"),
+                format!("{at}/description"),
+            );
+            if let Some(schema) = format.get("schema") {
+                self.schema(schema, &format!("{at}/schema"), 1)?;
+            }
+        }
+        if api == Api::ChatCompletions {
+            self.content(
+                Role::User,
+                body.get("prediction")
+                    .and_then(|prediction| prediction.get("content")),
+                "/prediction/content",
+            );
+        }
+        Ok(())
+    }
+
+    /// The `variables` of a Responses API `prompt`, as `user` text: each string, and the
+    /// `text` of each `input_text` object (images and files carry no text to read).
+    fn prompt_variables(&mut self, prompt: Option<&Value>) {
+        let Some(Value::Object(variables)) = prompt.and_then(|prompt| prompt.get("variables"))
+        else {
+            return;
+        };
+        for (name, value) in variables {
+            let at = format!("/prompt/variables/{}", pointer_token(name));
+            match value {
+                Value::String(text) => self.push(Role::User, text, at),
+                Value::Object(part) => {
+                    self.string(Role::User, part.get("text"), format!("{at}/text"));
+                }
+                _ => {}
+            }
+        }
     }
 
     /// The `tools` of an `mcp_list_tools` item (anything that is not a list carries no
@@ -336,7 +499,7 @@ impl Texts {
     fn schema(&mut self, value: &Value, pointer: &str, depth: usize) -> Result<(), GuardError> {
         let too_deep = || GuardError::InvalidRequest {
             problem: format!(
-                "the MCP tool schema at {pointer} is nested more than {MAX_SCHEMA_DEPTH} levels deep"
+                "the schema at {pointer} is nested more than {MAX_SCHEMA_DEPTH} levels deep"
             ),
         };
         match value {
@@ -354,7 +517,7 @@ impl Texts {
                             if self.schema_texts > MAX_SCHEMA_TEXTS {
                                 return Err(GuardError::InvalidRequest {
                                     problem: format!(
-                                        "the MCP tool schemas have more than {MAX_SCHEMA_TEXTS} descriptions and titles"
+                                        "the request's schemas have more than {MAX_SCHEMA_TEXTS} descriptions and titles"
                                     ),
                                 });
                             }
@@ -781,7 +944,7 @@ mod tests {
                     { "type": "input_image", "image_url": "https://example.com/a.png" },
                     { "type": "input_text", "text": "second" }
                 ] },
-                { "type": "function_call", "call_id": "c", "name": "f", "arguments": "{}" },
+                { "type": "function_call", "call_id": "c", "name": "f", "arguments": "{\"q\": \"x\"}" },
                 { "type": "function_call_output", "call_id": "c", "output": "result" },
                 { "role": "assistant", "content": [
                     { "type": "output_text", "text": "earlier answer" }
@@ -800,6 +963,7 @@ mod tests {
                 (Role::System, "Rules."),
                 (Role::User, "first"),
                 (Role::User, "second"),
+                (Role::Assistant, "{\"q\": \"x\"}"),
                 (Role::User, "result"),
                 (Role::Assistant, "earlier answer"),
             ]
@@ -818,9 +982,98 @@ mod tests {
             "https://example.com/a.png"
         );
         assert_eq!(written["input"][1]["content"][2]["text"], "SECOND");
-        assert_eq!(written["input"][2]["arguments"], "{}");
+        assert_eq!(written["input"][2]["arguments"], "{\"Q\": \"X\"}");
         assert_eq!(written["input"][3]["output"], "RESULT");
         assert_eq!(written["input"][4]["content"][0]["text"], "EARLIER ANSWER");
+    }
+
+    #[test]
+    fn definitions_and_prompt_variables_are_user_texts_written_back_in_place() {
+        let chat = json!({
+            "messages": [{ "role": "user", "content": "hi" }],
+            "tools": [
+                { "type": "function", "function": { "name": "f", "description": "find",
+                  "parameters": { "type": "object", "properties": {
+                      "q": { "type": "string", "description": "query" } } } } },
+                { "type": "custom", "custom": { "name": "c", "description": "run" } }
+            ],
+            "response_format": { "type": "json_schema", "json_schema": { "name": "s",
+                "description": "shape", "schema": { "title": "answer" } } },
+            "prediction": { "type": "content", "content": "guess" }
+        });
+        let written = read_and_upper(
+            &chat,
+            Api::ChatCompletions,
+            &[
+                (Role::User, "hi"),
+                (Role::User, "find"),
+                (Role::User, "query"),
+                (Role::User, "run"),
+                (Role::User, "shape"),
+                (Role::User, "answer"),
+                (Role::User, "guess"),
+            ],
+        );
+        assert_eq!(written["tools"][0]["function"]["description"], "FIND");
+        assert_eq!(
+            written["tools"][0]["function"]["parameters"]["properties"]["q"]["description"],
+            "QUERY"
+        );
+        assert_eq!(written["tools"][1]["custom"]["description"], "RUN");
+        assert_eq!(
+            written["response_format"]["json_schema"]["schema"]["title"],
+            "ANSWER"
+        );
+        assert_eq!(written["prediction"]["content"], "GUESS");
+
+        let responses = json!({
+            "input": "hi",
+            "prompt": { "variables": { "a/b": "one", "c": { "type": "input_text", "text": "two" },
+                                       "d": { "type": "input_image", "image_url": "x" } } },
+            "tools": [{ "type": "function", "name": "f", "description": "find" }],
+            "text": { "format": { "type": "json_schema", "description": "shape" } }
+        });
+        let written = read_and_upper(
+            &responses,
+            Api::Responses,
+            &[
+                (Role::User, "hi"),
+                (Role::User, "one"),
+                (Role::User, "two"),
+                (Role::User, "find"),
+                (Role::User, "shape"),
+            ],
+        );
+        assert_eq!(written["prompt"]["variables"]["a/b"], "ONE");
+        assert_eq!(written["prompt"]["variables"]["c"]["text"], "TWO");
+        assert_eq!(written["tools"][0]["description"], "FIND");
+        assert_eq!(written["text"]["format"]["description"], "SHAPE");
+    }
+
+    #[test]
+    fn references_to_state_the_upstream_keeps_are_found() {
+        for (body, field) in [
+            (
+                json!({ "previous_response_id": "r" }),
+                Some("previous_response_id"),
+            ),
+            (
+                json!({ "conversation": { "id": "c" } }),
+                Some("conversation"),
+            ),
+            (json!({ "prompt": { "id": "p" } }), Some("prompt.id")),
+            (
+                json!({ "input": [{ "type": "item_reference", "id": "i" }] }),
+                Some("an item_reference input item"),
+            ),
+            (
+                json!({ "previous_response_id": null, "prompt": { "variables": {} } }),
+                None,
+            ),
+            (json!({ "input": "hi" }), None),
+        ] {
+            assert_eq!(server_state(&object(body.clone())), field, "{body}");
+        }
     }
 
     /// Reads `body`, checks the texts seen, writes them back upper-cased.

@@ -10,9 +10,12 @@
 //!   `403 {"error": {"message", "type": "policy_denied", "code": <policy id>}}` and nothing
 //!   is sent upstream.
 //! - The cleared request goes to the upstream: its origin (and path prefix) followed by the
-//!   request's path and query, with the request's headers (the upstream's `Authorization`
-//!   or `api-key` among them) but for the hop-by-hop ones and `Accept-Encoding` (the proxy
-//!   reads the answer, so it asks for it uncompressed).
+//!   request's canonical path and its query, with the request's headers (the upstream's
+//!   `Authorization` or `api-key` among them, unless the proxy has a
+//!   [client token](OpenAIProxy::client_token) or an
+//!   [upstream key](OpenAIProxy::upstream_key)) but for the hop-by-hop ones and
+//!   `Accept-Encoding` (the proxy reads the answer, so it asks for it uncompressed).
+//!   Redirects of the upstream are never followed.
 //! - A whole answer goes through the output and tool-call policies before any byte of it is
 //!   released. A denied tool call is removed and replaced by a refusal in the answer
 //!   ([`ToolDenial::Refuse`], the default) or fails the request with the denial
@@ -25,6 +28,27 @@
 //!   [`pass_through`](OpenAIProxy::pass_through): nothing reaches the upstream unguarded by
 //!   default.
 //!
+//! # Fail closed at the edge
+//!
+//! The proxy is a security boundary (SPEC §16):
+//!
+//! - A request's path is decoded and normalised once (percent-escapes, `.` and `..`
+//!   segments, duplicate slashes); an encoded `/`, `\` or `%`, a `..` leaving the root, a
+//!   segment ending with a dot, `;`, spaces, control and non-ASCII bytes are refused (`400`),
+//!   and so are method-override headers. Routes are classified without case (an upstream may
+//!   fold it); classification, [`pass_through`](OpenAIProxy::pass_through) matching and the
+//!   upstream URL use that one canonical path.
+//! - A guarded request's body with a key given twice in one object is refused (`400`): the
+//!   policies and the upstream would read different values. So is one that refers to state
+//!   the upstream keeps, unless [allowed](OpenAIProxy::allow_server_state).
+//! - Besides the messages, tool definitions' descriptions and parameter schemas, structured
+//!   output schemas, instructions, prompt variables and the arguments of earlier calls go
+//!   through the input policies.
+//! - With a [client token](OpenAIProxy::client_token), a request without it is `401`.
+//!   Sessions can be [bound to the client](OpenAIProxy::session_from).
+//! - Connections, guarded streams, the bytes streams hold, header and body read times are
+//!   bounded (see the builder); [`figures`](OpenAIProxy::figures) shows what is held.
+//!
 //! # Faults
 //!
 //! The proxy fails closed and stays up. A request body over the limit is `413`; a body that
@@ -32,9 +56,12 @@
 //! with something that is not an answer of the endpoint, is `502`; one that sends nothing for
 //! the [`timeout`](OpenAIProxy::timeout) is `504`. In a stream, the same faults end the
 //! stream with an error event after the text released so far: text the guards still held is
-//! never released. An answer the upstream marks as an error (a status other than 2xx) reaches
-//! the client as it is. A client that goes away mid-stream stops the guard, which drops the
-//! upstream connection.
+//! never released. An answer the upstream marks as an error (a status other than 2xx) is
+//! replaced by an OpenAI-shaped error carrying its status (`"type": "upstream_error"`, `"code":
+//! "upstream_status"`), a redirect by a `502`. A client that goes away mid-stream stops the
+//! guard, which drops the upstream connection. A guarded request body that takes longer than
+//! the [body read time-out](OpenAIProxy::body_read_timeout) is `408`; a stream beyond
+//! [`max_streams`](OpenAIProxy::max_streams) is `429`.
 //!
 //! # Example
 //!
@@ -57,32 +84,60 @@ use std::future::Future;
 use std::io;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, TryStreamExt};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Body, Frame};
-use hyper_util::rt::TokioIo;
-use portcullis_engine::{EngineError, PolicyDenialError, PolicyEngine, PolicyEvaluationError};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use portcullis_engine::{
+    BearerToken, EngineError, PolicyDenialError, PolicyEngine, PolicyEvaluationError,
+};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::ToolDenial;
 use crate::error::{self, GuardError};
 use crate::exchange::{self, Failure, Settings};
 use crate::mapping::Api;
+use crate::request_path::{self, CanonicalPath};
 
 /// The body of the proxy's answers.
 pub type ProxyBody = UnsyncBoxBody<Bytes, io::Error>;
 
-/// The largest request body the proxy reads unless told otherwise: 32 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// The largest request body the proxy reads unless told otherwise: 8 MiB (a long
+/// conversation with a few images inlined; larger uploads go to the files API).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// How long the proxy waits for the upstream unless told otherwise: ten minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How long a client may take to send a request's head unless told otherwise: 10 s.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a client may take to send a guarded request's body unless told otherwise: 30 s.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many client connections the proxy serves at once unless told otherwise; more wait to
+/// be accepted.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// How many guarded streams the proxy runs at once unless told otherwise; a request for one
+/// more is refused (`429`).
+pub const DEFAULT_MAX_STREAMS: usize = 256;
+
+/// How many bytes all guarded streams together may hold unless told otherwise: 256 MiB.
+pub const DEFAULT_MAX_STREAM_BYTES: usize = 256 * 1024 * 1024;
+
+/// How long a graceful stop waits for the requests and streams in flight unless told
+/// otherwise: 30 s.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A proxy that cannot be built: the upstream URL is not an `http` or `https` origin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,9 +153,155 @@ impl fmt::Display for ProxyError {
 
 impl std::error::Error for ProxyError {}
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case), if the
+/// request has one.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    BearerToken::from_authorization(headers.get(header::AUTHORIZATION)?.to_str().ok()?)
+}
+
+/// Where the session id of a guarded request comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionSource {
+    /// The request body's `metadata.session_id`, or the proxy's
+    /// [`session_id`](OpenAIProxy::session_id) (the default): any client may name any
+    /// session.
+    #[default]
+    Request,
+    /// The value of this request header, set by a front the operator trusts (a gateway that
+    /// authenticated the client); a request without it is refused (`401`). The body's
+    /// `metadata.session_id` is ignored.
+    Header(HeaderName),
+    /// The client's token ([`client_token`](OpenAIProxy::client_token)): the session is
+    /// `client-` and the first 16 hexadecimal digits of the token's SHA-256, so every client
+    /// of one token shares one session, and no client reaches another token's. Without a
+    /// client token, every request is in the proxy's
+    /// [`session_id`](OpenAIProxy::session_id). The body's `metadata.session_id` is ignored.
+    Token,
+}
+
+/// What the proxy holds now, and the most it held since it started: for a dashboard, and
+/// for tests that check the limits hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProxyFigures {
+    /// Client connections open now.
+    pub open_connections: usize,
+    /// The most client connections open at once.
+    pub peak_connections: usize,
+    /// Guarded streams running now.
+    pub open_streams: usize,
+    /// The most guarded streams running at once.
+    pub peak_streams: usize,
+    /// Bytes all guarded streams hold now: read from the upstream, not yet taken by their
+    /// client.
+    pub held_stream_bytes: usize,
+    /// The most bytes all guarded streams held at once.
+    pub peak_held_stream_bytes: usize,
+}
+
+/// A count of something the proxy holds, with its peak.
+#[derive(Debug, Default)]
+struct Gauge {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Gauge {
+    /// Adds `amount` unless the count would pass `limit`.
+    fn try_add(&self, amount: usize, limit: usize) -> bool {
+        let added = self
+            .now
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                now.checked_add(amount).filter(|total| *total <= limit)
+            });
+        match added {
+            Ok(before) => {
+                self.peak.fetch_max(before + amount, Ordering::AcqRel);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn sub(&self, amount: usize) {
+        self.now.fetch_sub(amount, Ordering::AcqRel);
+    }
+
+    fn now(&self) -> usize {
+        self.now.load(Ordering::Acquire)
+    }
+
+    fn peak(&self) -> usize {
+        self.peak.load(Ordering::Acquire)
+    }
+}
+
+/// What all clones of one proxy hold together.
+#[derive(Debug, Default)]
+struct Gauges {
+    connections: Gauge,
+    streams: Gauge,
+    stream_bytes: Gauge,
+}
+
+/// One slot of a [`Gauge`], given back when dropped.
+struct Slot {
+    gauges: Arc<Gauges>,
+    gauge: fn(&Gauges) -> &Gauge,
+}
+
+impl Slot {
+    fn take(gauges: &Arc<Gauges>, gauge: fn(&Gauges) -> &Gauge, limit: usize) -> Option<Slot> {
+        gauge(gauges).try_add(1, limit).then(|| Slot {
+            gauges: Arc::clone(gauges),
+            gauge,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        (self.gauge)(&self.gauges).sub(1);
+    }
+}
+
+/// The bytes one stream holds (read from the upstream, not yet taken by its client),
+/// counted in the proxy's total; given back when the client takes a chunk, and when the
+/// stream ends.
+struct StreamBytes {
+    gauges: Arc<Gauges>,
+    held: AtomicUsize,
+    limit: usize,
+}
+
+impl StreamBytes {
+    /// Counts `amount` more bytes; `false` when the proxy's total would pass its limit.
+    fn hold(&self, amount: usize) -> bool {
+        if !self.gauges.stream_bytes.try_add(amount, self.limit) {
+            return false;
+        }
+        self.held.fetch_add(amount, Ordering::AcqRel);
+        true
+    }
+
+    /// Gives back all this stream holds.
+    fn release(&self) {
+        let held = self.held.swap(0, Ordering::AcqRel);
+        self.gauges.stream_bytes.sub(held);
+    }
+}
+
+impl Drop for StreamBytes {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// The OpenAI-compatible guard proxy; see the [module docs](self).
 ///
-/// Cheap to clone: clones share the engine and the upstream's connection pool.
+/// Cheap to clone: clones share the engine, the upstream's connection pool and the limits'
+/// counts.
 #[derive(Clone)]
 pub struct OpenAIProxy {
     settings: Arc<Settings>,
@@ -109,6 +310,18 @@ pub struct OpenAIProxy {
     client: reqwest::Client,
     max_body_bytes: usize,
     timeout: Duration,
+    header_read_timeout: Duration,
+    body_read_timeout: Duration,
+    max_connections: usize,
+    max_streams: usize,
+    max_stream_bytes: usize,
+    drain_timeout: Duration,
+    /// The token clients must present, if any.
+    client_token: Option<BearerToken>,
+    /// The `Authorization` header the proxy sends upstream in place of the client's.
+    upstream_authorization: Option<HeaderValue>,
+    session_source: SessionSource,
+    gauges: Arc<Gauges>,
 }
 
 impl fmt::Debug for OpenAIProxy {
@@ -118,6 +331,9 @@ impl fmt::Debug for OpenAIProxy {
             .field("settings", &self.settings)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("timeout", &self.timeout)
+            .field("client_token", &self.client_token.is_some())
+            .field("upstream_key", &self.upstream_authorization.is_some())
+            .field("session_source", &self.session_source)
             .finish_non_exhaustive()
     }
 }
@@ -125,7 +341,7 @@ impl fmt::Debug for OpenAIProxy {
 impl OpenAIProxy {
     /// A proxy that evaluates with `engine` and forwards to `upstream`: an `http` or `https`
     /// origin, optionally with a path prefix (`https://api.openai.com`,
-    /// `https://example.com/openai`); the request's path is appended to it unchanged.
+    /// `https://example.com/openai`); the request's canonical path is appended to it.
     ///
     /// Contexts carry agent id `openai-proxy`, session `default` (or the request's
     /// `metadata.agent_id` and `metadata.session_id`) and `metadata.framework =
@@ -148,6 +364,8 @@ impl OpenAIProxy {
         }
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(30))
+            // A redirect would take the client's headers to another host: never followed.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|error| ProxyError {
                 message: format!(
@@ -161,6 +379,16 @@ impl OpenAIProxy {
             client,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             timeout: DEFAULT_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_streams: DEFAULT_MAX_STREAMS,
+            max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            client_token: None,
+            upstream_authorization: None,
+            session_source: SessionSource::Request,
+            gauges: Arc::default(),
         })
     }
 
@@ -177,6 +405,14 @@ impl OpenAIProxy {
     /// The session id of requests whose `metadata` has no `session_id` (default `default`).
     pub fn session_id(mut self, session_id: impl Into<String>) -> Self {
         self.settings_mut().session_id = session_id.into();
+        self
+    }
+
+    /// Where the session of a guarded request comes from (default
+    /// [`SessionSource::Request`]); bind it to the client with [`SessionSource::Header`] or
+    /// [`SessionSource::Token`], so that no client can choose another's session.
+    pub fn session_from(mut self, source: SessionSource) -> Self {
+        self.session_source = source;
         self
     }
 
@@ -199,8 +435,18 @@ impl OpenAIProxy {
         self
     }
 
-    /// Forwards requests under `path` unguarded (all methods): requests whose path is `path`
-    /// or continues it after a `/` (`/v1/models`, `/v1/embeddings`). Call it once per path.
+    /// Whether guarded requests may refer to state the upstream keeps, whose text the
+    /// policies cannot read: `previous_response_id`, `conversation`, a stored prompt
+    /// (`prompt.id`), `item_reference` input items (default `false`: such a request is
+    /// refused with `400`).
+    pub fn allow_server_state(mut self, allow: bool) -> Self {
+        self.settings_mut().allow_server_state = allow;
+        self
+    }
+
+    /// Forwards requests under `path` unguarded (all methods): requests whose canonical path
+    /// is `path` or continues it after a `/` (`/v1/models`, `/v1/embeddings`). Call it once
+    /// per path.
     pub fn pass_through(mut self, path: impl Into<String>) -> Self {
         self.settings_mut().pass_through.push(path.into());
         self
@@ -221,89 +467,276 @@ impl OpenAIProxy {
         self
     }
 
+    /// How long a client may take to send a request's head (default
+    /// [`DEFAULT_HEADER_READ_TIMEOUT`]); its connection is closed after that.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// How long a client may take to send a guarded request's body (default
+    /// [`DEFAULT_BODY_READ_TIMEOUT`]); it is answered `408` after that.
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
+        self
+    }
+
+    /// How many client connections are served at once (default
+    /// [`DEFAULT_MAX_CONNECTIONS`]); further ones wait to be accepted.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections.max(1);
+        self
+    }
+
+    /// How many guarded streams run at once (default [`DEFAULT_MAX_STREAMS`]); a request for
+    /// one more is refused with `429`.
+    pub fn max_streams(mut self, streams: usize) -> Self {
+        self.max_streams = streams;
+        self
+    }
+
+    /// How many bytes all guarded streams together may hold (default
+    /// [`DEFAULT_MAX_STREAM_BYTES`]): bytes read from the upstream that their client has not
+    /// taken yet. A stream whose next chunk would pass the bound ends with an error event.
+    pub fn max_stream_bytes(mut self, bytes: usize) -> Self {
+        self.max_stream_bytes = bytes;
+        self
+    }
+
+    /// How long a graceful stop ([`serve_until`](OpenAIProxy::serve_until)) waits for the
+    /// requests and streams in flight before it cuts them (default
+    /// [`DEFAULT_DRAIN_TIMEOUT`]).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
+    }
+
+    /// The token clients must present (`Authorization: Bearer <token>`); a request without
+    /// it is refused with `401`. The client's `Authorization` header is then never sent
+    /// upstream. Without a client token (the default), anyone who reaches the listener is a
+    /// client: listen on loopback only, or set one.
+    pub fn client_token(mut self, token: impl Into<String>) -> Self {
+        self.client_token = Some(BearerToken::new(token.into()));
+        self
+    }
+
+    /// The key the proxy sends upstream (`Authorization: Bearer <key>`) in place of the
+    /// client's `Authorization` and `api-key` headers; fails when the key cannot be a header
+    /// value.
+    pub fn upstream_key(mut self, key: &str) -> Result<Self, ProxyError> {
+        let mut value = HeaderValue::try_from(format!("Bearer {key}")).map_err(|_| ProxyError {
+            message: "the upstream key holds characters a header cannot carry".to_owned(),
+        })?;
+        value.set_sensitive(true);
+        self.upstream_authorization = Some(value);
+        Ok(self)
+    }
+
+    /// What the proxy holds now, and the most it held.
+    pub fn figures(&self) -> ProxyFigures {
+        let gauges = &self.gauges;
+        ProxyFigures {
+            open_connections: gauges.connections.now(),
+            peak_connections: gauges.connections.peak(),
+            open_streams: gauges.streams.now(),
+            peak_streams: gauges.streams.peak(),
+            held_stream_bytes: gauges.stream_bytes.now(),
+            peak_held_stream_bytes: gauges.stream_bytes.peak(),
+        }
+    }
+
     /// Serves on `listener` until the process ends; a failed connection does not stop it.
     pub async fn serve(self, listener: TcpListener) -> io::Result<()> {
         self.serve_until(listener, std::future::pending()).await
     }
 
-    /// Serves on `listener` until `shutdown` completes; then stops accepting connections
-    /// (those open finish on their own).
+    /// Serves on `listener` until `shutdown` completes; then stops accepting connections,
+    /// lets the requests and streams in flight finish, up to the
+    /// [`drain_timeout`](OpenAIProxy::drain_timeout), and returns.
     pub async fn serve_until(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
         let mut shutdown = pin!(shutdown);
+        let graceful = GracefulShutdown::new();
+        let connections = Arc::new(Semaphore::new(self.max_connections));
         loop {
             let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                () = &mut shutdown => return Ok(()),
+                accepted = accept(&listener, &connections) => accepted,
+                () = &mut shutdown => break,
             };
-            let stream = match accepted {
-                Ok((stream, _)) => stream,
+            let Some((stream, permit)) = accepted else {
                 // Out of file descriptors, a connection reset before it was accepted: the
                 // listener is still good; wait a little and go on.
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             };
             let _ = stream.set_nodelay(true);
+            let counted = Slot::take(&self.gauges, |gauges| &gauges.connections, usize::MAX);
             let proxy = self.clone();
+            let service = hyper::service::service_fn(move |request| {
+                let proxy = proxy.clone();
+                async move { Ok::<_, Infallible>(proxy.handle(request).await) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(self.header_read_timeout)
+                .serve_connection(TokioIo::new(stream), service);
+            let connection = graceful.watch(connection);
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request| {
-                    let proxy = proxy.clone();
-                    async move { Ok::<_, Infallible>(proxy.handle(request).await) }
-                });
                 // A connection that fails (the client went away) ends on its own.
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let _ = connection.await;
+                drop((permit, counted));
             });
         }
+        drop(listener);
+        // The requests in flight finish, streams included; what is left after the drain
+        // time-out is cut when the runtime stops.
+        let _ = tokio::time::timeout(self.drain_timeout, graceful.shutdown()).await;
+        Ok(())
     }
 
-    /// Answers one request: guarded, passed through, or refused.
+    /// Answers one request: refused, guarded or passed through.
     pub async fn handle<B>(&self, request: Request<B>) -> Response<ProxyBody>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let path = request.uri().path().to_owned();
-        match Api::of(request.method().as_str(), &path) {
-            Some(api) => self.guarded(api, request).await,
-            None if self.settings.passes_through(&path) => self.passed_through(request).await,
+        if let Some(expected) = &self.client_token {
+            let presented = bearer_token(request.headers()).unwrap_or("");
+            if !expected.matches(presented) {
+                let mut response = error_response(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_request_error",
+                    Some("invalid_proxy_token"),
+                    "portcullis: the request has no valid proxy token (Authorization: Bearer <token>)",
+                );
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return response;
+            }
+        }
+        let path = match request_path::canonicalize(request.uri().path()) {
+            Ok(path) => path,
+            Err(problem) => {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    Some("ambiguous_path"),
+                    &format!("portcullis: the request's path is refused: {problem}"),
+                );
+            }
+        };
+        if let Some(name) = METHOD_OVERRIDES
+            .iter()
+            .find(|name| request.headers().contains_key(**name))
+        {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                Some("method_override"),
+                &format!(
+                    "portcullis: the header {name} would let the upstream read another method than the proxy did"
+                ),
+            );
+        }
+        let method = request.method().as_str();
+        match Api::of(method, path.as_str()) {
+            Some(api) => {
+                let session = match self.bound_session(request.headers()) {
+                    Ok(session) => session,
+                    Err(response) => return *response,
+                };
+                self.guarded(api, &path, session.as_deref(), request).await
+            }
+            None if self.settings.passes_through(path.as_str()) => {
+                self.passed_through(&path, request).await
+            }
             None => error_response(
                 StatusCode::NOT_FOUND,
                 "invalid_request_error",
                 Some("unguarded_path"),
                 &format!(
-                    "portcullis: {} {path} is not guarded: only POST …/chat/completions and POST …/responses are; the proxy forwards other paths only when they are listed with --pass-through",
-                    request.method()
+                    "portcullis: {method} {path} is not guarded: only POST …/chat/completions and POST …/responses are; the proxy forwards other paths only when they are listed with --pass-through"
                 ),
             ),
         }
     }
 
-    /// The upstream URL of a request: the upstream's origin and prefix, then the request's
-    /// path and query.
-    fn upstream_url(&self, request: &http::request::Parts) -> String {
-        let path_and_query = request
-            .uri
-            .path_and_query()
-            .map_or("/", http::uri::PathAndQuery::as_str);
-        format!("{}{path_and_query}", self.upstream)
+    /// The session a request is bound to, if the proxy binds sessions to clients; an answer
+    /// refusing the request when its client is not known.
+    fn bound_session(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Option<String>, Box<Response<ProxyBody>>> {
+        match &self.session_source {
+            SessionSource::Request => Ok(None),
+            SessionSource::Header(name) => match headers.get(name).map(HeaderValue::to_str) {
+                Some(Ok(value)) if !value.trim().is_empty() => Ok(Some(value.trim().to_owned())),
+                _ => Err(Box::new(error_response(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_request_error",
+                    Some("unknown_client"),
+                    &format!(
+                        "portcullis: the request has no {name} header naming its client; the proxy binds sessions to it"
+                    ),
+                ))),
+            },
+            SessionSource::Token => Ok(Some(match &self.client_token {
+                Some(token) => format!("client-{}", token.fingerprint()),
+                None => self.settings.session_id.clone(),
+            })),
+        }
     }
 
-    async fn guarded<B>(&self, api: Api, request: Request<B>) -> Response<ProxyBody>
+    /// The upstream URL of a request: the upstream's origin and prefix, then the request's
+    /// canonical path and its query.
+    fn upstream_url(&self, path: &CanonicalPath, request: &http::request::Parts) -> String {
+        match request.uri.query() {
+            Some(query) => format!("{}{path}?{query}", self.upstream),
+            None => format!("{}{path}", self.upstream),
+        }
+    }
+
+    /// The request's headers as sent upstream: those of the connection, the host and the
+    /// length dropped; the client's credentials replaced by the proxy's when it has any.
+    fn forwarded_headers(&self, headers: &HeaderMap) -> HeaderMap {
+        let mut forwarded = headers.clone();
+        for name in HOP_BY_HOP {
+            forwarded.remove(name);
+        }
+        forwarded.remove(header::HOST);
+        forwarded.remove(header::CONTENT_LENGTH);
+        forwarded.remove(header::TRANSFER_ENCODING);
+        if self.client_token.is_some() || self.upstream_authorization.is_some() {
+            // The client's token is the proxy's, never the upstream's.
+            forwarded.remove(header::AUTHORIZATION);
+        }
+        if let Some(authorization) = &self.upstream_authorization {
+            forwarded.remove("api-key");
+            forwarded.insert(header::AUTHORIZATION, authorization.clone());
+        }
+        forwarded
+    }
+
+    async fn guarded<B>(
+        &self,
+        api: Api,
+        path: &CanonicalPath,
+        session: Option<&str>,
+        request: Request<B>,
+    ) -> Response<ProxyBody>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let (parts, body) = request.into_parts();
-        let body = match Limited::new(body, self.max_body_bytes).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(problem) => {
+        let read = Limited::new(body, self.max_body_bytes).collect();
+        let body = match tokio::time::timeout(self.body_read_timeout, read).await {
+            Ok(Ok(body)) => body.to_bytes(),
+            Ok(Err(problem)) => {
                 if problem.is::<http_body_util::LengthLimitError>() {
                     return error_response(
                         StatusCode::PAYLOAD_TOO_LARGE,
@@ -322,16 +755,35 @@ impl OpenAIProxy {
                     &format!("portcullis: cannot read the request body: {problem}"),
                 );
             }
+            Err(_) => {
+                return error_response(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "invalid_request_error",
+                    Some("request_timeout"),
+                    &format!(
+                        "portcullis: the request body did not arrive within {:?}",
+                        self.body_read_timeout
+                    ),
+                );
+            }
         };
-        let cleared = match exchange::guard_request(&self.settings, api, &body).await {
+        let cleared = match exchange::guard_request(&self.settings, api, &body, session).await {
             Ok(cleared) => cleared,
             Err(failure) => return failure_response(&failure),
         };
-        let mut headers = forwarded_headers(&parts.headers);
+        // A stream takes its slot before anything is sent upstream.
+        let mut stream_slot = None;
+        if cleared.streaming {
+            match self.stream_slot() {
+                Ok(slot) => stream_slot = Some(slot),
+                Err(response) => return *response,
+            }
+        }
+        let mut headers = self.forwarded_headers(&parts.headers);
         headers.remove(header::ACCEPT_ENCODING);
         let upstream = self
             .client
-            .request(parts.method.clone(), self.upstream_url(&parts))
+            .request(parts.method.clone(), self.upstream_url(path, &parts))
             .headers(headers)
             .body(cleared.body.unwrap_or(body));
         let response = match tokio::time::timeout(self.timeout, upstream.send()).await {
@@ -340,11 +792,10 @@ impl OpenAIProxy {
             Err(_) => return self.timed_out(),
         };
         let status = response.status();
-        let mut headers = answer_headers(response.headers());
         if !status.is_success() {
-            // The upstream's own error: no model text in it; the client reads it as written.
-            return build(status, headers, stream_body(response.bytes_stream()));
+            return upstream_status(status, response.headers());
         }
+        let mut headers = answer_headers(response.headers());
         let event_stream = response
             .headers()
             .get(header::CONTENT_TYPE)
@@ -352,11 +803,34 @@ impl OpenAIProxy {
             .is_some_and(|value| value.starts_with("text/event-stream"));
         headers.remove(header::CONTENT_ENCODING);
         if cleared.streaming || event_stream {
-            let upstream = idle_limited(response.bytes_stream(), self.timeout);
+            let slot = match stream_slot {
+                Some(slot) => slot,
+                None => match self.stream_slot() {
+                    Ok(slot) => slot,
+                    Err(response) => return *response,
+                },
+            };
+            let held = Arc::new(StreamBytes {
+                gauges: Arc::clone(&self.gauges),
+                held: AtomicUsize::new(0),
+                limit: self.max_stream_bytes,
+            });
+            let upstream = held_limited(
+                idle_limited(upstream_body(response), self.timeout, "the upstream"),
+                Arc::clone(&held),
+            );
             let released =
-                exchange::guard_stream(Arc::clone(&self.settings), api, cleared.metadata, upstream);
+                exchange::guard_stream(Arc::clone(&self.settings), api, cleared.metadata, upstream)
+                    .map(move |chunk| {
+                        // What the client takes is no longer held; the slot goes with the
+                        // stream.
+                        let _stream = &slot;
+                        held.release();
+                        chunk
+                    });
             return build(status, headers, stream_body(released));
         }
+        drop(stream_slot);
         let answer =
             match tokio::time::timeout(self.timeout, read_limited(response, self.max_body_bytes))
                 .await
@@ -383,17 +857,43 @@ impl OpenAIProxy {
         }
     }
 
-    async fn passed_through<B>(&self, request: Request<B>) -> Response<ProxyBody>
+    /// A slot for one more guarded stream, or the `429` refusing it.
+    fn stream_slot(&self) -> Result<Slot, Box<Response<ProxyBody>>> {
+        Slot::take(&self.gauges, |gauges| &gauges.streams, self.max_streams).ok_or_else(|| {
+            Box::new(error_response(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                Some("too_many_streams"),
+                &format!(
+                    "portcullis: the proxy already guards {} streams; try again later",
+                    self.max_streams
+                ),
+            ))
+        })
+    }
+
+    async fn passed_through<B>(
+        &self,
+        path: &CanonicalPath,
+        request: Request<B>,
+    ) -> Response<ProxyBody>
     where
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let (parts, body) = request.into_parts();
-        let body = reqwest::Body::wrap_stream(body.into_data_stream());
+        // Streamed as it comes, however long, but never stalled longer than a guarded body.
+        let body = body.into_data_stream().map_err(|error| {
+            let error: Box<dyn std::error::Error + Send + Sync> = error.into();
+            portcullis_engine::error::error_chain(&*error)
+        });
+        let body = reqwest::Body::wrap_stream(
+            idle_limited(body, self.body_read_timeout, "the client").map_err(io::Error::other),
+        );
         let upstream = self
             .client
-            .request(parts.method.clone(), self.upstream_url(&parts))
-            .headers(forwarded_headers(&parts.headers))
+            .request(parts.method.clone(), self.upstream_url(path, &parts))
+            .headers(self.forwarded_headers(&parts.headers))
             .body(body);
         let response = match tokio::time::timeout(self.timeout, upstream.send()).await {
             Ok(Ok(response)) => response,
@@ -402,7 +902,8 @@ impl OpenAIProxy {
         };
         let status = response.status();
         let headers = answer_headers(response.headers());
-        let body = idle_limited(response.bytes_stream(), self.timeout).map_err(io::Error::other);
+        let body = idle_limited(upstream_body(response), self.timeout, "the upstream")
+            .map_err(io::Error::other);
         build(status, headers, stream_body(body))
     }
 
@@ -419,6 +920,24 @@ impl OpenAIProxy {
     }
 }
 
+/// Waits for a connection slot, then for a connection; `None` when accepting failed.
+async fn accept(
+    listener: &TcpListener,
+    connections: &Arc<Semaphore>,
+) -> Option<(tokio::net::TcpStream, OwnedSemaphorePermit)> {
+    let permit = Arc::clone(connections).acquire_owned().await.ok()?;
+    let (stream, _) = listener.accept().await.ok()?;
+    Some((stream, permit))
+}
+
+/// Headers asking a server to read the request as another method than its own: refused, so
+/// that the upstream reads the method the proxy classified.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
 /// Headers that concern one connection, not the request: never forwarded.
 const HOP_BY_HOP: [&str; 8] = [
     "connection",
@@ -430,19 +949,6 @@ const HOP_BY_HOP: [&str; 8] = [
     "trailer",
     "upgrade",
 ];
-
-/// The request's headers as sent upstream: all of them (authorization included) but those
-/// of the connection, the host and the length (the client sets them).
-fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
-    let mut forwarded = headers.clone();
-    for name in HOP_BY_HOP {
-        forwarded.remove(name);
-    }
-    forwarded.remove(header::HOST);
-    forwarded.remove(header::CONTENT_LENGTH);
-    forwarded.remove(header::TRANSFER_ENCODING);
-    forwarded
-}
 
 /// The upstream's answer headers as released: without those of the connection and the
 /// length (hyper sets it for the body released).
@@ -479,10 +985,21 @@ async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<B
     }
 }
 
-/// The upstream's body, failing when a chunk takes longer than `idle` to come.
+/// The upstream's body as read: its chunks, or why reading failed.
+fn upstream_body(
+    response: reqwest::Response,
+) -> impl Stream<Item = Result<Bytes, String>> + Send + 'static {
+    response
+        .bytes_stream()
+        .map_err(|error| portcullis_engine::error::error_chain(&error))
+}
+
+/// A body from `sender` (`"the upstream"`, `"the client"`), failing when a chunk takes
+/// longer than `idle` to come.
 fn idle_limited(
-    body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+    body: impl Stream<Item = Result<Bytes, String>> + Send + 'static,
     idle: Duration,
+    sender: &'static str,
 ) -> impl Stream<Item = Result<Bytes, String>> + Send + 'static {
     futures_util::stream::unfold(
         (Box::pin(body), false),
@@ -493,20 +1010,41 @@ fn idle_limited(
             match tokio::time::timeout(idle, body.next()).await {
                 Ok(Some(Ok(bytes))) => Some((Ok(bytes), (body, false))),
                 Ok(Some(Err(error))) => Some((
-                    Err(format!(
-                        "the upstream connection failed: {}",
-                        portcullis_engine::error::error_chain(&error)
-                    )),
+                    Err(format!("the connection of {sender} failed: {error}")),
                     (body, true),
                 )),
                 Ok(None) => None,
                 Err(_) => Some((
-                    Err(format!("the upstream sent nothing for {idle:?}")),
+                    Err(format!("{sender} sent nothing for {idle:?}")),
                     (body, true),
                 )),
             }
         },
     )
+}
+
+/// The upstream's stream, counting each chunk in the bytes `held` until its client takes
+/// what it released; failing when the proxy's streams together would hold too much.
+fn held_limited(
+    body: impl Stream<Item = Result<Bytes, String>> + Send + 'static,
+    held: Arc<StreamBytes>,
+) -> impl Stream<Item = Result<Bytes, String>> + Send + 'static {
+    body.scan(false, move |failed, chunk| {
+        let next = if *failed {
+            None
+        } else if let Ok(bytes) = &chunk
+            && !held.hold(bytes.len())
+        {
+            *failed = true;
+            Some(Err(format!(
+                "the proxy's streams would hold more than {} bytes together",
+                held.limit
+            )))
+        } else {
+            Some(chunk)
+        };
+        std::future::ready(next)
+    })
 }
 
 fn stream_body<E>(stream: impl Stream<Item = Result<Bytes, E>> + Send + 'static) -> ProxyBody
@@ -578,6 +1116,37 @@ fn failure_response(failure: &Failure) -> Response<ProxyBody> {
         }
     };
     json_response(status, &body)
+}
+
+/// The answer in place of an upstream's error (a status other than 2xx): an OpenAI-shaped
+/// error carrying the status (a redirect, never followed, is a `502`), and the upstream's
+/// `Retry-After`; the upstream's own body is not released.
+fn upstream_status(status: StatusCode, upstream_headers: &HeaderMap) -> Response<ProxyBody> {
+    let (released, message) = if status.is_redirection() {
+        (
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "portcullis: the upstream answered a redirect ({status}); the proxy does not follow redirects"
+            ),
+        )
+    } else {
+        (
+            status,
+            format!("portcullis: the upstream answered {status}; its answer is not released"),
+        )
+    };
+    let mut response = error_response(
+        released,
+        "upstream_error",
+        Some("upstream_status"),
+        &message,
+    );
+    if let Some(retry_after) = upstream_headers.get(header::RETRY_AFTER) {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, retry_after.clone());
+    }
+    response
 }
 
 /// The answer when the upstream could not be asked.
