@@ -228,6 +228,11 @@ fn watch(
 fn report(service: &DecisionService, outcome: &ReloadOutcome) {
     match outcome {
         ReloadOutcome::Reloaded { warnings } => {
+            // Among them, the sections a reload does not apply (`sessions`, `audit`,
+            // `approvals`): said, so that a change waiting for a restart is not missed.
+            for warning in warnings {
+                tracing::warn!("{warning}");
+            }
             tracing::info!(warnings = warnings.len(), "policy set reloaded");
             service.record_reload(ReloadStatus::Reloaded);
         }

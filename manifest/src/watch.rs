@@ -235,18 +235,21 @@ fn reload_files(
     }
 }
 
+/// The `sessions` section as it configures a store: store, TTL, capacity, password variable.
+type SessionSection = (
+    crate::SessionStore,
+    Option<Duration>,
+    Option<usize>,
+    Option<String>,
+);
+
 /// The sections a reload does not apply, as an engine was assembled with them
 /// ([`LoadedManifest::into_engine_builder`](crate::LoadedManifest::into_engine_builder)): the
 /// session store, the audit sinks and the approval time-out belong to the engine, which a
 /// reload keeps; only the policy set is swapped.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct EngineSections {
-    sessions: Option<(
-        crate::SessionStore,
-        Option<Duration>,
-        Option<usize>,
-        Option<String>,
-    )>,
+    sessions: Option<SessionSection>,
     audit: (Option<PathBuf>, Option<String>, crate::AuditFailure),
     approvals: Option<Option<Duration>>,
 }
