@@ -203,6 +203,103 @@ fn session_settings_are_checked_with_their_place() {
     assert_eq!(errors.errors().len(), 2, "{errors}");
 }
 
+/// A Redis password written into the manifest's URL is refused (secrets come from the
+/// environment through `password_env`), and no diagnostic repeats it.
+#[test]
+fn a_redis_password_in_the_manifest_is_refused_without_being_repeated() {
+    let scratch = Scratch::new("redis-credentials");
+    let path = scratch.write(
+        "portcullis.yaml",
+        "sessions: { store: \"rediss://app:hunter2@cache.internal:6380/0\" }\n",
+    );
+    let errors = Manifest::load(&path, &CodeRegistry::new()).unwrap_err();
+    let text = errors.to_string();
+    assert!(text.contains("holds credentials"), "{text}");
+    assert!(text.contains("password_env"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    // `password_env` belongs to a Redis store.
+    let path = scratch.write(
+        "memory.yaml",
+        "sessions: { store: memory, password_env: X }\n",
+    );
+    let errors = Manifest::load(&path, &CodeRegistry::new()).unwrap_err();
+    assert!(
+        errors
+            .to_string()
+            .contains("`sessions.password_env` applies to a Redis store only"),
+        "{errors}"
+    );
+    // A Redis store with `password_env` loads.
+    let path = scratch.write(
+        "redis.yaml",
+        "sessions: { store: \"rediss://cache.internal:6380/0\", password_env: REDIS_PASSWORD }\n",
+    );
+    Manifest::load(&path, &CodeRegistry::new()).expect("loads");
+}
+
+/// The password of `password_env` reaches Redis (`requirepass`), and a variable that is not
+/// set is an error naming it.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn password_env_authenticates_to_a_real_redis() {
+    // The password is a variable the test process already has (setting one needs `unsafe`).
+    let Ok(password) = std::env::var("PATH") else {
+        return;
+    };
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        return;
+    };
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let Ok(mut server) = std::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            &password,
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+    else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let scratch = Scratch::new("redis-password-env");
+    let sessions = |variable: &str| {
+        format!("sessions: {{ store: \"redis://127.0.0.1:{port}/0\", password_env: {variable} }}\n")
+    };
+    let path = trifecta_manifest(&scratch, &sessions("PORTCULLIS_TEST_NO_SUCH_VARIABLE"));
+    let unset = Manifest::load(&path, &CodeRegistry::new())
+        .unwrap()
+        .into_engine_builder()
+        .await
+        .err()
+        .expect("the variable is not set");
+    assert!(
+        unset
+            .to_string()
+            .contains("PORTCULLIS_TEST_NO_SUCH_VARIABLE"),
+        "{unset}"
+    );
+    let path = trifecta_manifest(&scratch, &sessions("PATH"));
+    let engine = engine_of(&path).await;
+    engine
+        .evaluate_input(&input("s1", "https://evil.example"))
+        .await
+        .unwrap();
+    assert!(engine.evaluate_tool_call(&email("s1")).await.is_err());
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 /// A resolver that never answers in time.
 struct Slow;
 
