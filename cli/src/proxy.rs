@@ -496,7 +496,14 @@ fn reload_on_change(
     interval: Duration,
 ) -> ManifestWatcher {
     let report: reload::Report = Arc::new(|outcome: &ReloadOutcome| match outcome {
-        ReloadOutcome::Reloaded { .. } => eprintln!("portcullis: policy set reloaded"),
+        ReloadOutcome::Reloaded { warnings } => {
+            // Among them, the sections a reload does not apply (`sessions`, `audit`,
+            // `approvals`): said, so that a change waiting for a restart is not missed.
+            for warning in warnings {
+                eprint!("{}", render::human(warning, false));
+            }
+            eprintln!("portcullis: policy set reloaded");
+        }
         ReloadOutcome::Failed(errors) => {
             eprintln!("portcullis: reload failed, the set in use stays: {errors}");
         }

@@ -177,12 +177,9 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
         }
     };
     loop {
-        line.clear();
-        let read =
-            std::io::Read::take(&mut reader, MAX_LINE as u64 + 1).read_until(b'\n', &mut line);
-        match read {
-            Ok(0) => break,
-            Ok(_) => {}
+        let read = read_line(&mut reader, &mut line, MAX_LINE);
+        let read = match read {
+            Ok(read) => read,
             Err(error) => {
                 eprintln!(
                     "{}: error: cannot read the audit log: {error}",
@@ -190,15 +187,20 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
                 );
                 return 1;
             }
-        }
+        };
         number += 1;
-        if line.len() > MAX_LINE && !line.ends_with(b"\n") {
-            // Skip the rest of an overlong line.
-            totals.broken += 1;
-            report_broken(log, number, "the line is too long");
-            let mut rest = Vec::new();
-            let _ = reader.read_until(b'\n', &mut rest);
-            continue;
+        match read {
+            LineRead::End => break,
+            LineRead::Line => {}
+            LineRead::TooLong => {
+                totals.broken += 1;
+                report_broken(
+                    log,
+                    number,
+                    &format!("the line is longer than {MAX_LINE} bytes: skipped"),
+                );
+                continue;
+            }
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches(['\n', '\r']);
@@ -292,6 +294,52 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
         2
     } else {
         0
+    }
+}
+
+/// What [`read_line`] read.
+#[derive(Debug, PartialEq, Eq)]
+enum LineRead {
+    /// The end of the log.
+    End,
+    /// A line (with its newline, unless it is the last).
+    Line,
+    /// A line longer than the limit, skipped up to its newline (or the end of the log).
+    TooLong,
+}
+
+/// Reads the next line into `line` (cleared first), keeping at most `max` bytes of it (and
+/// its newline): the rest of a longer line is skipped a buffer at a time, never held.
+fn read_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<LineRead> {
+    line.clear();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    let read = std::io::Read::take(&mut *reader, limit).read_until(b'\n', line)?;
+    if read == 0 {
+        return Ok(LineRead::End);
+    }
+    if line.len() <= max || line.ends_with(b"\n") {
+        return Ok(LineRead::Line);
+    }
+    line.clear();
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(LineRead::TooLong);
+        }
+        match buffer.iter().position(|&byte| byte == b'\n') {
+            Some(end) => {
+                reader.consume(end + 1);
+                return Ok(LineRead::TooLong);
+            }
+            None => {
+                let skipped = buffer.len();
+                reader.consume(skipped);
+            }
+        }
     }
 }
 
@@ -514,4 +562,81 @@ fn describe(call: &Call, context: &Context) -> String {
         _ => call.point.as_str().to_owned(),
     };
     format!("{what} (agent {agent}, session {session}, {timestamp})")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufReader, Read};
+
+    use super::{LineRead, read_line};
+
+    /// A log of one line of `len` bytes without a newline so far, then `rest`: produced as it
+    /// is read, so a reader that kept the line would need `len` bytes of memory.
+    struct HugeLine {
+        left: u64,
+        rest: &'static [u8],
+    }
+
+    impl Read for HugeLine {
+        fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+            if self.left > 0 {
+                let n = buffer
+                    .len()
+                    .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                buffer[..n].fill(b'x');
+                self.left -= n as u64;
+                return Ok(n);
+            }
+            let n = buffer.len().min(self.rest.len());
+            buffer[..n].copy_from_slice(&self.rest[..n]);
+            self.rest = &self.rest[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn an_overlong_line_is_skipped_without_being_held() {
+        // 1 GiB in one line, a thousand times the limit: the line buffer stays near the limit.
+        let huge = HugeLine {
+            left: 1 << 30,
+            rest: b"\n{\"next\": true}\n",
+        };
+        let mut reader = BufReader::with_capacity(1 << 16, huge);
+        let mut line = Vec::new();
+        let max = 1 << 20;
+        assert_eq!(
+            read_line(&mut reader, &mut line, max).unwrap(),
+            LineRead::TooLong
+        );
+        assert!(
+            line.capacity() <= 2 * max + (1 << 16),
+            "{}",
+            line.capacity()
+        );
+        assert_eq!(
+            read_line(&mut reader, &mut line, max).unwrap(),
+            LineRead::Line
+        );
+        assert_eq!(line, b"{\"next\": true}\n");
+        assert_eq!(
+            read_line(&mut reader, &mut line, max).unwrap(),
+            LineRead::End
+        );
+    }
+
+    #[test]
+    fn a_line_at_the_limit_is_read_and_an_overlong_last_line_is_skipped() {
+        let mut reader = BufReader::new(&b"abcd\nabcde"[..]);
+        let mut line = Vec::new();
+        assert_eq!(
+            read_line(&mut reader, &mut line, 4).unwrap(),
+            LineRead::Line
+        );
+        assert_eq!(line, b"abcd\n");
+        assert_eq!(
+            read_line(&mut reader, &mut line, 4).unwrap(),
+            LineRead::TooLong
+        );
+        assert_eq!(read_line(&mut reader, &mut line, 4).unwrap(), LineRead::End);
+    }
 }

@@ -4,7 +4,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use portcullis::manifest::{CodeRegistry, Manifest, PolicySource, ReloadOutcome, parse_duration};
+use portcullis::manifest::{
+    CodeRegistry, Manifest, PolicySource, ReloadOutcome, audit_write_failures, parse_duration,
+};
 use portcullis::server::{DecisionService, Limits, ReloadStatus, redact_urls, serve};
 
 use crate::{reload, render};
@@ -105,15 +107,21 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         Ok(runtime) => runtime,
         Err(error) => return fail(format!("cannot start the async runtime: {error}")),
     };
-    let mut builder = DecisionService::builder().limits(
-        Limits::new()
-            .max_body_bytes(args.max_body_bytes)
-            .max_concurrent(args.max_concurrent)
-            .max_queued(args.max_queued)
-            .request_deadline(deadline)
-            .header_read_timeout(read_timeout)
-            .body_read_timeout(read_timeout),
-    );
+    let mut builder = DecisionService::builder()
+        .limits(
+            Limits::new()
+                .max_body_bytes(args.max_body_bytes)
+                .max_concurrent(args.max_concurrent)
+                .max_queued(args.max_queued)
+                .request_deadline(deadline)
+                .header_read_timeout(read_timeout)
+                .body_read_timeout(read_timeout),
+        )
+        .counter(
+            "portcullis_audit_write_failures_total",
+            "Audit records the JSONL audit log failed to write or had no room to queue.",
+            audit_write_failures,
+        );
     if let Some(token) = token {
         builder = builder.bearer_token(token);
     }
@@ -246,6 +254,11 @@ fn has_bundle_urls(manifest: &Manifest) -> bool {
 fn report(service: &DecisionService, outcome: &ReloadOutcome) {
     match outcome {
         ReloadOutcome::Reloaded { warnings } => {
+            // Among them, the sections a reload does not apply (`sessions`, `audit`,
+            // `approvals`): said, so that a change waiting for a restart is not missed.
+            for warning in warnings {
+                tracing::warn!("{warning}");
+            }
             tracing::info!(warnings = warnings.len(), "policy set reloaded");
             service.record_reload(ReloadStatus::Reloaded);
         }

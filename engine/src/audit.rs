@@ -11,6 +11,7 @@ use serde::{Serialize, Serializer};
 
 use crate::context::{InputContext, InterceptionPoint, Metadata, OutputContext, ToolCallContext};
 use crate::decision::PolicyDecision;
+use crate::error::BoxError;
 use crate::stream::report::StreamReport;
 
 /// The decision an audit record reports: one of the six decision kinds, an evaluation error,
@@ -185,11 +186,30 @@ impl AuditRecord<'_> {
 /// ```
 ///
 /// A handler must be quick: it runs on the evaluation path. Handlers that export over a
-/// network queue the record and return.
+/// network or write to a file queue the record and return.
+///
+/// A handler that must not lose records (an audit log under `on_failure: deny`) implements
+/// [`try_handle`](AuditHandler::try_handle): the engine hands every record through it, and a
+/// record refused fails its call with an evaluation error of [`AUDIT_POLICY_ID`], whatever
+/// the set's `on_error` (fail closed).
 pub trait AuditHandler: Send + Sync + 'static {
     /// Takes one record.
     fn handle(&self, record: &AuditRecord<'_>);
+
+    /// Takes one record, and says whether the call it belongs to may proceed: `Err` (why the
+    /// record cannot be kept) fails the call. The engine calls this, never
+    /// [`handle`](Self::handle) directly; the default hands the record to `handle` and
+    /// accepts. A handler that wraps others forwards this call to them and returns the first
+    /// refusal. It must be quick and must not block.
+    fn try_handle(&self, record: &AuditRecord<'_>) -> Result<(), BoxError> {
+        self.handle(record);
+        Ok(())
+    }
 }
+
+/// The policy id under which the engine reports a call whose audit record a handler refused
+/// ([`AuditHandler::try_handle`]).
+pub const AUDIT_POLICY_ID: &str = "portcullis.audit";
 
 impl<F> AuditHandler for F
 where

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_changes;
 use crate::approval::ApprovalRequest;
-use crate::audit::{AuditDecision, AuditHandler, AuditRecord};
+use crate::audit::{AUDIT_POLICY_ID, AuditDecision, AuditHandler, AuditRecord};
 use crate::context::{InputContext, InterceptionPoint, OutputContext, ToolCallContext};
 use crate::decision::PolicyDecision;
 use crate::error::{
@@ -30,6 +30,15 @@ use crate::set::{Entry, OnError, PolicySet};
 use crate::stream::plan::StreamPlan;
 use crate::timer;
 use crate::unwind::CatchUnwind;
+
+/// The error of a call whose audit record the handler refused.
+fn audit_refused<C: PolicyContext>(refused: BoxError) -> EngineError {
+    EngineError::Evaluation(PolicyEvaluationError::new(
+        AUDIT_POLICY_ID,
+        C::POINT,
+        refused,
+    ))
+}
 
 /// The id under which the engine reports a context it refuses before any policy runs
 /// (for example tool arguments nested deeper than [`MAX_NESTING`](crate::MAX_NESTING)).
@@ -274,6 +283,8 @@ struct TakenList {
     /// The other decisions (and the `allow`s of policies past the bits).
     first: Option<Taken>,
     others: Vec<Taken>,
+    /// Why the audit handler refused the record of a plain `allow`: the call fails.
+    refused: Option<BoxError>,
 }
 
 impl TakenList {
@@ -592,6 +603,9 @@ impl PolicyEngine {
                     outcome: &mut stopped_at,
                 }
                 .await;
+                if let Some(refused) = taken.refused.take() {
+                    return Err(audit_refused::<C>(refused));
+                }
                 match (&mut stopped_at, stop) {
                     (Some(outcome), _) => {
                         let (entry, current) = (&entries[next], &mut evaluation.context);
@@ -768,6 +782,9 @@ impl PolicyEngine {
             } else {
                 Stop::Deadline
             };
+            if let Some(refused) = taken.refused.take() {
+                return Err(audit_refused::<C>(refused));
+            }
             let mut outcome = match (stopped_at, stop) {
                 (Some(outcome), _) => outcome,
                 (None, Stop::Ran) => break,
@@ -838,7 +855,8 @@ impl PolicyEngine {
                 evaluation.context(),
                 true,
                 None,
-            );
+            )
+            .map_err(audit_refused::<C>)?;
         }
         match resolution {
             Resolution::Granted { .. } => Ok(evaluation),
@@ -903,7 +921,8 @@ impl PolicyEngine {
                                  decision was not applied"
                             )
                         };
-                        self.record(
+                        // The call fails already: a refused record changes nothing.
+                        let _ = self.record(
                             C::policy_id(&entry.policy),
                             AuditDecision::EvaluationError,
                             Some(Cow::Owned(reason)),
@@ -970,7 +989,8 @@ impl PolicyEngine {
                     evaluated.unwrap_or(current),
                     enforced,
                     Some(decision),
-                );
+                )
+                .map_err(audit_refused::<C>)?;
             }
             taken.push(Taken {
                 index,
@@ -1011,7 +1031,8 @@ impl PolicyEngine {
                 evaluated.unwrap_or(current),
                 enforced,
                 Some(decision),
-            );
+            )
+            .map_err(audit_refused::<C>)?;
         }
         if enforced
             && let PolicyDecision::Deny {
@@ -1062,7 +1083,8 @@ impl PolicyEngine {
                 evaluated,
                 enforced,
                 None,
-            );
+            )
+            .map_err(audit_refused::<C>)?;
         }
         if enforced && on_error == OnError::Deny {
             Err(EngineError::Evaluation(PolicyEvaluationError::new(
@@ -1083,9 +1105,9 @@ impl PolicyEngine {
         context: &C,
         enforced: bool,
         policy_decision: Option<&PolicyDecision>,
-    ) {
+    ) -> Result<(), BoxError> {
         if self.audit.is_none() {
-            return;
+            return Ok(());
         }
         self.emit(AuditRecord {
             policy_id,
@@ -1097,13 +1119,14 @@ impl PolicyEngine {
             enforced,
             policy_decision,
             stream: None,
-        });
+        })
     }
 
     /// Refuses a context before any policy runs; audited as an evaluation error of
     /// [`CONTEXT_CHECK_ID`].
     fn reject<C: PolicyContext>(&self, context: &C, problem: InvalidContext) -> EngineError {
-        self.record(
+        // The call fails already: a refused record changes nothing.
+        let _ = self.record(
             CONTEXT_CHECK_ID,
             AuditDecision::EvaluationError,
             Some(Cow::Borrowed(problem.problem())),
@@ -1128,13 +1151,15 @@ impl PolicyEngine {
         self.audit.is_some()
     }
 
-    /// Hands a record to the audit handler, if there is one.
-    pub(crate) fn emit(&self, record: AuditRecord<'_>) {
-        if let Some(handler) = &self.audit {
-            // A panicking handler must not take the evaluation down; the panic hook has
-            // already reported it.
-            let _ = catch_unwind(AssertUnwindSafe(|| handler.handle(&record)));
-        }
+    /// Hands a record to the audit handler, if there is one: `Err` when the handler refused
+    /// it ([`AuditHandler::try_handle`]), and the call must fail.
+    pub(crate) fn emit(&self, record: AuditRecord<'_>) -> Result<(), BoxError> {
+        let Some(handler) = &self.audit else {
+            return Ok(());
+        };
+        // A panicking handler must not take the evaluation down; the panic hook has
+        // already reported it.
+        catch_unwind(AssertUnwindSafe(|| handler.try_handle(&record))).unwrap_or(Ok(()))
     }
 
     /// Runs only the monitored output policies of `set` on `context`, for their audit records.
@@ -1225,7 +1250,7 @@ impl<C: PolicyContext> Sequence<'_, '_, C> {
                     audit,
                     labels: Vec::new(),
                 };
-                self.engine.record(
+                let recorded = self.engine.record(
                     C::policy_id(&entry.policy),
                     AuditDecision::from(&allow),
                     None,
@@ -1233,6 +1258,11 @@ impl<C: PolicyContext> Sequence<'_, '_, C> {
                     enforced,
                     Some(&allow),
                 );
+                if let Err(refused) = recorded {
+                    // Settled as an outcome that fails the call whatever `on_error` says.
+                    self.taken.refused = Some(refused);
+                    return Poll::Ready(Stop::Ran);
+                }
             }
             self.taken.push_allow(*self.next, audit, enforced);
             *self.next += 1;

@@ -94,7 +94,7 @@ pub mod session;
 pub use async_trait::async_trait;
 
 pub use approval::ApprovalRequest;
-pub use audit::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
+pub use audit::{AUDIT_POLICY_ID, AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
     InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, Role,
     ToolCallContext,

@@ -702,3 +702,90 @@ async fn concurrent_evaluation_audits_the_policies_it_cancels() {
         Some("discarded after `deny` denied: it had decided, but its decision was not applied")
     );
 }
+
+/// An audit handler that refuses the records of policies whose id starts with `refused`, as a
+/// log that cannot keep them does.
+struct Refusing(Arc<std::sync::atomic::AtomicUsize>);
+
+impl portcullis_engine::AuditHandler for Refusing {
+    fn handle(&self, _: &portcullis_engine::AuditRecord<'_>) {}
+
+    fn try_handle(
+        &self,
+        record: &portcullis_engine::AuditRecord<'_>,
+    ) -> Result<(), portcullis_engine::BoxError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        if record.policy_id.starts_with("refused") {
+            Err("the audit log is full".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A call whose audit record the handler refuses fails, whatever `on_error` says and however
+/// the point runs (one after another, concurrently, an allow, a redaction, an error).
+#[tokio::test]
+async fn a_refused_audit_record_fails_the_call_even_under_on_error_allow() {
+    let sets: Vec<(&str, PolicySetBuilder)> = vec![
+        (
+            "a plain allow",
+            PolicySet::builder().input(Scripted::returning(
+                "refused-allow",
+                PolicyDecision::allow(),
+            )),
+        ),
+        (
+            "a redaction",
+            PolicySet::builder().input(Scripted::returning(
+                "refused-redact",
+                PolicyDecision::redact([Redaction::mask("messages.0.content")]),
+            )),
+        ),
+        (
+            "an evaluation error",
+            PolicySet::builder().input(Scripted::failing("refused-error", "broken")),
+        ),
+        (
+            "a concurrent point",
+            PolicySet::builder()
+                .input(Scripted::returning("kept", PolicyDecision::allow()))
+                .input(Scripted::returning("refused-late", PolicyDecision::allow()))
+                .concurrent(INPUT),
+        ),
+    ];
+    for (what, set) in sets {
+        let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let engine = PolicyEngine::builder()
+            .policy_set(set.on_error(OnError::Allow).build())
+            .on_audit(Refusing(Arc::clone(&handled)))
+            .build();
+        let error = engine
+            .evaluate_input(&input(&["my text"]))
+            .await
+            .expect_err(what);
+        let error = error
+            .as_evaluation()
+            .unwrap_or_else(|| panic!("{what}: {error:?}"));
+        assert_eq!(
+            error.policy_id(),
+            portcullis_engine::AUDIT_POLICY_ID,
+            "{what}"
+        );
+        assert!(error.cause_chain().contains("full"), "{what}");
+        assert!(handled.load(Ordering::SeqCst) > 0, "{what}");
+    }
+    // Records it keeps: the call proceeds.
+    let engine = PolicyEngine::builder()
+        .policy_set(
+            PolicySet::builder()
+                .input(Scripted::returning("kept", PolicyDecision::allow()))
+                .build(),
+        )
+        .on_audit(Refusing(Arc::default()))
+        .build();
+    engine
+        .evaluate_input(&input(&["my text"]))
+        .await
+        .expect("kept records");
+}

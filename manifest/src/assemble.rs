@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use portcullis_engine::session::MemorySessionStore;
-use portcullis_engine::{AuditHandler, AuditRecord, PolicyEngine, PolicyEngineBuilder};
+use portcullis_engine::{AuditHandler, AuditRecord, BoxError, PolicyEngine, PolicyEngineBuilder};
 
 use crate::JsonlAuditLog;
 use crate::build::LoadedManifest;
@@ -20,7 +20,8 @@ impl LoadedManifest {
     ///   time-out);
     /// - `approvals.timeout`: how long the engine waits for an approval resolver;
     /// - `audit`: every sink named, fanned out to one handler: `jsonl` appends each record
-    ///   to the file ([`JsonlAuditLog`]); `otlp` exports each record as a span
+    ///   to the file ([`JsonlAuditLog`], created `0600`, written by a thread of its own, with
+    ///   `on_failure` deciding what a record it cannot write does to its call); `otlp` exports each record as a span
     ///   (`engine.policy.evaluate`, as the `otel` handler makes them) over OTLP/HTTP with
     ///   protobuf bodies to `<otlp>/v1/traces` (feature `otel`).
     ///
@@ -72,6 +73,7 @@ impl LoadedManifest {
     /// real agents share. The policy set, the session flow and the approval time-out stay.
     #[must_use]
     pub fn for_trials(mut self) -> Self {
+        self.trial = true;
         self.manifest.audit = crate::AuditSettings::default();
         if let Some(sessions) = &mut self.manifest.sessions
             && matches!(sessions.store, SessionStore::Redis(_))
@@ -98,6 +100,7 @@ impl LoadedManifest {
             set,
             warnings,
             export,
+            trial,
             ..
         } = self;
         let mut report = Report::default();
@@ -105,7 +108,7 @@ impl LoadedManifest {
 
         let mut sinks: Vec<Arc<dyn AuditHandler>> = extra.into_iter().collect();
         if let Some(path) = &manifest.audit.jsonl {
-            match JsonlAuditLog::open(path) {
+            match JsonlAuditLog::open_with(path, manifest.audit.on_failure) {
                 Ok(log) => sinks.push(Arc::new(log)),
                 Err(error) => report.push(
                     Diagnostic::error(
@@ -151,7 +154,7 @@ impl LoadedManifest {
                     }
                     builder = builder.sessions(store);
                 }
-                SessionStore::Redis(url) => match redis_store(url, sessions.ttl).await {
+                SessionStore::Redis(url) => match redis_store(url, sessions).await {
                     Ok(store) => builder = builder.shared_sessions(store),
                     Err((message, help)) => report.push(
                         Diagnostic::error(&manifest.path, Some(sessions.position), message)
@@ -170,6 +173,10 @@ impl LoadedManifest {
             // Nothing is exported for a builder that is not returned.
             export.clear();
             return Err(ManifestErrors::new(errors, warnings));
+        }
+        if !trial {
+            // What a reload of this manifest will not change (see `reload`).
+            crate::watch::note_assembled(&manifest);
         }
         Ok(builder)
     }
@@ -216,6 +223,10 @@ impl AuditHandler for Shared {
     fn handle(&self, record: &AuditRecord<'_>) {
         self.0.handle(record);
     }
+
+    fn try_handle(&self, record: &AuditRecord<'_>) -> Result<(), BoxError> {
+        self.0.try_handle(record)
+    }
 }
 
 /// Several handlers, each given every record, in order.
@@ -227,6 +238,18 @@ impl AuditHandler for FanOut {
             handler.handle(record);
         }
     }
+
+    /// Every handler takes the record; the first refusal is returned.
+    fn try_handle(&self, record: &AuditRecord<'_>) -> Result<(), BoxError> {
+        let mut outcome = Ok(());
+        for handler in &self.0 {
+            let taken = handler.try_handle(record);
+            if outcome.is_ok() {
+                outcome = taken;
+            }
+        }
+        outcome
+    }
 }
 
 /// A message and what to do about it.
@@ -235,17 +258,30 @@ type Problem = (String, String);
 #[cfg(feature = "redis")]
 async fn redis_store(
     url: &str,
-    ttl: Option<std::time::Duration>,
+    settings: &crate::SessionSettings,
 ) -> Result<Arc<dyn portcullis_engine::session::SessionStore>, Problem> {
     let mut builder = portcullis_redis::RedisSessionStore::builder(url);
-    if let Some(ttl) = ttl {
+    if let Some(ttl) = settings.ttl {
         builder = builder.ttl(ttl);
+    }
+    if let Some(variable) = &settings.password_env {
+        match std::env::var(variable) {
+            Ok(password) if !password.is_empty() => builder = builder.password(password),
+            _ => {
+                return Err((
+                    format!(
+                        "`sessions.password_env`: the environment variable {variable} is not set"
+                    ),
+                    format!("set {variable} to the Redis password"),
+                ));
+            }
+        }
     }
     match builder.connect().await {
         Ok(store) => Ok(Arc::new(store)),
         Err(error) => Err((
             format!("`sessions.store`: {error}"),
-            "start Redis, or check the URL (redis://host:port/db)".to_owned(),
+            "start Redis, or check the URL (redis://host:port/db, rediss:// for TLS) and the password".to_owned(),
         )),
     }
 }
@@ -253,7 +289,7 @@ async fn redis_store(
 #[cfg(not(feature = "redis"))]
 async fn redis_store(
     _url: &str,
-    _ttl: Option<std::time::Duration>,
+    _settings: &crate::SessionSettings,
 ) -> Result<Arc<dyn portcullis_engine::session::SessionStore>, Problem> {
     Err((
         "this build cannot keep sessions in Redis".to_owned(),

@@ -126,6 +126,9 @@ pub struct LoadedManifest {
     pub(crate) warnings: Vec<Diagnostic>,
     pub(crate) files: Vec<PathBuf>,
     pub(crate) export: crate::AuditExport,
+    /// Made for trials ([`for_trials`](Self::for_trials)): its engine sections are not the
+    /// manifest's.
+    pub(crate) trial: bool,
 }
 
 impl LoadedManifest {
@@ -293,6 +296,7 @@ impl Manifest {
             warnings,
             files,
             export: crate::AuditExport::default(),
+            trial: false,
         })
     }
 

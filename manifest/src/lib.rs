@@ -30,9 +30,11 @@
 //! settings:                       # per point: concurrent, monitor, policy_deadline, call_deadline;
 //!   input: { concurrent: true, call_deadline: 300ms }   # output also stream_batch, stream_checkpoint
 //! audit:                         # where audit records go (any combination)
-//!   jsonl: logs/audit.jsonl       # one audit record per line
+//!   jsonl: logs/audit.jsonl       # one audit record per line (created 0600)
+//!   on_failure: deny              # a call whose record cannot be written fails (default: allow)
 //!   otlp: http://localhost:4318   # spans over OTLP/HTTP to a collector (feature `otel`)
-//! sessions: { store: memory, ttl: 24h }   # or redis://host:port/db (feature `redis`);
+//! sessions: { store: memory, ttl: 24h }   # or redis://host:port/db, rediss:// for TLS
+//!                                         # (feature `redis`), with `password_env: VAR`;
 //!                                         # memory also takes `capacity: 100000`
 //! approvals: { timeout: 5m }              # how long an approval resolver is waited for
 //! keys:                           # keys that verify bundle signatures (OPA's .signatures.json)
@@ -134,7 +136,9 @@ mod watch;
 pub mod yaml;
 
 pub use assemble::{AuditExport, AuditExportError};
-pub use audit::JsonlAuditLog;
+pub use audit::{
+    AUDIT_QUEUE_BYTES, AUDIT_QUEUE_RECORDS, AuditFailure, JsonlAuditLog, audit_write_failures,
+};
 pub use build::{CodeRegistry, LoadedManifest, bundle_id};
 pub use diagnostic::{Diagnostic, ManifestErrors, Severity};
 pub use duration::parse_duration;

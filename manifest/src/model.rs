@@ -199,6 +199,9 @@ pub struct AuditSettings {
     pub otlp: Option<String>,
     /// Where `otlp`'s value is in the manifest.
     pub otlp_position: Option<Position>,
+    /// `on_failure`: what a call whose record the `jsonl` log cannot write does: `allow`
+    /// (the default) goes on, `deny` fails.
+    pub on_failure: crate::AuditFailure,
 }
 
 /// The `sessions` section.
@@ -209,9 +212,13 @@ pub struct SessionSettings {
     pub store: SessionStore,
     /// `ttl`: how long a session's state is kept after its last update.
     pub ttl: Option<Duration>,
-    /// `capacity` (`memory` only): the most sessions kept; the one updated longest ago is
-    /// evicted to make room.
+    /// `capacity` (`memory` only): the most sessions kept; the unlabelled one updated longest
+    /// ago is evicted to make room (a labelled one never is: when only labelled sessions
+    /// remain, a new session is refused).
     pub capacity: Option<usize>,
+    /// `password_env` (Redis only): the environment variable holding the Redis password
+    /// (the URL itself must not hold credentials).
+    pub password_env: Option<String>,
     /// Where the `sessions` section is in the manifest (its `store` value when it has one).
     pub position: Position,
 }
@@ -525,11 +532,29 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                 }
             }
             "audit" => {
-                let Some(fields) = reader.map(value, "`audit`", &["jsonl", "otlp"]) else {
+                let Some(fields) = reader.map(value, "`audit`", &["jsonl", "otlp", "on_failure"])
+                else {
                     continue;
                 };
                 for (key, _, value) in fields {
                     match key {
+                        "on_failure" => {
+                            match reader.string(value, "`audit.on_failure`").as_deref() {
+                                Some("allow") => {
+                                    manifest.audit.on_failure = crate::AuditFailure::Allow
+                                }
+                                Some("deny") => {
+                                    manifest.audit.on_failure = crate::AuditFailure::Deny
+                                }
+                                Some(_) => {
+                                    let diagnostic = reader
+                                    .error(value.position, "`audit.on_failure` must be `allow` or `deny`")
+                                    .with_help("`deny` fails a call whose audit record cannot be written");
+                                    reader.push(diagnostic);
+                                }
+                                None => {}
+                            }
+                        }
                         "jsonl" => {
                             manifest.audit.jsonl = reader
                                 .string(value, "`audit.jsonl`")
@@ -553,18 +578,23 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                 }
             }
             "sessions" => {
-                let Some(fields) = reader.map(value, "`sessions`", &["store", "ttl", "capacity"])
-                else {
+                let Some(fields) = reader.map(
+                    value,
+                    "`sessions`",
+                    &["store", "ttl", "capacity", "password_env"],
+                ) else {
                     continue;
                 };
                 let mut sessions = SessionSettings {
                     store: SessionStore::Memory,
                     ttl: None,
                     capacity: None,
+                    password_env: None,
                     position: key.position,
                 };
                 let mut ok = true;
                 let mut capacity_at = None;
+                let mut password_at = None;
                 for (field, field_key, value) in fields {
                     match field {
                         "store" => {
@@ -575,6 +605,18 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                                     if store.starts_with("redis://")
                                         || store.starts_with("rediss://") =>
                                 {
+                                    if url_has_credentials(&store) {
+                                        let diagnostic = reader
+                                            .error(
+                                                value.position,
+                                                "`sessions.store`: the Redis URL holds credentials, which do not belong in a file",
+                                            )
+                                            .with_help(
+                                                "drop `user:password@` from the URL and name the variable holding the password with `password_env`",
+                                            );
+                                        reader.push(diagnostic);
+                                        ok = false;
+                                    }
                                     sessions.store = SessionStore::Redis(store);
                                 }
                                 Some(_) => {
@@ -602,6 +644,13 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                             Some(ttl) => sessions.ttl = Some(ttl),
                             None => ok = false,
                         },
+                        "password_env" => {
+                            password_at = Some(field_key.position);
+                            match reader.string(value, "`sessions.password_env`") {
+                                Some(variable) => sessions.password_env = Some(variable),
+                                None => ok = false,
+                            }
+                        }
                         _ => {
                             capacity_at = Some(field_key.position);
                             match reader.count(value, "`sessions.capacity`") {
@@ -623,6 +672,13 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                     let diagnostic = reader
                         .error(at, "`sessions.capacity` applies to the `memory` store only")
                         .with_help("Redis bounds its memory itself (`maxmemory`); sessions expire after `ttl`");
+                    reader.push(diagnostic);
+                    ok = false;
+                }
+                if let (SessionStore::Memory, Some(at)) = (&sessions.store, password_at) {
+                    let diagnostic = reader
+                        .error(at, "`sessions.password_env` applies to a Redis store only")
+                        .with_help("the `memory` store needs no password");
                     reader.push(diagnostic);
                     ok = false;
                 }
@@ -912,4 +968,11 @@ fn quoted(keys: &[&str]) -> String {
         .map(|key| format!("`{key}`"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Whether a URL names a user or password (`scheme://user:password@host`).
+fn url_has_credentials(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.contains('@')
 }

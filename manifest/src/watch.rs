@@ -15,7 +15,8 @@ use crate::{CodeRegistry, Diagnostic, Manifest, ManifestErrors, PolicySource};
 pub enum ReloadOutcome {
     /// The new set is in use.
     Reloaded {
-        /// The new set's warnings.
+        /// The new set's warnings, and one for each engine section (`sessions`, `audit`,
+        /// `approvals`) that changed and that the reload did not apply (see [`reload`]).
         warnings: Vec<Diagnostic>,
     },
     /// The manifest or a file it names has errors: the set in use stays.
@@ -38,7 +39,9 @@ impl ReloadOutcome {
 /// Bundles from URLs (`rego: https://...`) are asked for every `poll` interval of their entry,
 /// with the `ETag` of the bundle in use in `If-None-Match`; a new bundle that verifies and opens
 /// reloads the manifest, one that does not (or an error of the server) is a failed reload that
-/// keeps the set in use.
+/// keeps the bundle in use. URLs fail or succeed each on its own: when one URL of a round has
+/// a new bundle and another fails, the new bundle goes in (the failing URL's entry keeps its
+/// last good bundle), and the callback hears of both, the reload first and then the failure.
 ///
 /// The watcher stops when dropped (or with [`stop`](ManifestWatcher::stop)).
 ///
@@ -133,22 +136,20 @@ impl ManifestWatcherBuilder {
             }
             let now = stamps(&files);
             if now == seen {
-                match remotes.poll() {
-                    RemotePoll::Unchanged => continue,
-                    RemotePoll::Failed(errors) => {
-                        (self.on_reload)(&ReloadOutcome::Failed(errors));
-                        continue;
-                    }
-                    RemotePoll::Updated => {
-                        let (outcome, watched) =
-                            reload_files(&self.path, &self.registry, &self.engine);
-                        files = watched;
-                        seen = stamps(&files);
-                        remotes = remotes.renewed(&self.path);
-                        (self.on_reload)(&outcome);
-                        continue;
-                    }
+                let RemotePoll { updated, failed } = remotes.poll();
+                if updated {
+                    // What changed and loaded goes in, whatever another URL of the round
+                    // did: a failing URL's entry keeps its last good bundle (from the cache).
+                    let (outcome, watched) = reload_files(&self.path, &self.registry, &self.engine);
+                    files = watched;
+                    seen = stamps(&files);
+                    remotes = remotes.renewed(&self.path);
+                    (self.on_reload)(&outcome);
                 }
+                if let Some(errors) = failed {
+                    (self.on_reload)(&ReloadOutcome::Failed(errors));
+                }
+                continue;
             }
             // A file being written may be seen half-written (empty, even): reload once the
             // files have stayed the same for a moment.
@@ -204,6 +205,11 @@ impl Drop for ManifestWatcher {
 ///
 /// Reloads (this function's and every watcher's) run one at a time, each reading the files
 /// and swapping its set in before the next starts: the newest files always win.
+///
+/// Only the policy set is swapped. When an engine of this process was assembled from this
+/// manifest ([`LoadedManifest::into_engine_builder`](crate::LoadedManifest::into_engine_builder))
+/// and the manifest's `sessions`, `audit` or `approvals` section differs now, the outcome has
+/// a warning naming the section: the engine keeps the one it started with until a restart.
 pub fn reload(path: &Path, registry: &CodeRegistry, engine: &PolicyEngine) -> ReloadOutcome {
     reload_files(path, registry, engine).0
 }
@@ -223,8 +229,9 @@ fn reload_files(
     let _one_at_a_time = RELOADING.lock().unwrap_or_else(PoisonError::into_inner);
     match Manifest::load(path, registry) {
         Ok(loaded) => {
-            let (set, _, warnings, files) = loaded.into_parts();
+            let (set, manifest, mut warnings, files) = loaded.into_parts();
             engine.replace_policy_set(set);
+            warnings.extend(unapplied_changes(&manifest));
             (ReloadOutcome::Reloaded { warnings }, files)
         }
         Err(errors) => {
@@ -236,6 +243,114 @@ fn reload_files(
             (ReloadOutcome::Failed(errors), files)
         }
     }
+}
+
+/// The `sessions` section as it configures a store: store, TTL, capacity, password variable.
+type SessionSection = (
+    crate::SessionStore,
+    Option<Duration>,
+    Option<usize>,
+    Option<String>,
+);
+
+/// The sections a reload does not apply, as an engine was assembled with them
+/// ([`LoadedManifest::into_engine_builder`](crate::LoadedManifest::into_engine_builder)): the
+/// session store, the audit sinks and the approval time-out belong to the engine, which a
+/// reload keeps; only the policy set is swapped.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EngineSections {
+    sessions: Option<SessionSection>,
+    audit: (Option<PathBuf>, Option<String>, crate::AuditFailure),
+    approvals: Option<Option<Duration>>,
+}
+
+impl EngineSections {
+    fn of(manifest: &Manifest) -> EngineSections {
+        EngineSections {
+            sessions: manifest.sessions.as_ref().map(|sessions| {
+                (
+                    sessions.store.clone(),
+                    sessions.ttl,
+                    sessions.capacity,
+                    sessions.password_env.clone(),
+                )
+            }),
+            audit: (
+                manifest.audit.jsonl.clone(),
+                manifest.audit.otlp.clone(),
+                manifest.audit.on_failure,
+            ),
+            approvals: manifest
+                .approvals
+                .as_ref()
+                .map(|approvals| approvals.timeout),
+        }
+    }
+}
+
+/// The engine sections of each manifest (by path) as an engine of this process was last
+/// assembled from it.
+fn assembled() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, EngineSections>> {
+    static ASSEMBLED: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<PathBuf, EngineSections>>,
+    > = std::sync::OnceLock::new();
+    ASSEMBLED.get_or_init(Default::default)
+}
+
+fn path_key(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// Notes the engine sections an engine is being assembled with.
+pub(crate) fn note_assembled(manifest: &Manifest) {
+    let sections = EngineSections::of(manifest);
+    assembled()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(path_key(&manifest.path), sections);
+}
+
+/// A warning for each engine section of a reloaded `manifest` that differs from what its
+/// engine was assembled with: the reload swapped the policies, not these.
+fn unapplied_changes(manifest: &Manifest) -> Vec<Diagnostic> {
+    let assembled = assembled()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&path_key(&manifest.path))
+        .cloned();
+    let Some(assembled) = assembled else {
+        // No engine of this process was assembled from the manifest's sections.
+        return Vec::new();
+    };
+    let now = EngineSections::of(manifest);
+    let mut warnings = Vec::new();
+    let mut changed = |section: &str, position| {
+        warnings.push(
+            Diagnostic::warning(
+                &manifest.path,
+                position,
+                format!(
+                    "`{section}` changed, and a reload does not apply it: the engine keeps the \
+                     `{section}` it started with until a restart"
+                ),
+            )
+            .with_help("restart the process to apply it"),
+        );
+    };
+    if now.sessions != assembled.sessions {
+        changed("sessions", manifest.sessions.as_ref().map(|s| s.position));
+    }
+    if now.audit != assembled.audit {
+        let position = manifest
+            .audit
+            .jsonl_position
+            .or(manifest.audit.otlp_position);
+        changed("audit", position);
+    }
+    if now.approvals != assembled.approvals {
+        changed("approvals", manifest.approvals.as_ref().map(|a| a.position));
+    }
+    warnings
 }
 
 /// The files and folders a manifest names (without opening them).
@@ -280,11 +395,11 @@ struct Remotes {
     due: Vec<(usize, Instant)>,
 }
 
-/// What polling the due bundle URLs came to.
-enum RemotePoll {
-    Unchanged,
-    Updated,
-    Failed(ManifestErrors),
+/// What polling the due bundle URLs came to: whether a URL has a new bundle (verified,
+/// opened and cached), and the URLs that failed, each keeping its bundle in use.
+struct RemotePoll {
+    updated: bool,
+    failed: Option<ManifestErrors>,
 }
 
 impl Remotes {
@@ -326,7 +441,10 @@ impl Remotes {
     #[allow(unused_mut, unused_variables)]
     fn poll(&mut self) -> RemotePoll {
         let Some(manifest) = &self.manifest else {
-            return RemotePoll::Unchanged;
+            return RemotePoll {
+                updated: false,
+                failed: None,
+            };
         };
         let now = Instant::now();
         let entries: Vec<_> = url_entries(manifest).collect();
@@ -351,12 +469,9 @@ impl Remotes {
                 )),
             }
         }
-        if !errors.is_empty() {
-            RemotePoll::Failed(ManifestErrors::new(errors, Vec::new()))
-        } else if updated {
-            RemotePoll::Updated
-        } else {
-            RemotePoll::Unchanged
+        RemotePoll {
+            updated,
+            failed: (!errors.is_empty()).then(|| ManifestErrors::new(errors, Vec::new())),
         }
     }
 }

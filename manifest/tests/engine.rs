@@ -158,17 +158,23 @@ async fn the_memory_store_keeps_its_ttl_and_capacity() {
         .await
         .unwrap();
     assert!(engine.evaluate_tool_call(&email("s1")).await.is_err());
-    // A second session evicts the first (capacity 1): its label is forgotten.
-    engine.evaluate_input(&input("s2", "hello")).await.unwrap();
-    engine.evaluate_tool_call(&email("s1")).await.unwrap();
-    // The label of a session expires 300 ms after its last update.
-    engine
-        .evaluate_input(&input("s3", "https://evil.example"))
+    // A second session cannot evict the labelled first (capacity 1): it is refused, and the
+    // label stays.
+    let refused = engine
+        .evaluate_input(&input("s2", "hello"))
         .await
-        .unwrap();
-    assert!(engine.evaluate_tool_call(&email("s3")).await.is_err());
+        .expect_err("a store full of labelled sessions refuses a new one");
+    assert_eq!(
+        refused.policy_id(),
+        portcullis_engine::session::SESSION_POLICY_ID
+    );
+    assert!(engine.evaluate_tool_call(&email("s1")).await.is_err());
+    // The label of a session expires 300 ms after its last update; then there is room.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    engine.evaluate_tool_call(&email("s3")).await.unwrap();
+    engine.evaluate_tool_call(&email("s1")).await.unwrap();
+    // An unlabelled session is evicted for a new one.
+    engine.evaluate_input(&input("s2", "hello")).await.unwrap();
+    engine.evaluate_input(&input("s3", "hello")).await.unwrap();
 }
 
 #[test]
@@ -195,6 +201,103 @@ fn session_settings_are_checked_with_their_place() {
     let path = scratch.write("zero.yaml", "sessions: { ttl: 0s, capacity: 0 }\n");
     let errors = Manifest::load(&path, &CodeRegistry::new()).unwrap_err();
     assert_eq!(errors.errors().len(), 2, "{errors}");
+}
+
+/// A Redis password written into the manifest's URL is refused (secrets come from the
+/// environment through `password_env`), and no diagnostic repeats it.
+#[test]
+fn a_redis_password_in_the_manifest_is_refused_without_being_repeated() {
+    let scratch = Scratch::new("redis-credentials");
+    let path = scratch.write(
+        "portcullis.yaml",
+        "sessions: { store: \"rediss://app:hunter2@cache.internal:6380/0\" }\n",
+    );
+    let errors = Manifest::load(&path, &CodeRegistry::new()).unwrap_err();
+    let text = errors.to_string();
+    assert!(text.contains("holds credentials"), "{text}");
+    assert!(text.contains("password_env"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    // `password_env` belongs to a Redis store.
+    let path = scratch.write(
+        "memory.yaml",
+        "sessions: { store: memory, password_env: X }\n",
+    );
+    let errors = Manifest::load(&path, &CodeRegistry::new()).unwrap_err();
+    assert!(
+        errors
+            .to_string()
+            .contains("`sessions.password_env` applies to a Redis store only"),
+        "{errors}"
+    );
+    // A Redis store with `password_env` loads.
+    let path = scratch.write(
+        "redis.yaml",
+        "sessions: { store: \"rediss://cache.internal:6380/0\", password_env: REDIS_PASSWORD }\n",
+    );
+    Manifest::load(&path, &CodeRegistry::new()).expect("loads");
+}
+
+/// The password of `password_env` reaches Redis (`requirepass`), and a variable that is not
+/// set is an error naming it.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn password_env_authenticates_to_a_real_redis() {
+    // The password is a variable the test process already has (setting one needs `unsafe`).
+    let Ok(password) = std::env::var("PATH") else {
+        return;
+    };
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        return;
+    };
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let Ok(mut server) = std::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            &password,
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+    else {
+        eprintln!("skipped: no redis-server");
+        return;
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let scratch = Scratch::new("redis-password-env");
+    let sessions = |variable: &str| {
+        format!("sessions: {{ store: \"redis://127.0.0.1:{port}/0\", password_env: {variable} }}\n")
+    };
+    let path = trifecta_manifest(&scratch, &sessions("PORTCULLIS_TEST_NO_SUCH_VARIABLE"));
+    let unset = Manifest::load(&path, &CodeRegistry::new())
+        .unwrap()
+        .into_engine_builder()
+        .await
+        .err()
+        .expect("the variable is not set");
+    assert!(
+        unset
+            .to_string()
+            .contains("PORTCULLIS_TEST_NO_SUCH_VARIABLE"),
+        "{unset}"
+    );
+    let path = trifecta_manifest(&scratch, &sessions("PATH"));
+    let engine = engine_of(&path).await;
+    engine
+        .evaluate_input(&input("s1", "https://evil.example"))
+        .await
+        .unwrap();
+    assert!(engine.evaluate_tool_call(&email("s1")).await.is_err());
+    let _ = server.kill();
+    let _ = server.wait();
 }
 
 /// A resolver that never answers in time.
@@ -257,6 +360,18 @@ async fn the_approval_timeout_is_applied() {
     );
 }
 
+/// The records of the log once it has `count` of them (or after five seconds).
+fn lines_eventually(path: &std::path::Path, count: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let read = lines(path);
+        if read.len() >= count || Instant::now() > deadline {
+            return read;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn lines(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap()
@@ -292,6 +407,8 @@ async fn audit_records_go_to_the_jsonl_file_and_to_the_callers_handler() {
         .await
         .unwrap();
     engine.evaluate_input(&input("s1", "hello")).await.unwrap();
+    // The log's own thread writes the lines: they are all there once the engine is dropped.
+    drop(engine);
     let written = lines(&scratch.path("logs/audit.jsonl"));
     assert_eq!(written.len(), 2);
     assert_eq!(written[0]["policy_id"], "mark_untrusted");
@@ -518,8 +635,11 @@ async fn spans_reach_a_collector_over_otlp_http() {
         deny.status.as_ref().map(|status| status.code),
         Some(StatusCode::Error as i32)
     );
-    // The JSON lines sink got the same records.
-    assert_eq!(lines(&scratch.path("logs/audit.jsonl")).len(), 2);
+    // The JSON lines sink got the same records (written by the log's own thread).
+    assert_eq!(
+        lines_eventually(&scratch.path("logs/audit.jsonl"), 2).len(),
+        2
+    );
 
     // After shutdown nothing more is exported, and the handle is idle.
     export.shutdown().await.unwrap();
@@ -551,4 +671,133 @@ async fn spans_left_at_the_end_are_exported_by_shutdown() {
     drop(engine);
     export.shutdown().await.unwrap();
     assert_eq!(receiver::spans_received(&collector), 5);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_jsonl_log_is_created_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new("jsonl-mode");
+    scratch.write("rules/mark_untrusted.json", MARK_UNTRUSTED);
+    let path = scratch.write(
+        "portcullis.yaml",
+        "input:\n  - dsl: rules/mark_untrusted.json\naudit: { jsonl: audit.jsonl }\n",
+    );
+    let engine = engine_of(&path).await;
+    engine
+        .evaluate_input(&input("s1", "my password is hunter2"))
+        .await
+        .unwrap();
+    drop(engine);
+    let mode = std::fs::metadata(scratch.path("audit.jsonl"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the log holds prompts: {mode:o}");
+    assert!(
+        std::fs::read_to_string(scratch.path("audit.jsonl"))
+            .unwrap()
+            .contains("hunter2")
+    );
+}
+
+/// A log on a full disk (`/dev/full` fails every write): the failures are counted, and with
+/// `on_failure: deny` the calls fail once a write failed, even under `on_error: allow`; with
+/// the default they go on.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_log_that_cannot_be_written_is_counted_and_fails_the_calls_under_deny() {
+    let scratch = Scratch::new("jsonl-full");
+    scratch.write("rules/mark_untrusted.json", MARK_UNTRUSTED);
+    for (on_failure, denies) in [("allow", false), ("deny", true)] {
+        let path = scratch.write(
+            &format!("{on_failure}.yaml"),
+            &format!(
+                "on_error: allow\ninput:\n  - dsl: rules/mark_untrusted.json\naudit: {{ jsonl: /dev/full, on_failure: {on_failure} }}\n"
+            ),
+        );
+        let before = portcullis_manifest::audit_write_failures();
+        let engine = engine_of(&path).await;
+        // The first record is queued: its call proceeds, its write fails afterwards.
+        engine
+            .evaluate_input(&input("s1", "hello"))
+            .await
+            .expect("the first record is queued");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if denies {
+            // From the failed write on, every call fails.
+            let error = loop {
+                match engine.evaluate_input(&input("s1", "hello")).await {
+                    Ok(_) => assert!(Instant::now() < deadline, "the calls still proceed"),
+                    Err(error) => break error,
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            assert_eq!(error.policy_id(), portcullis_engine::AUDIT_POLICY_ID);
+            assert!(error.to_string().contains("portcullis.audit"), "{error}");
+            let context = input("s2", "hello");
+            let again = engine.evaluate_input(&context).await;
+            assert!(again.is_err(), "the log still fails: so do the calls");
+        } else {
+            while portcullis_manifest::audit_write_failures() == before {
+                assert!(
+                    Instant::now() < deadline,
+                    "the failed write was not counted"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            engine
+                .evaluate_input(&input("s1", "hello"))
+                .await
+                .expect("on_failure: allow goes on");
+        }
+    }
+}
+
+/// A log whose writes stall (a pipe nobody reads, as a hung disk would): its queue fills, and
+/// the records that do not fit are counted; under `on_failure: deny` their calls fail.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_log_fills_its_bounded_queue_and_denies_under_deny() {
+    use std::io::Read;
+    let scratch = Scratch::new("jsonl-stalled");
+    let fifo = scratch.path("audit.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|status| status.success()), "mkfifo");
+    // A reader that holds the pipe open without reading until told to drain it.
+    let (drain, drained) = std::sync::mpsc::channel::<()>();
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut pipe = std::fs::File::open(&fifo).unwrap();
+            let _ = drained.recv();
+            let mut sink = Vec::new();
+            let _ = pipe.read_to_end(&mut sink);
+        })
+    };
+    scratch.write("rules/mark_untrusted.json", MARK_UNTRUSTED);
+    let path = scratch.write(
+        "portcullis.yaml",
+        &format!(
+            "on_error: allow\ninput:\n  - dsl: rules/mark_untrusted.json\naudit: {{ jsonl: {}, on_failure: deny }}\n",
+            fifo.display()
+        ),
+    );
+    let engine = engine_of(&path).await;
+    let before = portcullis_manifest::audit_write_failures();
+    let mut refused = None;
+    // The pipe takes 64 KiB, the queue AUDIT_QUEUE_RECORDS records: the calls past both fail.
+    for call in 0..(portcullis_manifest::AUDIT_QUEUE_RECORDS * 2) {
+        if let Err(error) = engine.evaluate_input(&input("s1", "hello")).await {
+            refused = Some((call, error));
+            break;
+        }
+    }
+    let (call, error) = refused.expect("a call failed once the queue was full");
+    assert!(call >= portcullis_manifest::AUDIT_QUEUE_RECORDS, "{call}");
+    assert_eq!(error.policy_id(), portcullis_engine::AUDIT_POLICY_ID);
+    assert!(portcullis_manifest::audit_write_failures() > before);
+    let _ = drain.send(());
+    drop(engine);
+    reader.join().unwrap();
 }

@@ -606,3 +606,90 @@ fn the_watcher_polls_with_the_etag_and_keeps_the_last_good_bundle() {
     assert!(decide(&engine, "my SSN is 123-45-6789").is_err());
     watcher.stop();
 }
+
+/// Two bundle servers polled in the same rounds; one starts failing, then the other serves a
+/// new bundle. The failing URL must not hold the new bundle back: it goes in, the failing
+/// entry keeps its last good bundle, and the failure is reported.
+#[test]
+fn a_failing_url_does_not_hold_back_a_new_bundle_from_another() {
+    let first = BundleServer::start(Answer::Bundle(tar_gz(&files(1))));
+    let second = BundleServer::start(Answer::Bundle(tar_gz(&files(1))));
+    let scratch = Scratch::new("url-two");
+    let path = scratch.write(
+        "portcullis.yaml",
+        &format!(
+            "input:\n  - rego: {}\n    id: first\n    poll: 100ms\n  - rego: {}\n    id: second\n    poll: 100ms\n",
+            first.url(),
+            second.url()
+        ),
+    );
+    let loaded = load(&path).expect("loads");
+    let files_watched = loaded.files().to_vec();
+    let engine = Arc::new(
+        PolicyEngine::builder()
+            .policy_set(loaded.into_policy_set())
+            .build(),
+    );
+    let (sender, outcomes) = mpsc::channel();
+    let sender = Mutex::new(sender);
+    let watcher = ManifestWatcher::builder(&path, Arc::clone(&engine))
+        .interval(Duration::from_millis(50))
+        .files(files_watched)
+        .on_reload(move |outcome: &ReloadOutcome| {
+            let _ = sender.lock().unwrap().send(match outcome {
+                ReloadOutcome::Reloaded { .. } => Ok(()),
+                ReloadOutcome::Failed(errors) => Err(errors.to_string()),
+            });
+        })
+        .spawn();
+
+    // The second server fails: reported, nothing reloaded.
+    second.set(Answer::Status(503));
+    let failure = outcomes
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a failed poll");
+    assert!(
+        failure.as_ref().is_err_and(|e| e.contains("503")),
+        "{failure:?}"
+    );
+
+    // While it still fails, the first serves a new bundle: it goes in.
+    let before = engine.policy_set();
+    first.set(Answer::Bundle(tar_gz(&files(2))));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let reloaded = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match outcomes.recv_timeout(left) {
+            Ok(Ok(())) => break true,
+            Ok(Err(error)) => {
+                assert!(error.contains("503"), "only the second URL fails: {error}");
+                assert!(!error.contains(&first.url()), "{error}");
+            }
+            Err(_) => break false,
+        }
+    };
+    assert!(
+        reloaded,
+        "the first URL's new bundle was held back by the second's failure"
+    );
+    assert!(!Arc::ptr_eq(&before, &engine.policy_set()));
+    // The failure is still reported after the reload, and the second entry is still there,
+    // on its last good bundle.
+    let failure = outcomes
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the failure of the second URL");
+    assert!(
+        failure.as_ref().is_err_and(|e| e.contains("503")),
+        "{failure:?}"
+    );
+    let ids: Vec<String> = engine
+        .policy_set()
+        .input()
+        .policies()
+        .map(|policy| policy.id().to_owned())
+        .collect();
+    assert_eq!(ids, ["first", "second"]);
+    assert!(decide(&engine, "my SSN is 123-45-6789").is_err());
+    assert!(decide(&engine, "hello").is_ok());
+    watcher.stop();
+}

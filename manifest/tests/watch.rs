@@ -98,3 +98,57 @@ async fn a_change_reloads_and_a_broken_change_keeps_the_old_set() {
     assert!(!allowed(&engine, "a").await);
     watcher.stop();
 }
+
+/// The engine keeps the session store, audit sinks and approval time-out it was assembled
+/// with: a reload that changes them says so, naming each section, instead of dropping the
+/// change silently.
+#[tokio::test]
+async fn a_reload_warns_about_engine_sections_it_does_not_apply() {
+    let scratch = Scratch::new("watch-sections");
+    scratch.write("rules/rule.json", DENY_A);
+    let start = "input:\n  - dsl: rules/rule.json\nsessions: { store: memory, ttl: 1h }\napprovals: { timeout: 1m }\n";
+    let path = scratch.write("portcullis.yaml", start);
+    let engine = Manifest::load(&path, &CodeRegistry::new())
+        .unwrap()
+        .into_engine_builder()
+        .await
+        .unwrap()
+        .build();
+    let warned = |outcome: &ReloadOutcome| -> Vec<String> {
+        match outcome {
+            ReloadOutcome::Reloaded { warnings } => {
+                warnings.iter().map(ToString::to_string).collect()
+            }
+            ReloadOutcome::Failed(errors) => panic!("{errors}"),
+        }
+    };
+
+    // Only the policies change: no warning.
+    rewrite(
+        &path,
+        &start.replace("rules/rule.json", "rules/./rule.json"),
+    );
+    let outcome = portcullis_manifest::reload(&path, &CodeRegistry::new(), &engine);
+    assert!(warned(&outcome).is_empty(), "{outcome:?}");
+
+    // The three engine sections change: one warning each, with its place.
+    rewrite(
+        &path,
+        "input:\n  - dsl: rules/rule.json\nsessions: { store: memory, ttl: 2h }\napprovals: { timeout: 5m }\naudit: { jsonl: audit.jsonl }\n",
+    );
+    let outcome = portcullis_manifest::reload(&path, &CodeRegistry::new(), &engine);
+    let warnings = warned(&outcome);
+    for section in ["sessions", "audit", "approvals"] {
+        assert!(
+            warnings
+                .iter()
+                .any(|warning| warning.contains(&format!("`{section}` changed"))
+                    && warning.contains("restart")
+                    && warning.contains("portcullis.yaml:")),
+            "no warning for `{section}`: {warnings:?}"
+        );
+    }
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    // The set did change.
+    assert!(!allowed(&engine, "a").await);
+}

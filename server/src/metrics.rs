@@ -24,6 +24,23 @@ pub(crate) struct Metrics {
     /// Connections open now, and the most ever open at once.
     connections: AtomicUsize,
     peak_connections: AtomicUsize,
+    /// Counters other parts of the process keep, read at each scrape.
+    external: Mutex<Vec<ExternalCounter>>,
+}
+
+/// A counter kept elsewhere in the process (the audit log's write failures).
+pub(crate) struct ExternalCounter {
+    pub(crate) name: String,
+    pub(crate) help: String,
+    pub(crate) read: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl std::fmt::Debug for ExternalCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalCounter")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -52,6 +69,18 @@ impl Metrics {
             *count += 1;
         } else {
             map.insert((route.to_owned(), status), 1);
+        }
+    }
+
+    /// Shows `counter` too; one whose name is not a Prometheus metric name is left out.
+    pub(crate) fn add_external(&self, counter: ExternalCounter) {
+        let mut chars = counter.name.chars();
+        let valid = chars
+            .next()
+            .is_some_and(|first| first.is_ascii_alphabetic() || first == '_' || first == ':')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        if valid {
+            lock(&self.external).push(counter);
         }
     }
 
@@ -152,6 +181,12 @@ impl Metrics {
         );
         out.push_str("# TYPE portcullis_policy_set_loaded gauge\n");
         let _ = writeln!(out, "portcullis_policy_set_loaded {}", u8::from(loaded));
+        for counter in lock(&self.external).iter() {
+            let help = counter.help.replace('\\', "\\\\").replace('\n', "\\n");
+            let _ = writeln!(out, "# HELP {} {help}", counter.name);
+            let _ = writeln!(out, "# TYPE {} counter", counter.name);
+            let _ = writeln!(out, "{} {}", counter.name, (counter.read)());
+        }
         out
     }
 }
@@ -189,6 +224,16 @@ mod tests {
         metrics.evaluation(Duration::from_micros(300));
         metrics.evaluation(Duration::from_secs(3));
         metrics.reload("failed");
+        metrics.add_external(ExternalCounter {
+            name: "portcullis_audit_write_failures_total".into(),
+            help: "Audit records lost.".into(),
+            read: Box::new(|| 3),
+        });
+        metrics.add_external(ExternalCounter {
+            name: "not a name".into(),
+            help: String::new(),
+            read: Box::new(|| 4),
+        });
         let text = metrics.render(true);
         assert!(text.contains(
             "portcullis_http_requests_total{route=\"/v1/evaluate/{point}\",status=\"200\"} 2\n"
@@ -202,6 +247,8 @@ mod tests {
         assert!(text.contains("portcullis_evaluation_duration_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(text.contains("portcullis_evaluation_duration_seconds_count 2\n"));
         assert!(text.contains("portcullis_reloads_total{outcome=\"failed\"} 1\n"));
+        assert!(text.contains("# TYPE portcullis_audit_write_failures_total counter\nportcullis_audit_write_failures_total 3\n"));
+        assert!(!text.contains("not a name"));
         assert!(text.contains("portcullis_policy_set_loaded 1\n"));
     }
 }

@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use portcullis_engine::{
-    AuditHandler, AuditRecord, EngineError, InputContext, InterceptionPoint, OutputContext,
-    PolicyEngine, ToolCallContext,
+    AuditHandler, AuditRecord, BoxError, EngineError, InputContext, InterceptionPoint,
+    OutputContext, PolicyEngine, ToolCallContext,
 };
 use serde_json::Value;
 
@@ -70,6 +70,12 @@ impl DecisionTap {
 
 impl AuditHandler for DecisionTap {
     fn handle(&self, record: &AuditRecord<'_>) {
+        let _ = self.try_handle(record);
+    }
+
+    /// Notes the record, then hands it on and returns the wrapped handler's answer, so a log
+    /// under `on_failure: deny` fails the call behind the service too.
+    fn try_handle(&self, record: &AuditRecord<'_>) -> Result<(), BoxError> {
         let _ = TAKEN.try_with(|taken| {
             taken.borrow_mut().push((
                 record.policy_id.to_owned(),
@@ -79,8 +85,9 @@ impl AuditHandler for DecisionTap {
         if let Some(observer) = &self.observer {
             observer(record);
         }
-        if let Some(inner) = &self.inner {
-            inner.handle(record);
+        match &self.inner {
+            Some(inner) => inner.try_handle(record),
+            None => Ok(()),
         }
     }
 }

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
-use crate::metrics::Metrics;
+use crate::metrics::{ExternalCounter, Metrics};
 use crate::outcome::{self, Context, DecisionTap};
 
 /// The default cap on a request body: 1 MiB.
@@ -179,6 +179,24 @@ impl DecisionServiceBuilder {
     /// the token is.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// Also shows at `/metrics` a counter kept elsewhere in the process, read at each scrape
+    /// (`portcullis serve` shows the audit log's write failures this way). `name` must be a
+    /// Prometheus metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`, by convention ending `_total`); a
+    /// counter with another name is left out.
+    pub fn counter(
+        self,
+        name: impl Into<String>,
+        help: impl Into<String>,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) -> Self {
+        self.metrics.add_external(ExternalCounter {
+            name: name.into(),
+            help: help.into(),
+            read: Box::new(read),
+        });
         self
     }
 

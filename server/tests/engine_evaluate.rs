@@ -171,3 +171,41 @@ async fn the_policy_sees_the_session_and_its_labels_are_recorded() {
     );
     server.stop().await;
 }
+
+/// An audit handler that keeps no record: an audit log under `on_failure: deny` that cannot
+/// write.
+struct Refusing;
+
+impl portcullis_engine::AuditHandler for Refusing {
+    fn handle(&self, _: &AuditRecord<'_>) {}
+
+    fn try_handle(&self, _: &AuditRecord<'_>) -> Result<(), portcullis_engine::BoxError> {
+        Err("the audit log cannot be written".into())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_audit_record_fails_the_call_behind_the_service_too() {
+    let set = PolicySet::builder().input(deny_secrets()).build();
+    let server = start_engine(
+        DecisionService::builder().audit(Refusing),
+        PolicyEngine::builder().policy_set(set),
+        ServeOptions::new(),
+    )
+    .await;
+    let (status, outcome) = post(
+        &format!("{}/v1/evaluate/input", server.url),
+        &input("hello"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(outcome["outcome"], "error", "{outcome}");
+    assert_eq!(outcome["error"]["policy_id"], "portcullis.audit", "{outcome}");
+    let (status, _) = post(
+        &format!("{}/engine/evaluate", server.url),
+        &request("block_secret", input("hello")),
+    )
+    .await;
+    assert_ne!(status, 200, "an allow whose record was refused must not be answered");
+    server.stop().await;
+}

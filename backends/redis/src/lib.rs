@@ -28,6 +28,11 @@
 //!   labels are added, and the key's time to live starts again. Concurrent records from any
 //!   number of processes all count, none twice.
 //! - A load is one `HGETALL`. A session not updated for the TTL expires in Redis itself.
+//! - `rediss://` URLs connect over TLS (rustls), verifying the server against the system's
+//!   roots or [`root_certificates`](RedisSessionStoreBuilder::root_certificates). A password
+//!   is best given with [`password`](RedisSessionStoreBuilder::password) (from the
+//!   environment) rather than in the URL; errors and `Debug` never show it, nor the URL's
+//!   query ([`redact_url`]).
 //! - One multiplexed connection, re-established after a failure
 //!   ([`redis::aio::ConnectionManager`]), shared by every clone of the store and every call.
 //!
@@ -99,13 +104,60 @@ impl std::error::Error for RedisStoreError {
 }
 
 /// Builds a [`RedisSessionStore`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use]
 pub struct RedisSessionStoreBuilder {
     url: String,
+    password: Option<String>,
+    root_certificates: Option<Vec<u8>>,
     prefix: String,
     ttl: Duration,
     timeout: Duration,
+}
+
+impl fmt::Debug for RedisSessionStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSessionStoreBuilder")
+            .field("url", &redact_url(&self.url))
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("root_certificates", &self.root_certificates.is_some())
+            .field("prefix", &self.prefix)
+            .field("ttl", &self.ttl)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// `url` as errors and logs show it: without its credentials (`user:password@` becomes
+/// `<redacted>@`), query and fragment.
+///
+/// ```
+/// use portcullis_redis::redact_url;
+///
+/// assert_eq!(
+///     redact_url("rediss://app:s3cret@cache.internal:6380/2?protocol=resp3"),
+///     "rediss://<redacted>@cache.internal:6380/2"
+/// );
+/// assert_eq!(redact_url("redis://127.0.0.1:6379/0"), "redis://127.0.0.1:6379/0");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("<redacted>@{host}"),
+        None => authority.to_owned(),
+    };
+    match scheme {
+        Some(scheme) => format!("{scheme}://{authority}{path}"),
+        None => format!("{authority}{path}"),
+    }
 }
 
 impl RedisSessionStoreBuilder {
@@ -127,14 +179,62 @@ impl RedisSessionStoreBuilder {
         self
     }
 
+    /// Authenticates with `password` (Redis `AUTH`, with the URL's user name when it has
+    /// one), in place of a password in the URL: keep it out of files and take it from the
+    /// environment (the manifest's `password_env`).
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// For a `rediss://` URL: trust the certificate authorities of `pem` (PEM certificates)
+    /// instead of the system's.
+    pub fn root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certificates = Some(pem.into());
+        self
+    }
+
     /// Connects (within the time-out) and returns the store.
+    ///
+    /// A `rediss://` URL connects over TLS (rustls; the server's certificate is verified
+    /// against the system's roots, or those of
+    /// [`root_certificates`](Self::root_certificates)). Errors name the URL without its
+    /// credentials or query ([`redact_url`]).
     pub async fn connect(self) -> Result<RedisSessionStore, RedisStoreError> {
-        let client = redis::Client::open(self.url.as_str()).map_err(|error| {
-            RedisStoreError::new(
-                format!("invalid Redis URL {:?}: {error}", self.url),
-                Some(error),
-            )
-        })?;
+        let shown = redact_url(&self.url);
+        let invalid = |error: redis::RedisError| {
+            RedisStoreError::new(format!("invalid Redis URL {shown}: {error}"), Some(error))
+        };
+        let mut info =
+            redis::IntoConnectionInfo::into_connection_info(self.url.as_str()).map_err(invalid)?;
+        if let Some(password) = &self.password {
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        if tls {
+            // The client's TLS configuration takes the process's default provider.
+            let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match self.root_certificates {
+            Some(root_cert) if tls => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert),
+                },
+            ),
+            Some(_) => {
+                return Err(RedisStoreError::new(
+                    format!(
+                        "root certificates are given for {shown}, which is not a rediss:// URL"
+                    ),
+                    None,
+                ));
+            }
+            None => redis::Client::open(info),
+        }
+        .map_err(invalid)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout))
@@ -145,15 +245,15 @@ impl RedisSessionStoreBuilder {
             Ok(Ok(connection)) => connection,
             Ok(Err(error)) => {
                 return Err(RedisStoreError::new(
-                    format!("cannot connect to Redis at {}: {error}", self.url),
+                    format!("cannot connect to Redis at {shown}: {error}"),
                     Some(error),
                 ));
             }
             Err(_) => {
                 return Err(RedisStoreError::new(
                     format!(
-                        "cannot connect to Redis at {}: no answer within {:?}",
-                        self.url, self.timeout
+                        "cannot connect to Redis at {shown}: no answer within {:?}",
+                        self.timeout
                     ),
                     None,
                 ));
@@ -191,10 +291,13 @@ impl fmt::Debug for RedisSessionStore {
 }
 
 impl RedisSessionStore {
-    /// A builder for a store on the Redis at `url` (`redis://host:port/db`).
+    /// A builder for a store on the Redis at `url` (`redis://host:port/db`, or
+    /// `rediss://host:port/db` over TLS).
     pub fn builder(url: impl Into<String>) -> RedisSessionStoreBuilder {
         RedisSessionStoreBuilder {
             url: url.into(),
+            password: None,
+            root_certificates: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             ttl: DEFAULT_TTL,
             timeout: DEFAULT_TIMEOUT,

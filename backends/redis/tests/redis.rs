@@ -21,16 +21,29 @@ struct Server {
     port: u16,
 }
 
-impl Server {
-    fn start() -> Option<Server> {
-        let port = TcpListener::bind("127.0.0.1:0")
+fn free_port() -> Option<u16> {
+    Some(
+        TcpListener::bind("127.0.0.1:0")
             .ok()?
             .local_addr()
             .ok()?
-            .port();
+            .port(),
+    )
+}
+
+impl Server {
+    fn start() -> Option<Server> {
+        Server::start_with(&[])
+    }
+
+    /// A server with `extra` arguments (`--requirepass`, TLS); answers PING only when no
+    /// password is set, so a password server is waited for by its port.
+    fn start_with(extra: &[&str]) -> Option<Server> {
+        let port = free_port()?;
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
@@ -46,7 +59,7 @@ impl Server {
         let server = Server { child, port };
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if server.ping() {
+            if server.ping() || (!extra.is_empty() && server.listening()) {
                 return Some(server);
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -56,6 +69,10 @@ impl Server {
 
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn listening(&self) -> bool {
+        std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
     }
 
     fn ping(&self) -> bool {
@@ -330,4 +347,198 @@ async fn connecting_to_nothing_fails_clearly() {
             .await
             .is_err()
     );
+}
+
+/// The password comes from the builder (the manifest's `password_env`), not the URL; a wrong
+/// or missing one is refused, and no error shows a password or the URL's query.
+#[tokio::test]
+async fn a_password_server_takes_the_password_from_the_builder_and_errors_hide_it() {
+    let Some(server) = Server::start_with(&["--requirepass", "correct-horse"]) else {
+        return;
+    };
+    let store = RedisSessionStore::builder(server.url())
+        .password("correct-horse")
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect("connects with the password");
+    let key = SessionKey::new("agent", "s").unwrap();
+    let update = SessionUpdate {
+        point: InterceptionPoint::Input,
+        tool: None,
+        labels: &["untrusted".to_owned()],
+    };
+    store.record(key, update).await.unwrap();
+    assert_eq!(store.load(key).await.unwrap().labels, ["untrusted"]);
+
+    // Without the password: refused, whichever step notices.
+    let without = RedisSessionStore::builder(server.url())
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    if let Ok(store) = without {
+        assert!(store.load(key).await.is_err(), "read without the password");
+    }
+
+    // A wrong password in the URL (as a careless configuration has it): the error names the
+    // server but shows neither the password nor the query.
+    let url = format!(
+        "redis://app:wrong-battery@127.0.0.1:{}/0?token=query-secret",
+        server.port
+    );
+    let error = RedisSessionStore::builder(url.clone())
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect_err("a wrong password");
+    let shown = format!("{error} {:?}", std::error::Error::source(&error));
+    assert!(
+        shown.contains(&format!("127.0.0.1:{}", server.port)),
+        "{shown}"
+    );
+    for secret in ["wrong-battery", "query-secret", "app:"] {
+        assert!(!shown.contains(secret), "{secret} shown: {shown}");
+    }
+    let builder = RedisSessionStore::builder(url).password("correct-horse");
+    let debug = format!("{builder:?}");
+    for secret in ["wrong-battery", "query-secret", "correct-horse"] {
+        assert!(!debug.contains(secret), "{secret} shown: {debug}");
+    }
+}
+
+/// Makes a certificate authority and a certificate for 127.0.0.1 it signed, with `openssl`,
+/// in `dir`; `None` when `openssl` cannot run.
+fn certificates(dir: &std::path::Path) -> Option<()> {
+    let run = |args: &[&str]| -> Option<()> {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then_some(())
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=portcullis-test-ca",
+    ])?;
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ])?;
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").ok()?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ])
+}
+
+/// `rediss://` is TLS: a TLS-only server is reached (its certificate verified against the
+/// given authority), and a plain server is not silently used in the clear.
+#[tokio::test]
+async fn rediss_connects_over_tls_and_never_falls_back_to_plain_text() {
+    let dir = std::env::temp_dir().join(format!("portcullis-redis-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    if certificates(&dir).is_none() {
+        eprintln!("skipped: openssl cannot make test certificates");
+        return;
+    }
+    let Some(tls_port) = free_port() else { return };
+    let path = |name: &str| dir.join(name).display().to_string();
+    let tls_port_text = tls_port.to_string();
+    let (certificate, key, authority) = (path("server.pem"), path("server.key"), path("ca.pem"));
+    let Some(server) = Server::start_with(&[
+        "--tls-port",
+        &tls_port_text,
+        "--tls-cert-file",
+        &certificate,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &authority,
+        "--tls-auth-clients",
+        "no",
+    ]) else {
+        return;
+    };
+    let ca = std::fs::read(dir.join("ca.pem")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let store = loop {
+        match RedisSessionStore::builder(format!("rediss://127.0.0.1:{tls_port}/0"))
+            .root_certificates(ca.clone())
+            .timeout(Duration::from_secs(2))
+            .connect()
+            .await
+        {
+            Ok(store) => break store,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "no TLS connection: {error:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let key = SessionKey::new("agent", "tls").unwrap();
+    let update = SessionUpdate {
+        point: InterceptionPoint::ToolCall,
+        tool: Some("fetch"),
+        labels: &[],
+    };
+    store.record(key, update).await.unwrap();
+    assert_eq!(store.load(key).await.unwrap().counters.tool_call.total, 1);
+
+    // Without the authority, the server's certificate is not trusted.
+    let untrusted = RedisSessionStore::builder(format!("rediss://127.0.0.1:{tls_port}/0"))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    match untrusted {
+        Err(_) => {}
+        Ok(store) => assert!(store.load(key).await.is_err(), "an untrusted certificate"),
+    }
+
+    // rediss:// to the plain port: TLS fails, nothing goes in the clear.
+    let plain = RedisSessionStore::builder(format!("rediss://127.0.0.1:{}/0", server.port))
+        .root_certificates(ca)
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await;
+    match plain {
+        Err(_) => {}
+        Ok(store) => assert!(store.load(key).await.is_err(), "TLS to a plain port"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::error::BoxError;
 use crate::session::store::{SessionFacts, SessionKey, SessionStore, SessionUpdate};
 
-/// Sessions kept by default before the oldest is evicted.
+/// Sessions kept by default before the oldest unlabelled one is evicted.
 pub const DEFAULT_MEMORY_CAPACITY: usize = 100_000;
 
 /// How long a session is kept after its last update, by default (24 hours).
@@ -18,7 +18,14 @@ pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// shares a store such as Redis instead.
 ///
 /// - **Bounded**: at most [`capacity`](Self::with_capacity) sessions; recording a new session
-///   when full evicts the one updated longest ago.
+///   when full evicts the *unlabelled* session updated longest ago. A session that carries
+///   labels (the taint a policy put on it) is never evicted to make room: flooding the store
+///   with new sessions cannot wash another session's labels away. When every session held
+///   carries labels, a new session is refused: [`record`](SessionStore::record) fails with a
+///   [`StoreFull`] error, which the engine reports as an evaluation error of
+///   [`SESSION_POLICY_ID`](crate::session::SESSION_POLICY_ID), so the policy set's `on_error`
+///   decides (`deny`, the default, fails the call). Labelled sessions still leave when their
+///   TTL runs out; size the capacity for the labelled sessions one TTL can hold.
 /// - **Expiring**: a session not updated for the [TTL](Self::with_ttl) is forgotten. There
 ///   is no background thread: an expired session is dropped when it is next read or written,
 ///   and every record also drops the expired sessions at the old end of the queue, so
@@ -51,8 +58,11 @@ pub struct MemorySessionStore {
 #[derive(Debug, Default)]
 struct Inner {
     sessions: HashMap<String, Slot, foldhash::fast::RandomState>,
-    /// The sessions by the sequence number of their last update: the first is the oldest.
-    order: BTreeMap<u64, String>,
+    /// The sessions without labels by the sequence number of their last update: the first is
+    /// the oldest, the one evicted when the store is full.
+    unlabelled: BTreeMap<u64, String>,
+    /// The sessions with labels, likewise: never evicted, only expired.
+    labelled: BTreeMap<u64, String>,
     next: u64,
 }
 
@@ -63,6 +73,39 @@ struct Slot {
     expires: Option<Instant>,
     sequence: u64,
 }
+
+impl Slot {
+    fn labelled(&self) -> bool {
+        !self.facts.labels.is_empty()
+    }
+}
+
+/// The error of a [`MemorySessionStore`] asked to record a new session while full of
+/// sessions that carry labels, none of which it may evict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreFull {
+    capacity: usize,
+}
+
+impl StoreFull {
+    /// The capacity of the store that refused.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+impl std::fmt::Display for StoreFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the session store is full: all {} sessions carry labels, which are never evicted; \
+             a new session is refused until one expires (raise `capacity` or shorten `ttl`)",
+            self.capacity
+        )
+    }
+}
+
+impl std::error::Error for StoreFull {}
 
 impl Default for MemorySessionStore {
     fn default() -> Self {
@@ -151,9 +194,38 @@ fn with_name<R>(key: SessionKey<'_>, f: impl FnOnce(&str) -> R) -> R {
 }
 
 impl Inner {
+    fn queue(&mut self, labelled: bool) -> &mut BTreeMap<u64, String> {
+        if labelled {
+            &mut self.labelled
+        } else {
+            &mut self.unlabelled
+        }
+    }
+
     fn remove(&mut self, name: &str) {
         if let Some(slot) = self.sessions.remove(name) {
-            self.order.remove(&slot.sequence);
+            self.queue(slot.labelled()).remove(&slot.sequence);
+        }
+    }
+
+    /// Drops the expired sessions at the old end of `labelled`'s queue.
+    fn drop_expired(&mut self, labelled: bool, now: Instant) {
+        loop {
+            let queue = if labelled {
+                &self.labelled
+            } else {
+                &self.unlabelled
+            };
+            let Some((_, oldest)) = queue.first_key_value() else {
+                return;
+            };
+            match self.sessions.get(oldest) {
+                Some(slot) if slot.expires.is_some_and(|expires| now >= expires) => {
+                    let oldest = oldest.clone();
+                    self.remove(&oldest);
+                }
+                _ => return,
+            }
         }
     }
 }
@@ -165,8 +237,7 @@ impl SessionStore for MemorySessionStore {
     }
 
     async fn record(&self, key: SessionKey<'_>, update: SessionUpdate<'_>) -> Result<(), BoxError> {
-        self.record_update(key, &update);
-        Ok(())
+        self.record_update(key, &update).map_err(BoxError::from)
     }
 
     fn load_now(&self, key: SessionKey<'_>) -> Option<Result<SessionFacts, BoxError>> {
@@ -178,8 +249,7 @@ impl SessionStore for MemorySessionStore {
         key: SessionKey<'_>,
         update: SessionUpdate<'_>,
     ) -> Option<Result<(), BoxError>> {
-        self.record_update(key, &update);
-        Some(Ok(()))
+        Some(self.record_update(key, &update).map_err(BoxError::from))
     }
 }
 
@@ -199,69 +269,78 @@ impl MemorySessionStore {
         })
     }
 
-    fn record_update(&self, key: SessionKey<'_>, update: &SessionUpdate<'_>) {
+    fn record_update(
+        &self,
+        key: SessionKey<'_>,
+        update: &SessionUpdate<'_>,
+    ) -> Result<(), StoreFull> {
         let now = Instant::now();
-        with_name(key, |name| self.record_now_at(name, update, now));
+        with_name(key, |name| self.record_now_at(name, update, now))
     }
 }
 
 impl MemorySessionStore {
     /// [`record`](SessionStore::record), under the lock.
-    fn record_now_at(&self, name: &str, update: &SessionUpdate<'_>, now: Instant) {
+    fn record_now_at(
+        &self,
+        name: &str,
+        update: &SessionUpdate<'_>,
+        now: Instant,
+    ) -> Result<(), StoreFull> {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        // Drop the expired sessions at the old end of the queue.
-        while let Some((_, oldest)) = inner.order.first_key_value() {
-            match inner.sessions.get(oldest) {
-                Some(slot) if self.expired(slot, now) => {
-                    let oldest = oldest.clone();
-                    inner.remove(&oldest);
-                }
-                _ => break,
-            }
-        }
+        inner.drop_expired(false, now);
+        inner.drop_expired(true, now);
         let newest = inner.next.checked_sub(1);
         if let Some(slot) = inner.sessions.get_mut(name) {
+            let was_labelled = slot.labelled();
             if self.expired(slot, now) {
                 slot.facts = SessionFacts::default();
             }
             slot.facts.apply(update);
             slot.expires = now.checked_add(self.ttl);
-            if Some(slot.sequence) == newest {
-                // Updated last already: it stays at the young end of the queue.
-                return;
+            let labelled = slot.labelled();
+            if Some(slot.sequence) == newest && labelled == was_labelled {
+                // Updated last already: it stays at the young end of its queue.
+                return Ok(());
             }
             let sequence = inner.next;
             inner.next += 1;
             let previous = std::mem::replace(&mut slot.sequence, sequence);
-            // The queue's copy of the name moves to the new place.
+            // The queue's copy of the name moves to the new place (in the other queue when
+            // the session gained labels).
             let queued = inner
-                .order
+                .queue(was_labelled)
                 .remove(&previous)
                 .unwrap_or_else(|| name.to_owned());
-            inner.order.insert(sequence, queued);
-            return;
+            inner.queue(labelled).insert(sequence, queued);
+            return Ok(());
         }
         while inner.sessions.len() >= self.capacity {
-            match inner.order.pop_first() {
+            match inner.unlabelled.pop_first() {
                 Some((_, oldest)) => {
                     inner.sessions.remove(&oldest);
                 }
-                None => break,
+                None => {
+                    return Err(StoreFull {
+                        capacity: self.capacity,
+                    });
+                }
             }
         }
         let sequence = inner.next;
         inner.next += 1;
         let mut facts = SessionFacts::default();
         facts.apply(update);
-        inner.order.insert(sequence, name.to_owned());
-        inner.sessions.insert(
-            name.to_owned(),
-            Slot {
-                facts,
-                expires: now.checked_add(self.ttl),
-                sequence,
-            },
-        );
+        let slot = Slot {
+            facts,
+            expires: now.checked_add(self.ttl),
+            sequence,
+        };
+        inner
+            .queue(slot.labelled())
+            .insert(sequence, name.to_owned());
+        inner.sessions.insert(name.to_owned(), slot);
+        Ok(())
     }
 }

@@ -51,7 +51,9 @@
 //!
 //! # Stores
 //!
-//! - [`MemorySessionStore`]: in this process, bounded and expiring.
+//! - [`MemorySessionStore`]: in this process, bounded and expiring; a full store evicts the
+//!   oldest session without labels, never a labelled one, and refuses a new session
+//!   ([`StoreFull`]) when every session it holds is labelled.
 //! - Redis (the `portcullis-redis` crate, feature `redis` of the facade), for a fleet of
 //!   processes sharing one view.
 //!
@@ -61,7 +63,7 @@ pub(crate) mod flow;
 pub(crate) mod memory;
 pub(crate) mod store;
 
-pub use memory::{DEFAULT_MEMORY_CAPACITY, DEFAULT_SESSION_TTL, MemorySessionStore};
+pub use memory::{DEFAULT_MEMORY_CAPACITY, DEFAULT_SESSION_TTL, MemorySessionStore, StoreFull};
 pub use store::{
     MAX_SESSION_ID_BYTES, PointCounter, SESSION_POLICY_ID, SessionCounters, SessionFacts,
     SessionKey, SessionStore, SessionUpdate, ToolCallCounters,

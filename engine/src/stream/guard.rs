@@ -1298,7 +1298,9 @@ impl<'e> OutputStream<'e> {
         }
         let context =
             OutputContext::new(Message::assistant(self.raw.clone()), self.metadata.clone());
-        self.engine.emit(AuditRecord {
+        // The whole answer's own records, at its final evaluation, decide whether a refusing
+        // audit log fails the stream.
+        let _ = self.engine.emit(AuditRecord {
             policy_id: &stage.policy_id,
             decision: AuditDecision::from(&decision),
             interception_point: InterceptionPoint::Output,
@@ -1456,7 +1458,8 @@ impl<'e> OutputStream<'e> {
         };
         let context = OutputContext::new(Message::assistant(String::new()), self.metadata.clone());
         let decision = PolicyDecision::audit(reason);
-        self.engine.emit(AuditRecord {
+        // A report of the stream, not a decision: a refusal is the final evaluation's to act on.
+        let _ = self.engine.emit(AuditRecord {
             policy_id: STREAM_POLICY_ID,
             decision: AuditDecision::Audit,
             interception_point: InterceptionPoint::Output,
