@@ -200,12 +200,18 @@ async fn a_refused_audit_record_fails_the_call_behind_the_service_too() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(outcome["outcome"], "error", "{outcome}");
-    assert_eq!(outcome["error"]["policy_id"], "portcullis.audit", "{outcome}");
+    assert_eq!(
+        outcome["error"]["policy_id"], "portcullis.audit",
+        "{outcome}"
+    );
     let (status, _) = post(
         &format!("{}/engine/evaluate", server.url),
         &request("block_secret", input("hello")),
     )
     .await;
-    assert_ne!(status, 200, "an allow whose record was refused must not be answered");
+    assert_ne!(
+        status, 200,
+        "an allow whose record was refused must not be answered"
+    );
     server.stop().await;
 }
