@@ -56,7 +56,9 @@ pub struct BundleKey {
 }
 
 impl BundleKey {
-    /// The key's material: the PEM text of the file, or the secret from the environment.
+    /// The key's material: the PEM text of the file, or the secret from the environment
+    /// (read only where bundles are verified, with the `rego` feature).
+    #[cfg(feature = "rego")]
     pub(crate) fn material(&self) -> Result<String, String> {
         match &self.source {
             KeySource::File(path) => std::fs::read_to_string(path).map_err(|error| {
