@@ -382,6 +382,8 @@ fn record_log(path: &Path) {
         );
         let _ = engine.evaluate_tool_call(&call).await;
     });
+    // Dropping the engine drops the log, which waits for its writer to write every record.
+    drop(engine);
     // A line a crash cut short.
     let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
     file.write_all(b"{\"policy_id\": \"a_no_ssn\", \"deci\n")

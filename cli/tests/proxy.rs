@@ -442,7 +442,15 @@ async fn proxy_openai_builds_the_engine_the_manifest_describes() -> Result<(), T
         .send()
         .await?;
     assert_eq!(denied.status().as_u16(), 403);
-    let log = std::fs::read_to_string(dir.join("audit.jsonl"))?;
+    // The log is written by a thread of its own: the record follows the answer shortly.
+    let mut log = String::new();
+    for _ in 0..200 {
+        log = std::fs::read_to_string(dir.join("audit.jsonl"))?;
+        if log.ends_with('\n') {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
     let record: Value = serde_json::from_str(log.lines().next().ok_or("an audit record")?)?;
     assert_eq!(record["policy_id"], "no_password_requests");
     assert_eq!(record["decision"], "deny");
