@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{Failing, Slow, get, input, policies, post, rules_set, start, start_with};
 use portcullis_engine::{
-    InputContext, InputPolicy, Message, Metadata, PolicyEngine, PolicySet, ToolCallContext,
+    InputContext, Message, Metadata, Policy, PolicyEngine, PolicySet, ToolCallContext,
 };
 use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpToolCallPolicy};
 use portcullis_server::{DecisionService, Limits, ReloadStatus, ServeOptions};
