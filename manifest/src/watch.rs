@@ -141,8 +141,8 @@ impl ManifestWatcherBuilder {
                     // What changed and loaded goes in, whatever another URL of the round
                     // did: a failing URL's entry keeps its last good bundle (from the cache).
                     let (outcome, watched) = reload_files(&self.path, &self.registry, &self.engine);
+                    seen = stamps_after_reload(&files, &now, &watched);
                     files = watched;
-                    seen = stamps(&files);
                     remotes = remotes.renewed(&self.path);
                     (self.on_reload)(&outcome);
                 }
@@ -158,9 +158,8 @@ impl ManifestWatcherBuilder {
                 continue;
             }
             let (outcome, watched) = reload_files(&self.path, &self.registry, &self.engine);
+            seen = stamps_after_reload(&files, &now, &watched);
             files = watched;
-            // Stamps taken after the reload: a change made during it is seen next time.
-            seen = stamps(&files);
             remotes = remotes.renewed(&self.path);
             (self.on_reload)(&outcome);
         }
@@ -379,6 +378,17 @@ fn named_files(manifest: &Manifest) -> Vec<PathBuf> {
 
 type Stamp = Option<(SystemTime, u64)>;
 
+/// What the watcher holds as seen after a reload of `watched`: their stamps now, or none at
+/// all when one of the files read (`before`, stamped `stamped` just before the reload) changed
+/// while the reload ran, so that the next look reloads again. Stamps taken after the reload
+/// alone would take a change made during it for one already loaded, and miss it for good.
+fn stamps_after_reload(before: &[PathBuf], stamped: &[Stamp], watched: &[PathBuf]) -> Vec<Stamp> {
+    if stamps(before) != stamped {
+        return Vec::new();
+    }
+    stamps(watched)
+}
+
 fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
     files
         .iter()
@@ -487,4 +497,29 @@ fn url_entries(manifest: &Manifest) -> impl Iterator<Item = (Duration, &crate::P
             PolicySource::RegoUrl { poll, .. } => Some((*poll, entry)),
             _ => None,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{stamps, stamps_after_reload};
+
+    #[test]
+    fn a_file_changed_while_a_reload_ran_is_reloaded_again() {
+        let dir =
+            std::env::temp_dir().join(format!("portcullis-watch-stamps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch folder");
+        let file = dir.join("rule.json");
+        std::fs::write(&file, "{}").expect("written");
+        let files = vec![file.clone()];
+        let before = stamps(&files);
+        // Unchanged during the reload: the stamps of what was read.
+        assert_eq!(stamps_after_reload(&files, &before, &files), before);
+        // Written during the reload (another length): nothing counts as seen, so the next
+        // look reloads.
+        std::fs::write(&file, "{ \"changed\": true }").expect("written");
+        let after = stamps_after_reload(&files, &before, &files);
+        assert!(after.is_empty());
+        assert_ne!(after, stamps(&files));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
