@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use portcullis::{
     ApprovalAnswer, ApprovalRequest, ApprovalResolver, AuditRecord, BoxError, EngineError, Message,
-    Metadata, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, ToolCallPolicy,
-    async_trait,
+    Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 use serde_json::{Value, json};
 
@@ -21,7 +20,7 @@ use serde_json::{Value, json};
 struct AskBeforeEmail;
 
 #[async_trait]
-impl ToolCallPolicy for AskBeforeEmail {
+impl Policy<ToolCallContext> for AskBeforeEmail {
     fn id(&self) -> &str {
         "ask_before_email"
     }

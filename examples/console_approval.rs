@@ -9,8 +9,8 @@ use std::io::BufRead;
 use std::time::Duration;
 
 use portcullis::{
-    ApprovalAnswer, ApprovalRequest, ApprovalResolver, BoxError, Message, Metadata, PolicyDecision,
-    PolicyEngine, PolicySet, ToolCallContext, ToolCallPolicy, async_trait,
+    ApprovalAnswer, ApprovalRequest, ApprovalResolver, BoxError, Message, Metadata, Policy,
+    PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 use serde_json::{Value, json};
 
@@ -44,7 +44,7 @@ impl ApprovalResolver for Console {
 struct AskBeforeDelete;
 
 #[async_trait]
-impl ToolCallPolicy for AskBeforeDelete {
+impl Policy<ToolCallContext> for AskBeforeDelete {
     fn id(&self) -> &str {
         "ask_before_delete"
     }

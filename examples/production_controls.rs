@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use portcullis::{
-    AuditRecord, BoxError, InputContext, InputPolicy, InterceptionPoint, Message, Metadata,
-    OnError, PolicyDecision, PolicyEngine, PolicyExt, PolicySet, async_trait,
+    AuditRecord, BoxError, InputContext, InterceptionPoint, Message, Metadata, OnError, Policy,
+    PolicyDecision, PolicyEngine, PolicyExt, PolicySet, async_trait,
 };
 
 /// A check that takes `latency` to answer, like a call to a remote policy service.
@@ -21,7 +21,7 @@ struct SlowCheck {
 }
 
 #[async_trait]
-impl InputPolicy for SlowCheck {
+impl Policy<InputContext> for SlowCheck {
     fn id(&self) -> &str {
         self.id
     }

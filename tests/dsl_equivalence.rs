@@ -10,7 +10,8 @@ use std::path::Path;
 
 use portcullis::dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
 use portcullis::{
-    InputPolicy, InterceptionPoint, OutputPolicy, PolicyDecision, ToolCallPolicy, dsl_policy,
+    InputPolicy, InterceptionPoint, OutputPolicy, Policy, PolicyDecision, ToolCallPolicy,
+    dsl_policy,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};

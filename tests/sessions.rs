@@ -5,8 +5,8 @@
 
 use portcullis::dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis::{
-    InputContext, InputPolicy, MemorySessionStore, Message, Metadata, PolicyEngine, PolicySet,
-    ToolCallContext, ToolCallPolicy, dsl_policy,
+    InputContext, InputPolicy, MemorySessionStore, Message, Metadata, Policy, PolicyEngine,
+    PolicySet, ToolCallContext, ToolCallPolicy, dsl_policy,
 };
 use serde_json::{Map, Value, json};
 

@@ -12,8 +12,8 @@ use portcullis::dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis::http::{HttpClientOptions, HttpInputPolicy, HttpToolCallPolicy};
 use portcullis::rego::{RegoInputPolicy, RegoToolCallPolicy};
 use portcullis::{
-    CONTEXT_CHECK_ID, EngineError, InputContext, InputPolicy, Message, Metadata, PolicyEngine,
-    PolicySet, Role, ToolCallContext, ToolCallPolicy,
+    CONTEXT_CHECK_ID, EngineError, InputContext, InputPolicy, Message, Metadata, Policy,
+    PolicyEngine, PolicySet, Role, ToolCallContext,
 };
 use portcullis_testing::{EvaluateServer, Reply};
 use serde_json::{Map, Value};

@@ -14,7 +14,7 @@ use std::time::Duration;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use portcullis_dsl::{DslInputPolicy, DslToolCallPolicy};
-use portcullis_engine::{InputContext, InputPolicy, Message, Metadata, ToolCallContext};
+use portcullis_engine::{InputContext, Message, Metadata, Policy, ToolCallContext};
 
 const TOOLS: [&str; 20] = [
     "search",

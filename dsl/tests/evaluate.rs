@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use portcullis_dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
 use portcullis_engine::{
-    EngineError, InputContext, InputPolicy, Message, Metadata, OutputContext, PolicyDecision,
-    PolicyEngine, PolicyMode, PolicySet, Redaction, ToolCallContext, ToolCallPolicy,
-    TransformOperation,
+    EngineError, InputContext, InputPolicy, Message, Metadata, OutputContext, Policy,
+    PolicyDecision, PolicyEngine, PolicyMode, PolicySet, Redaction, ToolCallContext,
+    ToolCallPolicy, TransformOperation,
 };
 use serde_json::{Map, Value, json};
 use support::rule_files;

@@ -103,7 +103,10 @@ fn links_inside_the_rule_directory_are_followed() {
     symlink("shared/common.json", rules.join("common.json")).expect("symlink");
     for id in ["alias", "common"] {
         let policy = DslInputPolicy::new(id, &rules).unwrap_or_else(|e| panic!("{id}: {e}"));
-        assert_eq!(portcullis_engine::InputPolicy::id(&policy), id);
+        assert_eq!(
+            portcullis_engine::Policy::<portcullis_engine::InputContext>::id(&policy),
+            id
+        );
     }
     // The rule directory itself may be reached through a link.
     let linked: &Path = &dir.join("linked-rules");

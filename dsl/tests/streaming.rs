@@ -4,8 +4,7 @@
 use portcullis_dsl::DslOutputPolicy;
 use portcullis_engine::stream::StreamMode;
 use portcullis_engine::{
-    EngineError, Message, Metadata, OutputContext, OutputPolicy, PolicyEngine, PolicySet,
-    StreamItem,
+    EngineError, Message, Metadata, OutputContext, Policy, PolicyEngine, PolicySet, StreamItem,
 };
 
 fn engine(policy: DslOutputPolicy) -> PolicyEngine {

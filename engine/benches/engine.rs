@@ -7,14 +7,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision,
+    AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, Policy, PolicyDecision,
     PolicyEngine, PolicyExt, PolicySet, Redaction, TransformOperation, async_trait,
 };
 
 struct AllowAll(String);
 
 #[async_trait]
-impl InputPolicy for AllowAll {
+impl Policy<InputContext> for AllowAll {
     fn id(&self) -> &str {
         &self.0
     }
@@ -106,7 +106,7 @@ fn bench(c: &mut Criterion) {
 struct Decides(&'static str, PolicyDecision);
 
 #[async_trait]
-impl InputPolicy for Decides {
+impl Policy<InputContext> for Decides {
     fn id(&self) -> &str {
         self.0
     }

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use portcullis_engine::{
     BoxError, InputContext, InputPolicy, MemorySessionStore, Message, Metadata, OutputContext,
-    PolicyDecision, PolicyEngine, PolicySet, Redaction, StreamItem, async_trait,
+    Policy, PolicyDecision, PolicyEngine, PolicySet, Redaction, StreamItem, async_trait,
 };
 use regex::Regex;
 use tokio::runtime::Runtime;
@@ -31,7 +31,7 @@ use common::{SSN, answer, stream_engine};
 struct AllowAll(String);
 
 #[async_trait]
-impl InputPolicy for AllowAll {
+impl Policy<InputContext> for AllowAll {
     fn id(&self) -> &str {
         &self.0
     }
@@ -72,7 +72,7 @@ fn small_context() -> InputContext {
 struct RedactSsn(PolicyDecision);
 
 #[async_trait]
-impl InputPolicy for RedactSsn {
+impl Policy<InputContext> for RedactSsn {
     fn id(&self) -> &str {
         "redact_ssn"
     }

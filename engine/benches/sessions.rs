@@ -5,14 +5,14 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, MemorySessionStore, Message, Metadata, PolicyDecision,
+    BoxError, InputContext, MemorySessionStore, Message, Metadata, Policy, PolicyDecision,
     PolicyEngine, PolicySet, async_trait,
 };
 
 struct AllowAll(String);
 
 #[async_trait]
-impl InputPolicy for AllowAll {
+impl Policy<InputContext> for AllowAll {
     fn id(&self) -> &str {
         &self.0
     }

@@ -6,8 +6,8 @@
 use std::alloc::System;
 
 use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision,
-    PolicyEngine, PolicySet, async_trait,
+    AuditRecord, BoxError, InputContext, Message, Metadata, Policy, PolicyDecision, PolicyEngine,
+    PolicySet, async_trait,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -28,7 +28,7 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
 struct Allow(String);
 
 #[async_trait]
-impl InputPolicy for Allow {
+impl Policy<InputContext> for Allow {
     fn id(&self) -> &str {
         &self.0
     }

@@ -553,7 +553,7 @@ async fn a_failing_grant_store_refuses() {
 struct EscalateOutput;
 
 #[async_trait]
-impl portcullis_engine::OutputPolicy for EscalateOutput {
+impl portcullis_engine::Policy<portcullis_engine::OutputContext> for EscalateOutput {
     fn id(&self) -> &str {
         "ask_before_answering"
     }

@@ -328,7 +328,7 @@ struct Overlap {
 }
 
 #[portcullis_engine::async_trait]
-impl portcullis_engine::InputPolicy for Overlap {
+impl portcullis_engine::Policy<portcullis_engine::InputContext> for Overlap {
     fn id(&self) -> &str {
         &self.id
     }
@@ -462,7 +462,7 @@ impl Blocks {
 }
 
 #[portcullis_engine::async_trait]
-impl portcullis_engine::InputPolicy for Blocks {
+impl portcullis_engine::Policy<portcullis_engine::InputContext> for Blocks {
     fn id(&self) -> &str {
         self.id
     }

@@ -8,8 +8,8 @@ use std::alloc::System;
 
 use portcullis_engine::stream::decide_whole_text;
 use portcullis_engine::{
-    BoxError, Metadata, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet,
-    StreamItem, StreamText, StreamingRule, async_trait,
+    BoxError, Metadata, OutputContext, Policy, PolicyDecision, PolicyEngine, PolicySet, StreamItem,
+    StreamText, StreamingRule, async_trait,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -19,7 +19,7 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 struct Rules(Vec<StreamingRule>);
 
 #[async_trait]
-impl OutputPolicy for Rules {
+impl Policy<OutputContext> for Rules {
     fn id(&self) -> &str {
         "rules"
     }

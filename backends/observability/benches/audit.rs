@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision, PolicyEngine,
-    PolicySet, async_trait,
+    BoxError, InputContext, Message, Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet,
+    async_trait,
 };
 use portcullis_observability::{ObservabilityAuditHandler, ObservabilityOptions};
 
@@ -26,7 +26,7 @@ const CHUNK: u64 = 1000;
 struct Allow(&'static str);
 
 #[async_trait]
-impl InputPolicy for Allow {
+impl Policy<InputContext> for Allow {
     fn id(&self) -> &str {
         self.0
     }

@@ -7,7 +7,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use portcullis_engine::{
-    BoxError, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, ToolCallPolicy, async_trait,
+    BoxError, Policy, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 use portcullis_mcp::{GuardedClient, GuardedServer, ToolGuard, approval_request, denial};
 use rmcp::model::{
@@ -24,7 +24,7 @@ use support::{TestError, connect_in_process, text};
 struct AskBeforeEmail;
 
 #[async_trait]
-impl ToolCallPolicy for AskBeforeEmail {
+impl Policy<ToolCallContext> for AskBeforeEmail {
     fn id(&self) -> &str {
         "ask_before_email"
     }

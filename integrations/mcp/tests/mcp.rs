@@ -577,7 +577,7 @@ async fn upstream_answering_garbage() -> Result<(), TestError> {
 struct Broken;
 
 #[portcullis_engine::async_trait]
-impl portcullis_engine::ToolCallPolicy for Broken {
+impl portcullis_engine::Policy<portcullis_engine::ToolCallContext> for Broken {
     fn id(&self) -> &str {
         "broken"
     }
@@ -591,7 +591,7 @@ impl portcullis_engine::ToolCallPolicy for Broken {
 }
 
 #[portcullis_engine::async_trait]
-impl portcullis_engine::OutputPolicy for Broken {
+impl portcullis_engine::Policy<portcullis_engine::OutputContext> for Broken {
     fn id(&self) -> &str {
         "broken"
     }

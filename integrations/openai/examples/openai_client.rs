@@ -15,8 +15,8 @@ use async_openai::types::responses::{CreateResponse, ResponseStreamEvent};
 use futures_util::StreamExt;
 use portcullis_engine::stream::StreamingRule;
 use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
-    PolicyEngine, PolicySet, Redaction, ToolCallContext, ToolCallPolicy, async_trait,
+    AuditRecord, BoxError, InputContext, OutputContext, Policy, PolicyDecision, PolicyEngine,
+    PolicySet, Redaction, ToolCallContext, async_trait,
 };
 use portcullis_openai::PortcullisLayer;
 use serde_json::json;
@@ -28,7 +28,7 @@ const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
 struct RedactPromptSsn;
 
 #[async_trait]
-impl InputPolicy for RedactPromptSsn {
+impl Policy<InputContext> for RedactPromptSsn {
     fn id(&self) -> &str {
         "redact_prompt_ssn"
     }
@@ -45,7 +45,7 @@ impl InputPolicy for RedactPromptSsn {
 struct RedactAnswerSsn;
 
 #[async_trait]
-impl OutputPolicy for RedactAnswerSsn {
+impl Policy<OutputContext> for RedactAnswerSsn {
     fn id(&self) -> &str {
         "redact_answer_ssn"
     }
@@ -70,7 +70,7 @@ impl OutputPolicy for RedactAnswerSsn {
 struct NoDestructiveTools;
 
 #[async_trait]
-impl ToolCallPolicy for NoDestructiveTools {
+impl Policy<ToolCallContext> for NoDestructiveTools {
     fn id(&self) -> &str {
         "no_destructive_tools"
     }
