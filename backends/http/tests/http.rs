@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use portcullis_engine::{
-    AuditDecision, EngineError, InputContext, InputPolicy, Message, Metadata, OnError,
-    OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction,
-    ToolCallContext, ToolCallPolicy, TransformOperation,
+    AuditDecision, EngineError, InputContext, Message, Metadata, OnError, OutputContext, Policy,
+    PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext, TransformOperation,
 };
 use portcullis_http::{ClientError, RemoteError, RemoteErrorKind};
 use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpOutputPolicy, HttpToolCallPolicy};

@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use portcullis_engine::{
-    EngineError, InputContext, InputPolicy, Message, Metadata, OnError, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
-    ToolCallPolicy, TransformOperation,
+    EngineError, InputContext, Message, Metadata, OnError, OutputContext, Policy, PolicyDecision,
+    PolicyEngine, PolicySet, Redaction, ToolCallContext, TransformOperation,
 };
 use portcullis_rego_rest::{
     RegoServerClient, RegoServerClientOptions, RegoServerInputPolicy, RegoServerOutputPolicy,

@@ -34,8 +34,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use portcullis_engine::{
-    InputContext, InputPolicy, Message, Metadata, PolicyDecision, Role, ToolCallContext,
-    ToolCallPolicy,
+    InputContext, Message, Metadata, Policy, PolicyDecision, Role, ToolCallContext,
 };
 use portcullis_rego::{RegoInputPolicy, RegoToolCallPolicy};
 use serde_json::json;

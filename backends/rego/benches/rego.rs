@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use portcullis_engine::{
-    InputContext, InputPolicy, Message, Metadata, OutputContext, OutputPolicy, PolicyDecision,
-    Role, ToolCallContext, ToolCallPolicy,
+    InputContext, Message, Metadata, OutputContext, Policy, PolicyDecision, Role, ToolCallContext,
 };
 use portcullis_rego::{RegoBundle, RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
 use serde_json::json;

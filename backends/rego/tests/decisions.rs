@@ -5,7 +5,7 @@
 
 mod common;
 
-use portcullis_engine::{InputContext, InputPolicy, Message, Metadata, PolicyDecision};
+use portcullis_engine::{InputContext, Message, Metadata, Policy, PolicyDecision};
 use portcullis_rego::{RegoBundle, RegoInputPolicy};
 use portcullis_rego_rest::{RegoServerClient, RegoServerClientOptions, RegoServerInputPolicy};
 use portcullis_testing::RegoServer;

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use portcullis_engine::{
-    EngineError, Message, Metadata, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext,
-    ToolCallPolicy,
+    EngineError, Message, Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet,
+    ToolCallContext,
 };
 use portcullis_rego::{RegoBundle, RegoToolCallPolicy};
 

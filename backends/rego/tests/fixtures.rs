@@ -6,8 +6,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use portcullis_engine::{
-    AuditDecision, EngineError, InputContext, InputPolicy, Message, Metadata, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Role, ToolCallContext, ToolCallPolicy,
+    AuditDecision, EngineError, InputContext, Message, Metadata, OutputContext, Policy,
+    PolicyDecision, PolicyEngine, PolicySet, Role, ToolCallContext,
 };
 use portcullis_rego::{
     RegoBundle, RegoError, RegoEvaluationError, RegoInputPolicy, RegoOutputPolicy,
