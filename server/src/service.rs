@@ -695,15 +695,6 @@ fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
     })
 }
 
-fn point_named(name: &str) -> Option<InterceptionPoint> {
-    match name {
-        "input" => Some(InterceptionPoint::Input),
-        "tool_call" => Some(InterceptionPoint::ToolCall),
-        "output" => Some(InterceptionPoint::Output),
-        _ => None,
-    }
-}
-
 fn unknown_point(name: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -719,7 +710,7 @@ async fn evaluate_point(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(point) = point_named(&point) else {
+    let Some(point) = InterceptionPoint::from_name(&point) else {
         return unknown_point(&point).into_response();
     };
     let engine = Arc::clone(&shared.engine);
@@ -760,7 +751,9 @@ async fn engine_evaluate(
             _ => return Err(invalid("`policy_id` must be a string")),
         };
         let point = match request.get("interception_point") {
-            Some(Value::String(name)) => point_named(name).ok_or_else(|| unknown_point(name))?,
+            Some(Value::String(name)) => {
+                InterceptionPoint::from_name(name).ok_or_else(|| unknown_point(name))?
+            }
             _ => {
                 return Err(invalid(
                     "`interception_point` must be `input`, `tool_call` or `output`",
