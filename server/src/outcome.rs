@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use portcullis_engine::{
     AuditHandler, AuditRecord, BoxError, EngineError, InputContext, InterceptionPoint,
-    OutputContext, PolicyEngine, ToolCallContext,
+    OutputContext, PolicyContext, PolicyEngine, ToolCallContext,
 };
 use serde_json::Value;
 
@@ -246,24 +246,24 @@ pub fn parse_context(point: InterceptionPoint, value: Value) -> Result<Context, 
     read.map_err(|error| format!("not a valid {point} context: {error}"))
 }
 
+/// Evaluates `context` on `engine`: the context to forward, as JSON, or why not.
+async fn forward<C: PolicyContext>(
+    engine: &PolicyEngine,
+    context: &C,
+) -> Result<serde_json::Result<Value>, EngineError> {
+    let evaluation = engine.evaluate(context).await?;
+    Ok(serde_json::to_value(evaluation.context()))
+}
+
 /// Evaluates `context` on `engine` and says what came of it. The engine's audit handler must
 /// be a [`DecisionTap`] for the outcome to list the decisions taken.
 pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
     let (result, decisions) = TAKEN
         .scope(RefCell::new(Vec::new()), async {
             let result = match context {
-                Context::Input(context) => engine
-                    .evaluate_input(context)
-                    .await
-                    .map(|e| serde_json::to_value(e.context())),
-                Context::ToolCall(context) => engine
-                    .evaluate_tool_call(context)
-                    .await
-                    .map(|e| serde_json::to_value(e.context())),
-                Context::Output(context) => engine
-                    .evaluate_output(context)
-                    .await
-                    .map(|e| serde_json::to_value(e.context())),
+                Context::Input(context) => forward(engine, context).await,
+                Context::ToolCall(context) => forward(engine, context).await,
+                Context::Output(context) => forward(engine, context).await,
             };
             let decisions = TAKEN.with(|taken| std::mem::take(&mut *taken.borrow_mut()));
             (result, decisions)
