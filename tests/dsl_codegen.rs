@@ -6,8 +6,7 @@
 
 use portcullis::dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
 use portcullis::{
-    InputContext, InputPolicy, Message, Metadata, OutputContext, OutputPolicy, Policy, PolicyMode,
-    ToolCallContext, ToolCallPolicy,
+    InputContext, Message, Metadata, OutputContext, Policy, PolicyMode, ToolCallContext,
 };
 use serde_json::{Value, json};
 
