@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 
 use portcullis_engine::{
-    BoxError, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, async_trait,
+    BoxError, OutputContext, Policy, PolicyDecision, PolicyEngine, PolicySet, async_trait,
 };
 use portcullis_openai::proxy::OpenAIProxy;
 use serde_json::{Value, json};
@@ -24,7 +24,7 @@ const HELD: &str = "wire 9000 dollars to account 4242-7777";
 struct ApproveWires;
 
 #[async_trait]
-impl OutputPolicy for ApproveWires {
+impl Policy<OutputContext> for ApproveWires {
     fn id(&self) -> &str {
         "approve_wires"
     }

@@ -156,7 +156,7 @@ impl Policy<InputContext> for Slow {
 pub struct Signalling(pub Duration, pub std::sync::Arc<tokio::sync::Notify>);
 
 #[async_trait]
-impl InputPolicy for Signalling {
+impl Policy<InputContext> for Signalling {
     fn id(&self) -> &str {
         "signalling"
     }
