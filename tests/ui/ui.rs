@@ -15,10 +15,7 @@ use std::path::{Path, PathBuf};
 /// examples' `examples/rules/`, so a case reads `dsl_policy!(input, "rules/x.json")` as a user
 /// would.
 fn copy_rule_files_into_the_trybuild_project() {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("target"));
+    let target = trybuild_target_dir();
     let project = target
         .join("tests")
         .join("trybuild")
@@ -46,6 +43,21 @@ fn copy_rule_files_into_the_trybuild_project() {
             }
         }
     }
+}
+
+/// The target directory trybuild builds its project in: `CARGO_TARGET_DIR` when it is set (as
+/// `cargo metadata` reports it to trybuild), else the one holding `CARGO_TARGET_TMPDIR` (which
+/// is inside the build directory, so not the target directory when the two are apart).
+fn trybuild_target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from)
+        && dir.is_absolute()
+    {
+        return dir;
+    }
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"))
 }
 
 /// The cases of one macro; a test each, so a failure names the macro in the test summary.
