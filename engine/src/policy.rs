@@ -237,18 +237,25 @@ pub trait PolicyExt: Sized {
 
 impl<P> PolicyExt for P {}
 
-/// Implements [`Policy`] for the smart pointers to a policy: each call goes to the policy
-/// pointed to, and `evaluate` hands back its future as it is (no second boxed future).
-macro_rules! pointer_policy {
-    ($($pointer:ident),*) => {$(
+/// Implements [`Policy`] for a wrapper of one policy: each method goes to the policy wrapped
+/// (`$inner`, reached from `self`), `evaluate` handing back its future as it is (no second boxed
+/// future), but for `mode` and `deadline`, which the wrapper says.
+macro_rules! forwarding_policy {
+    ($(
+        impl<P $(: ?$sized:ident)?> for $wrapper:ident<P> {
+            inner: |$this:ident| $inner:expr,
+            mode: $mode:expr,
+            deadline: $deadline:expr $(,)?
+        }
+    )*) => {$(
         #[async_trait]
-        impl<C: PolicyContext, P: Policy<C> + ?Sized> Policy<C> for $pointer<P> {
-            fn id(&self) -> &str {
-                (**self).id()
+        impl<C: PolicyContext, P: Policy<C> $(+ ?$sized)?> Policy<C> for $wrapper<P> {
+            fn id(&$this) -> &str {
+                $inner.id()
             }
 
             fn evaluate<'life0, 'life1, 'async_trait>(
-                &'life0 self,
+                &'life0 $this,
                 context: &'life1 C,
             ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
             where
@@ -256,55 +263,44 @@ macro_rules! pointer_policy {
                 'life1: 'async_trait,
                 Self: 'async_trait,
             {
-                (**self).evaluate(context)
+                $inner.evaluate(context)
             }
 
-            fn mode(&self) -> PolicyMode {
-                (**self).mode()
+            fn mode(&$this) -> PolicyMode {
+                $mode
             }
 
-            fn deadline(&self) -> Option<Duration> {
-                (**self).deadline()
+            fn deadline(&$this) -> Option<Duration> {
+                $deadline
             }
 
-            fn streaming(&self) -> Option<Vec<StreamingRule>> {
-                (**self).streaming()
+            fn streaming(&$this) -> Option<Vec<StreamingRule>> {
+                $inner.streaming()
             }
         }
     )*};
 }
 
-pointer_policy!(Arc, Box);
-
-#[async_trait]
-impl<C: PolicyContext, P: Policy<C>> Policy<C> for Monitored<P> {
-    fn id(&self) -> &str {
-        self.0.id()
+forwarding_policy! {
+    impl<P: ?Sized> for Arc<P> {
+        inner: |self| (**self),
+        mode: (**self).mode(),
+        deadline: (**self).deadline(),
     }
-
-    // Hands back the inner policy's future as it is: no second boxed future.
-    fn evaluate<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        context: &'life1 C,
-    ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        self.0.evaluate(context)
+    impl<P: ?Sized> for Box<P> {
+        inner: |self| (**self),
+        mode: (**self).mode(),
+        deadline: (**self).deadline(),
     }
-
-    fn mode(&self) -> PolicyMode {
-        PolicyMode::Monitor
+    impl<P> for Monitored<P> {
+        inner: |self| self.0,
+        mode: PolicyMode::Monitor,
+        deadline: self.0.deadline(),
     }
-
-    fn deadline(&self) -> Option<Duration> {
-        self.0.deadline()
-    }
-
-    fn streaming(&self) -> Option<Vec<StreamingRule>> {
-        self.0.streaming()
+    impl<P> for WithDeadline<P> {
+        inner: |self| self.policy,
+        mode: self.policy.mode(),
+        deadline: Some(self.deadline),
     }
 }
 
@@ -337,38 +333,6 @@ impl<C: PolicyContext, P: Policy<C> + 'static> Policy<C> for Blocking<P> {
 
     fn deadline(&self) -> Option<Duration> {
         self.policy.deadline()
-    }
-
-    fn streaming(&self) -> Option<Vec<StreamingRule>> {
-        self.policy.streaming()
-    }
-}
-
-#[async_trait]
-impl<C: PolicyContext, P: Policy<C>> Policy<C> for WithDeadline<P> {
-    fn id(&self) -> &str {
-        self.policy.id()
-    }
-
-    // Hands back the inner policy's future as it is: no second boxed future.
-    fn evaluate<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        context: &'life1 C,
-    ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        self.policy.evaluate(context)
-    }
-
-    fn mode(&self) -> PolicyMode {
-        self.policy.mode()
-    }
-
-    fn deadline(&self) -> Option<Duration> {
-        Some(self.deadline)
     }
 
     fn streaming(&self) -> Option<Vec<StreamingRule>> {
