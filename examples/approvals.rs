@@ -7,6 +7,7 @@
 //! pending (as a ticket would). A pending call fails with `ApprovalRequired`; the application
 //! records the grant a person gave for that exact action, and the retried call proceeds once.
 //! A retry whose arguments changed is another action, and needs another approval.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 

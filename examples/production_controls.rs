@@ -5,6 +5,7 @@
 //! hangs is cancelled at its deadline.
 //!
 //! Run it with `cargo run --example production_controls`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
 

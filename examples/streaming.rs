@@ -5,6 +5,7 @@
 //! it arrives in pieces, and stops before any byte of the blocked link goes out.
 //!
 //! Run it with `cargo run --example streaming`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis::stream::StreamingRule;
 use portcullis::{

@@ -3,6 +3,7 @@
 //! contexts, and have the same id and mode.
 
 #![cfg(feature = "macros")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis::dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
 use portcullis::{

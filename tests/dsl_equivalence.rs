@@ -4,6 +4,7 @@
 //! allowed here: they are the point).
 #![cfg(feature = "macros")]
 #![allow(deprecated)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
 use std::path::Path;

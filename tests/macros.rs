@@ -1,6 +1,7 @@
 //! Behaviour of code-first policies (`#[input_policy]` and friends) and `policy_set!` inside
 //! a real engine.
 #![cfg(feature = "macros")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fmt;
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,7 @@
 //! trifecta and a rate limit with the in-memory store, and the compiled rules deciding
 //! exactly like the runtime ones on the session's facts.
 #![cfg(feature = "macros")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis::dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis::{

@@ -2,6 +2,7 @@
 //! arguments nested 10,000 levels deep are a clear error through each of them (not a stack
 //! overflow). The timings are in `benches/size.rs`; these tests only check the outcomes.
 #![cfg(all(feature = "dsl", feature = "rego", feature = "http"))]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -7,6 +7,7 @@
 //! thread's CPU time (group names ending in `cpu_time`), which stays meaningful on a machine
 //! shared with other work, where wall-clock time also counts the time the thread waits for a
 //! core.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
 use std::time::Duration;

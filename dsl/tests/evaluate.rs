@@ -1,5 +1,6 @@
 //! Behaviour of the runtime policies: every condition, action, path rule and extension, with
 //! the rule files under `tests/rules/` and `examples/rules/`, run through the engine.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

@@ -4,6 +4,7 @@
 //! taking the grant. The tool call's arguments make a context of about 1 KiB.
 //!
 //! `cargo bench -p portcullis-engine --bench approvals`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
 

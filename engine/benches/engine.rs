@@ -1,6 +1,7 @@
 //! Engine overhead on the allow path.
 //!
 //! `cargo bench -p portcullis-engine --bench engine`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

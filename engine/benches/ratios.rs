@@ -12,6 +12,7 @@
 //! with `PORTCULLIS_PROFILE_FLOOR=1` too), for a profiler (`valgrind --tool=callgrind`);
 //! `PORTCULLIS_PROFILE_ROUNDS=<n>` runs them `n` times, so that the difference between two
 //! counts is the work of the extra rounds alone, without the one-time setup.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::borrow::Cow;
 use std::hint::black_box;

@@ -2,6 +2,7 @@
 //! with the in-memory store (one load before the point, one record after it).
 //!
 //! `cargo bench -p portcullis-engine --bench sessions`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use portcullis_engine::{

@@ -2,6 +2,7 @@
 //!
 //! This test binary counts every heap allocation (through `stats_alloc`) while one evaluation
 //! runs, once with a small context and once with a 1 MiB message, and compares the counts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::alloc::System;
 

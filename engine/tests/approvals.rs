@@ -1,4 +1,5 @@
 //! Approvals: `escalate`, the action digest, stored grants, the resolver and its failures.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

@@ -1,4 +1,5 @@
 //! Replacing the policy set while evaluations run: none fails, each runs on one set.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -3,6 +3,7 @@
 //! allocates a handful of times in all, not once or twice per delta.
 //!
 //! This test binary counts every heap allocation (through `stats_alloc`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::alloc::System;
 

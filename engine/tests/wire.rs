@@ -1,5 +1,6 @@
 //! Wire shapes: serialized contexts and decisions validate against the normative JSON Schemas
 //! in `../shared/schemas/v0.1.0/`, and invalid input is rejected on deserialize.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

@@ -1,4 +1,5 @@
 //! Loading manifests: every key, every problem at once, the same decisions as Rust.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! The service over real HTTP on 127.0.0.1: every route, every status, the limits.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -6,6 +6,7 @@
 //! project depends on the facade with the `macros` feature only, so the compiler's "the following
 //! other types implement trait" lists in the snapshots name the engine's and the DSL's policy
 //! types, whatever features the rest of the workspace is built with.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 

@@ -6,6 +6,7 @@
 //!   kept-alive connections).
 //!
 //! Run with `cargo bench -p portcullis-http --bench remote`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

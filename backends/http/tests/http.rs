@@ -1,7 +1,7 @@
 //! The `http` backend against real endpoints on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // A test fails by panicking: unwrapping is how these tests say "this must work".
-#![allow(clippy::unwrap_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -6,6 +6,7 @@
 //! receiver on 127.0.0.1 that answers 200, as a platform would. `closure_handler` (a handler
 //! doing nothing) shows what building the records costs the engine, and
 //! `otel_without_processor` what creating SDK spans on the evaluation path would cost.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/support/receiver.rs"]
 mod receiver;

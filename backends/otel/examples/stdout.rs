@@ -1,6 +1,7 @@
 //! Prints one OpenTelemetry span per policy decision on stdout.
 //!
 //! `cargo run -p portcullis-otel --example stdout`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;

@@ -3,6 +3,7 @@
 //! `redis-server` this benchmark starts on 127.0.0.1 (no persistence).
 //!
 //! `cargo bench -p portcullis-redis --bench latency`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
 use std::process::{Command, Stdio};

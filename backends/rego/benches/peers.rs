@@ -25,6 +25,7 @@
 //! whatever the load.
 
 #![allow(missing_docs)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::future::Future;
 use std::hint::black_box;

@@ -6,6 +6,7 @@
 //! evaluation; `threads/2` at least 1.7x the throughput of `threads/1`.
 
 #![allow(missing_docs)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
 use std::path::PathBuf;

@@ -2,6 +2,7 @@
 //! document with one reader. Each case is a Rego package evaluated for real by the
 //! OPA-compatible test server (`portcullis-rego-rest`), and in process as a module whose
 //! entrypoint evaluates to the same package document.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! A Rego decision `escalate` makes the engine ask for an approval. The module is a minimal
 //! one following the OPA WebAssembly ABI 1.2 whose one entrypoint answers
 //! `{"decision": "escalate", "reason": "ask a person"}`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

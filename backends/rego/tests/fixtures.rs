@@ -1,5 +1,6 @@
 //! The real OPA-built modules of `../shared/fixtures` through the policy types, a policy engine
 //! and `RegoBundle`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

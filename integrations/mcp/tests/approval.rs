@@ -1,6 +1,7 @@
 //! Escalations through the guard, with real rmcp clients and servers on both sides: a client
 //! that supports elicitation is asked, one that does not gets an error naming the approval
 //! request.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! The guard with rmcp on both sides, over the real protocol: in-process pipes, streamable
 //! HTTP on 127.0.0.1, and an upstream started as a child process on stdio.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! this example starts on 127.0.0.1 (no network, no API key).
 //!
 //! Run with `cargo run -p portcullis-openai --example openai_client`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

@@ -3,6 +3,7 @@
 //! not released. A scripted upstream on 127.0.0.1 answers with the attacking body or stream;
 //! the proxy in front of it is reached over real HTTP (and through the official `openai`
 //! Python package where the client matters).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! example starts on 127.0.0.1 (no network, no API key).
 //!
 //! Run with `cargo run -p portcullis-rig --example rig_agent`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../../openai/tests/support/mod.rs"]
 mod support;
