@@ -256,6 +256,7 @@ impl Manifest {
         let mut builder = Builder {
             manifest: &self,
             registry,
+            #[cfg(feature = "rego")]
             mode,
             report: &mut report,
             files: vec![self.path.clone()],
@@ -288,7 +289,10 @@ impl Manifest {
             let (errors, warnings) = report.split();
             return Err(crate::ManifestErrors::new(errors, warnings));
         }
-        let set = self.assemble(points);
+        let set = match mode {
+            Mode::Load => self.assemble(points),
+            Mode::Check => PolicySet::default(),
+        };
         let (_, warnings) = report.split();
         Ok(LoadedManifest {
             manifest: self,
@@ -366,15 +370,16 @@ type Points = ByPoint<Lists>;
 enum Mode {
     /// A policy set to evaluate with: everything opened and compiled.
     Load,
-    /// Problems only: bundles are checked without compiling them, and the set built is not
-    /// handed out (it lacks their policies).
+    /// Problems only: bundles are checked without compiling them, and no set is assembled
+    /// (it would lack their policies).
     Check,
 }
 
 struct Builder<'m> {
     manifest: &'m Manifest,
     registry: &'m CodeRegistry,
-    #[cfg_attr(not(feature = "rego"), allow(dead_code))]
+    /// Only Rego bundles are built differently for a check.
+    #[cfg(feature = "rego")]
     mode: Mode,
     report: &'m mut Report,
     files: Vec<PathBuf>,
@@ -519,61 +524,63 @@ impl Builder<'_> {
         }
     }
 
-    #[allow(unused_variables)]
+    #[cfg(feature = "rego")]
     fn rego<C: PolicyContext>(
         &mut self,
         path: &Path,
         entrypoint: Option<&str>,
         position: Position,
     ) -> Option<Box<dyn Policy<C>>> {
-        #[cfg(feature = "rego")]
-        {
-            use portcullis_rego::RegoPolicy;
-            if self.mode == Mode::Check {
-                let checked = portcullis_rego::RegoBundle::check(path)
-                    .and_then(|bundle| bundle.decision_entrypoint(entrypoint));
-                if let Err(error) = checked {
-                    let diagnostic = self.error(
-                        position,
-                        format!(
-                            "the bundle {} cannot be used: {}",
-                            path.display(),
-                            error_chain(&error)
-                        ),
-                    );
-                    self.report.push(diagnostic);
-                }
-                return None;
+        use portcullis_rego::RegoPolicy;
+        if self.mode == Mode::Check {
+            let checked = portcullis_rego::RegoBundle::check(path)
+                .and_then(|bundle| bundle.decision_entrypoint(entrypoint));
+            if let Err(error) = checked {
+                let diagnostic = self.error(
+                    position,
+                    format!(
+                        "the bundle {} cannot be used: {}",
+                        path.display(),
+                        error_chain(&error)
+                    ),
+                );
+                self.report.push(diagnostic);
             }
-            let id = bundle_id(path);
-            let opened = match entrypoint {
-                Some(entrypoint) => RegoPolicy::<C>::with_entrypoint(id, path, entrypoint),
-                None => RegoPolicy::<C>::new(id, path),
-            };
-            match opened {
-                Ok(policy) => Some(Box::new(policy)),
-                Err(error) => {
-                    let diagnostic = self.error(
-                        position,
-                        format!(
-                            "the bundle {} cannot be used: {}",
-                            path.display(),
-                            error_chain(&error)
-                        ),
-                    );
-                    self.report.push(diagnostic);
-                    None
-                }
-            }
+            return None;
         }
-        #[cfg(not(feature = "rego"))]
-        {
-            self.unsupported(position, "rego", "rego");
-            None
+        let id = bundle_id(path);
+        let opened = match entrypoint {
+            Some(entrypoint) => RegoPolicy::<C>::with_entrypoint(id, path, entrypoint),
+            None => RegoPolicy::<C>::new(id, path),
+        };
+        match opened {
+            Ok(policy) => Some(Box::new(policy)),
+            Err(error) => {
+                let diagnostic = self.error(
+                    position,
+                    format!(
+                        "the bundle {} cannot be used: {}",
+                        path.display(),
+                        error_chain(&error)
+                    ),
+                );
+                self.report.push(diagnostic);
+                None
+            }
         }
     }
 
-    #[allow(unused_variables)]
+    #[cfg(not(feature = "rego"))]
+    fn rego<C: PolicyContext>(
+        &mut self,
+        _: &Path,
+        _: Option<&str>,
+        position: Position,
+    ) -> Option<Box<dyn Policy<C>>> {
+        self.unsupported(position, "rego", "rego")
+    }
+
+    #[cfg(feature = "rego-rest")]
     fn rego_server<C: PolicyContext>(
         &mut self,
         url: &str,
@@ -581,33 +588,36 @@ impl Builder<'_> {
         id: &str,
         position: Position,
     ) -> Option<Box<dyn Policy<C>>> {
-        #[cfg(feature = "rego-rest")]
-        {
-            use portcullis_rego_rest::{RegoServerClientOptions, RegoServerPolicy};
-            let options = RegoServerClientOptions::new(url);
-            match RegoServerPolicy::<C>::new(id, options, package) {
-                Ok(policy) => Some(Box::new(policy)),
-                Err(error) => {
-                    let diagnostic = self.error(
-                        position,
-                        format!(
-                            "the policy server entry `{id}` is invalid: {}",
-                            error_chain(&error)
-                        ),
-                    );
-                    self.report.push(diagnostic);
-                    None
-                }
+        use portcullis_rego_rest::{RegoServerClientOptions, RegoServerPolicy};
+        let options = RegoServerClientOptions::new(url);
+        match RegoServerPolicy::<C>::new(id, options, package) {
+            Ok(policy) => Some(Box::new(policy)),
+            Err(error) => {
+                let diagnostic = self.error(
+                    position,
+                    format!(
+                        "the policy server entry `{id}` is invalid: {}",
+                        error_chain(&error)
+                    ),
+                );
+                self.report.push(diagnostic);
+                None
             }
-        }
-        #[cfg(not(feature = "rego-rest"))]
-        {
-            self.unsupported(position, "rego_server", "rego-rest");
-            None
         }
     }
 
-    #[allow(unused_variables)]
+    #[cfg(not(feature = "rego-rest"))]
+    fn rego_server<C: PolicyContext>(
+        &mut self,
+        _: &str,
+        _: &str,
+        _: &str,
+        position: Position,
+    ) -> Option<Box<dyn Policy<C>>> {
+        self.unsupported(position, "rego_server", "rego-rest")
+    }
+
+    #[cfg(feature = "http")]
     fn http<C: PolicyContext>(
         &mut self,
         url: &str,
@@ -616,49 +626,54 @@ impl Builder<'_> {
         timeout: Option<std::time::Duration>,
         position: Position,
     ) -> Option<Box<dyn Policy<C>>> {
-        #[cfg(feature = "http")]
-        {
-            use portcullis_http::{HttpClientOptions, HttpPolicy};
-            let mut options = HttpClientOptions::new(url);
-            if let Some(variable) = bearer_token_env {
-                match std::env::var(variable) {
-                    Ok(token) if !token.is_empty() => options = options.bearer_token(token),
-                    _ => {
-                        let diagnostic = self
-                            .error(
-                                position,
-                                format!("the environment variable {variable} (`bearer_token_env`) is not set"),
-                            )
-                            .with_help(format!("export {variable}=<token> before loading the manifest"));
-                        self.report.push(diagnostic);
-                        return None;
-                    }
-                }
-            }
-            if let Some(timeout) = timeout {
-                options = options.timeout(timeout);
-            }
-            match HttpPolicy::<C>::new(id, options) {
-                Ok(policy) => Some(Box::new(policy)),
-                Err(error) => {
-                    let diagnostic = self.error(
-                        position,
-                        format!("the http entry `{id}` is invalid: {}", error_chain(&error)),
-                    );
+        use portcullis_http::{HttpClientOptions, HttpPolicy};
+        let mut options = HttpClientOptions::new(url);
+        if let Some(variable) = bearer_token_env {
+            match std::env::var(variable) {
+                Ok(token) if !token.is_empty() => options = options.bearer_token(token),
+                _ => {
+                    let diagnostic = self
+                        .error(
+                            position,
+                            format!("the environment variable {variable} (`bearer_token_env`) is not set"),
+                        )
+                        .with_help(format!("export {variable}=<token> before loading the manifest"));
                     self.report.push(diagnostic);
-                    None
+                    return None;
                 }
             }
         }
-        #[cfg(not(feature = "http"))]
-        {
-            self.unsupported(position, "http", "http");
-            None
+        if let Some(timeout) = timeout {
+            options = options.timeout(timeout);
+        }
+        match HttpPolicy::<C>::new(id, options) {
+            Ok(policy) => Some(Box::new(policy)),
+            Err(error) => {
+                let diagnostic = self.error(
+                    position,
+                    format!("the http entry `{id}` is invalid: {}", error_chain(&error)),
+                );
+                self.report.push(diagnostic);
+                None
+            }
         }
     }
 
-    #[allow(dead_code)]
-    fn unsupported(&mut self, position: Position, kind: &str, feature: &str) {
+    #[cfg(not(feature = "http"))]
+    fn http<C: PolicyContext>(
+        &mut self,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: Option<std::time::Duration>,
+        position: Position,
+    ) -> Option<Box<dyn Policy<C>>> {
+        self.unsupported(position, "http", "http")
+    }
+
+    /// Reports that this build lacks the feature that loads `kind` policies: no policy.
+    #[cfg(not(all(feature = "rego", feature = "rego-rest", feature = "http")))]
+    fn unsupported<T>(&mut self, position: Position, kind: &str, feature: &str) -> Option<T> {
         let diagnostic = self
             .error(
                 position,
@@ -666,6 +681,7 @@ impl Builder<'_> {
             )
             .with_help(format!("build with the `{feature}` feature"));
         self.report.push(diagnostic);
+        None
     }
 
     fn include(&mut self, path: &Path, position: Position) {
