@@ -14,7 +14,7 @@ use rmcp::model::{ClientNotification, ClientRequest, ProtocolVersion, ServerConf
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service};
 use tokio::sync::Notify;
 
-/// A server whose requests in flight can be waited for: see [the module](self).
+/// A server whose requests in flight can be waited for before it stops.
 ///
 /// ```no_run
 /// # async fn run(guarded: portcullis_mcp::GuardedServer) -> Result<(), Box<dyn std::error::Error>> {
