@@ -23,10 +23,7 @@ use crate::mapping::{self, Api, ToolCall};
 /// The whole-answer side of an exchange.
 pub(crate) use crate::response::guard_answer;
 
-/// Why an exchange failed: a [`PolicyDenialError`], a
-/// [`PolicyEvaluationError`](portcullis_engine::PolicyEvaluationError), an
-/// [`EngineError::ApprovalRequired`], or a [`GuardError`] (downcast to tell them apart).
-pub(crate) type Failure = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) use crate::error::Failure;
 
 /// Chunks in flight between a stream's guard and its reader.
 pub(crate) const CHANNEL_CAPACITY: usize = 16;
@@ -104,12 +101,12 @@ pub(crate) async fn guard_request(
     let body = match crate::strict_json::from_slice(body) {
         Ok(Value::Object(body)) => body,
         Ok(_) => {
-            return Err(Box::new(GuardError::InvalidRequest {
+            return Err(Failure::Guard(GuardError::InvalidRequest {
                 problem: "the body is not a JSON object".to_owned(),
             }));
         }
         Err(problem) => {
-            return Err(Box::new(GuardError::InvalidRequest {
+            return Err(Failure::Guard(GuardError::InvalidRequest {
                 problem: format!("the body is not JSON: {problem}"),
             }));
         }
@@ -117,7 +114,7 @@ pub(crate) async fn guard_request(
     if !settings.allow_server_state
         && let Some(field) = mapping::server_state(&body)
     {
-        return Err(Box::new(GuardError::InvalidRequest {
+        return Err(Failure::Guard(GuardError::InvalidRequest {
             problem: format!(
                 "the request refers to state kept by the upstream ({field}), which the policies cannot read; the operator allows it with --allow-server-state"
             ),
@@ -134,7 +131,7 @@ pub(crate) async fn guard_request(
         .engine
         .evaluate_input(&context)
         .await
-        .map_err(from_engine)?;
+        .map_err(Failure::from)?;
     let body = if evaluation.is_modified() {
         let mut body = Value::Object(body);
         mapping::write_input(&mut body, &slots, evaluation.into_context().messages)?;
@@ -213,7 +210,7 @@ pub(crate) async fn evaluate_tool_call(
         Err(EngineError::Denied(denial)) if settings.tool_denial == ToolDenial::Refuse => {
             Ok(ToolOutcome::Refused(refusal(&tool.name, &denial)))
         }
-        Err(error) => Err(from_engine(error)),
+        Err(error) => Err(Failure::from(error)),
     }
 }
 
@@ -228,26 +225,16 @@ fn refusal(tool_name: &str, denial: &PolicyDenialError) -> String {
     )
 }
 
-/// Boxes the engine's error so callers can downcast to the denial or the evaluation error
-/// (an approval request stays inside the engine's error).
-pub(crate) fn from_engine(error: EngineError) -> Failure {
-    match error {
-        EngineError::Denied(denial) => Box::new(denial),
-        EngineError::Evaluation(error) => Box::new(error),
-        approval @ EngineError::ApprovalRequired(_) => Box::new(approval),
-    }
-}
-
 /// The released text of a guard's items, or the denial or error that ends the stream.
 pub(crate) fn collect(items: StreamItems) -> Result<String, Failure> {
     let mut text = String::new();
     for item in items {
         match item {
             StreamItem::Text(released) => text.push_str(&released),
-            StreamItem::Denied(denial) => return Err(Box::new(denial)),
-            StreamItem::Error(error) => return Err(Box::new(error)),
+            StreamItem::Denied(denial) => return Err(Failure::Denied(denial)),
+            StreamItem::Error(error) => return Err(Failure::Evaluation(error)),
             StreamItem::ApprovalRequired(request) => {
-                return Err(Box::new(EngineError::ApprovalRequired(request)));
+                return Err(Failure::ApprovalRequired(request));
             }
         }
     }

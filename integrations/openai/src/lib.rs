@@ -354,7 +354,7 @@ where
         })?;
     let cleared = exchange::guard_request(&settings, api, body, None)
         .await
-        .map_err(OpenAIError::Boxed)?;
+        .map_err(|failure| OpenAIError::Boxed(failure.into_boxed()))?;
     let metadata = cleared.metadata;
     let factory = match cleared.body {
         Some(body) => rewritten(&request, body),
@@ -390,7 +390,7 @@ where
     // A body that is not an answer of the endpoint could carry anything: it is not released.
     let body = exchange::guard_answer(&settings, api, metadata, &bytes)
         .await
-        .map_err(OpenAIError::Boxed)?
+        .map_err(|failure| OpenAIError::Boxed(failure.into_boxed()))?
         .ok_or_else(|| {
             error::from_guard(GuardError::Body {
                 problem: format!("the answer is not {}; it is not released", api.answer()),

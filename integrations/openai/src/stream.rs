@@ -36,12 +36,7 @@ pub(crate) async fn run<E: std::fmt::Display>(
         // The stream ends with an OpenAI-style error event (async-openai reports the text of
         // body errors only, so an event keeps the denial readable; see `crate::denial`).
         // The reader may be gone already; nothing to do then.
-        send(
-            &sender,
-            None,
-            &error::error_event(failure.as_ref()).to_string(),
-        )
-        .await;
+        send(&sender, None, &error::error_event(&failure).to_string()).await;
     }
 }
 
@@ -155,7 +150,7 @@ impl<'e> StreamGuard<'e> {
             }
             // Anything else could carry text no policy has seen: the stream ends here.
             _ => {
-                return Err(Box::new(GuardError::Body {
+                return Err(Failure::Guard(GuardError::Body {
                     problem: "the stream carries an event that is not a chat completion chunk"
                         .to_owned(),
                 }));
