@@ -158,6 +158,7 @@
 
 mod error;
 mod exchange;
+mod judge;
 mod mapping;
 #[cfg(feature = "proxy")]
 pub mod proxy;
@@ -165,6 +166,7 @@ pub mod proxy;
 mod request_path;
 mod response;
 mod responses_stream;
+mod settings;
 mod sse;
 mod stream;
 mod strict_json;
@@ -187,8 +189,8 @@ pub use error::{GuardError, approval_request, denial, evaluation_error};
 /// The async-openai this crate was built against, for applications that want the same one.
 pub use async_openai;
 
-use crate::exchange::Settings;
 use crate::mapping::Api;
+use crate::settings::Settings;
 
 /// What happens when a tool-call policy denies a call the model made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

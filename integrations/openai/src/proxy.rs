@@ -101,10 +101,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::ToolDenial;
+use crate::error::Failure;
 use crate::error::{self, GuardError};
-use crate::exchange::{self, Failure, Settings};
+use crate::exchange;
 use crate::mapping::Api;
 use crate::request_path::{self, CanonicalPath};
+use crate::settings::Settings;
 
 /// The body of the proxy's answers.
 pub type ProxyBody = UnsyncBoxBody<Bytes, io::Error>;

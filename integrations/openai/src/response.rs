@@ -6,9 +6,11 @@ use bytes::Bytes;
 use portcullis_engine::{EngineError, Message, Metadata, OutputContext};
 use serde_json::{Map, Value};
 
+use crate::error::Failure;
 use crate::error::GuardError;
-use crate::exchange::{Failure, Settings, ToolOutcome, evaluate_tool_call};
+use crate::judge::{ToolOutcome, evaluate_tool_call};
 use crate::mapping::{self, Api};
+use crate::settings::Settings;
 
 /// Evaluates a whole answer; returns the body to release instead (`None`: the body is not an
 /// answer of this endpoint, an error for one, and goes as it is).

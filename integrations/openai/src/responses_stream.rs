@@ -35,7 +35,9 @@ use portcullis_engine::{Metadata, OutputStream, PolicyEngine};
 use serde_json::{Map, Value, json};
 
 use crate::error;
-use crate::exchange::{Failure, Settings, collect};
+use crate::error::Failure;
+use crate::judge::collect;
+use crate::settings::Settings;
 
 use crate::response::{
     self, Area, CallVerdict, ItemKind, TextKind, item_metadata, join, text_metadata, text_parts,

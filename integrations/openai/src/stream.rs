@@ -10,10 +10,12 @@ use std::sync::Arc;
 use portcullis_engine::{Metadata, OutputStream, PolicyEngine};
 use serde_json::{Map, Value};
 
+use crate::error::Failure;
 use crate::error::{self, GuardError};
-use crate::exchange::{Failure, Settings, ToolOutcome, collect, evaluate_tool_call};
+use crate::judge::{ToolOutcome, collect, evaluate_tool_call};
 use crate::mapping::{self, ToolCall};
 use crate::response::{self, ChatText, SIDE_TEXTS, content_texts, text_metadata, unreadable};
+use crate::settings::Settings;
 use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
 /// Guards a chat completion stream: reads `upstream`, writes the released events to
