@@ -10,7 +10,7 @@ extern crate self as portcullis;
 // Contexts: what policies see.
 pub use portcullis_engine::{
     ByPoint, InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext,
-    PointMap, PolicyContext, Role, ToolCallContext, UnknownPoint,
+    PointMap, PolicyContext, Role, ToolCallContext, ToolResultContext, UnknownPoint,
 };
 // Decisions: what policies return.
 pub use portcullis_engine::{
@@ -20,7 +20,7 @@ pub use portcullis_engine::{
 // Policies, and the wrappers that change how one runs.
 pub use portcullis_engine::{
     Blocking, BoxError, BoxFuture, InputPolicy, Monitored, OutputPolicy, Policy, PolicyExt,
-    PolicyMode, ToolCallPolicy, WithDeadline, async_trait,
+    PolicyMode, ToolCallPolicy, ToolResultPolicy, WithDeadline, async_trait,
 };
 // Policy sets.
 pub use portcullis_engine::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
@@ -80,7 +80,7 @@ pub use portcullis_dsl as dsl;
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use portcullis_macros::{
-    dsl_policy, input_policy, output_policy, policy_set, tool_call_policy,
+    dsl_policy, input_policy, output_policy, policy_set, tool_call_policy, tool_result_policy,
 };
 
 /// Support for the code the macros generate. Not public API: it may change in any release.

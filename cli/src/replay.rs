@@ -496,6 +496,7 @@ fn apply(point: InterceptionPoint, context: &Value, decision: &PolicyDecision) -
     match outcome::parse_context(point, context.clone()).ok()? {
         Context::Input(context) => changed(&context, decision),
         Context::ToolCall(context) => changed(&context, decision),
+        Context::ToolResult(context) => changed(&context, decision),
         Context::Output(context) => changed(&context, decision),
     }
 }

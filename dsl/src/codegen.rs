@@ -49,6 +49,7 @@ pub fn decide_closure(rule: &CheckedRule) -> TokenStream {
     let context = match rule.point() {
         InterceptionPoint::Input => quote!(InputContext),
         InterceptionPoint::ToolCall => quote!(ToolCallContext),
+        InterceptionPoint::ToolResult => quote!(ToolResultContext),
         InterceptionPoint::Output => quote!(OutputContext),
     };
     if rule.rule.action == Action::Allow {

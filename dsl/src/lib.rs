@@ -11,7 +11,8 @@
 //! }
 //! ```
 //!
-//! [`DslInputPolicy`], [`DslToolCallPolicy`] and [`DslOutputPolicy`] read `<dir>/<id>.json`
+//! [`DslInputPolicy`], [`DslToolCallPolicy`], [`DslToolResultPolicy`] and [`DslOutputPolicy`]
+//! read `<dir>/<id>.json`
 //! once, when constructed, check it for their point and compile it; evaluation never touches
 //! the file system and never fails.
 //!
@@ -165,5 +166,6 @@ pub use check::{
 pub use json_kind::JsonKind;
 pub use model::{Action, Condition, Rule, RuleMode, RuleRedaction, RuleStrategy};
 pub use policy::{
-    DslError, DslInputPolicy, DslOutputPolicy, DslPolicy, DslToolCallPolicy, load, validate_id,
+    DslError, DslInputPolicy, DslOutputPolicy, DslPolicy, DslToolCallPolicy, DslToolResultPolicy,
+    load, validate_id,
 };

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use portcullis_engine::{
     BoxError, InputContext, InterceptionPoint, OutputContext, Policy, PolicyContext,
-    PolicyDecision, PolicyMode, StreamingRule, ToolCallContext,
+    PolicyDecision, PolicyMode, StreamingRule, ToolCallContext, ToolResultContext,
 };
 
 use crate::check::{CheckedRule, Problems, Warning, check_source};
@@ -162,8 +162,8 @@ pub fn load(id: &str, dir: &Path, point: InterceptionPoint) -> Result<CheckedRul
 }
 
 /// A policy of the point of `C` from a JSON rule file, read, checked and compiled once, at
-/// construction. [`DslInputPolicy`], [`DslToolCallPolicy`] and [`DslOutputPolicy`] name it at
-/// each point.
+/// construction. [`DslInputPolicy`], [`DslToolCallPolicy`], [`DslToolResultPolicy`] and
+/// [`DslOutputPolicy`] name it at each point.
 ///
 /// ```
 /// use portcullis_dsl::DslInputPolicy;
@@ -229,6 +229,9 @@ pub type DslInputPolicy = DslPolicy<InputContext>;
 
 /// A tool-call policy from a JSON rule file (see [`DslPolicy`]).
 pub type DslToolCallPolicy = DslPolicy<ToolCallContext>;
+
+/// A tool-result policy from a JSON rule file (see [`DslPolicy`]).
+pub type DslToolResultPolicy = DslPolicy<ToolResultContext>;
 
 /// An output policy from a JSON rule file (see [`DslPolicy`]).
 pub type DslOutputPolicy = DslPolicy<OutputContext>;
@@ -340,7 +343,9 @@ impl<C: PolicyContext> Policy<C> for DslPolicy<C> {
     fn streaming(&self) -> Option<Vec<StreamingRule>> {
         match C::POINT {
             InterceptionPoint::Output => crate::stream::streaming_form(&self.rule),
-            InterceptionPoint::Input | InterceptionPoint::ToolCall => None,
+            InterceptionPoint::Input
+            | InterceptionPoint::ToolCall
+            | InterceptionPoint::ToolResult => None,
         }
     }
 }

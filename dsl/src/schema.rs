@@ -25,6 +25,8 @@ enum Shape {
     Labels,
     /// An object whose keys are any names and whose values are numbers (counters by tool).
     Counts,
+    /// Any JSON value (a tool result's `structured` and `is_error`): anything below it.
+    Value,
 }
 
 #[derive(Debug)]
@@ -68,7 +70,8 @@ const COUNTERS: Record = Record {
     fields: &[
         ("input", Shape::Record(&COUNTER)),
         ("output", Shape::Record(&COUNTER)),
-        ("tool_call", Shape::Record(&TOOL_CALL_COUNTERS)),
+        ("tool_call", Shape::Record(&TOOL_COUNTERS)),
+        ("tool_result", Shape::Record(&TOOL_COUNTERS)),
     ],
     open: false,
 };
@@ -79,8 +82,8 @@ const COUNTER: Record = Record {
     open: false,
 };
 
-const TOOL_CALL_COUNTERS: Record = Record {
-    name: "the tool-call counters",
+const TOOL_COUNTERS: Record = Record {
+    name: "the counters of a point about a tool",
     fields: &[("total", Shape::Number), ("by_tool", Shape::Counts)],
     open: false,
 };
@@ -114,6 +117,19 @@ const TOOL_CALL: Record = Record {
     open: false,
 };
 
+const TOOL_RESULT: Record = Record {
+    name: "a tool-result context",
+    fields: &[
+        ("tool_name", Shape::Text),
+        ("arguments", Shape::OpenMap),
+        ("content", Shape::Text),
+        ("structured", Shape::Value),
+        ("is_error", Shape::Value),
+        ("metadata", Shape::Record(&METADATA)),
+    ],
+    open: false,
+};
+
 const OUTPUT: Record = Record {
     name: "an output context",
     fields: &[
@@ -127,6 +143,7 @@ fn root(point: InterceptionPoint) -> &'static Record {
     match point {
         InterceptionPoint::Input => &INPUT,
         InterceptionPoint::ToolCall => &TOOL_CALL,
+        InterceptionPoint::ToolResult => &TOOL_RESULT,
         InterceptionPoint::Output => &OUTPUT,
     }
 }
@@ -208,6 +225,7 @@ fn point_name(point: InterceptionPoint) -> &'static str {
     match point {
         InterceptionPoint::Input => "input",
         InterceptionPoint::ToolCall => "tool-call",
+        InterceptionPoint::ToolResult => "tool-result",
         InterceptionPoint::Output => "output",
     }
 }
@@ -234,6 +252,13 @@ pub(crate) fn type_path(
             })
         };
         match shape {
+            Shape::Value => {
+                // Any JSON below it, optional as a whole.
+                return Ok(Typed {
+                    kind: Kind::Any,
+                    removable: true,
+                });
+            }
             Shape::OpenMap => {
                 // Any key, any value below it.
                 return Ok(Typed {
@@ -395,6 +420,7 @@ pub(crate) fn type_path(
         Shape::OpenMap | Shape::Counts => Kind::Map,
         Shape::Number => Kind::Number,
         Shape::Labels => Kind::List,
+        Shape::Value => Kind::Any,
     };
     Ok(Typed { kind, removable })
 }
@@ -439,26 +465,25 @@ fn replace_segment(segments: &[Segment], position: usize, with: &str) -> String 
 }
 
 fn other_point_having(point: InterceptionPoint, key: &str) -> Option<String> {
-    [
-        InterceptionPoint::Input,
-        InterceptionPoint::ToolCall,
-        InterceptionPoint::Output,
-    ]
-    .into_iter()
-    .filter(|other| *other != point)
-    .find(|other| root(*other).fields.iter().any(|(name, _)| *name == key))
-    .map(|other| {
-        format!(
-            "\"{key}\" is a field of {} rules, and this is {} {} rule",
-            point_name(other),
-            if point == InterceptionPoint::ToolCall {
-                "a"
-            } else {
-                "an"
-            },
-            point_name(point)
-        )
-    })
+    InterceptionPoint::ALL
+        .into_iter()
+        .filter(|other| *other != point)
+        .find(|other| root(*other).fields.iter().any(|(name, _)| *name == key))
+        .map(|other| {
+            format!(
+                "\"{key}\" is a field of {} rules, and this is {} {} rule",
+                point_name(other),
+                if matches!(
+                    point,
+                    InterceptionPoint::ToolCall | InterceptionPoint::ToolResult
+                ) {
+                    "a"
+                } else {
+                    "an"
+                },
+                point_name(point)
+            )
+        })
 }
 
 /// The context's JSON shape is written down in the engine's types (their serde derives), in

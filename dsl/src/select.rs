@@ -10,6 +10,7 @@
 use portcullis_engine::path::{Segment, list_position};
 use portcullis_engine::{
     AuditContext, InputContext, Message, Metadata, OutputContext, PolicyContext, ToolCallContext,
+    ToolResultContext,
 };
 use serde_json::{Map, Value};
 
@@ -34,6 +35,8 @@ pub enum Node<'a> {
     Input(&'a InputContext),
     /// A tool-call context.
     ToolCall(&'a ToolCallContext),
+    /// A tool-result context.
+    ToolResult(&'a ToolResultContext),
     /// An output context.
     Output(&'a OutputContext),
 }
@@ -99,6 +102,7 @@ impl<C: PolicyContext> Root for C {
         match self.audit_context() {
             AuditContext::Input(context) => Node::Input(context),
             AuditContext::ToolCall(context) => Node::ToolCall(context),
+            AuditContext::ToolResult(context) => Node::ToolResult(context),
             AuditContext::Output(context) => Node::Output(context),
         }
     }
@@ -141,6 +145,37 @@ pub fn select<'a, S: PathSegment>(
             rest,
             visit,
         ),
+        (Node::ToolResult(context), segment) => {
+            // `structured` is absent from the JSON shape when the tool gave none.
+            let structured = context.structured.as_ref().map(Node::Json);
+            let is_error = Node::Json(if context.is_error { &TRUE } else { &FALSE });
+            let all = [
+                ("tool_name", Node::Str(&context.tool_name)),
+                ("arguments", Node::Map(&context.arguments)),
+                ("content", Node::Str(&context.content)),
+                ("is_error", is_error),
+                ("metadata", Node::Metadata(&context.metadata)),
+            ];
+            match structured {
+                Some(structured) => {
+                    let [tool_name, arguments, content, is_error, metadata] = all;
+                    fields(
+                        segment,
+                        &[
+                            tool_name,
+                            arguments,
+                            content,
+                            ("structured", structured),
+                            is_error,
+                            metadata,
+                        ],
+                        rest,
+                        visit,
+                    )
+                }
+                None => fields(segment, &all, rest, visit),
+            }
+        }
         (Node::Output(context), segment) => fields(
             segment,
             &[
@@ -203,6 +238,10 @@ pub fn select<'a, S: PathSegment>(
         _ => Walk::Continue,
     }
 }
+
+/// `is_error`'s values, for a walk to point at.
+static TRUE: Value = Value::Bool(true);
+static FALSE: Value = Value::Bool(false);
 
 /// Whether a walk goes on after a value was visited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -323,6 +362,7 @@ impl<'a> Node<'a> {
             Node::Map(object) => Value::Object(object.clone()),
             Node::Input(context) => serde_json::to_value(context).unwrap_or(Value::Null),
             Node::ToolCall(context) => serde_json::to_value(context).unwrap_or(Value::Null),
+            Node::ToolResult(context) => serde_json::to_value(context).unwrap_or(Value::Null),
             Node::Output(context) => serde_json::to_value(context).unwrap_or(Value::Null),
         }
     }

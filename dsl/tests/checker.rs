@@ -9,7 +9,8 @@ mod support;
 use std::path::Path;
 
 use portcullis_dsl::{
-    DslError, DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, Severity, Warning, check_source,
+    DslError, DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, DslToolResultPolicy, Severity,
+    Warning, check_source,
 };
 use portcullis_engine::InterceptionPoint;
 use support::{assert_snapshot, rule_files};
@@ -33,6 +34,12 @@ fn load(
         }
         (InterceptionPoint::ToolCall, true) => {
             DslToolCallPolicy::new_strict(id, dir).map(|p| p.warnings().to_vec())
+        }
+        (InterceptionPoint::ToolResult, false) => {
+            DslToolResultPolicy::new(id, dir).map(|p| p.warnings().to_vec())
+        }
+        (InterceptionPoint::ToolResult, true) => {
+            DslToolResultPolicy::new_strict(id, dir).map(|p| p.warnings().to_vec())
         }
         (InterceptionPoint::Output, false) => {
             DslOutputPolicy::new(id, dir).map(|p| p.warnings().to_vec())

@@ -2,7 +2,7 @@
 //! `metadata.session.labels` matches labels exactly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use portcullis_dsl::{DslInputPolicy, DslToolCallPolicy};
+use portcullis_dsl::{DslInputPolicy, DslToolCallPolicy, DslToolResultPolicy};
 use portcullis_engine::{InputContext, Message, Metadata, ToolCallContext};
 use serde_json::{Map, Value, json};
 
@@ -109,4 +109,6 @@ fn the_example_session_rules_load_without_warnings() {
         DslToolCallPolicy::new_strict(stem, "../examples/rules/sessions").expect(stem);
     }
     DslInputPolicy::new_strict("mark_untrusted", "../examples/rules/sessions").expect("input rule");
+    DslToolResultPolicy::new_strict("label_web_results", "../examples/rules/sessions")
+        .expect("tool-result rule");
 }

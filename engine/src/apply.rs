@@ -13,8 +13,9 @@
 //!   need a string value and a string to add.
 //!
 //! Changes are made on a copy of the typed context: a path to a string field (a message's
-//! content, a tool's name, a metadata field) changes that string, and a path into the open JSON
-//! values (tool arguments, extra metadata) changes the value in place. A first change to the
+//! content, a tool result's `content`, a tool's name, a metadata field) changes that string, and
+//! a path into the open JSON values (tool arguments, a tool result's `structured`, extra
+//! metadata) changes the value in place. A first change to the
 //! text of a message is made while the copy is taken, so the old text is read where it is and
 //! never copied (and a change that changes nothing copies nothing). Paths and patterns are
 //! parsed and compiled once per thread and kept (see [`cached_regex`]), so applying the same
@@ -31,7 +32,9 @@ use std::rc::Rc;
 use regex::Regex;
 use serde_json::{Map, Value};
 
-use crate::context::{InputContext, Message, Metadata, OutputContext, ToolCallContext};
+use crate::context::{
+    InputContext, Message, Metadata, OutputContext, ToolCallContext, ToolResultContext,
+};
 use crate::decision::{
     PolicyDecision, Redaction, RedactionStrategy, TransformOp, TransformOperation,
 };
@@ -347,7 +350,7 @@ fn parse_cached(field: &str) -> Result<Rc<FieldPath>, ApplyError> {
 }
 
 /// `context` copied with `change` made to the text of a message (a message of an input, an
-/// answer, a tool call's calling message), without copying the text it replaces: `None` when
+/// answer, a tool call's calling message) or of a tool result, without copying the text it replaces: `None` when
 /// `path` names another field or `change` is not a text change (the caller copies and edits
 /// as usual), `Some(None)` when the change leaves the text as it is.
 fn copy_with_text<C: PolicyContext>(
@@ -404,6 +407,24 @@ fn copy_with_text<C: PolicyContext>(
                 content,
             },
             metadata: output.metadata.clone(),
+        });
+    } else if let (Some(result), Some(target)) = (
+        source.downcast_ref::<ToolResultContext>(),
+        target.downcast_mut::<Option<ToolResultContext>>(),
+    ) {
+        if first != "content" || !rest.is_empty() {
+            return None;
+        }
+        let Some(content) = edited_text(&result.content, change)? else {
+            return Some(None);
+        };
+        *target = Some(ToolResultContext {
+            tool_name: result.tool_name.clone(),
+            arguments: result.arguments.clone(),
+            content,
+            structured: result.structured.clone(),
+            is_error: result.is_error,
+            metadata: result.metadata.clone(),
         });
     } else if let (Some(call), Some(target)) = (
         source.downcast_ref::<ToolCallContext>(),
@@ -470,6 +491,22 @@ fn edit_typed<C: PolicyContext>(
             "arguments" => edit_map(&mut call.arguments, path, rest, change),
             "calling_message" => edit_message(&mut call.calling_message, rest, change),
             "metadata" => edit_metadata(&mut call.metadata, path, rest, change),
+            _ => Err(Edit::Untyped),
+        }
+    } else if let Some(result) = context.downcast_mut::<ToolResultContext>() {
+        match first.as_str() {
+            "tool_name" => edit_string(&mut result.tool_name, rest, change),
+            "arguments" => edit_map(&mut result.arguments, path, rest, change),
+            "content" => edit_string(&mut result.content, rest, change),
+            "structured" => match &mut result.structured {
+                Some(structured) if !rest.is_empty() => {
+                    let mut changed = false;
+                    apply_json(structured, path, rest, change, &mut changed)?;
+                    Ok(changed)
+                }
+                _ => Err(Edit::Untyped),
+            },
+            "metadata" => edit_metadata(&mut result.metadata, path, rest, change),
             _ => Err(Edit::Untyped),
         }
     } else if let Some(output) = context.downcast_mut::<OutputContext>() {
@@ -874,6 +911,12 @@ mod tests {
         "tool_name",
         "calling_message.content",
         "calling_message.role",
+        "content",
+        "structured.a",
+        "structured.*",
+        "structured.q.0",
+        "structured",
+        "is_error",
         "response.content",
         "response",
         "nope",
@@ -987,6 +1030,32 @@ mod tests {
             })
     }
 
+    fn tool_result() -> impl Strategy<Value = ToolResultContext> {
+        (
+            prop::option::of(prop::collection::btree_map(
+                prop::sample::select(&["a", "b", "q"][..]),
+                value(),
+                0..3,
+            )),
+            prop::sample::select(&["aab", "", "zzz b"][..]),
+            any::<bool>(),
+            metadata(),
+        )
+            .prop_map(|(structured, content, is_error, metadata)| {
+                let mut context = ToolResultContext::new("fetch", Map::new(), content, metadata)
+                    .with_error(is_error);
+                if let Some(structured) = structured {
+                    context = context.with_structured(Value::Object(
+                        structured
+                            .into_iter()
+                            .map(|(k, v)| (k.to_owned(), v))
+                            .collect(),
+                    ));
+                }
+                context
+            })
+    }
+
     /// The typed application decides exactly as the JSON shape does: same result, same error.
     fn same<C: PolicyContext>(
         context: &C,
@@ -1015,6 +1084,15 @@ mod tests {
         #[test]
         fn typed_changes_match_the_json_shape_on_tool_calls(
             context in tool_call(),
+            redactions in prop::collection::vec(redaction(), 1..4),
+            operations in prop::collection::vec(operation(), 1..4),
+        ) {
+            same(&context, &redactions, &operations)?;
+        }
+
+        #[test]
+        fn typed_changes_match_the_json_shape_on_tool_results(
+            context in tool_result(),
             redactions in prop::collection::vec(redaction(), 1..4),
             operations in prop::collection::vec(operation(), 1..4),
         ) {

@@ -9,7 +9,9 @@ use std::time::SystemTime;
 
 use serde::{Serialize, Serializer};
 
-use crate::context::{InputContext, InterceptionPoint, Metadata, OutputContext, ToolCallContext};
+use crate::context::{
+    InputContext, InterceptionPoint, Metadata, OutputContext, ToolCallContext, ToolResultContext,
+};
 use crate::decision::PolicyDecision;
 use crate::error::BoxError;
 use crate::stream::report::StreamReport;
@@ -102,6 +104,8 @@ pub enum AuditContext<'a> {
     Input(&'a InputContext),
     /// A tool-call context.
     ToolCall(&'a ToolCallContext),
+    /// A tool-result context.
+    ToolResult(&'a ToolResultContext),
     /// An output context.
     Output(&'a OutputContext),
 }
@@ -112,6 +116,7 @@ impl AuditContext<'_> {
         match self {
             AuditContext::Input(context) => &context.metadata,
             AuditContext::ToolCall(context) => &context.metadata,
+            AuditContext::ToolResult(context) => &context.metadata,
             AuditContext::Output(context) => &context.metadata,
         }
     }

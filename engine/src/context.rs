@@ -1,8 +1,10 @@
-//! The three contexts a policy sees, and the pieces they are made of: plain data.
+//! The contexts a policy sees, one per interception point, and the pieces they are made of:
+//! plain data.
 //!
 //! An input context holds the messages about to go to the model, a tool-call context the tool
-//! the model wants to run with its arguments, an output context the model's answer; each
-//! carries the interaction's [`Metadata`]. Their JSON shape (the serde derives) is what
+//! the model wants to run with its arguments, a tool-result context what a tool returned
+//! before the model reads it, an output context the model's answer; each carries the
+//! interaction's [`Metadata`]. Their JSON shape (the serde derives) is what
 //! policies written in other languages see; `tests/wire.rs` pins it field by field.
 
 use serde::{Deserialize, Serialize};
@@ -162,6 +164,82 @@ impl ToolCallContext {
     }
 }
 
+/// What tool-result policies see: what a tool returned, before the model reads it (§18). A
+/// fetched page, an email or a file can carry instructions meant for the model: this is the
+/// point that judges them.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolResultContext {
+    /// The name of the tool that ran (`"unknown"` when the call it answers cannot be found).
+    pub tool_name: String,
+    /// The arguments the tool ran with (a JSON object; empty when they are not known).
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+    /// The result's text: its text blocks joined by newlines.
+    pub content: String,
+    /// The result's structured form, when the tool gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<Value>,
+    /// Whether the tool reported an error (`false` when absent; anything but a boolean is
+    /// refused).
+    #[serde(default, deserialize_with = "boolean_is_error")]
+    pub is_error: bool,
+    /// Metadata of the interaction.
+    pub metadata: Metadata,
+}
+
+/// Reads `is_error`, refusing anything but a boolean with an error that names the field (a
+/// `"false"` string must not pass for an answer either way).
+fn boolean_is_error<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    match Value::deserialize(deserializer)? {
+        Value::Bool(is_error) => Ok(is_error),
+        other => {
+            let found = match other {
+                Value::Null => "null",
+                Value::Number(_) => "a number",
+                Value::String(_) => "a string",
+                Value::Array(_) => "a list",
+                Value::Object(_) => "an object",
+                Value::Bool(_) => "a boolean",
+            };
+            Err(serde::de::Error::custom(format!(
+                "`is_error` must be a boolean (true or false), found {found}"
+            )))
+        }
+    }
+}
+
+impl ToolResultContext {
+    /// A tool-result context of a successful result with no structured form.
+    pub fn new(
+        tool_name: impl Into<String>,
+        arguments: Map<String, Value>,
+        content: impl Into<String>,
+        metadata: Metadata,
+    ) -> Self {
+        ToolResultContext {
+            tool_name: tool_name.into(),
+            arguments,
+            content: content.into(),
+            structured: None,
+            is_error: false,
+            metadata,
+        }
+    }
+
+    /// The same context, with the result's structured form.
+    pub fn with_structured(mut self, structured: Value) -> Self {
+        self.structured = Some(structured);
+        self
+    }
+
+    /// The same context, marked as an error the tool reported (or not).
+    pub fn with_error(mut self, is_error: bool) -> Self {
+        self.is_error = is_error;
+        self
+    }
+}
+
 /// What output policies see: the model's answer.
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -265,6 +343,36 @@ impl Clone for ToolCallContext {
     }
 }
 
+impl Clone for ToolResultContext {
+    fn clone(&self) -> Self {
+        ToolResultContext {
+            tool_name: self.tool_name.clone(),
+            arguments: self.arguments.clone(),
+            content: self.content.clone(),
+            structured: self.structured.clone(),
+            is_error: self.is_error,
+            metadata: self.metadata.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let ToolResultContext {
+            tool_name,
+            arguments,
+            content,
+            structured,
+            is_error,
+            metadata,
+        } = source;
+        self.tool_name.clone_from(tool_name);
+        self.arguments.clone_from(arguments);
+        self.content.clone_from(content);
+        self.structured.clone_from(structured);
+        self.is_error = *is_error;
+        self.metadata.clone_from(metadata);
+    }
+}
+
 impl Clone for OutputContext {
     fn clone(&self) -> Self {
         OutputContext {
@@ -288,15 +396,18 @@ pub enum InterceptionPoint {
     Input,
     /// Before a tool runs.
     ToolCall,
+    /// After a tool ran, before the model reads what it returned.
+    ToolResult,
     /// After the model has answered.
     Output,
 }
 
 impl InterceptionPoint {
     /// Every point, in the order of the agent loop.
-    pub const ALL: [InterceptionPoint; 3] = [
+    pub const ALL: [InterceptionPoint; 4] = [
         InterceptionPoint::Input,
         InterceptionPoint::ToolCall,
+        InterceptionPoint::ToolResult,
         InterceptionPoint::Output,
     ];
 
@@ -308,11 +419,12 @@ impl InterceptionPoint {
             .find(|point| point.as_str() == name)
     }
 
-    /// The wire name: `input`, `tool_call` or `output`.
+    /// The wire name: `input`, `tool_call`, `tool_result` or `output`.
     pub const fn as_str(self) -> &'static str {
         match self {
             InterceptionPoint::Input => "input",
             InterceptionPoint::ToolCall => "tool_call",
+            InterceptionPoint::ToolResult => "tool_result",
             InterceptionPoint::Output => "output",
         }
     }
@@ -332,7 +444,7 @@ impl fmt::Display for UnknownPoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown interception point {:?}: the points are input, tool_call and output",
+            "unknown interception point {:?}: the points are input, tool_call, tool_result and output",
             self.0
         )
     }
@@ -420,6 +532,27 @@ impl ToolCallContext {
     /// assistant's.
     pub(crate) fn check_rules(&self) -> Result<(), InvalidContext> {
         check_assistant("calling_message", &self.calling_message)
+    }
+}
+
+impl ToolResultContext {
+    /// Checks that no open JSON value (arguments, the structured result, extra metadata) nests
+    /// deeper than [`MAX_NESTING`].
+    pub(crate) fn check_nesting_depth(&self) -> Result<(), InvalidContext> {
+        check_map_nesting("arguments", &self.arguments)?;
+        if let Some(structured) = &self.structured
+            && nests_deeper_than(structured, MAX_NESTING)
+        {
+            return Err(InvalidContext::new(format!(
+                "`structured` is nested deeper than {MAX_NESTING} levels"
+            )));
+        }
+        check_map_nesting("metadata", &self.metadata.extra)
+    }
+
+    /// Checks the rules the type system cannot express: none beyond its shape.
+    pub(crate) fn check_rules(&self) -> Result<(), InvalidContext> {
+        Ok(())
     }
 }
 

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::apply::apply_changes;
 use crate::approval::ApprovalRequest;
 use crate::audit::{AUDIT_POLICY_ID, AuditDecision, AuditHandler, AuditRecord};
-use crate::context::{InputContext, InterceptionPoint, OutputContext, ToolCallContext};
+use crate::context::{
+    InputContext, InterceptionPoint, OutputContext, ToolCallContext, ToolResultContext,
+};
 use crate::decision::PolicyDecision;
 use crate::error::{
     BoxError, DeadlineScope, EngineError, InvalidContext, PolicyDenialError, PolicyEvaluationError,
@@ -544,6 +546,17 @@ impl PolicyEngine {
         &'a self,
         context: &'a ToolCallContext,
     ) -> impl Future<Output = Result<Evaluation<'a, ToolCallContext>, EngineError>> + Send + 'a
+    {
+        // `evaluate`'s own future: no wrapper to move the evaluation through.
+        self.evaluate(context)
+    }
+
+    /// Runs the tool-result policies on `context`: what a tool returned, before the model reads
+    /// it.
+    pub fn evaluate_tool_result<'a>(
+        &'a self,
+        context: &'a ToolResultContext,
+    ) -> impl Future<Output = Result<Evaluation<'a, ToolResultContext>, EngineError>> + Send + 'a
     {
         // `evaluate`'s own future: no wrapper to move the evaluation through.
         self.evaluate(context)
@@ -1298,6 +1311,9 @@ fn policy_id_at(set: &PolicySet, point: InterceptionPoint, index: usize) -> &str
     let id = match point {
         InterceptionPoint::Input => set.input().entries.get(index).map(|e| e.policy.id()),
         InterceptionPoint::ToolCall => set.tool_call().entries.get(index).map(|e| e.policy.id()),
+        InterceptionPoint::ToolResult => {
+            set.tool_result().entries.get(index).map(|e| e.policy.id())
+        }
         InterceptionPoint::Output => set.output().entries.get(index).map(|e| e.policy.id()),
     };
     id.unwrap_or_default()

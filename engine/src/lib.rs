@@ -1,9 +1,11 @@
 //! The core of Portcullis, an embeddable policy engine for LLM agents.
 //!
-//! An application builds one [`PolicyEngine`] at start-up and calls it at three interception
+//! An application builds one [`PolicyEngine`] at start-up and calls it at four interception
 //! points: [`evaluate_input`](PolicyEngine::evaluate_input) before a request goes to the model,
-//! [`evaluate_tool_call`](PolicyEngine::evaluate_tool_call) before a tool runs, and
-//! [`evaluate_output`](PolicyEngine::evaluate_output) after the model has answered. Each call
+//! [`evaluate_tool_call`](PolicyEngine::evaluate_tool_call) before a tool runs,
+//! [`evaluate_tool_result`](PolicyEngine::evaluate_tool_result) after it ran and before the
+//! model reads what it returned, and [`evaluate_output`](PolicyEngine::evaluate_output) after the
+//! model has answered. Each call
 //! runs the policies of that point in declared order and either returns the context to forward
 //! (possibly redacted or transformed) or fails with a denial or an evaluation error.
 //!
@@ -97,7 +99,7 @@ pub use approval::ApprovalRequest;
 pub use audit::{AUDIT_POLICY_ID, AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
     InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, Role,
-    ToolCallContext, UnknownPoint,
+    ToolCallContext, ToolResultContext, UnknownPoint,
 };
 pub use decision::{
     DEFAULT_REPLACEMENT, PolicyDecision, Redaction, RedactionStrategy, TransformOp,
@@ -108,7 +110,7 @@ pub use error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError}
 pub use point::{ByPoint, PointMap, PolicyContext};
 pub use policy::{
     Blocking, InputPolicy, Monitored, OutputPolicy, Policy, PolicyExt, PolicyMode, ToolCallPolicy,
-    WithDeadline,
+    ToolResultPolicy, WithDeadline,
 };
 pub use resolve::{
     ApprovalAnswer, ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, Grant, GrantStore,

@@ -11,20 +11,23 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::audit::AuditContext;
-use crate::context::{InputContext, InterceptionPoint, Metadata, OutputContext, ToolCallContext};
+use crate::context::{
+    InputContext, InterceptionPoint, Metadata, OutputContext, ToolCallContext, ToolResultContext,
+};
 use crate::error::InvalidContext;
 
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::InputContext {}
     impl Sealed for super::ToolCallContext {}
+    impl Sealed for super::ToolResultContext {}
     impl Sealed for super::OutputContext {}
 }
 
 /// The contexts of the interception points, for code that is generic over them.
 ///
-/// This trait is sealed: [`InputContext`], [`ToolCallContext`] and [`OutputContext`] are the only
-/// implementations.
+/// This trait is sealed: [`InputContext`], [`ToolCallContext`], [`ToolResultContext`] and
+/// [`OutputContext`] are the only implementations.
 pub trait PolicyContext:
     sealed::Sealed
     + Serialize
@@ -84,6 +87,8 @@ pub struct ByPoint<M: PointMap> {
     pub input: M::Of<InputContext>,
     /// The tool-call point's value.
     pub tool_call: M::Of<ToolCallContext>,
+    /// The tool-result point's value.
+    pub tool_result: M::Of<ToolResultContext>,
     /// The output point's value.
     pub output: M::Of<OutputContext>,
 }
@@ -92,12 +97,14 @@ impl<M: PointMap> Clone for ByPoint<M>
 where
     M::Of<InputContext>: Clone,
     M::Of<ToolCallContext>: Clone,
+    M::Of<ToolResultContext>: Clone,
     M::Of<OutputContext>: Clone,
 {
     fn clone(&self) -> Self {
         ByPoint {
             input: self.input.clone(),
             tool_call: self.tool_call.clone(),
+            tool_result: self.tool_result.clone(),
             output: self.output.clone(),
         }
     }
@@ -107,12 +114,14 @@ impl<M: PointMap> Default for ByPoint<M>
 where
     M::Of<InputContext>: Default,
     M::Of<ToolCallContext>: Default,
+    M::Of<ToolResultContext>: Default,
     M::Of<OutputContext>: Default,
 {
     fn default() -> Self {
         ByPoint {
             input: Default::default(),
             tool_call: Default::default(),
+            tool_result: Default::default(),
             output: Default::default(),
         }
     }
@@ -187,6 +196,42 @@ impl PolicyContext for ToolCallContext {
 
     fn audit_context(&self) -> AuditContext<'_> {
         AuditContext::ToolCall(self)
+    }
+
+    fn check_nesting(&self) -> Result<(), InvalidContext> {
+        self.check_nesting_depth()
+    }
+
+    fn check(&self) -> Result<(), InvalidContext> {
+        self.check_rules()
+    }
+}
+
+impl PolicyContext for ToolResultContext {
+    const POINT: InterceptionPoint = InterceptionPoint::ToolResult;
+
+    fn of<M: PointMap>(values: &ByPoint<M>) -> &M::Of<Self> {
+        &values.tool_result
+    }
+
+    fn of_mut<M: PointMap>(values: &mut ByPoint<M>) -> &mut M::Of<Self> {
+        &mut values.tool_result
+    }
+
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
+    }
+
+    fn tool_name(&self) -> Option<&str> {
+        Some(&self.tool_name)
+    }
+
+    fn audit_context(&self) -> AuditContext<'_> {
+        AuditContext::ToolResult(self)
     }
 
     fn check_nesting(&self) -> Result<(), InvalidContext> {

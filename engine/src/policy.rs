@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::BoxFuture;
-use crate::context::{InputContext, OutputContext, ToolCallContext};
+use crate::context::{InputContext, OutputContext, ToolCallContext, ToolResultContext};
 use crate::decision::PolicyDecision;
 use crate::error::BoxError;
 use crate::point::PolicyContext;
@@ -113,6 +113,18 @@ point_policy! {
     message = "`{Self}` is not a tool-call policy",
     label = "not a tool-call policy: it cannot go in `tool_call`",
     note = "a tool-call policy implements `Policy<ToolCallContext>`: annotate a function taking `&ToolCallContext` with `#[tool_call_policy]`; an input or output policy belongs in `input` or `output`"
+}
+
+point_policy! {
+    /// A policy of the tool-result point: it sees what a tool returned, before the model reads
+    /// it.
+    ///
+    /// Every [`Policy<ToolResultContext>`] is one; implement that trait (or annotate a function
+    /// with `#[tool_result_policy]`) to write one.
+    trait ToolResultPolicy: Policy<ToolResultContext>,
+    message = "`{Self}` is not a tool-result policy",
+    label = "not a tool-result policy: it cannot go in `tool_result`",
+    note = "a tool-result policy implements `Policy<ToolResultContext>`: annotate a function taking `&ToolResultContext` with `#[tool_result_policy]`; a policy of another point belongs in `input`, `tool_call` or `output`"
 }
 
 point_policy! {

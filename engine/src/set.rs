@@ -3,9 +3,13 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::context::{InputContext, InterceptionPoint, OutputContext, ToolCallContext};
+use crate::context::{
+    InputContext, InterceptionPoint, OutputContext, ToolCallContext, ToolResultContext,
+};
 use crate::point::{ByPoint, PointMap, PolicyContext};
-use crate::policy::{InputPolicy, OutputPolicy, Policy, PolicyMode, ToolCallPolicy};
+use crate::policy::{
+    InputPolicy, OutputPolicy, Policy, PolicyMode, ToolCallPolicy, ToolResultPolicy,
+};
 use crate::stream::rule::StreamingRule;
 
 /// What the engine does when a policy cannot be evaluated (it fails, panics, times out, or its
@@ -141,6 +145,11 @@ impl PolicySet {
         self.point()
     }
 
+    /// The tool-result policies.
+    pub fn tool_result(&self) -> &PointPolicies<dyn Policy<ToolResultContext>> {
+        self.point()
+    }
+
     /// The output policies.
     pub fn output(&self) -> &PointPolicies<dyn Policy<OutputContext>> {
         self.point()
@@ -156,6 +165,7 @@ impl PolicySet {
         match point {
             InterceptionPoint::Input => &self.input().settings,
             InterceptionPoint::ToolCall => &self.tool_call().settings,
+            InterceptionPoint::ToolResult => &self.tool_result().settings,
             InterceptionPoint::Output => &self.output().settings,
         }
     }
@@ -168,6 +178,7 @@ impl Default for PolicySet {
             points: ByPoint {
                 input: PointPolicies::new(),
                 tool_call: PointPolicies::new(),
+                tool_result: PointPolicies::new(),
                 output: PointPolicies::new(),
             },
             on_error: OnError::Deny,
@@ -186,6 +197,7 @@ impl fmt::Debug for PolicySet {
         f.debug_struct("PolicySet")
             .field("input", &ids::<InputContext>(self))
             .field("tool_call", &ids::<ToolCallContext>(self))
+            .field("tool_result", &ids::<ToolResultContext>(self))
             .field("output", &ids::<OutputContext>(self))
             .field("on_error", &self.on_error)
             .finish()
@@ -220,6 +232,11 @@ impl PolicySetBuilder {
     /// Adds a tool-call policy.
     pub fn tool_call(self, policy: impl ToolCallPolicy + 'static) -> Self {
         self.policy::<ToolCallContext>(policy)
+    }
+
+    /// Adds a tool-result policy.
+    pub fn tool_result(self, policy: impl ToolResultPolicy + 'static) -> Self {
+        self.policy::<ToolResultContext>(policy)
     }
 
     /// Adds an output policy.
@@ -305,6 +322,7 @@ impl PolicySetBuilder {
         match point {
             InterceptionPoint::Input => &mut points.input.settings,
             InterceptionPoint::ToolCall => &mut points.tool_call.settings,
+            InterceptionPoint::ToolResult => &mut points.tool_result.settings,
             InterceptionPoint::Output => &mut points.output.settings,
         }
     }
@@ -314,6 +332,7 @@ impl PolicySetBuilder {
         let points = &mut self.set.points;
         points.input.finish();
         points.tool_call.finish();
+        points.tool_result.finish();
         points.output.finish();
         self.set
     }

@@ -164,7 +164,8 @@ async fn policies_see_the_facts_and_a_forged_session_is_ignored() {
     assert_eq!(
         seen[0],
         json!({"labels": [], "counters": {"input": {"total": 0}, "output": {"total": 0},
-               "tool_call": {"total": 0, "by_tool": {}}}})
+               "tool_call": {"total": 0, "by_tool": {}},
+               "tool_result": {"total": 0, "by_tool": {}}}})
     );
     assert_eq!(seen[1]["counters"]["tool_call"]["by_tool"]["shell"], 1);
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use boon::{Compiler, SchemaIndex, Schemas};
 use portcullis_engine::{
     InputContext, Message, OutputContext, PolicyDecision, Redaction, Role, ToolCallContext,
-    TransformOperation,
+    ToolResultContext, TransformOperation,
 };
 use serde_json::{Value, json};
 use support::*;
@@ -239,6 +239,7 @@ fn wire_names_of_points_and_roles() {
     for (point, name) in [
         (InterceptionPoint::Input, "input"),
         (InterceptionPoint::ToolCall, "tool_call"),
+        (InterceptionPoint::ToolResult, "tool_result"),
         (InterceptionPoint::Output, "output"),
     ] {
         assert_eq!(point.as_str(), name);
@@ -254,7 +255,7 @@ fn wire_names_of_points_and_roles() {
 #[test]
 fn a_point_is_parsed_from_its_wire_name_and_nothing_else() {
     use portcullis_engine::InterceptionPoint;
-    assert_eq!(InterceptionPoint::ALL.len(), 3);
+    assert_eq!(InterceptionPoint::ALL.len(), 4);
     for point in InterceptionPoint::ALL {
         assert_eq!(InterceptionPoint::from_name(point.as_str()), Some(point));
         assert_eq!(point.as_str().parse::<InterceptionPoint>(), Ok(point));
@@ -275,7 +276,9 @@ fn a_point_is_parsed_from_its_wire_name_and_nothing_else() {
         assert_eq!(InterceptionPoint::from_name(name), None, "{name:?}");
         let error = name.parse::<InterceptionPoint>().unwrap_err();
         assert!(
-            error.to_string().contains("input, tool_call and output"),
+            error
+                .to_string()
+                .contains("input, tool_call, tool_result and output"),
             "{error}"
         );
     }
@@ -362,6 +365,33 @@ fn every_field_of_every_context_is_known() {
         ["arguments", "calling_message", "metadata", "tool_name"]
     );
 
+    let result = ToolResultContext::new(
+        "web_fetch",
+        serde_json::Map::new(),
+        "page",
+        metadata.clone(),
+    )
+    .with_structured(json!({"rows": []}));
+    let ToolResultContext {
+        tool_name: _,
+        arguments: _,
+        content: _,
+        structured: _,
+        is_error: _,
+        metadata: _,
+    } = &result;
+    assert_eq!(
+        keys(&result),
+        [
+            "arguments",
+            "content",
+            "is_error",
+            "metadata",
+            "structured",
+            "tool_name"
+        ]
+    );
+
     let output = OutputContext::new(Message::assistant("answer"), metadata);
     let OutputContext {
         response: _,
@@ -390,6 +420,108 @@ fn every_field_of_every_context_is_known() {
         schema_properties("output-context.schema.json", None),
         keys(&output)
     );
+    assert_eq!(
+        project_schema_properties("tool-result-context"),
+        keys(&result)
+    );
+}
+
+/// The project's own schemas (the Portcullis extensions of the specification).
+fn project_schema_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../schemas")
+}
+
+fn project_schema(name: &str) -> Value {
+    let file = project_schema_dir().join(format!("{name}.schema.json"));
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|error| panic!("{}: {error}", file.display()));
+    serde_json::from_str(&text).expect("a JSON schema")
+}
+
+fn project_schema_properties(name: &str) -> Vec<String> {
+    let mut names: Vec<String> = project_schema(name)["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .cloned()
+        .collect();
+    names.sort();
+    names
+}
+
+/// `tool-result-context.schema.json`, compiled with the specification's base schema it uses.
+fn tool_result_validator() -> (Schemas, SchemaIndex) {
+    let mut compiler = Compiler::new();
+    let base = std::fs::read_to_string(schema_dir().join("base.schema.json")).unwrap();
+    compiler
+        .add_resource(
+            &format!("{BASE_URL}base.schema.json"),
+            serde_json::from_str::<Value>(&base).unwrap(),
+        )
+        .unwrap();
+    let schema = project_schema("tool-result-context");
+    let id = schema["$id"].as_str().expect("an $id").to_owned();
+    compiler.add_resource(&id, schema).unwrap();
+    compiler.enable_format_assertions();
+    let mut schemas = Schemas::new();
+    let index = compiler.compile(&id, &mut schemas).unwrap();
+    (schemas, index)
+}
+
+#[test]
+fn serialized_tool_results_validate_against_their_schema() {
+    let (schemas, index) = tool_result_validator();
+    let Value::Object(arguments) = sample_arguments() else {
+        unreachable!()
+    };
+    let plain = ToolResultContext::new("web_fetch", arguments, "<p>page</p>", metadata());
+    let full = plain
+        .clone()
+        .with_structured(json!({"rows": [1, "two", null]}))
+        .with_error(true);
+    for context in [&plain, &full] {
+        let value = serde_json::to_value(context).unwrap();
+        schemas
+            .validate(&value, index)
+            .unwrap_or_else(|error| panic!("{value}: {error:#}"));
+        let back: ToolResultContext = serde_json::from_value(value).unwrap();
+        assert_eq!(&back, context);
+    }
+    // The validator rejects what deserializing rejects.
+    let mut broken = serde_json::to_value(&plain).unwrap();
+    broken["is_error"] = json!("false");
+    assert!(schemas.validate(&broken, index).is_err());
+    let mut broken = serde_json::to_value(&plain).unwrap();
+    broken.as_object_mut().unwrap().remove("tool_name");
+    assert!(schemas.validate(&broken, index).is_err());
+    // The optional fields may be left out.
+    let short = json!({"tool_name": "t", "content": "",
+        "metadata": {"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"}});
+    schemas.validate(&short, index).unwrap();
+    let read: ToolResultContext = serde_json::from_value(short).unwrap();
+    assert!(read.arguments.is_empty() && !read.is_error && read.structured.is_none());
+}
+
+#[test]
+fn a_tool_result_without_a_tool_name_or_with_a_non_boolean_is_error_is_refused() {
+    let metadata = json!({"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"});
+    let missing = json!({"content": "x", "metadata": metadata});
+    let error = serde_json::from_value::<ToolResultContext>(missing).unwrap_err();
+    assert!(
+        error.to_string().contains("missing field `tool_name`"),
+        "{error}"
+    );
+    for bad in [json!("false"), json!(0), json!(null), json!([true])] {
+        let context =
+            json!({"tool_name": "t", "content": "x", "is_error": bad, "metadata": metadata});
+        let error = serde_json::from_value::<ToolResultContext>(context).unwrap_err();
+        assert!(
+            error.to_string().contains("`is_error` must be a boolean"),
+            "{bad}: {error}"
+        );
+    }
+    let unknown = json!({"tool_name": "t", "content": "x", "output": "y", "metadata": metadata});
+    assert!(serde_json::from_value::<ToolResultContext>(unknown).is_err());
 }
 
 #[test]

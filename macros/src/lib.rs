@@ -85,6 +85,28 @@ pub fn tool_call_policy(attribute: TokenStream, item: TokenStream) -> TokenStrea
     policy_fn::expand_attribute(InterceptionPoint::ToolCall, attribute.into(), item.into()).into()
 }
 
+/// Makes a function a tool-result policy: like [`input_policy`](macro@input_policy), with
+/// `&ToolResultContext`.
+///
+/// ```
+/// use portcullis::{Policy, PolicyDecision, ToolResultContext, tool_result_policy};
+///
+/// #[tool_result_policy(id = "label-web")]
+/// fn label_web(context: &ToolResultContext) -> PolicyDecision {
+///     if context.tool_name == "web_fetch" {
+///         PolicyDecision::allow().with_labels(["untrusted"])
+///     } else {
+///         PolicyDecision::allow()
+///     }
+/// }
+///
+/// assert_eq!(label_web.id(), "label-web");
+/// ```
+#[proc_macro_attribute]
+pub fn tool_result_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
+    policy_fn::expand_attribute(InterceptionPoint::ToolResult, attribute.into(), item.into()).into()
+}
+
 /// Makes a function an output policy: like [`input_policy`](macro@input_policy), with
 /// `&OutputContext`.
 ///
@@ -107,7 +129,7 @@ pub fn output_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
     policy_fn::expand_attribute(InterceptionPoint::Output, attribute.into(), item.into()).into()
 }
 
-/// Builds a `PolicySet`: `policy_set! { on_error: deny, input: [..], tool_call: [..], output: [..] }`.
+/// Builds a `PolicySet`: `policy_set! { on_error: deny, input: [..], tool_call: [..], tool_result: [..], output: [..] }`.
 ///
 /// Every key is optional and given at most once; `on_error` is `deny` (the default: a failing
 /// policy fails the call) or `allow` (a failing policy is skipped); each list holds any

@@ -9,7 +9,7 @@ use portcullis_dsl::{DslPolicy, Problems};
 use portcullis_engine::{
     BoxError, ByPoint, InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy,
     PointMap, Policy, PolicyContext, PolicyDecision, PolicyExt, PolicyMode, PolicySet,
-    PolicySetBuilder, ToolCallContext, ToolCallPolicy,
+    PolicySetBuilder, ToolCallContext, ToolCallPolicy, ToolResultContext, ToolResultPolicy,
 };
 use serde_json::Value;
 
@@ -55,6 +55,7 @@ impl std::fmt::Debug for CodeRegistry {
         f.debug_struct("CodeRegistry")
             .field("input", &self.names::<InputContext>())
             .field("tool_call", &self.names::<ToolCallContext>())
+            .field("tool_result", &self.names::<ToolResultContext>())
             .field("output", &self.names::<OutputContext>())
             .finish()
     }
@@ -89,6 +90,15 @@ impl CodeRegistry {
         self.policy::<ToolCallContext>(name, policy)
     }
 
+    /// Registers a tool-result policy under `name`.
+    pub fn tool_result(
+        self,
+        name: impl Into<String>,
+        policy: impl ToolResultPolicy + 'static,
+    ) -> Self {
+        self.policy::<ToolResultContext>(name, policy)
+    }
+
     /// Registers an output policy under `name`.
     pub fn output(self, name: impl Into<String>, policy: impl OutputPolicy + 'static) -> Self {
         self.policy::<OutputContext>(name, policy)
@@ -111,6 +121,7 @@ impl CodeRegistry {
         match point {
             InterceptionPoint::Input => self.names::<InputContext>(),
             InterceptionPoint::ToolCall => self.names::<ToolCallContext>(),
+            InterceptionPoint::ToolResult => self.names::<ToolResultContext>(),
             InterceptionPoint::Output => self.names::<OutputContext>(),
         }
     }
@@ -314,6 +325,7 @@ impl Manifest {
         let mut builder = PolicySet::builder().on_error(self.on_error);
         builder = add(builder, points.input);
         builder = add(builder, points.tool_call);
+        builder = add(builder, points.tool_result);
         builder = add(builder, points.output);
         for point in InterceptionPoint::ALL {
             let options = self.settings.point(point);
@@ -787,6 +799,9 @@ impl Builder<'_> {
                     InterceptionPoint::ToolCall => {
                         push_checked::<ToolCallContext>(points, id.clone(), checked, tools)
                     }
+                    InterceptionPoint::ToolResult => {
+                        push_checked::<ToolResultContext>(points, id.clone(), checked, tools)
+                    }
                     InterceptionPoint::Output => {
                         push_checked::<OutputContext>(points, id.clone(), checked, tools)
                     }
@@ -804,7 +819,8 @@ impl Builder<'_> {
 }
 
 /// The points an entry of a policy-set file applies to, with the tools of its `tool_call`
-/// scope.
+/// scope. Without `applies_to`, the three points of the specification's policy sets: the
+/// `tool_result` extension is reached only when `applies_to` names it.
 fn scope(
     reader: &mut Reader<'_>,
     item: &Node,
@@ -824,7 +840,11 @@ fn scope(
             .find(|(key, _)| key.as_str() == Some(name))
             .map(|(_, value)| value)
     };
-    let mut points = InterceptionPoint::ALL.to_vec();
+    let mut points = vec![
+        InterceptionPoint::Input,
+        InterceptionPoint::ToolCall,
+        InterceptionPoint::Output,
+    ];
     if let Some(applies_to) = field("applies_to") {
         let valid = match &applies_to.value {
             NodeValue::List(names) if !names.is_empty() => {
@@ -854,7 +874,7 @@ fn scope(
                             let diagnostic = reader
                                 .error(
                                     name.position,
-                                    "`applies_to` lists points: input, tool_call, output",
+                                    "`applies_to` lists points: input, tool_call, tool_result, output",
                                 )
                                 .with_optional_help(help);
                             reader.push(diagnostic);

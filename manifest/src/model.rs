@@ -23,6 +23,8 @@ pub struct Manifest {
     pub input: Vec<PolicyEntry>,
     /// The `tool_call` policies, in order.
     pub tool_call: Vec<PolicyEntry>,
+    /// The `tool_result` policies, in order.
+    pub tool_result: Vec<PolicyEntry>,
     /// The `output` policies, in order.
     pub output: Vec<PolicyEntry>,
     /// `include`: policy-set files whose entries go after the point's own policies.
@@ -45,6 +47,7 @@ impl Manifest {
         match point {
             InterceptionPoint::Input => &self.input,
             InterceptionPoint::ToolCall => &self.tool_call,
+            InterceptionPoint::ToolResult => &self.tool_result,
             InterceptionPoint::Output => &self.output,
         }
     }
@@ -53,6 +56,7 @@ impl Manifest {
         match point {
             InterceptionPoint::Input => &mut self.input,
             InterceptionPoint::ToolCall => &mut self.tool_call,
+            InterceptionPoint::ToolResult => &mut self.tool_result,
             InterceptionPoint::Output => &mut self.output,
         }
     }
@@ -153,6 +157,8 @@ pub struct Settings {
     pub input: PointOptions,
     /// `settings.tool_call`.
     pub tool_call: PointOptions,
+    /// `settings.tool_result`.
+    pub tool_result: PointOptions,
     /// `settings.output`.
     pub output: PointOptions,
 }
@@ -163,6 +169,7 @@ impl Settings {
         match point {
             InterceptionPoint::Input => &self.input,
             InterceptionPoint::ToolCall => &self.tool_call,
+            InterceptionPoint::ToolResult => &self.tool_result,
             InterceptionPoint::Output => &self.output,
         }
     }
@@ -247,6 +254,7 @@ const TOP_KEYS: &[&str] = &[
     "on_error",
     "input",
     "tool_call",
+    "tool_result",
     "output",
     "include",
     "settings",
@@ -275,9 +283,10 @@ const ENTRY_KEYS: &[&str] = &[
 ];
 
 /// The names of the points, as manifest keys.
-pub(crate) const POINT_NAMES: [&str; 3] = [
+pub(crate) const POINT_NAMES: [&str; 4] = [
     InterceptionPoint::Input.as_str(),
     InterceptionPoint::ToolCall.as_str(),
+    InterceptionPoint::ToolResult.as_str(),
     InterceptionPoint::Output.as_str(),
 ];
 const SETTING_KEYS: &[&str] = &[
@@ -499,7 +508,7 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                     reader.push(diagnostic);
                 }
             },
-            "input" | "tool_call" | "output" => {
+            "input" | "tool_call" | "tool_result" | "output" => {
                 let Some(point) = InterceptionPoint::from_name(name) else {
                     continue;
                 };
@@ -538,6 +547,7 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                     match point {
                         InterceptionPoint::Input => manifest.settings.input = read,
                         InterceptionPoint::ToolCall => manifest.settings.tool_call = read,
+                        InterceptionPoint::ToolResult => manifest.settings.tool_result = read,
                         InterceptionPoint::Output => manifest.settings.output = read,
                     }
                 }

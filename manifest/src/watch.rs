@@ -359,6 +359,7 @@ fn named_files(manifest: &Manifest) -> Vec<PathBuf> {
         .input
         .iter()
         .chain(&manifest.tool_call)
+        .chain(&manifest.tool_result)
         .chain(&manifest.output)
     {
         match &entry.source {
@@ -507,6 +508,7 @@ fn url_entries(manifest: &Manifest) -> impl Iterator<Item = (Duration, &crate::P
         .input
         .iter()
         .chain(&manifest.tool_call)
+        .chain(&manifest.tool_result)
         .chain(&manifest.output)
         .filter_map(|entry| match &entry.source {
             PolicySource::RegoUrl { poll, .. } => Some((*poll, entry)),

@@ -100,6 +100,11 @@ async fn a_full_manifest_loads() {
                 .policies()
                 .map(|p| p.id().to_owned())
                 .collect(),
+            InterceptionPoint::ToolResult => set
+                .tool_result()
+                .policies()
+                .map(|p| p.id().to_owned())
+                .collect(),
             InterceptionPoint::Output => {
                 set.output().policies().map(|p| p.id().to_owned()).collect()
             }

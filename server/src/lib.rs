@@ -5,7 +5,7 @@
 //! [`Router`](axum::Router) that an application can serve with [`serve`] or nest in its own:
 //!
 //! - `POST /engine/evaluate`: the remote policy protocol, server side. The body is
-//!   `{"policy_id": "..", "interception_point": "input"|"tool_call"|"output", "context": {..}}`;
+//!   `{"policy_id": "..", "interception_point": "input"|"tool_call"|"tool_result"|"output", "context": {..}}`;
 //!   the answer (200) is the decision of the one policy with that id at that point of the
 //!   loaded set, such as `{"decision": "deny", "reason": ".."}`. Any client of that protocol
 //!   (the `http` backend, the TypeScript `HttpInputPolicy`) works against it unchanged. The
@@ -14,7 +14,7 @@
 //!   audited, under its deadlines and the point's call deadline, with the session store's
 //!   facts; the answer is the decision that took effect (`allow` when the policy is only
 //!   monitored, or failed under `on_error: allow`).
-//! - `POST /v1/evaluate/{input|tool_call|output}`: the context through every policy of the
+//! - `POST /v1/evaluate/{input|tool_call|tool_result|output}`: the context through every policy of the
 //!   point, as the engine runs them; the answer is 200 with the [`Outcome`] document for every
 //!   outcome (a denial is an answer, not a failure):
 //!   `{"outcome": "allowed"|"denied"|"error"|"approval_required", "decisions": [{"policy_id",

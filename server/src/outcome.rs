@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use portcullis_engine::{
     AuditHandler, AuditRecord, BoxError, EngineError, InputContext, InterceptionPoint,
-    OutputContext, PolicyContext, PolicyEngine, ToolCallContext,
+    OutputContext, PolicyContext, PolicyEngine, ToolCallContext, ToolResultContext,
 };
 use serde_json::Value;
 
@@ -222,6 +222,8 @@ pub enum Context {
     Input(InputContext),
     /// A tool-call context.
     ToolCall(ToolCallContext),
+    /// A tool-result context.
+    ToolResult(ToolResultContext),
     /// An output context.
     Output(OutputContext),
 }
@@ -242,6 +244,7 @@ impl Context {
         match self {
             Context::Input(_) => InterceptionPoint::Input,
             Context::ToolCall(_) => InterceptionPoint::ToolCall,
+            Context::ToolResult(_) => InterceptionPoint::ToolResult,
             Context::Output(_) => InterceptionPoint::Output,
         }
     }
@@ -252,6 +255,7 @@ impl Context {
         match self {
             Context::Input(context) => task.run(context).await,
             Context::ToolCall(context) => task.run(context).await,
+            Context::ToolResult(context) => task.run(context).await,
             Context::Output(context) => task.run(context).await,
         }
     }
@@ -262,6 +266,7 @@ pub fn parse_context(point: InterceptionPoint, value: Value) -> Result<Context, 
     let read = match point {
         InterceptionPoint::Input => serde_json::from_value(value).map(Context::Input),
         InterceptionPoint::ToolCall => serde_json::from_value(value).map(Context::ToolCall),
+        InterceptionPoint::ToolResult => serde_json::from_value(value).map(Context::ToolResult),
         InterceptionPoint::Output => serde_json::from_value(value).map(Context::Output),
     };
     read.map_err(|error| format!("not a valid {point} context: {error}"))

@@ -289,7 +289,7 @@ struct Shared {
 /// | route | answers |
 /// |---|---|
 /// | `POST /engine/evaluate` | the remote policy protocol, server side: `{"policy_id", "interception_point", "context"}` → the decision that one policy of the loaded set took, run through the engine (audited, monitored, under deadlines, `on_error` and the session store) |
-/// | `POST /v1/evaluate/{input\|tool_call\|output}` | the context through the whole point: 200 with the [`Outcome`](crate::Outcome) JSON, for every outcome |
+/// | `POST /v1/evaluate/{input\|tool_call\|tool_result\|output}` | the context through the whole point: 200 with the [`Outcome`](crate::Outcome) JSON, for every outcome |
 /// | `GET /healthz` | 200 while the process runs |
 /// | `GET /readyz` | 200 when a policy set is loaded (503 otherwise); the last reload's status and error only to a caller with the bearer token |
 /// | `GET /metrics` | Prometheus text: requests by route and status, decisions by policy and decision, evaluation latency, reloads by outcome, open connections |
@@ -699,7 +699,7 @@ fn unknown_point(name: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "unknown_point",
-        format!("`{name}` is not an interception point (input, tool_call, output)"),
+        format!("`{name}` is not an interception point (input, tool_call, tool_result, output)"),
     )
 }
 
@@ -756,7 +756,7 @@ async fn engine_evaluate(
             }
             _ => {
                 return Err(invalid(
-                    "`interception_point` must be `input`, `tool_call` or `output`",
+                    "`interception_point` must be `input`, `tool_call`, `tool_result` or `output`",
                 ));
             }
         };

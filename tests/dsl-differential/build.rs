@@ -51,6 +51,16 @@ fn read_paths(point: InterceptionPoint) -> &'static [&'static str] {
             "metadata.agent_id",
             "metadata.priority",
         ],
+        InterceptionPoint::ToolResult => &[
+            "tool_name",
+            "content",
+            "content.length",
+            "arguments.query",
+            "structured.rows",
+            "structured.*",
+            "is_error",
+            "metadata.agent_id",
+        ],
         InterceptionPoint::Output => &[
             "response.content",
             "response.content.length",
@@ -84,6 +94,14 @@ fn write_paths(point: InterceptionPoint) -> &'static [&'static str] {
             "calling_message.content",
             "calling_message",
             "metadata.session_id",
+            "metadata.note",
+        ],
+        InterceptionPoint::ToolResult => &[
+            "content",
+            "structured.rows",
+            "structured.*",
+            "arguments.query",
+            "tool_name",
             "metadata.note",
         ],
         InterceptionPoint::Output => &[

@@ -23,7 +23,8 @@
 //!
 //! - One Redis hash per session, at `<prefix><length of agent_id>:<agent_id>:<session_id>`
 //!   (default prefix `portcullis:session:`): a field per counter (`c:input`, `c:output`,
-//!   `c:tool_call`, `t:<tool>`) and per label (`l:<label>`, whose value orders the labels).
+//!   `c:tool_call`, `c:tool_result`, `t:<tool>` for a tool's calls, `r:<tool>` for its results)
+//!   and per label (`l:<label>`, whose value orders the labels).
 //! - A record is one Lua script, so Redis applies it atomically: the counters go up, the
 //!   labels are added, and the key's time to live starts again. Concurrent records from any
 //!   number of processes all count, none twice.
@@ -349,11 +350,18 @@ fn facts_from(fields: Vec<(String, u64)>) -> SessionFacts {
                 .tool_call
                 .by_tool
                 .insert(tool.to_owned(), value);
+        } else if let Some(tool) = field.strip_prefix("r:") {
+            facts
+                .counters
+                .tool_result
+                .by_tool
+                .insert(tool.to_owned(), value);
         } else {
             match field.as_str() {
                 "c:input" => facts.counters.input.total = value,
                 "c:output" => facts.counters.output.total = value,
                 "c:tool_call" => facts.counters.tool_call.total = value,
+                "c:tool_result" => facts.counters.tool_result.total = value,
                 _ => {}
             }
         }
@@ -376,17 +384,18 @@ impl SessionStore for RedisSessionStore {
 
     async fn record(&self, key: SessionKey<'_>, update: SessionUpdate<'_>) -> Result<(), BoxError> {
         let mut connection = self.connection.clone();
-        let point = match update.point {
-            InterceptionPoint::Input => "c:input",
-            InterceptionPoint::Output => "c:output",
-            InterceptionPoint::ToolCall => "c:tool_call",
+        // The point's counter field, and the prefix of its per-tool fields.
+        let (point, tool) = match update.point {
+            InterceptionPoint::Input => ("c:input", None),
+            InterceptionPoint::Output => ("c:output", None),
+            InterceptionPoint::ToolCall => ("c:tool_call", Some("t:")),
+            InterceptionPoint::ToolResult => ("c:tool_result", Some("r:")),
         };
         let mut invocation = self.script.key(self.key(key));
         invocation.arg(self.ttl_millis).arg(point);
         invocation.arg(
-            update
-                .tool
-                .map(|tool| format!("t:{tool}"))
+            tool.zip(update.tool)
+                .map(|(prefix, tool)| format!("{prefix}{tool}"))
                 .unwrap_or_default(),
         );
         for label in update.labels {

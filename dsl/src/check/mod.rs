@@ -628,6 +628,7 @@ fn example_path(point: InterceptionPoint) -> &'static str {
     match point {
         InterceptionPoint::Input => "messages.-1.content",
         InterceptionPoint::ToolCall => "arguments.query",
+        InterceptionPoint::ToolResult => "content",
         InterceptionPoint::Output => "response.content",
     }
 }

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::context::{
     InputContext, InterceptionPoint, InvalidContext, OutputContext, ToolCallContext,
+    ToolResultContext,
 };
 use crate::point::PolicyContext;
 use crate::session::store::{SessionFacts, SessionKey, SessionUpdate};
@@ -119,6 +120,7 @@ const SPARE_TEXT_LIMIT: usize = 64 * 1024;
 struct Spare {
     input: Option<Box<Seen<InputContext>>>,
     tool_call: Option<Box<Seen<ToolCallContext>>>,
+    tool_result: Option<Box<Seen<ToolResultContext>>>,
     output: Option<Box<Seen<OutputContext>>>,
 }
 
@@ -127,6 +129,7 @@ thread_local! {
         RefCell::new(Spare {
             input: None,
             tool_call: None,
+            tool_result: None,
             output: None,
         })
     };
@@ -136,6 +139,7 @@ fn spare_slot<C: PolicyContext>(spare: &mut Spare) -> Option<&mut Option<Box<See
     let slot: &mut dyn Any = match C::POINT {
         InterceptionPoint::Input => &mut spare.input,
         InterceptionPoint::ToolCall => &mut spare.tool_call,
+        InterceptionPoint::ToolResult => &mut spare.tool_result,
         InterceptionPoint::Output => &mut spare.output,
     };
     slot.downcast_mut::<Option<Box<Seen<C>>>>()
@@ -164,6 +168,10 @@ pub(crate) fn give_back<C: PolicyContext>(mut seen: Box<Seen<C>>) {
     } else if let Some(call) = context.downcast_mut::<ToolCallContext>() {
         call.arguments.clear();
         call.tool_name.capacity() + call.calling_message.content.capacity()
+    } else if let Some(result) = context.downcast_mut::<ToolResultContext>() {
+        result.arguments.clear();
+        result.structured = None;
+        result.tool_name.capacity() + result.content.capacity()
     } else if let Some(output) = context.downcast_mut::<OutputContext>() {
         output.response.content.capacity()
     } else {

@@ -8,7 +8,8 @@
 //! ```json
 //! {"labels": ["untrusted"],
 //!  "counters": {"input": {"total": 3}, "output": {"total": 2},
-//!               "tool_call": {"total": 4, "by_tool": {"fetch": 3, "shell": 1}}}}
+//!               "tool_call": {"total": 4, "by_tool": {"fetch": 3, "shell": 1}},
+//!               "tool_result": {"total": 3, "by_tool": {"fetch": 3}}}}
 //! ```
 //!
 //! # The flow of a call
@@ -22,10 +23,11 @@
 //!    (`input.metadata.session`) and remote policies read them.
 //! 2. **The point runs** as without sessions.
 //! 3. **After a call that proceeds**, one atomic record: the point's counter (and, for a tool
-//!    call, the tool's) goes up by one, and the labels carried by the enforced decisions
+//!    call or a tool result, the tool's) goes up by one, and the labels carried by the enforced decisions
 //!    ([`PolicyDecision::labels`](crate::PolicyDecision::labels)) are added. A denied call,
 //!    or one failed by an evaluation error, records nothing. A monitored decision's labels are
-//!    not added (monitored decisions take no effect). A streamed answer records once, when the
+//!    not added (monitored decisions take no effect). A label from a `tool_result` decision is
+//!    how untrusted content marks the session (a fetched page), for later points to act on. A streamed answer records once, when the
 //!    stream finishes without a denial.
 //!
 //! The context forwarded is the caller's own when no policy changed it; a changed one keeps
@@ -66,5 +68,5 @@ pub(crate) mod store;
 pub use memory::{DEFAULT_MEMORY_CAPACITY, DEFAULT_SESSION_TTL, MemorySessionStore, StoreFull};
 pub use store::{
     MAX_SESSION_ID_BYTES, PointCounter, SESSION_POLICY_ID, SessionCounters, SessionFacts,
-    SessionKey, SessionStore, SessionUpdate, ToolCallCounters,
+    SessionKey, SessionStore, SessionUpdate, ToolCounters,
 };

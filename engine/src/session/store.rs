@@ -32,7 +32,8 @@ pub const MAX_SESSION_ID_BYTES: usize = 1024;
 ///         "counters": {
 ///             "input": {"total": 0},
 ///             "output": {"total": 0},
-///             "tool_call": {"total": 0, "by_tool": {}}
+///             "tool_call": {"total": 0, "by_tool": {}},
+///             "tool_result": {"total": 0, "by_tool": {}}
 ///         }
 ///     })
 /// );
@@ -58,7 +59,10 @@ pub struct SessionCounters {
     pub output: PointCounter,
     /// Tool calls that proceeded, in all and per tool.
     #[serde(default)]
-    pub tool_call: ToolCallCounters,
+    pub tool_call: ToolCounters,
+    /// Tool results that proceeded, in all and per tool.
+    #[serde(default)]
+    pub tool_result: ToolCounters,
 }
 
 /// The counter of one point.
@@ -69,13 +73,13 @@ pub struct PointCounter {
     pub total: u64,
 }
 
-/// The counters of the tool-call point.
+/// The counters of a point about one tool (`tool_call`, `tool_result`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolCallCounters {
-    /// How many tool calls proceeded.
+pub struct ToolCounters {
+    /// How many calls of the point proceeded.
     #[serde(default)]
     pub total: u64,
-    /// How many calls of each tool proceeded, by tool name.
+    /// How many calls of the point proceeded for each tool, by tool name.
     #[serde(default)]
     pub by_tool: BTreeMap<String, u64>,
 }
@@ -86,19 +90,8 @@ impl SessionFacts {
         match update.point {
             InterceptionPoint::Input => self.counters.input.total += 1,
             InterceptionPoint::Output => self.counters.output.total += 1,
-            InterceptionPoint::ToolCall => {
-                self.counters.tool_call.total += 1;
-                if let Some(tool) = update.tool {
-                    let by_tool = &mut self.counters.tool_call.by_tool;
-                    // The name is copied only for a tool new to the session.
-                    match by_tool.get_mut(tool) {
-                        Some(count) => *count += 1,
-                        None => {
-                            by_tool.insert(tool.to_owned(), 1);
-                        }
-                    }
-                }
-            }
+            InterceptionPoint::ToolCall => self.counters.tool_call.count(update.tool),
+            InterceptionPoint::ToolResult => self.counters.tool_result.count(update.tool),
         }
         for label in update.labels {
             if !self.labels.iter().any(|known| known == label) {
@@ -126,13 +119,17 @@ impl SessionFacts {
                 map.insert("total".to_owned(), Value::from(0));
                 Value::Object(map)
             };
-            let mut tool_call = Map::with_capacity(2);
-            tool_call.insert("total".to_owned(), Value::from(0));
-            tool_call.insert("by_tool".to_owned(), Value::Object(Map::new()));
-            let mut counters = Map::with_capacity(3);
+            let tool_counter = || {
+                let mut map = Map::with_capacity(2);
+                map.insert("total".to_owned(), Value::from(0));
+                map.insert("by_tool".to_owned(), Value::Object(Map::new()));
+                Value::Object(map)
+            };
+            let mut counters = Map::with_capacity(4);
             counters.insert("input".to_owned(), counter());
             counters.insert("output".to_owned(), counter());
-            counters.insert("tool_call".to_owned(), Value::Object(tool_call));
+            counters.insert("tool_call".to_owned(), tool_counter());
+            counters.insert("tool_result".to_owned(), tool_counter());
             facts.insert("counters".to_owned(), Value::Object(counters));
             *value = Value::Object(facts);
             let updated = self.update_value(value);
@@ -158,11 +155,16 @@ impl SessionFacts {
                     *counters.get_mut(name)?.get_mut("total")? = Value::from(total);
                 }
             }
-            if now.tool_call != before.tool_call {
-                let tool_call = counters.get_mut("tool_call")?;
-                *tool_call.get_mut("total")? = Value::from(now.tool_call.total);
-                let by_tool = tool_call.get_mut("by_tool")?.as_object_mut()?;
-                write_by_tool(by_tool, &now.tool_call.by_tool);
+            for (name, now, before) in [
+                ("tool_call", &now.tool_call, &before.tool_call),
+                ("tool_result", &now.tool_result, &before.tool_result),
+            ] {
+                if now != before {
+                    let counter = counters.get_mut(name)?;
+                    *counter.get_mut("total")? = Value::from(now.total);
+                    let by_tool = counter.get_mut("by_tool")?.as_object_mut()?;
+                    write_by_tool(by_tool, &now.by_tool);
+                }
             }
             Some(())
         })();
@@ -199,7 +201,7 @@ impl SessionFacts {
 
 impl SessionCounters {
     fn update_value(&self, counters: &mut Map<String, Value>) -> bool {
-        if counters.len() != 3 {
+        if counters.len() != 4 {
             return false;
         }
         counters
@@ -207,21 +209,40 @@ impl SessionCounters {
             .all(|(key, value)| match (key.as_str(), value) {
                 ("input", Value::Object(input)) => write_total(input, self.input.total, 1),
                 ("output", Value::Object(output)) => write_total(output, self.output.total, 1),
-                ("tool_call", Value::Object(tool_call)) => {
-                    write_total(tool_call, self.tool_call.total, 2)
-                        && tool_call
-                            .iter_mut()
-                            .all(|(key, value)| match (key.as_str(), value) {
-                                ("total", _) => true,
-                                ("by_tool", Value::Object(by_tool)) => {
-                                    write_by_tool(by_tool, &self.tool_call.by_tool);
-                                    true
-                                }
-                                _ => false,
-                            })
-                }
+                ("tool_call", Value::Object(counter)) => self.tool_call.update_value(counter),
+                ("tool_result", Value::Object(counter)) => self.tool_result.update_value(counter),
                 _ => false,
             })
+    }
+}
+
+impl ToolCounters {
+    /// Counts one call that proceeded, of `tool` when the call names one.
+    fn count(&mut self, tool: Option<&str>) {
+        self.total += 1;
+        if let Some(tool) = tool {
+            // The name is copied only for a tool new to the session.
+            match self.by_tool.get_mut(tool) {
+                Some(count) => *count += 1,
+                None => {
+                    self.by_tool.insert(tool.to_owned(), 1);
+                }
+            }
+        }
+    }
+
+    fn update_value(&self, counter: &mut Map<String, Value>) -> bool {
+        write_total(counter, self.total, 2)
+            && counter
+                .iter_mut()
+                .all(|(key, value)| match (key.as_str(), value) {
+                    ("total", _) => true,
+                    ("by_tool", Value::Object(by_tool)) => {
+                        write_by_tool(by_tool, &self.by_tool);
+                        true
+                    }
+                    _ => false,
+                })
     }
 }
 

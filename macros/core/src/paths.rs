@@ -17,6 +17,11 @@ pub fn tool_call_context() -> TokenStream {
     quote!(::portcullis::ToolCallContext)
 }
 
+/// `::portcullis::ToolResultContext`.
+pub fn tool_result_context() -> TokenStream {
+    quote!(::portcullis::ToolResultContext)
+}
+
 /// `::portcullis::OutputContext`.
 pub fn output_context() -> TokenStream {
     quote!(::portcullis::OutputContext)

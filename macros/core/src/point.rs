@@ -43,6 +43,7 @@ impl PointNames for InterceptionPoint {
         match self {
             InterceptionPoint::Input => "InputContext",
             InterceptionPoint::ToolCall => "ToolCallContext",
+            InterceptionPoint::ToolResult => "ToolResultContext",
             InterceptionPoint::Output => "OutputContext",
         }
     }
@@ -61,6 +62,7 @@ impl PointNames for InterceptionPoint {
         match self {
             InterceptionPoint::Input => "input_policy",
             InterceptionPoint::ToolCall => "tool_call_policy",
+            InterceptionPoint::ToolResult => "tool_result_policy",
             InterceptionPoint::Output => "output_policy",
         }
     }
@@ -69,6 +71,7 @@ impl PointNames for InterceptionPoint {
         match self {
             InterceptionPoint::Input => "an input policy",
             InterceptionPoint::ToolCall => "a tool-call policy",
+            InterceptionPoint::ToolResult => "a tool-result policy",
             InterceptionPoint::Output => "an output policy",
         }
     }
@@ -77,6 +80,7 @@ impl PointNames for InterceptionPoint {
         match self {
             InterceptionPoint::Input => "input policies",
             InterceptionPoint::ToolCall => "tool-call policies",
+            InterceptionPoint::ToolResult => "tool-result policies",
             InterceptionPoint::Output => "output policies",
         }
     }
@@ -85,6 +89,7 @@ impl PointNames for InterceptionPoint {
         match self {
             InterceptionPoint::Input => paths::input_context(),
             InterceptionPoint::ToolCall => paths::tool_call_context(),
+            InterceptionPoint::ToolResult => paths::tool_result_context(),
             InterceptionPoint::Output => paths::output_context(),
         }
     }

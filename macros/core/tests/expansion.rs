@@ -48,6 +48,7 @@ fn context_name(point: InterceptionPoint) -> &'static str {
     match point {
         InterceptionPoint::Input => "InputContext",
         InterceptionPoint::ToolCall => "ToolCallContext",
+        InterceptionPoint::ToolResult => "ToolResultContext",
         InterceptionPoint::Output => "OutputContext",
     }
 }

@@ -103,7 +103,7 @@ fn on_error_value(value: &Expr) -> Option<OnError> {
 
 /// The known key a typo most likely meant: the one at the smallest edit distance, if close.
 fn suggestion(name: &str) -> Option<&'static str> {
-    ["on_error", "input", "tool_call", "output"]
+    ["on_error", "input", "tool_call", "tool_result", "output"]
         .into_iter()
         .map(|known| (edit_distance(name, known), known))
         .filter(|(distance, known)| *distance <= known.len() / 3 + 1)

@@ -25,6 +25,7 @@ pub(crate) fn expand(model: &PolicySetModel) -> TokenStream {
         let method = match point {
             InterceptionPoint::Input => quote!(input),
             InterceptionPoint::ToolCall => quote!(tool_call),
+            InterceptionPoint::ToolResult => quote!(tool_result),
             InterceptionPoint::Output => quote!(output),
         };
         for policy in policies {
