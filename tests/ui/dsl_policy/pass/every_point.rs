@@ -7,6 +7,8 @@ fn main() {
     assert_eq!(no_ssn.id(), "no_ssn");
     let approved = dsl_policy!(tool_call, "examples/rules/approved_tools.json");
     assert_eq!(approved.id(), "approved_tools");
+    let web = dsl_policy!(tool_result, "rules/label_web_results.json");
+    assert_eq!(web.id(), "label_web_results");
     let refunds = dsl_policy!(output, "examples/rules/audit_refunds.json",);
     assert_eq!(refunds.id(), "audit_refunds");
     assert_eq!(refunds.mode(), PolicyMode::Monitor);
@@ -14,6 +16,7 @@ fn main() {
     let built = PolicySet::builder()
         .input(no_ssn)
         .tool_call(approved)
+        .tool_result(web)
         .output(refunds)
         .build();
     assert_eq!(built.input().len(), 1);
@@ -24,7 +27,9 @@ fn main() {
             dsl_policy!(input, "rules/support_prefix.json"),
         ],
         tool_call: [dsl_policy!(tool_call, "rules/large_refund.json")],
+        tool_result: [dsl_policy!(tool_result, "rules/label_web_results.json")],
         output: [dsl_policy!(output, "rules/mask_passwords.json")],
     };
     assert_eq!(set.input().len(), 2);
+    assert_eq!(set.tool_result().len(), 1);
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use portcullis::{
     InputContext, InputPolicy, OnError, OutputContext, PolicyDecision, PolicyExt, PolicySet,
-    input_policy, output_policy, policy_set,
+    ToolResultContext, input_policy, output_policy, policy_set, tool_result_policy,
 };
 
 #[input_policy]
@@ -15,6 +15,15 @@ fn first(_: &InputContext) -> PolicyDecision {
 #[output_policy]
 fn last(_: &OutputContext) -> PolicyDecision {
     PolicyDecision::allow()
+}
+
+#[tool_result_policy]
+fn label(context: &ToolResultContext) -> PolicyDecision {
+    if context.tool_name == "web_fetch" {
+        PolicyDecision::allow().with_labels(["untrusted"])
+    } else {
+        PolicyDecision::allow()
+    }
 }
 
 fn boxed() -> Box<dyn InputPolicy> {
@@ -34,6 +43,9 @@ fn main() {
     assert_eq!(builder, 7);
     assert_eq!(set.on_error(), OnError::Allow);
     assert_eq!(set.input().len(), 4);
+
+    let results = policy_set! { tool_result: [label, label.monitored()] };
+    assert_eq!(results.tool_result().len(), 2);
 
     let deny = policy_set! { on_error: deny, tool_call: [] };
     assert_eq!(deny.on_error(), OnError::Deny);
