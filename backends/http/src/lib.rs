@@ -82,7 +82,7 @@ use std::marker::PhantomData;
 use async_trait::async_trait;
 use portcullis_engine::{
     BoxError, InputContext, InterceptionPoint, OutputContext, Policy, PolicyContext,
-    PolicyDecision, ToolCallContext,
+    PolicyDecision, ToolCallContext, ToolResultContext,
 };
 use serde::Serialize;
 use url::Url;
@@ -113,9 +113,9 @@ struct EvaluateRequest<'a, C> {
 }
 
 /// A policy of the point of `C` decided by the remote endpoint: each evaluation posts the
-/// policy id, the point (`interception_point: "input"`, `"tool_call"` or `"output"`) and the
-/// context. [`HttpInputPolicy`], [`HttpToolCallPolicy`] and [`HttpOutputPolicy`] name it at
-/// each point.
+/// policy id, the point (`interception_point: "input"`, `"tool_call"`, `"tool_result"` or
+/// `"output"`) and the context. [`HttpInputPolicy`], [`HttpToolCallPolicy`],
+/// [`HttpToolResultPolicy`] and [`HttpOutputPolicy`] name it at each point.
 #[derive(Debug, Clone)]
 pub struct HttpPolicy<C> {
     id: String,
@@ -129,6 +129,9 @@ pub type HttpInputPolicy = HttpPolicy<InputContext>;
 
 /// A tool-call policy decided by the remote endpoint (`interception_point: "tool_call"`).
 pub type HttpToolCallPolicy = HttpPolicy<ToolCallContext>;
+
+/// A tool-result policy decided by the remote endpoint (`interception_point: "tool_result"`).
+pub type HttpToolResultPolicy = HttpPolicy<ToolResultContext>;
 
 /// An output policy decided by the remote endpoint (`interception_point: "output"`).
 pub type HttpOutputPolicy = HttpPolicy<OutputContext>;

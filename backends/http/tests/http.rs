@@ -8,10 +8,13 @@ use std::time::{Duration, Instant};
 
 use portcullis_engine::{
     AuditDecision, EngineError, InputContext, Message, Metadata, OnError, OutputContext, Policy,
-    PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext, TransformOperation,
+    PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext, ToolResultContext,
+    TransformOperation,
 };
 use portcullis_http::{ClientError, RemoteError, RemoteErrorKind};
-use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpOutputPolicy, HttpToolCallPolicy};
+use portcullis_http::{
+    HttpClientOptions, HttpInputPolicy, HttpOutputPolicy, HttpToolCallPolicy, HttpToolResultPolicy,
+};
 use portcullis_testing::{EvaluateServer, Reply};
 use serde_json::json;
 
@@ -96,6 +99,40 @@ async fn requests_carry_the_policy_the_point_the_context_and_the_headers() {
         "2026-01-02T03:04:05.678Z"
     );
     assert_eq!(sent["context"]["messages"][1]["role"], "user");
+}
+
+#[tokio::test]
+async fn a_tool_result_goes_out_as_tool_result_and_its_redaction_applies() {
+    let server = EvaluateServer::replying(Reply::decision(
+        &PolicyDecision::redact([Redaction::mask("structured.token")]).with_labels(["untrusted"]),
+    ))
+    .await
+    .unwrap();
+    let policy =
+        HttpToolResultPolicy::new("results", HttpClientOptions::new(server.url())).unwrap();
+    let result = ToolResultContext::new(
+        "web_fetch",
+        serde_json::Map::from_iter([("url".to_owned(), json!("https://example.com"))]),
+        "<p>page</p>",
+        metadata(),
+    )
+    .with_structured(json!({"token": "s3cr3t", "title": "page"}));
+    let engine = PolicyEngine::builder()
+        .policy_set(PolicySet::builder().tool_result(policy).build())
+        .build();
+    let evaluation = engine.evaluate_tool_result(&result).await.unwrap();
+    assert_eq!(
+        evaluation.context().structured,
+        Some(json!({"token": "[REDACTED]", "title": "page"}))
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].json(),
+        Some(
+            json!({"policy_id": "results", "interception_point": "tool_result", "context": result})
+        )
+    );
 }
 
 #[tokio::test]

@@ -78,7 +78,7 @@ pub mod attributes {
     /// The decision: `allow`, `deny`, `audit`, `redact`, `transform` or `evaluation_error`
     /// (string).
     pub const DECISION: &str = "engine.decision";
-    /// Where the decision was taken: `input`, `tool_call` or `output` (string).
+    /// Where the decision was taken: `input`, `tool_call`, `tool_result` or `output` (string).
     pub const INTERCEPTION_POINT: &str = "engine.interception_point";
     /// The decision's reason, or the error text of an evaluation error; absent when there is
     /// none (string).

@@ -187,6 +187,39 @@ async fn every_record_becomes_a_root_span_with_attributes_status_and_timestamps(
 }
 
 #[tokio::test]
+async fn a_tool_result_decision_is_a_span_at_its_point() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let set = portcullis_engine::PolicySet::builder()
+        .tool_result(support::Fixed::decides(
+            "no_pages",
+            portcullis_engine::PolicyDecision::deny("no web pages"),
+        ))
+        .build();
+    let engine = portcullis_engine::PolicyEngine::builder()
+        .policy_set(set)
+        .on_audit(OtelAuditHandler::new(provider.tracer("portcullis")))
+        .build();
+    engine
+        .evaluate_tool_result(&support::tool_result())
+        .await
+        .unwrap_err();
+
+    let spans = exporter.get_finished_spans().unwrap();
+    assert_eq!(spans.len(), 1);
+    assert_eq!(
+        string(&spans[0], attributes::INTERCEPTION_POINT).as_deref(),
+        Some("tool_result")
+    );
+    assert_eq!(
+        string(&spans[0], attributes::POLICY_ID).as_deref(),
+        Some("no_pages")
+    );
+}
+
+#[tokio::test]
 async fn a_denial_without_reason_is_described_by_its_decision() {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()

@@ -110,6 +110,7 @@ use std::marker::PhantomData;
 use async_trait::async_trait;
 use portcullis_engine::{
     BoxError, InputContext, OutputContext, Policy, PolicyContext, PolicyDecision, ToolCallContext,
+    ToolResultContext,
 };
 use portcullis_http_client::{Method, RemoteClient, RemoteResponse};
 use serde::Serialize;
@@ -300,6 +301,10 @@ pub type RegoServerInputPolicy = RegoServerPolicy<InputContext>;
 /// A tool-call policy whose decision a policy server evaluates (input: the
 /// [`ToolCallContext`]).
 pub type RegoServerToolCallPolicy = RegoServerPolicy<ToolCallContext>;
+
+/// A tool-result policy whose decision a policy server evaluates (input: the
+/// [`ToolResultContext`]).
+pub type RegoServerToolResultPolicy = RegoServerPolicy<ToolResultContext>;
 
 /// An output policy whose decision a policy server evaluates (input: the [`OutputContext`]).
 pub type RegoServerOutputPolicy = RegoServerPolicy<OutputContext>;

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use portcullis_engine::{
     BoxError, InputContext, OutputContext, Policy, PolicyContext, PolicyDecision, ToolCallContext,
+    ToolResultContext,
 };
 use serde_json::Value;
 
@@ -160,6 +161,9 @@ pub type RegoInputPolicy = RegoPolicy<InputContext>;
 
 /// A bundle's decision entrypoint as a tool-call policy (see [`RegoPolicy`]).
 pub type RegoToolCallPolicy = RegoPolicy<ToolCallContext>;
+
+/// A bundle's decision entrypoint as a tool-result policy (see [`RegoPolicy`]).
+pub type RegoToolResultPolicy = RegoPolicy<ToolResultContext>;
 
 /// A bundle's decision entrypoint as an output policy (see [`RegoPolicy`]).
 pub type RegoOutputPolicy = RegoPolicy<OutputContext>;

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 
 use portcullis_engine::{
     AuditDecision, EngineError, InputContext, Message, Metadata, OutputContext, Policy,
-    PolicyDecision, PolicyEngine, PolicySet, Role, ToolCallContext,
+    PolicyDecision, PolicyEngine, PolicySet, Role, ToolCallContext, ToolResultContext,
 };
 use portcullis_rego::{
     RegoBundle, RegoError, RegoEvaluationError, RegoInputPolicy, RegoOutputPolicy,
-    RegoToolCallPolicy,
+    RegoToolCallPolicy, RegoToolResultPolicy,
 };
 use serde_json::{Value, json};
 
@@ -76,6 +76,39 @@ async fn approved_tools_as_a_tool_call_policy() {
             "{tool}"
         );
     }
+}
+
+/// A real bundle at the `tool_result` point: the tool-result context reaches the module as its
+/// `input` (the fixtures hold no bundle built for the point, so the tool-call entrypoint, which
+/// reads `input.tool_name`, is named: a result carries the tool's name too), and the engine
+/// denies a result from a tool not approved.
+#[tokio::test]
+async fn a_bundle_decides_at_the_tool_result_point() {
+    let policy = RegoToolResultPolicy::with_entrypoint(
+        "approved-results",
+        common::fixture("rego-wasm/approved-tools.tar.gz"),
+        "aps/tool_call/decision",
+    )
+    .expect("the bundle opens");
+    let result = |tool: &str| {
+        ToolResultContext::new(tool, serde_json::Map::new(), "<p>page</p>", metadata())
+            .with_structured(json!({"rows": [1, 2]}))
+            .with_error(true)
+    };
+    let engine = PolicyEngine::builder()
+        .policy_set(PolicySet::builder().tool_result(policy).build())
+        .build();
+    engine
+        .evaluate_tool_result(&result("web_search"))
+        .await
+        .expect("an approved tool's result proceeds");
+    let error = engine
+        .evaluate_tool_result(&result("delete_database"))
+        .await
+        .expect_err("denied");
+    let denial = error.as_denial().expect("a denial");
+    assert_eq!(denial.policy_id(), "approved-results");
+    assert_eq!(denial.reason(), Some("Tool is not in the approved list."));
 }
 
 #[tokio::test]

@@ -7,7 +7,8 @@ use std::time::SystemTime;
 
 use portcullis_engine::{
     AuditHandler, AuditRecord, BoxError, InputContext, Message, Metadata, OnError, Policy,
-    PolicyDecision, PolicyEngine, PolicyExt, PolicySet, ToolCallContext, async_trait,
+    PolicyContext, PolicyDecision, PolicyEngine, PolicyExt, PolicySet, ToolCallContext,
+    ToolResultContext, async_trait,
 };
 use serde_json::json;
 
@@ -38,23 +39,12 @@ impl Fixed {
 }
 
 #[async_trait]
-impl Policy<InputContext> for Fixed {
+impl<C: PolicyContext> Policy<C> for Fixed {
     fn id(&self) -> &str {
         self.id
     }
 
-    async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
-        self.answer()
-    }
-}
-
-#[async_trait]
-impl Policy<ToolCallContext> for Fixed {
-    fn id(&self) -> &str {
-        self.id
-    }
-
-    async fn evaluate(&self, _: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
+    async fn evaluate(&self, _: &C) -> Result<PolicyDecision, BoxError> {
         self.answer()
     }
 }
@@ -121,6 +111,15 @@ pub fn every_decision(handler: impl AuditHandler) -> PolicyEngine {
 pub fn input() -> InputContext {
     InputContext::new(
         vec![Message::user("my pin is 1234")],
+        Metadata::new("agent-7", "session-42"),
+    )
+}
+
+pub fn tool_result() -> ToolResultContext {
+    ToolResultContext::new(
+        "web_fetch",
+        serde_json::Map::new(),
+        "a page",
         Metadata::new("agent-7", "session-42"),
     )
 }
