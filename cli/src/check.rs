@@ -165,11 +165,7 @@ fn check_json(path: &Path, out: &mut Vec<Diagnostic>) {
     }
     let mut best: Option<Vec<Diagnostic>> = None;
     let mut loads: Option<Vec<Diagnostic>> = None;
-    for point in [
-        InterceptionPoint::Input,
-        InterceptionPoint::ToolCall,
-        InterceptionPoint::Output,
-    ] {
+    for point in InterceptionPoint::ALL {
         match portcullis::dsl::check_source(&source, &path.display().to_string(), point) {
             Ok(rule) => {
                 // The rule loads at this point: its warnings are what is left to say (those

@@ -25,7 +25,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 ///
 /// A policy set is described by a manifest (`portcullis.yaml`) that names JSON rules, Rego
 /// bundles, policy servers and remote endpoints for each interception point (input,
-/// tool_call, output).
+/// tool_call, tool_result, output).
 #[derive(Debug, Parser)]
 #[command(name = "portcullis", version, propagate_version = true)]
 struct Cli {
@@ -52,6 +52,8 @@ enum Point {
     Input,
     /// Before a tool runs.
     ToolCall,
+    /// After a tool ran, before the model reads what it returned.
+    ToolResult,
     /// After the model has answered.
     Output,
 }
@@ -131,7 +133,7 @@ enum Command {
     /// Serve the manifest's policy set as a decision service over HTTP.
     ///
     /// Routes: POST /engine/evaluate (the remote policy protocol), POST
-    /// /v1/evaluate/{input|tool_call|output}, GET /healthz, /readyz, /metrics. Reloads when a
+    /// /v1/evaluate/{input|tool_call|tool_result|output}, GET /healthz, /readyz, /metrics. Reloads when a
     /// file of the set changes and on SIGHUP (a failed reload keeps the set in use); SIGTERM
     /// stops accepting, finishes the requests in flight and exits 0. Exit status 1 when the
     /// manifest, the address or the TLS files are wrong, or when it would listen beyond

@@ -49,6 +49,7 @@ pub(crate) fn point(point: Point) -> InterceptionPoint {
     match point {
         Point::Input => InterceptionPoint::Input,
         Point::ToolCall => InterceptionPoint::ToolCall,
+        Point::ToolResult => InterceptionPoint::ToolResult,
         Point::Output => InterceptionPoint::Output,
     }
 }

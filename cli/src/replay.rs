@@ -557,6 +557,7 @@ fn describe(call: &Call, context: &Context) -> String {
     let (agent, session, timestamp) = &call.key;
     let what = match context {
         Context::ToolCall(context) => format!("tool_call {}", context.tool_name),
+        Context::ToolResult(context) => format!("tool_result {}", context.tool_name),
         _ => call.point.as_str().to_owned(),
     };
     format!("{what} (agent {agent}, session {session}, {timestamp})")

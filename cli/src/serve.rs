@@ -153,7 +153,12 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
             // The engine is assembled from the rest of the manifest (sessions, audit sinks), so
             // that nothing but the set changes when it loads; until then evaluations are 503.
             let mut rest = manifest.clone();
-            for entries in [&mut rest.input, &mut rest.tool_call, &mut rest.output] {
+            for entries in [
+                &mut rest.input,
+                &mut rest.tool_call,
+                &mut rest.tool_result,
+                &mut rest.output,
+            ] {
                 entries.retain(|entry| !matches!(entry.source, PolicySource::RegoUrl { .. }));
             }
             let (engine, export) = match rest.build(&registry) {
@@ -247,6 +252,7 @@ fn has_bundle_urls(manifest: &Manifest) -> bool {
         .input
         .iter()
         .chain(&manifest.tool_call)
+        .chain(&manifest.tool_result)
         .chain(&manifest.output)
         .any(|entry| matches!(entry.source, PolicySource::RegoUrl { .. }))
 }

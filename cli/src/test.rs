@@ -481,12 +481,13 @@ fn read_case(path: &Path, node: &Node, problems: &mut Vec<Diagnostic>) -> Option
     let point = match field("point").map(|n| (n, n.as_str())) {
         Some((_, Some("input"))) => Some(InterceptionPoint::Input),
         Some((_, Some("tool_call"))) => Some(InterceptionPoint::ToolCall),
+        Some((_, Some("tool_result"))) => Some(InterceptionPoint::ToolResult),
         Some((_, Some("output"))) => Some(InterceptionPoint::Output),
         Some((n, _)) => {
             problems.push(Diagnostic::error(
                 path,
                 Some(n.position),
-                "`point` must be input, tool_call or output",
+                "`point` must be input, tool_call, tool_result or output",
             ));
             None
         }
@@ -633,6 +634,7 @@ mod tests {
         "point: ",
         "input",
         "tool_call",
+        "tool_result",
         "output",
         "context: ",
         "expect: ",

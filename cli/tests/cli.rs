@@ -752,3 +752,46 @@ fn eval_writes_the_manifests_audit_log_and_replay_understands_approvals() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn eval_and_test_at_the_tool_result_point() {
+    let run = portcullis(&[
+        "eval",
+        "tool-result/portcullis.yaml",
+        "--point",
+        "tool_result",
+        "--context",
+        "tool-result/contexts/web.json",
+    ]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let document: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(document["outcome"], "allowed", "{document}");
+    assert_eq!(
+        document["decisions"],
+        json!([{ "policy_id": "label_web_results", "decision": "audit" }])
+    );
+    for (context, says) in [
+        ("no-tool-name", "missing field `tool_name`"),
+        ("bad-is-error", "`is_error` must be a boolean"),
+    ] {
+        let path = format!("tool-result/contexts/{context}.json");
+        let run = portcullis(&[
+            "eval",
+            "tool-result/portcullis.yaml",
+            "--point",
+            "tool_result",
+            "--context",
+            &path,
+        ]);
+        assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains("not a valid tool_result context") && run.stderr.contains(says),
+            "{}",
+            run.stderr
+        );
+    }
+    // The untrusted-content pattern, case after case in one session.
+    let run = portcullis(&["test", "tool-result/portcullis.yaml", "tool-result/tests"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("3 passed"), "{}", run.stdout);
+}

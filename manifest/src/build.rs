@@ -275,6 +275,7 @@ impl Manifest {
         };
         builder.point::<InputContext>();
         builder.point::<ToolCallContext>();
+        builder.point::<ToolResultContext>();
         builder.point::<OutputContext>();
         for include in &self.include {
             builder.include(&include.path, include.position);

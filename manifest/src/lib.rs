@@ -24,6 +24,7 @@
 //!     monitor: true               # any entry: monitor, deadline
 //!     deadline: 50ms
 //! tool_call: []
+//! tool_result: []                 # what tools returned, before the model reads it
 //! output: []
 //! include:                        # policy-set files (APS policy-set schema)
 //!   - aps/policies.json
@@ -52,8 +53,8 @@
 //! once ([`ManifestErrors`]), each with its file, line and column, and a suggestion for a
 //! misspelled key. Durations are written `500ms`, `30s`, `5m`, `24h`.
 //!
-//! Entries of an `include` file go to the points of their `applies_to` (all three when
-//! absent), after the points' own policies; a `tool_call` entry with `tools` decides only for
+//! Entries of an `include` file go to the points of their `applies_to` (the specification's
+//! three, `input`, `tool_call` and `output`, when absent: `tool_result` only when named), after the points' own policies; a `tool_call` entry with `tools` decides only for
 //! those tools and allows any other without evaluating. Their ids are
 //! `<file stem>#<index>`, the index counted from 0 in file order.
 //!
