@@ -302,6 +302,11 @@ fn schema_properties(file: &str, definition: Option<&str>) -> Vec<String> {
         Some(name) => &schema["$defs"][name],
         None => &schema,
     };
+    property_names(object)
+}
+
+/// The property names of a schema object, sorted.
+fn property_names(object: &Value) -> Vec<String> {
     let mut names: Vec<String> = object["properties"]
         .as_object()
         .expect("properties")
@@ -439,14 +444,7 @@ fn project_schema(name: &str) -> Value {
 }
 
 fn project_schema_properties(name: &str) -> Vec<String> {
-    let mut names: Vec<String> = project_schema(name)["properties"]
-        .as_object()
-        .expect("properties")
-        .keys()
-        .cloned()
-        .collect();
-    names.sort();
-    names
+    property_names(&project_schema(name))
 }
 
 /// `tool-result-context.schema.json`, compiled with the specification's base schema it uses.
