@@ -1,0 +1,279 @@
+//! The engine as JavaScript reaches it: [`NativePolicySet`] gathers the policies,
+//! [`NativeEngine`] evaluates contexts off the JavaScript thread and reports each outcome, with
+//! the call's audit records, as one JSON document the package's layer turns into a value or
+//! one of its error classes.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Duration;
+
+use napi::bindgen_prelude::{Env, PromiseRaw};
+use napi::{Error, Result, Status};
+use napi_derive::napi;
+use portcullis_engine::{
+    AuditRecord, EngineError, InputContext, InterceptionPoint, OnError, OutputContext,
+    PolicyContext, PolicyEngine, PolicyEngineBuilder, PolicySet, PolicySetBuilder, ToolCallContext,
+};
+use portcullis_manifest::{CodeRegistry, Manifest};
+use serde_json::{Value, json};
+
+use crate::native::{NativePolicy, PointPolicy, parse_point};
+use crate::policy::{HostEvaluate, JsPolicy};
+
+tokio::task_local! {
+    /// The audit records of the evaluation running in this task.
+    static RECORDS: RefCell<Vec<Value>>;
+}
+
+/// The audit handler of an engine whose JavaScript side has an `onAudit`: it keeps each record
+/// with the call it belongs to, so the call hands them to `onAudit` before it settles.
+fn keep_record(record: &AuditRecord<'_>) {
+    // Outside an evaluation of this binding (never, today) there is no call to report to.
+    let _ = RECORDS.try_with(|records| records.borrow_mut().push(record.to_json()));
+}
+
+/// The policies of an engine being built: the package's layer adds each policy of the
+/// JavaScript policy set, in order, then builds the engine with [`create_engine`].
+#[napi]
+pub struct NativePolicySet {
+    builder: Option<PolicySetBuilder>,
+}
+
+#[napi]
+impl NativePolicySet {
+    /// An empty set whose evaluation errors are handled as `on_error` says (`"deny"` or
+    /// `"allow"`).
+    #[napi(constructor)]
+    pub fn new(on_error: String) -> Result<NativePolicySet> {
+        let on_error = match on_error.as_str() {
+            "deny" => OnError::Deny,
+            "allow" => OnError::Allow,
+            other => {
+                return Err(Error::new(
+                    Status::InvalidArg,
+                    format!("on_error must be \"deny\" or \"allow\", not {other:?}"),
+                ));
+            }
+        };
+        Ok(NativePolicySet {
+            builder: Some(PolicySet::builder().on_error(on_error)),
+        })
+    }
+
+    /// Adds a policy written in JavaScript at `point`: `evaluate` is the package's dispatcher
+    /// for it, `deadline_ms` how long one evaluation may take.
+    #[napi(
+        ts_args_type = "point: string, id: string, evaluate: (context: string) => Promise<string>, deadlineMs?: number"
+    )]
+    pub fn add_js(
+        &mut self,
+        point: String,
+        id: String,
+        evaluate: HostEvaluate,
+        deadline_ms: Option<f64>,
+    ) -> Result<()> {
+        let point = parse_point(&point)?;
+        let deadline = match deadline_ms {
+            Some(ms) if ms.is_finite() && ms > 0.0 => Some(Duration::from_secs_f64(ms / 1000.0)),
+            Some(ms) => {
+                return Err(Error::new(
+                    Status::InvalidArg,
+                    format!(
+                        "the deadline of policy {id:?} must be a positive number of milliseconds, not {ms}"
+                    ),
+                ));
+            }
+            None => None,
+        };
+        self.add(PointPolicy::at(
+            point,
+            JsPolicy::new(id, evaluate, deadline),
+        ))
+    }
+
+    /// Adds a native policy at `point`; throws when it is a policy of another point.
+    #[napi]
+    pub fn add_native(&mut self, point: String, policy: &NativePolicy) -> Result<()> {
+        let point = parse_point(&point)?;
+        if policy.policy.point() != point {
+            return Err(Error::new(
+                Status::InvalidArg,
+                format!(
+                    "policy {:?} is a {} policy; it cannot go in {}",
+                    policy.id(),
+                    policy.policy.point(),
+                    point
+                ),
+            ));
+        }
+        self.add(policy.policy.clone())
+    }
+}
+
+impl NativePolicySet {
+    fn add(&mut self, policy: PointPolicy) -> Result<()> {
+        let builder = self.builder.take().ok_or_else(|| {
+            Error::new(
+                Status::GenericFailure,
+                "this policy set already went into an engine",
+            )
+        })?;
+        self.builder = Some(match policy {
+            PointPolicy::Input(policy) => builder.input(policy),
+            PointPolicy::ToolCall(policy) => builder.tool_call(policy),
+            PointPolicy::Output(policy) => builder.output(policy),
+        });
+        Ok(())
+    }
+}
+
+/// Builds an engine on `set` (which cannot be used again); with `audit`, each outcome carries
+/// the call's audit records.
+#[napi]
+pub fn create_engine(set: &mut NativePolicySet, audit: bool) -> Result<NativeEngine> {
+    let builder = set.builder.take().ok_or_else(|| {
+        Error::new(
+            Status::GenericFailure,
+            "this policy set already went into an engine",
+        )
+    })?;
+    Ok(NativeEngine::build(
+        PolicyEngine::builder().policy_set(builder.build()),
+        audit,
+    ))
+}
+
+/// Loads the manifest at `path` (§10) off the JavaScript thread and builds its engine; with
+/// `audit`, each outcome carries the call's audit records (the manifest's own sinks receive
+/// them too). Rejects with every problem of the manifest.
+#[napi(ts_return_type = "Promise<NativeEngine>")]
+pub fn engine_from_manifest(
+    env: &Env,
+    path: String,
+    audit: bool,
+) -> Result<PromiseRaw<'_, NativeEngine>> {
+    env.spawn_future(async move {
+        let loaded =
+            tokio::task::spawn_blocking(move || Manifest::load(&path, &CodeRegistry::new()))
+                .await
+                .map_err(|error| Error::new(Status::GenericFailure, error.to_string()))?
+                .map_err(|errors| Error::new(Status::InvalidArg, errors.to_string()))?;
+        let builder = if audit {
+            loaded.into_engine_builder_with_audit(keep_record).await
+        } else {
+            loaded.into_engine_builder().await
+        }
+        .map_err(|errors| Error::new(Status::InvalidArg, errors.to_string()))?;
+        Ok(NativeEngine {
+            engine: Arc::new(builder.build()),
+            audit,
+        })
+    })
+}
+
+/// A policy engine: evaluates contexts given as JSON off the JavaScript thread.
+#[napi]
+pub struct NativeEngine {
+    engine: Arc<PolicyEngine>,
+    audit: bool,
+}
+
+#[napi]
+impl NativeEngine {
+    /// Evaluates the policies of `point` on the context (JSON) and resolves to the outcome as
+    /// JSON: `{"outcome":"forward","context":<changed context or null>}`, `"denied"`,
+    /// `"evaluation_error"`, `"approval_required"` or `"invalid_context"`, with `"records"`
+    /// when the engine audits.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn evaluate<'env>(
+        &self,
+        env: &'env Env,
+        point: String,
+        context_json: String,
+    ) -> Result<PromiseRaw<'env, String>> {
+        let point = parse_point(&point)?;
+        let engine = Arc::clone(&self.engine);
+        let audit = self.audit;
+        env.spawn_future(async move {
+            let outcome = async move {
+                match point {
+                    InterceptionPoint::Input => {
+                        evaluate::<InputContext>(&engine, &context_json).await
+                    }
+                    InterceptionPoint::ToolCall => {
+                        evaluate::<ToolCallContext>(&engine, &context_json).await
+                    }
+                    InterceptionPoint::Output => {
+                        evaluate::<OutputContext>(&engine, &context_json).await
+                    }
+                }
+            };
+            let outcome = if audit {
+                RECORDS
+                    .scope(RefCell::new(Vec::new()), async move {
+                        let mut outcome = outcome.await;
+                        let records = RECORDS.with(|records| records.take());
+                        outcome["records"] = Value::Array(records);
+                        outcome
+                    })
+                    .await
+            } else {
+                outcome.await
+            };
+            Ok(outcome.to_string())
+        })
+    }
+}
+
+impl NativeEngine {
+    fn build(builder: PolicyEngineBuilder, audit: bool) -> NativeEngine {
+        let builder = if audit {
+            builder.on_audit(keep_record)
+        } else {
+            builder
+        };
+        NativeEngine {
+            engine: Arc::new(builder.build()),
+            audit,
+        }
+    }
+}
+
+/// Reads a context of `C`'s point from JSON, saying what is wrong with it.
+pub fn read_context<C: PolicyContext>(json: &str) -> std::result::Result<C, String> {
+    serde_json::from_str(json).map_err(|error| format!("not a valid {} context: {error}", C::POINT))
+}
+
+/// Runs `C`'s point on a context given as JSON; the outcome as the package's layer reads it.
+async fn evaluate<C: PolicyContext>(engine: &PolicyEngine, context_json: &str) -> Value {
+    let context: C = match read_context(context_json) {
+        Ok(context) => context,
+        Err(message) => return json!({ "outcome": "invalid_context", "message": message }),
+    };
+    match engine.evaluate(&context).await {
+        Ok(evaluation) if evaluation.is_modified() => json!({
+            "outcome": "forward",
+            "context": serde_json::to_value(evaluation.context()).unwrap_or(Value::Null),
+        }),
+        Ok(_) => json!({ "outcome": "forward", "context": null }),
+        Err(EngineError::Denied(denial)) => json!({
+            "outcome": "denied",
+            "policy_id": denial.policy_id(),
+            "interception_point": denial.interception_point(),
+            "reason": denial.reason(),
+            "message": denial.to_string(),
+        }),
+        Err(EngineError::Evaluation(error)) => json!({
+            "outcome": "evaluation_error",
+            "policy_id": error.policy_id(),
+            "interception_point": error.interception_point(),
+            "cause": error.cause_chain(),
+        }),
+        Err(EngineError::ApprovalRequired(request)) => json!({
+            "outcome": "approval_required",
+            "policy_id": request.policy_ids.first(),
+            "interception_point": request.interception_point,
+            "request": &*request,
+        }),
+    }
+}
