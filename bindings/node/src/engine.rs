@@ -11,26 +11,15 @@ use napi::bindgen_prelude::{Env, PromiseRaw};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
 use portcullis_engine::{
-    AuditRecord, EngineError, InputContext, InterceptionPoint, OnError, OutputContext,
-    PolicyContext, PolicyEngine, PolicyEngineBuilder, PolicySet, PolicySetBuilder, ToolCallContext,
+    EngineError, InputContext, InterceptionPoint, OnError, OutputContext, PolicyContext,
+    PolicyEngine, PolicyEngineBuilder, PolicySet, PolicySetBuilder, ToolCallContext,
 };
 use portcullis_manifest::{CodeRegistry, Manifest};
 use serde_json::{Value, json};
 
+use crate::audit::{NativeAuditSink, RECORDS, audit_handler};
 use crate::native::{NativePolicy, PointPolicy, parse_point};
 use crate::policy::{HostEvaluate, JsPolicy};
-
-tokio::task_local! {
-    /// The audit records of the evaluation running in this task.
-    static RECORDS: RefCell<Vec<Value>>;
-}
-
-/// The audit handler of an engine whose JavaScript side has an `onAudit`: it keeps each record
-/// with the call it belongs to, so the call hands them to `onAudit` before it settles.
-fn keep_record(record: &AuditRecord<'_>) {
-    // Outside an evaluation of this binding (never, today) there is no call to report to.
-    let _ = RECORDS.try_with(|records| records.borrow_mut().push(record.to_json()));
-}
 
 /// The policies of an engine being built: the package's layer adds each policy of the
 /// JavaScript policy set, in order, then builds the engine with [`create_engine`].
@@ -128,46 +117,50 @@ impl NativePolicySet {
 }
 
 /// Builds an engine on `set` (which cannot be used again); with `audit`, each outcome carries
-/// the call's audit records.
+/// the call's audit records; `sink` receives every record too.
 #[napi]
-pub fn create_engine(set: &mut NativePolicySet, audit: bool) -> Result<NativeEngine> {
+pub fn create_engine(
+    set: &mut NativePolicySet,
+    audit: bool,
+    sink: Option<&NativeAuditSink>,
+) -> Result<NativeEngine> {
     let builder = set.builder.take().ok_or_else(|| {
         Error::new(
             Status::GenericFailure,
             "this policy set already went into an engine",
         )
     })?;
-    Ok(NativeEngine::build(
-        PolicyEngine::builder().policy_set(builder.build()),
-        audit,
-    ))
+    let builder = PolicyEngine::builder().policy_set(builder.build());
+    let builder = match audit_handler(audit, sink) {
+        Some(handler) => builder.on_audit(handler),
+        None => builder,
+    };
+    Ok(NativeEngine::new(builder, audit))
 }
 
 /// Loads the manifest at `path` (§10) off the JavaScript thread and builds its engine; with
-/// `audit`, each outcome carries the call's audit records (the manifest's own sinks receive
-/// them too). Rejects with every problem of the manifest.
+/// `audit`, each outcome carries the call's audit records, and `sink` receives every record
+/// (the manifest's own sinks receive them too). Rejects with every problem of the manifest.
 #[napi(ts_return_type = "Promise<NativeEngine>")]
-pub fn engine_from_manifest(
-    env: &Env,
+pub fn engine_from_manifest<'env>(
+    env: &'env Env,
     path: String,
     audit: bool,
-) -> Result<PromiseRaw<'_, NativeEngine>> {
+    sink: Option<&NativeAuditSink>,
+) -> Result<PromiseRaw<'env, NativeEngine>> {
+    let handler = audit_handler(audit, sink);
     env.spawn_future(async move {
         let loaded =
             tokio::task::spawn_blocking(move || Manifest::load(&path, &CodeRegistry::new()))
                 .await
                 .map_err(|error| Error::new(Status::GenericFailure, error.to_string()))?
                 .map_err(|errors| Error::new(Status::InvalidArg, errors.to_string()))?;
-        let builder = if audit {
-            loaded.into_engine_builder_with_audit(keep_record).await
-        } else {
-            loaded.into_engine_builder().await
+        let builder = match handler {
+            Some(handler) => loaded.into_engine_builder_with_audit(handler).await,
+            None => loaded.into_engine_builder().await,
         }
         .map_err(|errors| Error::new(Status::InvalidArg, errors.to_string()))?;
-        Ok(NativeEngine {
-            engine: Arc::new(builder.build()),
-            audit,
-        })
+        Ok(NativeEngine::new(builder, audit))
     })
 }
 
@@ -226,12 +219,7 @@ impl NativeEngine {
 }
 
 impl NativeEngine {
-    fn build(builder: PolicyEngineBuilder, audit: bool) -> NativeEngine {
-        let builder = if audit {
-            builder.on_audit(keep_record)
-        } else {
-            builder
-        };
+    fn new(builder: PolicyEngineBuilder, audit: bool) -> NativeEngine {
         NativeEngine {
             engine: Arc::new(builder.build()),
             audit,

@@ -11,10 +11,12 @@
 //! The package's layer (`packages/core/index.js`) is the public API; the exports here are its
 //! building blocks and may change in any release.
 
+mod audit;
 mod engine;
 mod native;
 mod policy;
 
+pub use audit::{NativeAuditSink, ObservabilitySettings, observability_sink};
 pub use engine::{
     NativeEngine, NativePolicySet, create_engine, engine_from_manifest, read_context,
 };

@@ -263,6 +263,61 @@ function checkOnAudit(onAudit) {
   return onAudit;
 }
 
+/**
+ * How an engine audits for `onAudit`: `keep` (records come back with each call for the
+ * JavaScript handler), or `sink` (a native handler the engine feeds itself).
+ */
+function auditPlan(onAudit) {
+  checkOnAudit(onAudit);
+  const sink = onAudit?.[NATIVE];
+  return sink === undefined ? { keep: onAudit !== undefined, sink: undefined } : { keep: false, sink };
+}
+
+/**
+ * An audit handler that exports every record as a span to an observability platform
+ * (Langfuse-compatible, OTLP/HTTP), with `session.id` and `user.id` from the context's
+ * metadata. Without options it reads OBS_PUBLIC_KEY, OBS_SECRET_KEY and OBS_BASE_URL.
+ * Give it to the engine as `onAudit`: the engine feeds it without a call into JavaScript.
+ * `await handler.flush()` exports what is buffered; call it before the process exits.
+ */
+function createObservabilityAuditHandler(options) {
+  let settings;
+  if (options !== undefined) {
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError('createObservabilityAuditHandler takes options such as { publicKey, secretKey, baseUrl }');
+    }
+    const { publicKey, secretKey, baseUrl } = options;
+    const missing = Object.entries({ publicKey, secretKey })
+      .filter(([, value]) => typeof value !== 'string' || value === '')
+      .map(([name]) => name);
+    if (missing.length > 0) {
+      throw new TypeError(
+        `createObservabilityAuditHandler: ${missing.join(' and ')} must be given (or call it without ` +
+          'options to read OBS_PUBLIC_KEY, OBS_SECRET_KEY and OBS_BASE_URL)',
+      );
+    }
+    if (baseUrl !== undefined) checkString(baseUrl, 'createObservabilityAuditHandler: baseUrl');
+    settings = { publicKey, secretKey, baseUrl };
+  }
+  let sink;
+  try {
+    sink = addon.observabilitySink(settings);
+  } catch (error) {
+    throw new Error(`createObservabilityAuditHandler: ${error.message}`);
+  }
+  const handler = function observabilityAuditHandler() {
+    throw new TypeError(
+      'the observability audit handler is fed by the engine: give it to PolicyEngine as onAudit',
+    );
+  };
+  Object.defineProperty(handler, NATIVE, { value: sink });
+  Object.defineProperty(handler, 'endpoint', { value: sink.endpoint, enumerable: true });
+  handler.flush = async () => {
+    await sink.flush();
+  };
+  return handler;
+}
+
 /** Hands each record to `onAudit`; a handler that throws is reported, never the call's failure. */
 function deliver(onAudit, records) {
   for (const record of records) {
@@ -320,21 +375,19 @@ class PolicyEngine {
       throw new TypeError('PolicyEngine needs options such as { policySet, onAudit }');
     }
     const { policySet, onAudit } = options;
-    if (options[NATIVE] !== undefined) {
-      this.#native = options[NATIVE];
-    } else {
-      this.#native = addon.createEngine(nativePolicySet(policySet ?? {}), checkOnAudit(onAudit) !== undefined);
-    }
-    this.#onAudit = onAudit;
+    const plan = auditPlan(onAudit);
+    this.#native = options[NATIVE] ?? addon.createEngine(nativePolicySet(policySet ?? {}), plan.keep, plan.sink);
+    this.#onAudit = plan.keep ? onAudit : undefined;
   }
 
   /** Loads a manifest (policy set as files, YAML or JSON) and builds its engine. */
   static async fromManifest(manifestPath, options = {}) {
     checkString(manifestPath, 'PolicyEngine.fromManifest: path');
-    const onAudit = checkOnAudit(options?.onAudit);
+    const onAudit = options?.onAudit;
+    const plan = auditPlan(onAudit);
     let native;
     try {
-      native = await addon.engineFromManifest(path.resolve(manifestPath), onAudit !== undefined);
+      native = await addon.engineFromManifest(path.resolve(manifestPath), plan.keep, plan.sink);
     } catch (error) {
       throw new Error(`cannot load the manifest ${manifestPath}:\n${error.message}`);
     }
@@ -371,6 +424,7 @@ module.exports = {
   PolicyEvaluationError,
   ApprovalRequiredError,
   NativePolicy,
+  createObservabilityAuditHandler,
   ...dsl,
   ...rego,
   ...regoServer,

@@ -277,3 +277,30 @@ export declare class HttpToolCallPolicy extends NativePolicy<ToolCallContext> {
 export declare class HttpOutputPolicy extends NativePolicy<OutputContext> {
   constructor(id: string, options: ClientOptions);
 }
+
+/** Options of {@link createObservabilityAuditHandler}. */
+export interface ObservabilityOptions {
+  /** The public key (HTTP Basic user). */
+  publicKey: string;
+  /** The secret key (HTTP Basic password). */
+  secretKey: string;
+  /** The platform's address; default `https://cloud.langfuse.com`. */
+  baseUrl?: string;
+}
+
+/** An audit handler that exports to an observability platform; give it as the engine's `onAudit`. */
+export interface ObservabilityAuditHandler extends AuditHandler {
+  /** Where spans are posted (`{baseUrl}/api/public/otel/v1/traces`). */
+  readonly endpoint: string;
+  /** Exports every span buffered so far; call it before the process exits. */
+  flush(): Promise<void>;
+}
+
+/**
+ * Exports every audit record as an `engine.policy.evaluate` span to a Langfuse-compatible
+ * observability platform over OTLP/HTTP, with `session.id` (from `metadata.session_id`) and
+ * `user.id` (from `metadata.agent_id`). Without options it reads `OBS_PUBLIC_KEY`,
+ * `OBS_SECRET_KEY` and `OBS_BASE_URL`; a missing key throws. The engine feeds it directly
+ * (records never cross into JavaScript), so it works only as an engine's `onAudit`.
+ */
+export declare function createObservabilityAuditHandler(options?: ObservabilityOptions): ObservabilityAuditHandler;

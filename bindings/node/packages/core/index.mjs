@@ -8,6 +8,7 @@ export const {
   PolicyEvaluationError,
   ApprovalRequiredError,
   NativePolicy,
+  createObservabilityAuditHandler,
   DslInputPolicy,
   DslToolCallPolicy,
   DslOutputPolicy,
