@@ -213,34 +213,30 @@ export declare abstract class NativePolicy<C extends PolicyContext = PolicyConte
   evaluate(ctx: C): Promise<PolicyDecision>;
 }
 
+/** The DSL policies' constructor: `(id, dir)` reads `<dir>/<id>.json`. */
+declare abstract class DslPolicy<C extends PolicyContext> extends NativePolicy<C> {
+  constructor(id: string, dir: string);
+}
 /**
  * A JSON rule policy: reads `<dir>/<id>.json`. A rule that cannot be loaded does not throw:
  * `problems` lists why and each evaluation fails with a {@link PolicyEvaluationError}.
  */
-export declare class DslInputPolicy extends NativePolicy<InputContext> {
-  constructor(id: string, dir: string);
-}
+export declare class DslInputPolicy extends DslPolicy<InputContext> {}
 /** A JSON rule policy of the tool-call point (see {@link DslInputPolicy}). */
-export declare class DslToolCallPolicy extends NativePolicy<ToolCallContext> {
-  constructor(id: string, dir: string);
-}
+export declare class DslToolCallPolicy extends DslPolicy<ToolCallContext> {}
 /** A JSON rule policy of the output point (see {@link DslInputPolicy}). */
-export declare class DslOutputPolicy extends NativePolicy<OutputContext> {
-  constructor(id: string, dir: string);
-}
+export declare class DslOutputPolicy extends DslPolicy<OutputContext> {}
 
-/** A Rego policy compiled to WebAssembly (`opa build -t wasm`), evaluated in process. Throws when the bundle cannot be opened. */
-export declare class RegoInputPolicy extends NativePolicy<InputContext> {
+/** The Rego bundle policies' constructor: `(id, bundlePath)`; throws when the bundle cannot be opened. */
+declare abstract class RegoPolicy<C extends PolicyContext> extends NativePolicy<C> {
   constructor(id: string, bundlePath: string);
 }
+/** A Rego policy compiled to WebAssembly (`opa build -t wasm`), evaluated in process. */
+export declare class RegoInputPolicy extends RegoPolicy<InputContext> {}
 /** A Rego bundle policy of the tool-call point (see {@link RegoInputPolicy}). */
-export declare class RegoToolCallPolicy extends NativePolicy<ToolCallContext> {
-  constructor(id: string, bundlePath: string);
-}
+export declare class RegoToolCallPolicy extends RegoPolicy<ToolCallContext> {}
 /** A Rego bundle policy of the output point (see {@link RegoInputPolicy}). */
-export declare class RegoOutputPolicy extends NativePolicy<OutputContext> {
-  constructor(id: string, bundlePath: string);
-}
+export declare class RegoOutputPolicy extends RegoPolicy<OutputContext> {}
 
 /** How to reach a server. */
 export interface ClientOptions {
@@ -252,31 +248,27 @@ export interface ClientOptions {
   headers?: Record<string, string>;
 }
 
+/** The Rego server policies' constructor: `(id, { baseUrl }, packagePath)`. */
+declare abstract class RegoServerPolicy<C extends PolicyContext> extends NativePolicy<C> {
+  constructor(id: string, options: ClientOptions, packagePath: string);
+}
 /** A Rego policy on a policy server (the OPA REST API): the decision is the document at `packagePath` (`portcullis/input`). */
-export declare class RegoServerInputPolicy extends NativePolicy<InputContext> {
-  constructor(id: string, options: ClientOptions, packagePath: string);
-}
+export declare class RegoServerInputPolicy extends RegoServerPolicy<InputContext> {}
 /** A Rego server policy of the tool-call point (see {@link RegoServerInputPolicy}). */
-export declare class RegoServerToolCallPolicy extends NativePolicy<ToolCallContext> {
-  constructor(id: string, options: ClientOptions, packagePath: string);
-}
+export declare class RegoServerToolCallPolicy extends RegoServerPolicy<ToolCallContext> {}
 /** A Rego server policy of the output point (see {@link RegoServerInputPolicy}). */
-export declare class RegoServerOutputPolicy extends NativePolicy<OutputContext> {
-  constructor(id: string, options: ClientOptions, packagePath: string);
-}
+export declare class RegoServerOutputPolicy extends RegoServerPolicy<OutputContext> {}
 
+/** The HTTP policies' constructor: `(id, { baseUrl })`. */
+declare abstract class HttpPolicy<C extends PolicyContext> extends NativePolicy<C> {
+  constructor(id: string, options: ClientOptions);
+}
 /** A policy evaluated by a remote endpoint: `POST {baseUrl}/engine/evaluate`. */
-export declare class HttpInputPolicy extends NativePolicy<InputContext> {
-  constructor(id: string, options: ClientOptions);
-}
+export declare class HttpInputPolicy extends HttpPolicy<InputContext> {}
 /** A remote HTTP policy of the tool-call point (see {@link HttpInputPolicy}). */
-export declare class HttpToolCallPolicy extends NativePolicy<ToolCallContext> {
-  constructor(id: string, options: ClientOptions);
-}
+export declare class HttpToolCallPolicy extends HttpPolicy<ToolCallContext> {}
 /** A remote HTTP policy of the output point (see {@link HttpInputPolicy}). */
-export declare class HttpOutputPolicy extends NativePolicy<OutputContext> {
-  constructor(id: string, options: ClientOptions);
-}
+export declare class HttpOutputPolicy extends HttpPolicy<OutputContext> {}
 
 /** Options of {@link createObservabilityAuditHandler}. */
 export interface ObservabilityOptions {
