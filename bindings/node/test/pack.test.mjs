@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { FIXTURES } from './helpers.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const PACKAGES = ['core', 'dsl', 'rego', 'rego-rest', 'http', 'otel'];
+const PACKAGES = ['core', 'dsl', 'rego', 'rego-rest', 'http', 'otel', 'observability'];
 
 let scratch;
 before(async () => {
@@ -57,6 +57,7 @@ import { RegoInputPolicy } from '@portcullis/rego';
 import { RegoServerInputPolicy } from '@portcullis/rego-rest';
 import { HttpInputPolicy } from '@portcullis/http';
 import { createOtelAuditHandler } from '@portcullis/otel';
+import { createObservabilityAuditHandler } from '@portcullis/observability';
 import { createRequire } from 'node:module';
 const core = createRequire(import.meta.url)('@portcullis/core');
 const policy = new DslInputPolicy('no_ssn', ${RULES});
@@ -67,12 +68,12 @@ console.log([
   error instanceof PolicyDenialError,
   error instanceof core.PolicyDenialError,
   policy instanceof NativePolicy,
-  typeof RegoInputPolicy, typeof RegoServerInputPolicy, typeof HttpInputPolicy,
+  typeof RegoInputPolicy, typeof RegoServerInputPolicy, typeof HttpInputPolicy, typeof createObservabilityAuditHandler,
   error.message,
 ].join(' '));
 `,
   );
-  assert.equal(printed, 'true true true function function function No social security numbers.');
+  assert.equal(printed, 'true true true function function function function No social security numbers.');
 });
 
 test('the installed tarballs require as CommonJS', () => {
