@@ -213,31 +213,6 @@ export declare abstract class NativePolicy<C extends PolicyContext = PolicyConte
   evaluate(ctx: C): Promise<PolicyDecision>;
 }
 
-/** The DSL policies' constructor: `(id, dir)` reads `<dir>/<id>.json`. */
-declare abstract class DslPolicy<C extends PolicyContext> extends NativePolicy<C> {
-  constructor(id: string, dir: string);
-}
-/**
- * A JSON rule policy: reads `<dir>/<id>.json`. A rule that cannot be loaded does not throw:
- * `problems` lists why and each evaluation fails with a {@link PolicyEvaluationError}.
- */
-export declare class DslInputPolicy extends DslPolicy<InputContext> {}
-/** A JSON rule policy of the tool-call point (see {@link DslInputPolicy}). */
-export declare class DslToolCallPolicy extends DslPolicy<ToolCallContext> {}
-/** A JSON rule policy of the output point (see {@link DslInputPolicy}). */
-export declare class DslOutputPolicy extends DslPolicy<OutputContext> {}
-
-/** The Rego bundle policies' constructor: `(id, bundlePath)`; throws when the bundle cannot be opened. */
-declare abstract class RegoPolicy<C extends PolicyContext> extends NativePolicy<C> {
-  constructor(id: string, bundlePath: string);
-}
-/** A Rego policy compiled to WebAssembly (`opa build -t wasm`), evaluated in process. */
-export declare class RegoInputPolicy extends RegoPolicy<InputContext> {}
-/** A Rego bundle policy of the tool-call point (see {@link RegoInputPolicy}). */
-export declare class RegoToolCallPolicy extends RegoPolicy<ToolCallContext> {}
-/** A Rego bundle policy of the output point (see {@link RegoInputPolicy}). */
-export declare class RegoOutputPolicy extends RegoPolicy<OutputContext> {}
-
 /** How to reach a server. */
 export interface ClientOptions {
   /** The server's address, for example `http://127.0.0.1:8181`. */
@@ -248,27 +223,50 @@ export interface ClientOptions {
   headers?: Record<string, string>;
 }
 
-/** The Rego server policies' constructor: `(id, { baseUrl }, packagePath)`. */
-declare abstract class RegoServerPolicy<C extends PolicyContext> extends NativePolicy<C> {
-  constructor(id: string, options: ClientOptions, packagePath: string);
+/** A native policy class of the point of `C` whose constructor takes the arguments `A`. */
+declare abstract class NativePolicyClass<C extends PolicyContext, A extends unknown[]> extends NativePolicy<C> {
+  constructor(...args: A);
 }
-/** A Rego policy on a policy server (the OPA REST API): the decision is the document at `packagePath` (`portcullis/input`). */
-export declare class RegoServerInputPolicy extends RegoServerPolicy<InputContext> {}
-/** A Rego server policy of the tool-call point (see {@link RegoServerInputPolicy}). */
-export declare class RegoServerToolCallPolicy extends RegoServerPolicy<ToolCallContext> {}
-/** A Rego server policy of the output point (see {@link RegoServerInputPolicy}). */
-export declare class RegoServerOutputPolicy extends RegoServerPolicy<OutputContext> {}
 
-/** The HTTP policies' constructor: `(id, { baseUrl })`. */
-declare abstract class HttpPolicy<C extends PolicyContext> extends NativePolicy<C> {
-  constructor(id: string, options: ClientOptions);
-}
+/** `(id, dir)`: reads `<dir>/<id>.json`. */
+type DslArguments = [id: string, dir: string];
+/** `(id, bundlePath)`: an OPA WebAssembly bundle (`.tar.gz`); throws when it cannot be opened. */
+type RegoArguments = [id: string, bundlePath: string];
+/** `(id, { baseUrl }, packagePath)`: the package path such as `portcullis/input`. */
+type RegoServerArguments = [id: string, options: ClientOptions, packagePath: string];
+/** `(id, { baseUrl })`. */
+type HttpArguments = [id: string, options: ClientOptions];
+
+/**
+ * A JSON rule policy: reads `<dir>/<id>.json`. A rule that cannot be loaded does not throw:
+ * `problems` lists why and each evaluation fails with a {@link PolicyEvaluationError}.
+ */
+export declare class DslInputPolicy extends NativePolicyClass<InputContext, DslArguments> {}
+/** A JSON rule policy of the tool-call point (see {@link DslInputPolicy}). */
+export declare class DslToolCallPolicy extends NativePolicyClass<ToolCallContext, DslArguments> {}
+/** A JSON rule policy of the output point (see {@link DslInputPolicy}). */
+export declare class DslOutputPolicy extends NativePolicyClass<OutputContext, DslArguments> {}
+
+/** A Rego policy compiled to WebAssembly (`opa build -t wasm`), evaluated in process. */
+export declare class RegoInputPolicy extends NativePolicyClass<InputContext, RegoArguments> {}
+/** A Rego bundle policy of the tool-call point (see {@link RegoInputPolicy}). */
+export declare class RegoToolCallPolicy extends NativePolicyClass<ToolCallContext, RegoArguments> {}
+/** A Rego bundle policy of the output point (see {@link RegoInputPolicy}). */
+export declare class RegoOutputPolicy extends NativePolicyClass<OutputContext, RegoArguments> {}
+
+/** A Rego policy on a policy server (the OPA REST API): the decision is the document at `packagePath`. */
+export declare class RegoServerInputPolicy extends NativePolicyClass<InputContext, RegoServerArguments> {}
+/** A Rego server policy of the tool-call point (see {@link RegoServerInputPolicy}). */
+export declare class RegoServerToolCallPolicy extends NativePolicyClass<ToolCallContext, RegoServerArguments> {}
+/** A Rego server policy of the output point (see {@link RegoServerInputPolicy}). */
+export declare class RegoServerOutputPolicy extends NativePolicyClass<OutputContext, RegoServerArguments> {}
+
 /** A policy evaluated by a remote endpoint: `POST {baseUrl}/engine/evaluate`. */
-export declare class HttpInputPolicy extends HttpPolicy<InputContext> {}
+export declare class HttpInputPolicy extends NativePolicyClass<InputContext, HttpArguments> {}
 /** A remote HTTP policy of the tool-call point (see {@link HttpInputPolicy}). */
-export declare class HttpToolCallPolicy extends HttpPolicy<ToolCallContext> {}
+export declare class HttpToolCallPolicy extends NativePolicyClass<ToolCallContext, HttpArguments> {}
 /** A remote HTTP policy of the output point (see {@link HttpInputPolicy}). */
-export declare class HttpOutputPolicy extends HttpPolicy<OutputContext> {}
+export declare class HttpOutputPolicy extends NativePolicyClass<OutputContext, HttpArguments> {}
 
 /** Options of {@link createObservabilityAuditHandler}. */
 export interface ObservabilityOptions {
