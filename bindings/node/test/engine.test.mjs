@@ -93,6 +93,28 @@ describe('PolicyEngine with JavaScript policies', () => {
     assert.equal((await engine.evaluateOutput(output('fine'))) ?? 'unchanged', 'unchanged');
   });
 
+  test('decisions may name fields with bracketed indexes', async () => {
+    const engine = new PolicyEngine({
+      policySet: {
+        input: [
+          {
+            id: 'mask-latest',
+            evaluate: () => ({ decision: 'redact', redactions: [{ field: 'messages[-1].content', strategy: 'mask' }] }),
+          },
+          {
+            id: 'tag-first',
+            evaluate: () => ({
+              decision: 'transform',
+              transformation: { operations: [{ op: 'prepend', field: 'messages[0].content', value: '> ' }] },
+            }),
+          },
+        ],
+      },
+    });
+    const forwarded = await engine.evaluateInput(input('first', 'second'));
+    assert.deepEqual(forwarded.messages.map((m) => m.content), ['> first', '[REDACTED]']);
+  });
+
   test('a transform applies its operations in order', async () => {
     const engine = new PolicyEngine({
       policySet: {
