@@ -30,16 +30,16 @@ pub(crate) fn audit_handler(
     sink: Option<&NativeAuditSink>,
 ) -> Option<impl AuditHandler> {
     let sink = sink.map(|sink| sink.handler.clone());
-    (keep || sink.is_some()).then(move || {
-        move |record: &AuditRecord<'_>| {
-            if keep {
-                keep_record(record);
-            }
-            if let Some(sink) = &sink {
-                sink.handle(record);
-            }
+    let active = keep || sink.is_some();
+    let handler = move |record: &AuditRecord<'_>| {
+        if keep {
+            keep_record(record);
         }
-    })
+        if let Some(sink) = &sink {
+            sink.handle(record);
+        }
+    };
+    active.then_some(handler)
 }
 
 /// The observability platform's settings, as `createObservabilityAuditHandler` takes them.

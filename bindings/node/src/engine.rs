@@ -4,10 +4,12 @@
 //! one of its error classes.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use napi::bindgen_prelude::{Env, PromiseRaw};
+use napi::bindgen_prelude::{Either, Env, PromiseRaw};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
 use portcullis_engine::{
@@ -26,6 +28,8 @@ use crate::policy::{HostEvaluate, JsPolicy};
 #[napi]
 pub struct NativePolicySet {
     builder: Option<PolicySetBuilder>,
+    /// The points with a policy that may wait (on JavaScript, or on the network).
+    waits: Vec<InterceptionPoint>,
 }
 
 #[napi]
@@ -46,6 +50,7 @@ impl NativePolicySet {
         };
         Ok(NativePolicySet {
             builder: Some(PolicySet::builder().on_error(on_error)),
+            waits: Vec::new(),
         })
     }
 
@@ -95,6 +100,9 @@ impl NativePolicySet {
                 ),
             ));
         }
+        if !policy.in_memory {
+            self.waits.push(point);
+        }
         self.add(policy.policy.clone())
     }
 }
@@ -135,7 +143,15 @@ pub fn create_engine(
         Some(handler) => builder.on_audit(handler),
         None => builder,
     };
-    Ok(NativeEngine::new(builder, audit))
+    let in_memory = [
+        InterceptionPoint::Input,
+        InterceptionPoint::ToolCall,
+        InterceptionPoint::Output,
+    ]
+    .into_iter()
+    .filter(|point| !set.waits.contains(point))
+    .collect();
+    Ok(NativeEngine::new(builder, audit, in_memory))
 }
 
 /// Loads the manifest at `path` (§10) off the JavaScript thread and builds its engine; with
@@ -160,7 +176,8 @@ pub fn engine_from_manifest<'env>(
             None => loaded.into_engine_builder().await,
         }
         .map_err(|errors| Error::new(Status::InvalidArg, errors.to_string()))?;
-        Ok(NativeEngine::new(builder, audit))
+        // What a manifest's policies do is not looked into: every point runs on the runtime.
+        Ok(NativeEngine::new(builder, audit, Vec::new()))
     })
 }
 
@@ -169,6 +186,8 @@ pub fn engine_from_manifest<'env>(
 pub struct NativeEngine {
     engine: Arc<PolicyEngine>,
     audit: bool,
+    /// The points whose policies all evaluate in memory, without I/O.
+    in_memory: Vec<InterceptionPoint>,
 }
 
 #[napi]
@@ -177,52 +196,77 @@ impl NativeEngine {
     /// JSON: `{"outcome":"forward","context":<changed context or null>}`, `"denied"`,
     /// `"evaluation_error"`, `"approval_required"` or `"invalid_context"`, with `"records"`
     /// when the engine audits.
-    #[napi(ts_return_type = "Promise<string>")]
+    ///
+    /// A point whose policies all evaluate in memory (DSL rules, Rego bundles) is evaluated
+    /// on the calling thread when it can finish without waiting, and returns the outcome
+    /// itself (microseconds of work, no round trip through the runtime); any other point,
+    /// or one that would wait, runs on the addon's runtime and returns a promise.
+    #[napi(ts_return_type = "string | Promise<string>")]
     pub fn evaluate<'env>(
         &self,
         env: &'env Env,
         point: String,
         context_json: String,
-    ) -> Result<PromiseRaw<'env, String>> {
+    ) -> Result<Either<String, PromiseRaw<'env, String>>> {
         let point = parse_point(&point)?;
-        let engine = Arc::clone(&self.engine);
-        let audit = self.audit;
-        env.spawn_future(async move {
-            let outcome = async move {
-                match point {
-                    InterceptionPoint::Input => {
-                        evaluate::<InputContext>(&engine, &context_json).await
-                    }
-                    InterceptionPoint::ToolCall => {
-                        evaluate::<ToolCallContext>(&engine, &context_json).await
-                    }
-                    InterceptionPoint::Output => {
-                        evaluate::<OutputContext>(&engine, &context_json).await
-                    }
-                }
-            };
-            let outcome = if audit {
-                RECORDS
-                    .scope(RefCell::new(Vec::new()), async move {
-                        let mut outcome = outcome.await;
-                        let records = RECORDS.with(|records| records.take());
-                        outcome["records"] = Value::Array(records);
-                        outcome
-                    })
-                    .await
-            } else {
-                outcome.await
-            };
-            Ok(outcome.to_string())
-        })
+        let mut outcome = Box::pin(outcome(
+            Arc::clone(&self.engine),
+            self.audit,
+            point,
+            context_json,
+        ));
+        if self.in_memory.contains(&point) {
+            let mut context = Context::from_waker(Waker::noop());
+            if let Poll::Ready(outcome) = outcome.as_mut().poll(&mut context) {
+                return Ok(Either::A(outcome));
+            }
+        }
+        env.spawn_future(async move { Ok(outcome.await) })
+            .map(Either::B)
     }
 }
 
+/// The outcome of one call, as JSON text: see [`NativeEngine::evaluate`].
+async fn outcome(
+    engine: Arc<PolicyEngine>,
+    audit: bool,
+    point: InterceptionPoint,
+    context_json: String,
+) -> String {
+    let outcome = async move {
+        match point {
+            InterceptionPoint::Input => evaluate::<InputContext>(&engine, &context_json).await,
+            InterceptionPoint::ToolCall => {
+                evaluate::<ToolCallContext>(&engine, &context_json).await
+            }
+            InterceptionPoint::Output => evaluate::<OutputContext>(&engine, &context_json).await,
+        }
+    };
+    let outcome = if audit {
+        RECORDS
+            .scope(RefCell::new(Vec::new()), async move {
+                let mut outcome = outcome.await;
+                let records = RECORDS.with(|records| records.take());
+                outcome["records"] = Value::Array(records);
+                outcome
+            })
+            .await
+    } else {
+        outcome.await
+    };
+    outcome.to_string()
+}
+
 impl NativeEngine {
-    fn new(builder: PolicyEngineBuilder, audit: bool) -> NativeEngine {
+    fn new(
+        builder: PolicyEngineBuilder,
+        audit: bool,
+        in_memory: Vec<InterceptionPoint>,
+    ) -> NativeEngine {
         NativeEngine {
             engine: Arc::new(builder.build()),
             audit,
+            in_memory,
         }
     }
 }

@@ -105,6 +105,8 @@ pub fn parse_point(point: &str) -> Result<InterceptionPoint> {
 pub struct NativePolicy {
     id: String,
     pub(crate) policy: PointPolicy,
+    /// Whether it evaluates in memory, without I/O (DSL rules, Rego bundles).
+    pub(crate) in_memory: bool,
     problems: Vec<String>,
     warnings: Vec<String>,
 }
@@ -173,10 +175,16 @@ async fn decide<C: PolicyContext>(
 }
 
 impl NativePolicy {
-    fn loaded(id: String, policy: PointPolicy, warnings: Vec<String>) -> NativePolicy {
+    fn loaded(
+        id: String,
+        policy: PointPolicy,
+        in_memory: bool,
+        warnings: Vec<String>,
+    ) -> NativePolicy {
         NativePolicy {
             id,
             policy,
+            in_memory,
             problems: Vec::new(),
             warnings,
         }
@@ -209,7 +217,7 @@ pub fn dsl_policy(point: String, id: String, dir: String) -> Result<NativePolicy
             .collect::<Vec<_>>(),
     );
     Ok(match loaded {
-        Ok((policy, warnings)) => NativePolicy::loaded(id, policy, warnings),
+        Ok((policy, warnings)) => NativePolicy::loaded(id, policy, true, warnings),
         Err(error) => failed_dsl(point, id, &error),
     })
 }
@@ -224,6 +232,7 @@ fn failed_dsl(point: InterceptionPoint, id: String, error: &DslError) -> NativeP
     NativePolicy {
         id,
         policy,
+        in_memory: true,
         problems,
         warnings: Vec::new(),
     }
@@ -248,7 +257,7 @@ pub fn rego_policy(point: String, id: String, bundle_path: String) -> Result<Nat
             &error,
         )
     })?;
-    Ok(NativePolicy::loaded(id, policy, Vec::new()))
+    Ok(NativePolicy::loaded(id, policy, true, Vec::new()))
 }
 
 /// How to reach a server: the seed's `{ baseUrl }`, and what else a client may set.
@@ -296,7 +305,7 @@ pub fn rego_server_policy(
         |policy| (),
     )
     .map_err(|error| construction_error("invalid Rego server policy", &error))?;
-    Ok(NativePolicy::loaded(id, policy, Vec::new()))
+    Ok(NativePolicy::loaded(id, policy, false, Vec::new()))
 }
 
 /// A policy of `point` evaluated by a remote endpoint (`POST {baseUrl}/engine/evaluate`).
@@ -314,5 +323,5 @@ pub fn http_policy(point: String, id: String, options: ClientOptions) -> Result<
         |policy| (),
     )
     .map_err(|error| construction_error("invalid HTTP policy", &error))?;
-    Ok(NativePolicy::loaded(id, policy, Vec::new()))
+    Ok(NativePolicy::loaded(id, policy, false, Vec::new()))
 }

@@ -410,7 +410,10 @@ class PolicyEngine {
   }
 
   async #evaluate(point, ctx) {
-    const outcome = JSON.parse(await this.#native.evaluate(point, checkContext(ctx, point)));
+    // The outcome itself when the addon could decide at once (in-memory policies only),
+    // otherwise a promise of it.
+    const raw = this.#native.evaluate(point, checkContext(ctx, point));
+    const outcome = JSON.parse(typeof raw === 'string' ? raw : await raw);
     if (outcome.records !== undefined && this.#onAudit !== undefined) {
       deliver(this.#onAudit, outcome.records);
     }
