@@ -24,7 +24,8 @@ pub const DEFAULT_JS_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The JavaScript side of a JavaScript policy, as the package's layer hands it over: called
 /// on the JavaScript thread with the context as JSON, it calls the policy's `evaluate` and
-/// resolves to a [`Settled`] as JSON. Weak: an engine holding it never keeps Node running.
+/// resolves to a report of what `evaluate` gave, as JSON (`{"value": ..}`, `{"not_json": ..}`
+/// or `{"threw": ..}`). Weak: an engine holding it never keeps Node running.
 pub type HostEvaluate = ThreadsafeFunction<String, Promise<String>, String, Status, false, true>;
 
 /// What a JavaScript policy's `evaluate` gave, as the package's layer reports it.
