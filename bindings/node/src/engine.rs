@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::audit::{NativeAuditSink, RECORDS, audit_handler};
 use crate::native::{NativePolicy, PointPolicy, parse_point};
-use crate::policy::{HostEvaluate, JsPolicy};
+use crate::policy::{HostEvaluate, HostPolicyError, JsPolicy};
 
 /// The policies of an engine being built: the package's layer adds each policy of the
 /// JavaScript policy set, in order, then builds the engine with [`create_engine`].
@@ -300,6 +300,7 @@ async fn evaluate<C: PolicyContext>(engine: &PolicyEngine, context_json: &str) -
             "policy_id": error.policy_id(),
             "interception_point": error.interception_point(),
             "cause": error.cause_chain(),
+            "thrown": HostPolicyError::thrown_token(error.cause()),
         }),
         Err(EngineError::ApprovalRequired(request)) => json!({
             "outcome": "approval_required",

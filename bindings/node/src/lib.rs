@@ -25,5 +25,5 @@ pub use native::{
     rego_server_policy,
 };
 pub use policy::{
-    DEFAULT_JS_DEADLINE, FailedPolicy, HostEvaluate, HostPolicyError, JsPolicy, NotLoaded,
+    DEFAULT_JS_DEADLINE, FailedPolicy, HostEvaluate, HostPolicyError, JsPolicy, NotLoaded, Thrown,
 };

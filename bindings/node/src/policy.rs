@@ -36,15 +36,26 @@ enum Settled {
     Value(Value),
     /// It returned something JSON cannot carry (`undefined`, a function, a cycle), described.
     NotJson(String),
-    /// It threw, or its promise rejected, with this message.
-    Threw(String),
+    /// It threw, or its promise rejected.
+    Threw(Thrown),
+}
+
+/// What a JavaScript policy threw: its description, and the token under which the package's
+/// layer keeps the thrown value itself (to hand it back as the error's `cause`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Thrown {
+    /// The thrown value, described (`RangeError: out of range`).
+    pub message: String,
+    /// The token of the thrown value in the package's layer, when it kept it.
+    #[serde(default)]
+    pub token: Option<u64>,
 }
 
 /// Why a JavaScript policy gave no decision.
 #[derive(Debug)]
 pub enum HostPolicyError {
     /// It threw, or its promise rejected.
-    Threw(String),
+    Threw(Thrown),
     /// It gave something that is not a decision.
     NotADecision {
         /// What it gave, described (JSON, cut short when long).
@@ -59,7 +70,7 @@ pub enum HostPolicyError {
 impl fmt::Display for HostPolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HostPolicyError::Threw(message) => write!(f, "the policy threw: {message}"),
+            HostPolicyError::Threw(thrown) => write!(f, "the policy threw: {}", thrown.message),
             HostPolicyError::NotADecision { returned, problem } => {
                 write!(
                     f,
@@ -74,6 +85,19 @@ impl fmt::Display for HostPolicyError {
 }
 
 impl std::error::Error for HostPolicyError {}
+
+impl HostPolicyError {
+    /// The token of the value a JavaScript policy threw, if `error` or one of its causes is
+    /// such a throw.
+    pub fn thrown_token(error: &(dyn std::error::Error + 'static)) -> Option<u64> {
+        std::iter::successors(Some(error), |error| error.source()).find_map(|error| {
+            match error.downcast_ref::<HostPolicyError>() {
+                Some(HostPolicyError::Threw(thrown)) => thrown.token,
+                _ => None,
+            }
+        })
+    }
+}
 
 /// The longest description of a returned value an error message carries.
 const MAX_DESCRIBED: usize = 200;
@@ -93,7 +117,7 @@ fn read_settled(settled: &str) -> Result<PolicyDecision, HostPolicyError> {
             returned,
             problem: "a decision is an object such as { decision: \"allow\" }".to_owned(),
         }),
-        Settled::Threw(message) => Err(HostPolicyError::Threw(message)),
+        Settled::Threw(thrown) => Err(HostPolicyError::Threw(thrown)),
     }
 }
 
@@ -233,8 +257,9 @@ mod tests {
                 .starts_with("the policy returned undefined, which is not a decision")
         );
 
-        let error = read_settled(r#"{"threw":"Error: boom"}"#).unwrap_err();
+        let error = read_settled(r#"{"threw":{"message":"Error: boom","token":7}}"#).unwrap_err();
         assert_eq!(error.to_string(), "the policy threw: Error: boom");
+        assert_eq!(HostPolicyError::thrown_token(&error), Some(7));
     }
 
     #[test]

@@ -97,6 +97,30 @@ function settle(value) {
   return `{"value":${json}}`;
 }
 
+/**
+ * The errors JavaScript policies threw, by token, until the call they failed settles and
+ * hands one back as its PolicyEvaluationError's `cause`. Errors no call hands back (skipped
+ * under `on_error: "allow"`, or thrown after a deadline) leave the oldest first once there
+ * are more than MAX_KEPT_THROWN.
+ */
+const thrownErrors = new Map();
+const MAX_KEPT_THROWN = 1000;
+let nextThrownToken = 1;
+
+function keepThrown(thrown) {
+  if (!(thrown instanceof Error)) return undefined;
+  const token = nextThrownToken++;
+  thrownErrors.set(token, thrown);
+  if (thrownErrors.size > MAX_KEPT_THROWN) thrownErrors.delete(thrownErrors.keys().next().value);
+  return token;
+}
+
+function takeThrown(token) {
+  const thrown = thrownErrors.get(token);
+  thrownErrors.delete(token);
+  return thrown;
+}
+
 /** The function the addon calls, on this thread, to evaluate a JavaScript policy. */
 function dispatcher(policy) {
   return async (contextJson) => {
@@ -104,7 +128,7 @@ function dispatcher(policy) {
     try {
       value = await policy.evaluate(JSON.parse(contextJson));
     } catch (thrown) {
-      return JSON.stringify({ threw: describeThrown(thrown) });
+      return JSON.stringify({ threw: { message: describeThrown(thrown), token: keepThrown(thrown) } });
     }
     return settle(value);
   };
@@ -350,12 +374,15 @@ function settleOutcome(outcome) {
       return outcome.context === null ? undefined : outcome.context;
     case 'denied':
       throw new PolicyDenialError(outcome.message, outcome);
-    case 'evaluation_error':
+    case 'evaluation_error': {
+      // The policy's own Error when it threw one; otherwise an Error saying why.
+      const thrown = outcome.thrown === null ? undefined : takeThrown(outcome.thrown);
       throw new PolicyEvaluationError(
         outcome.policy_id,
         outcome.interception_point,
-        new Error(outcome.cause),
+        thrown ?? new Error(outcome.cause),
       );
+    }
     case 'approval_required':
       throw new ApprovalRequiredError(outcome.request);
     case 'invalid_context':

@@ -172,7 +172,8 @@ export declare class PolicyDenialError extends Error {
 /**
  * A policy could not be evaluated (it threw, rejected, returned something that is not a
  * decision, timed out, or its decision could not be applied) and `on_error` is `deny`.
- * `message` is `Policy evaluation failed for '<id>' at '<point>'.`; `cause` says why.
+ * `message` is `Policy evaluation failed for '<id>' at '<point>'.`; `cause` is the Error the
+ * policy threw, or an Error saying why (what it returned, a rule file's problems, a deadline).
  */
 export declare class PolicyEvaluationError extends Error {
   readonly name: 'PolicyEvaluationError';
