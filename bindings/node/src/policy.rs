@@ -1,8 +1,8 @@
 //! The policies the binding adds to the engine: a policy written in JavaScript, and a policy
 //! whose rule could not be loaded.
 //!
-//! Every implementation of the engine's policy traits in this crate is in this file, written
-//! once for the three points by [`point_policies!`].
+//! Every implementation of the engine's policy trait in this crate is in this file, each
+//! written once for every point (`impl<C: PolicyContext> Policy<C>`).
 
 use std::fmt;
 use std::time::Duration;
@@ -10,10 +10,7 @@ use std::time::Duration;
 use napi::Status;
 use napi::bindgen_prelude::Promise;
 use napi::threadsafe_function::ThreadsafeFunction;
-use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
-    ToolCallContext, ToolCallPolicy, async_trait,
-};
+use portcullis_engine::{BoxError, Policy, PolicyContext, PolicyDecision, async_trait};
 use serde::Deserialize;
 use serde::Serialize;
 use serde_json::Value;
@@ -200,37 +197,31 @@ impl FailedPolicy {
     }
 }
 
-/// Implements the policy trait of each point for each type, forwarding to its generic
-/// `decide` (and `deadline`, when it has one).
-macro_rules! point_policies {
-    ($($policy:ident $({ deadline: $deadline:ident })?),* $(,)?) => {
-        $(
-            point_policies!(@one $policy, InputPolicy, InputContext $(, $deadline)?);
-            point_policies!(@one $policy, ToolCallPolicy, ToolCallContext $(, $deadline)?);
-            point_policies!(@one $policy, OutputPolicy, OutputContext $(, $deadline)?);
-        )*
-    };
-    (@one $policy:ident, $trait:ident, $context:ty $(, $deadline:ident)?) => {
-        #[async_trait]
-        impl $trait for $policy {
-            fn id(&self) -> &str {
-                &self.id
-            }
+#[async_trait]
+impl<C: PolicyContext> Policy<C> for JsPolicy {
+    fn id(&self) -> &str {
+        &self.id
+    }
 
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
-                self.decide(context).await
-            }
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        self.decide(context).await
+    }
 
-            $(
-                fn deadline(&self) -> Option<Duration> {
-                    Some(self.$deadline)
-                }
-            )?
-        }
-    };
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.deadline)
+    }
 }
 
-point_policies!(JsPolicy { deadline: deadline }, FailedPolicy);
+#[async_trait]
+impl<C: PolicyContext> Policy<C> for FailedPolicy {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        self.decide(context).await
+    }
+}
 
 #[cfg(test)]
 mod tests {
