@@ -11,8 +11,8 @@ use napi_derive::napi;
 use portcullis_dsl::{DslError, DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
 use portcullis_engine::error::error_chain;
 use portcullis_engine::{
-    InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy, PolicyContext,
-    ToolCallContext, ToolCallPolicy,
+    InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy, Policy,
+    PolicyContext, ToolCallContext, ToolCallPolicy,
 };
 use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpOutputPolicy, HttpToolCallPolicy};
 use portcullis_rego::{RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
@@ -164,11 +164,12 @@ impl NativePolicy {
 
 /// One policy's decision on a context given as JSON, as JSON.
 async fn decide<C: PolicyContext>(
-    policy: &C::Policy,
+    policy: &dyn Policy<C>,
     context_json: &str,
 ) -> std::result::Result<String, String> {
     let context: C = crate::engine::read_context(context_json)?;
-    let decision = C::evaluate_policy(policy, &context)
+    let decision = policy
+        .evaluate(&context)
         .await
         .map_err(|error| error_chain(&*error))?;
     serde_json::to_string(&decision).map_err(|error| error.to_string())
