@@ -1158,16 +1158,13 @@ impl Emitter<'_> {
                     self.put(c);
                 }
                 spaces = true;
-            } else if is_break(c) {
-                if !breaks && c == '\n' {
+            } else {
+                // A line break folds: the first of a run is written twice.
+                if c == '\n' && !breaks {
                     self.put_break();
                 }
-                self.write_break(c);
-                self.indention = true;
-                breaks = true;
-            } else {
-                if breaks {
-                    self.write_indent();
+                if self.break_or_indent(c, &mut breaks) {
+                    continue;
                 }
                 if c == '\'' {
                     self.put('\'');
@@ -1175,12 +1172,26 @@ impl Emitter<'_> {
                 self.put(c);
                 self.indention = false;
                 spaces = false;
-                breaks = false;
             }
         }
         self.write_indicator("'", false, false, false);
         self.whitespace = false;
         self.indention = false;
+    }
+
+    /// In a quoted or block scalar: writes `c` when it is a line break (`true`), otherwise
+    /// the indentation a character after line breaks starts with (`false`).
+    fn break_or_indent(&mut self, c: char, breaks: &mut bool) -> bool {
+        if is_break(c) {
+            self.write_break(c);
+            self.indention = true;
+            *breaks = true;
+            return true;
+        }
+        if std::mem::take(breaks) {
+            self.write_indent();
+        }
+        false
     }
 
     fn write_break(&mut self, c: char) {
@@ -1281,17 +1292,9 @@ impl Emitter<'_> {
         self.whitespace = true;
         let mut breaks = true;
         for &c in &chars {
-            if is_break(c) {
-                self.write_break(c);
-                self.indention = true;
-                breaks = true;
-            } else {
-                if breaks {
-                    self.write_indent();
-                }
+            if !self.break_or_indent(c, &mut breaks) {
                 self.put(c);
                 self.indention = false;
-                breaks = false;
             }
         }
     }
