@@ -1120,15 +1120,7 @@ impl Emitter<'_> {
         let mut spaces = false;
         for (i, &c) in chars.iter().enumerate() {
             if c == ' ' {
-                if allow_breaks
-                    && !spaces
-                    && self.column > BEST_WIDTH
-                    && chars.get(i + 1) != Some(&' ')
-                {
-                    self.write_indent();
-                } else {
-                    self.put(c);
-                }
+                self.write_space(allow_breaks && !spaces && chars.get(i + 1) != Some(&' '));
                 spaces = true;
             } else {
                 self.put(c);
@@ -1146,17 +1138,13 @@ impl Emitter<'_> {
         let (mut spaces, mut breaks) = (false, false);
         for (i, &c) in chars.iter().enumerate() {
             if c == ' ' {
-                if allow_breaks
-                    && !spaces
-                    && self.column > BEST_WIDTH
-                    && i > 0
-                    && i + 1 < chars.len()
-                    && chars.get(i + 1) != Some(&' ')
-                {
-                    self.write_indent();
-                } else {
-                    self.put(c);
-                }
+                self.write_space(
+                    allow_breaks
+                        && !spaces
+                        && i > 0
+                        && i + 1 < chars.len()
+                        && chars.get(i + 1) != Some(&' '),
+                );
                 spaces = true;
             } else {
                 // A line break folds: the first of a run is written twice.
@@ -1177,6 +1165,16 @@ impl Emitter<'_> {
         self.write_indicator("'", false, false, false);
         self.whitespace = false;
         self.indention = false;
+    }
+
+    /// A space of a plain or single-quoted scalar: where it may fold and the line is past the
+    /// width, a line break and the indentation instead.
+    fn write_space(&mut self, may_fold: bool) {
+        if may_fold && self.column > BEST_WIDTH {
+            self.write_indent();
+        } else {
+            self.put(' ');
+        }
     }
 
     /// In a quoted or block scalar: writes `c` when it is a line break (`true`), otherwise
