@@ -1,6 +1,7 @@
 //! Three remote policies that each take 20 ms, evaluated one after another and concurrently.
 //!
 //! `cargo bench --features http --bench controls`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 

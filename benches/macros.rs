@@ -3,6 +3,7 @@
 //!
 //! Each group holds two functions, `compiled` and `runtime`, deciding on one context with
 //! the rule's `decide` (the evaluation itself; `evaluate` adds the same boxed future to both).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
 use std::path::Path;

@@ -4,6 +4,7 @@
 //! ten times the 1 MiB time is a quadratic path, a bug.
 //!
 //! `cargo bench --all-features --bench size`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;

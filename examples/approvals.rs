@@ -7,13 +7,13 @@
 //! pending (as a ticket would). A pending call fails with `ApprovalRequired`; the application
 //! records the grant a person gave for that exact action, and the retried call proceeds once.
 //! A retry whose arguments changed is another action, and needs another approval.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use portcullis::{
     ApprovalAnswer, ApprovalRequest, ApprovalResolver, AuditRecord, BoxError, EngineError, Message,
-    Metadata, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, ToolCallPolicy,
-    async_trait,
+    Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 use serde_json::{Value, json};
 
@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 struct AskBeforeEmail;
 
 #[async_trait]
-impl ToolCallPolicy for AskBeforeEmail {
+impl Policy<ToolCallContext> for AskBeforeEmail {
     fn id(&self) -> &str {
         "ask_before_email"
     }

@@ -4,13 +4,14 @@
 //!
 //! With no answer (stdin closed) the request stays pending and the call fails with
 //! `ApprovalRequired`; past the approval time-out it does too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::BufRead;
 use std::time::Duration;
 
 use portcullis::{
-    ApprovalAnswer, ApprovalRequest, ApprovalResolver, BoxError, Message, Metadata, PolicyDecision,
-    PolicyEngine, PolicySet, ToolCallContext, ToolCallPolicy, async_trait,
+    ApprovalAnswer, ApprovalRequest, ApprovalResolver, BoxError, Message, Metadata, Policy,
+    PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 use serde_json::{Value, json};
 
@@ -44,7 +45,7 @@ impl ApprovalResolver for Console {
 struct AskBeforeDelete;
 
 #[async_trait]
-impl ToolCallPolicy for AskBeforeDelete {
+impl Policy<ToolCallContext> for AskBeforeDelete {
     fn id(&self) -> &str {
         "ask_before_delete"
     }

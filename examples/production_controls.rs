@@ -5,12 +5,13 @@
 //! hangs is cancelled at its deadline.
 //!
 //! Run it with `cargo run --example production_controls`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
 
 use portcullis::{
-    AuditRecord, BoxError, InputContext, InputPolicy, InterceptionPoint, Message, Metadata,
-    OnError, PolicyDecision, PolicyEngine, PolicyExt, PolicySet, async_trait,
+    AuditRecord, BoxError, InputContext, InterceptionPoint, Message, Metadata, OnError, Policy,
+    PolicyDecision, PolicyEngine, PolicyExt, PolicySet, async_trait,
 };
 
 /// A check that takes `latency` to answer, like a call to a remote policy service.
@@ -21,7 +22,7 @@ struct SlowCheck {
 }
 
 #[async_trait]
-impl InputPolicy for SlowCheck {
+impl Policy<InputContext> for SlowCheck {
     fn id(&self) -> &str {
         self.id
     }

@@ -13,6 +13,7 @@
 //!
 //! Run it with `cargo run --example quickstart`
 //! (or `cargo run --example quickstart --features rego,otel`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis::dsl::DslInputPolicy;
 use portcullis::{

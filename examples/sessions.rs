@@ -9,6 +9,7 @@
 //!   (`metadata.session.counters.tool_call.by_tool.shell`).
 //!
 //! Run with `cargo run --example sessions`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis::dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis::{

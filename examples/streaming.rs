@@ -5,10 +5,11 @@
 //! it arrives in pieces, and stops before any byte of the blocked link goes out.
 //!
 //! Run it with `cargo run --example streaming`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis::stream::StreamingRule;
 use portcullis::{
-    AuditRecord, BoxError, Metadata, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine,
+    AuditRecord, BoxError, Metadata, OutputContext, Policy, PolicyDecision, PolicyEngine,
     PolicySet, Redaction, StreamItem, async_trait,
 };
 
@@ -18,7 +19,7 @@ const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
 struct RedactSsn;
 
 #[async_trait]
-impl OutputPolicy for RedactSsn {
+impl Policy<OutputContext> for RedactSsn {
     fn id(&self) -> &str {
         "redact_ssn"
     }
@@ -45,7 +46,7 @@ struct BlockedDomains;
 const BLOCKED: [&str; 2] = ["phishing.example", "malware.example"];
 
 #[async_trait]
-impl OutputPolicy for BlockedDomains {
+impl Policy<OutputContext> for BlockedDomains {
     fn id(&self) -> &str {
         "blocked_domains"
     }

@@ -9,8 +9,8 @@ extern crate self as portcullis;
 
 // Contexts: what policies see.
 pub use portcullis_engine::{
-    InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, PolicyContext,
-    Role, ToolCallContext,
+    ByPoint, InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext,
+    PointMap, PolicyContext, Role, ToolCallContext, UnknownPoint,
 };
 // Decisions: what policies return.
 pub use portcullis_engine::{
@@ -19,8 +19,8 @@ pub use portcullis_engine::{
 };
 // Policies, and the wrappers that change how one runs.
 pub use portcullis_engine::{
-    Blocking, BoxError, BoxFuture, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode,
-    ToolCallPolicy, WithDeadline, async_trait,
+    Blocking, BoxError, BoxFuture, InputPolicy, Monitored, OutputPolicy, Policy, PolicyExt,
+    PolicyMode, ToolCallPolicy, WithDeadline, async_trait,
 };
 // Policy sets.
 pub use portcullis_engine::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};

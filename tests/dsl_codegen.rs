@@ -3,11 +3,11 @@
 //! contexts, and have the same id and mode.
 
 #![cfg(feature = "macros")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis::dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
 use portcullis::{
-    InputContext, InputPolicy, Message, Metadata, OutputContext, OutputPolicy, PolicyMode,
-    ToolCallContext, ToolCallPolicy,
+    InputContext, Message, Metadata, OutputContext, Policy, PolicyMode, ToolCallContext,
 };
 use serde_json::{Value, json};
 
@@ -129,15 +129,15 @@ fn outputs() -> Vec<OutputContext> {
 }
 
 macro_rules! same_decisions {
-    ($runtime:ty, $trait:ident, $contexts:expr, $dir:expr, $($id:literal => $module:ident),* $(,)?) => {{
+    ($runtime:ty, $contexts:expr, $dir:expr, $($id:literal => $module:ident),* $(,)?) => {{
         let contexts = $contexts;
         $(
             let runtime = <$runtime>::new($id, $dir).expect($id);
             let compiled = $module::policy();
-            assert_eq!($trait::id(&compiled), $id);
-            assert_eq!($trait::mode(&compiled), runtime.mode(), "{}", $id);
+            assert_eq!(Policy::id(&compiled), $id);
+            assert_eq!(Policy::mode(&compiled), runtime.mode(), "{}", $id);
             for context in &contexts {
-                let generated = $trait::evaluate(&compiled, context).await.expect("no error");
+                let generated = Policy::evaluate(&compiled, context).await.expect("no error");
                 assert_eq!(generated, runtime.decide(context), "{} on {context:?}", $id);
             }
         )*
@@ -147,7 +147,7 @@ macro_rules! same_decisions {
 #[tokio::test]
 async fn generated_code_decides_like_the_runtime() {
     let input_dir = format!("{TESTS}/input");
-    same_decisions!(DslInputPolicy, InputPolicy, inputs(), &input_dir,
+    same_decisions!(DslInputPolicy, inputs(), &input_dir,
         "drop_debug" => input_drop_debug,
         "free_tier" => input_free_tier,
         "hide_system_prompt" => input_hide_system_prompt,
@@ -156,33 +156,33 @@ async fn generated_code_decides_like_the_runtime() {
         "roles" => input_roles,
         "sign_latest" => input_sign_latest,
     );
-    same_decisions!(DslInputPolicy, InputPolicy, inputs(), EXAMPLES,
+    same_decisions!(DslInputPolicy, inputs(), EXAMPLES,
         "block_secrets" => input_block_secrets,
         "max_length" => input_max_length,
         "no_ssn" => input_no_ssn,
     );
     let tool_dir = format!("{TESTS}/tool_call");
-    same_decisions!(DslToolCallPolicy, ToolCallPolicy, tool_calls(), &tool_dir,
+    same_decisions!(DslToolCallPolicy, tool_calls(), &tool_dir,
         "dangerous_shell" => tool_call_dangerous_shell,
         "large_page" => tool_call_large_page,
         "only_read" => tool_call_only_read,
     );
-    same_decisions!(DslToolCallPolicy, ToolCallPolicy, tool_calls(), EXAMPLES,
+    same_decisions!(DslToolCallPolicy, tool_calls(), EXAMPLES,
         "approved_tools" => tool_call_approved_tools,
         "tag_tool_calls" => tool_call_tag_tool_calls,
     );
     let output_dir = format!("{TESTS}/output");
-    same_decisions!(DslOutputPolicy, OutputPolicy, outputs(), &output_dir,
+    same_decisions!(DslOutputPolicy, outputs(), &output_dir,
         "leaked_secret" => output_leaked_secret,
         "long_answer" => output_long_answer,
         "no_urls" => output_no_urls,
         "phone_numbers" => output_phone_numbers,
     );
-    same_decisions!(DslOutputPolicy, OutputPolicy, outputs(), EXAMPLES,
+    same_decisions!(DslOutputPolicy, outputs(), EXAMPLES,
         "audit_refunds" => output_audit_refunds,
     );
     assert_eq!(
-        OutputPolicy::mode(&output_long_answer::policy()),
+        Policy::<OutputContext>::mode(&output_long_answer::policy()),
         PolicyMode::Monitor
     );
 }

@@ -4,13 +4,15 @@
 //! allowed here: they are the point).
 #![cfg(feature = "macros")]
 #![allow(deprecated)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use portcullis::dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
 use portcullis::{
-    InputPolicy, InterceptionPoint, OutputPolicy, PolicyDecision, ToolCallPolicy, dsl_policy,
+    InputPolicy, InterceptionPoint, OutputPolicy, Policy, PolicyDecision, ToolCallPolicy,
+    dsl_policy,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};

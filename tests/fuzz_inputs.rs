@@ -3,6 +3,7 @@
 //! bytes and random mutations of the seeds as property tests (256 cases each;
 //! `PORTCULLIS_HEAVY_PROPTEST=1` runs 20,000).
 #![cfg(all(feature = "dsl", feature = "rego"))]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../fuzz/src/lib.rs"]
 mod checks;

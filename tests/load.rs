@@ -2,6 +2,7 @@
 //! engine, every result checked, no deadlock. (The soak is in `soak.rs`, a process of its own so
 //! that its memory figures are its own.)
 #![cfg(all(feature = "dsl", feature = "rego", feature = "http"))]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -1,14 +1,15 @@
 //! Behaviour of code-first policies (`#[input_policy]` and friends) and `policy_set!` inside
 //! a real engine.
 #![cfg(feature = "macros")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use portcullis::{
     BoxError, EngineError, InputContext, InputPolicy, Message, Metadata, OnError, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
-    ToolCallPolicy, input_policy, output_policy, policy_set, tool_call_policy,
+    Policy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext, input_policy,
+    output_policy, policy_set, tool_call_policy,
 };
 use serde_json::{Map, json};
 
@@ -237,11 +238,12 @@ async fn policy_set_keys_are_optional_and_on_error_allow_skips_failures() {
 
 #[tokio::test]
 async fn direct_evaluation_through_the_traits() {
-    let decision = ToolCallPolicy::evaluate(&bounded_refund, &tool_call("other", json!({})))
-        .await
-        .expect("an allowed tool");
+    let decision =
+        Policy::<ToolCallContext>::evaluate(&bounded_refund, &tool_call("other", json!({})))
+            .await
+            .expect("an allowed tool");
     assert_eq!(decision, PolicyDecision::allow());
-    let decision = OutputPolicy::evaluate(&nested::never_deny, &output("x"))
+    let decision = Policy::<OutputContext>::evaluate(&nested::never_deny, &output("x"))
         .await
         .expect("never fails");
     assert_eq!(decision, PolicyDecision::allow());

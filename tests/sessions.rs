@@ -2,11 +2,12 @@
 //! trifecta and a rate limit with the in-memory store, and the compiled rules deciding
 //! exactly like the runtime ones on the session's facts.
 #![cfg(feature = "macros")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis::dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis::{
-    InputContext, InputPolicy, MemorySessionStore, Message, Metadata, PolicyEngine, PolicySet,
-    ToolCallContext, ToolCallPolicy, dsl_policy,
+    InputContext, InputPolicy, MemorySessionStore, Message, Metadata, Policy, PolicyEngine,
+    PolicySet, ToolCallContext, ToolCallPolicy, dsl_policy,
 };
 use serde_json::{Map, Value, json};
 

@@ -2,6 +2,7 @@
 //! arguments nested 10,000 levels deep are a clear error through each of them (not a stack
 //! overflow). The timings are in `benches/size.rs`; these tests only check the outcomes.
 #![cfg(all(feature = "dsl", feature = "rego", feature = "http"))]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -12,8 +13,8 @@ use portcullis::dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis::http::{HttpClientOptions, HttpInputPolicy, HttpToolCallPolicy};
 use portcullis::rego::{RegoInputPolicy, RegoToolCallPolicy};
 use portcullis::{
-    CONTEXT_CHECK_ID, EngineError, InputContext, InputPolicy, Message, Metadata, PolicyEngine,
-    PolicySet, Role, ToolCallContext, ToolCallPolicy,
+    CONTEXT_CHECK_ID, EngineError, InputContext, InputPolicy, Message, Metadata, Policy,
+    PolicyEngine, PolicySet, Role, ToolCallContext,
 };
 use portcullis_testing::{EvaluateServer, Reply};
 use serde_json::{Map, Value};

@@ -5,6 +5,7 @@
 //! --all-features --test soak -- --nocapture`). A test binary of its own: resident memory is
 //! the process's, and no other test may run beside it.
 #![cfg(all(feature = "dsl", feature = "rego", feature = "http"))]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

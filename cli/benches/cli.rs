@@ -10,6 +10,7 @@
 //!   calls per second and the process's peak resident memory (VmHWM).
 //! - `swap`: evaluations per second and p99 latency with the set reloaded from its manifest
 //!   every 10 ms, against the same without reloads.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};

@@ -10,6 +10,7 @@
 //! endpoint URL it prints as its first line. Tools: `echo` (answers its `text`),
 //! `read_record` (an employee record with an SSN), `launch_status` (mentions the launch
 //! codes), `delete_database`, `send_email`. Each call is logged to standard error.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 

@@ -14,7 +14,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use portcullis::PolicyEngine;
 use portcullis::manifest::{AuditExport, CodeRegistry, Manifest, ManifestWatcher, ReloadOutcome};
 use portcullis_mcp::{
-    GuardedListener, GuardedServer, ListenerOptions, MCP_PATH, ToolGuard, UpstreamRelay,
+    Draining, GuardedListener, GuardedServer, ListenerOptions, MCP_PATH, ToolGuard, UpstreamRelay,
     check_exposure,
 };
 use portcullis_openai::ToolDenial;
@@ -190,8 +190,9 @@ pub(crate) struct McpArgs {
     /// With --listen: the largest request body, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 4 * 1024 * 1024, requires = "listen")]
     max_body_bytes: usize,
-    /// With --listen: how long SIGTERM waits for the requests in flight.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, requires = "listen")]
+    /// How long SIGTERM (or Ctrl-C) waits for the requests in flight to be answered; new ones
+    /// are refused meanwhile.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     drain_timeout: Duration,
     /// Pass requests and notifications of this method, one MCP does not define, to the
     /// upstream unchecked (repeatable). Other unknown methods are refused.
@@ -449,7 +450,11 @@ async fn mcp(engine: Arc<PolicyEngine>, files: Vec<PathBuf>, args: McpArgs) -> u
         }
         _ => {
             let guarded = GuardedServer::from_running(running, guard).relay(relay);
-            serve_stdio(pass_through(guarded, &args.pass_through_methods)).await
+            serve_stdio(
+                pass_through(guarded, &args.pass_through_methods),
+                args.drain_timeout,
+            )
+            .await
         }
     };
     drop(reloads);
@@ -519,9 +524,13 @@ fn reload_on_change(
     reload::watch(manifest, engine, registry, interval, files, report)
 }
 
-/// Serves the client on this process's stdio until it closes it (or the process is stopped).
-async fn serve_stdio(guarded: GuardedServer) -> u8 {
-    let running = match guarded.serve(rmcp::transport::stdio()).await {
+/// Serves the client on this process's stdio until it closes it, or until the process is
+/// stopped: then new requests are refused, and those in flight answered (for up to
+/// `drain_timeout`) before the proxy exits.
+async fn serve_stdio(guarded: GuardedServer, drain_timeout: Duration) -> u8 {
+    let server = Draining::new(guarded);
+    let drain = server.drain();
+    let running = match server.serve(rmcp::transport::stdio()).await {
         Ok(running) => running,
         Err(error) => {
             eprintln!("error: the MCP client did not initialize: {error}");
@@ -529,17 +538,28 @@ async fn serve_stdio(guarded: GuardedServer) -> u8 {
         }
     };
     let cancel = running.cancellation_token();
-    tokio::select! {
-        ended = running.waiting() => match ended {
-            Ok(_) => 0,
-            Err(error) => {
-                eprintln!("error: the MCP session failed: {error}");
-                FAILED
+    let ended = running.waiting();
+    tokio::pin!(ended);
+    let stopping = async {
+        stopped().await;
+        drain.finish(drain_timeout).await
+    };
+    let ended = tokio::select! {
+        ended = &mut ended => ended,
+        cut = stopping => {
+            if cut > 0 {
+                eprintln!("portcullis: {cut} request(s) still in flight after --drain-timeout: cut");
             }
-        },
-        () = stopped() => {
+            // The answers given meanwhile are written out before the session ends.
             cancel.cancel();
-            0
+            ended.await
+        }
+    };
+    match ended {
+        Ok(_) => 0,
+        Err(error) => {
+            eprintln!("error: the MCP session failed: {error}");
+            FAILED
         }
     }
 }

@@ -366,12 +366,9 @@ fn parse_record(text: &str) -> Result<ParsedRecord, String> {
             .map(str::to_owned)
             .ok_or_else(|| format!("the record has no `{name}` (a string)"))
     };
-    let point = match string("interception_point")?.as_str() {
-        "input" => InterceptionPoint::Input,
-        "tool_call" => InterceptionPoint::ToolCall,
-        "output" => InterceptionPoint::Output,
-        other => return Err(format!("unknown interception point {other:?}")),
-    };
+    let point = string("interception_point")?
+        .parse::<InterceptionPoint>()
+        .map_err(|error| error.to_string())?;
     let policy_id = string("policy_id")?;
     let decision = string("decision")?;
     let context = field("context")

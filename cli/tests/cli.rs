@@ -1,6 +1,7 @@
 //! The `portcullis` binary, run as a process on the fixtures, for every subcommand, outcome
 //! and exit status. Human and JSON output are compared with the files in `tests/golden`
 //! (refresh them with `PORTCULLIS_BLESS=1`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! `portcullis proxy openai` and `portcullis proxy mcp`, run as processes: real clients in
 //! front (plain HTTP, rmcp), real servers behind (a scripted OpenAI-compatible upstream on
 //! 127.0.0.1, an MCP server as a child process on stdio or on streamable HTTP).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -863,6 +864,73 @@ async fn proxy_mcp_on_stdio_with_a_child_process_upstream() -> Result<(), TestEr
         asked[0]
     );
     client.cancel().await?;
+    Ok(())
+}
+
+/// On stdio, SIGTERM lets the call in flight be answered, refuses a new one, and exits 0.
+#[cfg(unix)]
+#[test]
+fn proxy_mcp_on_stdio_drains_on_sigterm() -> Result<(), TestError> {
+    use std::io::Write;
+    use std::sync::mpsc;
+
+    let mut child = portcullis()
+        .args(["proxy", "mcp"])
+        .arg(manifest())
+        .arg("--")
+        .arg(mcp_upstream())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut stdin = child.stdin.take().ok_or("stdin")?;
+    let stdout = child.stdout.take().ok_or("stdout")?;
+    let proxy = Running(child);
+    let (lines, answers) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let answer = |id: u64| -> Result<Value, TestError> {
+        loop {
+            let line = answers.recv_timeout(std::time::Duration::from_secs(20))?;
+            let message: Value = serde_json::from_str(&line)?;
+            if message["id"] == id {
+                return Ok(message);
+            }
+        }
+    };
+    let mut send = |message: Value| -> Result<(), TestError> {
+        writeln!(stdin, "{message}")?;
+        stdin.flush()?;
+        Ok(())
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "drain-test", "version": "1.0.0"}}}),
+    )?;
+    answer(1)?;
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+    // `pause` answers after 800 ms: it is in flight when SIGTERM arrives.
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "pause", "arguments": {}}}))?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(&proxy, "TERM");
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "too late"}}}))?;
+
+    let refused = answer(3)?;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("stopping"), "{refused}");
+    let paused = answer(2)?;
+    assert_eq!(paused["result"]["content"][0]["text"], "paused", "{paused}");
+    let mut proxy = proxy;
+    assert_eq!(proxy.0.wait()?.code(), Some(0));
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! and on SIGHUP, a failed reload that keeps the set, and a graceful SIGTERM.
 
 #![cfg(unix)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

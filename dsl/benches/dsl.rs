@@ -7,6 +7,7 @@
 //! thread's CPU time (group names ending in `cpu_time`), which stays meaningful on a machine
 //! shared with other work, where wall-clock time also counts the time the thread waits for a
 //! core.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use portcullis_dsl::{DslInputPolicy, DslToolCallPolicy};
-use portcullis_engine::{InputContext, InputPolicy, Message, Metadata, ToolCallContext};
+use portcullis_engine::{InputContext, Message, Metadata, Policy, ToolCallContext};
 
 const TOOLS: [&str; 20] = [
     "search",

@@ -82,7 +82,7 @@ pub fn decide_closure(rule: &CheckedRule) -> TokenStream {
 
 /// The streaming form of an output rule, when it has one: an expression of type
 /// `Vec<::portcullis::StreamingRule>` with the same rules `DslOutputPolicy::streaming` gives
-/// (return it from `OutputPolicy::streaming`). `None` for rules without one.
+/// (return it from `Policy::streaming`). `None` for rules without one.
 pub fn streaming_rules(rule: &CheckedRule) -> Option<TokenStream> {
     if rule.point() != InterceptionPoint::Output {
         return None;

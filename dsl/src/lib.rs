@@ -164,4 +164,6 @@ pub use check::{
 };
 pub use json_kind::JsonKind;
 pub use model::{Action, Condition, Rule, RuleMode, RuleRedaction, RuleStrategy};
-pub use policy::{DslError, DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, load, validate_id};
+pub use policy::{
+    DslError, DslInputPolicy, DslOutputPolicy, DslPolicy, DslToolCallPolicy, load, validate_id,
+};

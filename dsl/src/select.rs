@@ -9,7 +9,7 @@
 
 use portcullis_engine::path::{Segment, list_position};
 use portcullis_engine::{
-    InputContext, Message, Metadata, OutputContext, PolicyContext, ToolCallContext,
+    AuditContext, InputContext, Message, Metadata, OutputContext, PolicyContext, ToolCallContext,
 };
 use serde_json::{Map, Value};
 
@@ -87,27 +87,20 @@ impl PathSegment for Seg {
     }
 }
 
-/// The contexts rules look into.
+/// The contexts rules look into: the context of every point.
 pub trait Root: PolicyContext {
     /// The context as the root of a walk.
     fn node(&self) -> Node<'_>;
 }
 
-impl Root for InputContext {
+impl<C: PolicyContext> Root for C {
+    #[inline]
     fn node(&self) -> Node<'_> {
-        Node::Input(self)
-    }
-}
-
-impl Root for ToolCallContext {
-    fn node(&self) -> Node<'_> {
-        Node::ToolCall(self)
-    }
-}
-
-impl Root for OutputContext {
-    fn node(&self) -> Node<'_> {
-        Node::Output(self)
+        match self.audit_context() {
+            AuditContext::Input(context) => Node::Input(context),
+            AuditContext::ToolCall(context) => Node::ToolCall(context),
+            AuditContext::Output(context) => Node::Output(context),
+        }
     }
 }
 

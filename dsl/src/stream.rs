@@ -1,4 +1,4 @@
-//! The streaming form of output rules (see `OutputPolicy::streaming` in the engine): the rules
+//! The streaming form of output rules (see `Policy::streaming` in the engine): the rules
 //! the streaming output guard can run as the answer arrives, deciding exactly as the rule does
 //! on the whole text. Rules whose decision cannot be expressed exactly that way have none, and
 //! the guard evaluates them on the whole text.

@@ -2,6 +2,7 @@
 //! loaded with the runtime constructor and its error compared with the `.txt` snapshot next
 //! to it, and each rule under `tests/rules/warnings/<point>/` (valid under the schema, so it
 //! loads) has its warnings compared likewise (refresh with `UPDATE_SNAPSHOTS=1`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! The pieces `dsl_policy!` builds on: the decision closure and the streaming form. What the
 //! macro emits as a whole is pinned in `macros/core/tests/expanded/`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis_dsl::{check_source, codegen};
 use portcullis_engine::InterceptionPoint;

@@ -1,5 +1,6 @@
 //! Property: `contains` agrees with a naive reference (lower-case both sides, then look for a
 //! substring) on random contexts, ASCII and not.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis_dsl::DslInputPolicy;
 use portcullis_engine::{InputContext, Message, Metadata};

@@ -1,4 +1,5 @@
 //! The `escalate` action: a rule that asks for a person's approval, through the engine.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 

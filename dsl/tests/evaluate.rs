@@ -1,5 +1,6 @@
 //! Behaviour of the runtime policies: every condition, action, path rule and extension, with
 //! the rule files under `tests/rules/` and `examples/rules/`, run through the engine.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
@@ -8,9 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use portcullis_dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
 use portcullis_engine::{
-    EngineError, InputContext, InputPolicy, Message, Metadata, OutputContext, PolicyDecision,
-    PolicyEngine, PolicyMode, PolicySet, Redaction, ToolCallContext, ToolCallPolicy,
-    TransformOperation,
+    EngineError, InputContext, InputPolicy, Message, Metadata, OutputContext, Policy,
+    PolicyDecision, PolicyEngine, PolicyMode, PolicySet, Redaction, ToolCallContext,
+    ToolCallPolicy, TransformOperation,
 };
 use serde_json::{Map, Value, json};
 use support::rule_files;

@@ -1,11 +1,11 @@
 //! Output rules with a streaming form run incrementally in the engine's streaming guard, and
 //! the guard releases what the whole-text evaluation forwards, or denies as it does.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use portcullis_dsl::DslOutputPolicy;
 use portcullis_engine::stream::StreamMode;
 use portcullis_engine::{
-    EngineError, Message, Metadata, OutputContext, OutputPolicy, PolicyEngine, PolicySet,
-    StreamItem,
+    EngineError, Message, Metadata, OutputContext, Policy, PolicyEngine, PolicySet, StreamItem,
 };
 
 fn engine(policy: DslOutputPolicy) -> PolicyEngine {

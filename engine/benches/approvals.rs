@@ -4,21 +4,22 @@
 //! taking the grant. The tool call's arguments make a context of about 1 KiB.
 //!
 //! `cargo bench -p portcullis-engine --bench approvals`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use portcullis_engine::approval::action_digest;
 use portcullis_engine::{
-    BoxError, Message, Metadata, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext,
-    ToolCallPolicy, async_trait,
+    BoxError, Message, Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext,
+    async_trait,
 };
 use serde_json::{Map, Value, json};
 
 struct Fixed(PolicyDecision);
 
 #[async_trait]
-impl ToolCallPolicy for Fixed {
+impl Policy<ToolCallContext> for Fixed {
     fn id(&self) -> &str {
         "gate"
     }

@@ -1,20 +1,21 @@
 //! Engine overhead on the allow path.
 //!
 //! `cargo bench -p portcullis-engine --bench engine`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision,
+    AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, Policy, PolicyDecision,
     PolicyEngine, PolicyExt, PolicySet, Redaction, TransformOperation, async_trait,
 };
 
 struct AllowAll(String);
 
 #[async_trait]
-impl InputPolicy for AllowAll {
+impl Policy<InputContext> for AllowAll {
     fn id(&self) -> &str {
         &self.0
     }
@@ -106,7 +107,7 @@ fn bench(c: &mut Criterion) {
 struct Decides(&'static str, PolicyDecision);
 
 #[async_trait]
-impl InputPolicy for Decides {
+impl Policy<InputContext> for Decides {
     fn id(&self) -> &str {
         self.0
     }

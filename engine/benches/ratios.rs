@@ -13,6 +13,7 @@
 //! with `PORTCULLIS_PROFILE_FLOOR=1` too), for a profiler (`valgrind --tool=callgrind`);
 //! `PORTCULLIS_PROFILE_ROUNDS=<n>` runs them `n` times, so that the difference between two
 //! counts is the work of the extra rounds alone, without the one-time setup.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::borrow::Cow;
 use std::hint::black_box;
@@ -20,7 +21,7 @@ use std::time::Instant;
 
 use portcullis_engine::{
     BoxError, InputContext, InputPolicy, MemorySessionStore, Message, Metadata, OutputContext,
-    PolicyDecision, PolicyEngine, PolicySet, Redaction, StreamItem, async_trait,
+    Policy, PolicyDecision, PolicyEngine, PolicySet, Redaction, StreamItem, async_trait,
 };
 use regex::Regex;
 use tokio::runtime::Runtime;
@@ -33,7 +34,7 @@ use common::{SSN, answer, family_engine, stream_engine};
 struct AllowAll(String);
 
 #[async_trait]
-impl InputPolicy for AllowAll {
+impl Policy<InputContext> for AllowAll {
     fn id(&self) -> &str {
         &self.0
     }
@@ -74,7 +75,7 @@ fn small_context() -> InputContext {
 struct RedactSsn(PolicyDecision);
 
 #[async_trait]
-impl InputPolicy for RedactSsn {
+impl Policy<InputContext> for RedactSsn {
     fn id(&self) -> &str {
         "redact_ssn"
     }

@@ -2,17 +2,18 @@
 //! with the in-memory store (one load before the point, one record after it).
 //!
 //! `cargo bench -p portcullis-engine --bench sessions`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, MemorySessionStore, Message, Metadata, PolicyDecision,
+    BoxError, InputContext, MemorySessionStore, Message, Metadata, Policy, PolicyDecision,
     PolicyEngine, PolicySet, async_trait,
 };
 
 struct AllowAll(String);
 
 #[async_trait]
-impl InputPolicy for AllowAll {
+impl Policy<InputContext> for AllowAll {
     fn id(&self) -> &str {
         &self.0
     }

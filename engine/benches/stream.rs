@@ -1,6 +1,7 @@
 //! The streaming output guard against the whole-text evaluation of the same answer.
 //!
 //! `cargo bench -p portcullis-engine --bench stream`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
 

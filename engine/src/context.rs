@@ -293,6 +293,21 @@ pub enum InterceptionPoint {
 }
 
 impl InterceptionPoint {
+    /// Every point, in the order of the agent loop.
+    pub const ALL: [InterceptionPoint; 3] = [
+        InterceptionPoint::Input,
+        InterceptionPoint::ToolCall,
+        InterceptionPoint::Output,
+    ];
+
+    /// The point whose wire name ([`as_str`](Self::as_str)) is `name`; `None` for any other
+    /// name (no case folding, no aliases).
+    pub fn from_name(name: &str) -> Option<InterceptionPoint> {
+        InterceptionPoint::ALL
+            .into_iter()
+            .find(|point| point.as_str() == name)
+    }
+
     /// The wire name: `input`, `tool_call` or `output`.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -306,6 +321,31 @@ impl InterceptionPoint {
 impl fmt::Display for InterceptionPoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(self.as_str())
+    }
+}
+
+/// A name that is not an interception point's (see [`InterceptionPoint::from_name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPoint(pub String);
+
+impl fmt::Display for UnknownPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown interception point {:?}: the points are input, tool_call and output",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownPoint {}
+
+impl std::str::FromStr for InterceptionPoint {
+    type Err = UnknownPoint;
+
+    /// Parses a wire name; any other name is an error, never a default point.
+    fn from_str(name: &str) -> Result<Self, UnknownPoint> {
+        InterceptionPoint::from_name(name).ok_or_else(|| UnknownPoint(name.to_owned()))
     }
 }
 

@@ -21,6 +21,7 @@ use crate::error::{
     PolicyPanicked, PolicyTimedOut, error_chain,
 };
 use crate::point::PolicyContext;
+use crate::policy::Policy;
 use crate::resolve::{
     ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, GrantStore, Resolution,
 };
@@ -49,14 +50,14 @@ pub const CONTEXT_CHECK_ID: &str = "portcullis.context";
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// use portcullis_engine::{
-///     async_trait, BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision,
+///     async_trait, BoxError, InputContext, Message, Metadata, Policy, PolicyDecision,
 ///     PolicyEngine, PolicySet,
 /// };
 ///
 /// struct NoPasswords;
 ///
 /// #[async_trait]
-/// impl InputPolicy for NoPasswords {
+/// impl Policy<InputContext> for NoPasswords {
 ///     fn id(&self) -> &str {
 ///         "no_passwords"
 ///     }
@@ -578,7 +579,7 @@ impl PolicyEngine {
             .taken
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        let (point, on_error) = (C::point_policies(&evaluation.set), evaluation.set.on_error);
+        let (point, on_error) = (evaluation.set.point::<C>(), evaluation.set.on_error);
         // The usual point, policies without deadlines one after another, runs here rather
         // than a step further in `run_point` (each step moves what it returns): plain
         // `allow`s in a row, any other outcome settled between two runs. `run_point` takes
@@ -747,7 +748,7 @@ impl PolicyEngine {
         mut next: usize,
     ) -> Result<(), EngineError> {
         let on_error = set.on_error;
-        let point = C::point_policies(set);
+        let point = set.point::<C>();
         let call_deadline = point
             .settings
             .call_deadline
@@ -871,7 +872,7 @@ impl PolicyEngine {
 
     async fn evaluate_concurrently<'c, C: PolicyContext>(
         &self,
-        entries: &[Entry<C::Policy>],
+        entries: &[Entry<dyn Policy<C>>],
         on_error: OnError,
         context: &'c C,
         call_deadline: Option<(Instant, Duration)>,
@@ -907,7 +908,7 @@ impl PolicyEngine {
                 if let Err(error) = settled {
                     // Cancel whatever is still running, and audit every policy after the
                     // winner: it ran, and its outcome is not taken.
-                    let winner = C::policy_id(&entries[next].policy);
+                    let winner = entries[next].policy.id();
                     let why = match &error {
                         EngineError::Denied(_) => "denied",
                         EngineError::Evaluation(_) | EngineError::ApprovalRequired(_) => "failed",
@@ -923,7 +924,7 @@ impl PolicyEngine {
                         };
                         // The call fails already: a refused record changes nothing.
                         let _ = self.record(
-                            C::policy_id(&entry.policy),
+                            entry.policy.id(),
                             AuditDecision::EvaluationError,
                             Some(Cow::Owned(reason)),
                             context,
@@ -956,14 +957,14 @@ impl PolicyEngine {
     fn settle<C: PolicyContext>(
         &self,
         on_error: OnError,
-        (index, entry): (usize, &Entry<C::Policy>),
+        (index, entry): (usize, &Entry<dyn Policy<C>>),
         outcome: &mut Outcome,
         evaluated: Option<&C>,
         current: &mut Cow<'_, C>,
         taken: &mut TakenList,
     ) -> Result<(), EngineError> {
         // Read only where it is needed (it is a call through the policy's vtable).
-        let policy_id = || C::policy_id(&entry.policy);
+        let policy_id = || entry.policy.id();
         let enforced = !entry.monitor;
         let decision = match outcome {
             Ok(decision) => decision,
@@ -1164,7 +1165,7 @@ impl PolicyEngine {
 
     /// Runs only the monitored output policies of `set` on `context`, for their audit records.
     pub(crate) async fn evaluate_monitored_output(&self, set: &PolicySet, context: &OutputContext) {
-        let entries = set.output.entries.iter().enumerate();
+        let entries = set.output().entries.iter().enumerate();
         for (index, entry) in entries.filter(|(_, entry)| entry.monitor) {
             let mut outcome = evaluate_entry::<OutputContext>(entry, context, None).await;
             // Monitored: nothing to apply and nothing that stops.
@@ -1199,7 +1200,7 @@ enum Stop {
 /// error, or from the engine's own bookkeeping and goes on unwinding.
 struct Sequence<'s, 'c, C: PolicyContext> {
     engine: &'s PolicyEngine,
-    entries: &'c [Entry<C::Policy>],
+    entries: &'c [Entry<dyn Policy<C>>],
     context: &'c C,
     next: &'s mut usize,
     taken: &'s mut TakenList,
@@ -1217,8 +1218,7 @@ impl<C: PolicyContext> Sequence<'_, '_, C> {
                 None if entry.deadline.is_some() => return Poll::Ready(Stop::Deadline),
                 None => {
                     *in_policy = true;
-                    self.running
-                        .insert(C::evaluate_policy(&entry.policy, self.context))
+                    self.running.insert(entry.policy.evaluate(self.context))
                 }
             };
             *in_policy = true;
@@ -1251,7 +1251,7 @@ impl<C: PolicyContext> Sequence<'_, '_, C> {
                     labels: Vec::new(),
                 };
                 let recorded = self.engine.record(
-                    C::policy_id(&entry.policy),
+                    entry.policy.id(),
                     AuditDecision::from(&allow),
                     None,
                     self.context,
@@ -1296,9 +1296,9 @@ impl<C: PolicyContext> Future for Sequence<'_, '_, C> {
 /// The id of the policy at `index` of `point` in `set`.
 fn policy_id_at(set: &PolicySet, point: InterceptionPoint, index: usize) -> &str {
     let id = match point {
-        InterceptionPoint::Input => set.input.entries.get(index).map(|e| e.policy.id()),
-        InterceptionPoint::ToolCall => set.tool_call.entries.get(index).map(|e| e.policy.id()),
-        InterceptionPoint::Output => set.output.entries.get(index).map(|e| e.policy.id()),
+        InterceptionPoint::Input => set.input().entries.get(index).map(|e| e.policy.id()),
+        InterceptionPoint::ToolCall => set.tool_call().entries.get(index).map(|e| e.policy.id()),
+        InterceptionPoint::Output => set.output().entries.get(index).map(|e| e.policy.id()),
     };
     id.unwrap_or_default()
 }
@@ -1307,7 +1307,7 @@ fn policy_id_at(set: &PolicySet, point: InterceptionPoint, index: usize) -> &str
 /// running at its deadline is cancelled (its future dropped), and an answer that comes after the
 /// deadline (from a policy that blocked its thread) counts as a time-out too.
 async fn evaluate_entry<C: PolicyContext>(
-    entry: &Entry<C::Policy>,
+    entry: &Entry<dyn Policy<C>>,
     context: &C,
     call_deadline: Option<(Instant, Duration)>,
 ) -> Outcome {
@@ -1341,7 +1341,7 @@ mod tests {
     struct Streams;
 
     #[async_trait::async_trait]
-    impl crate::policy::OutputPolicy for Streams {
+    impl crate::policy::Policy<OutputContext> for Streams {
         fn id(&self) -> &str {
             "streams"
         }

@@ -97,7 +97,7 @@ pub use approval::ApprovalRequest;
 pub use audit::{AUDIT_POLICY_ID, AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
     InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, Role,
-    ToolCallContext,
+    ToolCallContext, UnknownPoint,
 };
 pub use decision::{
     DEFAULT_REPLACEMENT, PolicyDecision, Redaction, RedactionStrategy, TransformOp,
@@ -105,9 +105,9 @@ pub use decision::{
 };
 pub use engine::{CONTEXT_CHECK_ID, DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder};
 pub use error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
-pub use point::PolicyContext;
+pub use point::{ByPoint, PointMap, PolicyContext};
 pub use policy::{
-    Blocking, InputPolicy, Monitored, OutputPolicy, PolicyExt, PolicyMode, ToolCallPolicy,
+    Blocking, InputPolicy, Monitored, OutputPolicy, Policy, PolicyExt, PolicyMode, ToolCallPolicy,
     WithDeadline,
 };
 pub use resolve::{

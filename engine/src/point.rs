@@ -1,21 +1,18 @@
 //! What the engine needs to know of each interception point's context: [`PolicyContext`].
 //!
-//! Code generic over the three points (the engine's evaluation loop, the changes a decision
-//! makes) goes through this trait; it ties a context type to its point, its policy trait and
-//! the policies of that point in a set.
+//! Code generic over the points (the policy trait, the engine's evaluation loop, the changes a
+//! decision makes, a policy set's points) goes through this trait; it ties a context type to its
+//! point. [`ByPoint`] holds one value per point, typed by the point's context, so that a list
+//! of the points is written once.
 
 use std::fmt;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::BoxFuture;
 use crate::audit::AuditContext;
 use crate::context::{InputContext, InterceptionPoint, Metadata, OutputContext, ToolCallContext};
-use crate::decision::PolicyDecision;
-use crate::error::{BoxError, InvalidContext};
-use crate::policy::{InputPolicy, OutputPolicy, ToolCallPolicy};
-use crate::set::{PointPolicies, PolicySet};
+use crate::error::InvalidContext;
 
 mod sealed {
     pub trait Sealed {}
@@ -24,7 +21,7 @@ mod sealed {
     impl Sealed for super::OutputContext {}
 }
 
-/// The contexts of the three interception points, for code that is generic over them.
+/// The contexts of the interception points, for code that is generic over them.
 ///
 /// This trait is sealed: [`InputContext`], [`ToolCallContext`] and [`OutputContext`] are the only
 /// implementations.
@@ -42,21 +39,11 @@ pub trait PolicyContext:
     /// The interception point this context belongs to.
     const POINT: InterceptionPoint;
 
-    /// The object-safe policy trait of this point (`dyn InputPolicy` for [`InputContext`], …).
-    type Policy: ?Sized + Send + Sync;
+    /// This point's value in `values`.
+    fn of<M: PointMap>(values: &ByPoint<M>) -> &M::Of<Self>;
 
-    /// The policies of this point in a set.
-    #[doc(hidden)]
-    fn point_policies(set: &PolicySet) -> &PointPolicies<Self::Policy>;
-
-    /// The id of a policy of this point.
-    fn policy_id(policy: &Self::Policy) -> &str;
-
-    /// Evaluates a policy of this point on `self`.
-    fn evaluate_policy<'a>(
-        policy: &'a Self::Policy,
-        context: &'a Self,
-    ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>>;
+    /// This point's value in `values`, to change.
+    fn of_mut<M: PointMap>(values: &mut ByPoint<M>) -> &mut M::Of<Self>;
 
     /// The context's metadata.
     fn metadata(&self) -> &Metadata;
@@ -82,23 +69,76 @@ pub trait PolicyContext:
     fn check(&self) -> Result<(), InvalidContext>;
 }
 
+/// A family of types with one member per point: [`ByPoint<M>`] holds `M::Of<C>` for each
+/// point's context `C`.
+pub trait PointMap {
+    /// The member of the family for the point of `C`.
+    type Of<C: PolicyContext>;
+}
+
+/// One value per interception point, the value of each point typed by the point's context
+/// (see [`PointMap`]); [`PolicyContext::of`] picks a point's value in code generic over the
+/// points.
+pub struct ByPoint<M: PointMap> {
+    /// The input point's value.
+    pub input: M::Of<InputContext>,
+    /// The tool-call point's value.
+    pub tool_call: M::Of<ToolCallContext>,
+    /// The output point's value.
+    pub output: M::Of<OutputContext>,
+}
+
+impl<M: PointMap> Clone for ByPoint<M>
+where
+    M::Of<InputContext>: Clone,
+    M::Of<ToolCallContext>: Clone,
+    M::Of<OutputContext>: Clone,
+{
+    fn clone(&self) -> Self {
+        ByPoint {
+            input: self.input.clone(),
+            tool_call: self.tool_call.clone(),
+            output: self.output.clone(),
+        }
+    }
+}
+
+impl<M: PointMap> Default for ByPoint<M>
+where
+    M::Of<InputContext>: Default,
+    M::Of<ToolCallContext>: Default,
+    M::Of<OutputContext>: Default,
+{
+    fn default() -> Self {
+        ByPoint {
+            input: Default::default(),
+            tool_call: Default::default(),
+            output: Default::default(),
+        }
+    }
+}
+
+impl<M: PointMap> ByPoint<M> {
+    /// The value of point `C`.
+    pub fn get<C: PolicyContext>(&self) -> &M::Of<C> {
+        C::of(self)
+    }
+
+    /// The value of point `C`, to change.
+    pub fn get_mut<C: PolicyContext>(&mut self) -> &mut M::Of<C> {
+        C::of_mut(self)
+    }
+}
+
 impl PolicyContext for InputContext {
-    fn point_policies(set: &PolicySet) -> &PointPolicies<Self::Policy> {
-        &set.input
-    }
-
     const POINT: InterceptionPoint = InterceptionPoint::Input;
-    type Policy = dyn InputPolicy;
 
-    fn policy_id(policy: &Self::Policy) -> &str {
-        policy.id()
+    fn of<M: PointMap>(values: &ByPoint<M>) -> &M::Of<Self> {
+        &values.input
     }
 
-    fn evaluate_policy<'a>(
-        policy: &'a Self::Policy,
-        context: &'a Self,
-    ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>> {
-        policy.evaluate(context)
+    fn of_mut<M: PointMap>(values: &mut ByPoint<M>) -> &mut M::Of<Self> {
+        &mut values.input
     }
 
     fn metadata(&self) -> &Metadata {
@@ -123,22 +163,14 @@ impl PolicyContext for InputContext {
 }
 
 impl PolicyContext for ToolCallContext {
-    fn point_policies(set: &PolicySet) -> &PointPolicies<Self::Policy> {
-        &set.tool_call
-    }
-
     const POINT: InterceptionPoint = InterceptionPoint::ToolCall;
-    type Policy = dyn ToolCallPolicy;
 
-    fn policy_id(policy: &Self::Policy) -> &str {
-        policy.id()
+    fn of<M: PointMap>(values: &ByPoint<M>) -> &M::Of<Self> {
+        &values.tool_call
     }
 
-    fn evaluate_policy<'a>(
-        policy: &'a Self::Policy,
-        context: &'a Self,
-    ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>> {
-        policy.evaluate(context)
+    fn of_mut<M: PointMap>(values: &mut ByPoint<M>) -> &mut M::Of<Self> {
+        &mut values.tool_call
     }
 
     fn metadata(&self) -> &Metadata {
@@ -167,22 +199,14 @@ impl PolicyContext for ToolCallContext {
 }
 
 impl PolicyContext for OutputContext {
-    fn point_policies(set: &PolicySet) -> &PointPolicies<Self::Policy> {
-        &set.output
-    }
-
     const POINT: InterceptionPoint = InterceptionPoint::Output;
-    type Policy = dyn OutputPolicy;
 
-    fn policy_id(policy: &Self::Policy) -> &str {
-        policy.id()
+    fn of<M: PointMap>(values: &ByPoint<M>) -> &M::Of<Self> {
+        &values.output
     }
 
-    fn evaluate_policy<'a>(
-        policy: &'a Self::Policy,
-        context: &'a Self,
-    ) -> BoxFuture<'a, Result<PolicyDecision, BoxError>> {
-        policy.evaluate(context)
+    fn of_mut<M: PointMap>(values: &mut ByPoint<M>) -> &mut M::Of<Self> {
+        &mut values.output
     }
 
     fn metadata(&self) -> &Metadata {

@@ -1,4 +1,5 @@
-//! The three policy traits.
+//! The policy trait, one for every interception point, and the wrappers that change how a
+//! policy runs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,195 +10,120 @@ use crate::BoxFuture;
 use crate::context::{InputContext, OutputContext, ToolCallContext};
 use crate::decision::PolicyDecision;
 use crate::error::BoxError;
+use crate::point::PolicyContext;
 use crate::stream::rule::StreamingRule;
 
-macro_rules! policy_trait {
+/// A policy of the point whose context is `C`: it decides on each call at that point.
+///
+/// [`InputPolicy`], [`ToolCallPolicy`] and [`OutputPolicy`] name the policies of each point
+/// (every `Policy<InputContext>` is an `InputPolicy`, and so on); a type implements this
+/// trait once for each point it serves.
+///
+/// ```
+/// use portcullis_engine::{async_trait, BoxError, InputContext, Policy, PolicyDecision};
+///
+/// struct MaxMessages(usize);
+///
+/// #[async_trait]
+/// impl Policy<InputContext> for MaxMessages {
+///     fn id(&self) -> &str {
+///         "max_messages"
+///     }
+///
+///     async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
+///         Ok(if context.messages.len() > self.0 {
+///             PolicyDecision::deny("conversation too long")
+///         } else {
+///             PolicyDecision::allow()
+///         })
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a policy of the point of `{C}`",
+    label = "not a policy of the point of `{C}`",
+    note = "a policy of the point of `{C}` implements `Policy<{C}>`: annotate a function taking `&{C}` with the point's attribute (`#[input_policy]`, `#[tool_call_policy]` or `#[output_policy]`)"
+)]
+#[async_trait]
+pub trait Policy<C: PolicyContext>: Send + Sync {
+    /// The policy's id, as it appears in decisions, errors and audit records.
+    fn id(&self) -> &str;
+
+    /// Decides on `context`. An `Err` is an evaluation error; the policy set's `on_error`
+    /// decides what follows.
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError>;
+
+    /// Whether the policy's decisions are enforced or only observed. Read once, when the
+    /// policy is added to a policy set. Default: [`PolicyMode::Enforce`].
+    fn mode(&self) -> PolicyMode {
+        PolicyMode::Enforce
+    }
+
+    /// How long one evaluation may take. Read once, when the policy is added to a policy set.
+    /// Default: none (the point's policy deadline, if any, applies).
+    fn deadline(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The policy's streaming form, if it has one: rules over `response.content` that decide
+    /// exactly as [`evaluate`](Policy::evaluate) does, and that the streaming output guard can
+    /// run incrementally as the answer arrives (see
+    /// [`OutputStream`](crate::stream::OutputStream)). Read once, when an output policy is
+    /// added to a policy set; the other points do not stream. Default: none (the guard
+    /// evaluates the whole text).
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        None
+    }
+}
+
+/// Names the policies of one point: a trait every `Policy<$context>` implements, with the
+/// message a policy of another point gets when it is given here.
+macro_rules! point_policy {
     (
         $(#[$doc:meta])*
-        trait $name:ident($context:ty),
+        trait $name:ident: Policy<$context:ident>,
         message = $message:literal, label = $label:literal, note = $note:literal
-        $(, extra = { $( $(#[$extra_doc:meta])* fn $extra:ident(&self) -> $extra_ty:ty $extra_default:block )* })?
     ) => {
         $(#[$doc])*
         #[diagnostic::on_unimplemented(message = $message, label = $label, note = $note)]
-        #[async_trait]
-        pub trait $name: Send + Sync {
-            /// The policy's id, as it appears in decisions, errors and audit records.
-            fn id(&self) -> &str;
+        pub trait $name: Policy<$context> {}
 
-            /// Decides on `context`. An `Err` is an evaluation error; the policy set's
-            /// `on_error` decides what follows.
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError>;
-
-            /// Whether the policy's decisions are enforced or only observed. Read once, when the
-            /// policy is added to a policy set. Default: [`PolicyMode::Enforce`].
-            fn mode(&self) -> PolicyMode {
-                PolicyMode::Enforce
-            }
-
-            /// How long one evaluation may take. Read once, when the policy is added to a policy
-            /// set. Default: none (the point's policy deadline, if any, applies).
-            fn deadline(&self) -> Option<Duration> {
-                None
-            }
-
-            $($( $(#[$extra_doc])* fn $extra(&self) -> $extra_ty $extra_default )*)?
-        }
-
-        #[async_trait]
-        impl<P: $name + ?Sized> $name for Arc<P> {
-            fn id(&self) -> &str {
-                (**self).id()
-            }
-
-            // Hands back the inner policy's future as it is: no second boxed future.
-            fn evaluate<'life0, 'life1, 'async_trait>(
-                &'life0 self,
-                context: &'life1 $context,
-            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
-            where
-                'life0: 'async_trait,
-                'life1: 'async_trait,
-                Self: 'async_trait,
-            {
-                (**self).evaluate(context)
-            }
-
-            fn mode(&self) -> PolicyMode {
-                (**self).mode()
-            }
-
-            fn deadline(&self) -> Option<Duration> {
-                (**self).deadline()
-            }
-
-            $($( fn $extra(&self) -> $extra_ty { (**self).$extra() } )*)?
-        }
-
-        #[async_trait]
-        impl<P: $name + ?Sized> $name for Box<P> {
-            fn id(&self) -> &str {
-                (**self).id()
-            }
-
-            // Hands back the inner policy's future as it is: no second boxed future.
-            fn evaluate<'life0, 'life1, 'async_trait>(
-                &'life0 self,
-                context: &'life1 $context,
-            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
-            where
-                'life0: 'async_trait,
-                'life1: 'async_trait,
-                Self: 'async_trait,
-            {
-                (**self).evaluate(context)
-            }
-
-            fn mode(&self) -> PolicyMode {
-                (**self).mode()
-            }
-
-            fn deadline(&self) -> Option<Duration> {
-                (**self).deadline()
-            }
-
-            $($( fn $extra(&self) -> $extra_ty { (**self).$extra() } )*)?
-        }
-
-        #[async_trait]
-        impl<P: $name> $name for Monitored<P> {
-            fn id(&self) -> &str {
-                self.0.id()
-            }
-
-            // Hands back the inner policy's future as it is: no second boxed future.
-            fn evaluate<'life0, 'life1, 'async_trait>(
-                &'life0 self,
-                context: &'life1 $context,
-            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
-            where
-                'life0: 'async_trait,
-                'life1: 'async_trait,
-                Self: 'async_trait,
-            {
-                self.0.evaluate(context)
-            }
-
-            fn mode(&self) -> PolicyMode {
-                PolicyMode::Monitor
-            }
-
-            fn deadline(&self) -> Option<Duration> {
-                self.0.deadline()
-            }
-
-            $($( fn $extra(&self) -> $extra_ty { self.0.$extra() } )*)?
-        }
-
-        #[async_trait]
-        impl<P: $name + 'static> $name for Blocking<P> {
-            fn id(&self) -> &str {
-                self.policy.id()
-            }
-
-            // Runs the inner policy on a pool thread, on a copy of the context.
-            fn evaluate<'life0, 'life1, 'async_trait>(
-                &'life0 self,
-                context: &'life1 $context,
-            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
-            where
-                'life0: 'async_trait,
-                'life1: 'async_trait,
-                Self: 'async_trait,
-            {
-                let policy = Arc::clone(&self.policy);
-                let context = context.clone();
-                Box::pin(crate::blocking::run(move || async move {
-                    policy.evaluate(&context).await
-                }))
-            }
-
-            fn mode(&self) -> PolicyMode {
-                self.policy.mode()
-            }
-
-            fn deadline(&self) -> Option<Duration> {
-                self.policy.deadline()
-            }
-
-            $($( fn $extra(&self) -> $extra_ty { self.policy.$extra() } )*)?
-        }
-
-        #[async_trait]
-        impl<P: $name> $name for WithDeadline<P> {
-            fn id(&self) -> &str {
-                self.policy.id()
-            }
-
-            // Hands back the inner policy's future as it is: no second boxed future.
-            fn evaluate<'life0, 'life1, 'async_trait>(
-                &'life0 self,
-                context: &'life1 $context,
-            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
-            where
-                'life0: 'async_trait,
-                'life1: 'async_trait,
-                Self: 'async_trait,
-            {
-                self.policy.evaluate(context)
-            }
-
-            fn mode(&self) -> PolicyMode {
-                self.policy.mode()
-            }
-
-            fn deadline(&self) -> Option<Duration> {
-                Some(self.deadline)
-            }
-
-            $($( fn $extra(&self) -> $extra_ty { self.policy.$extra() } )*)?
-        }
+        impl<P: Policy<$context> + ?Sized> $name for P {}
     };
+}
+
+point_policy! {
+    /// A policy of the input point: it sees the messages before they are sent to the model.
+    ///
+    /// Every [`Policy<InputContext>`] is one; implement that trait (or annotate a function with
+    /// `#[input_policy]`) to write one.
+    trait InputPolicy: Policy<InputContext>,
+    message = "`{Self}` is not an input policy",
+    label = "not an input policy: it cannot go in `input`",
+    note = "an input policy implements `Policy<InputContext>`: annotate a function taking `&InputContext` with `#[input_policy]`; a tool-call or output policy belongs in `tool_call` or `output`"
+}
+
+point_policy! {
+    /// A policy of the tool-call point: it sees the tool the model wants to run and its
+    /// arguments, before the tool runs.
+    ///
+    /// Every [`Policy<ToolCallContext>`] is one; implement that trait (or annotate a function
+    /// with `#[tool_call_policy]`) to write one.
+    trait ToolCallPolicy: Policy<ToolCallContext>,
+    message = "`{Self}` is not a tool-call policy",
+    label = "not a tool-call policy: it cannot go in `tool_call`",
+    note = "a tool-call policy implements `Policy<ToolCallContext>`: annotate a function taking `&ToolCallContext` with `#[tool_call_policy]`; an input or output policy belongs in `input` or `output`"
+}
+
+point_policy! {
+    /// A policy of the output point: it sees the model's answer.
+    ///
+    /// Every [`Policy<OutputContext>`] is one; implement that trait (or annotate a function with
+    /// `#[output_policy]`) to write one.
+    trait OutputPolicy: Policy<OutputContext>,
+    message = "`{Self}` is not an output policy",
+    label = "not an output policy: it cannot go in `output`",
+    note = "an output policy implements `Policy<OutputContext>`: annotate a function taking `&OutputContext` with `#[output_policy]`; an input or tool-call policy belongs in `input` or `tool_call`"
 }
 
 /// Whether a policy's decisions take effect.
@@ -273,10 +199,10 @@ impl<P> Clone for Blocking<P> {
 /// ```
 /// use std::time::Duration;
 /// use portcullis_engine::{PolicyExt, PolicySet, InputContext, PolicyDecision, BoxError};
-/// # use portcullis_engine::{async_trait, InputPolicy};
+/// # use portcullis_engine::{async_trait, Policy};
 /// # struct Pii;
 /// # #[async_trait]
-/// # impl InputPolicy for Pii {
+/// # impl Policy<InputContext> for Pii {
 /// #     fn id(&self) -> &str { "pii" }
 /// #     async fn evaluate(&self, _: &InputContext) -> Result<PolicyDecision, BoxError> {
 /// #         Ok(PolicyDecision::allow())
@@ -311,58 +237,105 @@ pub trait PolicyExt: Sized {
 
 impl<P> PolicyExt for P {}
 
-policy_trait! {
-    /// A policy of the input point: it sees the messages before they are sent to the model.
-    ///
-    /// ```
-    /// use portcullis_engine::{async_trait, BoxError, InputContext, InputPolicy, PolicyDecision};
-    ///
-    /// struct MaxMessages(usize);
-    ///
-    /// #[async_trait]
-    /// impl InputPolicy for MaxMessages {
-    ///     fn id(&self) -> &str {
-    ///         "max_messages"
-    ///     }
-    ///
-    ///     async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
-    ///         Ok(if context.messages.len() > self.0 {
-    ///             PolicyDecision::deny("conversation too long")
-    ///         } else {
-    ///             PolicyDecision::allow()
-    ///         })
-    ///     }
-    /// }
-    /// ```
-    trait InputPolicy(InputContext),
-    message = "`{Self}` is not an input policy",
-    label = "not an input policy: it cannot go in `input`",
-    note = "an input policy implements `InputPolicy`: annotate a function taking `&InputContext` with `#[input_policy]`; a tool-call or output policy belongs in `tool_call` or `output`"
-}
-
-policy_trait! {
-    /// A policy of the tool-call point: it sees the tool the model wants to run and its
-    /// arguments, before the tool runs.
-    trait ToolCallPolicy(ToolCallContext),
-    message = "`{Self}` is not a tool-call policy",
-    label = "not a tool-call policy: it cannot go in `tool_call`",
-    note = "a tool-call policy implements `ToolCallPolicy`: annotate a function taking `&ToolCallContext` with `#[tool_call_policy]`; an input or output policy belongs in `input` or `output`"
-}
-
-policy_trait! {
-    /// A policy of the output point: it sees the model's answer.
-    trait OutputPolicy(OutputContext),
-    message = "`{Self}` is not an output policy",
-    label = "not an output policy: it cannot go in `output`",
-    note = "an output policy implements `OutputPolicy`: annotate a function taking `&OutputContext` with `#[output_policy]`; an input or tool-call policy belongs in `input` or `tool_call`",
-    extra = {
-        /// The policy's streaming form, if it has one: rules over `response.content` that
-        /// decide exactly as [`evaluate`](OutputPolicy::evaluate) does, and that the streaming
-        /// output guard can run incrementally as the answer arrives (see
-        /// [`OutputStream`](crate::stream::OutputStream)). Read once, when the policy is
-        /// added to a policy set. Default: none (the guard evaluates the whole text).
-        fn streaming(&self) -> Option<Vec<StreamingRule>> {
-            None
+/// Implements [`Policy`] for a wrapper of one policy: each method goes to the policy wrapped
+/// (`$inner`, reached from `self`), `evaluate` handing back its future as it is (no second boxed
+/// future), but for `mode` and `deadline`, which the wrapper says.
+macro_rules! forwarding_policy {
+    ($(
+        impl<P $(: ?$sized:ident)?> for $wrapper:ident<P> {
+            inner: |$this:ident| $inner:expr,
+            mode: $mode:expr,
+            deadline: $deadline:expr $(,)?
         }
+    )*) => {$(
+        #[async_trait]
+        impl<C: PolicyContext, P: Policy<C> $(+ ?$sized)?> Policy<C> for $wrapper<P> {
+            fn id(&$this) -> &str {
+                $inner.id()
+            }
+
+            fn evaluate<'life0, 'life1, 'async_trait>(
+                &'life0 $this,
+                context: &'life1 C,
+            ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
+            where
+                'life0: 'async_trait,
+                'life1: 'async_trait,
+                Self: 'async_trait,
+            {
+                $inner.evaluate(context)
+            }
+
+            fn mode(&$this) -> PolicyMode {
+                $mode
+            }
+
+            fn deadline(&$this) -> Option<Duration> {
+                $deadline
+            }
+
+            fn streaming(&$this) -> Option<Vec<StreamingRule>> {
+                $inner.streaming()
+            }
+        }
+    )*};
+}
+
+forwarding_policy! {
+    impl<P: ?Sized> for Arc<P> {
+        inner: |self| (**self),
+        mode: (**self).mode(),
+        deadline: (**self).deadline(),
+    }
+    impl<P: ?Sized> for Box<P> {
+        inner: |self| (**self),
+        mode: (**self).mode(),
+        deadline: (**self).deadline(),
+    }
+    impl<P> for Monitored<P> {
+        inner: |self| self.0,
+        mode: PolicyMode::Monitor,
+        deadline: self.0.deadline(),
+    }
+    impl<P> for WithDeadline<P> {
+        inner: |self| self.policy,
+        mode: self.policy.mode(),
+        deadline: Some(self.deadline),
+    }
+}
+
+#[async_trait]
+impl<C: PolicyContext, P: Policy<C> + 'static> Policy<C> for Blocking<P> {
+    fn id(&self) -> &str {
+        self.policy.id()
+    }
+
+    // Runs the inner policy on a pool thread, on a copy of the context.
+    fn evaluate<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        context: &'life1 C,
+    ) -> BoxFuture<'async_trait, Result<PolicyDecision, BoxError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        let policy = Arc::clone(&self.policy);
+        let context = context.clone();
+        Box::pin(crate::blocking::run(move || async move {
+            policy.evaluate(&context).await
+        }))
+    }
+
+    fn mode(&self) -> PolicyMode {
+        self.policy.mode()
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        self.policy.deadline()
+    }
+
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        self.policy.streaming()
     }
 }

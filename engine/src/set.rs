@@ -3,8 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::context::InterceptionPoint;
-use crate::policy::{InputPolicy, OutputPolicy, PolicyMode, ToolCallPolicy};
+use crate::context::{InputContext, InterceptionPoint, OutputContext, ToolCallContext};
+use crate::point::{ByPoint, PointMap, PolicyContext};
+use crate::policy::{InputPolicy, OutputPolicy, Policy, PolicyMode, ToolCallPolicy};
 use crate::stream::rule::StreamingRule;
 
 /// What the engine does when a policy cannot be evaluated (it fails, panics, times out, or its
@@ -38,7 +39,8 @@ pub(crate) struct Entry<P: ?Sized> {
     pub(crate) deadline: Option<Duration>,
 }
 
-/// The policies of one point, in declared order, and how they run.
+/// The policies of one point, in declared order, and how they run. `P` is the point's policy
+/// trait object, `dyn Policy<C>`.
 pub struct PointPolicies<P: ?Sized> {
     pub(crate) entries: Vec<Entry<P>>,
     pub(crate) settings: PointSettings,
@@ -100,15 +102,20 @@ impl<P: ?Sized> PointPolicies<P> {
 /// assert_eq!(set.on_error(), OnError::Allow);
 /// ```
 pub struct PolicySet {
-    pub(crate) input: PointPolicies<dyn InputPolicy>,
-    pub(crate) tool_call: PointPolicies<dyn ToolCallPolicy>,
-    pub(crate) output: PointPolicies<dyn OutputPolicy>,
+    pub(crate) points: ByPoint<Points>,
     pub(crate) on_error: OnError,
     /// The streaming forms of the output policies, read when each was added. The engine
     /// compiles them into its stream plan when a stream is first asked for.
     pub(crate) output_streaming: Vec<Option<Vec<StreamingRule>>>,
     pub(crate) stream_checkpoint: Option<usize>,
     pub(crate) stream_batch: usize,
+}
+
+/// The [`PointMap`] of a set's points: each point's policies.
+pub(crate) struct Points;
+
+impl PointMap for Points {
+    type Of<C: PolicyContext> = PointPolicies<dyn Policy<C>>;
 }
 
 impl PolicySet {
@@ -119,19 +126,24 @@ impl PolicySet {
         }
     }
 
+    /// The policies of the point of `C`.
+    pub fn point<C: PolicyContext>(&self) -> &PointPolicies<dyn Policy<C>> {
+        self.points.get::<C>()
+    }
+
     /// The input policies.
-    pub fn input(&self) -> &PointPolicies<dyn InputPolicy> {
-        &self.input
+    pub fn input(&self) -> &PointPolicies<dyn Policy<InputContext>> {
+        self.point()
     }
 
     /// The tool-call policies.
-    pub fn tool_call(&self) -> &PointPolicies<dyn ToolCallPolicy> {
-        &self.tool_call
+    pub fn tool_call(&self) -> &PointPolicies<dyn Policy<ToolCallContext>> {
+        self.point()
     }
 
     /// The output policies.
-    pub fn output(&self) -> &PointPolicies<dyn OutputPolicy> {
-        &self.output
+    pub fn output(&self) -> &PointPolicies<dyn Policy<OutputContext>> {
+        self.point()
     }
 
     /// What happens when a policy cannot be evaluated.
@@ -142,9 +154,9 @@ impl PolicySet {
     /// The settings of one point.
     pub fn settings(&self, point: InterceptionPoint) -> &PointSettings {
         match point {
-            InterceptionPoint::Input => &self.input.settings,
-            InterceptionPoint::ToolCall => &self.tool_call.settings,
-            InterceptionPoint::Output => &self.output.settings,
+            InterceptionPoint::Input => &self.input().settings,
+            InterceptionPoint::ToolCall => &self.tool_call().settings,
+            InterceptionPoint::Output => &self.output().settings,
         }
     }
 }
@@ -153,9 +165,11 @@ impl Default for PolicySet {
     /// An empty set: every call is allowed unchanged.
     fn default() -> Self {
         PolicySet {
-            input: PointPolicies::new(),
-            tool_call: PointPolicies::new(),
-            output: PointPolicies::new(),
+            points: ByPoint {
+                input: PointPolicies::new(),
+                tool_call: PointPolicies::new(),
+                output: PointPolicies::new(),
+            },
             on_error: OnError::Deny,
             output_streaming: Vec::new(),
             stream_checkpoint: None,
@@ -166,23 +180,13 @@ impl Default for PolicySet {
 
 impl fmt::Debug for PolicySet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn ids<C: PolicyContext>(set: &PolicySet) -> Vec<&str> {
+            set.point::<C>().policies().map(|p| p.id()).collect()
+        }
         f.debug_struct("PolicySet")
-            .field(
-                "input",
-                &self.input.policies().map(|p| p.id()).collect::<Vec<_>>(),
-            )
-            .field(
-                "tool_call",
-                &self
-                    .tool_call
-                    .policies()
-                    .map(|p| p.id())
-                    .collect::<Vec<_>>(),
-            )
-            .field(
-                "output",
-                &self.output.policies().map(|p| p.id()).collect::<Vec<_>>(),
-            )
+            .field("input", &ids::<InputContext>(self))
+            .field("tool_call", &ids::<ToolCallContext>(self))
+            .field("output", &ids::<OutputContext>(self))
             .field("on_error", &self.on_error)
             .finish()
     }
@@ -195,26 +199,32 @@ pub struct PolicySetBuilder {
 }
 
 impl PolicySetBuilder {
-    /// Adds an input policy.
-    pub fn input(mut self, policy: impl InputPolicy + 'static) -> Self {
+    /// Adds a policy of the point of `C`, after the ones already added there.
+    pub fn policy<C: PolicyContext>(mut self, policy: impl Policy<C> + 'static) -> Self {
         let (mode, deadline) = (policy.mode(), policy.deadline());
-        self.set.input.push(Box::new(policy), mode, deadline);
+        if C::POINT == InterceptionPoint::Output {
+            self.set.output_streaming.push(policy.streaming());
+        }
+        self.set
+            .points
+            .get_mut::<C>()
+            .push(Box::new(policy), mode, deadline);
         self
+    }
+
+    /// Adds an input policy.
+    pub fn input(self, policy: impl InputPolicy + 'static) -> Self {
+        self.policy::<InputContext>(policy)
     }
 
     /// Adds a tool-call policy.
-    pub fn tool_call(mut self, policy: impl ToolCallPolicy + 'static) -> Self {
-        let (mode, deadline) = (policy.mode(), policy.deadline());
-        self.set.tool_call.push(Box::new(policy), mode, deadline);
-        self
+    pub fn tool_call(self, policy: impl ToolCallPolicy + 'static) -> Self {
+        self.policy::<ToolCallContext>(policy)
     }
 
     /// Adds an output policy.
-    pub fn output(mut self, policy: impl OutputPolicy + 'static) -> Self {
-        let (mode, deadline) = (policy.mode(), policy.deadline());
-        self.set.output_streaming.push(policy.streaming());
-        self.set.output.push(Box::new(policy), mode, deadline);
-        self
+    pub fn output(self, policy: impl OutputPolicy + 'static) -> Self {
+        self.policy::<OutputContext>(policy)
     }
 
     /// Sets what happens when a policy cannot be evaluated (default [`OnError::Deny`]).
@@ -291,18 +301,20 @@ impl PolicySetBuilder {
     }
 
     fn settings_mut(&mut self, point: InterceptionPoint) -> &mut PointSettings {
+        let points = &mut self.set.points;
         match point {
-            InterceptionPoint::Input => &mut self.set.input.settings,
-            InterceptionPoint::ToolCall => &mut self.set.tool_call.settings,
-            InterceptionPoint::Output => &mut self.set.output.settings,
+            InterceptionPoint::Input => &mut points.input.settings,
+            InterceptionPoint::ToolCall => &mut points.tool_call.settings,
+            InterceptionPoint::Output => &mut points.output.settings,
         }
     }
 
     /// The policy set.
     pub fn build(mut self) -> PolicySet {
-        self.set.input.finish();
-        self.set.tool_call.finish();
-        self.set.output.finish();
+        let points = &mut self.set.points;
+        points.input.finish();
+        points.tool_call.finish();
+        points.output.finish();
         self.set
     }
 }

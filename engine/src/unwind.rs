@@ -9,6 +9,7 @@ use crate::BoxFuture;
 use crate::decision::PolicyDecision;
 use crate::error::{BoxError, PolicyPanicked};
 use crate::point::PolicyContext;
+use crate::policy::Policy;
 
 type Outcome = Result<PolicyDecision, BoxError>;
 
@@ -16,13 +17,13 @@ type Outcome = Result<PolicyDecision, BoxError>;
 /// one unwind guard per poll covers the synchronous start of an `async_trait` method and
 /// every poll of the future it returns.
 pub(crate) struct CatchUnwind<'a, C: PolicyContext> {
-    start: Option<(&'a C::Policy, &'a C)>,
+    start: Option<(&'a dyn Policy<C>, &'a C)>,
     running: Option<BoxFuture<'a, Outcome>>,
 }
 
 impl<'a, C: PolicyContext> CatchUnwind<'a, C> {
     /// Evaluates `policy` on `context` when first polled.
-    pub(crate) fn new(policy: &'a C::Policy, context: &'a C) -> Self {
+    pub(crate) fn new(policy: &'a dyn Policy<C>, context: &'a C) -> Self {
         CatchUnwind {
             start: Some((policy, context)),
             running: None,
@@ -42,9 +43,7 @@ impl<C: PolicyContext> Future for CatchUnwind<'_, C> {
             let running = match &mut this.running {
                 Some(running) => running,
                 None => match this.start.take() {
-                    Some((policy, context)) => {
-                        this.running.insert(C::evaluate_policy(policy, context))
-                    }
+                    Some((policy, context)) => this.running.insert(policy.evaluate(context)),
                     // Polled again after a panic in `start`: `poll` said `Ready` already.
                     None => return Poll::Pending,
                 },

@@ -2,12 +2,13 @@
 //!
 //! This test binary counts every heap allocation (through `stats_alloc`) while one evaluation
 //! runs, once with a small context and once with a 1 MiB message, and compares the counts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::alloc::System;
 
 use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision,
-    PolicyEngine, PolicySet, async_trait,
+    AuditRecord, BoxError, InputContext, Message, Metadata, Policy, PolicyDecision, PolicyEngine,
+    PolicySet, async_trait,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -28,7 +29,7 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
 struct Allow(String);
 
 #[async_trait]
-impl InputPolicy for Allow {
+impl Policy<InputContext> for Allow {
     fn id(&self) -> &str {
         &self.0
     }

@@ -1,4 +1,5 @@
 //! Approvals: `escalate`, the action digest, stored grants, the resolver and its failures.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
@@ -553,7 +554,7 @@ async fn a_failing_grant_store_refuses() {
 struct EscalateOutput;
 
 #[async_trait]
-impl portcullis_engine::OutputPolicy for EscalateOutput {
+impl portcullis_engine::Policy<portcullis_engine::OutputContext> for EscalateOutput {
     fn id(&self) -> &str {
         "ask_before_answering"
     }

@@ -1,4 +1,5 @@
 //! Production controls: deadlines, monitor mode and concurrent evaluation.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
@@ -328,7 +329,7 @@ struct Overlap {
 }
 
 #[portcullis_engine::async_trait]
-impl portcullis_engine::InputPolicy for Overlap {
+impl portcullis_engine::Policy<portcullis_engine::InputContext> for Overlap {
     fn id(&self) -> &str {
         &self.id
     }
@@ -462,7 +463,7 @@ impl Blocks {
 }
 
 #[portcullis_engine::async_trait]
-impl portcullis_engine::InputPolicy for Blocks {
+impl portcullis_engine::Policy<portcullis_engine::InputContext> for Blocks {
     fn id(&self) -> &str {
         self.id
     }

@@ -1,18 +1,19 @@
 //! `PolicyEngine::evaluate_only`: one policy of a point, through the engine's machinery (the
 //! server side of the remote policy protocol asks for one policy's decision this way).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::{Arc, Mutex};
 
 use portcullis_engine::{
-    AuditRecord, BoxError, EngineError, InputContext, InputPolicy, InterceptionPoint, Message,
-    Metadata, OnError, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
+    AuditRecord, BoxError, EngineError, InputContext, InterceptionPoint, Message, Metadata,
+    OnError, Policy, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 
 /// Answers `decision`, or fails when it has none.
 struct Fixed(&'static str, Option<PolicyDecision>);
 
 #[async_trait]
-impl InputPolicy for Fixed {
+impl Policy<InputContext> for Fixed {
     fn id(&self) -> &str {
         self.0
     }

@@ -1,18 +1,19 @@
 //! Replacing the policy set while evaluations run: none fails, each runs on one set.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision, PolicyEngine,
-    PolicySet, async_trait,
+    BoxError, InputContext, Message, Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet,
+    async_trait,
 };
 
 /// Allows, after giving the runtime a chance to run something else (a swap, say).
 struct Stamp(String);
 
 #[async_trait]
-impl InputPolicy for Stamp {
+impl Policy<InputContext> for Stamp {
     fn id(&self) -> &str {
         &self.0
     }
@@ -111,7 +112,7 @@ async fn an_evaluation_keeps_its_set_after_a_swap() {
 struct Forbid(&'static str);
 
 #[async_trait]
-impl portcullis_engine::OutputPolicy for Forbid {
+impl portcullis_engine::Policy<portcullis_engine::OutputContext> for Forbid {
     fn id(&self) -> &str {
         self.0
     }

@@ -1,4 +1,5 @@
 //! Engine semantics: order, denial, audit, errors, panics, concurrency.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
@@ -315,7 +316,7 @@ async fn a_panic_under_on_error_allow_is_skipped() {
 /// Panics when its evaluation starts, before it returns a future.
 struct PanicsOnStart;
 
-impl portcullis_engine::InputPolicy for PanicsOnStart {
+impl portcullis_engine::Policy<portcullis_engine::InputContext> for PanicsOnStart {
     fn id(&self) -> &str {
         "panics_on_start"
     }

@@ -1,5 +1,6 @@
 //! Session state through the engine, with the in-memory store: facts in `metadata.session`,
 //! one record per call that proceeds, none for a denied one, bad keys and failing stores.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,9 +10,8 @@ use portcullis_engine::session::{
     MemorySessionStore, SESSION_POLICY_ID, SessionFacts, SessionKey, SessionStore, SessionUpdate,
 };
 use portcullis_engine::{
-    BoxError, EngineError, InputContext, InputPolicy, Message, Metadata, OnError, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, ToolCallPolicy,
-    async_trait,
+    BoxError, EngineError, InputContext, Message, Metadata, OnError, OutputContext, Policy,
+    PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 use serde_json::{Map, Value, json};
 
@@ -24,7 +24,7 @@ fn rule<C>(id: &'static str, f: impl Fn(&C) -> PolicyDecision + Send + Sync + 's
 }
 
 #[async_trait]
-impl InputPolicy for Rule<InputContext> {
+impl Policy<InputContext> for Rule<InputContext> {
     fn id(&self) -> &str {
         self.0
     }
@@ -34,7 +34,7 @@ impl InputPolicy for Rule<InputContext> {
 }
 
 #[async_trait]
-impl ToolCallPolicy for Rule<ToolCallContext> {
+impl Policy<ToolCallContext> for Rule<ToolCallContext> {
     fn id(&self) -> &str {
         self.0
     }
@@ -44,7 +44,7 @@ impl ToolCallPolicy for Rule<ToolCallContext> {
 }
 
 #[async_trait]
-impl OutputPolicy for Rule<OutputContext> {
+impl Policy<OutputContext> for Rule<OutputContext> {
     fn id(&self) -> &str {
         self.0
     }
@@ -200,7 +200,7 @@ async fn a_changed_context_keeps_the_callers_metadata_session() {
 struct Watch;
 
 #[async_trait]
-impl ToolCallPolicy for Watch {
+impl Policy<ToolCallContext> for Watch {
     fn id(&self) -> &str {
         "watch"
     }
@@ -387,7 +387,7 @@ fn rate_limited(
 ) -> PolicyEngine {
     struct Limit(u64, Option<Arc<tokio::sync::Barrier>>);
     #[async_trait]
-    impl ToolCallPolicy for Limit {
+    impl Policy<ToolCallContext> for Limit {
         fn id(&self) -> &str {
             "shell_limit"
         }

@@ -1,4 +1,5 @@
 //! The streaming output guard: its invariants, for every way of cutting the answer into chunks.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use portcullis_engine::stream::{StreamEvent, StreamMode, StreamingRule, decide_whole_text};
 use portcullis_engine::{
-    AuditRecord, BoxError, EngineError, Feed, Metadata, OutputContext, OutputPolicy, OutputStream,
+    AuditRecord, BoxError, EngineError, Feed, Metadata, OutputContext, OutputStream, Policy,
     PolicyDecision, PolicyEngine, PolicyExt, PolicySet, StreamItem, StreamItems, async_trait,
 };
 use proptest::prelude::*;
@@ -95,7 +96,7 @@ impl RuleBased {
 }
 
 #[async_trait]
-impl OutputPolicy for RuleBased {
+impl Policy<OutputContext> for RuleBased {
     fn id(&self) -> &str {
         self.id
     }
@@ -113,7 +114,7 @@ impl OutputPolicy for RuleBased {
 struct Broken;
 
 #[async_trait]
-impl OutputPolicy for Broken {
+impl Policy<OutputContext> for Broken {
     fn id(&self) -> &str {
         "broken"
     }
@@ -772,7 +773,7 @@ fn invalid_utf8_is_an_error_and_releases_nothing_after_it() {
 struct Slow;
 
 #[async_trait]
-impl OutputPolicy for Slow {
+impl Policy<OutputContext> for Slow {
     fn id(&self) -> &str {
         "slow"
     }

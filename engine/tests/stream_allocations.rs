@@ -3,13 +3,14 @@
 //! allocates a handful of times in all, not once or twice per delta.
 //!
 //! This test binary counts every heap allocation (through `stats_alloc`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::alloc::System;
 
 use portcullis_engine::stream::decide_whole_text;
 use portcullis_engine::{
-    BoxError, Metadata, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet,
-    StreamItem, StreamText, StreamingRule, async_trait,
+    BoxError, Metadata, OutputContext, Policy, PolicyDecision, PolicyEngine, PolicySet, StreamItem,
+    StreamText, StreamingRule, async_trait,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -19,7 +20,7 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 struct Rules(Vec<StreamingRule>);
 
 #[async_trait]
-impl OutputPolicy for Rules {
+impl Policy<OutputContext> for Rules {
     fn id(&self) -> &str {
         "rules"
     }

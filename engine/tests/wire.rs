@@ -1,5 +1,6 @@
 //! Wire shapes: serialized contexts and decisions validate against the normative JSON Schemas
 //! in `../shared/schemas/v0.1.0/`, and invalid input is rejected on deserialize.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
@@ -248,6 +249,36 @@ fn wire_names_of_points_and_roles() {
         );
     }
     assert_eq!(serde_json::to_value(Role::System).unwrap(), json!("system"));
+}
+
+#[test]
+fn a_point_is_parsed_from_its_wire_name_and_nothing_else() {
+    use portcullis_engine::InterceptionPoint;
+    assert_eq!(InterceptionPoint::ALL.len(), 3);
+    for point in InterceptionPoint::ALL {
+        assert_eq!(InterceptionPoint::from_name(point.as_str()), Some(point));
+        assert_eq!(point.as_str().parse::<InterceptionPoint>(), Ok(point));
+    }
+    // No default point for a name that is not one: each of these is refused, not read as
+    // `input`.
+    for name in [
+        "",
+        "Input",
+        "INPUT",
+        " input",
+        "input ",
+        "tool-call",
+        "toolcall",
+        "outputs",
+        "all",
+    ] {
+        assert_eq!(InterceptionPoint::from_name(name), None, "{name:?}");
+        let error = name.parse::<InterceptionPoint>().unwrap_err();
+        assert!(
+            error.to_string().contains("input, tool_call and output"),
+            "{error}"
+        );
+    }
 }
 
 /// The keys `value` serializes to, sorted.

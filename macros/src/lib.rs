@@ -19,7 +19,7 @@ use proc_macro::TokenStream;
 /// `name::decide(&context)`.
 ///
 /// ```
-/// use portcullis::{InputContext, InputPolicy, PolicyDecision, PolicySet, input_policy};
+/// use portcullis::{InputContext, Policy, PolicyDecision, PolicySet, input_policy};
 ///
 /// /// Denies any message mentioning a social security number.
 /// #[input_policy]
@@ -58,7 +58,7 @@ pub fn input_policy(attribute: TokenStream, item: TokenStream) -> TokenStream {
 /// `&ToolCallContext`.
 ///
 /// ```
-/// use portcullis::{PolicyDecision, ToolCallContext, ToolCallPolicy, tool_call_policy};
+/// use portcullis::{Policy, PolicyDecision, ToolCallContext, tool_call_policy};
 ///
 /// #[derive(Debug)]
 /// struct MissingAmount;
@@ -89,7 +89,7 @@ pub fn tool_call_policy(attribute: TokenStream, item: TokenStream) -> TokenStrea
 /// `&OutputContext`.
 ///
 /// ```
-/// use portcullis::{OutputContext, OutputPolicy, PolicyDecision, Redaction, output_policy};
+/// use portcullis::{OutputContext, Policy, PolicyDecision, Redaction, output_policy};
 ///
 /// #[output_policy]
 /// fn mask_keys(context: &OutputContext) -> PolicyDecision {
@@ -151,7 +151,7 @@ pub fn policy_set(input: TokenStream) -> TokenStream {
 /// JSON and reads no file at run time; the file is tracked, so editing it rebuilds the crate.
 ///
 /// ```
-/// use portcullis::{InputPolicy, PolicySet, dsl_policy};
+/// use portcullis::{Policy, PolicySet, dsl_policy};
 ///
 /// // In the portcullis repository, `examples/rules/no_ssn.json` redacts social security numbers.
 /// let no_ssn = dsl_policy!(input, "../examples/rules/no_ssn.json");

@@ -5,28 +5,29 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use portcullis_dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, Problems};
+use portcullis_dsl::{DslPolicy, Problems};
 use portcullis_engine::{
-    BoxError, InputPolicy, InterceptionPoint, OutputPolicy, PolicyDecision, PolicyExt, PolicyMode,
-    PolicySet, ToolCallContext, ToolCallPolicy,
+    BoxError, ByPoint, InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy,
+    PointMap, Policy, PolicyContext, PolicyDecision, PolicyExt, PolicyMode, PolicySet,
+    PolicySetBuilder, ToolCallContext, ToolCallPolicy,
 };
 use serde_json::Value;
 
 use crate::diagnostic::{Diagnostic, Report, Severity, closest};
-use crate::model::{Manifest, PolicyEntry, PolicySource, Reader, point_named};
+use crate::model::{Manifest, POINT_NAMES, PolicyEntry, PolicySource, Reader};
 use crate::yaml::{self, Node, NodeValue, Position};
 
 /// Policies written in Rust, registered by name so that a manifest can name them
 /// (`- code: no_shouting`).
 ///
 /// ```
-/// use portcullis_engine::{async_trait, BoxError, InputContext, InputPolicy, PolicyDecision};
+/// use portcullis_engine::{async_trait, BoxError, InputContext, Policy, PolicyDecision};
 /// use portcullis_manifest::CodeRegistry;
 ///
 /// struct NoShouting;
 ///
 /// #[async_trait]
-/// impl InputPolicy for NoShouting {
+/// impl Policy<InputContext> for NoShouting {
 ///     fn id(&self) -> &str { "no_shouting" }
 ///     async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
 ///         let shouting = context.messages.iter().any(|m| m.content.len() > 3 && m.content == m.content.to_uppercase());
@@ -39,17 +40,22 @@ use crate::yaml::{self, Node, NodeValue, Position};
 /// ```
 #[derive(Clone, Default)]
 pub struct CodeRegistry {
-    input: BTreeMap<String, Arc<dyn InputPolicy>>,
-    tool_call: BTreeMap<String, Arc<dyn ToolCallPolicy>>,
-    output: BTreeMap<String, Arc<dyn OutputPolicy>>,
+    points: ByPoint<Registered>,
+}
+
+/// The [`PointMap`] of a registry: each point's code policies by name.
+struct Registered;
+
+impl PointMap for Registered {
+    type Of<C: PolicyContext> = BTreeMap<String, Arc<dyn Policy<C>>>;
 }
 
 impl std::fmt::Debug for CodeRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodeRegistry")
-            .field("input", &self.input.keys().collect::<Vec<_>>())
-            .field("tool_call", &self.tool_call.keys().collect::<Vec<_>>())
-            .field("output", &self.output.keys().collect::<Vec<_>>())
+            .field("input", &self.names::<InputContext>())
+            .field("tool_call", &self.names::<ToolCallContext>())
+            .field("output", &self.names::<OutputContext>())
             .finish()
     }
 }
@@ -60,58 +66,58 @@ impl CodeRegistry {
         CodeRegistry::default()
     }
 
-    /// Registers an input policy under `name` (a later registration of the name replaces it).
-    pub fn input(mut self, name: impl Into<String>, policy: impl InputPolicy + 'static) -> Self {
-        self.input.insert(name.into(), Arc::new(policy));
+    /// Registers a policy of the point of `C` under `name` (a later registration of the name
+    /// at that point replaces it).
+    pub fn policy<C: PolicyContext>(
+        mut self,
+        name: impl Into<String>,
+        policy: impl Policy<C> + 'static,
+    ) -> Self {
+        self.points
+            .get_mut::<C>()
+            .insert(name.into(), Arc::new(policy));
         self
+    }
+
+    /// Registers an input policy under `name` (a later registration of the name replaces it).
+    pub fn input(self, name: impl Into<String>, policy: impl InputPolicy + 'static) -> Self {
+        self.policy::<InputContext>(name, policy)
     }
 
     /// Registers a tool-call policy under `name`.
-    pub fn tool_call(
-        mut self,
-        name: impl Into<String>,
-        policy: impl ToolCallPolicy + 'static,
-    ) -> Self {
-        self.tool_call.insert(name.into(), Arc::new(policy));
-        self
+    pub fn tool_call(self, name: impl Into<String>, policy: impl ToolCallPolicy + 'static) -> Self {
+        self.policy::<ToolCallContext>(name, policy)
     }
 
     /// Registers an output policy under `name`.
-    pub fn output(mut self, name: impl Into<String>, policy: impl OutputPolicy + 'static) -> Self {
-        self.output.insert(name.into(), Arc::new(policy));
-        self
+    pub fn output(self, name: impl Into<String>, policy: impl OutputPolicy + 'static) -> Self {
+        self.policy::<OutputContext>(name, policy)
     }
 
     /// Whether a policy of any point is registered under `name`.
     pub fn contains(&self, name: &str) -> bool {
-        self.input.contains_key(name)
-            || self.tool_call.contains_key(name)
-            || self.output.contains_key(name)
+        InterceptionPoint::ALL
+            .into_iter()
+            .any(|point| self.names_at(point).contains(&name))
     }
 
-    fn names(&self, point: InterceptionPoint) -> Vec<&str> {
+    /// The names registered at the point of `C`.
+    fn names<C: PolicyContext>(&self) -> Vec<&str> {
+        self.points.get::<C>().keys().map(String::as_str).collect()
+    }
+
+    /// The names registered at `point`.
+    fn names_at(&self, point: InterceptionPoint) -> Vec<&str> {
         match point {
-            InterceptionPoint::Input => self.input.keys().map(String::as_str).collect(),
-            InterceptionPoint::ToolCall => self.tool_call.keys().map(String::as_str).collect(),
-            InterceptionPoint::Output => self.output.keys().map(String::as_str).collect(),
+            InterceptionPoint::Input => self.names::<InputContext>(),
+            InterceptionPoint::ToolCall => self.names::<ToolCallContext>(),
+            InterceptionPoint::Output => self.names::<OutputContext>(),
         }
     }
 
-    fn get(&self, point: InterceptionPoint, name: &str) -> Option<Built> {
-        match point {
-            InterceptionPoint::Input => self
-                .input
-                .get(name)
-                .map(|policy| Built::Input(Box::new(Arc::clone(policy)))),
-            InterceptionPoint::ToolCall => self
-                .tool_call
-                .get(name)
-                .map(|policy| Built::ToolCall(Box::new(Arc::clone(policy)))),
-            InterceptionPoint::Output => self
-                .output
-                .get(name)
-                .map(|policy| Built::Output(Box::new(Arc::clone(policy)))),
-        }
+    fn get<C: PolicyContext>(&self, name: &str) -> Option<Box<dyn Policy<C>>> {
+        let policy = self.points.get::<C>().get(name)?;
+        Some(Box::new(Arc::clone(policy)))
     }
 }
 
@@ -250,20 +256,15 @@ impl Manifest {
         let mut builder = Builder {
             manifest: &self,
             registry,
+            #[cfg(feature = "rego")]
             mode,
             report: &mut report,
             files: vec![self.path.clone()],
             points: Points::default(),
         };
-        for point in [
-            InterceptionPoint::Input,
-            InterceptionPoint::ToolCall,
-            InterceptionPoint::Output,
-        ] {
-            for entry in self.entries(point) {
-                builder.entry(point, entry);
-            }
-        }
+        builder.point::<InputContext>();
+        builder.point::<ToolCallContext>();
+        builder.point::<OutputContext>();
         for include in &self.include {
             builder.include(&include.path, include.position);
         }
@@ -288,7 +289,10 @@ impl Manifest {
             let (errors, warnings) = report.split();
             return Err(crate::ManifestErrors::new(errors, warnings));
         }
-        let set = self.assemble(points);
+        let set = match mode {
+            Mode::Load => self.assemble(points),
+            Mode::Check => PolicySet::default(),
+        };
         let (_, warnings) = report.split();
         Ok(LoadedManifest {
             manifest: self,
@@ -301,21 +305,17 @@ impl Manifest {
     }
 
     fn assemble(&self, points: Points) -> PolicySet {
+        fn add<C: PolicyContext>(
+            builder: PolicySetBuilder,
+            policies: Vec<Box<dyn Policy<C>>>,
+        ) -> PolicySetBuilder {
+            policies.into_iter().fold(builder, PolicySetBuilder::policy)
+        }
         let mut builder = PolicySet::builder().on_error(self.on_error);
-        for policy in points.input {
-            builder = builder.input(policy);
-        }
-        for policy in points.tool_call {
-            builder = builder.tool_call(policy);
-        }
-        for policy in points.output {
-            builder = builder.output(policy);
-        }
-        for point in [
-            InterceptionPoint::Input,
-            InterceptionPoint::ToolCall,
-            InterceptionPoint::Output,
-        ] {
+        builder = add(builder, points.input);
+        builder = add(builder, points.tool_call);
+        builder = add(builder, points.output);
+        for point in InterceptionPoint::ALL {
             let options = self.settings.point(point);
             if options.concurrent {
                 builder = builder.concurrent(point);
@@ -340,66 +340,46 @@ impl Manifest {
     }
 }
 
-/// A policy of some point.
-pub(crate) enum Built {
-    Input(Box<dyn InputPolicy>),
-    ToolCall(Box<dyn ToolCallPolicy>),
-    Output(Box<dyn OutputPolicy>),
-}
-
-impl Built {
-    fn wrap(self, monitor: bool, deadline: Option<std::time::Duration>) -> Built {
-        macro_rules! wrap {
-            ($variant:ident, $trait:ident, $policy:expr) => {{
-                let mut policy: Box<dyn $trait> = $policy;
-                if monitor && policy.mode() != PolicyMode::Monitor {
-                    policy = Box::new(policy.monitored());
-                }
-                if let Some(deadline) = deadline {
-                    policy = Box::new(policy.with_deadline(deadline));
-                }
-                Built::$variant(policy)
-            }};
-        }
-        match self {
-            Built::Input(policy) => wrap!(Input, InputPolicy, policy),
-            Built::ToolCall(policy) => wrap!(ToolCall, ToolCallPolicy, policy),
-            Built::Output(policy) => wrap!(Output, OutputPolicy, policy),
-        }
+/// Runs `policy` as its manifest entry says: in monitor mode (`monitor: true`), with its own
+/// deadline (`deadline:`).
+fn wrap<C: PolicyContext>(
+    mut policy: Box<dyn Policy<C>>,
+    monitor: bool,
+    deadline: Option<std::time::Duration>,
+) -> Box<dyn Policy<C>> {
+    if monitor && policy.mode() != PolicyMode::Monitor {
+        policy = Box::new(policy.monitored());
     }
-}
-
-#[derive(Default)]
-struct Points {
-    input: Vec<Box<dyn InputPolicy>>,
-    tool_call: Vec<Box<dyn ToolCallPolicy>>,
-    output: Vec<Box<dyn OutputPolicy>>,
-}
-
-impl Points {
-    fn push(&mut self, built: Built) {
-        match built {
-            Built::Input(policy) => self.input.push(policy),
-            Built::ToolCall(policy) => self.tool_call.push(policy),
-            Built::Output(policy) => self.output.push(policy),
-        }
+    if let Some(deadline) = deadline {
+        policy = Box::new(policy.with_deadline(deadline));
     }
+    policy
 }
+
+/// The [`PointMap`] of the policies built: each point's, in the manifest's order.
+struct Lists;
+
+impl PointMap for Lists {
+    type Of<C: PolicyContext> = Vec<Box<dyn Policy<C>>>;
+}
+
+type Points = ByPoint<Lists>;
 
 /// What building is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     /// A policy set to evaluate with: everything opened and compiled.
     Load,
-    /// Problems only: bundles are checked without compiling them, and the set built is not
-    /// handed out (it lacks their policies).
+    /// Problems only: bundles are checked without compiling them, and no set is assembled
+    /// (it would lack their policies).
     Check,
 }
 
 struct Builder<'m> {
     manifest: &'m Manifest,
     registry: &'m CodeRegistry,
-    #[cfg_attr(not(feature = "rego"), allow(dead_code))]
+    /// Only Rego bundles are built differently for a check.
+    #[cfg(feature = "rego")]
     mode: Mode,
     report: &'m mut Report,
     files: Vec<PathBuf>,
@@ -411,18 +391,30 @@ impl Builder<'_> {
         Diagnostic::error(&self.manifest.path, Some(position), message)
     }
 
-    fn entry(&mut self, point: InterceptionPoint, entry: &PolicyEntry) {
+    /// Builds the entries of the point of `C`.
+    fn point<C: PolicyContext>(&mut self) {
+        for entry in self.manifest.entries(C::POINT) {
+            self.entry::<C>(entry);
+        }
+    }
+
+    fn push<C: PolicyContext>(&mut self, policy: Box<dyn Policy<C>>) {
+        self.points.get_mut::<C>().push(policy);
+    }
+
+    fn entry<C: PolicyContext>(&mut self, entry: &PolicyEntry) {
+        let point = C::POINT;
         let built = match &entry.source {
             PolicySource::Dsl { path } => {
-                self.dsl(point, path, entry);
+                self.dsl::<C>(path, entry);
                 return;
             }
             PolicySource::Rego { path, entrypoint } => {
                 self.files.push(path.clone());
-                self.rego(point, path, entrypoint.as_deref(), entry.position)
+                self.rego::<C>(path, entrypoint.as_deref(), entry.position)
             }
             PolicySource::RegoUrl { .. } => {
-                match crate::remote::build(self.manifest, point, &entry.source) {
+                match crate::remote::build::<C>(self.manifest, &entry.source) {
                     Ok(built) => Some(built),
                     Err((message, help)) => {
                         let diagnostic =
@@ -433,33 +425,26 @@ impl Builder<'_> {
                 }
             }
             PolicySource::RegoServer { url, package, id } => {
-                self.rego_server(point, url, package, id, entry.position)
+                self.rego_server::<C>(url, package, id, entry.position)
             }
             PolicySource::Http {
                 url,
                 id,
                 bearer_token_env,
                 timeout,
-            } => self.http(
-                point,
+            } => self.http::<C>(
                 url,
                 id,
                 bearer_token_env.as_deref(),
                 *timeout,
                 entry.position,
             ),
-            PolicySource::Code { name } => match self.registry.get(point, name) {
+            PolicySource::Code { name } => match self.registry.get::<C>(name) {
                 Some(built) => Some(built),
                 None => {
-                    let names = self.registry.names(point);
-                    let elsewhere = [
-                        InterceptionPoint::Input,
-                        InterceptionPoint::ToolCall,
-                        InterceptionPoint::Output,
-                    ]
-                    .into_iter()
-                    .find(|other| {
-                        *other != point && self.registry.names(*other).contains(&name.as_str())
+                    let names = self.registry.names::<C>();
+                    let elsewhere = InterceptionPoint::ALL.into_iter().find(|other| {
+                        *other != point && self.registry.names_at(*other).contains(&name.as_str())
                     });
                     let help = match (elsewhere, closest(name, &names)) {
                         (Some(other), _) => Some(format!(
@@ -485,11 +470,11 @@ impl Builder<'_> {
             },
         };
         if let Some(built) = built {
-            self.points.push(built.wrap(entry.monitor, entry.deadline));
+            self.push(wrap(built, entry.monitor, entry.deadline));
         }
     }
 
-    fn dsl(&mut self, point: InterceptionPoint, path: &Path, entry: &PolicyEntry) {
+    fn dsl<C: PolicyContext>(&mut self, path: &Path, entry: &PolicyEntry) {
         self.files.push(path.to_owned());
         if path.is_dir() {
             let mut rules = match std::fs::read_dir(path) {
@@ -520,13 +505,13 @@ impl Builder<'_> {
             }
             for rule in rules {
                 self.files.push(rule.clone());
-                if let Some(built) = load_rule(self.report, point, &rule) {
-                    self.points.push(built.wrap(entry.monitor, entry.deadline));
+                if let Some(built) = load_rule::<C>(self.report, &rule) {
+                    self.push(wrap(built, entry.monitor, entry.deadline));
                 }
             }
         } else if path.is_file() {
-            if let Some(built) = load_rule(self.report, point, path) {
-                self.points.push(built.wrap(entry.monitor, entry.deadline));
+            if let Some(built) = load_rule::<C>(self.report, path) {
+                self.push(wrap(built, entry.monitor, entry.deadline));
             }
         } else {
             let diagnostic = self
@@ -539,181 +524,156 @@ impl Builder<'_> {
         }
     }
 
-    #[allow(unused_variables)]
-    fn rego(
+    #[cfg(feature = "rego")]
+    fn rego<C: PolicyContext>(
         &mut self,
-        point: InterceptionPoint,
         path: &Path,
         entrypoint: Option<&str>,
         position: Position,
-    ) -> Option<Built> {
-        #[cfg(feature = "rego")]
-        {
-            use portcullis_rego::{RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
-            if self.mode == Mode::Check {
-                let checked = portcullis_rego::RegoBundle::check(path)
-                    .and_then(|bundle| bundle.decision_entrypoint(entrypoint));
-                if let Err(error) = checked {
-                    let diagnostic = self.error(
-                        position,
-                        format!(
-                            "the bundle {} cannot be used: {}",
-                            path.display(),
-                            error_chain(&error)
-                        ),
-                    );
-                    self.report.push(diagnostic);
-                }
-                return None;
+    ) -> Option<Box<dyn Policy<C>>> {
+        use portcullis_rego::RegoPolicy;
+        if self.mode == Mode::Check {
+            let checked = portcullis_rego::RegoBundle::check(path)
+                .and_then(|bundle| bundle.decision_entrypoint(entrypoint));
+            if let Err(error) = checked {
+                let diagnostic = self.error(
+                    position,
+                    format!(
+                        "the bundle {} cannot be used: {}",
+                        path.display(),
+                        error_chain(&error)
+                    ),
+                );
+                self.report.push(diagnostic);
             }
-            let id = bundle_id(path);
-            macro_rules! open {
-                ($policy:ident, $variant:ident) => {
-                    match entrypoint {
-                        Some(entrypoint) => $policy::with_entrypoint(id, path, entrypoint),
-                        None => $policy::new(id, path),
-                    }
-                    .map(|policy| Built::$variant(Box::new(policy)))
-                };
-            }
-            let opened = match point {
-                InterceptionPoint::Input => open!(RegoInputPolicy, Input),
-                InterceptionPoint::ToolCall => open!(RegoToolCallPolicy, ToolCall),
-                InterceptionPoint::Output => open!(RegoOutputPolicy, Output),
-            };
-            match opened {
-                Ok(built) => Some(built),
-                Err(error) => {
-                    let diagnostic = self.error(
-                        position,
-                        format!(
-                            "the bundle {} cannot be used: {}",
-                            path.display(),
-                            error_chain(&error)
-                        ),
-                    );
-                    self.report.push(diagnostic);
-                    None
-                }
-            }
+            return None;
         }
-        #[cfg(not(feature = "rego"))]
-        {
-            self.unsupported(position, "rego", "rego");
-            None
+        let id = bundle_id(path);
+        let opened = match entrypoint {
+            Some(entrypoint) => RegoPolicy::<C>::with_entrypoint(id, path, entrypoint),
+            None => RegoPolicy::<C>::new(id, path),
+        };
+        match opened {
+            Ok(policy) => Some(Box::new(policy)),
+            Err(error) => {
+                let diagnostic = self.error(
+                    position,
+                    format!(
+                        "the bundle {} cannot be used: {}",
+                        path.display(),
+                        error_chain(&error)
+                    ),
+                );
+                self.report.push(diagnostic);
+                None
+            }
         }
     }
 
-    #[allow(unused_variables)]
-    fn rego_server(
+    #[cfg(not(feature = "rego"))]
+    fn rego<C: PolicyContext>(
         &mut self,
-        point: InterceptionPoint,
+        _: &Path,
+        _: Option<&str>,
+        position: Position,
+    ) -> Option<Box<dyn Policy<C>>> {
+        self.unsupported(position, "rego", "rego")
+    }
+
+    #[cfg(feature = "rego-rest")]
+    fn rego_server<C: PolicyContext>(
+        &mut self,
         url: &str,
         package: &str,
         id: &str,
         position: Position,
-    ) -> Option<Built> {
-        #[cfg(feature = "rego-rest")]
-        {
-            use portcullis_rego_rest::{
-                RegoServerClientOptions, RegoServerInputPolicy, RegoServerOutputPolicy,
-                RegoServerToolCallPolicy,
-            };
-            let options = RegoServerClientOptions::new(url);
-            let built = match point {
-                InterceptionPoint::Input => RegoServerInputPolicy::new(id, options, package)
-                    .map(|policy| Built::Input(Box::new(policy))),
-                InterceptionPoint::ToolCall => RegoServerToolCallPolicy::new(id, options, package)
-                    .map(|policy| Built::ToolCall(Box::new(policy))),
-                InterceptionPoint::Output => RegoServerOutputPolicy::new(id, options, package)
-                    .map(|policy| Built::Output(Box::new(policy))),
-            };
-            match built {
-                Ok(built) => Some(built),
-                Err(error) => {
-                    let diagnostic = self.error(
-                        position,
-                        format!(
-                            "the policy server entry `{id}` is invalid: {}",
-                            error_chain(&error)
-                        ),
-                    );
-                    self.report.push(diagnostic);
-                    None
-                }
+    ) -> Option<Box<dyn Policy<C>>> {
+        use portcullis_rego_rest::{RegoServerClientOptions, RegoServerPolicy};
+        let options = RegoServerClientOptions::new(url);
+        match RegoServerPolicy::<C>::new(id, options, package) {
+            Ok(policy) => Some(Box::new(policy)),
+            Err(error) => {
+                let diagnostic = self.error(
+                    position,
+                    format!(
+                        "the policy server entry `{id}` is invalid: {}",
+                        error_chain(&error)
+                    ),
+                );
+                self.report.push(diagnostic);
+                None
             }
-        }
-        #[cfg(not(feature = "rego-rest"))]
-        {
-            self.unsupported(position, "rego_server", "rego-rest");
-            None
         }
     }
 
-    #[allow(unused_variables)]
-    fn http(
+    #[cfg(not(feature = "rego-rest"))]
+    fn rego_server<C: PolicyContext>(
         &mut self,
-        point: InterceptionPoint,
+        _: &str,
+        _: &str,
+        _: &str,
+        position: Position,
+    ) -> Option<Box<dyn Policy<C>>> {
+        self.unsupported(position, "rego_server", "rego-rest")
+    }
+
+    #[cfg(feature = "http")]
+    fn http<C: PolicyContext>(
+        &mut self,
         url: &str,
         id: &str,
         bearer_token_env: Option<&str>,
         timeout: Option<std::time::Duration>,
         position: Position,
-    ) -> Option<Built> {
-        #[cfg(feature = "http")]
-        {
-            use portcullis_http::{
-                HttpClientOptions, HttpInputPolicy, HttpOutputPolicy, HttpToolCallPolicy,
-            };
-            let mut options = HttpClientOptions::new(url);
-            if let Some(variable) = bearer_token_env {
-                match std::env::var(variable) {
-                    Ok(token) if !token.is_empty() => options = options.bearer_token(token),
-                    _ => {
-                        let diagnostic = self
-                            .error(
-                                position,
-                                format!("the environment variable {variable} (`bearer_token_env`) is not set"),
-                            )
-                            .with_help(format!("export {variable}=<token> before loading the manifest"));
-                        self.report.push(diagnostic);
-                        return None;
-                    }
-                }
-            }
-            if let Some(timeout) = timeout {
-                options = options.timeout(timeout);
-            }
-            let built =
-                match point {
-                    InterceptionPoint::Input => HttpInputPolicy::new(id, options)
-                        .map(|policy| Built::Input(Box::new(policy))),
-                    InterceptionPoint::ToolCall => HttpToolCallPolicy::new(id, options)
-                        .map(|policy| Built::ToolCall(Box::new(policy))),
-                    InterceptionPoint::Output => HttpOutputPolicy::new(id, options)
-                        .map(|policy| Built::Output(Box::new(policy))),
-                };
-            match built {
-                Ok(built) => Some(built),
-                Err(error) => {
-                    let diagnostic = self.error(
-                        position,
-                        format!("the http entry `{id}` is invalid: {}", error_chain(&error)),
-                    );
+    ) -> Option<Box<dyn Policy<C>>> {
+        use portcullis_http::{HttpClientOptions, HttpPolicy};
+        let mut options = HttpClientOptions::new(url);
+        if let Some(variable) = bearer_token_env {
+            match std::env::var(variable) {
+                Ok(token) if !token.is_empty() => options = options.bearer_token(token),
+                _ => {
+                    let diagnostic = self
+                        .error(
+                            position,
+                            format!("the environment variable {variable} (`bearer_token_env`) is not set"),
+                        )
+                        .with_help(format!("export {variable}=<token> before loading the manifest"));
                     self.report.push(diagnostic);
-                    None
+                    return None;
                 }
             }
         }
-        #[cfg(not(feature = "http"))]
-        {
-            self.unsupported(position, "http", "http");
-            None
+        if let Some(timeout) = timeout {
+            options = options.timeout(timeout);
+        }
+        match HttpPolicy::<C>::new(id, options) {
+            Ok(policy) => Some(Box::new(policy)),
+            Err(error) => {
+                let diagnostic = self.error(
+                    position,
+                    format!("the http entry `{id}` is invalid: {}", error_chain(&error)),
+                );
+                self.report.push(diagnostic);
+                None
+            }
         }
     }
 
-    #[allow(dead_code)]
-    fn unsupported(&mut self, position: Position, kind: &str, feature: &str) {
+    #[cfg(not(feature = "http"))]
+    fn http<C: PolicyContext>(
+        &mut self,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: Option<std::time::Duration>,
+        position: Position,
+    ) -> Option<Box<dyn Policy<C>>> {
+        self.unsupported(position, "http", "http")
+    }
+
+    /// Reports that this build lacks the feature that loads `kind` policies: no policy.
+    #[cfg(not(all(feature = "rego", feature = "rego-rest", feature = "http")))]
+    fn unsupported<T>(&mut self, position: Position, kind: &str, feature: &str) -> Option<T> {
         let diagnostic = self
             .error(
                 position,
@@ -721,6 +681,7 @@ impl Builder<'_> {
             )
             .with_help(format!("build with the `{feature}` feature"));
         self.report.push(diagnostic);
+        None
     }
 
     fn include(&mut self, path: &Path, position: Position) {
@@ -818,29 +779,24 @@ impl Builder<'_> {
                     }
                 });
                 let Ok(checked) = built else { continue };
-                let built = match point {
-                    InterceptionPoint::Input => DslInputPolicy::from_checked(id.clone(), checked)
-                        .map(|policy| Built::Input(Box::new(policy))),
-                    InterceptionPoint::ToolCall => {
-                        DslToolCallPolicy::from_checked(id.clone(), checked).map(|policy| {
-                            match tools {
-                                Some(tools) => {
-                                    Built::ToolCall(Box::new(ToolScoped { policy, tools }))
-                                }
-                                None => Built::ToolCall(Box::new(policy)),
-                            }
-                        })
+                let points = &mut self.points;
+                let added = match point {
+                    InterceptionPoint::Input => {
+                        push_checked::<InputContext>(points, id.clone(), checked, tools)
                     }
-                    InterceptionPoint::Output => DslOutputPolicy::from_checked(id.clone(), checked)
-                        .map(|policy| Built::Output(Box::new(policy))),
+                    InterceptionPoint::ToolCall => {
+                        push_checked::<ToolCallContext>(points, id.clone(), checked, tools)
+                    }
+                    InterceptionPoint::Output => {
+                        push_checked::<OutputContext>(points, id.clone(), checked, tools)
+                    }
                 };
-                match built {
-                    Ok(built) => self.points.push(built),
-                    Err(error) => reader.push(Diagnostic::error(
+                if let Err(error) = added {
+                    reader.push(Diagnostic::error(
                         path,
                         Some(item.position),
                         error.to_string(),
-                    )),
+                    ));
                 }
             }
         }
@@ -868,20 +824,18 @@ fn scope(
             .find(|(key, _)| key.as_str() == Some(name))
             .map(|(_, value)| value)
     };
-    let mut points = vec![
-        InterceptionPoint::Input,
-        InterceptionPoint::ToolCall,
-        InterceptionPoint::Output,
-    ];
+    let mut points = InterceptionPoint::ALL.to_vec();
     if let Some(applies_to) = field("applies_to") {
         let valid = match &applies_to.value {
             NodeValue::List(names) if !names.is_empty() => {
                 let mut chosen = Vec::new();
                 let mut ok = true;
                 for name in names {
-                    match name.as_str() {
-                        Some(text @ ("input" | "tool_call" | "output")) => {
-                            let point = point_named(text);
+                    let named = name.as_str().and_then(|text| {
+                        InterceptionPoint::from_name(text).map(|point| (text, point))
+                    });
+                    match named {
+                        Some((text, point)) => {
                             if chosen.contains(&point) {
                                 let diagnostic = reader.error(
                                     name.position,
@@ -895,7 +849,7 @@ fn scope(
                         _ => {
                             let help = name
                                 .as_str()
-                                .and_then(|text| closest(text, &["input", "tool_call", "output"]))
+                                .and_then(|text| closest(text, &POINT_NAMES))
                                 .map(|suggestion| format!("did you mean `{suggestion}`?"));
                             let diagnostic = reader
                                 .error(
@@ -969,24 +923,42 @@ fn scope(
         .collect()
 }
 
-/// A tool-call policy of a policy-set file that names its tools: for any other tool it
-/// allows without evaluating.
-struct ToolScoped {
-    policy: DslToolCallPolicy,
+/// Adds the rule of a policy-set file checked for the point of `C`, scoped to `tools` when
+/// it names them.
+fn push_checked<C: PolicyContext>(
+    points: &mut Points,
+    id: String,
+    checked: portcullis_dsl::CheckedRule,
+    tools: Option<Vec<String>>,
+) -> Result<(), portcullis_dsl::DslError> {
+    let policy = DslPolicy::<C>::from_checked(id, checked)?;
+    let policy: Box<dyn Policy<C>> = match tools {
+        Some(tools) => Box::new(ToolScoped { policy, tools }),
+        None => Box::new(policy),
+    };
+    points.get_mut::<C>().push(policy);
+    Ok(())
+}
+
+/// A policy of a policy-set file that names its tools: for a call of any other tool it allows
+/// without evaluating (only tool-call contexts name a tool).
+struct ToolScoped<C> {
+    policy: DslPolicy<C>,
     tools: Vec<String>,
 }
 
 #[async_trait]
-impl ToolCallPolicy for ToolScoped {
+impl<C: PolicyContext> Policy<C> for ToolScoped<C> {
     fn id(&self) -> &str {
-        ToolCallPolicy::id(&self.policy)
+        self.policy.id()
     }
 
-    async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
-        if self.tools.contains(&context.tool_name) {
-            Ok(self.policy.decide(context))
-        } else {
-            Ok(PolicyDecision::allow())
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        match context.tool_name() {
+            Some(tool) if !self.tools.iter().any(|named| named == tool) => {
+                Ok(PolicyDecision::allow())
+            }
+            _ => Ok(self.policy.decide(context)),
         }
     }
 
@@ -995,9 +967,9 @@ impl ToolCallPolicy for ToolScoped {
     }
 }
 
-/// Reads, checks and compiles one DSL rule file for `point`; its problems go to `report`
-/// with line and column.
-fn load_rule(report: &mut Report, point: InterceptionPoint, path: &Path) -> Option<Built> {
+/// Reads, checks and compiles one DSL rule file for the point of `C`; its problems go to
+/// `report` with line and column.
+fn load_rule<C: PolicyContext>(report: &mut Report, path: &Path) -> Option<Box<dyn Policy<C>>> {
     let id = path
         .file_stem()
         .and_then(|stem| stem.to_str())
@@ -1011,28 +983,13 @@ fn load_rule(report: &mut Report, point: InterceptionPoint, path: &Path) -> Opti
         }
     };
     let origin = path.display().to_string();
-    // A rule that loads may still carry warnings: they go into the report with their place.
-    let mut warned = |warnings: &[portcullis_dsl::Warning]| {
-        rule_findings(report, path, &source, warnings, Severity::Warning);
-    };
-    let built = match point {
-        InterceptionPoint::Input => DslInputPolicy::from_source(id, &source, &origin).map(|p| {
-            warned(p.warnings());
-            Built::Input(Box::new(p))
-        }),
-        InterceptionPoint::ToolCall => {
-            DslToolCallPolicy::from_source(id, &source, &origin).map(|p| {
-                warned(p.warnings());
-                Built::ToolCall(Box::new(p))
-            })
+    match DslPolicy::<C>::from_source(id, &source, &origin) {
+        Ok(policy) => {
+            // A rule that loads may still carry warnings: they go into the report with their
+            // place.
+            rule_findings(report, path, &source, policy.warnings(), Severity::Warning);
+            Some(Box::new(policy))
         }
-        InterceptionPoint::Output => DslOutputPolicy::from_source(id, &source, &origin).map(|p| {
-            warned(p.warnings());
-            Built::Output(Box::new(p))
-        }),
-    };
-    match built {
-        Ok(built) => Some(built),
         Err(error) => {
             match error.problems() {
                 Some(problems) => rule_problems(report, path, &source, problems),

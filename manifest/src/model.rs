@@ -273,7 +273,13 @@ const ENTRY_KEYS: &[&str] = &[
     "monitor",
     "deadline",
 ];
-const POINT_KEYS: &[&str] = &["input", "tool_call", "output"];
+
+/// The names of the points, as manifest keys.
+pub(crate) const POINT_NAMES: [&str; 3] = [
+    InterceptionPoint::Input.as_str(),
+    InterceptionPoint::ToolCall.as_str(),
+    InterceptionPoint::Output.as_str(),
+];
 const SETTING_KEYS: &[&str] = &[
     "concurrent",
     "monitor",
@@ -494,7 +500,9 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                 }
             },
             "input" | "tool_call" | "output" => {
-                let point = point_named(name);
+                let Some(point) = InterceptionPoint::from_name(name) else {
+                    continue;
+                };
                 let Some(items) = reader.list(value, &format!("`{name}`")) else {
                     continue;
                 };
@@ -518,11 +526,14 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                 }
             }
             "settings" => {
-                let Some(points) = reader.map(value, "`settings`", POINT_KEYS) else {
+                let Some(points) = reader.map(value, "`settings`", &POINT_NAMES) else {
                     continue;
                 };
                 for (point_name, _, options) in points {
-                    let point = point_named(point_name);
+                    // `reader.map` has reported any key that is not a point's name.
+                    let Some(point) = InterceptionPoint::from_name(point_name) else {
+                        continue;
+                    };
                     let read = read_point_options(&mut reader, options, point_name, point);
                     match point {
                         InterceptionPoint::Input => manifest.settings.input = read,
@@ -704,14 +715,6 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
         }
     }
     manifest
-}
-
-pub(crate) fn point_named(name: &str) -> InterceptionPoint {
-    match name {
-        "tool_call" => InterceptionPoint::ToolCall,
-        "output" => InterceptionPoint::Output,
-        _ => InterceptionPoint::Input,
-    }
 }
 
 fn read_point_options(

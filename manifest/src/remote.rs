@@ -33,11 +33,10 @@ pub(crate) fn url_bundle_id(url: &str) -> String {
 pub(crate) use fetching::{Refresh, build, refresh};
 
 #[cfg(not(feature = "rego"))]
-pub(crate) fn build(
+pub(crate) fn build<C: portcullis_engine::PolicyContext>(
     _: &crate::Manifest,
-    _: portcullis_engine::InterceptionPoint,
     _: &crate::PolicySource,
-) -> Result<crate::build::Built, (String, Option<String>)> {
+) -> Result<Box<dyn portcullis_engine::Policy<C>>, (String, Option<String>)> {
     Err((
         "this build cannot load `rego` policies".to_owned(),
         Some("build with the `rego` feature".to_owned()),
@@ -51,10 +50,9 @@ mod fetching {
     use std::sync::{Arc, Mutex, OnceLock, PoisonError};
     use std::time::Duration;
 
-    use portcullis_engine::InterceptionPoint;
-    use portcullis_rego::{RegoBundle, RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
+    use portcullis_engine::{Policy, PolicyContext};
+    use portcullis_rego::{RegoBundle, RegoPolicy};
 
-    use crate::build::Built;
     use crate::signing::verify_bundle;
     use crate::{Manifest, PolicySource};
 
@@ -194,11 +192,10 @@ mod fetching {
 
     /// The policy of a `rego: <URL>` entry: its bundle from the cache, or fetched, verified
     /// and cached.
-    pub(crate) fn build(
+    pub(crate) fn build<C: PolicyContext>(
         manifest: &Manifest,
-        point: InterceptionPoint,
         source: &PolicySource,
-    ) -> Result<Built, (String, Option<String>)> {
+    ) -> Result<Box<dyn Policy<C>>, (String, Option<String>)> {
         let PolicySource::RegoUrl { id, entrypoint, .. } = source else {
             return Err(("not a bundle from a URL".to_owned(), None));
         };
@@ -252,32 +249,24 @@ mod fetching {
                 None,
             )
         })?;
-        macro_rules! open {
-            ($policy:ident, $variant:ident) => {
-                match entrypoint {
-                    Some(entrypoint) => {
-                        $policy::from_bundle_entrypoint(id.clone(), bundle, entrypoint)
-                    }
-                    None => $policy::from_bundle(id.clone(), bundle),
-                }
-                .map(|policy| Built::$variant(Box::new(policy)))
-            };
-        }
-        let opened = match point {
-            InterceptionPoint::Input => open!(RegoInputPolicy, Input),
-            InterceptionPoint::ToolCall => open!(RegoToolCallPolicy, ToolCall),
-            InterceptionPoint::Output => open!(RegoOutputPolicy, Output),
+        let opened = match entrypoint {
+            Some(entrypoint) => {
+                RegoPolicy::<C>::from_bundle_entrypoint(id.clone(), bundle, entrypoint)
+            }
+            None => RegoPolicy::<C>::from_bundle(id.clone(), bundle),
         };
-        opened.map_err(|error| {
-            (
-                format!(
-                    "the bundle from {} cannot be used: {}",
-                    spec.url,
-                    crate::build::error_chain(&error)
-                ),
-                None,
-            )
-        })
+        opened
+            .map(|policy| Box::new(policy) as Box<dyn Policy<C>>)
+            .map_err(|error| {
+                (
+                    format!(
+                        "the bundle from {} cannot be used: {}",
+                        spec.url,
+                        crate::build::error_chain(&error)
+                    ),
+                    None,
+                )
+            })
     }
 
     /// What a poll of a bundle URL came to.

@@ -448,7 +448,6 @@ impl Remotes {
     }
 
     /// Polls the URLs that are due.
-    #[allow(unused_mut, unused_variables)]
     fn poll(&mut self) -> RemotePoll {
         let Some(manifest) = &self.manifest else {
             return RemotePoll {
@@ -468,11 +467,9 @@ impl Remotes {
                 continue;
             };
             *at = now + *poll;
-            #[cfg(feature = "rego")]
-            match crate::remote::refresh(manifest, &entry.source) {
-                crate::remote::Refresh::Unchanged => {}
-                crate::remote::Refresh::Updated => updated = true,
-                crate::remote::Refresh::Failed(message) => errors.push(Diagnostic::error(
+            match refresh(manifest, entry) {
+                Ok(changed) => updated |= changed,
+                Err(message) => errors.push(Diagnostic::error(
                     &manifest.path,
                     Some(entry.position),
                     format!("{message}; the bundle in use stays"),
@@ -484,6 +481,24 @@ impl Remotes {
             failed: (!errors.is_empty()).then(|| ManifestErrors::new(errors, Vec::new())),
         }
     }
+}
+
+/// Fetches the bundle of a `rego: <URL>` entry again: whether it changed, or why it could not
+/// be fetched or opened.
+#[cfg(feature = "rego")]
+fn refresh(manifest: &Manifest, entry: &crate::PolicyEntry) -> Result<bool, String> {
+    match crate::remote::refresh(manifest, &entry.source) {
+        crate::remote::Refresh::Unchanged => Ok(false),
+        crate::remote::Refresh::Updated => Ok(true),
+        crate::remote::Refresh::Failed(message) => Err(message),
+    }
+}
+
+/// Without the `rego` feature no bundle is fetched from a URL (a manifest naming one does not
+/// load), so there is nothing to fetch again.
+#[cfg(not(feature = "rego"))]
+fn refresh(_: &Manifest, _: &crate::PolicyEntry) -> Result<bool, String> {
+    Ok(false)
 }
 
 /// The `rego: <URL>` entries of a manifest, with their poll intervals.

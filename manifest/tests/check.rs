@@ -1,4 +1,5 @@
 //! `Manifest::check`: the problems `load` reports, without compiling bundles.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

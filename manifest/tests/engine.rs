@@ -1,5 +1,6 @@
 //! A manifest into an engine: the session store, the approval time-out and the audit sinks it
 //! names, each opened by `into_engine_builder`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -1,12 +1,13 @@
 //! Loading manifests: every key, every problem at once, the same decisions as Rust.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use common::{BLOCK_RM, NO_SSN, REDACT_CARD, Scratch};
 use portcullis_dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis_engine::{
-    BoxError, EngineError, InputContext, InputPolicy, InterceptionPoint, Message, Metadata,
-    OnError, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
+    BoxError, EngineError, InputContext, InterceptionPoint, Message, Metadata, OnError, Policy,
+    PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 use portcullis_manifest::{CodeRegistry, Manifest, PolicySource, SessionStore, Severity};
 use serde_json::json;
@@ -14,7 +15,7 @@ use serde_json::json;
 struct NoShouting;
 
 #[async_trait]
-impl InputPolicy for NoShouting {
+impl Policy<InputContext> for NoShouting {
     fn id(&self) -> &str {
         "no_shouting"
     }

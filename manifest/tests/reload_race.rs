@@ -2,6 +2,7 @@
 //! change): the set read last is the one in force, never the older one swapped in last.
 
 #![cfg(unix)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! and verified when signed (OPA's `.signatures.json`), with keys made for these tests.
 
 #![cfg(feature = "rego")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

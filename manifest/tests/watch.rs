@@ -1,4 +1,5 @@
 //! Reloading: a change swaps the set in; a broken change keeps the old one.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -9,6 +9,7 @@
 //!
 //! Prints requests/s, p50 and p99 of each side (medians of the rounds' throughputs,
 //! percentiles over every request), their throughput ratio, and the errors of each run.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -2,11 +2,12 @@
 //! `POST /v1/evaluate/{point}` and what `portcullis eval` prints.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::sync::Arc;
 
 use portcullis_engine::{
     AuditHandler, AuditRecord, BoxError, EngineError, InputContext, InterceptionPoint,
-    OutputContext, PolicyEngine, ToolCallContext,
+    OutputContext, PolicyContext, PolicyEngine, ToolCallContext,
 };
 use serde_json::Value;
 
@@ -225,6 +226,16 @@ pub enum Context {
     Output(OutputContext),
 }
 
+/// Work to do on a context of any point, written once, generic over the point: [`Context::run`]
+/// hands the context over with its own type.
+pub trait ContextTask {
+    /// What the work comes to.
+    type Output;
+
+    /// Does the work on `context`.
+    fn run<C: PolicyContext>(self, context: &C) -> impl Future<Output = Self::Output> + Send;
+}
+
 impl Context {
     /// The context's point.
     pub fn point(&self) -> InterceptionPoint {
@@ -232,6 +243,16 @@ impl Context {
             Context::Input(_) => InterceptionPoint::Input,
             Context::ToolCall(_) => InterceptionPoint::ToolCall,
             Context::Output(_) => InterceptionPoint::Output,
+        }
+    }
+
+    /// Runs `task` on the context, typed by its point: the one place the service dispatches
+    /// on the point.
+    pub async fn run<T: ContextTask>(&self, task: T) -> T::Output {
+        match self {
+            Context::Input(context) => task.run(context).await,
+            Context::ToolCall(context) => task.run(context).await,
+            Context::Output(context) => task.run(context).await,
         }
     }
 }
@@ -246,25 +267,24 @@ pub fn parse_context(point: InterceptionPoint, value: Value) -> Result<Context, 
     read.map_err(|error| format!("not a valid {point} context: {error}"))
 }
 
+/// Evaluates a context on the engine: the context to forward, as JSON, or why not.
+struct Forward<'a>(&'a PolicyEngine);
+
+impl ContextTask for Forward<'_> {
+    type Output = Result<serde_json::Result<Value>, EngineError>;
+
+    async fn run<C: PolicyContext>(self, context: &C) -> Self::Output {
+        let evaluation = self.0.evaluate(context).await?;
+        Ok(serde_json::to_value(evaluation.context()))
+    }
+}
+
 /// Evaluates `context` on `engine` and says what came of it. The engine's audit handler must
 /// be a [`DecisionTap`] for the outcome to list the decisions taken.
 pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
     let (result, decisions) = TAKEN
         .scope(RefCell::new(Vec::new()), async {
-            let result = match context {
-                Context::Input(context) => engine
-                    .evaluate_input(context)
-                    .await
-                    .map(|e| serde_json::to_value(e.context())),
-                Context::ToolCall(context) => engine
-                    .evaluate_tool_call(context)
-                    .await
-                    .map(|e| serde_json::to_value(e.context())),
-                Context::Output(context) => engine
-                    .evaluate_output(context)
-                    .await
-                    .map(|e| serde_json::to_value(e.context())),
-            };
+            let result = context.run(Forward(engine)).await;
             let decisions = TAKEN.with(|taken| std::mem::take(&mut *taken.borrow_mut()));
             (result, decisions)
         })

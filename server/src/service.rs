@@ -16,7 +16,7 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use portcullis_engine::{
-    AuditHandler, AuditRecord, BearerToken, EngineError, Evaluation, InterceptionPoint,
+    AuditHandler, AuditRecord, BearerToken, EngineError, InterceptionPoint, PolicyContext,
     PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet,
 };
 use serde_json::{Value, json};
@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::metrics::{ExternalCounter, Metrics};
-use crate::outcome::{self, Context, DecisionTap};
+use crate::outcome::{self, Context, ContextTask, DecisionTap};
 
 /// The default cap on a request body: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -695,15 +695,6 @@ fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
     })
 }
 
-fn point_named(name: &str) -> Option<InterceptionPoint> {
-    match name {
-        "input" => Some(InterceptionPoint::Input),
-        "tool_call" => Some(InterceptionPoint::ToolCall),
-        "output" => Some(InterceptionPoint::Output),
-        _ => None,
-    }
-}
-
 fn unknown_point(name: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -719,7 +710,7 @@ async fn evaluate_point(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(point) = point_named(&point) else {
+    let Some(point) = InterceptionPoint::from_name(&point) else {
         return unknown_point(&point).into_response();
     };
     let engine = Arc::clone(&shared.engine);
@@ -760,7 +751,9 @@ async fn engine_evaluate(
             _ => return Err(invalid("`policy_id` must be a string")),
         };
         let point = match request.get("interception_point") {
-            Some(Value::String(name)) => point_named(name).ok_or_else(|| unknown_point(name))?,
+            Some(Value::String(name)) => {
+                InterceptionPoint::from_name(name).ok_or_else(|| unknown_point(name))?
+            }
             _ => {
                 return Err(invalid(
                     "`interception_point` must be `input`, `tool_call` or `output`",
@@ -800,11 +793,7 @@ async fn decide(
     context: &Context,
 ) -> Result<PolicyDecision, ApiError> {
     let point = context.point();
-    let evaluated = match context {
-        Context::Input(context) => taken(engine.evaluate_only(policy_id, context).await),
-        Context::ToolCall(context) => taken(engine.evaluate_only(policy_id, context).await),
-        Context::Output(context) => taken(engine.evaluate_only(policy_id, context).await),
-    };
+    let evaluated = context.run(Only { engine, policy_id }).await;
     match evaluated {
         Some(Ok(decision)) => Ok(decision.unwrap_or_else(PolicyDecision::allow)),
         Some(Err(EngineError::Denied(denial))) => Ok(PolicyDecision::Deny {
@@ -828,18 +817,27 @@ async fn decide(
     }
 }
 
-/// The enforced decision of a one-policy evaluation that proceeded (`None`: it took none
-/// that counts, so the call is allowed), or why it did not proceed.
-fn taken<C: Clone>(
-    evaluated: Option<Result<Evaluation<'_, C>, EngineError>>,
-) -> Option<Result<Option<PolicyDecision>, EngineError>> {
-    Some(evaluated?.map(|evaluation| {
-        evaluation
-            .decisions()
-            .iter()
-            .find(|entry| entry.enforced && !entry.decision.is_escalate())
-            .map(|entry| entry.decision.clone())
-    }))
+/// Evaluates one policy of a context's point: the enforced decision of an evaluation that
+/// proceeded (`None`: it took none that counts, so the call is allowed), or why it did not
+/// proceed; `None` when the point has no policy `policy_id`.
+struct Only<'a> {
+    engine: &'a PolicyEngine,
+    policy_id: &'a str,
+}
+
+impl ContextTask for Only<'_> {
+    type Output = Option<Result<Option<PolicyDecision>, EngineError>>;
+
+    async fn run<C: PolicyContext>(self, context: &C) -> Self::Output {
+        let evaluated = self.engine.evaluate_only(self.policy_id, context).await?;
+        Some(evaluated.map(|evaluation| {
+            evaluation
+                .decisions()
+                .iter()
+                .find(|entry| entry.enforced && !entry.decision.is_escalate())
+                .map(|entry| entry.decision.clone())
+        }))
+    }
 }
 
 /// `GET /healthz`.

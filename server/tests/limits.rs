@@ -1,6 +1,7 @@
 //! Slow clients against the service's limits: a bounded crowd that sends its heads and bodies
 //! a byte at a time is cut off, the open connections never pass the cap, and a well-behaved
 //! client is still answered.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! The service over real HTTP on 127.0.0.1: every route, every status, the limits.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -10,7 +11,7 @@ use common::{
     Failing, Slow, get, get_as, input, policies, post, post_as, rules_set, start, start_with,
 };
 use portcullis_engine::{
-    InputContext, InputPolicy, Message, Metadata, PolicyEngine, PolicySet, ToolCallContext,
+    InputContext, Message, Metadata, Policy, PolicyEngine, PolicySet, ToolCallContext,
 };
 use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpToolCallPolicy};
 use portcullis_server::{DecisionService, Limits, ReloadStatus, ServeOptions};

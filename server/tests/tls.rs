@@ -2,6 +2,7 @@
 //! for localhost and 127.0.0.1).
 
 #![cfg(feature = "tls")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -17,8 +17,8 @@
 
 use portcullis_engine::stream::StreamingRule;
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision, PolicySet,
-    Redaction, ToolCallContext, ToolCallPolicy, TransformOperation, async_trait,
+    BoxError, InputContext, OutputContext, Policy, PolicyDecision, PolicySet, Redaction,
+    ToolCallContext, TransformOperation, async_trait,
 };
 
 /// A US social security number, as the policies look for it.
@@ -43,7 +43,7 @@ pub fn policy_set() -> PolicySet {
 pub struct RedactPromptSsn;
 
 #[async_trait]
-impl InputPolicy for RedactPromptSsn {
+impl Policy<InputContext> for RedactPromptSsn {
     fn id(&self) -> &str {
         "redact_prompt_ssn"
     }
@@ -61,7 +61,7 @@ impl InputPolicy for RedactPromptSsn {
 pub struct NoPasswordRequests;
 
 #[async_trait]
-impl InputPolicy for NoPasswordRequests {
+impl Policy<InputContext> for NoPasswordRequests {
     fn id(&self) -> &str {
         "no_password_requests"
     }
@@ -84,7 +84,7 @@ impl InputPolicy for NoPasswordRequests {
 pub struct RedactAnswerSsn;
 
 #[async_trait]
-impl OutputPolicy for RedactAnswerSsn {
+impl Policy<OutputContext> for RedactAnswerSsn {
     fn id(&self) -> &str {
         "redact_answer_ssn"
     }
@@ -110,7 +110,7 @@ impl OutputPolicy for RedactAnswerSsn {
 pub struct NoLaunchCodes;
 
 #[async_trait]
-impl OutputPolicy for NoLaunchCodes {
+impl Policy<OutputContext> for NoLaunchCodes {
     fn id(&self) -> &str {
         "no_launch_codes"
     }
@@ -138,7 +138,7 @@ impl OutputPolicy for NoLaunchCodes {
 pub struct GuardTools;
 
 #[async_trait]
-impl ToolCallPolicy for GuardTools {
+impl Policy<ToolCallContext> for GuardTools {
     fn id(&self) -> &str {
         "guard_tools"
     }
@@ -157,7 +157,7 @@ impl ToolCallPolicy for GuardTools {
 pub struct RedactToolSsn;
 
 #[async_trait]
-impl ToolCallPolicy for RedactToolSsn {
+impl Policy<ToolCallContext> for RedactToolSsn {
     fn id(&self) -> &str {
         "redact_tool_ssn"
     }

@@ -11,8 +11,8 @@ use portcullis::dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis::http::{HttpClientOptions, HttpInputPolicy, HttpToolCallPolicy};
 use portcullis::rego::{RegoBundle, RegoInputPolicy, RegoToolCallPolicy};
 use portcullis::{
-    BoxError, EngineError, InputContext, InputPolicy, Message, Metadata, PolicyDecision,
-    PolicyEngine, PolicySet, Role, ToolCallContext,
+    BoxError, EngineError, InputContext, Message, Metadata, Policy, PolicyDecision, PolicyEngine,
+    PolicySet, Role, ToolCallContext,
 };
 use portcullis_testing::{EvaluateServer, Reply};
 
@@ -66,7 +66,7 @@ pub const TOOL_RULE: &str = r#"{
 pub struct NoForbiddenWord;
 
 #[async_trait::async_trait]
-impl InputPolicy for NoForbiddenWord {
+impl Policy<InputContext> for NoForbiddenWord {
     fn id(&self) -> &str {
         "code-forbidden"
     }

@@ -3,6 +3,7 @@
 //! otherwise), kept when the checker loads them (warnings included), written as rule files
 //! under `OUT_DIR/rules/<point>/`, and `OUT_DIR/pairs.rs`, which compiles each of them with
 //! `dsl_policy!` next to the same file loaded at run time.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fmt::Write as _;
 use std::path::Path;

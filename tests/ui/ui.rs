@@ -6,6 +6,7 @@
 //! project depends on the facade with the `macros` feature only, so the compiler's "the following
 //! other types implement trait" lists in the snapshots name the engine's and the DSL's policy
 //! types, whatever features the rest of the workspace is built with.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 
@@ -15,10 +16,7 @@ use std::path::{Path, PathBuf};
 /// examples' `examples/rules/`, so a case reads `dsl_policy!(input, "rules/x.json")` as a user
 /// would.
 fn copy_rule_files_into_the_trybuild_project() {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("target"));
+    let target = trybuild_target_dir();
     let project = target
         .join("tests")
         .join("trybuild")
@@ -46,6 +44,21 @@ fn copy_rule_files_into_the_trybuild_project() {
             }
         }
     }
+}
+
+/// The target directory trybuild builds its project in: `CARGO_TARGET_DIR` when it is set (as
+/// `cargo metadata` reports it to trybuild), else the one holding `CARGO_TARGET_TMPDIR` (which
+/// is inside the build directory, so not the target directory when the two are apart).
+fn trybuild_target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from)
+        && dir.is_absolute()
+    {
+        return dir;
+    }
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("target"))
 }
 
 /// The cases of one macro; a test each, so a failure names the macro in the test summary.

@@ -1,6 +1,7 @@
 //! Errors follow std's convention: `Display` says what went wrong at this level, and the
 //! transport's own error is the `source()`, not pasted into the message as well (a reporter
 //! that walks the chain would print it twice).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::error::Error as _;
 

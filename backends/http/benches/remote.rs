@@ -6,12 +6,13 @@
 //!   kept-alive connections).
 //!
 //! Run with `cargo bench -p portcullis-http --bench remote`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use portcullis_engine::{InputContext, InputPolicy, Message, Metadata, PolicyDecision};
+use portcullis_engine::{InputContext, Message, Metadata, Policy, PolicyDecision};
 use portcullis_http::{HttpClientOptions, HttpInputPolicy};
 use portcullis_testing::{EvaluateServer, Reply};
 

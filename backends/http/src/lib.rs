@@ -56,7 +56,7 @@
 //! support), checking what was sent:
 //!
 //! ```
-//! use portcullis_engine::{InputContext, InputPolicy, Message, Metadata, PolicyDecision};
+//! use portcullis_engine::{InputContext, Message, Metadata, Policy, PolicyDecision};
 //! use portcullis_http::{HttpClientOptions, HttpInputPolicy};
 //! use portcullis_testing::{EvaluateServer, Reply};
 //!
@@ -77,10 +77,12 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+use std::marker::PhantomData;
+
 use async_trait::async_trait;
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy,
-    PolicyDecision, ToolCallContext, ToolCallPolicy,
+    BoxError, InputContext, InterceptionPoint, OutputContext, Policy, PolicyContext,
+    PolicyDecision, ToolCallContext,
 };
 use serde::Serialize;
 use url::Url;
@@ -110,33 +112,51 @@ struct EvaluateRequest<'a, C> {
     context: &'a C,
 }
 
-/// What the three policy types share: the id, the client and the endpoint's URL.
+/// A policy of the point of `C` decided by the remote endpoint: each evaluation posts the
+/// policy id, the point (`interception_point: "input"`, `"tool_call"` or `"output"`) and the
+/// context. [`HttpInputPolicy`], [`HttpToolCallPolicy`] and [`HttpOutputPolicy`] name it at
+/// each point.
 #[derive(Debug, Clone)]
-struct HttpPolicy {
+pub struct HttpPolicy<C> {
     id: String,
     client: RemoteClient,
     endpoint: Url,
+    point: PhantomData<fn(&C)>,
 }
 
-impl HttpPolicy {
-    fn new(id: impl Into<String>, options: &HttpClientOptions) -> Result<HttpPolicy, ClientError> {
+/// An input policy decided by the remote endpoint (`interception_point: "input"`).
+pub type HttpInputPolicy = HttpPolicy<InputContext>;
+
+/// A tool-call policy decided by the remote endpoint (`interception_point: "tool_call"`).
+pub type HttpToolCallPolicy = HttpPolicy<ToolCallContext>;
+
+/// An output policy decided by the remote endpoint (`interception_point: "output"`).
+pub type HttpOutputPolicy = HttpPolicy<OutputContext>;
+
+impl<C: PolicyContext> HttpPolicy<C> {
+    /// A policy with id `id` (sent as `policy_id`) evaluated by the endpoint of `options`.
+    /// Checks the options (base URL, headers) now and fails with what is wrong; no request is
+    /// made until the first evaluation.
+    pub fn new(id: impl Into<String>, options: HttpClientOptions) -> Result<Self, ClientError> {
         let client = options.connect()?;
         let endpoint = client.url(["engine", "evaluate"]);
         Ok(HttpPolicy {
             id: id.into(),
             client,
             endpoint,
+            point: PhantomData,
         })
     }
 
-    async fn evaluate<C: Serialize + Sync>(
-        &self,
-        interception_point: InterceptionPoint,
-        context: &C,
-    ) -> Result<PolicyDecision, RemoteError> {
+    /// The URL evaluations are posted to.
+    pub fn endpoint(&self) -> &str {
+        self.endpoint.as_str()
+    }
+
+    async fn ask(&self, context: &C) -> Result<PolicyDecision, RemoteError> {
         let request = EvaluateRequest {
             policy_id: &self.id,
-            interception_point,
+            interception_point: C::POINT,
             context,
         };
         let response = self.client.post_json(&self.endpoint, &request).await?;
@@ -148,54 +168,13 @@ impl HttpPolicy {
     }
 }
 
-macro_rules! http_policy {
-    ($(#[$doc:meta])* $name:ident, $trait:ident, $context:ty, $point:expr) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone)]
-        pub struct $name {
-            inner: HttpPolicy,
-        }
+#[async_trait]
+impl<C: PolicyContext> Policy<C> for HttpPolicy<C> {
+    fn id(&self) -> &str {
+        &self.id
+    }
 
-        impl $name {
-            /// A policy with id `id` (sent as `policy_id`) evaluated by the endpoint of
-            /// `options`. Checks the options (base URL, headers) now and fails with what is
-            /// wrong; no request is made until the first evaluation.
-            pub fn new(id: impl Into<String>, options: HttpClientOptions) -> Result<Self, ClientError> {
-                Ok($name {
-                    inner: HttpPolicy::new(id, &options)?,
-                })
-            }
-
-            /// The URL evaluations are posted to.
-            pub fn endpoint(&self) -> &str {
-                self.inner.endpoint.as_str()
-            }
-        }
-
-        #[async_trait]
-        impl $trait for $name {
-            fn id(&self) -> &str {
-                &self.inner.id
-            }
-
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
-                Ok(self.inner.evaluate($point, context).await?)
-            }
-        }
-    };
-}
-
-http_policy! {
-    /// An input policy decided by the remote endpoint (`interception_point: "input"`).
-    HttpInputPolicy, InputPolicy, InputContext, InterceptionPoint::Input
-}
-
-http_policy! {
-    /// A tool-call policy decided by the remote endpoint (`interception_point: "tool_call"`).
-    HttpToolCallPolicy, ToolCallPolicy, ToolCallContext, InterceptionPoint::ToolCall
-}
-
-http_policy! {
-    /// An output policy decided by the remote endpoint (`interception_point: "output"`).
-    HttpOutputPolicy, OutputPolicy, OutputContext, InterceptionPoint::Output
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        Ok(self.ask(context).await?)
+    }
 }

@@ -1,15 +1,14 @@
 //! The `http` backend against real endpoints on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // A test fails by panicking: unwrapping is how these tests say "this must work".
-#![allow(clippy::unwrap_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use portcullis_engine::{
-    AuditDecision, EngineError, InputContext, InputPolicy, Message, Metadata, OnError,
-    OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction,
-    ToolCallContext, ToolCallPolicy, TransformOperation,
+    AuditDecision, EngineError, InputContext, Message, Metadata, OnError, OutputContext, Policy,
+    PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext, TransformOperation,
 };
 use portcullis_http::{ClientError, RemoteError, RemoteErrorKind};
 use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpOutputPolicy, HttpToolCallPolicy};

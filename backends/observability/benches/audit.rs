@@ -6,6 +6,7 @@
 //! receiver on 127.0.0.1 that answers 200, as a platform would. `closure_handler` (a handler
 //! doing nothing) shows what building the records costs the engine, and
 //! `otel_without_processor` what creating SDK spans on the evaluation path would cost.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/support/receiver.rs"]
 mod receiver;
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision, PolicyEngine,
-    PolicySet, async_trait,
+    BoxError, InputContext, Message, Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet,
+    async_trait,
 };
 use portcullis_observability::{ObservabilityAuditHandler, ObservabilityOptions};
 
@@ -26,7 +27,7 @@ const CHUNK: u64 = 1000;
 struct Allow(&'static str);
 
 #[async_trait]
-impl InputPolicy for Allow {
+impl Policy<InputContext> for Allow {
     fn id(&self) -> &str {
         self.0
     }

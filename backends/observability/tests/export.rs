@@ -1,4 +1,5 @@
 //! The handler against a real OTLP/HTTP receiver on 127.0.0.1.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

@@ -1,6 +1,7 @@
 //! `from_env`. Each scenario runs in a child process (this test binary again, running the
 //! ignored `child` test) with an environment of its own: nothing here changes the
 //! environment of this process, so the scenarios cannot race each other or other tests.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

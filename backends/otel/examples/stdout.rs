@@ -1,19 +1,20 @@
 //! Prints one OpenTelemetry span per policy decision on stdout.
 //!
 //! `cargo run -p portcullis-otel --example stdout`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision, PolicyEngine,
-    PolicySet, async_trait,
+    BoxError, InputContext, Message, Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet,
+    async_trait,
 };
 use portcullis_otel::OtelAuditHandler;
 
 struct NoPasswords;
 
 #[async_trait]
-impl InputPolicy for NoPasswords {
+impl Policy<InputContext> for NoPasswords {
     fn id(&self) -> &str {
         "no_passwords"
     }

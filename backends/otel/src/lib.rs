@@ -25,7 +25,7 @@
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! # struct NoSecrets;
 //! # #[portcullis_engine::async_trait]
-//! # impl portcullis_engine::InputPolicy for NoSecrets {
+//! # impl portcullis_engine::Policy<portcullis_engine::InputContext> for NoSecrets {
 //! #     fn id(&self) -> &str { "no_secrets" }
 //! #     async fn evaluate(&self, ctx: &InputContext)
 //! #         -> Result<portcullis_engine::PolicyDecision, portcullis_engine::BoxError> {

@@ -1,4 +1,5 @@
 //! The handler built from the global tracer provider.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

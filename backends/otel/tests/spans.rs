@@ -1,5 +1,6 @@
 //! The handler with a given tracer: one root span per record, with its attributes, status and
 //! timestamps, exported through the SDK's in-memory exporter.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 

@@ -3,21 +3,22 @@
 //! `redis-server` this benchmark starts on 127.0.0.1 (no persistence).
 //!
 //! `cargo bench -p portcullis-redis --bench latency`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, Message, Metadata, PolicyDecision, PolicyEngine,
-    PolicySet, async_trait,
+    BoxError, InputContext, Message, Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet,
+    async_trait,
 };
 use portcullis_redis::RedisSessionStore;
 
 struct AllowAll(String);
 
 #[async_trait]
-impl InputPolicy for AllowAll {
+impl Policy<InputContext> for AllowAll {
     fn id(&self) -> &str {
         &self.0
     }

@@ -1,5 +1,6 @@
 //! The Redis store against a real `redis-server` started on 127.0.0.1 with a free port and no
 //! persistence (the test skips with a message when `redis-server` is not installed).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};

@@ -105,10 +105,11 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+use std::marker::PhantomData;
+
 use async_trait::async_trait;
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
-    ToolCallContext, ToolCallPolicy,
+    BoxError, InputContext, OutputContext, Policy, PolicyContext, PolicyDecision, ToolCallContext,
 };
 use portcullis_http_client::{Method, RemoteClient, RemoteResponse};
 use serde::Serialize;
@@ -281,21 +282,38 @@ fn read_decision(document: Value, package: &str) -> Result<PolicyDecision, Strin
     portcullis_rego_decision::read_decision(package, document).map_err(|error| error.to_string())
 }
 
-/// What the three policy types share.
+/// A policy of the point of `C` whose decision a policy server evaluates (input: the
+/// context). [`RegoServerInputPolicy`], [`RegoServerToolCallPolicy`] and
+/// [`RegoServerOutputPolicy`] name it at each point.
 #[derive(Debug, Clone)]
-struct RegoServerPolicy {
+pub struct RegoServerPolicy<C> {
     id: String,
     client: RemoteClient,
     url: Url,
     package: String,
+    point: PhantomData<fn(&C)>,
 }
 
-impl RegoServerPolicy {
-    fn new(
+/// An input policy whose decision a policy server evaluates (input: the [`InputContext`]).
+pub type RegoServerInputPolicy = RegoServerPolicy<InputContext>;
+
+/// A tool-call policy whose decision a policy server evaluates (input: the
+/// [`ToolCallContext`]).
+pub type RegoServerToolCallPolicy = RegoServerPolicy<ToolCallContext>;
+
+/// An output policy whose decision a policy server evaluates (input: the [`OutputContext`]).
+pub type RegoServerOutputPolicy = RegoServerPolicy<OutputContext>;
+
+impl<C: PolicyContext> RegoServerPolicy<C> {
+    /// A policy with id `id` whose decision is the document at `package_path`
+    /// (`portcullis/input` or `portcullis.input`, optionally ending in `/decision`) on the
+    /// server of `options`. Checks the options and the path now and fails with what is wrong;
+    /// no request is made until the first evaluation.
+    pub fn new(
         id: impl Into<String>,
-        options: &RegoServerClientOptions,
+        options: RegoServerClientOptions,
         package_path: &str,
-    ) -> Result<RegoServerPolicy, ClientError> {
+    ) -> Result<Self, ClientError> {
         let client = options.connect()?;
         let url = data_url(&client, package_path)?;
         let package = split_path(package_path, "package path", '.')?.join(".");
@@ -304,13 +322,16 @@ impl RegoServerPolicy {
             client,
             url,
             package: format!("data.{package}"),
+            point: PhantomData,
         })
     }
 
-    async fn evaluate<C: Serialize + Sync>(
-        &self,
-        context: &C,
-    ) -> Result<PolicyDecision, RemoteError> {
+    /// The URL evaluations are posted to.
+    pub fn endpoint(&self) -> &str {
+        self.url.as_str()
+    }
+
+    async fn ask(&self, context: &C) -> Result<PolicyDecision, RemoteError> {
         let (response, result) = query(&self.client, &self.url, context).await?;
         let Some(document) = result else {
             return Err(response.shape_error(format!(
@@ -322,63 +343,15 @@ impl RegoServerPolicy {
     }
 }
 
-macro_rules! rego_server_policy {
-    ($(#[$doc:meta])* $name:ident, $trait:ident, $context:ty) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone)]
-        pub struct $name {
-            inner: RegoServerPolicy,
-        }
+#[async_trait]
+impl<C: PolicyContext> Policy<C> for RegoServerPolicy<C> {
+    fn id(&self) -> &str {
+        &self.id
+    }
 
-        impl $name {
-            /// A policy with id `id` whose decision is the document at `package_path`
-            /// (`portcullis/input` or `portcullis.input`, optionally ending in `/decision`) on
-            /// the server of `options`. Checks the options and the path now and fails with what
-            /// is wrong; no request is made until the first evaluation.
-            pub fn new(
-                id: impl Into<String>,
-                options: RegoServerClientOptions,
-                package_path: &str,
-            ) -> Result<Self, ClientError> {
-                Ok($name {
-                    inner: RegoServerPolicy::new(id, &options, package_path)?,
-                })
-            }
-
-            /// The URL evaluations are posted to.
-            pub fn endpoint(&self) -> &str {
-                self.inner.url.as_str()
-            }
-        }
-
-        #[async_trait]
-        impl $trait for $name {
-            fn id(&self) -> &str {
-                &self.inner.id
-            }
-
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
-                Ok(self.inner.evaluate(context).await?)
-            }
-        }
-    };
-}
-
-rego_server_policy! {
-    /// An input policy whose decision a policy server evaluates (input: the [`InputContext`]).
-    RegoServerInputPolicy, InputPolicy, InputContext
-}
-
-rego_server_policy! {
-    /// A tool-call policy whose decision a policy server evaluates (input: the
-    /// [`ToolCallContext`]).
-    RegoServerToolCallPolicy, ToolCallPolicy, ToolCallContext
-}
-
-rego_server_policy! {
-    /// An output policy whose decision a policy server evaluates (input: the
-    /// [`OutputContext`]).
-    RegoServerOutputPolicy, OutputPolicy, OutputContext
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        Ok(self.ask(context).await?)
+    }
 }
 
 #[cfg(test)]

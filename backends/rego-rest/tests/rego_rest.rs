@@ -1,16 +1,15 @@
 //! The `rego-rest` backend against a real OPA-REST-compatible server on 127.0.0.1 that
 //! evaluates the Rego for real (regorus).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // A test fails by panicking: unwrapping is how these tests say "this must work".
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use portcullis_engine::{
-    EngineError, InputContext, InputPolicy, Message, Metadata, OnError, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Redaction, ToolCallContext,
-    ToolCallPolicy, TransformOperation,
+    EngineError, InputContext, Message, Metadata, OnError, OutputContext, Policy, PolicyDecision,
+    PolicyEngine, PolicySet, Redaction, ToolCallContext, TransformOperation,
 };
 use portcullis_rego_rest::{
     RegoServerClient, RegoServerClientOptions, RegoServerInputPolicy, RegoServerOutputPolicy,

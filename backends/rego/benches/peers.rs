@@ -25,6 +25,7 @@
 //! whatever the load.
 
 #![allow(missing_docs)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::future::Future;
 use std::hint::black_box;
@@ -34,8 +35,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use portcullis_engine::{
-    InputContext, InputPolicy, Message, Metadata, PolicyDecision, Role, ToolCallContext,
-    ToolCallPolicy,
+    InputContext, Message, Metadata, Policy, PolicyDecision, Role, ToolCallContext,
 };
 use portcullis_rego::{RegoInputPolicy, RegoToolCallPolicy};
 use serde_json::json;

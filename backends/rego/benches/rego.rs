@@ -6,6 +6,7 @@
 //! evaluation; `threads/2` at least 1.7x the throughput of `threads/1`.
 
 #![allow(missing_docs)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -13,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use portcullis_engine::{
-    InputContext, InputPolicy, Message, Metadata, OutputContext, OutputPolicy, PolicyDecision,
-    Role, ToolCallContext, ToolCallPolicy,
+    InputContext, Message, Metadata, OutputContext, Policy, PolicyDecision, Role, ToolCallContext,
 };
 use portcullis_rego::{RegoBundle, RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
 use serde_json::json;

@@ -10,7 +10,9 @@
 
 use std::io::Write;
 
-use portcullis_engine::{InputContext, Message, Metadata, OutputContext, ToolCallContext};
+use portcullis_engine::{
+    AuditContext, InputContext, Message, Metadata, OutputContext, ToolCallContext,
+};
 use serde_json::{Map, Value};
 
 use crate::runtime::{Image, MAX_DEPTH};
@@ -33,6 +35,25 @@ impl InputJson for Value {
 
     fn build_image(&self, image: &mut Image) -> Option<u32> {
         build_value(image, self, 0)
+    }
+}
+
+/// Any point's context, as a policy generic over the points hands it over.
+impl InputJson for AuditContext<'_> {
+    fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            AuditContext::Input(context) => context.write_json(out),
+            AuditContext::ToolCall(context) => context.write_json(out),
+            AuditContext::Output(context) => context.write_json(out),
+        }
+    }
+
+    fn build_image(&self, image: &mut Image) -> Option<u32> {
+        match self {
+            AuditContext::Input(context) => context.build_image(image),
+            AuditContext::ToolCall(context) => context.build_image(image),
+            AuditContext::Output(context) => context.build_image(image),
+        }
     }
 }
 

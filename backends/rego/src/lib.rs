@@ -130,7 +130,7 @@ mod validate;
 pub use builtins::HOST_BUILTINS;
 pub use bundle::{CheckedBundle, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT, RegoBundle};
 pub use error::{RegoError, RegoEvaluationError};
-pub use policy::{RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
+pub use policy::{RegoInputPolicy, RegoOutputPolicy, RegoPolicy, RegoToolCallPolicy};
 
 /// Whether the JSON Web Token `token` is signed by `key` with `algorithm`: `RS256` or `ES256`
 /// with a PEM public key, a PEM certificate or a JWK (set), `HS256` with the shared secret.

@@ -1,17 +1,16 @@
-//! [`RegoInputPolicy`], [`RegoToolCallPolicy`] and [`RegoOutputPolicy`]: a bundle's decision
-//! entrypoint as a policy of one interception point.
+//! [`RegoPolicy`] (named [`RegoInputPolicy`], [`RegoToolCallPolicy`] and [`RegoOutputPolicy`]
+//! at each point): a bundle's decision entrypoint as a policy of one interception point.
 
+use std::marker::PhantomData;
 use std::path::Path;
 
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
-    ToolCallContext, ToolCallPolicy,
+    BoxError, InputContext, OutputContext, Policy, PolicyContext, PolicyDecision, ToolCallContext,
 };
 use serde_json::Value;
 
 use crate::bundle::RegoBundle;
 use crate::error::{RegoError, RegoEvaluationError};
-use crate::input::InputJson;
 
 /// The entrypoint a policy uses when none is named: the only one, else the one ending in
 /// `/decision`.
@@ -38,44 +37,6 @@ pub(crate) fn choose_entrypoint_in(entrypoints: Vec<String>) -> Result<String, R
             message: "cannot choose an entrypoint: several end in /decision; name one".to_owned(),
             available: entrypoints,
         }),
-    }
-}
-
-/// The part the three policy types share.
-#[derive(Debug, Clone)]
-struct RegoPolicy {
-    id: String,
-    bundle: RegoBundle,
-    entrypoint: String,
-    entrypoint_id: i32,
-}
-
-impl RegoPolicy {
-    fn new(id: String, bundle: RegoBundle, entrypoint: Option<&str>) -> Result<Self, RegoError> {
-        let entrypoint = match entrypoint {
-            Some(name) => name.to_owned(),
-            None => choose_entrypoint(&bundle)?,
-        };
-        let entrypoint_id =
-            bundle
-                .entrypoint_id(&entrypoint)
-                .map_err(|_| RegoError::Entrypoint {
-                    message: format!("the bundle has no entrypoint {entrypoint:?}"),
-                    available: bundle.entrypoints(),
-                })?;
-        Ok(Self {
-            id,
-            bundle,
-            entrypoint,
-            entrypoint_id,
-        })
-    }
-
-    fn decide(&self, context: &impl InputJson) -> Result<PolicyDecision, RegoEvaluationError> {
-        self.bundle
-            .evaluate_raw(self.entrypoint_id, context, |bytes| {
-                read_decision(&self.entrypoint, bytes)
-            })
     }
 }
 
@@ -183,129 +144,128 @@ pub(crate) fn decision_from_value(
     portcullis_rego_decision::read_decision(entrypoint, value).map_err(|error| error.to_string())
 }
 
-macro_rules! rego_policy {
-    ($(#[$doc:meta])* $name:ident, $trait:ident, $context:ty, $point:literal, $example:literal) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone)]
-        pub struct $name {
-            policy: RegoPolicy,
-        }
-
-        impl $name {
-            #[doc = concat!("Opens the bundle at `bundle_path` and uses its decision entrypoint as a ", $point, " policy named `id`.")]
-            ///
-            /// The entrypoint is the bundle's only one, else the one ending in `/decision`.
-            ///
-            /// # Errors
-            /// The bundle cannot be opened (see [`RegoBundle::open`]), or no entrypoint can be chosen.
-            pub fn new(id: impl Into<String>, bundle_path: impl AsRef<Path>) -> Result<Self, RegoError> {
-                Self::from_bundle(id, RegoBundle::open(bundle_path)?)
-            }
-
-            /// Like [`new`](Self::new), with the entrypoint named (for example
-            #[doc = concat!("`", $example, "`).")]
-            ///
-            /// # Errors
-            /// The bundle cannot be opened, or has no such entrypoint.
-            pub fn with_entrypoint(
-                id: impl Into<String>,
-                bundle_path: impl AsRef<Path>,
-                entrypoint: &str,
-            ) -> Result<Self, RegoError> {
-                Self::from_bundle_entrypoint(id, RegoBundle::open(bundle_path)?, entrypoint)
-            }
-
-            /// A policy on an opened bundle (for example one given limits or data first), with the
-            /// entrypoint chosen as in [`new`](Self::new).
-            ///
-            /// # Errors
-            /// No entrypoint can be chosen.
-            pub fn from_bundle(id: impl Into<String>, bundle: RegoBundle) -> Result<Self, RegoError> {
-                Ok(Self { policy: RegoPolicy::new(id.into(), bundle, None)? })
-            }
-
-            /// A policy on an opened bundle and a named entrypoint.
-            ///
-            /// # Errors
-            /// The bundle has no such entrypoint.
-            pub fn from_bundle_entrypoint(
-                id: impl Into<String>,
-                bundle: RegoBundle,
-                entrypoint: &str,
-            ) -> Result<Self, RegoError> {
-                Ok(Self { policy: RegoPolicy::new(id.into(), bundle, Some(entrypoint))? })
-            }
-
-            /// The bundle evaluated.
-            pub fn bundle(&self) -> &RegoBundle {
-                &self.policy.bundle
-            }
-
-            /// The entrypoint whose value is the decision.
-            pub fn entrypoint(&self) -> &str {
-                &self.policy.entrypoint
-            }
-
-            /// Evaluates the policy without `async` (the trait's `evaluate` does the same work).
-            ///
-            /// # Errors
-            /// The evaluation fails (see [`RegoEvaluationError`]), the entrypoint is undefined for
-            /// this context, or its value is not a decision.
-            pub fn decide(&self, context: &$context) -> Result<PolicyDecision, RegoEvaluationError> {
-                self.policy.decide(context)
-            }
-        }
-
-        #[async_trait::async_trait]
-        impl $trait for $name {
-            fn id(&self) -> &str {
-                &self.policy.id
-            }
-
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
-                Ok(self.policy.decide(context)?)
-            }
-        }
-    };
+/// A bundle's decision entrypoint as a policy of the point of `C`. [`RegoInputPolicy`],
+/// [`RegoToolCallPolicy`] and [`RegoOutputPolicy`] name it at each point.
+#[derive(Debug, Clone)]
+pub struct RegoPolicy<C> {
+    id: String,
+    bundle: RegoBundle,
+    entrypoint: String,
+    entrypoint_id: i32,
+    point: PhantomData<fn(&C)>,
 }
 
-rego_policy!(
-    /// An input policy decided by a Rego entrypoint; the input is the [`InputContext`] as JSON.
-    ///
-    /// The entrypoint's value is read as a decision: an object with a `decision` key (and
-    /// `reason`, `redactions`, `transformation`), a bare decision name such as `"allow"`, or a
-    /// boolean (`false` denies with a reason naming the entrypoint). An undefined entrypoint is an
-    /// evaluation error ("policy produced no decision").
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// use portcullis_engine::{InputContext, Message, Metadata, PolicyEngine, PolicySet, Role};
-    /// use portcullis_rego::RegoInputPolicy;
-    ///
-    /// // Built with `opa build -t wasm -e aps/input/decision policy.rego -o no-ssn-input.tar.gz`.
-    /// let policy = RegoInputPolicy::new("no-ssn", "no-ssn-input.tar.gz")?;
-    /// let engine = PolicyEngine::builder().policy_set(PolicySet::builder().input(policy).build()).build();
-    /// let context = InputContext::new(
-    ///     vec![Message::new(Role::User, "My SSN is 123-45-6789")],
-    ///     Metadata::new("agent-1", "session-1"),
-    /// );
-    /// assert!(engine.evaluate_input(&context).await.is_err());
-    /// # Ok(()) }
-    /// ```
-    RegoInputPolicy, InputPolicy, InputContext, "input", "aps/input/decision"
-);
+/// A bundle's decision entrypoint as an input policy (see [`RegoPolicy`]).
+pub type RegoInputPolicy = RegoPolicy<InputContext>;
 
-rego_policy!(
-    /// A tool-call policy decided by a Rego entrypoint; the input is the [`ToolCallContext`] as
-    /// JSON. Decisions are read as for [`RegoInputPolicy`].
-    RegoToolCallPolicy, ToolCallPolicy, ToolCallContext, "tool-call", "aps/tool_call/decision"
-);
+/// A bundle's decision entrypoint as a tool-call policy (see [`RegoPolicy`]).
+pub type RegoToolCallPolicy = RegoPolicy<ToolCallContext>;
 
-rego_policy!(
-    /// An output policy decided by a Rego entrypoint; the input is the [`OutputContext`] as JSON.
-    /// Decisions are read as for [`RegoInputPolicy`].
-    RegoOutputPolicy, OutputPolicy, OutputContext, "output", "aps/output/decision"
-);
+/// A bundle's decision entrypoint as an output policy (see [`RegoPolicy`]).
+pub type RegoOutputPolicy = RegoPolicy<OutputContext>;
+
+impl<C: PolicyContext> RegoPolicy<C> {
+    /// Opens the bundle at `bundle_path` and uses its decision entrypoint as a policy of this
+    /// point named `id`.
+    ///
+    /// The entrypoint is the bundle's only one, else the one ending in `/decision`.
+    ///
+    /// # Errors
+    /// The bundle cannot be opened (see [`RegoBundle::open`]), or no entrypoint can be chosen.
+    pub fn new(id: impl Into<String>, bundle_path: impl AsRef<Path>) -> Result<Self, RegoError> {
+        Self::from_bundle(id, RegoBundle::open(bundle_path)?)
+    }
+
+    /// Like [`new`](Self::new), with the entrypoint named (for example `aps/input/decision`).
+    ///
+    /// # Errors
+    /// The bundle cannot be opened, or has no such entrypoint.
+    pub fn with_entrypoint(
+        id: impl Into<String>,
+        bundle_path: impl AsRef<Path>,
+        entrypoint: &str,
+    ) -> Result<Self, RegoError> {
+        Self::from_bundle_entrypoint(id, RegoBundle::open(bundle_path)?, entrypoint)
+    }
+
+    /// A policy on an opened bundle (for example one given limits or data first), with the
+    /// entrypoint chosen as in [`new`](Self::new).
+    ///
+    /// # Errors
+    /// No entrypoint can be chosen.
+    pub fn from_bundle(id: impl Into<String>, bundle: RegoBundle) -> Result<Self, RegoError> {
+        let entrypoint = choose_entrypoint(&bundle)?;
+        Self::on_entrypoint(id.into(), bundle, entrypoint)
+    }
+
+    /// A policy on an opened bundle and a named entrypoint.
+    ///
+    /// # Errors
+    /// The bundle has no such entrypoint.
+    pub fn from_bundle_entrypoint(
+        id: impl Into<String>,
+        bundle: RegoBundle,
+        entrypoint: &str,
+    ) -> Result<Self, RegoError> {
+        Self::on_entrypoint(id.into(), bundle, entrypoint.to_owned())
+    }
+
+    fn on_entrypoint(
+        id: String,
+        bundle: RegoBundle,
+        entrypoint: String,
+    ) -> Result<Self, RegoError> {
+        let entrypoint_id =
+            bundle
+                .entrypoint_id(&entrypoint)
+                .map_err(|_| RegoError::Entrypoint {
+                    message: format!("the bundle has no entrypoint {entrypoint:?}"),
+                    available: bundle.entrypoints(),
+                })?;
+        Ok(RegoPolicy {
+            id,
+            bundle,
+            entrypoint,
+            entrypoint_id,
+            point: PhantomData,
+        })
+    }
+
+    /// The bundle evaluated.
+    pub fn bundle(&self) -> &RegoBundle {
+        &self.bundle
+    }
+
+    /// The entrypoint whose value is the decision.
+    pub fn entrypoint(&self) -> &str {
+        &self.entrypoint
+    }
+}
+
+impl<C: PolicyContext> RegoPolicy<C> {
+    /// Evaluates the policy without `async` (the trait's `evaluate` does the same work).
+    ///
+    /// # Errors
+    /// The evaluation fails (see [`RegoEvaluationError`]), the entrypoint is undefined for
+    /// this context, or its value is not a decision.
+    pub fn decide(&self, context: &C) -> Result<PolicyDecision, RegoEvaluationError> {
+        self.bundle
+            .evaluate_raw(self.entrypoint_id, &context.audit_context(), |bytes| {
+                read_decision(&self.entrypoint, bytes)
+            })
+    }
+}
+
+#[async_trait::async_trait]
+impl<C: PolicyContext> Policy<C> for RegoPolicy<C> {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        Ok(self.decide(context)?)
+    }
+}
 
 #[cfg(test)]
 mod tests {

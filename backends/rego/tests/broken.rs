@@ -1,4 +1,5 @@
 //! Broken bundles and modules are construction errors that say what is wrong and where.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

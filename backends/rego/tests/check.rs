@@ -1,5 +1,6 @@
 //! `RegoBundle::check`: what opening finds (entrypoints, ABI version, builtins, refusals),
 //! found without compiling the module.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -1,14 +1,15 @@
 //! A Rego decision `escalate` makes the engine ask for an approval. The module is a minimal
 //! one following the OPA WebAssembly ABI 1.2 whose one entrypoint answers
 //! `{"decision": "escalate", "reason": "ask a person"}`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::time::Duration;
 
 use portcullis_engine::{
-    EngineError, Message, Metadata, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext,
-    ToolCallPolicy,
+    EngineError, Message, Metadata, Policy, PolicyDecision, PolicyEngine, PolicySet,
+    ToolCallContext,
 };
 use portcullis_rego::{RegoBundle, RegoToolCallPolicy};
 

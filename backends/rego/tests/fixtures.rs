@@ -1,13 +1,14 @@
 //! The real OPA-built modules of `../shared/fixtures` through the policy types, a policy engine
 //! and `RegoBundle`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::sync::{Arc, Mutex};
 
 use portcullis_engine::{
-    AuditDecision, EngineError, InputContext, InputPolicy, Message, Metadata, OutputContext,
-    OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, Role, ToolCallContext, ToolCallPolicy,
+    AuditDecision, EngineError, InputContext, Message, Metadata, OutputContext, Policy,
+    PolicyDecision, PolicyEngine, PolicySet, Role, ToolCallContext,
 };
 use portcullis_rego::{
     RegoBundle, RegoError, RegoEvaluationError, RegoInputPolicy, RegoOutputPolicy,

@@ -7,6 +7,7 @@
 //! as the contents of a gzip stream (so the fuzzer mutates the tar archive, not its
 //! compressed bytes). This test fails when the committed seeds differ from what it generates;
 //! `PORTCULLIS_WRITE_FUZZ_SEEDS=1 cargo test -p portcullis-rego --test fuzz_seeds` rewrites them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

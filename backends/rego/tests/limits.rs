@@ -1,4 +1,5 @@
 //! Time and memory limits, traps, `opa_abort` and host builtins, on a hand-written OPA-ABI module.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

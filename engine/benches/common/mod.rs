@@ -7,7 +7,7 @@ pub(crate) mod family;
 
 use portcullis_engine::stream::decide_whole_text;
 use portcullis_engine::{
-    BoxError, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, StreamingRule,
+    BoxError, OutputContext, Policy, PolicyDecision, PolicyEngine, PolicySet, StreamingRule,
     async_trait,
 };
 
@@ -22,7 +22,7 @@ struct Rules {
 }
 
 #[async_trait]
-impl OutputPolicy for Rules {
+impl Policy<OutputContext> for Rules {
     fn id(&self) -> &str {
         self.id
     }

@@ -221,7 +221,7 @@ impl PolicyEngine {
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// use portcullis_engine::stream::{StreamItem, StreamingRule};
     /// use portcullis_engine::{
-    ///     async_trait, BoxError, Metadata, OutputContext, OutputPolicy, PolicyDecision,
+    ///     async_trait, BoxError, Metadata, OutputContext, Policy, PolicyDecision,
     ///     PolicyEngine, PolicySet, Redaction,
     /// };
     ///
@@ -231,7 +231,7 @@ impl PolicyEngine {
     /// const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
     ///
     /// #[async_trait]
-    /// impl OutputPolicy for RedactSsn {
+    /// impl Policy<OutputContext> for RedactSsn {
     ///     fn id(&self) -> &str {
     ///         "redact_ssn"
     ///     }
@@ -1315,7 +1315,7 @@ impl<'e> OutputStream<'e> {
 
     /// Evaluates the monitored output policies on the whole text (they never hold text back).
     async fn evaluate_monitored(&self) {
-        if !self.set.output.entries.iter().any(|entry| entry.monitor) {
+        if !self.set.output().entries.iter().any(|entry| entry.monitor) {
             return;
         }
         let context = self.whole_context();
@@ -1570,7 +1570,7 @@ impl Drop for OutputStream<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::OutputPolicy;
+    use crate::policy::Policy;
     use crate::set::PolicySetBuilder;
     use crate::stream::plan::required_literals;
     use crate::stream::{StreamItem, StreamingRule};
@@ -1642,7 +1642,7 @@ mod tests {
     struct Redact(&'static str, &'static str);
 
     #[async_trait::async_trait]
-    impl OutputPolicy for Redact {
+    impl Policy<OutputContext> for Redact {
         fn id(&self) -> &str {
             self.1
         }
@@ -1862,7 +1862,7 @@ mod tests {
     struct Deny(&'static [&'static str]);
 
     #[async_trait::async_trait]
-    impl OutputPolicy for Deny {
+    impl Policy<OutputContext> for Deny {
         fn id(&self) -> &str {
             "deny"
         }
@@ -1880,7 +1880,7 @@ mod tests {
     struct ReplaceWith(&'static str, &'static str);
 
     #[async_trait::async_trait]
-    impl OutputPolicy for ReplaceWith {
+    impl Policy<OutputContext> for ReplaceWith {
         fn id(&self) -> &str {
             "replace"
         }

@@ -10,7 +10,7 @@
 //! The mode is chosen once, when the policy set is built (see [`StreamPlan`]):
 //!
 //! - **Incremental**, when every enforced output policy has a streaming form
-//!   ([`OutputPolicy::streaming`](crate::OutputPolicy::streaming)): DSL `contains` rules and
+//!   ([`Policy::streaming`](crate::Policy::streaming)): DSL `contains` rules and
 //!   regex redactions of `response.content`. Each rule looks at the text once, as it arrives,
 //!   with its state kept between pushes: a SIMD search for literals one of which every match
 //!   contains (the `@` of an e-mail pattern, prefixes of each alternative of `foo|bar`) or,

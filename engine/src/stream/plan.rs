@@ -240,7 +240,7 @@ impl StreamPlan {
         let mut stages = Vec::new();
         let mut reasons = Vec::new();
         let forms = &set.output_streaming;
-        for (index, (entry, form)) in set.output.entries.iter().zip(forms).enumerate() {
+        for (index, (entry, form)) in set.output().entries.iter().zip(forms).enumerate() {
             if entry.monitor {
                 continue;
             }

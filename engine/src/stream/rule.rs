@@ -76,7 +76,7 @@ impl StreamingRule {
 /// matches denies. Otherwise the decision is a `redact` of `response.content` with the
 /// replace rules that matched, or `allow`.
 ///
-/// An output policy whose [`evaluate`](crate::OutputPolicy::evaluate) returns this for its own
+/// An output policy whose [`evaluate`](crate::Policy::evaluate) returns this for its own
 /// rules decides exactly as the streaming guard does when it runs them incrementally.
 pub fn decide_whole_text(rules: &[StreamingRule], text: &str) -> Result<PolicyDecision, BoxError> {
     let mut current = Cow::Borrowed(text);

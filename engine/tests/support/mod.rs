@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, OutputContext,
-    OutputPolicy, PolicyDecision, ToolCallContext, ToolCallPolicy, async_trait,
+    AuditRecord, BoxError, InputContext, Message, Metadata, OutputContext, Policy, PolicyContext,
+    PolicyDecision, ToolCallContext, async_trait,
 };
 use serde_json::{Value, json};
 
@@ -72,24 +72,16 @@ impl<C> Scripted<C> {
     }
 }
 
-macro_rules! scripted_impl {
-    ($trait:ident, $context:ty) => {
-        #[async_trait]
-        impl $trait for Scripted<$context> {
-            fn id(&self) -> &str {
-                &self.id
-            }
+#[async_trait]
+impl<C: PolicyContext> Policy<C> for Scripted<C> {
+    fn id(&self) -> &str {
+        &self.id
+    }
 
-            async fn evaluate(&self, context: &$context) -> Result<PolicyDecision, BoxError> {
-                self.run(context).await
-            }
-        }
-    };
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        self.run(context).await
+    }
 }
-
-scripted_impl!(InputPolicy, InputContext);
-scripted_impl!(ToolCallPolicy, ToolCallContext);
-scripted_impl!(OutputPolicy, OutputContext);
 
 pub fn metadata() -> Metadata {
     Metadata::new("agent-7", "session-42")

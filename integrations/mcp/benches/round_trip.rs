@@ -8,6 +8,7 @@
 //! `send_email` is allowed and its result passes unchanged; `read_file` answers with an SSN
 //! that the output policies redact. The guard runs the test policies of the crate (three
 //! tool-call policies, two output policies).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

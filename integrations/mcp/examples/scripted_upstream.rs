@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run -p portcullis-mcp --example scripted_upstream
 //! ```
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/support/upstream.rs"]
 mod upstream;

@@ -749,14 +749,14 @@ pub fn denial(result: &CallToolResult) -> Option<PolicyDenialError> {
 
 #[cfg(test)]
 mod tests {
-    use portcullis_engine::{BoxError, OutputPolicy, PolicySet, Redaction, async_trait};
+    use portcullis_engine::{BoxError, Policy, PolicySet, Redaction, async_trait};
 
     use super::*;
 
     struct Redact(Redaction);
 
     #[async_trait]
-    impl OutputPolicy for Redact {
+    impl Policy<OutputContext> for Redact {
         fn id(&self) -> &str {
             "redact"
         }

@@ -110,6 +110,7 @@
 
 mod approval;
 mod client;
+mod drain;
 mod guard;
 #[cfg(feature = "listener")]
 mod listener;
@@ -117,6 +118,7 @@ mod relay;
 mod server;
 
 pub use client::{DEFAULT_UPSTREAM_TIMEOUT, GuardedClient};
+pub use drain::{Drain, Draining};
 pub use guard::{
     APPROVAL_META_KEY, CallCheck, DENIAL_ERROR_CODE, DENIAL_META_KEY, MCP_METHOD_KEY, ToolGuard,
     approval_request, denial,

@@ -1,13 +1,14 @@
 //! Escalations through the guard, with real rmcp clients and servers on both sides: a client
 //! that supports elicitation is asked, one that does not gets an error naming the approval
 //! request.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
 use std::sync::{Arc, Mutex};
 
 use portcullis_engine::{
-    BoxError, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, ToolCallPolicy, async_trait,
+    BoxError, Policy, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 use portcullis_mcp::{GuardedClient, GuardedServer, ToolGuard, approval_request, denial};
 use rmcp::model::{
@@ -24,7 +25,7 @@ use support::{TestError, connect_in_process, text};
 struct AskBeforeEmail;
 
 #[async_trait]
-impl ToolCallPolicy for AskBeforeEmail {
+impl Policy<ToolCallContext> for AskBeforeEmail {
     fn id(&self) -> &str {
         "ask_before_email"
     }

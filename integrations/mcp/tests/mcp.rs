@@ -1,5 +1,6 @@
 //! The guard with rmcp on both sides, over the real protocol: in-process pipes, streamable
 //! HTTP on 127.0.0.1, and an upstream started as a child process on stdio.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
@@ -577,7 +578,7 @@ async fn upstream_answering_garbage() -> Result<(), TestError> {
 struct Broken;
 
 #[portcullis_engine::async_trait]
-impl portcullis_engine::ToolCallPolicy for Broken {
+impl portcullis_engine::Policy<portcullis_engine::ToolCallContext> for Broken {
     fn id(&self) -> &str {
         "broken"
     }
@@ -591,7 +592,7 @@ impl portcullis_engine::ToolCallPolicy for Broken {
 }
 
 #[portcullis_engine::async_trait]
-impl portcullis_engine::OutputPolicy for Broken {
+impl portcullis_engine::Policy<portcullis_engine::OutputContext> for Broken {
     fn id(&self) -> &str {
         "broken"
     }

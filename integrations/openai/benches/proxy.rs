@@ -12,6 +12,7 @@
 //! and proxied requests alternate in batches, so both sides see the same machine; the figures
 //! are the percentiles of each side and their difference. `PROXY_BENCH_REQUESTS` sets the
 //! number of requests per side (default 4000).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

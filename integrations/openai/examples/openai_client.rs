@@ -2,6 +2,7 @@
 //! this example starts on 127.0.0.1 (no network, no API key).
 //!
 //! Run with `cargo run -p portcullis-openai --example openai_client`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -15,8 +16,8 @@ use async_openai::types::responses::{CreateResponse, ResponseStreamEvent};
 use futures_util::StreamExt;
 use portcullis_engine::stream::StreamingRule;
 use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
-    PolicyEngine, PolicySet, Redaction, ToolCallContext, ToolCallPolicy, async_trait,
+    AuditRecord, BoxError, InputContext, OutputContext, Policy, PolicyDecision, PolicyEngine,
+    PolicySet, Redaction, ToolCallContext, async_trait,
 };
 use portcullis_openai::PortcullisLayer;
 use serde_json::json;
@@ -28,7 +29,7 @@ const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
 struct RedactPromptSsn;
 
 #[async_trait]
-impl InputPolicy for RedactPromptSsn {
+impl Policy<InputContext> for RedactPromptSsn {
     fn id(&self) -> &str {
         "redact_prompt_ssn"
     }
@@ -45,7 +46,7 @@ impl InputPolicy for RedactPromptSsn {
 struct RedactAnswerSsn;
 
 #[async_trait]
-impl OutputPolicy for RedactAnswerSsn {
+impl Policy<OutputContext> for RedactAnswerSsn {
     fn id(&self) -> &str {
         "redact_answer_ssn"
     }
@@ -70,7 +71,7 @@ impl OutputPolicy for RedactAnswerSsn {
 struct NoDestructiveTools;
 
 #[async_trait]
-impl ToolCallPolicy for NoDestructiveTools {
+impl Policy<ToolCallContext> for NoDestructiveTools {
     fn id(&self) -> &str {
         "no_destructive_tools"
     }

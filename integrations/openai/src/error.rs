@@ -89,6 +89,49 @@ impl fmt::Display for GuardError {
 
 impl StdError for GuardError {}
 
+/// Why a guarded exchange failed: what a policy decided, or what the guard could not do.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// A policy denied the request or the answer.
+    Denied(PolicyDenialError),
+    /// A policy could not be evaluated.
+    Evaluation(PolicyEvaluationError),
+    /// A policy escalated and no approval came.
+    ApprovalRequired(Box<ApprovalRequest>),
+    /// The guard could not map the request or the answer, or refused the request.
+    Guard(GuardError),
+}
+
+impl From<EngineError> for Failure {
+    fn from(error: EngineError) -> Self {
+        match error {
+            EngineError::Denied(denial) => Failure::Denied(denial),
+            EngineError::Evaluation(error) => Failure::Evaluation(error),
+            EngineError::ApprovalRequired(request) => Failure::ApprovalRequired(request),
+        }
+    }
+}
+
+impl From<GuardError> for Failure {
+    fn from(error: GuardError) -> Self {
+        Failure::Guard(error)
+    }
+}
+
+impl Failure {
+    /// The error an async-openai caller receives in [`OpenAIError::Boxed`]: the engine's
+    /// denial, evaluation error or approval request, or the guard's error, as each is
+    /// documented ([`denial`], [`evaluation_error`], [`approval_request`] find them).
+    pub(crate) fn into_boxed(self) -> Box<dyn StdError + Send + Sync> {
+        match self {
+            Failure::Denied(denial) => Box::new(denial),
+            Failure::Evaluation(error) => Box::new(error),
+            Failure::ApprovalRequired(request) => Box::new(EngineError::ApprovalRequired(request)),
+            Failure::Guard(error) => Box::new(error),
+        }
+    }
+}
+
 /// The policy denial behind an error returned by a guarded client, if it is one.
 ///
 /// Finds input denials, output denials, tool-call denials with
@@ -187,39 +230,41 @@ pub fn approval_request(error: &OpenAIError) -> Option<ApprovalRequest> {
 }
 
 /// The OpenAI-style error event that ends a guarded stream early.
-pub(crate) fn error_event(failure: &(dyn StdError + Send + Sync + 'static)) -> Value {
-    if let Some(denial) = failure.downcast_ref::<PolicyDenialError>() {
-        return json!({ "error": {
-            "message": format!("denied by policy \"{}\": {denial}", denial.policy_id()),
-            "type": DENIAL_TYPE,
-            "code": denial.policy_id(),
-            "param": null,
-            "portcullis": {
-                "policy_id": denial.policy_id(),
-                "interception_point": denial.interception_point(),
-                "reason": denial.reason(),
-            },
-        }});
-    }
-    if let Some(request) = failure
-        .downcast_ref::<EngineError>()
-        .and_then(EngineError::as_approval_request)
-    {
-        return json!({ "error": {
-            "message": request.to_string(),
-            "type": APPROVAL_TYPE,
-            "code": request.policy_ids.first(),
-            "param": null,
-            "portcullis": { "approval_request": named_request(request) },
-        }});
-    }
-    let kind = if failure.downcast_ref::<PolicyEvaluationError>().is_some() {
-        "policy_evaluation_error"
-    } else {
-        "portcullis_error"
+pub(crate) fn error_event(failure: &Failure) -> Value {
+    let (message, kind) = match failure {
+        Failure::Denied(denial) => {
+            return json!({ "error": {
+                "message": format!("denied by policy \"{}\": {denial}", denial.policy_id()),
+                "type": DENIAL_TYPE,
+                "code": denial.policy_id(),
+                "param": null,
+                "portcullis": {
+                    "policy_id": denial.policy_id(),
+                    "interception_point": denial.interception_point(),
+                    "reason": denial.reason(),
+                },
+            }});
+        }
+        Failure::ApprovalRequired(request) => {
+            return json!({ "error": {
+                "message": request.to_string(),
+                "type": APPROVAL_TYPE,
+                "code": request.policy_ids.first(),
+                "param": null,
+                "portcullis": { "approval_request": named_request(request) },
+            }});
+        }
+        Failure::Evaluation(error) => (
+            portcullis_engine::error::error_chain(error),
+            "policy_evaluation_error",
+        ),
+        Failure::Guard(error) => (
+            portcullis_engine::error::error_chain(error),
+            "portcullis_error",
+        ),
     };
     json!({ "error": {
-        "message": portcullis_engine::error::error_chain(failure),
+        "message": message,
         "type": kind,
         "code": null,
         "param": null,
@@ -267,7 +312,7 @@ mod tests {
             vec!["wire transfers need a person".into()],
             json!({ "response": { "role": "assistant", "content": "wire to account 4242" } }),
         );
-        let failure = EngineError::ApprovalRequired(Box::new(request.clone()));
+        let failure = Failure::ApprovalRequired(Box::new(request.clone()));
         let event = error_event(&failure).to_string();
         assert!(!event.contains("4242"), "{event}");
         assert!(!event.contains("context"), "{event}");

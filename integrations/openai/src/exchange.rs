@@ -10,75 +10,18 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use portcullis_engine::{
-    EngineError, InputContext, Message, Metadata, PolicyDenialError, PolicyEngine, StreamItem,
-    StreamItems, ToolCallContext,
-};
-use serde_json::{Map, Value};
+use portcullis_engine::{InputContext, Metadata};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::ToolDenial;
-use crate::error::GuardError;
-use crate::mapping::{self, Api, ToolCall};
+use crate::error::{Failure, GuardError};
+use crate::mapping::{self, Api};
 /// The whole-answer side of an exchange.
 pub(crate) use crate::response::guard_answer;
-
-/// Why an exchange failed: a [`PolicyDenialError`], a
-/// [`PolicyEvaluationError`](portcullis_engine::PolicyEvaluationError), an
-/// [`EngineError::ApprovalRequired`], or a [`GuardError`] (downcast to tell them apart).
-pub(crate) type Failure = Box<dyn std::error::Error + Send + Sync>;
+use crate::settings::Settings;
 
 /// Chunks in flight between a stream's guard and its reader.
-pub(crate) const CHANNEL_CAPACITY: usize = 16;
-
-/// The largest server-sent event a guarded stream accepts (an answer's text arrives in many
-/// small events; one event this large is not an answer).
-pub(crate) const DEFAULT_MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
-
-/// How an exchange is evaluated.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) engine: Arc<PolicyEngine>,
-    pub(crate) agent_id: String,
-    pub(crate) session_id: String,
-    /// `metadata.framework` of every context.
-    pub(crate) framework: String,
-    pub(crate) tool_denial: ToolDenial,
-    /// Whether a whole answer whose text an output policy denies is released with a refusal
-    /// in place of the text (the proxy's choice) rather than failing the exchange.
-    pub(crate) refuse_denied_answers: bool,
-    pub(crate) pass_through: Vec<String>,
-    /// Whether a request may refer to state the upstream keeps and the policies cannot read
-    /// (`previous_response_id`, `conversation`, a stored `prompt`, item references).
-    pub(crate) allow_server_state: bool,
-    /// The largest server-sent event of a guarded stream.
-    pub(crate) max_event_bytes: usize,
-}
-
-impl Settings {
-    /// Settings evaluating with `engine` as `agent_id`, in session `default`.
-    pub(crate) fn new(engine: Arc<PolicyEngine>, agent_id: &str, framework: &str) -> Self {
-        Settings {
-            engine,
-            agent_id: agent_id.to_owned(),
-            session_id: "default".to_owned(),
-            framework: framework.to_owned(),
-            tool_denial: ToolDenial::Refuse,
-            refuse_denied_answers: false,
-            pass_through: Vec::new(),
-            allow_server_state: false,
-            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
-        }
-    }
-
-    /// Whether the application listed `path` as one to forward unguarded.
-    pub(crate) fn passes_through(&self, path: &str) -> bool {
-        self.pass_through.iter().any(|listed| {
-            path.strip_prefix(listed.trim_end_matches('/'))
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        })
-    }
-}
+const CHANNEL_CAPACITY: usize = 16;
 
 /// A request the input policies cleared.
 #[derive(Debug)]
@@ -104,12 +47,12 @@ pub(crate) async fn guard_request(
     let body = match crate::strict_json::from_slice(body) {
         Ok(Value::Object(body)) => body,
         Ok(_) => {
-            return Err(Box::new(GuardError::InvalidRequest {
+            return Err(Failure::Guard(GuardError::InvalidRequest {
                 problem: "the body is not a JSON object".to_owned(),
             }));
         }
         Err(problem) => {
-            return Err(Box::new(GuardError::InvalidRequest {
+            return Err(Failure::Guard(GuardError::InvalidRequest {
                 problem: format!("the body is not JSON: {problem}"),
             }));
         }
@@ -117,7 +60,7 @@ pub(crate) async fn guard_request(
     if !settings.allow_server_state
         && let Some(field) = mapping::server_state(&body)
     {
-        return Err(Box::new(GuardError::InvalidRequest {
+        return Err(Failure::Guard(GuardError::InvalidRequest {
             problem: format!(
                 "the request refers to state kept by the upstream ({field}), which the policies cannot read; the operator allows it with --allow-server-state"
             ),
@@ -134,7 +77,7 @@ pub(crate) async fn guard_request(
         .engine
         .evaluate_input(&context)
         .await
-        .map_err(from_engine)?;
+        .map_err(Failure::from)?;
     let body = if evaluation.is_modified() {
         let mut body = Value::Object(body);
         mapping::write_input(&mut body, &slots, evaluation.into_context().messages)?;
@@ -178,78 +121,4 @@ where
     futures_util::stream::unfold(receiver, |mut receiver| async move {
         receiver.recv().await.map(|item| (item, receiver))
     })
-}
-
-/// What the policies made of one tool call.
-pub(crate) enum ToolOutcome {
-    /// Forward the call; with new arguments when a policy patched them.
-    Allowed(Option<Map<String, Value>>),
-    /// Drop the call; the text replaces it.
-    Refused(String),
-}
-
-/// Runs the tool-call policies on one call.
-pub(crate) async fn evaluate_tool_call(
-    settings: &Settings,
-    metadata: &Metadata,
-    tool: &ToolCall,
-    calling_message: &str,
-) -> Result<ToolOutcome, Failure> {
-    let mut metadata = metadata.clone();
-    metadata
-        .extra
-        .insert("tool_call_id".to_owned(), Value::from(tool.id.as_str()));
-    let context = ToolCallContext::new(
-        tool.name.clone(),
-        tool.arguments.clone(),
-        Message::assistant(calling_message),
-        metadata,
-    );
-    match settings.engine.evaluate_tool_call(&context).await {
-        Ok(evaluation) if evaluation.is_modified() => Ok(ToolOutcome::Allowed(Some(
-            evaluation.into_context().arguments,
-        ))),
-        Ok(_) => Ok(ToolOutcome::Allowed(None)),
-        Err(EngineError::Denied(denial)) if settings.tool_denial == ToolDenial::Refuse => {
-            Ok(ToolOutcome::Refused(refusal(&tool.name, &denial)))
-        }
-        Err(error) => Err(from_engine(error)),
-    }
-}
-
-/// The text that replaces a denied tool call.
-fn refusal(tool_name: &str, denial: &PolicyDenialError) -> String {
-    let reason = denial
-        .reason()
-        .unwrap_or(portcullis_engine::error::DENIED_WITHOUT_REASON);
-    format!(
-        "[The call to tool \"{tool_name}\" was denied by policy \"{}\": {reason}]",
-        denial.policy_id()
-    )
-}
-
-/// Boxes the engine's error so callers can downcast to the denial or the evaluation error
-/// (an approval request stays inside the engine's error).
-pub(crate) fn from_engine(error: EngineError) -> Failure {
-    match error {
-        EngineError::Denied(denial) => Box::new(denial),
-        EngineError::Evaluation(error) => Box::new(error),
-        approval @ EngineError::ApprovalRequired(_) => Box::new(approval),
-    }
-}
-
-/// The released text of a guard's items, or the denial or error that ends the stream.
-pub(crate) fn collect(items: StreamItems) -> Result<String, Failure> {
-    let mut text = String::new();
-    for item in items {
-        match item {
-            StreamItem::Text(released) => text.push_str(&released),
-            StreamItem::Denied(denial) => return Err(Box::new(denial)),
-            StreamItem::Error(error) => return Err(Box::new(error)),
-            StreamItem::ApprovalRequired(request) => {
-                return Err(Box::new(EngineError::ApprovalRequired(request)));
-            }
-        }
-    }
-    Ok(text)
 }

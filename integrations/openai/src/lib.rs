@@ -158,6 +158,7 @@
 
 mod error;
 mod exchange;
+mod judge;
 mod mapping;
 #[cfg(feature = "proxy")]
 pub mod proxy;
@@ -165,6 +166,7 @@ pub mod proxy;
 mod request_path;
 mod response;
 mod responses_stream;
+mod settings;
 mod sse;
 mod stream;
 mod strict_json;
@@ -187,8 +189,8 @@ pub use error::{GuardError, approval_request, denial, evaluation_error};
 /// The async-openai this crate was built against, for applications that want the same one.
 pub use async_openai;
 
-use crate::exchange::Settings;
 use crate::mapping::Api;
+use crate::settings::Settings;
 
 /// What happens when a tool-call policy denies a call the model made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -354,7 +356,7 @@ where
         })?;
     let cleared = exchange::guard_request(&settings, api, body, None)
         .await
-        .map_err(OpenAIError::Boxed)?;
+        .map_err(|failure| OpenAIError::Boxed(failure.into_boxed()))?;
     let metadata = cleared.metadata;
     let factory = match cleared.body {
         Some(body) => rewritten(&request, body),
@@ -390,7 +392,7 @@ where
     // A body that is not an answer of the endpoint could carry anything: it is not released.
     let body = exchange::guard_answer(&settings, api, metadata, &bytes)
         .await
-        .map_err(OpenAIError::Boxed)?
+        .map_err(|failure| OpenAIError::Boxed(failure.into_boxed()))?
         .ok_or_else(|| {
             error::from_guard(GuardError::Body {
                 problem: format!("the answer is not {}; it is not released", api.answer()),

@@ -5,7 +5,7 @@ use portcullis_engine::{Message, Metadata, Role};
 use serde_json::{Map, Value};
 
 use crate::error::GuardError;
-use crate::exchange::Settings;
+use crate::settings::Settings;
 
 /// The model endpoints the guard maps to the policy contexts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -95,18 +95,18 @@ use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Body, Frame};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use portcullis_engine::{
-    BearerToken, EngineError, PolicyDenialError, PolicyEngine, PolicyEvaluationError,
-};
+use portcullis_engine::{BearerToken, PolicyEngine};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::ToolDenial;
+use crate::error::Failure;
 use crate::error::{self, GuardError};
-use crate::exchange::{self, Failure, Settings};
+use crate::exchange;
 use crate::mapping::Api;
 use crate::request_path::{self, CanonicalPath};
+use crate::settings::Settings;
 
 /// The body of the proxy's answers.
 pub type ProxyBody = UnsyncBoxBody<Bytes, io::Error>;
@@ -969,7 +969,7 @@ async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<B
         match response.chunk().await {
             Ok(Some(chunk)) => {
                 if body.len() + chunk.len() > limit {
-                    return Err(Box::new(GuardError::Body {
+                    return Err(Failure::Guard(GuardError::Body {
                         problem: format!("the answer is larger than {limit} bytes"),
                     }));
                 }
@@ -977,7 +977,7 @@ async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<B
             }
             Ok(None) => return Ok(Bytes::from(body)),
             Err(error) => {
-                return Err(Box::new(GuardError::Body {
+                return Err(Failure::Guard(GuardError::Body {
                     problem: portcullis_engine::error::error_chain(&error),
                 }));
             }
@@ -1094,26 +1094,19 @@ fn json_response(status: StatusCode, body: &Value) -> Response<ProxyBody> {
 /// The answer to a failed exchange: a denial, an approval to ask for, a policy that could not
 /// be evaluated, a request or answer the guard cannot map.
 fn failure_response(failure: &Failure) -> Response<ProxyBody> {
-    let mut body = error::error_event(failure.as_ref());
-    let approval = failure
-        .downcast_ref::<EngineError>()
-        .is_some_and(|error| error.as_approval_request().is_some());
-    let status = if failure.is::<PolicyDenialError>() || approval {
-        StatusCode::FORBIDDEN
-    } else if failure.is::<PolicyEvaluationError>() {
-        StatusCode::INTERNAL_SERVER_ERROR
-    } else {
-        match failure.downcast_ref::<GuardError>() {
-            Some(GuardError::InvalidRequest { .. }) => {
-                body["error"]["type"] = Value::from("invalid_request_error");
-                StatusCode::BAD_REQUEST
-            }
-            Some(GuardError::InvalidToolArguments { .. } | GuardError::Body { .. }) => {
-                body["error"]["type"] = Value::from("upstream_error");
-                StatusCode::BAD_GATEWAY
-            }
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
+    let mut body = error::error_event(failure);
+    let status = match failure {
+        Failure::Denied(_) | Failure::ApprovalRequired(_) => StatusCode::FORBIDDEN,
+        Failure::Evaluation(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        Failure::Guard(GuardError::InvalidRequest { .. }) => {
+            body["error"]["type"] = Value::from("invalid_request_error");
+            StatusCode::BAD_REQUEST
         }
+        Failure::Guard(GuardError::InvalidToolArguments { .. } | GuardError::Body { .. }) => {
+            body["error"]["type"] = Value::from("upstream_error");
+            StatusCode::BAD_GATEWAY
+        }
+        Failure::Guard(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     json_response(status, &body)
 }

@@ -6,9 +6,11 @@ use bytes::Bytes;
 use portcullis_engine::{EngineError, Message, Metadata, OutputContext};
 use serde_json::{Map, Value};
 
+use crate::error::Failure;
 use crate::error::GuardError;
-use crate::exchange::{Failure, Settings, ToolOutcome, evaluate_tool_call, from_engine};
+use crate::judge::{ToolOutcome, evaluate_tool_call};
 use crate::mapping::{self, Api};
+use crate::settings::Settings;
 
 /// Evaluates a whole answer; returns the body to release instead (`None`: the body is not an
 /// answer of this endpoint, an error for one, and goes as it is).
@@ -83,7 +85,7 @@ async fn clear_text(
                 denial.policy_id()
             )))
         }
-        Err(error) => Err(from_engine(error)),
+        Err(error) => Err(Failure::from(error)),
     }
 }
 
@@ -313,7 +315,7 @@ async fn guard_choice(
 /// The error for what the guard cannot read in an answer: nothing of it is released (the
 /// proxy answers 502; a stream ends with an error event).
 pub(crate) fn unreadable(what: String) -> Failure {
-    Box::new(GuardError::Body {
+    Failure::Guard(GuardError::Body {
         problem: format!("{what}; what the policies cannot read is not released"),
     })
 }

@@ -35,7 +35,9 @@ use portcullis_engine::{Metadata, OutputStream, PolicyEngine};
 use serde_json::{Map, Value, json};
 
 use crate::error;
-use crate::exchange::{Failure, Settings, collect};
+use crate::error::Failure;
+use crate::judge::collect;
+use crate::settings::Settings;
 
 use crate::response::{
     self, Area, CallVerdict, ItemKind, TextKind, item_metadata, join, text_metadata, text_parts,
@@ -65,7 +67,7 @@ pub(crate) async fn run<E: std::fmt::Display>(
     if let Err(failure) = guard.run(upstream, &sender).await {
         // As in chat streams: an error event async-openai reports as an error whose content
         // `crate::denial` reads. The reader may be gone already.
-        let event = error::error_event(failure.as_ref()).to_string();
+        let event = error::error_event(&failure).to_string();
         send(&sender, Some("error"), &event).await;
     }
 }
@@ -140,7 +142,7 @@ impl<'e> ResponsesGuard<'e> {
             }
             // Anything else could carry text no policy has seen: the stream ends here.
             _ => {
-                return Err(Box::new(error::GuardError::Body {
+                return Err(Failure::Guard(error::GuardError::Body {
                     problem: "the stream carries an event that is not a Responses API event"
                         .to_owned(),
                 }));
@@ -343,7 +345,7 @@ impl<'e> ResponsesGuard<'e> {
                 self.audio.done = Some(event);
                 self.release_audio(sender).await
             }
-            _ => Err(Box::new(error::GuardError::Body {
+            _ => Err(Failure::Guard(error::GuardError::Body {
                 problem: format!(
                     "the stream carries an event of type {kind:?}, which the guard does not know; what the policies cannot read is not released"
                 ),
@@ -762,7 +764,7 @@ fn part_area(kind: &str) -> Area {
 
 /// The error for an event the guard must place but cannot.
 fn malformed(kind: &str, missing: &str) -> Failure {
-    Box::new(error::GuardError::Body {
+    Failure::Guard(error::GuardError::Body {
         problem: format!(
             "a {kind} event of the stream has no {missing}; what the policies cannot read is not released"
         ),

@@ -10,10 +10,12 @@ use std::sync::Arc;
 use portcullis_engine::{Metadata, OutputStream, PolicyEngine};
 use serde_json::{Map, Value};
 
+use crate::error::Failure;
 use crate::error::{self, GuardError};
-use crate::exchange::{Failure, Settings, ToolOutcome, collect, evaluate_tool_call};
+use crate::judge::{ToolOutcome, collect, evaluate_tool_call};
 use crate::mapping::{self, ToolCall};
 use crate::response::{self, ChatText, SIDE_TEXTS, content_texts, text_metadata, unreadable};
+use crate::settings::Settings;
 use crate::sse::{Event, EventReader, Sender, Upstream, next_chunk, send};
 
 /// Guards a chat completion stream: reads `upstream`, writes the released events to
@@ -36,12 +38,7 @@ pub(crate) async fn run<E: std::fmt::Display>(
         // The stream ends with an OpenAI-style error event (async-openai reports the text of
         // body errors only, so an event keeps the denial readable; see `crate::denial`).
         // The reader may be gone already; nothing to do then.
-        send(
-            &sender,
-            None,
-            &error::error_event(failure.as_ref()).to_string(),
-        )
-        .await;
+        send(&sender, None, &error::error_event(&failure).to_string()).await;
     }
 }
 
@@ -155,7 +152,7 @@ impl<'e> StreamGuard<'e> {
             }
             // Anything else could carry text no policy has seen: the stream ends here.
             _ => {
-                return Err(Box::new(GuardError::Body {
+                return Err(Failure::Guard(GuardError::Body {
                     problem: "the stream carries an event that is not a chat completion chunk"
                         .to_owned(),
                 }));

@@ -3,13 +3,14 @@
 //! not released. A scripted upstream on 127.0.0.1 answers with the attacking body or stream;
 //! the proxy in front of it is reached over real HTTP (and through the official `openai`
 //! Python package where the client matters).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
 use std::sync::Arc;
 
 use portcullis_engine::{
-    BoxError, OutputContext, OutputPolicy, PolicyDecision, PolicyEngine, PolicySet, async_trait,
+    BoxError, OutputContext, Policy, PolicyDecision, PolicyEngine, PolicySet, async_trait,
 };
 use portcullis_openai::proxy::OpenAIProxy;
 use serde_json::{Value, json};
@@ -24,7 +25,7 @@ const HELD: &str = "wire 9000 dollars to account 4242-7777";
 struct ApproveWires;
 
 #[async_trait]
-impl OutputPolicy for ApproveWires {
+impl Policy<OutputContext> for ApproveWires {
     fn id(&self) -> &str {
         "approve_wires"
     }

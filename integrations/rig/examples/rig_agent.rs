@@ -2,6 +2,7 @@
 //! example starts on 127.0.0.1 (no network, no API key).
 //!
 //! Run with `cargo run -p portcullis-rig --example rig_agent`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../../openai/tests/support/mod.rs"]
 mod support;
@@ -11,8 +12,8 @@ use std::error::Error;
 
 use futures_util::StreamExt;
 use portcullis_engine::{
-    AuditRecord, BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision,
-    PolicyEngine, PolicySet, Redaction, ToolCallContext, ToolCallPolicy, async_trait,
+    AuditRecord, BoxError, InputContext, OutputContext, Policy, PolicyDecision, PolicyEngine,
+    PolicySet, Redaction, ToolCallContext, async_trait,
 };
 use portcullis_rig::PortcullisHook;
 use rig_agent::AgentBuilder;
@@ -29,7 +30,7 @@ const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
 struct RedactPromptSsn;
 
 #[async_trait]
-impl InputPolicy for RedactPromptSsn {
+impl Policy<InputContext> for RedactPromptSsn {
     fn id(&self) -> &str {
         "redact_prompt_ssn"
     }
@@ -46,7 +47,7 @@ impl InputPolicy for RedactPromptSsn {
 struct RedactAnswerSsn;
 
 #[async_trait]
-impl OutputPolicy for RedactAnswerSsn {
+impl Policy<OutputContext> for RedactAnswerSsn {
     fn id(&self) -> &str {
         "redact_answer_ssn"
     }
@@ -63,7 +64,7 @@ impl OutputPolicy for RedactAnswerSsn {
 struct NoDestructiveTools;
 
 #[async_trait]
-impl ToolCallPolicy for NoDestructiveTools {
+impl Policy<ToolCallContext> for NoDestructiveTools {
     fn id(&self) -> &str {
         "no_destructive_tools"
     }

@@ -1,5 +1,6 @@
 //! A real rig agent, guarded by the hook, against a scripted OpenAI-compatible server on
 //! 127.0.0.1: what reaches the server, which tools run, what reaches the caller.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../../openai/tests/support/mod.rs"]
 mod support;

@@ -29,7 +29,7 @@
 //!         }
 //!     },
 //! );
-//! assert!(tokens.to_string().contains("impl :: portcullis :: InputPolicy for no_ssn"));
+//! assert!(tokens.to_string().contains("impl :: portcullis :: Policy < :: portcullis :: InputContext > for no_ssn"));
 //! ```
 
 mod diagnostics;

@@ -22,19 +22,9 @@ pub fn output_context() -> TokenStream {
     quote!(::portcullis::OutputContext)
 }
 
-/// `::portcullis::InputPolicy`.
-pub fn input_policy() -> TokenStream {
-    quote!(::portcullis::InputPolicy)
-}
-
-/// `::portcullis::ToolCallPolicy`.
-pub fn tool_call_policy() -> TokenStream {
-    quote!(::portcullis::ToolCallPolicy)
-}
-
-/// `::portcullis::OutputPolicy`.
-pub fn output_policy() -> TokenStream {
-    quote!(::portcullis::OutputPolicy)
+/// `::portcullis::Policy`, the policy trait of every point.
+pub fn policy() -> TokenStream {
+    quote!(::portcullis::Policy)
 }
 
 /// `::portcullis::PolicyDecision`.

@@ -7,25 +7,20 @@
 
 use portcullis_engine::InterceptionPoint;
 use proc_macro2::TokenStream;
+use quote::quote;
 
 use crate::paths;
 
 /// What the macros call each interception point.
 pub trait PointNames: Sized {
-    /// Every point, in the order the engine documents them.
-    const ALL: [Self; 3];
-
-    /// The point from its wire name (`input`, `tool_call`, `output`).
-    fn from_key(key: &str) -> Option<Self>;
-
     /// The name of the point's context type: `InputContext`, ...
     fn context_name(self) -> &'static str;
 
     /// The point whose context type has this name.
     fn from_context_name(name: &str) -> Option<Self>;
 
-    /// The name of the point's policy trait: `InputPolicy`, ...
-    fn trait_name(self) -> &'static str;
+    /// The name of the point's policy trait: `Policy<InputContext>`, ...
+    fn trait_name(self) -> String;
 
     /// The attribute that makes a function a policy of this point: `input_policy`, ...
     fn attribute(self) -> &'static str;
@@ -39,21 +34,11 @@ pub trait PointNames: Sized {
     /// The absolute path of the point's context type.
     fn context_path(self) -> TokenStream;
 
-    /// The absolute path of the point's policy trait.
+    /// The absolute path of the point's policy trait: `::portcullis::Policy<::portcullis::InputContext>`, ...
     fn trait_path(self) -> TokenStream;
 }
 
 impl PointNames for InterceptionPoint {
-    const ALL: [InterceptionPoint; 3] = [
-        InterceptionPoint::Input,
-        InterceptionPoint::ToolCall,
-        InterceptionPoint::Output,
-    ];
-
-    fn from_key(key: &str) -> Option<InterceptionPoint> {
-        Self::ALL.into_iter().find(|point| point.as_str() == key)
-    }
-
     fn context_name(self) -> &'static str {
         match self {
             InterceptionPoint::Input => "InputContext",
@@ -63,17 +48,13 @@ impl PointNames for InterceptionPoint {
     }
 
     fn from_context_name(name: &str) -> Option<InterceptionPoint> {
-        Self::ALL
+        InterceptionPoint::ALL
             .into_iter()
             .find(|point| point.context_name() == name)
     }
 
-    fn trait_name(self) -> &'static str {
-        match self {
-            InterceptionPoint::Input => "InputPolicy",
-            InterceptionPoint::ToolCall => "ToolCallPolicy",
-            InterceptionPoint::Output => "OutputPolicy",
-        }
+    fn trait_name(self) -> String {
+        format!("Policy<{}>", self.context_name())
     }
 
     fn attribute(self) -> &'static str {
@@ -109,11 +90,9 @@ impl PointNames for InterceptionPoint {
     }
 
     fn trait_path(self) -> TokenStream {
-        match self {
-            InterceptionPoint::Input => paths::input_policy(),
-            InterceptionPoint::ToolCall => paths::tool_call_policy(),
-            InterceptionPoint::Output => paths::output_policy(),
-        }
+        let policy = paths::policy();
+        let context = self.context_path();
+        quote!(#policy<#context>)
     }
 }
 
@@ -124,13 +103,13 @@ mod tests {
     #[test]
     fn names_round_trip() {
         for point in InterceptionPoint::ALL {
-            assert_eq!(InterceptionPoint::from_key(point.as_str()), Some(point));
+            assert_eq!(InterceptionPoint::from_name(point.as_str()), Some(point));
             assert_eq!(
                 InterceptionPoint::from_context_name(point.context_name()),
                 Some(point)
             );
         }
-        assert_eq!(InterceptionPoint::from_key("tool-call"), None);
+        assert_eq!(InterceptionPoint::from_name("tool-call"), None);
         assert_eq!(InterceptionPoint::from_context_name("Context"), None);
     }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use portcullis_dsl::{DslInputPolicy, DslToolCallPolicy};
 use portcullis_engine::{
-    BoxError, InputContext, InputPolicy, PolicyDecision, PolicyEngine, PolicyEngineBuilder,
-    PolicySet, async_trait,
+    BoxError, InputContext, Policy, PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet,
+    async_trait,
 };
 use portcullis_server::{DecisionService, DecisionServiceBuilder, ServeOptions, serve};
 use serde_json::{Value, json};
@@ -127,7 +127,7 @@ pub fn dsl_input(id: &str, rule: &Value) -> DslInputPolicy {
 pub struct Failing;
 
 #[async_trait]
-impl InputPolicy for Failing {
+impl Policy<InputContext> for Failing {
     fn id(&self) -> &str {
         "failing"
     }
@@ -141,7 +141,7 @@ impl InputPolicy for Failing {
 pub struct Slow(pub Duration);
 
 #[async_trait]
-impl InputPolicy for Slow {
+impl Policy<InputContext> for Slow {
     fn id(&self) -> &str {
         "slow"
     }
@@ -156,7 +156,7 @@ impl InputPolicy for Slow {
 pub struct Signalling(pub Duration, pub std::sync::Arc<tokio::sync::Notify>);
 
 #[async_trait]
-impl InputPolicy for Signalling {
+impl Policy<InputContext> for Signalling {
     fn id(&self) -> &str {
         "signalling"
     }

@@ -5,7 +5,7 @@
 //! contexts. The rules include ones the checker warns about (conditions that never hold,
 //! changes that break the context, ignored parts, odd templates) and transformations with
 //! several keys in an order that is not sorted.
-
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // Rules with warnings are the point: their compiler warnings are expected here.
 #![allow(deprecated)]
 

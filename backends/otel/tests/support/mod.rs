@@ -6,9 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use portcullis_engine::{
-    AuditHandler, AuditRecord, BoxError, InputContext, InputPolicy, Message, Metadata, OnError,
-    PolicyDecision, PolicyEngine, PolicyExt, PolicySet, ToolCallContext, ToolCallPolicy,
-    async_trait,
+    AuditHandler, AuditRecord, BoxError, InputContext, Message, Metadata, OnError, Policy,
+    PolicyDecision, PolicyEngine, PolicyExt, PolicySet, ToolCallContext, async_trait,
 };
 use serde_json::json;
 
@@ -39,7 +38,7 @@ impl Fixed {
 }
 
 #[async_trait]
-impl InputPolicy for Fixed {
+impl Policy<InputContext> for Fixed {
     fn id(&self) -> &str {
         self.id
     }
@@ -50,7 +49,7 @@ impl InputPolicy for Fixed {
 }
 
 #[async_trait]
-impl ToolCallPolicy for Fixed {
+impl Policy<ToolCallContext> for Fixed {
     fn id(&self) -> &str {
         self.id
     }

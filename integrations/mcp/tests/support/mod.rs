@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use portcullis_engine::{
-    BoxError, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, ToolCallPolicy, async_trait,
+    BoxError, Policy, PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
 use portcullis_mcp::{GuardedServer, ToolGuard};
 use portcullis_testing::agent::{GuardTools, NoLaunchCodes, RedactAnswerSsn, RedactToolSsn};
@@ -34,7 +34,7 @@ pub type TestError = Box<dyn std::error::Error + Send + Sync>;
 pub struct NoExternalEmail;
 
 #[async_trait]
-impl ToolCallPolicy for NoExternalEmail {
+impl Policy<ToolCallContext> for NoExternalEmail {
     fn id(&self) -> &str {
         "no_external_email"
     }
@@ -56,7 +56,7 @@ impl ToolCallPolicy for NoExternalEmail {
 pub struct RedactQuerySsn;
 
 #[async_trait]
-impl ToolCallPolicy for RedactQuerySsn {
+impl Policy<ToolCallContext> for RedactQuerySsn {
     fn id(&self) -> &str {
         "redact_tool_ssn"
     }

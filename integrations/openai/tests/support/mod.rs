@@ -625,7 +625,7 @@ pub fn policies_with_built_in_tools() -> portcullis_engine::PolicySet {
 pub struct GuardBuiltInTools;
 
 #[portcullis_engine::async_trait]
-impl portcullis_engine::ToolCallPolicy for GuardBuiltInTools {
+impl portcullis_engine::Policy<portcullis_engine::ToolCallContext> for GuardBuiltInTools {
     fn id(&self) -> &str {
         "guard_built_in_tools"
     }

@@ -4,7 +4,6 @@ use proc_macro2::TokenStream;
 use syn::parse::{Parse, ParseStream};
 use syn::{Ident, LitStr, Token};
 
-use crate::point::PointNames;
 use portcullis_engine::InterceptionPoint;
 
 /// `dsl_policy!(point, "path")` as written.
@@ -27,7 +26,7 @@ impl Parse for Invocation {
         let point_ident: Ident = input
             .parse()
             .map_err(|error| syn::Error::new(error.span(), usage))?;
-        let point = InterceptionPoint::from_key(&point_ident.to_string()).ok_or_else(|| {
+        let point = InterceptionPoint::from_name(&point_ident.to_string()).ok_or_else(|| {
             syn::Error::new(
                 point_ident.span(),
                 format!(

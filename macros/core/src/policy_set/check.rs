@@ -36,7 +36,7 @@ pub(crate) fn check(entries: Vec<Entry>, errors: &mut Errors) -> PolicySetModel 
     let mut seen: HashMap<String, Span> = HashMap::new();
     for Entry { key, value } in entries {
         let name = key.to_string();
-        let is_known = name == "on_error" || InterceptionPoint::from_key(&name).is_some();
+        let is_known = name == "on_error" || InterceptionPoint::from_name(&name).is_some();
         if !is_known {
             let hint = suggestion(&name)
                 .map(|known| format!(" (did you mean `{known}`?)"))
@@ -54,7 +54,7 @@ pub(crate) fn check(entries: Vec<Entry>, errors: &mut Errors) -> PolicySetModel 
             );
             continue;
         }
-        match InterceptionPoint::from_key(&name) {
+        match InterceptionPoint::from_name(&name) {
             Some(point) => match value {
                 Expr::Array(array) => {
                     model

@@ -1,8 +1,6 @@
 //! Compiled rules of every point, as values, in the builder and in `policy_set!`.
 
-use portcullis::{
-    InputPolicy, OutputPolicy, PolicyMode, PolicySet, ToolCallPolicy, dsl_policy, policy_set,
-};
+use portcullis::{PolicyMode, PolicySet, dsl_policy, policy_set, Policy};
 
 fn main() {
     let no_ssn = dsl_policy!(input, "examples/rules/no_ssn.json");

@@ -1,7 +1,7 @@
 //! A rule with warnings (valid under the schema, but its condition can never hold) compiles:
 //! the warning is printed, the policy decides as the runtime one does.
 
-use portcullis::{InputContext, InputPolicy, Message, Metadata, PolicyDecision, dsl_policy};
+use portcullis::{InputContext, Message, Metadata, PolicyDecision, dsl_policy, Policy};
 
 fn main() {
     let policy = dsl_policy!(input, "rules/upper_case_role.json");

@@ -1,9 +1,6 @@
 //! Every accepted form of a policy function, used in the builder and in `policy_set!`.
 
-use portcullis::{
-    BoxError, InputContext, InputPolicy, OutputContext, OutputPolicy, PolicyDecision, PolicySet,
-    ToolCallContext, ToolCallPolicy, input_policy, output_policy, policy_set, tool_call_policy,
-};
+use portcullis::{BoxError, InputContext, OutputContext, PolicyDecision, PolicySet, ToolCallContext, input_policy, output_policy, policy_set, tool_call_policy, Policy};
 
 #[input_policy]
 fn sync_policy(_context: &InputContext) -> PolicyDecision {
