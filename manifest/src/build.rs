@@ -553,21 +553,9 @@ impl Builder<'_> {
             Some(entrypoint) => RegoPolicy::<C>::with_entrypoint(id, path, entrypoint),
             None => RegoPolicy::<C>::new(id, path),
         };
-        match opened {
-            Ok(policy) => Some(Box::new(policy)),
-            Err(error) => {
-                let diagnostic = self.error(
-                    position,
-                    format!(
-                        "the bundle {} cannot be used: {}",
-                        path.display(),
-                        error_chain(&error)
-                    ),
-                );
-                self.report.push(diagnostic);
-                None
-            }
-        }
+        self.opened(opened, position, || {
+            format!("the bundle {} cannot be used", path.display())
+        })
     }
 
     #[cfg(not(feature = "rego"))]
@@ -590,20 +578,10 @@ impl Builder<'_> {
     ) -> Option<Box<dyn Policy<C>>> {
         use portcullis_rego_rest::{RegoServerClientOptions, RegoServerPolicy};
         let options = RegoServerClientOptions::new(url);
-        match RegoServerPolicy::<C>::new(id, options, package) {
-            Ok(policy) => Some(Box::new(policy)),
-            Err(error) => {
-                let diagnostic = self.error(
-                    position,
-                    format!(
-                        "the policy server entry `{id}` is invalid: {}",
-                        error_chain(&error)
-                    ),
-                );
-                self.report.push(diagnostic);
-                None
-            }
-        }
+        let opened = RegoServerPolicy::<C>::new(id, options, package);
+        self.opened(opened, position, || {
+            format!("the policy server entry `{id}` is invalid")
+        })
     }
 
     #[cfg(not(feature = "rego-rest"))]
@@ -646,13 +624,26 @@ impl Builder<'_> {
         if let Some(timeout) = timeout {
             options = options.timeout(timeout);
         }
-        match HttpPolicy::<C>::new(id, options) {
+        let opened = HttpPolicy::<C>::new(id, options);
+        self.opened(opened, position, || {
+            format!("the http entry `{id}` is invalid")
+        })
+    }
+
+    /// The policy a backend opened, boxed; or none, and an error at `position` that says what
+    /// could not be used (`failed`) and why.
+    #[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
+    fn opened<C: PolicyContext, E: std::error::Error + 'static>(
+        &mut self,
+        opened: Result<impl Policy<C> + 'static, E>,
+        position: Position,
+        failed: impl FnOnce() -> String,
+    ) -> Option<Box<dyn Policy<C>>> {
+        match opened {
             Ok(policy) => Some(Box::new(policy)),
             Err(error) => {
-                let diagnostic = self.error(
-                    position,
-                    format!("the http entry `{id}` is invalid: {}", error_chain(&error)),
-                );
+                let message = format!("{}: {}", failed(), error_chain(&error));
+                let diagnostic = self.error(position, message);
                 self.report.push(diagnostic);
                 None
             }
