@@ -13,8 +13,11 @@ use portcullis_engine::{
 };
 use serde_json::Value;
 
+#[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
+use crate::diagnostic::error_chain;
 use crate::diagnostic::{Diagnostic, Report, Severity, closest};
-use crate::model::{Manifest, POINT_NAMES, PolicyEntry, PolicySource, Reader};
+use crate::model::{Manifest, POINT_NAMES, PolicyEntry, PolicySource};
+use crate::reader::Reader;
 use crate::yaml::{self, Node, NodeValue, Position};
 
 /// Policies written in Rust, registered by name so that a manifest can name them
@@ -283,7 +286,7 @@ impl Manifest {
             );
             builder.report.push(diagnostic);
         }
-        crate::assemble::unsupported_sections(&self, builder.report);
+        unsupported_sections(&self, builder.report);
         let Builder { files, points, .. } = builder;
         if report.has_errors() {
             let (errors, warnings) = report.split();
@@ -1039,18 +1042,36 @@ pub fn bundle_id(path: &Path) -> String {
     name.to_owned()
 }
 
-/// The error's message followed by those of its causes (each once).
-#[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
+/// The warnings of sections this build cannot apply: what
+/// [`LoadedManifest::into_engine_builder`] will refuse, said when the manifest is loaded.
+pub(crate) fn unsupported_sections(manifest: &Manifest, report: &mut Report) {
+    #[cfg(not(feature = "redis"))]
+    {
+        if let Some(sessions) = &manifest.sessions
+            && let crate::model::SessionStore::Redis(_) = sessions.store
+        {
+            report.push(
+                Diagnostic::warning(
+                    &manifest.path,
+                    Some(sessions.position),
+                    "this build cannot keep sessions in Redis: an engine cannot be built from this manifest",
+                )
+                .with_help("build with the `redis` feature"),
+            );
         }
-        source = cause.source();
     }
-    text
+    #[cfg(not(feature = "otel"))]
+    {
+        if manifest.audit.otlp.is_some() {
+            report.push(
+                Diagnostic::warning(
+                    &manifest.path,
+                    manifest.audit.otlp_position,
+                    "this build cannot export spans over OTLP: an engine cannot be built from this manifest",
+                )
+                .with_help("build with the `otel` feature"),
+            );
+        }
+    }
+    let _ = (manifest, report);
 }
