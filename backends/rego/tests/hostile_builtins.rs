@@ -68,7 +68,9 @@ fn call_with_input(
 
 fn assert_memory_limit(name: &str, args: &[Value]) {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    let (result, allocated) = call(name, args, "test/call", Duration::from_secs(10));
+    // A time limit far beyond the memory limit's reach, so that a slow (loaded, unoptimised)
+    // run still ends at the memory limit, the behaviour under test.
+    let (result, allocated) = call(name, args, "test/call", Duration::from_secs(50));
     assert!(
         matches!(&result, Err(RegoEvaluationError::MemoryLimit { limit, detail })
             if *limit == MEMORY_LIMIT && detail.contains(name)),

@@ -20,6 +20,7 @@ use portcullis_manifest::{CodeRegistry, Manifest};
 use serde_json::{Value, json};
 
 use crate::audit::{NativeAuditSink, RECORDS, audit_handler};
+use crate::context::read_context;
 use crate::native::{NativePolicy, PointPolicy, parse_point};
 use crate::policy::{HostEvaluate, HostPolicyError, JsPolicy};
 
@@ -269,11 +270,6 @@ impl NativeEngine {
             in_memory,
         }
     }
-}
-
-/// Reads a context of `C`'s point from JSON, saying what is wrong with it.
-pub fn read_context<C: PolicyContext>(json: &str) -> std::result::Result<C, String> {
-    serde_json::from_str(json).map_err(|error| format!("not a valid {} context: {error}", C::POINT))
 }
 
 /// Runs `C`'s point on a context given as JSON; the outcome as the package's layer reads it.

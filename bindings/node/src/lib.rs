@@ -12,14 +12,14 @@
 //! building blocks and may change in any release.
 
 mod audit;
+mod context;
 mod engine;
 mod native;
 mod policy;
 
 pub use audit::{NativeAuditSink, ObservabilitySettings, observability_sink};
-pub use engine::{
-    NativeEngine, NativePolicySet, create_engine, engine_from_manifest, read_context,
-};
+pub use context::read_context;
+pub use engine::{NativeEngine, NativePolicySet, create_engine, engine_from_manifest};
 pub use native::{
     ClientOptions, NativePolicy, PointPolicy, dsl_policy, http_policy, parse_point, rego_policy,
     rego_server_policy,

@@ -21,6 +21,7 @@ use portcullis_rego_rest::{
     RegoServerToolCallPolicy,
 };
 
+use crate::context::read_context;
 use crate::policy::FailedPolicy;
 
 /// A policy of one point, as a policy set holds it.
@@ -167,7 +168,7 @@ async fn decide<C: PolicyContext>(
     policy: &dyn Policy<C>,
     context_json: &str,
 ) -> std::result::Result<String, String> {
-    let context: C = crate::engine::read_context(context_json)?;
+    let context: C = read_context(context_json)?;
     let decision = policy
         .evaluate(&context)
         .await
