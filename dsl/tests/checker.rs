@@ -186,6 +186,35 @@ fn problems_carry_json_paths() {
 }
 
 #[test]
+fn bracketed_indexes_are_paths_and_suggestions_keep_the_index() {
+    // As JavaScript and Python write them: `messages[0].content` is `messages.0.content`.
+    let rule = r#"{ "condition": { "field": "messages[0].content", "contains": ["x"] },
+        "action": "redact", "redactions": [{ "field": "messages[-1].content", "strategy": "mask" }] }"#;
+    assert!(check_source(rule, "rule.json", InterceptionPoint::Input).is_ok());
+
+    let problems = check_source(
+        r#"{ "condition": { "field": "messages[0].contnet", "equals": "x" }, "action": "deny" }"#,
+        "rule.json",
+        InterceptionPoint::Input,
+    )
+    .unwrap_err();
+    let problem = problems.iter().next().expect("one problem");
+    assert_eq!(problem.help(), Some("did you mean \"messages.0.content\"?"));
+
+    let problems = check_source(
+        r#"{ "condition": { "field": "messages[first].content", "equals": "x" }, "action": "deny" }"#,
+        "rule.json",
+        InterceptionPoint::Input,
+    )
+    .unwrap_err();
+    let problem = problems.iter().next().expect("one problem");
+    assert!(
+        problem.to_string().contains("a bracket holds a list index"),
+        "{problem}"
+    );
+}
+
+#[test]
 fn every_problem_of_a_rule_is_reported() {
     let error = DslInputPolicy::new("many_problems", "tests/rules/invalid/input").unwrap_err();
     assert_eq!(error.problems().map(|problems| problems.len()), Some(7));

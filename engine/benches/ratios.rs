@@ -1,6 +1,7 @@
 //! The engine's overhead as ratios, each side measured against its floor in one run.
 //!
-//! `cargo bench -p portcullis-engine --bench ratios` (or `-- <name filter>`)
+//! `cargo bench -p portcullis-engine --bench ratios` (or `-- <name filter>`; `-- family` runs
+//! the streaming benchmark family of `common/family.rs` alone, 48 rows in a few minutes)
 //!
 //! Each workload has two sides, the engine and the floor it wraps. The two are measured in
 //! alternating rounds of about a millisecond each (a batch of one, then a batch of the other),
@@ -27,7 +28,8 @@ use tokio::runtime::Runtime;
 
 mod common;
 
-use common::{SSN, answer, stream_engine};
+use common::family::{self, RULE_SETS};
+use common::{SSN, answer, family_engine, stream_engine};
 
 struct AllowAll(String);
 
@@ -130,11 +132,63 @@ async fn stream(
     released
 }
 
+/// How one side of a streaming workload streams its answer.
+#[derive(Clone, Copy)]
+struct Streamed {
+    engine: &'static PolicyEngine,
+    chunks: &'static [&'static str],
+    /// `push` rather than `feed`.
+    push: bool,
+    /// Finish the stream (otherwise the guard is dropped after the last delta).
+    finish: bool,
+}
+
+/// A streaming workload: `streamed` against the whole-text evaluation of `context` by
+/// `floor`, `iterations` a call, over `rounds` rounds.
+fn stream_workload(
+    name: String,
+    goal: Goal,
+    (iterations, rounds): (usize, usize),
+    streamed: Streamed,
+    (floor, context): (&'static PolicyEngine, &'static OutputContext),
+    rt: &'static Runtime,
+) -> Workload<'static> {
+    let metadata = &context.metadata;
+    Workload {
+        name,
+        goal,
+        iterations,
+        rounds,
+        engine: Box::new(move |n| {
+            rt.block_on(async {
+                for _ in 0..n {
+                    let Streamed {
+                        engine,
+                        chunks,
+                        push,
+                        finish,
+                    } = streamed;
+                    black_box(stream(engine, metadata, chunks, push, finish).await);
+                }
+            })
+        }),
+        floor: Box::new(move |n| {
+            rt.block_on(async {
+                for _ in 0..n {
+                    black_box(floor.evaluate_output(context).await.is_ok());
+                }
+            })
+        }),
+    }
+}
+
 /// One workload: the engine's side and its floor, each running `iterations` times per call.
 struct Workload<'a> {
     name: String,
     goal: Goal,
     iterations: usize,
+    /// Rounds of each side measured.
+    rounds: usize,
     engine: Box<dyn FnMut(usize) + 'a>,
     floor: Box<dyn FnMut(usize) + 'a>,
 }
@@ -146,6 +200,16 @@ enum Goal {
     Added(f64),
     /// No goal: a figure that puts the others in context.
     Reference,
+}
+
+/// `text` in deltas of `size` bytes (the answers are ASCII).
+fn chunks_of(text: &'static str, size: usize) -> &'static [&'static str] {
+    let chunks: Vec<&str> = text
+        .as_bytes()
+        .chunks(size)
+        .map(|chunk| std::str::from_utf8(chunk).expect("ascii"))
+        .collect();
+    leak(chunks)
 }
 
 /// Keeps `value` for the whole run (the workloads borrow their engines and inputs).
@@ -163,6 +227,11 @@ fn time(side: &mut dyn FnMut(usize), iterations: usize) -> f64 {
     side(iterations);
     started.elapsed().as_nanos() as f64 / iterations as f64
 }
+
+/// Rounds of the workloads other than the family's.
+const ROUNDS: usize = 201;
+/// Rounds of each member of the family: 48 of them, so fewer, for a quick run of all.
+const FAMILY_ROUNDS: usize = 31;
 
 fn measure(mut workload: Workload<'_>, rounds: usize) {
     // Warm up both sides (thread-local caches, lazily built plans), then size each side's
@@ -223,6 +292,7 @@ fn main() {
         name: "10 allow policies: engine / direct evaluate calls".into(),
         goal: Goal::Ratio(1.5),
         iterations: 20_000,
+        rounds: ROUNDS,
         engine: Box::new(move |n| {
             rt.block_on(async {
                 for _ in 0..n {
@@ -248,6 +318,7 @@ fn main() {
         name: "10 allow policies: in-memory session store / none".into(),
         goal: Goal::Added(300.0),
         iterations: 20_000,
+        rounds: ROUNDS,
         engine: Box::new(move |n| {
             rt.block_on(async {
                 for _ in 0..n {
@@ -289,6 +360,7 @@ fn main() {
         name: "replace one SSN in 1 KiB: engine / clone + replace_all".into(),
         goal: Goal::Ratio(2.0),
         iterations: 5_000,
+        rounds: ROUNDS,
         engine: Box::new(move |n| {
             rt.block_on(async {
                 for _ in 0..n {
@@ -326,14 +398,6 @@ fn main() {
     for (name, text) in texts {
         let context = OutputContext::new(Message::assistant(text.clone()), metadata.clone());
         let context = leak(context);
-        let chunked = |size: usize| -> &'static [&'static str] {
-            let chunks: Vec<&str> = text
-                .as_bytes()
-                .chunks(size)
-                .map(|chunk| std::str::from_utf8(chunk).expect("ascii"))
-                .collect();
-            leak(chunks)
-        };
         let mut runs = vec![
             (
                 16,
@@ -422,26 +486,55 @@ fn main() {
             ]);
         }
         for (size, how, engine, push, goal, finish) in runs {
-            let chunks = chunked(size);
-            workloads.push(Workload {
-                name: format!("stream {name} 64 KiB/{size} B: {how} / whole"),
+            workloads.push(stream_workload(
+                format!("stream {name} 64 KiB/{size} B: {how} / whole"),
                 goal,
-                iterations: 20,
-                engine: Box::new(move |n| {
-                    rt.block_on(async {
-                        for _ in 0..n {
-                            black_box(stream(engine, metadata, chunks, push, finish).await);
-                        }
-                    })
-                }),
-                floor: Box::new(move |n| {
-                    rt.block_on(async {
-                        for _ in 0..n {
-                            black_box(every.evaluate_output(context).await.is_ok());
-                        }
-                    })
-                }),
-            });
+                (20, ROUNDS),
+                Streamed {
+                    engine,
+                    chunks: chunks_of(text, size),
+                    push,
+                    finish,
+                },
+                (every, context),
+                rt,
+            ));
+        }
+    }
+
+    // The family: every set, dense and sparse, in 4- and 16-byte deltas, each way of
+    // streaming against the whole-text evaluation of the same answer.
+    for set in &RULE_SETS {
+        let every = leak(family_engine(set, 0));
+        let batched = leak(family_engine(set, 256));
+        for (density, sentences_per_secret) in [("dense", 1), ("sparse", 100)] {
+            let text = leak(family::answer(set.secret, sentences_per_secret));
+            let context = leak(OutputContext::new(
+                Message::assistant(text.clone()),
+                metadata.clone(),
+            ));
+            for size in [4, 16] {
+                let chunks = chunks_of(text, size);
+                for (how, engine, push, goal) in [
+                    ("push, rules on every delta", every, true, 3.0),
+                    ("feed, rules on every delta", every, false, 2.0),
+                    ("push, stream_batch(256)", batched, true, 1.5),
+                ] {
+                    workloads.push(stream_workload(
+                        format!("family {} {density}/{size} B: {how} / whole", set.name),
+                        Goal::Ratio(goal),
+                        (10, FAMILY_ROUNDS),
+                        Streamed {
+                            engine,
+                            chunks,
+                            push,
+                            finish: true,
+                        },
+                        (every, context),
+                        rt,
+                    ));
+                }
+            }
         }
     }
 
@@ -468,7 +561,8 @@ fn main() {
             .as_deref()
             .is_none_or(|filter| workload.name.contains(filter))
         {
-            measure(workload, 201);
+            let rounds = workload.rounds;
+            measure(workload, rounds);
         }
     }
 }

@@ -6,6 +6,11 @@
 //!   (`messages.-1` is the latest message); on an object it is a key like any other;
 //! - `*` selects every element of a list or every value of an object.
 //!
+//! An index or `*` may also be written in brackets after a name, as JavaScript and Python
+//! write it: `messages[0].content` is `messages.0.content`, `messages[-1]` is `messages.-1`,
+//! `items[0][1]` is `items.0.1`. The segments are the same either way, so messages built from
+//! them (the checker's suggestions) say `messages.0.content`.
+//!
 //! Negative indexes and `*` go beyond the dotted paths of the schema; redactions and
 //! transforms accept them, and so do DSL conditions.
 
@@ -99,25 +104,10 @@ impl FieldPath {
         if text.is_empty() {
             return Err(error("the path is empty"));
         }
-        let segments = text
-            .split('.')
-            .map(|segment| {
-                if segment.is_empty() {
-                    Err(error(
-                        "it has an empty segment (two dots in a row, or a dot at an end)",
-                    ))
-                } else if segment == "*" {
-                    Ok(Segment::Any)
-                } else if let Some(index) = parse_index(segment) {
-                    Ok(Segment::Index {
-                        text: segment.to_owned(),
-                        index,
-                    })
-                } else {
-                    Ok(Segment::Name(segment.to_owned()))
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut segments = Vec::new();
+        for (at, part) in text.split('.').enumerate() {
+            push_segments(part, at == 0, &mut segments).map_err(error)?;
+        }
         Ok(FieldPath {
             text: text.to_owned(),
             segments,
@@ -154,6 +144,57 @@ impl FieldPath {
             }
         });
         found
+    }
+}
+
+/// Adds the segments of one dot-separated part (`messages`, `0`, `items[0][1]`, `[0]` at the
+/// start of a path) to `segments`.
+fn push_segments(part: &str, first: bool, segments: &mut Vec<Segment>) -> Result<(), &'static str> {
+    let (head, mut brackets) = match part.find(['[', ']']) {
+        Some(at) => part.split_at(at),
+        None => (part, ""),
+    };
+    if head.is_empty() && (brackets.is_empty() || !first) {
+        return Err(if brackets.is_empty() {
+            "it has an empty segment (two dots in a row, or a dot at an end)"
+        } else {
+            "a bracketed index follows a name (`messages[0]`), not a dot"
+        });
+    }
+    if !head.is_empty() {
+        segments.push(plain_segment(head));
+    }
+    while !brackets.is_empty() {
+        let Some(rest) = brackets.strip_prefix('[') else {
+            return Err("a `]` closes no `[`, or text follows a bracketed index");
+        };
+        let Some((inside, rest)) = rest.split_once(']') else {
+            return Err("a `[` is never closed");
+        };
+        if inside.contains('[') {
+            return Err("a `[` is never closed");
+        }
+        let segment = plain_segment(inside);
+        if matches!(segment, Segment::Name(_)) {
+            return Err("a bracket holds a list index (`[0]`, `[-1]`) or `*`");
+        }
+        segments.push(segment);
+        brackets = rest;
+    }
+    Ok(())
+}
+
+/// A segment written without brackets.
+fn plain_segment(segment: &str) -> Segment {
+    if segment == "*" {
+        Segment::Any
+    } else if let Some(index) = parse_index(segment) {
+        Segment::Index {
+            text: segment.to_owned(),
+            index,
+        }
+    } else {
+        Segment::Name(segment.to_owned())
     }
 }
 
@@ -254,6 +295,50 @@ mod tests {
         // A number too large for an index is a name.
         let path = FieldPath::parse("99999999999999999999").unwrap();
         assert_eq!(path.segments()[0].as_str(), "99999999999999999999");
+    }
+
+    #[test]
+    fn reads_bracketed_indexes_as_dotted_ones() {
+        for (bracketed, dotted) in [
+            ("messages[0].content", "messages.0.content"),
+            ("messages[-1].content", "messages.-1.content"),
+            ("messages[*].content", "messages.*.content"),
+            ("items[0][1]", "items.0.1"),
+            ("a.b[2].c[3]", "a.b.2.c.3"),
+            ("[0].content", "0.content"),
+        ] {
+            let path = FieldPath::parse(bracketed).unwrap();
+            assert_eq!(
+                path.segments(),
+                FieldPath::parse(dotted).unwrap().segments(),
+                "{bracketed}"
+            );
+            // The path is kept as written.
+            assert_eq!(path.as_str(), bracketed);
+        }
+        let root = json!({"messages": [{"content": "a"}, {"content": "b"}]});
+        assert_eq!(all("messages[1].content", &root), vec![json!("b")]);
+        assert_eq!(all("messages[-2].content", &root), vec![json!("a")]);
+    }
+
+    #[test]
+    fn rejects_malformed_brackets() {
+        for (bad, problem) in [
+            ("messages[0", "never closed"),
+            ("messages[[0]]", "never closed"),
+            ("messages0]", "closes no"),
+            ("messages[0]x", "closes no"),
+            ("messages[]", "list index"),
+            ("messages[content]", "list index"),
+            ("messages.[0]", "follows a name"),
+            ("[0]", ""),
+        ] {
+            match FieldPath::parse(bad) {
+                Err(error) => assert!(error.to_string().contains(problem), "{bad}: {error}"),
+                // A path that is only an index is valid (it selects into a list root).
+                Ok(path) => assert_eq!((bad, path.segments().len()), ("[0]", 1)),
+            }
+        }
     }
 
     #[test]

@@ -999,3 +999,103 @@ proptest! {
         check_overlapping(&pieces.concat(), &sizes);
     }
 }
+
+/// The rule sets of the streaming benchmark family (`benches/common/family.rs`).
+#[path = "../benches/common/family.rs"]
+#[allow(dead_code)]
+mod family;
+
+/// Text pieces for a set of the family: its secret, its prose, parts of both, and its
+/// patterns' characters alone.
+fn family_piece(secret: &'static str) -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(secret.to_owned()),
+        Just(PLAIN.to_owned()),
+        (0..secret.len()).prop_map(move |at| secret[..at].to_owned()),
+        (0..secret.len()).prop_map(move |at| secret[at..].to_owned()),
+        "[0-9]{1,5}",
+        "[A-Z]{1,3}[0-9]{1,8}",
+        "[-@. =]",
+        "[a-z]{1,6}",
+        "[éü漢🚀]{1,2}",
+    ]
+}
+
+/// Streams `text` through each set of the family, every push and batched, in every chunking,
+/// and checks the stream releases exactly what the whole-text evaluation forwards.
+fn check_family(set: &family::RuleSet, text: &str, chunkings: &[Vec<Vec<u8>>]) {
+    runtime().block_on(async {
+        let ends = Ends::default();
+        let engines = [0, 13, 256].map(|batch| {
+            engine(
+                PolicySet::builder()
+                    .stream_batch(batch)
+                    .output(RuleBased::redact("redactions", set.redactions))
+                    .output(RuleBased {
+                        id: "denied",
+                        rules: vec![StreamingRule::deny_on_any(
+                            &family::denied_words(set.denied_words),
+                            Some("denied word".into()),
+                        )],
+                        streams: true,
+                    })
+                    .build(),
+                &ends,
+            )
+        });
+        assert_eq!(
+            engines[0].stream_plan().mode(),
+            StreamMode::Incremental,
+            "{}: {:?}",
+            set.name,
+            engines[0].stream_plan().whole_text_reasons()
+        );
+        let whole = whole_text(&engines[0], text).await;
+        for engine in &engines {
+            for chunks in chunkings {
+                let end = stream(engine, chunks, whole.as_deref().ok()).await;
+                assert_eq!(
+                    end.released(),
+                    whole.as_deref().ok(),
+                    "{}: {chunks:?}",
+                    set.name
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn the_benchmark_family_streams_as_whole_text() {
+    for set in &family::RULE_SETS {
+        let text = family::answer(set.secret, 3);
+        let text = &text[..4096];
+        check_family(
+            set,
+            text,
+            &[cut(text, &[4]), cut(text, &[16]), cut(text, &[1, 7, 3])],
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    #[test]
+    fn the_benchmark_family_agrees_with_the_whole_text_evaluation(
+        (set, pieces) in (0..family::RULE_SETS.len()).prop_flat_map(|set| {
+            (
+                Just(set),
+                proptest::collection::vec(family_piece(family::RULE_SETS[set].secret), 0..16),
+            )
+        }),
+        sizes in proptest::collection::vec(1usize..24, 1..8),
+    ) {
+        let text: String = pieces.concat();
+        check_family(
+            &family::RULE_SETS[set],
+            &text,
+            &[cut(&text, &sizes), cut(&text, &[1]), vec![text.clone().into_bytes()]],
+        );
+    }
+}

@@ -9,7 +9,7 @@ use portcullis_engine::{AuditHandler, AuditRecord, BoxError, PolicyEngine, Polic
 use crate::JsonlAuditLog;
 use crate::build::LoadedManifest;
 use crate::diagnostic::{Diagnostic, ManifestErrors, Report};
-use crate::model::{Manifest, SessionStore};
+use crate::model::SessionStore;
 
 impl LoadedManifest {
     /// An engine builder with everything the manifest configures:
@@ -180,40 +180,6 @@ impl LoadedManifest {
         }
         Ok(builder)
     }
-}
-
-/// The warnings of sections this build cannot apply: what
-/// [`LoadedManifest::into_engine_builder`] will refuse, said when the manifest is loaded.
-pub(crate) fn unsupported_sections(manifest: &Manifest, report: &mut Report) {
-    #[cfg(not(feature = "redis"))]
-    {
-        if let Some(sessions) = &manifest.sessions
-            && let SessionStore::Redis(_) = sessions.store
-        {
-            report.push(
-                Diagnostic::warning(
-                    &manifest.path,
-                    Some(sessions.position),
-                    "this build cannot keep sessions in Redis: an engine cannot be built from this manifest",
-                )
-                .with_help("build with the `redis` feature"),
-            );
-        }
-    }
-    #[cfg(not(feature = "otel"))]
-    {
-        if manifest.audit.otlp.is_some() {
-            report.push(
-                Diagnostic::warning(
-                    &manifest.path,
-                    manifest.audit.otlp_position,
-                    "this build cannot export spans over OTLP: an engine cannot be built from this manifest",
-                )
-                .with_help("build with the `otel` feature"),
-            );
-        }
-    }
-    let _ = (manifest, report);
 }
 
 /// One handler shared with the caller.

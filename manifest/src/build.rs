@@ -13,8 +13,11 @@ use portcullis_engine::{
 };
 use serde_json::Value;
 
+#[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
+use crate::diagnostic::error_chain;
 use crate::diagnostic::{Diagnostic, Report, Severity, closest};
-use crate::model::{Manifest, POINT_NAMES, PolicyEntry, PolicySource, Reader};
+use crate::model::{Manifest, POINT_NAMES, PolicyEntry, PolicySource};
+use crate::reader::Reader;
 use crate::yaml::{self, Node, NodeValue, Position};
 
 /// Policies written in Rust, registered by name so that a manifest can name them
@@ -295,7 +298,7 @@ impl Manifest {
             );
             builder.report.push(diagnostic);
         }
-        crate::assemble::unsupported_sections(&self, builder.report);
+        unsupported_sections(&self, builder.report);
         let Builder { files, points, .. } = builder;
         if report.has_errors() {
             let (errors, warnings) = report.split();
@@ -566,21 +569,9 @@ impl Builder<'_> {
             Some(entrypoint) => RegoPolicy::<C>::with_entrypoint(id, path, entrypoint),
             None => RegoPolicy::<C>::new(id, path),
         };
-        match opened {
-            Ok(policy) => Some(Box::new(policy)),
-            Err(error) => {
-                let diagnostic = self.error(
-                    position,
-                    format!(
-                        "the bundle {} cannot be used: {}",
-                        path.display(),
-                        error_chain(&error)
-                    ),
-                );
-                self.report.push(diagnostic);
-                None
-            }
-        }
+        self.opened(opened, position, || {
+            format!("the bundle {} cannot be used", path.display())
+        })
     }
 
     #[cfg(not(feature = "rego"))]
@@ -603,20 +594,10 @@ impl Builder<'_> {
     ) -> Option<Box<dyn Policy<C>>> {
         use portcullis_rego_rest::{RegoServerClientOptions, RegoServerPolicy};
         let options = RegoServerClientOptions::new(url);
-        match RegoServerPolicy::<C>::new(id, options, package) {
-            Ok(policy) => Some(Box::new(policy)),
-            Err(error) => {
-                let diagnostic = self.error(
-                    position,
-                    format!(
-                        "the policy server entry `{id}` is invalid: {}",
-                        error_chain(&error)
-                    ),
-                );
-                self.report.push(diagnostic);
-                None
-            }
-        }
+        let opened = RegoServerPolicy::<C>::new(id, options, package);
+        self.opened(opened, position, || {
+            format!("the policy server entry `{id}` is invalid")
+        })
     }
 
     #[cfg(not(feature = "rego-rest"))]
@@ -659,13 +640,26 @@ impl Builder<'_> {
         if let Some(timeout) = timeout {
             options = options.timeout(timeout);
         }
-        match HttpPolicy::<C>::new(id, options) {
+        let opened = HttpPolicy::<C>::new(id, options);
+        self.opened(opened, position, || {
+            format!("the http entry `{id}` is invalid")
+        })
+    }
+
+    /// The policy a backend opened, boxed; or none, and an error at `position` that says what
+    /// could not be used (`failed`) and why.
+    #[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
+    fn opened<C: PolicyContext, E: std::error::Error + 'static>(
+        &mut self,
+        opened: Result<impl Policy<C> + 'static, E>,
+        position: Position,
+        failed: impl FnOnce() -> String,
+    ) -> Option<Box<dyn Policy<C>>> {
+        match opened {
             Ok(policy) => Some(Box::new(policy)),
             Err(error) => {
-                let diagnostic = self.error(
-                    position,
-                    format!("the http entry `{id}` is invalid: {}", error_chain(&error)),
-                );
+                let message = format!("{}: {}", failed(), error_chain(&error));
+                let diagnostic = self.error(position, message);
                 self.report.push(diagnostic);
                 None
             }
@@ -1069,18 +1063,36 @@ pub fn bundle_id(path: &Path) -> String {
     name.to_owned()
 }
 
-/// The error's message followed by those of its causes (each once).
-#[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
+/// The warnings of sections this build cannot apply: what
+/// [`LoadedManifest::into_engine_builder`] will refuse, said when the manifest is loaded.
+pub(crate) fn unsupported_sections(manifest: &Manifest, report: &mut Report) {
+    #[cfg(not(feature = "redis"))]
+    {
+        if let Some(sessions) = &manifest.sessions
+            && let crate::model::SessionStore::Redis(_) = sessions.store
+        {
+            report.push(
+                Diagnostic::warning(
+                    &manifest.path,
+                    Some(sessions.position),
+                    "this build cannot keep sessions in Redis: an engine cannot be built from this manifest",
+                )
+                .with_help("build with the `redis` feature"),
+            );
         }
-        source = cause.source();
     }
-    text
+    #[cfg(not(feature = "otel"))]
+    {
+        if manifest.audit.otlp.is_some() {
+            report.push(
+                Diagnostic::warning(
+                    &manifest.path,
+                    manifest.audit.otlp_position,
+                    "this build cannot export spans over OTLP: an engine cannot be built from this manifest",
+                )
+                .with_help("build with the `otel` feature"),
+            );
+        }
+    }
+    let _ = (manifest, report);
 }

@@ -131,6 +131,7 @@ mod duration;
 mod model;
 #[cfg(feature = "otel")]
 mod otlp;
+mod reader;
 mod remote;
 mod signing;
 mod watch;

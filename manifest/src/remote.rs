@@ -53,6 +53,7 @@ mod fetching {
     use portcullis_engine::{Policy, PolicyContext};
     use portcullis_rego::{RegoBundle, RegoPolicy};
 
+    use crate::diagnostic::error_chain;
     use crate::signing::verify_bundle;
     use crate::{Manifest, PolicySource};
 
@@ -244,7 +245,7 @@ mod fetching {
                 format!(
                     "the bundle from {} cannot be used: {}",
                     spec.url,
-                    crate::build::error_chain(&error)
+                    error_chain(&error)
                 ),
                 None,
             )
@@ -262,7 +263,7 @@ mod fetching {
                     format!(
                         "the bundle from {} cannot be used: {}",
                         spec.url,
-                        crate::build::error_chain(&error)
+                        error_chain(&error)
                     ),
                     None,
                 )
@@ -308,7 +309,7 @@ mod fetching {
             return Refresh::Failed(format!(
                 "the bundle from {} cannot be used: {}",
                 spec.url,
-                crate::build::error_chain(&error)
+                error_chain(&error)
             ));
         }
         cache()
@@ -322,9 +323,5 @@ mod fetching {
                 },
             );
         Refresh::Updated
-    }
-
-    fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-        crate::build::error_chain(error)
     }
 }

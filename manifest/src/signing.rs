@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::diagnostic::closest;
-use crate::model::Reader;
+use crate::reader::Reader;
 use crate::yaml::{Node, NodeValue, Position};
 
 /// A signature algorithm of bundle signatures.

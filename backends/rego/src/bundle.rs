@@ -661,7 +661,30 @@ impl CheckedBundle {
                 message: format!("the bundle has no entrypoint {name:?}"),
                 available: self.entrypoints.clone(),
             }),
-            None => crate::policy::choose_entrypoint_in(self.entrypoints.clone()),
+            None => choose_entrypoint_in(self.entrypoints.clone()),
         }
+    }
+}
+
+/// The entrypoint a policy uses when none is named, among `entrypoints`: the only one, else
+/// the one ending in `/decision`.
+pub(crate) fn choose_entrypoint_in(entrypoints: Vec<String>) -> Result<String, RegoError> {
+    if let [only] = entrypoints.as_slice() {
+        return Ok(only.clone());
+    }
+    let decisions: Vec<&String> = entrypoints
+        .iter()
+        .filter(|name| name.ends_with("/decision"))
+        .collect();
+    match decisions.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(RegoError::Entrypoint {
+            message: "cannot choose an entrypoint: the bundle has several and none ends in /decision; name one".to_owned(),
+            available: entrypoints,
+        }),
+        _ => Err(RegoError::Entrypoint {
+            message: "cannot choose an entrypoint: several end in /decision; name one".to_owned(),
+            available: entrypoints,
+        }),
     }
 }

@@ -16,7 +16,7 @@ use portcullis_engine::{
 };
 use serde_json::{Map, Value};
 
-use crate::runtime::{Image, MAX_DEPTH};
+use crate::runtime::image::{Image, MAX_DEPTH};
 
 /// A value that can be the input document of an evaluation.
 pub(crate) trait InputJson {

@@ -86,12 +86,31 @@
 //! answer as OPA v1.20 does: `sprintf` is Go's formatter as OPA feeds it; the time builtins use
 //! IANA zones from a built-in database and Go's layouts; regular expressions mean what they mean
 //! in Go's RE2 (ASCII `\d`, `\w`, `\s`; repetition counts up to 1000); JSON patches and
-//! schemas (a schema never loads anything outside itself), JWTs, hashes, HMACs, CIDRs,
-//! units, SemVer and UUIDs are the field's crates; `strings.render_template` runs Go's
-//! `text/template` language as OPA does (numbers of the variables are Go's `json.Number`, a
-//! missing key is an error); `regex.globs_match` follows OPA's intersection algorithm. A builtin
-//! without a value for its operands (`uuid.parse("nope")`) leaves the expression undefined, as
-//! in OPA.
+//! schemas (a schema never loads anything outside itself), JWTs, hashes, HMACs, CIDRs, units
+//! and UUIDs are the field's crates; `strings.render_template` runs Go's `text/template`
+//! language as OPA does (numbers of the variables are Go's `json.Number`);
+//! `regex.globs_match` follows OPA's intersection algorithm. A builtin without a value for its
+//! operands (`uuid.parse("nope")`) leaves the expression undefined, as in OPA.
+//!
+//! # OPA's quirks, followed on purpose
+//! A policy ported from OPA gets OPA's answers, including where OPA departs from the standards:
+//! - `yaml.unmarshal` and `yaml.is_valid` read YAML 1.1, as OPA's go-yaml v2 does: plain `yes`,
+//!   `no`, `on`, `off`, `y` and `n` are booleans (`"[x, y]"` gives `["x", true]`), `0123` is
+//!   octal, `1_000` is a thousand, keys that are not strings become their text.
+//! - `yaml.marshal` writes as go-yaml v2 does: strings YAML 1.1 would read otherwise are
+//!   double-quoted (`"yes"`, `"0123"`, `"1:30"`), keys sorted with runs of digits by value,
+//!   lines folded at 80 columns.
+//! - `semver.is_valid` and `semver.compare` use OPA's own parser, laxer than SemVer: a leading
+//!   `v` is dropped and the numbers may have leading zeros (`"01.2.3"` is valid). Where OPA never
+//!   returns (comparing pre-releases such as `rc.01` and `rc.1`, equal by value but not as
+//!   text), this host answers that they are equal.
+//! - `net.cidr_merge` reads a bare IPv4 address as the address with its classful mask (Go's
+//!   `DefaultMask`: `"10.0.0.1"` stands for `10.0.0.0/8`), and writes one that merged with
+//!   nothing unmasked (`"10.0.0.1/8"`); a bare IPv6 address is an error.
+//! - `strings.render_template` renders a missing key as `<undefined>` rather than failing: OPA
+//!   replaces every `<no value>` of Go's output with `<undefined>`, even in the template's text.
+//! - `net.cidr_contains` and `net.cidr_intersects` are not host builtins: OPA compiles them
+//!   into the module, which never asks the host for them.
 //!
 //! A builtin runs on the host, outside the guest's memory and clock checks, so it bounds itself
 //! by the evaluation's limits: it charges what it allocates against the memory limit and checks

@@ -10,36 +10,8 @@ use portcullis_engine::{
 };
 use serde_json::Value;
 
-use crate::bundle::RegoBundle;
+use crate::bundle::{RegoBundle, choose_entrypoint_in};
 use crate::error::{RegoError, RegoEvaluationError};
-
-/// The entrypoint a policy uses when none is named: the only one, else the one ending in
-/// `/decision`.
-fn choose_entrypoint(bundle: &RegoBundle) -> Result<String, RegoError> {
-    choose_entrypoint_in(bundle.entrypoints())
-}
-
-/// [`choose_entrypoint`] among `entrypoints`.
-pub(crate) fn choose_entrypoint_in(entrypoints: Vec<String>) -> Result<String, RegoError> {
-    if let [only] = entrypoints.as_slice() {
-        return Ok(only.clone());
-    }
-    let decisions: Vec<&String> = entrypoints
-        .iter()
-        .filter(|name| name.ends_with("/decision"))
-        .collect();
-    match decisions.as_slice() {
-        [one] => Ok((*one).clone()),
-        [] => Err(RegoError::Entrypoint {
-            message: "cannot choose an entrypoint: the bundle has several and none ends in /decision; name one".to_owned(),
-            available: entrypoints,
-        }),
-        _ => Err(RegoError::Entrypoint {
-            message: "cannot choose an entrypoint: several end in /decision; name one".to_owned(),
-            available: entrypoints,
-        }),
-    }
-}
 
 /// Reads the result set `[{"result": <decision>}]` (or `[]`) as a decision. The common shapes
 /// are read straight from the bytes; every other goes through the reader both Rego backends
@@ -198,7 +170,7 @@ impl<C: PolicyContext> RegoPolicy<C> {
     /// # Errors
     /// No entrypoint can be chosen.
     pub fn from_bundle(id: impl Into<String>, bundle: RegoBundle) -> Result<Self, RegoError> {
-        let entrypoint = choose_entrypoint(&bundle)?;
+        let entrypoint = choose_entrypoint_in(bundle.entrypoints())?;
         Self::on_entrypoint(id.into(), bundle, entrypoint)
     }
 

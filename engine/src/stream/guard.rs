@@ -1556,6 +1556,10 @@ impl Drop for OutputStream<'_> {
             self.finished = Some(StreamOutcome::Abandoned);
         }
         self.report(StreamEvent::End);
+        // The next streams on the plan start from the states this one's DFAs built.
+        for (state, stage) in self.stages.iter_mut().zip(&self.plan.stages) {
+            state.release(stage);
+        }
         // The next stream on the plan makes room for as much text as this one received.
         self.plan
             .room
@@ -1653,6 +1657,33 @@ mod tests {
                 replacement: format!("[{}]", self.1),
                 max_match_len: None,
             }])
+        }
+    }
+
+    #[test]
+    fn a_stream_leaves_its_dfa_states_to_the_next() {
+        // No literal is in every match of a passport number: its stage steps a DFA.
+        let engine = engine_of(|set| set.output(Redact(r"[A-Z]{2}[0-9]{7}", "PASSPORT")));
+        let plan = engine.stream_plan();
+        let Some(Watch::Dfa(dfa)) = plan.stages.first().map(|stage| &stage.watch) else {
+            panic!("the stage is watched with a DFA");
+        };
+        assert_eq!(dfa.kept_caches(), 0);
+        let runtime = runtime();
+        for _ in 0..3 {
+            runtime.block_on(async {
+                let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+                let mut shown = String::new();
+                for delta in ["Passport XK12", "34567 on file."] {
+                    shown.push_str(guard.feed(delta).await.expect("no denial"));
+                }
+                for item in guard.finish().await {
+                    shown.push_str(&item.into_text().expect("text"));
+                }
+                assert_eq!(shown, "Passport [PASSPORT] on file.");
+            });
+            // The ended stream's cache waits for the next stream, which takes it.
+            assert_eq!(dfa.kept_caches(), 1);
         }
     }
 

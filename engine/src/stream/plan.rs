@@ -4,8 +4,8 @@
 //! Each streaming rule becomes a [`Stage`]: its compiled regex, its window (the most text it
 //! may hold back), and how it watches new text for a possible match (literals, or a lazy DFA).
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 
 use regex::Regex;
 use regex_automata::MatchKind;
@@ -113,7 +113,52 @@ pub(super) enum Watch {
     },
     /// A lazy DFA stepped over each new byte. It gives up ("quits") on non-ASCII text when the
     /// pattern has a Unicode word boundary; the stage then searches its window on every push.
-    Dfa(Arc<hybrid::dfa::DFA>),
+    Dfa(Arc<DfaWatch>),
+}
+
+/// Caches kept for the streams to come, per DFA: as many as streams usually run at once.
+const KEPT_CACHES: usize = 4;
+
+/// A stage's lazy DFA, and the caches of the streams that ended: the states a DFA builds as it
+/// steps (for a list of a hundred words, more work than the whole-text search of an answer)
+/// then serve the next streams rather than being built again for each.
+#[derive(Debug)]
+pub(super) struct DfaWatch {
+    pub(super) dfa: hybrid::dfa::DFA,
+    caches: Mutex<Vec<hybrid::dfa::Cache>>,
+}
+
+impl DfaWatch {
+    fn new(dfa: hybrid::dfa::DFA) -> Self {
+        DfaWatch {
+            dfa,
+            caches: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A cache holding the states earlier streams built, or a new one.
+    pub(super) fn take_cache(&self) -> hybrid::dfa::Cache {
+        self.caches
+            .lock()
+            .ok()
+            .and_then(|mut caches| caches.pop())
+            .unwrap_or_else(|| self.dfa.create_cache())
+    }
+
+    /// How many caches wait for the next streams.
+    #[cfg(test)]
+    pub(super) fn kept_caches(&self) -> usize {
+        self.caches.lock().map_or(0, |caches| caches.len())
+    }
+
+    /// Keeps `cache` for a later stream (up to [`KEPT_CACHES`]).
+    pub(super) fn keep_cache(&self, cache: hybrid::dfa::Cache) {
+        if let Ok(mut caches) = self.caches.lock()
+            && caches.len() < KEPT_CACHES
+        {
+            caches.push(cache);
+        }
+    }
 }
 
 /// Replacing stages watched for one-byte literals, two or three bytes in all (the `-` of an
@@ -331,7 +376,7 @@ impl Stage {
                     )
                     .build(pattern)
                     .map_err(|error| format!("the pattern {pattern:?} cannot stream: {error}"))?;
-                Watch::Dfa(Arc::new(dfa))
+                Watch::Dfa(Arc::new(DfaWatch::new(dfa)))
             }
         };
         let back = match &watch {

@@ -100,8 +100,8 @@ impl StageState {
                 let config = start::Config::new()
                     .anchored(Anchored::No)
                     .look_behind(look_behind);
-                let mut cache = cache.unwrap_or_else(|| dfa.create_cache());
-                match dfa.start_state(&mut cache, &config) {
+                let mut cache = cache.unwrap_or_else(|| dfa.take_cache());
+                match dfa.dfa.start_state(&mut cache, &config) {
                     Ok(state) => Watching::Dfa(Box::new(Scanner {
                         cache,
                         state,
@@ -146,9 +146,12 @@ impl StageState {
                 }
             }
             (Watching::Dfa(scanner), Watch::Dfa(dfa)) => {
-                let gave_up = !scanner.step(dfa, &self.buffer, end);
-                if gave_up {
-                    self.watching = Watching::Blind;
+                let gave_up = !scanner.step(&dfa.dfa, &self.buffer, end);
+                if gave_up
+                    && let Watching::Dfa(scanner) =
+                        std::mem::replace(&mut self.watching, Watching::Blind)
+                {
+                    dfa.keep_cache(scanner.cache);
                 }
             }
             _ => {}
@@ -303,6 +306,16 @@ impl StageState {
             }
         }
         Ok(())
+    }
+
+    /// Gives the DFA's cache back to the stage for the streams to come: the stream is over.
+    pub(super) fn release(&mut self, stage: &Stage) {
+        if let (Watching::Dfa(scanner), Watch::Dfa(dfa)) = (
+            std::mem::replace(&mut self.watching, Watching::Blind),
+            &stage.watch,
+        ) {
+            dfa.keep_cache(scanner.cache);
+        }
     }
 
     /// Passes the held text before `cut` on to `out`.

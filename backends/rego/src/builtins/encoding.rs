@@ -1,4 +1,5 @@
-//! Encodings: `hex.*`, `base64url.encode_no_pad`, `urlquery.*`, `json.is_valid`.
+//! Encodings: `hex.*`, `base64url.encode_no_pad`, `urlquery.*`, `json.is_valid`, and the
+//! `yaml.*` builtins over the `yaml` module.
 //!
 //! As in OPA, decoded bytes that are not UTF-8 become U+FFFD, and `json.is_valid` checks the
 //! syntax only, as Go's `json.Valid`: `1e400` and a lone surrogate escape are valid JSON.
@@ -7,7 +8,9 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::{BuiltinContext, BuiltinError, HostBuiltin, Outcome, arg, hex, string, type_name};
+use super::{
+    BuiltinContext, BuiltinError, HostBuiltin, Outcome, arg, hex, string, type_name, yaml,
+};
 
 pub(super) const TABLE: &[HostBuiltin] = &[
     HostBuiltin {
@@ -82,38 +85,25 @@ pub(super) const TABLE: &[HostBuiltin] = &[
     HostBuiltin {
         name: "yaml.is_valid",
         func: |args, context| {
-            Ok(Value::Bool(match arg(args, 0)? {
-                Value::String(text) => yaml_value(text, context).is_ok(),
-                _ => false,
-            }))
+            let Value::String(text) = arg(args, 0)? else {
+                return Ok(Value::Bool(false));
+            };
+            match yaml::unmarshal(text, context) {
+                Ok(_) => Ok(Value::Bool(true)),
+                Err(BuiltinError::Failed(_) | BuiltinError::Undefined) => Ok(Value::Bool(false)),
+                Err(error) => Err(error),
+            }
         },
     },
     HostBuiltin {
         name: "yaml.unmarshal",
-        func: |args, context| yaml_value(string(args, 0)?, context),
+        func: |args, context| yaml::unmarshal(string(args, 0)?, context),
     },
     HostBuiltin {
         name: "yaml.marshal",
-        func: |args, context| {
-            let value = arg(args, 0)?;
-            let text = serde_norway::to_string(value)
-                .map_err(|error| BuiltinError::Failed(format!("yaml.marshal: {error}")))?;
-            context.charge(text.len(), "yaml.marshal's output")?;
-            Ok(Value::from(text))
-        },
+        func: |args, context| Ok(Value::from(yaml::marshal(arg(args, 0)?, context)?)),
     },
 ];
-
-/// A YAML document as JSON. Aliases are expanded within the parser's own bounds; the document
-/// is charged against the memory limit for what its values may take.
-fn yaml_value(text: &str, context: &mut BuiltinContext) -> Outcome {
-    context.charge(
-        text.len().saturating_mul(super::VALUE_COST),
-        "yaml.unmarshal's document",
-    )?;
-    serde_norway::from_str::<Value>(text)
-        .map_err(|error| BuiltinError::Failed(format!("yaml: {error}")))
-}
 
 /// Where a schema is put in the validator: a name, never fetched (a `$ref` to anything else
 /// fails, as nothing outside the schema is loaded).

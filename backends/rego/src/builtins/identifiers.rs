@@ -11,24 +11,23 @@ pub(super) const TABLE: &[HostBuiltin] = &[
             Ok(Value::Bool(
                 arg(args, 0)?
                     .as_str()
-                    .is_some_and(|text| semver::Version::parse(text).is_ok()),
+                    .is_some_and(|text| Version::parse(text).is_some()),
             ))
         },
     },
     HostBuiltin {
         name: "semver.compare",
         func: |args, _| {
-            let version = |index: usize| -> Result<semver::Version, BuiltinError> {
+            let version = |index: usize| -> Result<Version<'_>, BuiltinError> {
                 let text = string(args, index)?;
-                semver::Version::parse(text).map_err(|_| {
+                Version::parse(text).ok_or_else(|| {
                     BuiltinError::Failed(format!(
                         "semver.compare: operand {}: string {text:?} is not a valid SemVer",
                         index + 1
                     ))
                 })
             };
-            // Build metadata does not count, as SemVer says.
-            let ordering = version(0)?.cmp_precedence(&version(1)?);
+            let ordering = version(0)?.precedence(&version(1)?);
             Ok(Value::from(ordering as i8))
         },
     },
@@ -37,6 +36,104 @@ pub(super) const TABLE: &[HostBuiltin] = &[
         func: uuid_parse,
     },
 ];
+
+/// A version as OPA's own SemVer parser reads it, which is laxer than SemVer: a leading `v` is
+/// dropped, the three numbers are Go integers (leading zeros are fine: `01.2.3` is valid), and
+/// an empty pre-release or build (`1.2.3-`, `1.2.3+`) is none. Pre-release and build
+/// identifiers are dot-separated runs of `[0-9A-Za-z-]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Version<'a> {
+    major: i64,
+    minor: i64,
+    patch: i64,
+    pre_release: &'a str,
+}
+
+impl<'a> Version<'a> {
+    /// `text` as OPA reads a version; `None` when OPA says it is not one.
+    fn parse(text: &'a str) -> Option<Self> {
+        let text = text.strip_prefix('v').unwrap_or(text);
+        let (text, metadata) = cut(text, '+');
+        if !metadata.is_empty() && !is_identifier_list(metadata) {
+            return None;
+        }
+        let (text, pre_release) = cut(text, '-');
+        if !pre_release.is_empty() && !is_identifier_list(pre_release) {
+            return None;
+        }
+        if text.matches('.').count() != 2 {
+            return None;
+        }
+        let (major, rest) = cut(text, '.');
+        let (minor, patch) = cut(rest, '.');
+        // Go's `strconv.ParseInt(s, 10, 64)` and Rust's `i64` parser accept the same texts.
+        Some(Self {
+            major: major.parse().ok()?,
+            minor: minor.parse().ok()?,
+            patch: patch.parse().ok()?,
+            pre_release,
+        })
+    }
+
+    /// OPA's order of versions: the numbers, then no pre-release above any, then the
+    /// pre-release identifiers one by one (numbers below words, numbers by value, words by
+    /// bytes, more identifiers above fewer). Build metadata does not count.
+    fn precedence(&self, other: &Self) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        let numbers =
+            (self.major, self.minor, self.patch).cmp(&(other.major, other.minor, other.patch));
+        if numbers != Ordering::Equal || self.pre_release == other.pre_release {
+            return numbers;
+        }
+        match (self.pre_release.is_empty(), other.pre_release.is_empty()) {
+            (true, _) => return Ordering::Greater,
+            (_, true) => return Ordering::Less,
+            _ => {}
+        }
+        let mut ours = self.pre_release.split('.');
+        let mut theirs = other.pre_release.split('.');
+        loop {
+            let (a, b) = match (ours.next(), theirs.next()) {
+                (None, None) => return Ordering::Equal,
+                (None, Some(_)) => return Ordering::Less,
+                (Some(_), None) => return Ordering::Greater,
+                (Some(a), Some(b)) => (a, b),
+            };
+            let ordering = match (decimal(a), decimal(b)) {
+                (Some(a), Some(b)) => a.cmp(&b),
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (None, None) => a.cmp(b),
+            };
+            if ordering != Ordering::Equal {
+                return ordering;
+            }
+        }
+    }
+}
+
+/// `text` before and after the first `separator`, or all of it and nothing.
+fn cut(text: &str, separator: char) -> (&str, &str) {
+    text.split_once(separator).unwrap_or((text, ""))
+}
+
+/// Whether `text` is dot-separated identifiers of `[0-9A-Za-z-]`, none empty.
+fn is_identifier_list(text: &str) -> bool {
+    text.split('.').all(|identifier| {
+        !identifier.is_empty()
+            && identifier
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+    })
+}
+
+/// The value of an identifier of decimal digits only, as Go's `strconv.Atoi` clamps it.
+fn decimal(identifier: &str) -> Option<i64> {
+    if identifier.is_empty() || !identifier.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    Some(identifier.parse().unwrap_or(i64::MAX))
+}
 
 /// What OPA's `uuid.parse` tells of a UUID (`8-4-4-4-12` hexadecimal digits, bare, braced, as
 /// a `urn:uuid:` or as 32 digits alone); undefined when the string is not one.
@@ -166,7 +263,7 @@ mod tests {
             call("semver.is_valid", json!(["1.2.3-rc.1+build.5"])),
             Ok(json!(true))
         );
-        assert_eq!(call("semver.is_valid", json!(["v1.2.3"])), Ok(json!(false)));
+        assert_eq!(call("semver.is_valid", json!(["v1.2.3"])), Ok(json!(true)));
         assert_eq!(call("semver.is_valid", json!(["1.2"])), Ok(json!(false)));
         assert_eq!(call("semver.is_valid", json!([1])), Ok(json!(false)));
         assert_eq!(
@@ -186,6 +283,34 @@ mod tests {
             Ok(json!(0))
         );
         assert!(call("semver.compare", json!(["1.0", "1.0.0"])).is_err());
+    }
+
+    /// OPA v1.20.2's own SemVer parser, laxer than SemVer: each line is its answer.
+    #[test]
+    fn versions_are_read_as_opa_reads_them() {
+        let valid = |text: &str| call("semver.is_valid", json!([text]));
+        assert_eq!(valid("01.2.3"), Ok(json!(true)));
+        assert_eq!(valid("1.02.003"), Ok(json!(true)));
+        assert_eq!(valid("+1.2.3"), Ok(json!(false)));
+        assert_eq!(valid("1.2.3-"), Ok(json!(true)));
+        assert_eq!(valid("1.2.3-01"), Ok(json!(true)));
+        assert_eq!(valid("1.2.3-rc..1"), Ok(json!(false)));
+        assert_eq!(valid("1.2.3+"), Ok(json!(true)));
+        assert_eq!(valid("1.2.3+a_b"), Ok(json!(false)));
+        assert_eq!(valid("-1.2.3"), Ok(json!(false)));
+        assert_eq!(valid("1.2.3.4"), Ok(json!(false)));
+        assert_eq!(valid("1.2.x"), Ok(json!(false)));
+        assert_eq!(valid("99999999999999999999.0.0"), Ok(json!(false)));
+        let compare = |a: &str, b: &str| call("semver.compare", json!([a, b]));
+        assert_eq!(compare("01.2.3", "1.2.3"), Ok(json!(0)));
+        assert_eq!(compare("v1.2.3", "1.2.3"), Ok(json!(0)));
+        // OPA v1.20.2 never returns here (its loop over the identifiers does not end when all
+        // are equal but the texts differ); this host answers that they are equal.
+        assert_eq!(compare("1.0.0-rc.01", "1.0.0-rc.1"), Ok(json!(0)));
+        assert_eq!(compare("1.0.0-alpha.1", "1.0.0-alpha"), Ok(json!(1)));
+        assert_eq!(compare("1.0.0-2", "1.0.0-10"), Ok(json!(-1)));
+        assert_eq!(compare("1.0.0-a", "1.0.0-1"), Ok(json!(1)));
+        assert_eq!(compare("1.0.0-B", "1.0.0-a"), Ok(json!(-1)));
         assert_eq!(
             call(
                 "uuid.parse",

@@ -7,7 +7,8 @@
 //!
 //! One module per family: `sprintf`, `time`, `strings` (strings, globs and regular
 //! expressions, with `globs` deciding whether two globs intersect and `template` running Go
-//! templates), `encoding` (hex, URL queries, JSON syntax, patches and schemas, YAML), `crypto` (hashes and HMACs), `net`
+//! templates), `encoding` (hex, URL queries, JSON syntax, patches and schemas), `yaml` (YAML
+//! 1.1 read and written as OPA does), `crypto` (hashes and HMACs), `net`
 //! (CIDRs), `numbers` (ranges and units), `identifiers` (SemVer and UUIDs), `jwt` (decoding, HMAC, RSA and P-256 verification).
 //!
 //! # Bounds
@@ -29,6 +30,7 @@ mod sprintf;
 mod strings;
 mod template;
 mod time;
+mod yaml;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -59,7 +59,13 @@ fn cidr_expand(args: &[Value], context: &mut BuiltinContext) -> Outcome {
     Ok(Value::from(addresses))
 }
 
-/// The networks of `addresses` (CIDRs or addresses), merged into the fewest networks.
+/// The networks of `addresses` (CIDRs or addresses), merged as OPA merges them.
+///
+/// OPA reads a bare IPv4 address as the address with its classful mask (Go's
+/// `IP.DefaultMask`: `/8` below 128, `/16` below 192, `/24` above), so `"10.0.0.1"` stands for
+/// all of `10.0.0.0/8`, and one that merges with nothing comes back unmasked (`"10.0.0.1/8"`).
+/// A bare IPv6 address is an error. Blocks are sorted by their last address, then merged from the end
+/// when one starts at most one address after the previous one ends.
 fn cidr_merge(args: &[Value], context: &mut BuiltinContext) -> Outcome {
     let items = match arg(args, 0)? {
         Value::Array(items) => items,
@@ -70,7 +76,8 @@ fn cidr_merge(args: &[Value], context: &mut BuiltinContext) -> Outcome {
             )));
         }
     };
-    let mut networks = Vec::with_capacity(items.len());
+    context.charge(items.len() * (VALUE_COST + 48), "net.cidr_merge's networks")?;
+    let mut blocks = Vec::with_capacity(items.len());
     for item in items {
         context.check_time()?;
         let text = item.as_str().ok_or_else(|| {
@@ -79,22 +86,119 @@ fn cidr_merge(args: &[Value], context: &mut BuiltinContext) -> Outcome {
                 type_name(item)
             ))
         })?;
-        let network = match text.parse::<IpAddr>() {
-            Ok(address) => IpNet::from(address),
-            Err(_) => cidr(text)?.trunc(),
-        };
-        networks.push(network);
+        blocks.push(Block::parse(text)?);
     }
-    context.charge(
-        networks.len() * (VALUE_COST + 48),
-        "net.cidr_merge's networks",
-    )?;
-    let mut merged: Vec<String> = IpNet::aggregate(&networks)
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    blocks.sort_by_key(|block| (block.last, block.first));
+    for index in (1..blocks.len()).rev() {
+        context.check_time()?;
+        let (previous, current) = (&blocks[index - 1], &blocks[index]);
+        // The address before the block's first, as Go's `GetPreviousIP` counts: never below
+        // `0.0.0.0` or `::`.
+        let before_first = if current.first == 0 || current.first == V4_MAPPED {
+            current.first
+        } else {
+            current.first - 1
+        };
+        if before_first <= previous.last {
+            blocks[index - 1] = Block {
+                first: previous.first.min(current.first),
+                last: current.last,
+                unmerged: None,
+            };
+            blocks.remove(index);
+        }
+    }
+    let mut merged = Vec::new();
+    for block in blocks {
+        context.check_time()?;
+        match block.unmerged {
+            Some(text) => merged.push(text),
+            None => covering_networks(block.first, block.last, &mut merged),
+        }
+    }
     merged.sort();
+    merged.dedup();
     Ok(Value::from(merged))
+}
+
+/// Where IPv4 addresses sit among IPv6 ones (`::ffff:0.0.0.0`), as OPA compares them.
+const V4_MAPPED: u128 = 0xffff << 32;
+
+/// One element of `net.cidr_merge`'s operand as OPA sees it.
+#[derive(Debug)]
+struct Block {
+    /// Its first address, an IPv4 one mapped to IPv6.
+    first: u128,
+    /// Its last address, likewise.
+    last: u128,
+    /// How OPA prints it when it merges with nothing; `None` once merged.
+    unmerged: Option<String>,
+}
+
+impl Block {
+    fn parse(text: &str) -> Result<Self, BuiltinError> {
+        let address = match text.parse::<IpAddr>() {
+            Ok(IpAddr::V4(address)) => address,
+            Ok(IpAddr::V6(address)) => address
+                .to_ipv4_mapped()
+                .ok_or_else(|| BuiltinError::from("IPv6 invalid: needs prefix length"))?,
+            Err(_) => {
+                let network = cidr(text)?.trunc();
+                let (first, last) = match network {
+                    IpNet::V4(net) => (
+                        V4_MAPPED | u128::from(u32::from(net.network())),
+                        V4_MAPPED | u128::from(u32::from(net.broadcast())),
+                    ),
+                    IpNet::V6(net) => (u128::from(net.network()), u128::from(net.broadcast())),
+                };
+                return Ok(Self {
+                    first,
+                    last,
+                    unmerged: Some(network.to_string()),
+                });
+            }
+        };
+        let prefix = match address.octets()[0] {
+            0..128 => 8,
+            128..192 => 16,
+            _ => 24,
+        };
+        let mask = u32::MAX << (32 - prefix);
+        let bits = u32::from(address);
+        Ok(Self {
+            first: V4_MAPPED | u128::from(bits & mask),
+            last: V4_MAPPED | u128::from(bits | !mask),
+            unmerged: Some(format!("{address}/{prefix}")),
+        })
+    }
+}
+
+/// The fewest networks covering the addresses `first..=last`, each as large as its start allows,
+/// IPv4 ones written as such.
+fn covering_networks(mut first: u128, last: u128, out: &mut Vec<String>) {
+    loop {
+        let aligned = first.trailing_zeros();
+        let span = last - first;
+        // The largest power of two not above `span + 1`.
+        let fits = if span == u128::MAX {
+            128
+        } else {
+            127 - (span + 1).leading_zeros()
+        };
+        let host_bits = aligned.min(fits);
+        let prefix = 128 - host_bits;
+        if first >> 32 == V4_MAPPED >> 32 && prefix >= 96 {
+            let address = std::net::Ipv4Addr::from(first as u32);
+            out.push(format!("{address}/{}", prefix - 96));
+        } else {
+            out.push(format!("{}/{prefix}", std::net::Ipv6Addr::from(first)));
+        }
+        let size = 1u128.checked_shl(host_bits).unwrap_or(0);
+        match first.checked_add(size) {
+            Some(next) if size != 0 && next <= last && next > first => first = next,
+            _ => return,
+        }
+    }
 }
 
 /// `hosts_all`: every address of a network, network and broadcast addresses included.
@@ -174,9 +278,52 @@ mod tests {
                     "2001:db8:8000::/33"
                 ]])
             ),
-            Ok(json!(["10.0.0.0/31", "10.0.1.0/24", "2001:db8::/32"]))
+            Ok(json!(["10.0.0.0/8", "2001:db8::/32"]))
         );
         assert!(call("net.cidr_merge", json!([["nope"]])).is_err());
+    }
+
+    /// OPA v1.20.2 reads a bare IPv4 address with its classful mask: each line is its answer.
+    #[test]
+    fn bare_addresses_merge_as_in_opa() {
+        let merge = |items: Value| call("net.cidr_merge", json!([items]));
+        assert_eq!(
+            merge(json!(["10.0.0.1", "10.0.0.2/31", "10.0.0.0/32"])),
+            Ok(json!(["10.0.0.0/8"]))
+        );
+        assert_eq!(merge(json!(["10.0.0.1"])), Ok(json!(["10.0.0.1/8"])));
+        assert_eq!(
+            merge(json!(["172.16.5.4", "192.168.1.1"])),
+            Ok(json!(["172.16.5.4/16", "192.168.1.1/24"]))
+        );
+        assert_eq!(
+            merge(json!(["224.0.0.1", "225.0.0.1"])),
+            Ok(json!(["224.0.0.1/24", "225.0.0.1/24"]))
+        );
+        assert_eq!(merge(json!(["::ffff:10.0.0.1"])), Ok(json!(["10.0.0.1/8"])));
+        assert_eq!(
+            merge(json!(["10.0.0.0/9", "10.128.0.0/9", "11.0.0.0/8"])),
+            Ok(json!(["10.0.0.0/7"]))
+        );
+        assert_eq!(
+            merge(json!(["10.0.0.0/32", "10.0.0.2/32"])),
+            Ok(json!(["10.0.0.0/32", "10.0.0.2/32"]))
+        );
+        assert_eq!(
+            merge(json!(["10.0.0.1/32", "10.0.0.2/32"])),
+            Ok(json!(["10.0.0.1/32", "10.0.0.2/32"]))
+        );
+        assert_eq!(
+            merge(json!(["10.0.0.1/32", "10.0.0.2/31", "10.0.0.4/30"])),
+            Ok(json!(["10.0.0.1/32", "10.0.0.2/31", "10.0.0.4/30"]))
+        );
+        assert_eq!(merge(json!([])), Ok(json!([])));
+        assert_eq!(
+            merge(json!(["2001:db8::1"])),
+            Err(BuiltinError::Failed(
+                "IPv6 invalid: needs prefix length".into()
+            ))
+        );
     }
 
     #[test]

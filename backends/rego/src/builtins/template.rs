@@ -1,8 +1,9 @@
 //! `strings.render_template(template, vars)`: Go's `text/template`, as OPA runs it.
 //!
-//! OPA parses the template with Go's `text/template`, makes a missing key an error, and executes
-//! it on `vars` decoded as Go's JSON decoder does with numbers kept as `json.Number` (a string
-//! type). That decides a few things a Rego author meets: a number prints as it was written, is
+//! OPA parses the template with Go's `text/template` (a missing key is no value, as Go's default
+//! `missingkey` has it), executes it on `vars` decoded as Go's JSON decoder does with numbers
+//! kept as `json.Number` (a string type), and replaces every `<no value>` of the output with
+//! `<undefined>` (the template's own text included). That decides a few things a Rego author meets: a number prints as it was written, is
 //! "true" in a condition even when it is zero, compares equal to the string of its digits and
 //! is incompatible with a number written in the template (`eq .n 1` is an error, `eq .n "1"`
 //! is true).
@@ -68,7 +69,30 @@ pub(super) fn render_template(args: &[Value], context: &mut BuiltinContext) -> O
         depth: 0,
     };
     exec.walk(&root, &tree)?;
-    Ok(Value::from(exec.out))
+    Ok(Value::from(undefined_for_no_value(exec.out, context)?))
+}
+
+/// What Go prints for no value.
+const NO_VALUE: &str = "<no value>";
+
+/// What OPA prints instead.
+const UNDEFINED: &str = "<undefined>";
+
+/// OPA replaces every `<no value>` of the output with `<undefined>`, wherever it came from (a
+/// missing key, a `null`, or the template's own text).
+fn undefined_for_no_value(
+    out: String,
+    context: &mut BuiltinContext,
+) -> Result<String, BuiltinError> {
+    let count = out.matches(NO_VALUE).count();
+    if count == 0 {
+        return Ok(out);
+    }
+    context.charge(
+        out.len() + count * (UNDEFINED.len() - NO_VALUE.len()),
+        "strings.render_template's output",
+    )?;
+    Ok(out.replace(NO_VALUE, UNDEFINED))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1271,7 +1295,7 @@ impl<'d> Val<'d> {
 /// Go's `fmt` `%v` of a value: `map[k:v]` with sorted keys, `[a b]`, `<nil>` for `null`.
 fn print_value(out: &mut String, value: &Val<'_>) {
     match value {
-        Val::Missing => out.push_str("<no value>"),
+        Val::Missing => out.push_str(NO_VALUE),
         Val::Null => out.push_str("<nil>"),
         Val::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Val::Str(s) => out.push_str(s),
@@ -1622,18 +1646,11 @@ where
                             self.error(span, &format!("{name} is not a method but has arguments"))
                         );
                     }
-                    match map.get(name) {
-                        Some(value) => Val::of(value),
-                        None => {
-                            return Err(
-                                self.error(span, &format!("map has no entry for key {name:?}"))
-                            );
-                        }
-                    }
+                    // Go's default `missingkey`: a missing key is no value, not an error.
+                    map.get(name).map_or(Val::Missing, Val::of)
                 }
-                Val::Missing => {
-                    return Err(self.error(span, &format!("nil data; no entry for key {name:?}")));
-                }
+                // A field of no value is no value.
+                Val::Missing => Val::Missing,
                 Val::Null => {
                     return Err(self.error(
                         span,
@@ -2015,14 +2032,40 @@ mod tests {
             ),
             "hello rohan,hello john doe"
         );
+        // OPA v1.20: `rendertemplate/missingkey` and `rendertemplate/missingmultiplekeys`.
         assert_eq!(
-            failure("{{.testvarnotprovided}}", json!({"test": "hello world"})),
-            "template: template:1:2: executing \"template\" at <.testvarnotprovided>: \
-             map has no entry for key \"testvarnotprovided\""
+            rendered("{{.testvarnotprovided}}", json!({"test": "hello world"})),
+            "<undefined>"
         );
+        assert_eq!(
+            rendered("test {{.foo}} {{.bar}} {{.baz}}", json!({"baz": 1})),
+            "test <undefined> <undefined> 1"
+        );
+    }
+
+    /// OPA v1.20.2 answers `<undefined>` wherever Go prints `<no value>`: a missing key, a
+    /// field of one, a `null`, a missing entry of `index`, and the template's own text.
+    #[test]
+    fn no_value_renders_undefined_as_in_opa() {
+        assert_eq!(rendered("{{.missing}}", json!({})), "<undefined>");
+        assert_eq!(rendered("{{.a.b.c}}", json!({})), "<undefined>");
+        assert_eq!(
+            rendered("{{.n}} {{index . \"zz\"}}", json!({"n": null})),
+            "<undefined> <undefined>"
+        );
+        assert_eq!(rendered("<no value>", json!({})), "<undefined>");
+        assert_eq!(
+            rendered("{{if .missing}}yes{{else}}no{{end}}", json!({})),
+            "no"
+        );
+        assert_eq!(
+            rendered("{{range .missing}}x{{else}}none{{end}}", json!({})),
+            "none"
+        );
+        // A field of a `null` is still Go's nil pointer error.
         assert!(
-            failure("test {{.foo}} {{.bar}} {{.baz}}", json!({"baz": 1}))
-                .contains("map has no entry for key \"foo\"")
+            failure("{{.n.b}}", json!({"n": null}))
+                .ends_with("nil pointer evaluating interface {}.b")
         );
     }
 
@@ -2037,7 +2080,7 @@ mod tests {
         assert_eq!(rendered("{{.map}}", vars.clone()), "map[a:[1 2] b:2]");
         assert_eq!(
             rendered("{{.null}}|{{.t}}|{{.f}}", vars.clone()),
-            "<no value>|true|1.5"
+            "<undefined>|true|1.5"
         );
         // A number of the data is a string type: true even when zero, equal to its digits.
         assert_eq!(rendered("{{if .zero}}yes{{end}}", vars.clone()), "yes");
@@ -2065,7 +2108,7 @@ mod tests {
                 "{{index .list 3 \"k\"}} {{index .map \"zz\"}}",
                 vars.clone()
             ),
-            "v <no value>"
+            "v <undefined>"
         );
         assert!(
             failure("{{index .list 9}}", vars.clone())

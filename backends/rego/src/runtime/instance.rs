@@ -12,6 +12,7 @@ use crate::builtins::{BuiltinContext, BuiltinError, HostBuiltin};
 use crate::entry::{MODE_BUILT, MODE_KEEP, MODE_KEEP_BUILT, MODE_PARSE};
 use crate::error::RegoEvaluationError;
 use crate::input::InputJson;
+use crate::meter::REGEX_UNDECIDED;
 
 pub(super) const WASM_PAGE: usize = 64 * 1024;
 
@@ -695,4 +696,51 @@ impl PooledInstance {
         }
         RegoEvaluationError::Trap(format!("{error:#}"))
     }
+}
+
+/// The string value at `addr` in guest memory (OPA's `opa_string_t`: the type at 0, 4 or 8 for
+/// an interned string (a constant of the policy), the length at 4, the address of the bytes at
+/// 8), or `None` when it is not a string.
+fn string(data: &[u8], addr: i32) -> Option<&[u8]> {
+    let at = usize::try_from(addr).ok()?;
+    let head = data.get(at..at.checked_add(12)?)?;
+    if head[0] != 4 && head[0] != 8 {
+        return None;
+    }
+    let word = |offset: usize| -> Option<usize> {
+        let bytes: [u8; 4] = head.get(offset..offset + 4)?.try_into().ok()?;
+        usize::try_from(u32::from_le_bytes(bytes)).ok()
+    };
+    let (len, text) = (word(4)?, word(8)?);
+    data.get(text..text.checked_add(len)?)
+}
+
+/// The host's answer to the module's `regex.match(pattern, value)`: 0 or 1, or
+/// [`REGEX_UNDECIDED`] when the module decides.
+pub(super) fn host_match(
+    mut caller: Caller<'_, StoreState>,
+    pattern: i32,
+    value: i32,
+) -> wasmtime::Result<i32> {
+    let Some(memory) = caller.data().memory else {
+        return Ok(REGEX_UNDECIDED);
+    };
+    let (data, state) = memory.data_and_store_mut(&mut caller);
+    if !state.host_regex {
+        return Ok(REGEX_UNDECIDED);
+    }
+    let (Some(pattern), Some(text)) = (string(data, pattern), string(data, value)) else {
+        return Ok(REGEX_UNDECIDED);
+    };
+    let answer = state.regexes.is_match(pattern, text);
+    if state.past_deadline() {
+        state.expired = true;
+        return Err(wasmtime::Error::msg(
+            "the time limit passed during builtin regex.match",
+        ));
+    }
+    Ok(match answer {
+        Some(matched) => i32::from(matched),
+        None => REGEX_UNDECIDED,
+    })
 }

@@ -22,7 +22,7 @@
 //! ([`result`]), neither going through the guest's JSON codecs.
 
 mod clock;
-mod image;
+pub(crate) mod image;
 mod instance;
 mod module;
 mod pool;
@@ -38,7 +38,6 @@ pub(crate) use clock::clock_memory;
 pub(crate) use clock::engine;
 use clock::runtime;
 use clock::{TICK, now};
-pub(crate) use image::{Image, MAX_DEPTH};
 pub(crate) use instance::PooledInstance;
 use instance::*;
 pub(crate) use module::{CompiledModule, ModuleError, compile_cached};

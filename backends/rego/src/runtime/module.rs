@@ -384,7 +384,7 @@ impl CompiledModule {
                     &mut store,
                     |caller: Caller<'_, StoreState>, id: i32, _ctx: i32, a: i32, b: i32| {
                         if id == meter::REGEX_BUILTIN_ID {
-                            return super::regex_match::host_match(caller, a, b);
+                            return super::instance::host_match(caller, a, b);
                         }
                         call_builtin(caller, id, &[a, b])
                     },

@@ -1,0 +1,462 @@
+'use strict';
+// The one implementation of @portcullis/core (index.mjs re-exports it for ESM), over the
+// native addon beside this file. Every rule of the engine runs in the addon; this layer
+// translates JavaScript values and errors, and calls the JavaScript policies.
+
+const path = require('node:path');
+
+const ADDON = 'portcullis.linux-x64-gnu.node';
+
+function loadAddon() {
+  try {
+    return require(path.join(__dirname, ADDON));
+  } catch (error) {
+    throw new Error(
+      `@portcullis/core: cannot load its native addon ${ADDON} (it is built for linux-x64 ` +
+        `with glibc; this is ${process.platform}-${process.arch}): ${error.message}`,
+      { cause: error },
+    );
+  }
+}
+
+const addon = loadAddon();
+
+/** The interception points, by their wire names, in the order a policy set lists them. */
+const POINTS = ['input', 'tool_call', 'output'];
+
+/** Where a native policy keeps its addon object (not enumerable). */
+const NATIVE = Symbol('portcullis.native');
+
+/** A policy denied the call. `message` is the policy's reason. */
+class PolicyDenialError extends Error {
+  constructor(message, { policy_id, interception_point, reason } = {}) {
+    super(message);
+    this.name = 'PolicyDenialError';
+    this.policy_id = policy_id;
+    this.interception_point = interception_point;
+    this.reason = reason ?? undefined;
+  }
+}
+
+/** A policy could not be evaluated, and the policy set's `on_error` is `deny`. */
+class PolicyEvaluationError extends Error {
+  constructor(policy_id, interception_point, cause) {
+    super(`Policy evaluation failed for '${policy_id}' at '${interception_point}'.`, { cause });
+    this.name = 'PolicyEvaluationError';
+    this.policy_id = policy_id;
+    this.interception_point = interception_point;
+  }
+}
+
+/** A policy escalated: the call may proceed only once a person approves `request`. */
+class ApprovalRequiredError extends Error {
+  constructor(request) {
+    super(
+      `Approval required for '${request.policy_ids.join("', '")}' at '${request.interception_point}'.`,
+    );
+    this.name = 'ApprovalRequiredError';
+    this.request = request;
+    this.policy_id = request.policy_ids[0];
+    this.interception_point = request.interception_point;
+  }
+}
+
+function describeValue(value) {
+  switch (typeof value) {
+    case 'undefined':
+      return 'undefined';
+    case 'function':
+      return `a function${value.name ? ` (${value.name})` : ''}`;
+    case 'symbol':
+      return 'a symbol';
+    case 'bigint':
+      return `the bigint ${value}n`;
+    default:
+      return Object.prototype.toString.call(value);
+  }
+}
+
+function describeThrown(thrown) {
+  try {
+    if (thrown instanceof Error) return `${thrown.name}: ${thrown.message}`;
+    return `${describeValue(thrown)} ${String(thrown)}`.trim();
+  } catch {
+    return describeValue(thrown);
+  }
+}
+
+/** What a JavaScript policy gave, as the addon reads it (see `Settled` in the crate). */
+function settle(value) {
+  let json;
+  try {
+    json = JSON.stringify(value);
+  } catch (error) {
+    return JSON.stringify({ not_json: `${describeValue(value)} (${error.message})` });
+  }
+  if (json === undefined) return JSON.stringify({ not_json: describeValue(value) });
+  return `{"value":${json}}`;
+}
+
+/**
+ * The errors JavaScript policies threw, by token, until the call they failed settles and
+ * hands one back as its PolicyEvaluationError's `cause`. Errors no call hands back (skipped
+ * under `on_error: "allow"`, or thrown after a deadline) leave the oldest first once there
+ * are more than MAX_KEPT_THROWN.
+ */
+const thrownErrors = new Map();
+const MAX_KEPT_THROWN = 1000;
+let nextThrownToken = 1;
+
+function keepThrown(thrown) {
+  if (!(thrown instanceof Error)) return undefined;
+  const token = nextThrownToken++;
+  thrownErrors.set(token, thrown);
+  if (thrownErrors.size > MAX_KEPT_THROWN) thrownErrors.delete(thrownErrors.keys().next().value);
+  return token;
+}
+
+function takeThrown(token) {
+  const thrown = thrownErrors.get(token);
+  thrownErrors.delete(token);
+  return thrown;
+}
+
+/** The function the addon calls, on this thread, to evaluate a JavaScript policy. */
+function dispatcher(policy) {
+  return async (contextJson) => {
+    let value;
+    try {
+      value = await policy.evaluate(JSON.parse(contextJson));
+    } catch (thrown) {
+      return JSON.stringify({ threw: { message: describeThrown(thrown), token: keepThrown(thrown) } });
+    }
+    return settle(value);
+  };
+}
+
+function checkString(value, what) {
+  if (typeof value !== 'string' || value === '') {
+    throw new TypeError(`${what} must be a non-empty string, not ${describeValue(value)}`);
+  }
+  return value;
+}
+
+function checkClientOptions(options, what) {
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError(`${what} must be an object such as { baseUrl: "http://127.0.0.1:8181" }`);
+  }
+  const { baseUrl, timeoutMs, headers } = options;
+  checkString(baseUrl, `${what}.baseUrl`);
+  if (timeoutMs !== undefined && !(Number.isInteger(timeoutMs) && timeoutMs > 0)) {
+    throw new TypeError(`${what}.timeoutMs must be a positive integer of milliseconds`);
+  }
+  return { baseUrl, timeoutMs, headers };
+}
+
+/** The base of the native policies: the Rust backends, evaluated by the addon. */
+class NativePolicy {
+  constructor(native) {
+    Object.defineProperty(this, NATIVE, { value: native });
+  }
+
+  /** The policy's id. */
+  get id() {
+    return this[NATIVE].id;
+  }
+
+  /** Why the policy could not be loaded (empty when it loaded). */
+  get problems() {
+    return this[NATIVE].problems;
+  }
+
+  /** What the rule checker warns about. */
+  get warnings() {
+    return this[NATIVE].warnings;
+  }
+
+  /** Evaluates this policy alone, off the JavaScript thread. */
+  async evaluate(ctx) {
+    return JSON.parse(await this[NATIVE].evaluate(JSON.stringify(ctx)));
+  }
+}
+
+/** Defines the class `name` of policies at `point` built by `make(point, ...arguments)`. */
+function nativeClass(name, point, make) {
+  const named = {
+    [name]: class extends NativePolicy {
+      constructor(...args) {
+        super(make(point, name, ...args));
+      }
+    },
+  };
+  return named[name];
+}
+
+const CLASS_POINTS = { Input: 'input', ToolCall: 'tool_call', Output: 'output' };
+
+/** The three classes of one backend: `<prefix>InputPolicy`, `..ToolCallPolicy`, `..OutputPolicy`. */
+function nativeClasses(prefix, make) {
+  const classes = {};
+  for (const [suffix, point] of Object.entries(CLASS_POINTS)) {
+    const name = `${prefix}${suffix}Policy`;
+    classes[name] = nativeClass(name, point, make);
+  }
+  return classes;
+}
+
+const dsl = nativeClasses('Dsl', (point, name, id, dir) =>
+  addon.dslPolicy(point, checkString(id, `${name}: id`), checkString(dir, `${name}: dir`)),
+);
+const rego = nativeClasses('Rego', (point, name, id, bundlePath) =>
+  addon.regoPolicy(
+    point,
+    checkString(id, `${name}: id`),
+    checkString(bundlePath, `${name}: bundlePath`),
+  ),
+);
+const regoServer = nativeClasses('RegoServer', (point, name, id, options, packagePath) =>
+  addon.regoServerPolicy(
+    point,
+    checkString(id, `${name}: id`),
+    checkClientOptions(options, `${name}: options`),
+    checkString(packagePath, `${name}: packagePath`),
+  ),
+);
+const http = nativeClasses('Http', (point, name, id, options) =>
+  addon.httpPolicy(point, checkString(id, `${name}: id`), checkClientOptions(options, `${name}: options`)),
+);
+
+const POLICY_SET_KEYS = new Set([...POINTS, 'tool_result', 'on_error']);
+
+function nativePolicySet(policySet) {
+  if (policySet === null || typeof policySet !== 'object') {
+    throw new TypeError('policySet must be an object such as { input: [policy], on_error: "deny" }');
+  }
+  const unknown = Object.keys(policySet).filter((key) => !POLICY_SET_KEYS.has(key));
+  if (unknown.length > 0) {
+    throw new TypeError(
+      `policySet has unknown keys ${unknown.map((key) => JSON.stringify(key)).join(', ')}: ` +
+        'expected input, tool_call, output, tool_result, on_error',
+    );
+  }
+  const onError = policySet.on_error ?? 'deny';
+  if (onError !== 'deny' && onError !== 'allow') {
+    throw new TypeError(`policySet.on_error must be "deny" or "allow", not ${JSON.stringify(onError)}`);
+  }
+  const toolResult = policySet.tool_result;
+  if (toolResult !== undefined && !(Array.isArray(toolResult) && toolResult.length === 0)) {
+    throw new TypeError('policySet.tool_result: this engine has no tool_result point yet');
+  }
+  const set = new addon.NativePolicySet(onError);
+  for (const point of POINTS) {
+    const policies = policySet[point];
+    if (policies === undefined) continue;
+    if (!Array.isArray(policies)) {
+      throw new TypeError(`policySet.${point} must be an array of policies`);
+    }
+    policies.forEach((policy, index) => addPolicy(set, point, policy, `policySet.${point}[${index}]`));
+  }
+  return set;
+}
+
+function addPolicy(set, point, policy, where) {
+  if (policy instanceof NativePolicy) {
+    try {
+      set.addNative(point, policy[NATIVE]);
+    } catch (error) {
+      throw new TypeError(`${where}: ${error.message}`);
+    }
+    return;
+  }
+  if (policy === null || typeof policy !== 'object' || typeof policy.evaluate !== 'function') {
+    throw new TypeError(`${where} is not a policy: a policy is an object with an id and an evaluate(ctx) method`);
+  }
+  const id = policy.id;
+  checkString(id, `${where}.id`);
+  const deadline = policy.deadlineMs;
+  if (deadline !== undefined && !(typeof deadline === 'number' && deadline > 0)) {
+    throw new TypeError(`${where}.deadlineMs must be a positive number of milliseconds`);
+  }
+  set.addJs(point, id, dispatcher(policy), deadline);
+}
+
+function checkOnAudit(onAudit) {
+  if (onAudit !== undefined && typeof onAudit !== 'function') {
+    throw new TypeError('onAudit must be a function taking an audit record');
+  }
+  return onAudit;
+}
+
+/**
+ * How an engine audits for `onAudit`: `keep` (records come back with each call for the
+ * JavaScript handler), or `sink` (a native handler the engine feeds itself).
+ */
+function auditPlan(onAudit) {
+  checkOnAudit(onAudit);
+  const sink = onAudit?.[NATIVE];
+  return sink === undefined ? { keep: onAudit !== undefined, sink: undefined } : { keep: false, sink };
+}
+
+/**
+ * An audit handler that exports every record as a span to an observability platform
+ * (Langfuse-compatible, OTLP/HTTP), with `session.id` and `user.id` from the context's
+ * metadata. Without options it reads OBS_PUBLIC_KEY, OBS_SECRET_KEY and OBS_BASE_URL.
+ * Give it to the engine as `onAudit`: the engine feeds it without a call into JavaScript.
+ * `await handler.flush()` exports what is buffered; call it before the process exits.
+ */
+function createObservabilityAuditHandler(options) {
+  let settings;
+  if (options !== undefined) {
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError('createObservabilityAuditHandler takes options such as { publicKey, secretKey, baseUrl }');
+    }
+    const { publicKey, secretKey, baseUrl } = options;
+    const missing = Object.entries({ publicKey, secretKey })
+      .filter(([, value]) => typeof value !== 'string' || value === '')
+      .map(([name]) => name);
+    if (missing.length > 0) {
+      throw new TypeError(
+        `createObservabilityAuditHandler: ${missing.join(' and ')} must be given (or call it without ` +
+          'options to read OBS_PUBLIC_KEY, OBS_SECRET_KEY and OBS_BASE_URL)',
+      );
+    }
+    if (baseUrl !== undefined) checkString(baseUrl, 'createObservabilityAuditHandler: baseUrl');
+    settings = { publicKey, secretKey, baseUrl };
+  }
+  let sink;
+  try {
+    sink = addon.observabilitySink(settings);
+  } catch (error) {
+    throw new Error(`createObservabilityAuditHandler: ${error.message}`);
+  }
+  const handler = function observabilityAuditHandler() {
+    throw new TypeError(
+      'the observability audit handler is fed by the engine: give it to PolicyEngine as onAudit',
+    );
+  };
+  Object.defineProperty(handler, NATIVE, { value: sink });
+  Object.defineProperty(handler, 'endpoint', { value: sink.endpoint, enumerable: true });
+  handler.flush = async () => {
+    await sink.flush();
+  };
+  return handler;
+}
+
+/** Hands each record to `onAudit`; a handler that throws is reported, never the call's failure. */
+function deliver(onAudit, records) {
+  for (const record of records) {
+    try {
+      const returned = onAudit(record);
+      if (returned && typeof returned.then === 'function') {
+        returned.then(undefined, (error) => reportAuditFailure(error));
+      }
+    } catch (error) {
+      reportAuditFailure(error);
+    }
+  }
+}
+
+function reportAuditFailure(error) {
+  process.emitWarning(`onAudit threw: ${describeThrown(error)}`, { code: 'PORTCULLIS_AUDIT' });
+}
+
+function checkContext(ctx, point) {
+  if (ctx === null || typeof ctx !== 'object' || Array.isArray(ctx)) {
+    throw new TypeError(`the ${point} context must be an object, not ${describeValue(ctx)}`);
+  }
+  return JSON.stringify(ctx);
+}
+
+/** The outcome of one call, as the addon reports it, as a value or a thrown error. */
+function settleOutcome(outcome) {
+  switch (outcome.outcome) {
+    case 'forward':
+      return outcome.context === null ? undefined : outcome.context;
+    case 'denied':
+      throw new PolicyDenialError(outcome.message, outcome);
+    case 'evaluation_error': {
+      // The policy's own Error when it threw one; otherwise an Error saying why.
+      const thrown = outcome.thrown === null ? undefined : takeThrown(outcome.thrown);
+      throw new PolicyEvaluationError(
+        outcome.policy_id,
+        outcome.interception_point,
+        thrown ?? new Error(outcome.cause),
+      );
+    }
+    case 'approval_required':
+      throw new ApprovalRequiredError(outcome.request);
+    case 'invalid_context':
+      throw new TypeError(outcome.message);
+    default:
+      throw new Error(`@portcullis/core: unexpected outcome ${JSON.stringify(outcome.outcome)}`);
+  }
+}
+
+/** The policy engine: built once, shared by every request. */
+class PolicyEngine {
+  #native;
+  #onAudit;
+
+  constructor(options) {
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError('PolicyEngine needs options such as { policySet, onAudit }');
+    }
+    const { policySet, onAudit } = options;
+    const plan = auditPlan(onAudit);
+    this.#native = options[NATIVE] ?? addon.createEngine(nativePolicySet(policySet ?? {}), plan.keep, plan.sink);
+    this.#onAudit = plan.keep ? onAudit : undefined;
+  }
+
+  /** Loads a manifest (policy set as files, YAML or JSON) and builds its engine. */
+  static async fromManifest(manifestPath, options = {}) {
+    checkString(manifestPath, 'PolicyEngine.fromManifest: path');
+    const onAudit = options?.onAudit;
+    const plan = auditPlan(onAudit);
+    let native;
+    try {
+      native = await addon.engineFromManifest(path.resolve(manifestPath), plan.keep, plan.sink);
+    } catch (error) {
+      throw new Error(`cannot load the manifest ${manifestPath}:\n${error.message}`);
+    }
+    return new PolicyEngine({ [NATIVE]: native, onAudit });
+  }
+
+  /** Runs the input policies: `undefined` when the context goes on unchanged, else the changed context. */
+  evaluateInput(ctx) {
+    return this.#evaluate('input', ctx);
+  }
+
+  /** Runs the tool-call policies. */
+  evaluateToolCall(ctx) {
+    return this.#evaluate('tool_call', ctx);
+  }
+
+  /** Runs the output policies. */
+  evaluateOutput(ctx) {
+    return this.#evaluate('output', ctx);
+  }
+
+  async #evaluate(point, ctx) {
+    // The outcome itself when the addon could decide at once (in-memory policies only),
+    // otherwise a promise of it.
+    const raw = this.#native.evaluate(point, checkContext(ctx, point));
+    const outcome = JSON.parse(typeof raw === 'string' ? raw : await raw);
+    if (outcome.records !== undefined && this.#onAudit !== undefined) {
+      deliver(this.#onAudit, outcome.records);
+    }
+    return settleOutcome(outcome);
+  }
+}
+
+module.exports = {
+  PolicyEngine,
+  PolicyDenialError,
+  PolicyEvaluationError,
+  ApprovalRequiredError,
+  NativePolicy,
+  createObservabilityAuditHandler,
+  ...dsl,
+  ...rego,
+  ...regoServer,
+  ...http,
+};

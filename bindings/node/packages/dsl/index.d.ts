@@ -1,0 +1,2 @@
+// Types of @portcullis/dsl: re-exported from @portcullis/core.
+export { DslInputPolicy, DslToolCallPolicy, DslOutputPolicy } from '@portcullis/core';

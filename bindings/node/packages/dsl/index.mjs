@@ -1,0 +1,2 @@
+// @portcullis/dsl for ESM: the same classes as @portcullis/core's.
+export { DslInputPolicy, DslToolCallPolicy, DslOutputPolicy } from '@portcullis/core';

@@ -1,0 +1,2 @@
+// @portcullis/http for ESM: the same classes as @portcullis/core's.
+export { HttpInputPolicy, HttpToolCallPolicy, HttpOutputPolicy } from '@portcullis/core';

@@ -1,0 +1,108 @@
+//! Where an engine's audit records go: to the JavaScript `onAudit` with each call, and to a
+//! native sink (the observability platform exporter) without crossing into JavaScript.
+
+use std::cell::RefCell;
+
+use napi::bindgen_prelude::{Env, PromiseRaw};
+use napi::{Error, Result, Status};
+use napi_derive::napi;
+use portcullis_engine::error::error_chain;
+use portcullis_engine::{AuditHandler, AuditRecord};
+use portcullis_observability::{ObservabilityAuditHandler, ObservabilityOptions};
+use serde_json::Value;
+
+tokio::task_local! {
+    /// The audit records of the evaluation running in this task.
+    pub(crate) static RECORDS: RefCell<Vec<Value>>;
+}
+
+/// Keeps a record with the call it belongs to, so the call hands it to `onAudit` before it
+/// settles.
+fn keep_record(record: &AuditRecord<'_>) {
+    // Outside an evaluation of this binding (never, today) there is no call to report to.
+    let _ = RECORDS.try_with(|records| records.borrow_mut().push(record.to_json()));
+}
+
+/// The audit handler of an engine: records kept for `onAudit` when `keep`, and exported by
+/// `sink` when there is one. `None` when neither.
+pub(crate) fn audit_handler(
+    keep: bool,
+    sink: Option<&NativeAuditSink>,
+) -> Option<impl AuditHandler> {
+    let sink = sink.map(|sink| sink.handler.clone());
+    let active = keep || sink.is_some();
+    let handler = move |record: &AuditRecord<'_>| {
+        if keep {
+            keep_record(record);
+        }
+        if let Some(sink) = &sink {
+            sink.handle(record);
+        }
+    };
+    active.then_some(handler)
+}
+
+/// The observability platform's settings, as `createObservabilityAuditHandler` takes them.
+#[napi(object)]
+pub struct ObservabilitySettings {
+    /// The public key (HTTP Basic user).
+    pub public_key: Option<String>,
+    /// The secret key (HTTP Basic password).
+    pub secret_key: Option<String>,
+    /// The platform's address (default `https://cloud.langfuse.com`).
+    pub base_url: Option<String>,
+}
+
+/// An audit sink that exports records as spans to an observability platform over OTLP/HTTP,
+/// on a thread of its own: an engine given it hands it every record without a call into
+/// JavaScript.
+#[napi]
+pub struct NativeAuditSink {
+    handler: ObservabilityAuditHandler,
+}
+
+#[napi]
+impl NativeAuditSink {
+    /// Where spans are posted.
+    #[napi(getter)]
+    pub fn endpoint(&self) -> String {
+        self.handler.endpoint().to_owned()
+    }
+
+    /// Exports every span buffered so far; rejects with why an export failed.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn flush<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
+        let handler = self.handler.clone();
+        env.spawn_future(async move {
+            handler
+                .flush()
+                .await
+                .map_err(|error| Error::new(Status::GenericFailure, error_chain(&error)))
+        })
+    }
+}
+
+/// A sink for the observability platform of `settings`, or of the `OBS_PUBLIC_KEY`,
+/// `OBS_SECRET_KEY` and `OBS_BASE_URL` variables without settings. Throws when a key is
+/// missing or the address is invalid.
+#[napi]
+pub fn observability_sink(settings: Option<ObservabilitySettings>) -> Result<NativeAuditSink> {
+    let handler = match settings {
+        None => ObservabilityAuditHandler::from_env(),
+        Some(settings) => {
+            let mut options = ObservabilityOptions::builder();
+            if let Some(key) = settings.public_key {
+                options = options.public_key(key);
+            }
+            if let Some(key) = settings.secret_key {
+                options = options.secret_key(key);
+            }
+            if let Some(url) = settings.base_url {
+                options = options.base_url(url);
+            }
+            ObservabilityAuditHandler::new(options.build())
+        }
+    }
+    .map_err(|error| Error::new(Status::InvalidArg, error_chain(&error)))?;
+    Ok(NativeAuditSink { handler })
+}

@@ -1,0 +1,308 @@
+//! The engine as JavaScript reaches it: [`NativePolicySet`] gathers the policies,
+//! [`NativeEngine`] evaluates contexts off the JavaScript thread and reports each outcome, with
+//! the call's audit records, as one JSON document the package's layer turns into a value or
+//! one of its error classes.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use napi::bindgen_prelude::{Either, Env, PromiseRaw};
+use napi::{Error, Result, Status};
+use napi_derive::napi;
+use portcullis_engine::{
+    EngineError, InputContext, InterceptionPoint, OnError, OutputContext, PolicyContext,
+    PolicyEngine, PolicyEngineBuilder, PolicySet, PolicySetBuilder, ToolCallContext,
+};
+use portcullis_manifest::{CodeRegistry, Manifest};
+use serde_json::{Value, json};
+
+use crate::audit::{NativeAuditSink, RECORDS, audit_handler};
+use crate::context::read_context;
+use crate::native::{NativePolicy, PointPolicy, parse_point};
+use crate::policy::{HostEvaluate, HostPolicyError, JsPolicy};
+
+/// The policies of an engine being built: the package's layer adds each policy of the
+/// JavaScript policy set, in order, then builds the engine with [`create_engine`].
+#[napi]
+pub struct NativePolicySet {
+    builder: Option<PolicySetBuilder>,
+    /// The points with a policy that may wait (on JavaScript, or on the network).
+    waits: Vec<InterceptionPoint>,
+}
+
+#[napi]
+impl NativePolicySet {
+    /// An empty set whose evaluation errors are handled as `on_error` says (`"deny"` or
+    /// `"allow"`).
+    #[napi(constructor)]
+    pub fn new(on_error: String) -> Result<NativePolicySet> {
+        let on_error = match on_error.as_str() {
+            "deny" => OnError::Deny,
+            "allow" => OnError::Allow,
+            other => {
+                return Err(Error::new(
+                    Status::InvalidArg,
+                    format!("on_error must be \"deny\" or \"allow\", not {other:?}"),
+                ));
+            }
+        };
+        Ok(NativePolicySet {
+            builder: Some(PolicySet::builder().on_error(on_error)),
+            waits: Vec::new(),
+        })
+    }
+
+    /// Adds a policy written in JavaScript at `point`: `evaluate` is the package's dispatcher
+    /// for it, `deadline_ms` how long one evaluation may take.
+    #[napi(
+        ts_args_type = "point: string, id: string, evaluate: (context: string) => Promise<string>, deadlineMs?: number"
+    )]
+    pub fn add_js(
+        &mut self,
+        point: String,
+        id: String,
+        evaluate: HostEvaluate,
+        deadline_ms: Option<f64>,
+    ) -> Result<()> {
+        let point = parse_point(&point)?;
+        let deadline = match deadline_ms {
+            Some(ms) if ms.is_finite() && ms > 0.0 => Some(Duration::from_secs_f64(ms / 1000.0)),
+            Some(ms) => {
+                return Err(Error::new(
+                    Status::InvalidArg,
+                    format!(
+                        "the deadline of policy {id:?} must be a positive number of milliseconds, not {ms}"
+                    ),
+                ));
+            }
+            None => None,
+        };
+        self.add(PointPolicy::at(
+            point,
+            JsPolicy::new(id, evaluate, deadline),
+        ))
+    }
+
+    /// Adds a native policy at `point`; throws when it is a policy of another point.
+    #[napi]
+    pub fn add_native(&mut self, point: String, policy: &NativePolicy) -> Result<()> {
+        let point = parse_point(&point)?;
+        if policy.policy.point() != point {
+            return Err(Error::new(
+                Status::InvalidArg,
+                format!(
+                    "policy {:?} is a {} policy; it cannot go in {}",
+                    policy.id(),
+                    policy.policy.point(),
+                    point
+                ),
+            ));
+        }
+        if !policy.in_memory {
+            self.waits.push(point);
+        }
+        self.add(policy.policy.clone())
+    }
+}
+
+impl NativePolicySet {
+    fn add(&mut self, policy: PointPolicy) -> Result<()> {
+        let builder = self.builder.take().ok_or_else(|| {
+            Error::new(
+                Status::GenericFailure,
+                "this policy set already went into an engine",
+            )
+        })?;
+        self.builder = Some(match policy {
+            PointPolicy::Input(policy) => builder.input(policy),
+            PointPolicy::ToolCall(policy) => builder.tool_call(policy),
+            PointPolicy::Output(policy) => builder.output(policy),
+        });
+        Ok(())
+    }
+}
+
+/// Builds an engine on `set` (which cannot be used again); with `audit`, each outcome carries
+/// the call's audit records; `sink` receives every record too.
+#[napi]
+pub fn create_engine(
+    set: &mut NativePolicySet,
+    audit: bool,
+    sink: Option<&NativeAuditSink>,
+) -> Result<NativeEngine> {
+    let builder = set.builder.take().ok_or_else(|| {
+        Error::new(
+            Status::GenericFailure,
+            "this policy set already went into an engine",
+        )
+    })?;
+    let builder = PolicyEngine::builder().policy_set(builder.build());
+    let builder = match audit_handler(audit, sink) {
+        Some(handler) => builder.on_audit(handler),
+        None => builder,
+    };
+    let in_memory = [
+        InterceptionPoint::Input,
+        InterceptionPoint::ToolCall,
+        InterceptionPoint::Output,
+    ]
+    .into_iter()
+    .filter(|point| !set.waits.contains(point))
+    .collect();
+    Ok(NativeEngine::new(builder, audit, in_memory))
+}
+
+/// Loads the manifest at `path` (§10) off the JavaScript thread and builds its engine; with
+/// `audit`, each outcome carries the call's audit records, and `sink` receives every record
+/// (the manifest's own sinks receive them too). Rejects with every problem of the manifest.
+#[napi(ts_return_type = "Promise<NativeEngine>")]
+pub fn engine_from_manifest<'env>(
+    env: &'env Env,
+    path: String,
+    audit: bool,
+    sink: Option<&NativeAuditSink>,
+) -> Result<PromiseRaw<'env, NativeEngine>> {
+    let handler = audit_handler(audit, sink);
+    env.spawn_future(async move {
+        let loaded =
+            tokio::task::spawn_blocking(move || Manifest::load(&path, &CodeRegistry::new()))
+                .await
+                .map_err(|error| Error::new(Status::GenericFailure, error.to_string()))?
+                .map_err(|errors| Error::new(Status::InvalidArg, errors.to_string()))?;
+        let builder = match handler {
+            Some(handler) => loaded.into_engine_builder_with_audit(handler).await,
+            None => loaded.into_engine_builder().await,
+        }
+        .map_err(|errors| Error::new(Status::InvalidArg, errors.to_string()))?;
+        // What a manifest's policies do is not looked into: every point runs on the runtime.
+        Ok(NativeEngine::new(builder, audit, Vec::new()))
+    })
+}
+
+/// A policy engine: evaluates contexts given as JSON off the JavaScript thread.
+#[napi]
+pub struct NativeEngine {
+    engine: Arc<PolicyEngine>,
+    audit: bool,
+    /// The points whose policies all evaluate in memory, without I/O.
+    in_memory: Vec<InterceptionPoint>,
+}
+
+#[napi]
+impl NativeEngine {
+    /// Evaluates the policies of `point` on the context (JSON) and resolves to the outcome as
+    /// JSON: `{"outcome":"forward","context":<changed context or null>}`, `"denied"`,
+    /// `"evaluation_error"`, `"approval_required"` or `"invalid_context"`, with `"records"`
+    /// when the engine audits.
+    ///
+    /// A point whose policies all evaluate in memory (DSL rules, Rego bundles) is evaluated
+    /// on the calling thread when it can finish without waiting, and returns the outcome
+    /// itself (microseconds of work, no round trip through the runtime); any other point,
+    /// or one that would wait, runs on the addon's runtime and returns a promise.
+    #[napi(ts_return_type = "string | Promise<string>")]
+    pub fn evaluate<'env>(
+        &self,
+        env: &'env Env,
+        point: String,
+        context_json: String,
+    ) -> Result<Either<String, PromiseRaw<'env, String>>> {
+        let point = parse_point(&point)?;
+        let mut outcome = Box::pin(outcome(
+            Arc::clone(&self.engine),
+            self.audit,
+            point,
+            context_json,
+        ));
+        if self.in_memory.contains(&point) {
+            let mut context = Context::from_waker(Waker::noop());
+            if let Poll::Ready(outcome) = outcome.as_mut().poll(&mut context) {
+                return Ok(Either::A(outcome));
+            }
+        }
+        env.spawn_future(async move { Ok(outcome.await) })
+            .map(Either::B)
+    }
+}
+
+/// The outcome of one call, as JSON text: see [`NativeEngine::evaluate`].
+async fn outcome(
+    engine: Arc<PolicyEngine>,
+    audit: bool,
+    point: InterceptionPoint,
+    context_json: String,
+) -> String {
+    let outcome = async move {
+        match point {
+            InterceptionPoint::Input => evaluate::<InputContext>(&engine, &context_json).await,
+            InterceptionPoint::ToolCall => {
+                evaluate::<ToolCallContext>(&engine, &context_json).await
+            }
+            InterceptionPoint::Output => evaluate::<OutputContext>(&engine, &context_json).await,
+        }
+    };
+    let outcome = if audit {
+        RECORDS
+            .scope(RefCell::new(Vec::new()), async move {
+                let mut outcome = outcome.await;
+                let records = RECORDS.with(|records| records.take());
+                outcome["records"] = Value::Array(records);
+                outcome
+            })
+            .await
+    } else {
+        outcome.await
+    };
+    outcome.to_string()
+}
+
+impl NativeEngine {
+    fn new(
+        builder: PolicyEngineBuilder,
+        audit: bool,
+        in_memory: Vec<InterceptionPoint>,
+    ) -> NativeEngine {
+        NativeEngine {
+            engine: Arc::new(builder.build()),
+            audit,
+            in_memory,
+        }
+    }
+}
+
+/// Runs `C`'s point on a context given as JSON; the outcome as the package's layer reads it.
+async fn evaluate<C: PolicyContext>(engine: &PolicyEngine, context_json: &str) -> Value {
+    let context: C = match read_context(context_json) {
+        Ok(context) => context,
+        Err(message) => return json!({ "outcome": "invalid_context", "message": message }),
+    };
+    match engine.evaluate(&context).await {
+        Ok(evaluation) if evaluation.is_modified() => json!({
+            "outcome": "forward",
+            "context": serde_json::to_value(evaluation.context()).unwrap_or(Value::Null),
+        }),
+        Ok(_) => json!({ "outcome": "forward", "context": null }),
+        Err(EngineError::Denied(denial)) => json!({
+            "outcome": "denied",
+            "policy_id": denial.policy_id(),
+            "interception_point": denial.interception_point(),
+            "reason": denial.reason(),
+            "message": denial.to_string(),
+        }),
+        Err(EngineError::Evaluation(error)) => json!({
+            "outcome": "evaluation_error",
+            "policy_id": error.policy_id(),
+            "interception_point": error.interception_point(),
+            "cause": error.cause_chain(),
+            "thrown": HostPolicyError::thrown_token(error.cause()),
+        }),
+        Err(EngineError::ApprovalRequired(request)) => json!({
+            "outcome": "approval_required",
+            "policy_id": request.policy_ids.first(),
+            "interception_point": request.interception_point,
+            "request": &*request,
+        }),
+    }
+}

@@ -1,0 +1,263 @@
+//! The policies the binding adds to the engine: a policy written in JavaScript, and a policy
+//! whose rule could not be loaded.
+//!
+//! Every implementation of the engine's policy trait in this crate is in this file, each
+//! written once for every point (`impl<C: PolicyContext> Policy<C>`).
+
+use std::fmt;
+use std::time::Duration;
+
+use napi::Status;
+use napi::bindgen_prelude::Promise;
+use napi::threadsafe_function::ThreadsafeFunction;
+use portcullis_engine::{BoxError, Policy, PolicyContext, PolicyDecision, async_trait};
+use serde::Deserialize;
+use serde::Serialize;
+use serde_json::Value;
+
+/// How long a JavaScript policy may take when it names no `deadline` of its own: a promise
+/// that never settles fails its evaluation after this long.
+pub const DEFAULT_JS_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The JavaScript side of a JavaScript policy, as the package's layer hands it over: called
+/// on the JavaScript thread with the context as JSON, it calls the policy's `evaluate` and
+/// resolves to a report of what `evaluate` gave, as JSON (`{"value": ..}`, `{"not_json": ..}`
+/// or `{"threw": ..}`). Weak: an engine holding it never keeps Node running.
+pub type HostEvaluate = ThreadsafeFunction<String, Promise<String>, String, Status, false, true>;
+
+/// What a JavaScript policy's `evaluate` gave, as the package's layer reports it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Settled {
+    /// It returned (or its promise resolved to) this JSON value.
+    Value(Value),
+    /// It returned something JSON cannot carry (`undefined`, a function, a cycle), described.
+    NotJson(String),
+    /// It threw, or its promise rejected.
+    Threw(Thrown),
+}
+
+/// What a JavaScript policy threw: its description, and the token under which the package's
+/// layer keeps the thrown value itself (to hand it back as the error's `cause`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Thrown {
+    /// The thrown value, described (`RangeError: out of range`).
+    pub message: String,
+    /// The token of the thrown value in the package's layer, when it kept it.
+    #[serde(default)]
+    pub token: Option<u64>,
+}
+
+/// Why a JavaScript policy gave no decision.
+#[derive(Debug)]
+pub enum HostPolicyError {
+    /// It threw, or its promise rejected.
+    Threw(Thrown),
+    /// It gave something that is not a decision.
+    NotADecision {
+        /// What it gave, described (JSON, cut short when long).
+        returned: String,
+        /// Why that is not a decision.
+        problem: String,
+    },
+    /// The call into JavaScript failed (Node is shutting down, or the binding is broken).
+    Call(String),
+}
+
+impl fmt::Display for HostPolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostPolicyError::Threw(thrown) => write!(f, "the policy threw: {}", thrown.message),
+            HostPolicyError::NotADecision { returned, problem } => {
+                write!(
+                    f,
+                    "the policy returned {returned}, which is not a decision ({problem})"
+                )
+            }
+            HostPolicyError::Call(problem) => {
+                write!(f, "the policy could not be called: {problem}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for HostPolicyError {}
+
+impl HostPolicyError {
+    /// The token of the value a JavaScript policy threw, if `error` or one of its causes is
+    /// such a throw.
+    pub fn thrown_token(error: &(dyn std::error::Error + 'static)) -> Option<u64> {
+        std::iter::successors(Some(error), |error| error.source()).find_map(|error| {
+            match error.downcast_ref::<HostPolicyError>() {
+                Some(HostPolicyError::Threw(thrown)) => thrown.token,
+                _ => None,
+            }
+        })
+    }
+}
+
+/// The longest description of a returned value an error message carries.
+const MAX_DESCRIBED: usize = 200;
+
+/// Reads what the package's layer reported into a decision.
+fn read_settled(settled: &str) -> Result<PolicyDecision, HostPolicyError> {
+    let settled: Settled = serde_json::from_str(settled)
+        .map_err(|error| HostPolicyError::Call(format!("unreadable report: {error}")))?;
+    match settled {
+        Settled::Value(value) => {
+            PolicyDecision::deserialize(&value).map_err(|error| HostPolicyError::NotADecision {
+                returned: describe(&value),
+                problem: error.to_string(),
+            })
+        }
+        Settled::NotJson(returned) => Err(HostPolicyError::NotADecision {
+            returned,
+            problem: "a decision is an object such as { decision: \"allow\" }".to_owned(),
+        }),
+        Settled::Threw(thrown) => Err(HostPolicyError::Threw(thrown)),
+    }
+}
+
+/// A value as JSON, cut at [`MAX_DESCRIBED`] bytes (on a character boundary).
+fn describe(value: &Value) -> String {
+    let mut text = value.to_string();
+    if text.len() > MAX_DESCRIBED {
+        let mut end = MAX_DESCRIBED;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// A policy written in JavaScript: an object with an `id` and an `evaluate(ctx)` returning a
+/// decision or a promise of one. Its evaluation is called on the JavaScript thread; the engine
+/// awaits it off that thread.
+pub struct JsPolicy {
+    id: String,
+    evaluate: HostEvaluate,
+    deadline: Duration,
+}
+
+impl JsPolicy {
+    /// A policy with `id` whose decisions `evaluate` gives, failing after `deadline` (or
+    /// [`DEFAULT_JS_DEADLINE`]).
+    pub fn new(id: String, evaluate: HostEvaluate, deadline: Option<Duration>) -> JsPolicy {
+        JsPolicy {
+            id,
+            evaluate,
+            deadline: deadline.unwrap_or(DEFAULT_JS_DEADLINE),
+        }
+    }
+
+    async fn decide<C: Serialize>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        let context = serde_json::to_string(context)?;
+        let pending = self
+            .evaluate
+            .call_async(context)
+            .await
+            .map_err(|error| HostPolicyError::Call(error.reason.clone()))?;
+        let settled = pending
+            .await
+            .map_err(|error| HostPolicyError::Call(error.reason.clone()))?;
+        Ok(read_settled(&settled)?)
+    }
+}
+
+/// A policy that could not be built (a DSL rule file that is missing or invalid): as in the
+/// seed's TypeScript packages, building it does not throw, and every evaluation fails with
+/// why.
+pub struct FailedPolicy {
+    id: String,
+    problem: String,
+}
+
+/// Why a [`FailedPolicy`] cannot decide.
+#[derive(Debug)]
+pub struct NotLoaded(String);
+
+impl fmt::Display for NotLoaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotLoaded {}
+
+impl FailedPolicy {
+    /// A policy with `id` whose every evaluation fails with `problem`.
+    pub fn new(id: String, problem: String) -> FailedPolicy {
+        FailedPolicy { id, problem }
+    }
+
+    async fn decide<C>(&self, _context: &C) -> Result<PolicyDecision, BoxError> {
+        Err(Box::new(NotLoaded(self.problem.clone())))
+    }
+}
+
+#[async_trait]
+impl<C: PolicyContext> Policy<C> for JsPolicy {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        self.decide(context).await
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.deadline)
+    }
+}
+
+#[async_trait]
+impl<C: PolicyContext> Policy<C> for FailedPolicy {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        self.decide(context).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_decisions_and_says_what_is_not_one() {
+        let decision = read_settled(r#"{"value":{"decision":"deny","reason":"no"}}"#).unwrap();
+        assert_eq!(decision, PolicyDecision::deny("no"));
+
+        let error = read_settled(r#"{"value":{"decision":"maybe"}}"#).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with(
+                r#"the policy returned {"decision":"maybe"}, which is not a decision"#
+            ),
+            "{message}"
+        );
+
+        let error = read_settled(r#"{"not_json":"undefined"}"#).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("the policy returned undefined, which is not a decision")
+        );
+
+        let error = read_settled(r#"{"threw":{"message":"Error: boom","token":7}}"#).unwrap_err();
+        assert_eq!(error.to_string(), "the policy threw: Error: boom");
+        assert_eq!(HostPolicyError::thrown_token(&error), Some(7));
+    }
+
+    #[test]
+    fn cuts_long_values_on_a_character_boundary() {
+        let value = Value::String("é".repeat(300));
+        let text = describe(&value);
+        assert!(text.ends_with('…'));
+        assert!(text.len() <= MAX_DESCRIBED + '…'.len_utf8());
+    }
+}

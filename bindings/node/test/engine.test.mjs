@@ -1,0 +1,317 @@
+// The engine with JavaScript policies, as a user of @portcullis/core writes it.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+
+import {
+  ApprovalRequiredError,
+  PolicyDenialError,
+  PolicyEngine,
+  PolicyEvaluationError,
+} from '@portcullis/core';
+
+import { input, output, toolCall } from './helpers.mjs';
+
+const allow = (id) => ({ id, evaluate: () => ({ decision: 'allow' }) });
+
+describe('PolicyEngine with JavaScript policies', () => {
+  test('an allowed context resolves to undefined, and every decision is audited first', async () => {
+    const records = [];
+    const seen = [];
+    const engine = new PolicyEngine({
+      policySet: {
+        input: [
+          allow('first'),
+          {
+            id: 'second',
+            async evaluate(ctx) {
+              seen.push(ctx);
+              return { decision: 'audit', reason: 'looked' };
+            },
+          },
+        ],
+      },
+      onAudit: (record) => records.push(record),
+    });
+    const ctx = input('hello');
+    assert.equal(await engine.evaluateInput(ctx), undefined);
+    assert.deepEqual(seen, [ctx]);
+    assert.deepEqual(
+      records.map((record) => [record.policy_id, record.decision, record.interception_point, record.reason]),
+      [
+        ['first', 'allow', 'input', undefined],
+        ['second', 'audit', 'input', 'looked'],
+      ],
+    );
+    assert.deepEqual(records[0].context, ctx);
+    assert.match(records[0].timestamp, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  });
+
+  test('a denial rejects with PolicyDenialError and no later policy runs', async () => {
+    let later = 0;
+    const engine = new PolicyEngine({
+      policySet: {
+        tool_call: [
+          { id: 'no-shell', evaluate: (ctx) => (ctx.tool_name === 'shell' ? { decision: 'deny', reason: 'No shell.' } : { decision: 'allow' }) },
+          { id: 'later', evaluate: () => (later++, { decision: 'allow' }) },
+        ],
+      },
+    });
+    const error = await engine.evaluateToolCall(toolCall('shell', { command: 'ls' })).catch((e) => e);
+    assert.ok(error instanceof PolicyDenialError);
+    assert.ok(error instanceof Error);
+    assert.equal(error.message, 'No shell.');
+    assert.equal(error.policy_id, 'no-shell');
+    assert.equal(error.interception_point, 'tool_call');
+    assert.equal(later, 0);
+    assert.equal(await engine.evaluateToolCall(toolCall('read_file')), undefined);
+    assert.equal(later, 1);
+  });
+
+  test('a redaction resolves to a new, changed context; the original is untouched', async () => {
+    const engine = new PolicyEngine({
+      policySet: {
+        output: [
+          {
+            id: 'mask',
+            evaluate: () => ({
+              decision: 'redact',
+              redactions: [{ field: 'response.content', strategy: 'replace', pattern: '\\d{3}-\\d{2}-\\d{4}' }],
+            }),
+          },
+          {
+            id: 'sees-the-change',
+            evaluate: (ctx) => ({ decision: /\d{3}-\d{2}-\d{4}/.test(ctx.response.content) ? 'deny' : 'allow' }),
+          },
+        ],
+      },
+    });
+    const ctx = output('your SSN is 123-45-6789.');
+    const forwarded = await engine.evaluateOutput(ctx);
+    assert.equal(forwarded.response.content, 'your SSN is [REDACTED].');
+    assert.equal(ctx.response.content, 'your SSN is 123-45-6789.');
+    assert.deepEqual(forwarded.metadata, ctx.metadata);
+    assert.equal((await engine.evaluateOutput(output('fine'))) ?? 'unchanged', 'unchanged');
+  });
+
+  test('decisions may name fields with bracketed indexes', async () => {
+    const engine = new PolicyEngine({
+      policySet: {
+        input: [
+          {
+            id: 'mask-latest',
+            evaluate: () => ({ decision: 'redact', redactions: [{ field: 'messages[-1].content', strategy: 'mask' }] }),
+          },
+          {
+            id: 'tag-first',
+            evaluate: () => ({
+              decision: 'transform',
+              transformation: { operations: [{ op: 'prepend', field: 'messages[0].content', value: '> ' }] },
+            }),
+          },
+        ],
+      },
+    });
+    const forwarded = await engine.evaluateInput(input('first', 'second'));
+    assert.deepEqual(forwarded.messages.map((m) => m.content), ['> first', '[REDACTED]']);
+  });
+
+  test('a transform applies its operations in order', async () => {
+    const engine = new PolicyEngine({
+      policySet: {
+        input: [
+          {
+            id: 'wrap',
+            evaluate: () => ({
+              decision: 'transform',
+              transformation: {
+                operations: [
+                  { op: 'prepend', field: 'messages.0.content', value: '<<' },
+                  { op: 'append', field: 'messages.0.content', value: '>>' },
+                  { op: 'set', field: 'metadata.checked', value: true },
+                ],
+              },
+            }),
+          },
+        ],
+      },
+    });
+    const forwarded = await engine.evaluateInput(input('hi'));
+    assert.equal(forwarded.messages[0].content, '<<hi>>');
+    assert.equal(forwarded.metadata.checked, true);
+  });
+
+  test('an escalation rejects with ApprovalRequiredError carrying the request', async () => {
+    const engine = new PolicyEngine({
+      policySet: { tool_call: [{ id: 'ask', evaluate: () => ({ decision: 'escalate', reason: 'money moves' }) }] },
+    });
+    const error = await engine.evaluateToolCall(toolCall('transfer', { amount: 10 })).catch((e) => e);
+    assert.ok(error instanceof ApprovalRequiredError);
+    assert.deepEqual(error.request.policy_ids, ['ask']);
+    assert.deepEqual(error.request.reasons, ['money moves']);
+    assert.equal(error.request.interception_point, 'tool_call');
+    assert.match(error.request.action_digest, /^[0-9a-f]{64}$/);
+  });
+});
+
+describe('JavaScript policies that fail', () => {
+  const failing = async (policy, onError) => {
+    const records = [];
+    const engine = new PolicyEngine({
+      policySet: { input: [policy, allow('after')], on_error: onError },
+      onAudit: (record) => records.push(record),
+    });
+    const result = await engine.evaluateInput(input('hi')).catch((e) => e);
+    return { result, records };
+  };
+
+  test('a throw is a PolicyEvaluationError with the seed message and the cause', async () => {
+    const { result, records } = await failing({
+      id: 'thrower',
+      evaluate() {
+        throw new RangeError('out of range');
+      },
+    });
+    assert.ok(result instanceof PolicyEvaluationError);
+    assert.equal(result.message, "Policy evaluation failed for 'thrower' at 'input'.");
+    assert.equal(result.policy_id, 'thrower');
+    assert.equal(result.interception_point, 'input');
+    // The cause is the very error the policy threw.
+    assert.ok(result.cause instanceof RangeError);
+    assert.equal(result.cause.message, 'out of range');
+    assert.deepEqual(records.map((r) => [r.policy_id, r.decision]), [['thrower', 'evaluation_error']]);
+    assert.match(records[0].reason, /out of range/);
+  });
+
+  test('a rejection is an evaluation error too', async () => {
+    const { result } = await failing({ id: 'rejecter', evaluate: () => Promise.reject(new Error('nope')) });
+    assert.ok(result instanceof PolicyEvaluationError);
+    assert.equal(result.cause.message, 'nope');
+  });
+
+  test('a thrown value that is not an Error is described in the cause', async () => {
+    const { result, records } = await failing({ id: 'strings', evaluate: () => Promise.reject('just a string') });
+    assert.ok(result instanceof PolicyEvaluationError);
+    assert.match(result.cause.message, /the policy threw: .*just a string/);
+    assert.match(records[0].reason, /just a string/);
+  });
+
+  test('with on_error "allow" the failing policy is skipped, and audited', async () => {
+    const { result, records } = await failing(
+      { id: 'thrower', evaluate: () => { throw new Error('boom'); } },
+      'allow',
+    );
+    assert.equal(result, undefined);
+    assert.deepEqual(records.map((r) => [r.policy_id, r.decision]), [
+      ['thrower', 'evaluation_error'],
+      ['after', 'allow'],
+    ]);
+  });
+
+  for (const [what, returned, says] of [
+    ['undefined', undefined, /returned undefined, which is not a decision/],
+    ['a number', 42, /returned 42, which is not a decision/],
+    ['an unknown decision', { decision: 'maybe' }, /returned \{"decision":"maybe"\}, which is not a decision/],
+    ['a redaction without redactions', { decision: 'redact', redactions: [] }, /not a decision/],
+    ['a function', () => 1, /returned a function/],
+    ['a bigint', 10n, /returned the bigint 10n/],
+  ]) {
+    test(`returning ${what} is an evaluation error saying what came back`, async () => {
+      const { result } = await failing({ id: 'garbage', evaluate: async () => returned });
+      assert.ok(result instanceof PolicyEvaluationError, String(result));
+      assert.match(result.cause.message, says);
+    });
+  }
+
+  test('a policy that never settles fails at its deadline', async () => {
+    const started = Date.now();
+    const { result } = await failing({ id: 'forever', deadlineMs: 100, evaluate: () => new Promise(() => {}) });
+    assert.ok(result instanceof PolicyEvaluationError);
+    assert.match(result.cause.message, /100ms|deadline|time/i);
+    assert.ok(Date.now() - started < 5000);
+  });
+
+  test('a field the decision names that the context lacks is an evaluation error', async () => {
+    const { result } = await failing({
+      id: 'bad-field',
+      evaluate: () => ({ decision: 'redact', redactions: [{ field: 'messages.0.nope', strategy: 'remove' }] }),
+    });
+    assert.ok(result instanceof PolicyEvaluationError);
+  });
+});
+
+describe('bad input never crashes Node', () => {
+  test('policy sets are checked when the engine is built', () => {
+    assert.throws(() => new PolicyEngine(), TypeError);
+    assert.throws(() => new PolicyEngine({ policySet: { input: {} } }), /policySet.input must be an array/);
+    assert.throws(() => new PolicyEngine({ policySet: { input: [{ id: 'x' }] } }), /policySet.input\[0\] is not a policy/);
+    assert.throws(() => new PolicyEngine({ policySet: { input: [{ id: 7, evaluate() {} }] } }), /policySet.input\[0\].id must be a non-empty string/);
+    assert.throws(() => new PolicyEngine({ policySet: { on_error: 'maybe' } }), /on_error must be "deny" or "allow"/);
+    assert.throws(() => new PolicyEngine({ policySet: { inputs: [] } }), /unknown keys "inputs"/);
+    assert.throws(() => new PolicyEngine({ policySet: {}, onAudit: 'log' }), /onAudit must be a function/);
+  });
+
+  test('a context that is not one rejects with a TypeError naming the problem', async () => {
+    const engine = new PolicyEngine({ policySet: { input: [allow('a')] } });
+    await assert.rejects(engine.evaluateInput(null), TypeError);
+    await assert.rejects(engine.evaluateInput({ messages: 'no' }), /not a valid input context/);
+    await assert.rejects(engine.evaluateInput({ messages: [], metadata: { agent_id: 'a' } }), /missing field `session_id`/);
+    await assert.rejects(engine.evaluateToolCall(input('hi')), /not a valid tool_call context/);
+  });
+
+  test('an onAudit that throws does not change the outcome', async () => {
+    const warnings = [];
+    const onWarning = (warning) => warnings.push(warning);
+    process.on('warning', onWarning);
+    const engine = new PolicyEngine({
+      policySet: { input: [allow('a')] },
+      onAudit: () => {
+        throw new Error('audit sink down');
+      },
+    });
+    assert.equal(await engine.evaluateInput(input('hi')), undefined);
+    await new Promise((resolve) => setImmediate(resolve));
+    process.off('warning', onWarning);
+    assert.ok(warnings.some((w) => /audit sink down/.test(w.message)));
+  });
+});
+
+test('10,000 concurrent evaluations each get their own answer', async () => {
+  let audited = 0;
+  const engine = new PolicyEngine({
+    policySet: {
+      input: [
+        {
+          id: 'odd-is-denied',
+          async evaluate(ctx) {
+            const n = Number(ctx.messages[0].content);
+            if (n % 3 === 0) await new Promise((resolve) => setImmediate(resolve));
+            return n % 2 === 1 ? { decision: 'deny', reason: `odd ${n}` } : { decision: 'allow' };
+          },
+        },
+        {
+          id: 'tag',
+          evaluate: (ctx) => ({
+            decision: 'transform',
+            transformation: { operations: [{ op: 'append', field: 'messages.0.content', value: '!' }] },
+          }),
+        },
+      ],
+    },
+    onAudit: () => audited++,
+  });
+  const count = 10_000;
+  const results = await Promise.allSettled(
+    Array.from({ length: count }, (_, n) => engine.evaluateInput(input(String(n)))),
+  );
+  results.forEach((result, n) => {
+    if (n % 2 === 1) {
+      assert.equal(result.status, 'rejected');
+      assert.ok(result.reason instanceof PolicyDenialError);
+      assert.equal(result.reason.message, `odd ${n}`);
+    } else {
+      assert.equal(result.status, 'fulfilled');
+      assert.equal(result.value.messages[0].content, `${n}!`);
+    }
+  });
+  assert.equal(audited, count + count / 2);
+});
