@@ -15,6 +15,7 @@ use napi_derive::napi;
 use portcullis_engine::{
     EngineError, InputContext, InterceptionPoint, OnError, OutputContext, PolicyContext,
     PolicyEngine, PolicyEngineBuilder, PolicySet, PolicySetBuilder, ToolCallContext,
+    ToolResultContext,
 };
 use portcullis_manifest::{CodeRegistry, Manifest};
 use serde_json::{Value, json};
@@ -119,6 +120,7 @@ impl NativePolicySet {
         self.builder = Some(match policy {
             PointPolicy::Input(policy) => builder.input(policy),
             PointPolicy::ToolCall(policy) => builder.tool_call(policy),
+            PointPolicy::ToolResult(policy) => builder.tool_result(policy),
             PointPolicy::Output(policy) => builder.output(policy),
         });
         Ok(())
@@ -239,6 +241,9 @@ async fn outcome(
             InterceptionPoint::Input => evaluate::<InputContext>(&engine, &context_json).await,
             InterceptionPoint::ToolCall => {
                 evaluate::<ToolCallContext>(&engine, &context_json).await
+            }
+            InterceptionPoint::ToolResult => {
+                evaluate::<ToolResultContext>(&engine, &context_json).await
             }
             InterceptionPoint::Output => evaluate::<OutputContext>(&engine, &context_json).await,
         }

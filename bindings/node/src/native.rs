@@ -8,18 +8,15 @@ use std::time::Duration;
 use napi::bindgen_prelude::{Env, PromiseRaw};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
-use portcullis_dsl::{DslError, DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
+use portcullis_dsl::{DslError, DslPolicy};
 use portcullis_engine::error::error_chain;
 use portcullis_engine::{
     InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy, Policy,
-    PolicyContext, ToolCallContext, ToolCallPolicy,
+    PolicyContext, ToolCallContext, ToolCallPolicy, ToolResultContext, ToolResultPolicy,
 };
-use portcullis_http::{HttpClientOptions, HttpInputPolicy, HttpOutputPolicy, HttpToolCallPolicy};
-use portcullis_rego::{RegoInputPolicy, RegoOutputPolicy, RegoToolCallPolicy};
-use portcullis_rego_rest::{
-    RegoServerClientOptions, RegoServerInputPolicy, RegoServerOutputPolicy,
-    RegoServerToolCallPolicy,
-};
+use portcullis_http::{HttpClientOptions, HttpPolicy};
+use portcullis_rego::RegoPolicy;
+use portcullis_rego_rest::{RegoServerClientOptions, RegoServerPolicy};
 
 use crate::context::read_context;
 use crate::policy::FailedPolicy;
@@ -31,6 +28,8 @@ pub enum PointPolicy {
     Input(Arc<dyn InputPolicy>),
     /// A tool-call policy.
     ToolCall(Arc<dyn ToolCallPolicy>),
+    /// A tool-result policy.
+    ToolResult(Arc<dyn ToolResultPolicy>),
     /// An output policy.
     Output(Arc<dyn OutputPolicy>),
 }
@@ -39,11 +38,12 @@ impl PointPolicy {
     /// `policy` as a policy of `point`, for a type that serves every point.
     pub fn at<P>(point: InterceptionPoint, policy: P) -> PointPolicy
     where
-        P: InputPolicy + ToolCallPolicy + OutputPolicy + 'static,
+        P: InputPolicy + ToolCallPolicy + ToolResultPolicy + OutputPolicy + 'static,
     {
         match point {
             InterceptionPoint::Input => PointPolicy::Input(Arc::new(policy)),
             InterceptionPoint::ToolCall => PointPolicy::ToolCall(Arc::new(policy)),
+            InterceptionPoint::ToolResult => PointPolicy::ToolResult(Arc::new(policy)),
             InterceptionPoint::Output => PointPolicy::Output(Arc::new(policy)),
         }
     }
@@ -53,34 +53,42 @@ impl PointPolicy {
         match self {
             PointPolicy::Input(_) => InterceptionPoint::Input,
             PointPolicy::ToolCall(_) => InterceptionPoint::ToolCall,
+            PointPolicy::ToolResult(_) => InterceptionPoint::ToolResult,
             PointPolicy::Output(_) => InterceptionPoint::Output,
         }
     }
 }
 
 /// Builds the policy of `point` with that point's type of one backend family
-/// (`for_point!(point, RegoInputPolicy, RegoToolCallPolicy, RegoOutputPolicy, |P| P::new(..))`):
+/// (`for_point!(point, RegoPolicy, |P| P::new(..))`):
 /// the constructor, written once, is called on the type of the point, and the policy is
 /// wrapped with what `$keep` takes from it.
 macro_rules! for_point {
-    ($point:expr, $input:ty, $tool_call:ty, $output:ty, |$policy:ident| $make:expr, |$built:ident| $keep:expr $(,)?) => {
+    ($point:expr, $family:ident, |$policy:ident| $make:expr, |$built:ident| $keep:expr $(,)?) => {
         match $point {
             InterceptionPoint::Input => {
-                type $policy = $input;
+                type $policy = $family<InputContext>;
                 $make.map(|$built| {
                     let kept = $keep;
                     (PointPolicy::Input(Arc::new($built)), kept)
                 })
             }
             InterceptionPoint::ToolCall => {
-                type $policy = $tool_call;
+                type $policy = $family<ToolCallContext>;
                 $make.map(|$built| {
                     let kept = $keep;
                     (PointPolicy::ToolCall(Arc::new($built)), kept)
                 })
             }
+            InterceptionPoint::ToolResult => {
+                type $policy = $family<ToolResultContext>;
+                $make.map(|$built| {
+                    let kept = $keep;
+                    (PointPolicy::ToolResult(Arc::new($built)), kept)
+                })
+            }
             InterceptionPoint::Output => {
-                type $policy = $output;
+                type $policy = $family<OutputContext>;
                 $make.map(|$built| {
                     let kept = $keep;
                     (PointPolicy::Output(Arc::new($built)), kept)
@@ -90,12 +98,12 @@ macro_rules! for_point {
     };
 }
 
-/// Reads a point's wire name (`input`, `tool_call`, `output`).
+/// Reads a point's wire name (`input`, `tool_call`, `tool_result`, `output`).
 pub fn parse_point(point: &str) -> Result<InterceptionPoint> {
     serde_json::from_value(serde_json::Value::String(point.to_owned())).map_err(|_| {
         Error::new(
             Status::InvalidArg,
-            format!("unknown interception point {point:?}: expected \"input\", \"tool_call\" or \"output\""),
+            format!("unknown interception point {point:?}: expected \"input\", \"tool_call\", \"tool_result\" or \"output\""),
         )
     })
 }
@@ -154,6 +162,9 @@ impl NativePolicy {
                 PointPolicy::ToolCall(policy) => {
                     decide::<ToolCallContext>(&*policy, &context_json).await
                 }
+                PointPolicy::ToolResult(policy) => {
+                    decide::<ToolResultContext>(&*policy, &context_json).await
+                }
                 PointPolicy::Output(policy) => {
                     decide::<OutputContext>(&*policy, &context_json).await
                 }
@@ -208,9 +219,7 @@ pub fn dsl_policy(point: String, id: String, dir: String) -> Result<NativePolicy
     let point = parse_point(&point)?;
     let loaded = for_point!(
         point,
-        DslInputPolicy,
-        DslToolCallPolicy,
-        DslOutputPolicy,
+        DslPolicy,
         |Policy| Policy::new(id.as_str(), &dir),
         |policy| policy
             .warnings()
@@ -247,9 +256,7 @@ pub fn rego_policy(point: String, id: String, bundle_path: String) -> Result<Nat
     let point = parse_point(&point)?;
     let (policy, ()) = for_point!(
         point,
-        RegoInputPolicy,
-        RegoToolCallPolicy,
-        RegoOutputPolicy,
+        RegoPolicy,
         |Policy| Policy::new(id.as_str(), &bundle_path),
         |policy| (),
     )
@@ -300,9 +307,7 @@ pub fn rego_server_policy(
     let options: RegoServerClientOptions = options.to_rust();
     let (policy, ()) = for_point!(
         point,
-        RegoServerInputPolicy,
-        RegoServerToolCallPolicy,
-        RegoServerOutputPolicy,
+        RegoServerPolicy,
         |Policy| Policy::new(id.as_str(), options.clone(), &package_path),
         |policy| (),
     )
@@ -318,9 +323,7 @@ pub fn http_policy(point: String, id: String, options: ClientOptions) -> Result<
     let options = options.to_rust();
     let (policy, ()) = for_point!(
         point,
-        HttpInputPolicy,
-        HttpToolCallPolicy,
-        HttpOutputPolicy,
+        HttpPolicy,
         |Policy| Policy::new(id.as_str(), options.clone()),
         |policy| (),
     )
