@@ -209,6 +209,9 @@ impl AuditHandler for JsonlAuditLog {
     }
 
     fn try_handle(&self, record: &AuditRecord<'_>) -> Result<(), BoxError> {
+        // Whether the log is failing is read before this record is queued: a call is judged
+        // by the writes before it, never by a race with the writer thread over its own.
+        let failing = self.shared.failing.load(Ordering::Acquire);
         let queued = self.queue_record(record);
         if self.on_failure == AuditFailure::Allow {
             return Ok(());
@@ -220,7 +223,7 @@ impl AuditHandler for JsonlAuditLog {
             )
             .into());
         }
-        if self.shared.failing.load(Ordering::Acquire) {
+        if failing {
             return Err(format!(
                 "the audit log {path} cannot be written: its last write failed \
                  (`audit.on_failure: deny`)"
