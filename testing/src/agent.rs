@@ -9,6 +9,13 @@
 //! | [`RedactToolSsn`] | tool call | replaces SSNs in `arguments.query` |
 //! | [`NoLaunchCodes`] | output | denies answers mentioning "launch codes", streamed or whole |
 //! | [`RedactAnswerSsn`] | output | replaces SSNs in answers, streamed or whole |
+//! | [`LabelWebResults`] | tool result | labels the session `untrusted` once `web_fetch` returned |
+//! | [`RedactResultSsn`] | tool result | replaces SSNs in what tools return (`content`, `structured.ssn`) |
+//! | [`NoEmailAfterUntrusted`] | tool call | denies `send_email` in an `untrusted` session |
+//!
+//! The last three are the untrusted-content pattern of SPEC §18; [`policy_set`] leaves them
+//! out, so the tests that use it see results at the output point as a set written before
+//! `tool_result` existed would.
 //!
 //! ```
 //! let set = portcullis_testing::agent::policy_set();
@@ -18,7 +25,7 @@
 use portcullis_engine::stream::StreamingRule;
 use portcullis_engine::{
     BoxError, InputContext, OutputContext, Policy, PolicyDecision, PolicySet, Redaction,
-    ToolCallContext, TransformOperation, async_trait,
+    ToolCallContext, ToolResultContext, TransformOperation, async_trait,
 };
 
 /// A US social security number, as the policies look for it.
@@ -167,5 +174,79 @@ impl Policy<ToolCallContext> for RedactToolSsn {
             "arguments.query",
             SSN,
         )]))
+    }
+}
+
+/// The label [`LabelWebResults`] gives a session and [`NoEmailAfterUntrusted`] reads.
+pub const UNTRUSTED: &str = "untrusted";
+
+/// Labels the session [`UNTRUSTED`] once a `web_fetch` tool returned: what a web page says
+/// may be an injected instruction (id `label_web_results`; an audit decision).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LabelWebResults;
+
+#[async_trait]
+impl Policy<ToolResultContext> for LabelWebResults {
+    fn id(&self) -> &str {
+        "label_web_results"
+    }
+
+    async fn evaluate(&self, context: &ToolResultContext) -> Result<PolicyDecision, BoxError> {
+        Ok(if context.tool_name == "web_fetch" {
+            PolicyDecision::audit("web content entered the session").with_labels([UNTRUSTED])
+        } else {
+            PolicyDecision::allow()
+        })
+    }
+}
+
+/// Redacts SSNs from what tools return: the text, and the `ssn` field of a structured
+/// result (id `redact_result_ssn`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RedactResultSsn;
+
+#[async_trait]
+impl Policy<ToolResultContext> for RedactResultSsn {
+    fn id(&self) -> &str {
+        "redact_result_ssn"
+    }
+
+    async fn evaluate(&self, context: &ToolResultContext) -> Result<PolicyDecision, BoxError> {
+        let mut redactions = vec![Redaction::replace("content", SSN)];
+        if context
+            .structured
+            .as_ref()
+            .is_some_and(|structured| structured.get("ssn").is_some())
+        {
+            redactions.push(Redaction::mask("structured.ssn"));
+        }
+        Ok(PolicyDecision::redact(redactions))
+    }
+}
+
+/// Denies `send_email` once the session is [`UNTRUSTED`] (id `no_email_after_untrusted`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEmailAfterUntrusted;
+
+#[async_trait]
+impl Policy<ToolCallContext> for NoEmailAfterUntrusted {
+    fn id(&self) -> &str {
+        "no_email_after_untrusted"
+    }
+
+    async fn evaluate(&self, context: &ToolCallContext) -> Result<PolicyDecision, BoxError> {
+        // The engine puts the session's facts in `metadata.session` (SPEC §12).
+        let untrusted = context
+            .metadata
+            .extra
+            .get("session")
+            .and_then(|session| session.get("labels"))
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|labels| labels.iter().any(|label| label == UNTRUSTED));
+        Ok(if untrusted && context.tool_name == "send_email" {
+            PolicyDecision::deny("no outbound e-mail once untrusted content entered the session")
+        } else {
+            PolicyDecision::allow()
+        })
     }
 }

@@ -160,9 +160,10 @@ impl GuardedClient {
             }
         };
         let name = params.name.clone();
+        let arguments = params.arguments.clone().unwrap_or_default();
         match self.upstream(self.peer.call_tool_once(params)).await? {
             CallToolResponse::Complete(result) => Ok(CallToolResponse::Complete(
-                self.guard.check_result(&name, result).await,
+                self.guard.check_result(&name, &arguments, result).await,
             )),
             CallToolResponse::Task(_) => Err(ServiceError::McpError(ErrorData::internal_error(
                 format!(

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use portcullis_engine::apply::apply_decision;
 use portcullis_engine::error::DENIED_WITHOUT_REASON;
 use portcullis_engine::{
-    ApprovalRequest, EngineError, Message, Metadata, OutputContext, PolicyDecision,
-    PolicyDenialError, PolicyEngine, ToolCallContext,
+    ApprovalRequest, DecisionEntry, EngineError, InterceptionPoint, Message, Metadata,
+    OutputContext, PolicyContext, PolicyDecision, PolicyDenialError, PolicyEngine, Redaction,
+    ToolCallContext, ToolResultContext, TransformOperation,
 };
 use rmcp::ErrorData;
 use rmcp::model::{
@@ -157,110 +158,165 @@ impl ToolGuard {
         visible
     }
 
-    /// Runs the output policies on the result of a call to `tool_name`.
+    /// Runs the result policies on the result of a call to `tool_name` with `arguments`.
     ///
-    /// The policies see the result's text joined by newlines: its text blocks and the text of
-    /// its embedded text resources, in order, then `structuredContent` as JSON text, so a
-    /// policy that matches only the structured result still denies it. Their redactions and
-    /// transformations are applied again to each of those texts and to each string of
-    /// `structuredContent`; a denial, or a policy that could not be evaluated, replaces the
-    /// result with an error result that names the policy and the reason.
+    /// With `tool_result` policies in the set (SPEC §18), the result is a
+    /// [`ToolResultContext`]: `tool_name`, `arguments`, `is_error` from the result, `content`
+    /// its text and `structured` its `structuredContent`. Without them, it goes to the output
+    /// policies as before, an output context whose `response.content` is that text, so a set
+    /// written before the point existed keeps its protection.
+    ///
+    /// The text the policies read is every text the model may read, joined by newlines: text
+    /// blocks and the text of embedded text resources, in order, then `structuredContent` as
+    /// JSON text, so a policy that matches only the structured result still denies it. Their
+    /// changes to that text are applied again to each of those texts and to each string of
+    /// `structuredContent` (changes to paths inside `structured` apply to it directly); a
+    /// denial, or a policy that could not be evaluated, replaces the result with an error
+    /// result that names the policy and the reason.
     ///
     /// Binary content is not text the policies read: images, audio and embedded blob
     /// resources pass through as they came, as do resource links (a URI and its names).
-    pub async fn check_result(&self, tool_name: &str, result: CallToolResult) -> CallToolResult {
+    pub async fn check_result(
+        &self,
+        tool_name: &str,
+        arguments: &Map<String, Value>,
+        result: CallToolResult,
+    ) -> CallToolResult {
         let metadata = self
             .metadata("tools/call")
             .with_extra("tool_name", tool_name);
-        match self.check_data(metadata, result).await {
+        let source = Source {
+            tool_name,
+            arguments: arguments.clone(),
+            is_error: result.is_error == Some(true),
+        };
+        let point = self.result_point();
+        match self.check_data(point, source, metadata, result).await {
             Ok(result) => result,
             Err(Withheld::Refused(error)) => refusal(tool_name, &error),
             Err(Withheld::Unapplicable(problem)) => refused_result(
                 "portcullis-mcp",
-                "output",
+                point.as_str(),
                 "",
                 true,
                 &format!(
-                    "the result of tool \"{tool_name}\" was withheld: an output policy's change could not be applied to it ({problem})"
+                    "the result of tool \"{tool_name}\" was withheld: a policy's change could not be applied to it ({problem})"
                 ),
             ),
         }
     }
 
     /// Runs the result policies on what a `resources/read` returned: the text of its text
-    /// contents, joined by newlines, with `metadata.mcp_method = "resources/read"`,
-    /// `metadata.tool_name = "resources/read"` and `metadata.arguments` the request's
-    /// params. Redactions and transformations reach every text content; a denial, or a
-    /// policy that could not be evaluated, is a JSON-RPC error naming the policy
-    /// ([`DENIAL_ERROR_CODE`], the `_meta`-shaped details of [`DENIAL_META_KEY`] as its
-    /// `data`). Blob contents pass as they are.
+    /// contents, joined by newlines, with `metadata.mcp_method = "resources/read"`. At the
+    /// `tool_result` point, `tool_name` is `"resources/read"` and `arguments` the request's
+    /// params; at the output point (a set without `tool_result` policies),
+    /// `metadata.tool_name` and `metadata.arguments` say the same. Redactions and
+    /// transformations reach every text content; a denial, or a policy that could not be
+    /// evaluated, is a JSON-RPC error naming the policy ([`DENIAL_ERROR_CODE`], the
+    /// `_meta`-shaped details of [`DENIAL_META_KEY`] as its `data`). Blob contents pass as
+    /// they are.
     pub async fn check_resource(
         &self,
         params: &ReadResourceRequestParams,
         result: ReadResourceResult,
     ) -> Result<ReadResourceResult, ErrorData> {
-        let arguments = serde_json::to_value(params).unwrap_or(Value::Null);
-        self.check_request_data("resources/read", arguments, result)
+        self.check_request_data("resources/read", serde_json::to_value(params), result)
             .await
     }
 
     /// Runs the result policies on what a `prompts/get` returned: the text of its messages
     /// (text blocks and embedded text resources), joined by newlines, with
-    /// `metadata.mcp_method = "prompts/get"`, `metadata.tool_name = "prompts/get"` and
-    /// `metadata.arguments` the request's params; as [`check_resource`](Self::check_resource)
-    /// otherwise. Images, audio and blobs in messages pass as they are.
+    /// `metadata.mcp_method = "prompts/get"` and the request's params as the arguments; as
+    /// [`check_resource`](Self::check_resource) otherwise. Images, audio and blobs in
+    /// messages pass as they are.
     pub async fn check_prompt(
         &self,
         params: &GetPromptRequestParams,
         result: GetPromptResult,
     ) -> Result<GetPromptResult, ErrorData> {
-        let arguments = serde_json::to_value(params).unwrap_or(Value::Null);
-        self.check_request_data("prompts/get", arguments, result)
+        self.check_request_data("prompts/get", serde_json::to_value(params), result)
             .await
+    }
+
+    /// The point results go to: `tool_result` when the set has policies there, `output`
+    /// otherwise (read at each call: a reload may add or remove them).
+    fn result_point(&self) -> InterceptionPoint {
+        if self.engine.policy_set().tool_result().is_empty() {
+            InterceptionPoint::Output
+        } else {
+            InterceptionPoint::ToolResult
+        }
     }
 
     /// [`check_data`](Self::check_data) for a method whose refusal is a JSON-RPC error.
     async fn check_request_data<D: Readable>(
         &self,
         method: &str,
-        arguments: Value,
+        params: serde_json::Result<Value>,
         data: D,
     ) -> Result<D, ErrorData> {
+        let arguments = match params {
+            Ok(Value::Object(arguments)) => arguments,
+            _ => Map::new(),
+        };
         let metadata = self
             .metadata(method)
             .with_extra("tool_name", method)
-            .with_extra("arguments", arguments);
-        self.check_data(metadata, data)
+            .with_extra("arguments", Value::Object(arguments.clone()));
+        let source = Source {
+            tool_name: method,
+            arguments,
+            is_error: false,
+        };
+        let point = self.result_point();
+        self.check_data(point, source, metadata, data)
             .await
-            .map_err(|withheld| withheld.into_error(method))
+            .map_err(|withheld| withheld.into_error(method, point))
     }
 
-    /// Judges data on its way to the model ([`Readable`]) and applies what the policies
-    /// changed to each of its texts and each string of its structured value.
+    /// Judges data on its way to the model ([`Readable`]) at `point` and applies what the
+    /// policies changed to each of its texts and each string of its structured value.
     ///
-    /// When the texts so changed do not join into the text the policies cleared (a pattern
-    /// matched across two texts, a mask or an append applied once to the whole), the data
-    /// is [collapsed](Readable::collapse) to that cleared text: the client never reads text
-    /// the policies have not cleared.
+    /// When the texts so changed do not join into the text the policies' changes give when
+    /// applied to the whole (a pattern matched across two texts, a mask or an append applied
+    /// once to the whole), the data is [collapsed](Readable::collapse) to that whole text:
+    /// the client never reads text the policies have not cleared.
     async fn check_data<D: Readable>(
         &self,
+        point: InterceptionPoint,
+        source: Source<'_>,
         metadata: Metadata,
         mut data: D,
     ) -> Result<D, Withheld> {
-        let Some(judged) = judge(&self.engine, data_text(&data), metadata).await? else {
+        let Some(judged) = judge(&self.engine, point, source, &data, metadata).await? else {
             return Ok(data);
         };
         let rewrite = |text: &mut String| judged.rewrite(text);
+        // What the whole text becomes: the texts the data holds and the structured value as
+        // the policies left it, with the text's changes applied once.
+        let mut cleared = joined_text(&data, judged.structured.as_ref());
+        rewrite(&mut cleared).map_err(Withheld::Unapplicable)?;
         data.for_each_text(&mut |text| rewrite(text))
             .map_err(Withheld::Unapplicable)?;
         if let Some(structured) = data.structured_mut() {
+            if let Some(left) = &judged.structured {
+                structured.clone_from(left);
+            }
             rewrite_strings(structured, &rewrite).map_err(Withheld::Unapplicable)?;
         }
-        if data_text(&data) != judged.cleared {
-            data.collapse(&judged.cleared);
+        if data_text(&data) != cleared {
+            data.collapse(&cleared);
         }
         Ok(data)
     }
+}
+
+/// What produced data on its way to the model: a tool (or an MCP method), the arguments it
+/// ran with, and whether it reported an error.
+struct Source<'a> {
+    tool_name: &'a str,
+    arguments: Map<String, Value>,
+    is_error: bool,
 }
 
 /// Why data on its way to the model was withheld.
@@ -278,8 +334,9 @@ impl From<EngineError> for Withheld {
 }
 
 impl Withheld {
-    /// The JSON-RPC error that answers a `method` request whose result was withheld.
-    fn into_error(self, method: &str) -> ErrorData {
+    /// The JSON-RPC error that answers a `method` request whose result was withheld at
+    /// `point`.
+    fn into_error(self, method: &str, point: InterceptionPoint) -> ErrorData {
         match self {
             Withheld::Refused(error) => {
                 let reason = error
@@ -312,71 +369,134 @@ impl Withheld {
                 format!(
                     "{method}: the result was withheld: a policy's change could not be applied to it ({problem})"
                 ),
-                Some(denial_details("portcullis-mcp", "output", "", true)),
+                Some(denial_details("portcullis-mcp", point.as_str(), "", true)),
             ),
         }
     }
 }
 
-/// What the policies cleared of a text they changed, and the changes to apply again to
-/// each part of the data it was joined from.
+/// The changes the policies made to the text of data on its way to the model, to apply
+/// again to each part of it, and its structured value as they left it.
 struct Judged {
-    cleared: String,
+    /// The redactions and transformations of the text (at `tool_result`, those of
+    /// `content`; the other fields do not reach the model).
     changes: Vec<PolicyDecision>,
-    metadata: Metadata,
+    /// The context the changes are applied in, its text set to each part in turn.
+    context: JudgedContext,
+    /// The structured value as the policies left it (`tool_result` may change paths inside
+    /// it; the output point leaves it as it came); `None` when there is none.
+    structured: Option<Value>,
 }
 
-/// Where data on its way to the model is judged.
-///
-/// Tool results, resources read and prompts fetched go to the output policies, as an
-/// output context whose `response.content` is `text`. (SPEC §18 sends them to the
-/// `tool_result` point once the engine has it: this function and [`Judged::rewrite`] are
-/// the one place that changes.) `None` when the policies changed nothing.
+/// The context [`Judged::rewrite`] applies the changes in.
+enum JudgedContext {
+    Output(OutputContext),
+    ToolResult(Box<ToolResultContext>),
+}
+
+/// Judges data on its way to the model at `point`: the output policies see an output
+/// context whose `response.content` is the data's text; the tool-result policies a
+/// [`ToolResultContext`] of `source` with that text as `content` and the structured value as
+/// `structured`. `None` when the policies changed nothing.
 async fn judge(
     engine: &PolicyEngine,
-    text: String,
+    point: InterceptionPoint,
+    source: Source<'_>,
+    data: &impl Readable,
     metadata: Metadata,
 ) -> Result<Option<Judged>, EngineError> {
+    let text = data_text(data);
+    if point == InterceptionPoint::ToolResult {
+        let mut context =
+            ToolResultContext::new(source.tool_name, source.arguments, text, metadata);
+        context.structured = data.structured().cloned();
+        context.is_error = source.is_error;
+        let evaluation = engine.evaluate_tool_result(&context).await?;
+        if !evaluation.is_modified() {
+            return Ok(None);
+        }
+        let changes = text_changes(evaluation.decisions(), Some("content"));
+        let structured = evaluation.into_context().structured;
+        context.content.clear();
+        context.structured = None;
+        return Ok(Some(Judged {
+            changes,
+            context: JudgedContext::ToolResult(Box::new(context)),
+            structured,
+        }));
+    }
     let context = OutputContext::new(Message::assistant(text), metadata);
     let evaluation = engine.evaluate_output(&context).await?;
     if !evaluation.is_modified() {
         return Ok(None);
     }
-    let changes = evaluation
-        .decisions()
-        .iter()
-        .map(|entry| &entry.decision)
-        .filter(|decision| {
-            matches!(
-                decision,
-                PolicyDecision::Redact { .. } | PolicyDecision::Transform { .. }
-            )
-        })
-        .cloned()
-        .collect();
-    let cleared = evaluation.into_context().response.content;
     Ok(Some(Judged {
-        cleared,
-        changes,
-        metadata: context.metadata,
+        changes: text_changes(evaluation.decisions(), None),
+        context: JudgedContext::Output(context),
+        structured: data.structured().cloned(),
     }))
+}
+
+/// The redactions and transformations among `decisions`; with `field`, only their parts
+/// that change that field.
+fn text_changes(decisions: &[DecisionEntry], field: Option<&str>) -> Vec<PolicyDecision> {
+    let wanted = |path: &str| field.is_none_or(|field| path == field);
+    decisions
+        .iter()
+        .filter_map(|entry| match &entry.decision {
+            PolicyDecision::Redact { redactions, .. } => {
+                let redactions: Vec<Redaction> = redactions
+                    .iter()
+                    .filter(|redaction| wanted(&redaction.field))
+                    .cloned()
+                    .collect();
+                (!redactions.is_empty()).then(|| PolicyDecision::redact(redactions))
+            }
+            PolicyDecision::Transform { transformation, .. } => {
+                let operations: Vec<TransformOperation> = transformation
+                    .operations
+                    .iter()
+                    .filter(|operation| wanted(&operation.field))
+                    .cloned()
+                    .collect();
+                (!operations.is_empty()).then(|| PolicyDecision::transform(operations))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 impl Judged {
     /// Applies the policies' changes to one part's text.
     fn rewrite(&self, text: &mut String) -> Result<(), String> {
-        let mut context = OutputContext::new(
-            Message::assistant(std::mem::take(text)),
-            self.metadata.clone(),
-        );
-        for decision in &self.changes {
-            if let Some(changed) =
-                apply_decision(&context, decision).map_err(|error| error.to_string())?
-            {
-                context = changed;
+        match &self.context {
+            JudgedContext::Output(context) => {
+                let mut context = OutputContext::new(
+                    Message::assistant(std::mem::take(text)),
+                    context.metadata.clone(),
+                );
+                self.apply(&mut context)?;
+                *text = context.response.content;
+            }
+            JudgedContext::ToolResult(context) => {
+                let mut context = ToolResultContext::clone(context);
+                context.content = std::mem::take(text);
+                self.apply(&mut context)?;
+                *text = context.content;
             }
         }
-        *text = context.response.content;
+        Ok(())
+    }
+
+    /// Applies each change to `context`, in order.
+    fn apply<C: PolicyContext>(&self, context: &mut C) -> Result<(), String> {
+        for decision in &self.changes {
+            if let Some(changed) =
+                apply_decision(context, decision).map_err(|error| error.to_string())?
+            {
+                *context = changed;
+            }
+        }
         Ok(())
     }
 }
@@ -407,6 +527,11 @@ trait Readable {
 /// The text the policies read of `data`: its texts and its structured value as JSON text,
 /// joined by newlines.
 fn data_text(data: &impl Readable) -> String {
+    joined_text(data, data.structured())
+}
+
+/// `data`'s texts and `structured` as JSON text, joined by newlines.
+fn joined_text(data: &impl Readable, structured: Option<&Value>) -> String {
     let mut text = String::new();
     let mut first = true;
     let mut push = |piece: &str| {
@@ -417,7 +542,7 @@ fn data_text(data: &impl Readable) -> String {
         text.push_str(piece);
     };
     data.texts(&mut push);
-    if let Some(structured) = data.structured() {
+    if let Some(structured) = structured {
         push(&serde_json::to_string(structured).unwrap_or_default());
     }
     text
@@ -607,7 +732,7 @@ fn refusal(tool_name: &str, error: &EngineError) -> CallToolResult {
     let message = match error.as_denial() {
         Some(denial) => {
             let reason = denial.reason().unwrap_or(DENIED_WITHOUT_REASON);
-            if denial.interception_point() == portcullis_engine::InterceptionPoint::ToolCall {
+            if denial.interception_point() == InterceptionPoint::ToolCall {
                 format!(
                     "The call to tool \"{tool_name}\" was denied by policy \"{policy_id}\": {reason}. The tool did not run."
                 )
@@ -619,7 +744,11 @@ fn refusal(tool_name: &str, error: &EngineError) -> CallToolResult {
         }
         // An evaluation error, or any other way the engine refuses (an escalated result, which
         // no one can approve before the client reads it): fail closed.
-        None if error.interception_point() == portcullis_engine::InterceptionPoint::Output => {
+        None if matches!(
+            error.interception_point(),
+            InterceptionPoint::Output | InterceptionPoint::ToolResult
+        ) =>
+        {
             format!(
                 "The result of tool \"{tool_name}\" was withheld: policy \"{policy_id}\" could not be evaluated ({error})."
             )
@@ -789,7 +918,9 @@ mod tests {
     #[tokio::test]
     async fn a_match_within_blocks_is_redacted_block_by_block() {
         let guard = ToolGuard::new(engine(Redaction::replace("response.content", r"\d{3}")));
-        let result = guard.check_result("t", blocks(&["a 123", "b 456"])).await;
+        let result = guard
+            .check_result("t", &Map::new(), blocks(&["a 123", "b 456"]))
+            .await;
         assert_eq!(texts(&result), ["a [REDACTED]", "b [REDACTED]"]);
         assert_eq!(result.content.len(), 3, "the image stays");
     }
@@ -797,7 +928,9 @@ mod tests {
     #[tokio::test]
     async fn a_match_across_blocks_leaves_only_cleared_text() {
         let guard = ToolGuard::new(engine(Redaction::replace("response.content", r"12\n34")));
-        let result = guard.check_result("t", blocks(&["a 12", "34 b"])).await;
+        let result = guard
+            .check_result("t", &Map::new(), blocks(&["a 12", "34 b"]))
+            .await;
         assert_eq!(texts(&result), ["a [REDACTED] b"]);
         assert_eq!(result.content.len(), 2, "the image stays");
     }
@@ -811,7 +944,7 @@ mod tests {
             ContentBlock::embedded_text("file:///r.txt", "r 456"),
             ContentBlock::resource(blob.clone()),
         ]);
-        let result = guard.check_result("t", result).await;
+        let result = guard.check_result("t", &Map::new(), result).await;
         assert_eq!(data_text(&result), "a [REDACTED]\nr [REDACTED]");
         assert!(matches!(
             result.content[1].as_resource().map(|r| &r.resource),
@@ -827,7 +960,7 @@ mod tests {
             ContentBlock::text("a 12"),
             ContentBlock::embedded_text("file:///r.txt", "34 b"),
         ]);
-        let result = guard.check_result("t", result).await;
+        let result = guard.check_result("t", &Map::new(), result).await;
         assert_eq!(texts(&result), ["a [REDACTED] b"]);
         assert_eq!(result.content.len(), 1);
     }
@@ -835,7 +968,9 @@ mod tests {
     #[tokio::test]
     async fn a_mask_masks_the_whole_text_once() {
         let guard = ToolGuard::new(engine(Redaction::mask("response.content")));
-        let result = guard.check_result("t", blocks(&["a", "b"])).await;
+        let result = guard
+            .check_result("t", &Map::new(), blocks(&["a", "b"]))
+            .await;
         assert_eq!(texts(&result), ["[REDACTED]"]);
     }
 }

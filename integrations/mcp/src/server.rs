@@ -482,12 +482,13 @@ impl ServerHandler for GuardedServer {
             }
         };
         let name = params.name.clone();
+        let arguments = params.arguments.clone().unwrap_or_default();
         match self
             .forward_cancellable("tools/call", &context, |peer| peer.call_tool_once(params))
             .await?
         {
             CallToolResponse::Complete(result) => Ok(CallToolResponse::Complete(
-                guard.check_result(&name, result).await,
+                guard.check_result(&name, &arguments, result).await,
             )),
             CallToolResponse::Task(_) => Err(ErrorData::internal_error(
                 format!(

@@ -75,6 +75,17 @@ impl Policy<ToolCallContext> for RedactQuerySsn {
 pub struct Audit(Arc<Mutex<Vec<(String, Value)>>>);
 
 impl Audit {
+    /// An audit handler that records each context in this log.
+    pub fn recorder(&self) -> impl Fn(&portcullis_engine::AuditRecord) + Send + Sync + 'static {
+        let records = self.clone();
+        move |record: &portcullis_engine::AuditRecord| {
+            let context = serde_json::to_value(record.context).unwrap_or(Value::Null);
+            if let Ok(mut list) = records.0.lock() {
+                list.push((record.interception_point.as_str().to_owned(), context));
+            }
+        }
+    }
+
     /// Every context of `point` (`tool_call`, `output`), in order.
     pub fn contexts(&self, point: &str) -> Vec<Value> {
         self.0
@@ -95,7 +106,6 @@ impl Audit {
 /// `redact_answer_ssn`), and [`NoExternalEmail`]; every evaluated context is recorded in the returned [`Audit`].
 pub fn engine() -> (Arc<PolicyEngine>, Audit) {
     let audit = Audit::default();
-    let records = audit.clone();
     let set = PolicySet::builder()
         .tool_call(GuardTools)
         .tool_call(RedactQuerySsn)
@@ -105,12 +115,7 @@ pub fn engine() -> (Arc<PolicyEngine>, Audit) {
         .build();
     let engine = PolicyEngine::builder()
         .policy_set(set)
-        .on_audit(move |record: &portcullis_engine::AuditRecord| {
-            let context = serde_json::to_value(record.context).unwrap_or(Value::Null);
-            if let Ok(mut list) = records.0.lock() {
-                list.push((record.interception_point.as_str().to_owned(), context));
-            }
-        })
+        .on_audit(audit.recorder())
         .build();
     (Arc::new(engine), audit)
 }
