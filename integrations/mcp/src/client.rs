@@ -22,10 +22,11 @@ pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(300);
 ///
 /// [`call_tool`](Self::call_tool) runs the tool-call policies before the request is sent
 /// (a transformation rewrites the arguments; a refusal answers an error result without
-/// calling the server) and the output policies on the result;
+/// calling the server) and the result policies on the result (tool-result policies, or
+/// output policies for a set without them; see [`ToolGuard::check_result`]);
 /// [`list_tools`](Self::list_tools) hides the tools the policies would refuse;
 /// [`read_resource`](Self::read_resource) and [`get_prompt`](Self::get_prompt) run the
-/// output policies on what they return. Everything else goes through [`peer`](Self::peer),
+/// result policies on what they return. Everything else goes through [`peer`](Self::peer),
 /// unguarded.
 ///
 /// ```no_run
@@ -139,7 +140,8 @@ impl GuardedClient {
     ///   that are sent. A call that needs a person's approval is answered the same way, with
     ///   the approval request in the result ([`approval_request`](crate::approval_request)):
     ///   the application records a grant and calls again.
-    /// - A final result goes through the output policies: redactions reach every text block,
+    /// - A final result goes through the result policies ([`ToolGuard::check_result`]):
+    ///   redactions reach every text block,
     ///   embedded text resource and string of `structuredContent`, a refusal replaces the
     ///   result.
     /// - A request for more input (`InputRequired`) is passed back as it is: the retried
@@ -185,7 +187,7 @@ impl GuardedClient {
         Ok(result)
     }
 
-    /// Reads a resource, its text through the output policies
+    /// Reads a resource, its text through the result policies
     /// ([`ToolGuard::check_resource`]): a redaction reaches every text content; a refusal is
     /// `ServiceError::McpError` with [`DENIAL_ERROR_CODE`](crate::DENIAL_ERROR_CODE).
     pub async fn read_resource(
@@ -201,7 +203,7 @@ impl GuardedClient {
             .map_err(ServiceError::McpError)
     }
 
-    /// Gets a prompt, its messages' text through the output policies
+    /// Gets a prompt, its messages' text through the result policies
     /// ([`ToolGuard::check_prompt`]); as [`read_resource`](Self::read_resource) otherwise.
     pub async fn get_prompt(
         &self,

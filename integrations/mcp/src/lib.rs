@@ -1,6 +1,7 @@
 //! Portcullis for the [Model Context Protocol][mcp], on [rmcp], the official Rust SDK:
 //! every tool call an MCP client makes goes through a [`PolicyEngine`]'s tool-call
-//! policies, and every tool result through its output policies.
+//! policies, and every tool result through its tool-result policies (its output policies,
+//! for a set written before the `tool_result` point existed).
 //!
 //! Two forms share one implementation ([`ToolGuard`]):
 //!
@@ -22,8 +23,15 @@
 //! | `resources/read` result | output: `response.content` is the text contents joined by newlines; `metadata.mcp_method` and `metadata.tool_name` `"resources/read"`, `metadata.arguments` the request's params | redactions and transformations reach every text content; a denial is a JSON-RPC error ([`DENIAL_ERROR_CODE`]) |
 //! | `prompts/get` result | output: `response.content` is the messages' text (text blocks, embedded text resources) joined by newlines; `metadata.mcp_method` and `metadata.tool_name` `"prompts/get"`, `metadata.arguments` the request's params | as `resources/read` |
 //!
-//! Results go to the output policies because the engine has no `tool_result` point yet; one
-//! function of the guard says where they go.
+//! The table names the output point; with `tool_result` policies in the set (SPEC §18),
+//! results go there instead: a [`ToolResultContext`](portcullis_engine::ToolResultContext)
+//! whose `tool_name` and `arguments` are those of the call the result answers
+//! (`"resources/read"` or `"prompts/get"` and the request's params for those methods),
+//! `content` the same text, `structured` the `structuredContent`, `is_error` the result's
+//! `isError`. Changes to `content` are applied as the table says; changes to paths inside
+//! `structured` apply to `structuredContent`. A set without `tool_result` policies keeps the
+//! output route, so adding the point takes no protection away. The set is read at each
+//! call, so a reload that adds the first tool-result policy moves results there.
 //!
 //! Every context carries `metadata.agent_id` and `metadata.session_id` as configured
 //! ([`ToolGuard::agent_id`], [`ToolGuard::session_id`]) and `metadata.framework = "mcp"`.

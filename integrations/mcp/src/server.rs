@@ -43,7 +43,7 @@ use crate::relay::UpstreamRelay;
 ///   naming the approval request ([`approval_request`](crate::approval_request)).
 ///   A call the client cancels is cancelled upstream too.
 /// - `tools/list` hides the tools the policies would refuse.
-/// - `resources/read` and `prompts/get` results go through the output policies
+/// - `resources/read` and `prompts/get` results go through the result policies
 ///   ([`ToolGuard::check_resource`], [`ToolGuard::check_prompt`]); a refusal is a JSON-RPC
 ///   error ([`DENIAL_ERROR_CODE`](crate::DENIAL_ERROR_CODE)).
 /// - `initialize` answers with the upstream's server info, instructions and capabilities

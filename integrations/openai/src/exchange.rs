@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use portcullis_engine::{InputContext, Metadata};
+use portcullis_engine::{InputContext, Metadata, ToolResultContext};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -34,7 +34,8 @@ pub(crate) struct ClearedRequest {
     pub(crate) body: Option<Bytes>,
 }
 
-/// Runs the input policies on a request body to `api`: a body that is not one JSON object
+/// Runs the tool-result policies on the tool outputs of a request body to `api` (when the
+/// set has any; see [`Api::request_texts`]), then the input policies on its texts: a body that is not one JSON object
 /// with distinct keys, or that refers to state the upstream keeps (unless the settings allow
 /// it), is refused. `bound_session` is the session the client is bound to, which the body's
 /// `metadata.session_id` cannot change.
@@ -71,16 +72,41 @@ pub(crate) async fn guard_request(
         metadata.session_id = session.to_owned();
     }
     let streaming = body.get("stream").and_then(Value::as_bool) == Some(true);
-    let (messages, slots) = api.input(&body)?;
-    let context = InputContext::new(messages, metadata.clone());
+    // With tool-result policies in the set, what the client's tools returned goes to them
+    // (with the call each output answers); without, it stays `user` text of the input.
+    let tool_results = !settings.engine.policy_set().tool_result().is_empty();
+    let texts = api.request_texts(&body, tool_results)?;
+    let mut changed_outputs = Vec::new();
+    for output in &texts.tool_outputs {
+        let context = ToolResultContext::new(
+            &*output.tool_name,
+            output.arguments.clone(),
+            output.content.clone(),
+            metadata.clone(),
+        );
+        let evaluation = settings
+            .engine
+            .evaluate_tool_result(&context)
+            .await
+            .map_err(Failure::from)?;
+        if evaluation.is_modified() {
+            changed_outputs.push((output, evaluation.into_context().content));
+        }
+    }
+    let context = InputContext::new(texts.messages, metadata.clone());
     let evaluation = settings
         .engine
         .evaluate_input(&context)
         .await
         .map_err(Failure::from)?;
-    let body = if evaluation.is_modified() {
+    let body = if evaluation.is_modified() || !changed_outputs.is_empty() {
         let mut body = Value::Object(body);
-        mapping::write_input(&mut body, &slots, evaluation.into_context().messages)?;
+        if evaluation.is_modified() {
+            mapping::write_input(&mut body, &texts.slots, evaluation.into_context().messages)?;
+        }
+        for (output, content) in changed_outputs {
+            mapping::write_tool_output(&mut body, output, content);
+        }
         Some(Bytes::from(body.to_string()))
     } else {
         None

@@ -9,6 +9,15 @@
 //! - **input policies** see the request's texts before it leaves (chat `messages`; the
 //!   Responses API's `instructions` and `input` items); redactions and transformations
 //!   rewrite the text that is sent, a denial stops the request (the server is never called);
+//! - **tool-result policies**, when the set has any (SPEC §18), see what the client's tools
+//!   returned instead of the input policies: each chat `role: "tool"` message and each
+//!   Responses `function_call_output` or `custom_tool_call_output` item is a
+//!   `ToolResultContext` whose `tool_name` and `arguments` are those of the call it answers,
+//!   found in the same request by its id (`"unknown"` and `{}` when the call is not there or
+//!   its arguments do not parse), and whose `content` is its text (a list of parts joined by
+//!   newlines). A redaction or transformation rewrites the output, written back as one
+//!   string; a denial stops the request. Without tool-result policies, outputs stay `user`
+//!   text of the input, as the tables below say;
 //! - **output policies** see each text of the answer (each `choices[].message.content`; each
 //!   `output_text` part of an `output` message item), each refusal the model wrote, and the
 //!   reasoning a Responses answer shows (each `summary_text` part of a reasoning item's

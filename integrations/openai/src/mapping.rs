@@ -2,6 +2,8 @@
 //! values, shared by chat completions and the Responses API, and free of any HTTP client.
 
 use portcullis_engine::{Message, Metadata, Role};
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
 use crate::error::GuardError;
@@ -50,15 +52,39 @@ impl Api {
         }
     }
 
-    /// The texts of a request to this endpoint, and where each lives.
+    #[cfg(test)]
+    /// The texts of a request to this endpoint, and where each lives; tool outputs are
+    /// `user` texts among them.
     pub(crate) fn input(
         self,
         body: &Map<String, Value>,
     ) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
+        let texts = self.request_texts(body, false)?;
+        Ok((texts.messages, texts.slots))
+    }
+
+    /// The texts of a request to this endpoint; with `tool_outputs`, what the client's tools
+    /// returned (chat `role: "tool"` messages, Responses `function_call_output` and
+    /// `custom_tool_call_output` items) is set apart, one [`ToolOutput`] each, for the
+    /// `tool_result` point.
+    pub(crate) fn request_texts(
+        self,
+        body: &Map<String, Value>,
+        tool_outputs: bool,
+    ) -> Result<RequestTexts, GuardError> {
+        let mut texts = Texts {
+            tool_outputs: tool_outputs.then(Vec::new),
+            ..Texts::default()
+        };
         match self {
-            Api::ChatCompletions => chat_input(body),
-            Api::Responses => responses_input(body),
+            Api::ChatCompletions => texts.chat(body)?,
+            Api::Responses => texts.responses(body)?,
         }
+        Ok(RequestTexts {
+            messages: texts.messages,
+            slots: texts.slots,
+            tool_outputs: texts.tool_outputs.unwrap_or_default(),
+        })
     }
 }
 
@@ -135,115 +161,123 @@ fn role_of(role: Option<&str>) -> Role {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Slot(String);
 
-/// The texts of a chat completion request's `messages`, one engine message per text: each
-/// message's `content` (a string or the `text` and `refusal` of its parts) and `refusal`
-/// with the message's role, the non-empty `arguments` (or `input`) of the calls in an
-/// assistant message as `assistant` text; then what the request defines (see
-/// [`Texts::definitions`]).
-pub(crate) fn chat_input(
-    body: &Map<String, Value>,
-) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
-    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
-        return Err(GuardError::InvalidRequest {
-            problem: "the body has no \"messages\" array".to_owned(),
-        });
-    };
-    let mut texts = Texts::default();
-    for (index, message) in messages.iter().enumerate() {
-        let role = role_of(message.get("role").and_then(Value::as_str));
-        texts.content(
-            role,
-            message.get("content"),
-            &format!("/messages/{index}/content"),
-        );
-        // An earlier refusal of the model, sent back in the conversation's history.
-        if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
-            texts.push(role, refusal, format!("/messages/{index}/refusal"));
-        }
-        // Earlier calls, sent back: their arguments reach the model as its own text.
-        if let Some(Value::Array(calls)) = message.get("tool_calls") {
-            for (call, tool_call) in calls.iter().enumerate() {
-                texts.string(
-                    Role::Assistant,
-                    tool_call.pointer("/function/arguments"),
-                    format!("/messages/{index}/tool_calls/{call}/function/arguments"),
-                );
-                texts.string(
-                    Role::Assistant,
-                    tool_call.pointer("/custom/input"),
-                    format!("/messages/{index}/tool_calls/{call}/custom/input"),
-                );
+impl Texts {
+    /// The texts of a chat completion request's `messages`, one engine message per text: each
+    /// message's `content` (a string or the `text` and `refusal` of its parts) and `refusal`
+    /// with the message's role, the non-empty `arguments` (or `input`) of the calls in an
+    /// assistant message as `assistant` text; then what the request defines (see
+    /// [`Texts::definitions`]).
+    fn chat(&mut self, body: &Map<String, Value>) -> Result<(), GuardError> {
+        let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+            return Err(GuardError::InvalidRequest {
+                problem: "the body has no \"messages\" array".to_owned(),
+            });
+        };
+        let calls = self.tool_outputs.is_some().then(|| chat_calls(messages));
+        let texts = self;
+        for (index, message) in messages.iter().enumerate() {
+            let role_name = message.get("role").and_then(Value::as_str);
+            let role = role_of(role_name);
+            let pointer = format!("/messages/{index}/content");
+            if let (Some("tool"), Some(calls)) = (role_name, &calls) {
+                let call_id = message.get("tool_call_id").and_then(Value::as_str);
+                texts.tool_output(calls, call_id, message.get("content"), &pointer);
+            } else {
+                texts.content(role, message.get("content"), &pointer);
             }
+            // An earlier refusal of the model, sent back in the conversation's history.
+            if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
+                texts.push(role, refusal, format!("/messages/{index}/refusal"));
+            }
+            // Earlier calls, sent back: their arguments reach the model as its own text.
+            if let Some(Value::Array(calls)) = message.get("tool_calls") {
+                for (call, tool_call) in calls.iter().enumerate() {
+                    texts.string(
+                        Role::Assistant,
+                        tool_call.pointer("/function/arguments"),
+                        format!("/messages/{index}/tool_calls/{call}/function/arguments"),
+                    );
+                    texts.string(
+                        Role::Assistant,
+                        tool_call.pointer("/custom/input"),
+                        format!("/messages/{index}/tool_calls/{call}/custom/input"),
+                    );
+                }
+            }
+            texts.string(
+                Role::Assistant,
+                message.pointer("/function_call/arguments"),
+                format!("/messages/{index}/function_call/arguments"),
+            );
         }
-        texts.string(
-            Role::Assistant,
-            message.pointer("/function_call/arguments"),
-            format!("/messages/{index}/function_call/arguments"),
-        );
+        texts.definitions(body, Api::ChatCompletions)
     }
-    texts.definitions(body, Api::ChatCompletions)?;
-    Ok((texts.messages, texts.slots))
 }
 
-/// The texts of a Responses API request: `instructions` (as `system`), then `input`, a
-/// string (one `user` message) or a list of items: each text of a message item's `content`
-/// with the item's role, and what reached the model from outside as `user` text (a tool
-/// result, see [`TOOL_OUTPUTS`]): each text of a `function_call_output` or
-/// `custom_tool_call_output` item's `output`; the `output` string of a
-/// `local_shell_call_output`, `apply_patch_call_output` or `mcp_call` item, and the `error`
-/// of an `mcp_call` item (see [`Texts::mcp_error`]); each non-empty `stdout` and `stderr` of
-/// a `shell_call_output` item's `output` chunks; the `text` of each of a `file_search_call`
-/// item's `results`; the `logs` of each `logs` entry of a `code_interpreter_call` item's
-/// `outputs`; an `mcp_list_tools` item's non-empty `error` and, of each of its `tools`, the
-/// non-empty `description`, each `description` and `title` in its `input_schema` and the
-/// `title` of its `annotations` (what an MCP server says of its tools reaches the model, and
-/// is a known way to smuggle instructions to it; see [`Texts::schema`] for the bounds of a
-/// schema); the `message` of an `image_generation_call` item's `error`. The non-empty
-/// `reason` of an `mcp_approval_response` item is the client's own text, `user` too.
-/// Reasoning sent back is
-/// the model's own text, `assistant`: the `text` of each `summary_text` part of a
-/// `reasoning` item's `summary` and of each `reasoning_text` part of its `content` (its
-/// `encrypted_content` goes as it is), and likewise the non-empty `revised_prompt` of an
-/// `image_generation_call` item, the prompt the model wrote for the image (its `result`
-/// image goes as it is). Each string is a text of its own, so a redaction is written back
-/// into the very string it was read from. A `computer_call_output` item's
-/// output is a screenshot, an image with no text, and goes as it is. The non-empty
-/// `arguments` of an earlier `function_call` item and `input` of a `custom_tool_call` item
-/// are the model's own text sent back, `assistant`. Then each text of the `prompt`'s
-/// `variables` and what the request defines (see [`Texts::definitions`]), as `user` text.
-/// Other items carry no text to check (an `item_reference` is refused before, see
-/// [`server_state`]).
-pub(crate) fn responses_input(
-    body: &Map<String, Value>,
-) -> Result<(Vec<Message>, Vec<Slot>), GuardError> {
-    let mut texts = Texts::default();
-    match body.get("instructions") {
-        Some(Value::String(text)) => texts.push(Role::System, text, "/instructions".to_owned()),
-        None | Some(Value::Null) => {}
-        Some(_) => {
-            return Err(GuardError::InvalidRequest {
-                problem: "\"instructions\" is not a string".to_owned(),
-            });
-        }
-    }
-    match body.get("input") {
-        Some(Value::String(text)) => texts.push(Role::User, text, "/input".to_owned()),
-        Some(Value::Array(items)) => {
-            for (index, item) in items.iter().enumerate() {
-                texts.input_item(item, &format!("/input/{index}"))?;
+impl Texts {
+    /// The texts of a Responses API request: `instructions` (as `system`), then `input`, a
+    /// string (one `user` message) or a list of items: each text of a message item's `content`
+    /// with the item's role, and what reached the model from outside as `user` text (a tool
+    /// result, see [`TOOL_OUTPUTS`]): each text of a `function_call_output` or
+    /// `custom_tool_call_output` item's `output`; the `output` string of a
+    /// `local_shell_call_output`, `apply_patch_call_output` or `mcp_call` item, and the `error`
+    /// of an `mcp_call` item (see [`Texts::mcp_error`]); each non-empty `stdout` and `stderr` of
+    /// a `shell_call_output` item's `output` chunks; the `text` of each of a `file_search_call`
+    /// item's `results`; the `logs` of each `logs` entry of a `code_interpreter_call` item's
+    /// `outputs`; an `mcp_list_tools` item's non-empty `error` and, of each of its `tools`, the
+    /// non-empty `description`, each `description` and `title` in its `input_schema` and the
+    /// `title` of its `annotations` (what an MCP server says of its tools reaches the model, and
+    /// is a known way to smuggle instructions to it; see [`Texts::schema`] for the bounds of a
+    /// schema); the `message` of an `image_generation_call` item's `error`. The non-empty
+    /// `reason` of an `mcp_approval_response` item is the client's own text, `user` too.
+    /// Reasoning sent back is
+    /// the model's own text, `assistant`: the `text` of each `summary_text` part of a
+    /// `reasoning` item's `summary` and of each `reasoning_text` part of its `content` (its
+    /// `encrypted_content` goes as it is), and likewise the non-empty `revised_prompt` of an
+    /// `image_generation_call` item, the prompt the model wrote for the image (its `result`
+    /// image goes as it is). Each string is a text of its own, so a redaction is written back
+    /// into the very string it was read from. A `computer_call_output` item's
+    /// output is a screenshot, an image with no text, and goes as it is. The non-empty
+    /// `arguments` of an earlier `function_call` item and `input` of a `custom_tool_call` item
+    /// are the model's own text sent back, `assistant`. Then each text of the `prompt`'s
+    /// `variables` and what the request defines (see [`Texts::definitions`]), as `user` text.
+    /// Other items carry no text to check (an `item_reference` is refused before, see
+    /// [`server_state`]).
+    fn responses(&mut self, body: &Map<String, Value>) -> Result<(), GuardError> {
+        let texts = self;
+        match body.get("instructions") {
+            Some(Value::String(text)) => texts.push(Role::System, text, "/instructions".to_owned()),
+            None | Some(Value::Null) => {}
+            Some(_) => {
+                return Err(GuardError::InvalidRequest {
+                    problem: "\"instructions\" is not a string".to_owned(),
+                });
             }
         }
-        None | Some(Value::Null) => {}
-        Some(_) => {
-            return Err(GuardError::InvalidRequest {
-                problem: "\"input\" is neither a string nor a list of items".to_owned(),
-            });
+        match body.get("input") {
+            Some(Value::String(text)) => texts.push(Role::User, text, "/input".to_owned()),
+            Some(Value::Array(items)) => {
+                if texts.tool_outputs.is_some() {
+                    texts.calls = responses_calls(items);
+                }
+                for (index, item) in items.iter().enumerate() {
+                    texts.input_item(item, &format!("/input/{index}"))?;
+                }
+            }
+            None | Some(Value::Null) => {}
+            Some(_) => {
+                return Err(GuardError::InvalidRequest {
+                    problem: "\"input\" is neither a string nor a list of items".to_owned(),
+                });
+            }
         }
+        texts.prompt_variables(body.get("prompt"));
+        texts.definitions(body, Api::Responses)
     }
-    texts.prompt_variables(body.get("prompt"));
-    texts.definitions(body, Api::Responses)?;
-    Ok((texts.messages, texts.slots))
 }
+
+/// The tool name of a tool output whose call is not in the request (SPEC §18).
+pub(crate) const UNKNOWN_TOOL: &str = "unknown";
 
 /// The Responses API input items whose `output` is a string, or a list of content parts,
 /// that a tool produced (`shell_call_output`, whose `output` is a list of chunks, is read on
@@ -284,12 +318,104 @@ struct Texts {
     slots: Vec<Slot>,
     /// The texts read from schemas so far (see [`MAX_SCHEMA_TEXTS`]).
     schema_texts: usize,
+    /// The tool outputs set apart for the `tool_result` point; `None` when they are read as
+    /// `user` texts.
+    tool_outputs: Option<Vec<ToolOutput>>,
+    /// The calls of a Responses API request's items, by `call_id`, while tool outputs are
+    /// set apart.
+    calls: HashMap<String, ToolCall>,
+}
+
+/// The texts of a request, and what its tools returned when that is set apart
+/// ([`Api::request_texts`]).
+#[derive(Debug)]
+pub(crate) struct RequestTexts {
+    /// The texts the input policies read.
+    pub(crate) messages: Vec<Message>,
+    /// Where each of `messages` lives.
+    pub(crate) slots: Vec<Slot>,
+    /// What the tools returned, in the request's order.
+    pub(crate) tool_outputs: Vec<ToolOutput>,
+}
+
+/// What one tool returned, sent back to the model: the call it answers, found in the same
+/// request by its id (`tool_name` `"unknown"` and no arguments when it is not there, or its
+/// arguments do not parse), and its text.
+#[derive(Debug)]
+pub(crate) struct ToolOutput {
+    /// The name of the tool that was called.
+    pub(crate) tool_name: String,
+    /// The arguments of the call.
+    pub(crate) arguments: Map<String, Value>,
+    /// The output's text: the string, or the texts of its parts joined by newlines.
+    pub(crate) content: String,
+    /// Where the output lives in the body (a JSON pointer): a changed content is written
+    /// there as one string, which both APIs accept in place of a list of parts.
+    pub(crate) pointer: String,
+}
+
+/// The calls of a chat completion request's assistant messages, by id.
+fn chat_calls(messages: &[Value]) -> HashMap<String, ToolCall> {
+    messages
+        .iter()
+        .filter_map(|message| message.get("tool_calls").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|call| read_tool_call(call).ok())
+        .map(|call| (call.id.clone(), call))
+        .collect()
+}
+
+/// The function and custom tool calls of a Responses API request's items, by `call_id`.
+fn responses_calls(items: &[Value]) -> HashMap<String, ToolCall> {
+    items
+        .iter()
+        .filter(|item| {
+            matches!(
+                item.get("type").and_then(Value::as_str),
+                Some("function_call" | "custom_tool_call")
+            )
+        })
+        .filter_map(|item| read_output_calls(item).ok())
+        .flatten()
+        .map(|call| (call.id.clone(), call))
+        .collect()
 }
 
 impl Texts {
     fn push(&mut self, role: Role, text: &str, pointer: String) {
         self.messages.push(Message::new(role, text));
         self.slots.push(Slot(pointer));
+    }
+
+    /// A tool's output at `pointer` (a string, or a list of parts), answering the call
+    /// `call_id` of `calls`: set apart as a [`ToolOutput`] when tool outputs are, a `user`
+    /// text otherwise. An output with no text is still judged (as empty content): what the
+    /// tool returned is the policies' to see.
+    fn tool_output(
+        &mut self,
+        calls: &HashMap<String, ToolCall>,
+        call_id: Option<&str>,
+        output: Option<&Value>,
+        pointer: &str,
+    ) {
+        let Some(outputs) = self.tool_outputs.as_mut() else {
+            self.content(Role::User, output, pointer);
+            return;
+        };
+        let mut read = Texts::default();
+        read.content(Role::User, output, pointer);
+        let texts: Vec<String> = read
+            .messages
+            .into_iter()
+            .map(|message| message.content)
+            .collect();
+        let call = call_id.and_then(|id| calls.get(id));
+        outputs.push(ToolOutput {
+            tool_name: call.map_or_else(|| UNKNOWN_TOOL.to_owned(), |call| call.name.clone()),
+            arguments: call.map(|call| call.arguments.clone()).unwrap_or_default(),
+            content: texts.join("\n"),
+            pointer: pointer.to_owned(),
+        });
     }
 
     /// The texts of one item of a Responses API `input` list, found at `pointer`; an error
@@ -359,6 +485,15 @@ impl Texts {
                     Some("reasoning_text"),
                     &["text"],
                 );
+            }
+            Some("function_call_output" | "custom_tool_call_output")
+                if self.tool_outputs.is_some() =>
+            {
+                let (output, at) = field("output");
+                let calls = std::mem::take(&mut self.calls);
+                let call_id = item.get("call_id").and_then(Value::as_str);
+                self.tool_output(&calls, call_id, output, &at);
+                self.calls = calls;
             }
             Some(kind) if TOOL_OUTPUTS.contains(&kind) => {
                 let (output, at) = field("output");
@@ -642,6 +777,14 @@ pub(crate) fn write_input(
         }
     }
     Ok(())
+}
+
+/// Writes a tool output's changed content back into the request body, as one string where
+/// the output was.
+pub(crate) fn write_tool_output(body: &mut Value, output: &ToolOutput, content: String) {
+    if let Some(target) = body.pointer_mut(&output.pointer) {
+        *target = Value::String(content);
+    }
 }
 
 /// A tool call of an answer, as tool-call policies see it.
@@ -951,7 +1094,7 @@ mod tests {
                 ] }
             ]
         });
-        let (messages, slots) = responses_input(&object(body.clone())).expect("mapped");
+        let (messages, slots) = Api::Responses.input(&object(body.clone())).expect("mapped");
         let seen: Vec<(Role, &str)> = messages
             .iter()
             .map(|message| (message.role, message.content.as_str()))
@@ -1388,7 +1531,7 @@ mod tests {
                         "result": null, "revised_prompt": value }),
             ] {
                 let body = object(json!({ "input": [item] }));
-                let (messages, _) = responses_input(&body).expect("mapped");
+                let (messages, _) = Api::Responses.input(&body).expect("mapped");
                 assert!(messages.is_empty(), "{item}");
             }
         }
@@ -1401,7 +1544,7 @@ mod tests {
             json!({ "type": "image_generation_call", "id": "i", "status": "completed" }),
         ] {
             let body = object(json!({ "input": [item] }));
-            let (messages, _) = responses_input(&body).expect("mapped");
+            let (messages, _) = Api::Responses.input(&body).expect("mapped");
             assert!(messages.is_empty(), "{item}");
         }
     }
@@ -1438,7 +1581,7 @@ mod tests {
             ]
         });
         // The order of a schema's keys is the map's, so the texts are compared as a set.
-        let (messages, slots) = responses_input(&object(body.clone())).expect("mapped");
+        let (messages, slots) = Api::Responses.input(&object(body.clone())).expect("mapped");
         let mut seen: Vec<(Role, &str)> = messages
             .iter()
             .map(|message| (message.role, message.content.as_str()))
@@ -1540,7 +1683,7 @@ mod tests {
                         "result": null, "error": { "type": "e", "message": value } }),
             ] {
                 let body = object(json!({ "input": [item] }));
-                let (messages, _) = responses_input(&body).expect("mapped");
+                let (messages, _) = Api::Responses.input(&body).expect("mapped");
                 assert!(messages.is_empty(), "{item}");
             }
         }
@@ -1558,7 +1701,7 @@ mod tests {
                     "result": null, "error": "a message" }),
         ] {
             let body = object(json!({ "input": [item] }));
-            let (messages, _) = responses_input(&body).expect("mapped");
+            let (messages, _) = Api::Responses.input(&body).expect("mapped");
             assert!(messages.is_empty(), "{item}");
         }
     }
@@ -1576,8 +1719,9 @@ mod tests {
     #[test]
     fn a_schema_past_the_bounds_is_refused() {
         // At the bound, read to the last level.
-        let (messages, slots) =
-            responses_input(&object(nested_schema(MAX_SCHEMA_DEPTH))).expect("mapped");
+        let (messages, slots) = Api::Responses
+            .input(&object(nested_schema(MAX_SCHEMA_DEPTH)))
+            .expect("mapped");
         assert_eq!(messages.len(), 1);
         let items = "/items".repeat(MAX_SCHEMA_DEPTH - 1);
         assert_eq!(
@@ -1587,8 +1731,9 @@ mod tests {
             ))]
         );
         // One level more, even in a list, is refused.
-        let error =
-            responses_input(&object(nested_schema(MAX_SCHEMA_DEPTH + 1))).expect_err("too deep");
+        let error = Api::Responses
+            .input(&object(nested_schema(MAX_SCHEMA_DEPTH + 1)))
+            .expect_err("too deep");
         assert!(
             matches!(&error, GuardError::InvalidRequest { problem } if problem.contains("nested more than 64 levels")),
             "{error}"
@@ -1598,7 +1743,9 @@ mod tests {
             .pointer_mut(&format!("/input/0/tools/0/input_schema{items}"))
             .expect("the innermost schema");
         innermost["enum"] = json!([[]]);
-        let error = responses_input(&object(in_a_list)).expect_err("too deep");
+        let error = Api::Responses
+            .input(&object(in_a_list))
+            .expect_err("too deep");
         assert!(
             matches!(error, GuardError::InvalidRequest { .. }),
             "{error}"
@@ -1621,11 +1768,13 @@ mod tests {
                 { "type": "mcp_list_tools", "id": "l2", "server_label": "s", "tools": tools[1..] }
             ] }))
         };
-        let (messages, _) = responses_input(&body(tools(MAX_SCHEMA_TEXTS / 2))).expect("mapped");
+        let (messages, _) = Api::Responses
+            .input(&body(tools(MAX_SCHEMA_TEXTS / 2)))
+            .expect("mapped");
         assert_eq!(messages.len(), MAX_SCHEMA_TEXTS);
         let mut over = tools(MAX_SCHEMA_TEXTS / 2);
         over.push(json!({ "name": "last", "input_schema": { "title": "one more" } }));
-        let error = responses_input(&body(over)).expect_err("too many");
+        let error = Api::Responses.input(&body(over)).expect_err("too many");
         assert!(
             matches!(&error, GuardError::InvalidRequest { problem } if problem.contains("more than 10000")),
             "{error}"
@@ -1685,7 +1834,7 @@ mod tests {
             let body = object(
                 json!({ "input": [{ "type": "shell_call_output", "call_id": "c", "output": output }] }),
             );
-            let (messages, _) = responses_input(&body).expect("mapped");
+            let (messages, _) = Api::Responses.input(&body).expect("mapped");
             assert!(messages.is_empty(), "{output}");
         }
     }
@@ -1721,7 +1870,7 @@ mod tests {
     #[test]
     fn a_string_input_is_one_user_message() {
         let body = object(json!({ "input": "hello" }));
-        let (messages, slots) = responses_input(&body).expect("mapped");
+        let (messages, slots) = Api::Responses.input(&body).expect("mapped");
         assert_eq!(messages, vec![Message::new(Role::User, "hello")]);
         assert_eq!(slots, vec![Slot("/input".to_owned())]);
     }
@@ -1733,7 +1882,9 @@ mod tests {
             json!({ "input": { "role": "user" } }),
             json!({ "input": "hi", "instructions": ["a"] }),
         ] {
-            let error = responses_input(&object(body.clone())).expect_err("refused");
+            let error = Api::Responses
+                .input(&object(body.clone()))
+                .expect_err("refused");
             assert!(
                 matches!(error, GuardError::InvalidRequest { .. }),
                 "{body}: {error}"
@@ -1744,7 +1895,9 @@ mod tests {
     #[test]
     fn reshaped_input_is_an_error() {
         let mut body = json!({ "messages": [{ "role": "user", "content": "a" }] });
-        let (_, slots) = chat_input(&object(body.clone())).expect("mapped");
+        let (_, slots) = Api::ChatCompletions
+            .input(&object(body.clone()))
+            .expect("mapped");
         let error = write_input(&mut body, &slots, Vec::new()).expect_err("reshaped");
         assert_eq!(
             error,
