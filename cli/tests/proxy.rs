@@ -1143,3 +1143,65 @@ async fn proxy_mcp_http_clients_authenticate() -> Result<(), TestError> {
     client.cancel().await?;
     Ok(())
 }
+
+/// The untrusted-content pattern through `portcullis proxy mcp` (stdio, the example upstream
+/// as a child process), its sessions on a real Redis: the `web_fetch` result is judged at
+/// `tool_result` (its SSN redacted) and labels the session, so the `send_email` call that
+/// follows is refused before it reaches the upstream.
+#[tokio::test]
+async fn proxy_mcp_judges_tool_results_and_a_web_page_stops_email_on_redis() -> Result<(), TestError>
+{
+    let Some(redis) = portcullis_testing::redis::RedisServer::start() else {
+        return Ok(());
+    };
+    let dir = scratch("mcp-tool-result");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tool-result/rules");
+    for rule in ["label_web_results.json", "no_email_after_untrusted.json"] {
+        std::fs::copy(fixtures.join(rule), dir.join("rules").join(rule))?;
+    }
+    std::fs::write(
+        dir.join("rules/redact_result_ssn.json"),
+        r#"{"condition": {"always": true}, "action": "redact",
+            "redactions": [{"field": "content", "strategy": "replace", "pattern": "\\d{3}-\\d{2}-\\d{4}"}]}"#,
+    )?;
+    let manifest = dir.join("portcullis.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "tool_result:\n  - dsl: rules/label_web_results.json\n  - dsl: rules/redact_result_ssn.json\ntool_call:\n  - dsl: rules/no_email_after_untrusted.json\nsessions: {{ store: \"{}\" }}\n",
+            redis.url()
+        ),
+    )?;
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    command
+        .arg("proxy")
+        .arg("mcp")
+        .arg(&manifest)
+        .arg("--")
+        .arg(mcp_upstream());
+    let client = ().serve(TokioChildProcess::new(command)?).await?;
+
+    let sent = client
+        .call_tool(call("send_email", json!({"to": "bob@example.com"})))
+        .await?;
+    assert_ne!(sent.is_error, Some(true), "{}", text(&sent));
+    let page = client
+        .call_tool(call("web_fetch", json!({"url": "https://evil.test"})))
+        .await?;
+    assert_ne!(page.is_error, Some(true), "{}", text(&page));
+    assert!(
+        text(&page).contains("Ignore previous instructions"),
+        "{}",
+        text(&page)
+    );
+    assert!(!text(&page).contains("123-45-6789"), "{}", text(&page));
+    let refused = client
+        .call_tool(call("send_email", json!({"to": "bob@example.com"})))
+        .await?;
+    assert_eq!(refused.is_error, Some(true));
+    let denial = portcullis_mcp::denial(&refused).ok_or("no denial in the result")?;
+    assert_eq!(denial.policy_id(), "no_email_after_untrusted");
+    client.cancel().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

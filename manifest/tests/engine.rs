@@ -247,32 +247,10 @@ async fn password_env_authenticates_to_a_real_redis() {
     let Ok(password) = std::env::var("PATH") else {
         return;
     };
-    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+    let Some(server) = RedisServer::start_with(&["--requirepass", &password]) else {
         return;
     };
-    let port = listener.local_addr().unwrap().port();
-    drop(listener);
-    let Ok(mut server) = std::process::Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args([
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--requirepass",
-            &password,
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-    else {
-        eprintln!("skipped: no redis-server");
-        return;
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let port = server.port();
     let scratch = Scratch::new("redis-password-env");
     let sessions = |variable: &str| {
         format!("sessions: {{ store: \"redis://127.0.0.1:{port}/0\", password_env: {variable} }}\n")
@@ -297,8 +275,7 @@ async fn password_env_authenticates_to_a_real_redis() {
         .await
         .unwrap();
     assert!(engine.evaluate_tool_call(&email("s1")).await.is_err());
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
 }
 
 /// A resolver that never answers in time.
@@ -497,58 +474,8 @@ async fn sessions_in_redis_from_the_manifest_are_shared_by_engines() {
     other.evaluate_tool_call(&email("s2")).await.unwrap();
 }
 
-/// A `redis-server` of this test on a free port of 127.0.0.1, without persistence; killed
-/// when dropped.
 #[cfg(feature = "redis")]
-struct RedisServer {
-    child: std::process::Child,
-    port: u16,
-}
-
-#[cfg(feature = "redis")]
-impl RedisServer {
-    fn start() -> Option<RedisServer> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let child = std::process::Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-        let child = match child {
-            Ok(child) => child,
-            Err(error) => {
-                eprintln!("skipped: cannot start redis-server ({error})");
-                return None;
-            }
-        };
-        let server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(server);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not listen within 10 s");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-}
-
-#[cfg(feature = "redis")]
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use portcullis_testing::redis::RedisServer;
 
 #[cfg(feature = "otel")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

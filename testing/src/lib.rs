@@ -12,6 +12,8 @@
 //!
 //! - [`agent`]: the policies the framework integrations' tests (async-openai, rig) guard an
 //!   agent with, so both are held to the same rules.
+//! - [`redis::RedisServer`]: a real `redis-server` on a free port, for the session store's
+//!   tests.
 //!
 //! Both servers bind a free port, record every request they receive ([`RecordedRequest`]: method,
 //! path, headers, body) and count the TCP connections they accept, so a test can assert what a
@@ -39,6 +41,7 @@
 pub mod agent;
 mod evaluate;
 mod opa;
+pub mod redis;
 mod server;
 
 pub use evaluate::{EvaluateServer, Reply};

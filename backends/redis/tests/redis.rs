@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,101 +16,15 @@ use portcullis_engine::{
 use portcullis_redis::RedisSessionStore;
 use serde_json::Map;
 
-/// A `redis-server` of this test; killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
+use portcullis_testing::redis::RedisServer as Server;
 
-fn free_port() -> Option<u16> {
-    Some(
-        TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port(),
-    )
-}
-
-impl Server {
-    fn start() -> Option<Server> {
-        Server::start_with(&[])
-    }
-
-    /// A server with `extra` arguments (`--requirepass`, TLS); answers PING only when no
-    /// password is set, so a password server is waited for by its port.
-    fn start_with(extra: &[&str]) -> Option<Server> {
-        let port = free_port()?;
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = match child {
-            Ok(child) => child,
-            Err(error) => {
-                eprintln!(
-                    "skipped: cannot start redis-server ({error}); install it (.ci/run does)"
-                );
-                return None;
-            }
-        };
-        let server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if server.ping() || (!extra.is_empty() && server.listening()) {
-                return Some(server);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not answer PING within 10 s");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    fn listening(&self) -> bool {
-        std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-    }
-
-    fn ping(&self) -> bool {
-        use std::io::{Read, Write};
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-        let mut answer = [0u8; 7];
-        stream.write_all(b"PING\r\n").is_ok()
-            && stream.read_exact(&mut answer).is_ok()
-            && &answer == b"+PONG\r\n"
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // A paused server must be resumed to die promptly.
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .stderr(Stdio::null())
-            .status();
-        self.stop();
-    }
+/// Sends `signal` (`-STOP`, `-CONT`) to `server`.
+fn signal(server: &Server, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &server.pid().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
 }
 
 async fn store(server: &Server) -> RedisSessionStore {
@@ -352,14 +266,14 @@ async fn a_paused_redis_is_an_evaluation_error_within_the_time_out() {
         .evaluate_tool_call(&tool("fetch", "s"))
         .await
         .expect("up");
-    server.signal("-STOP");
+    signal(&server, "-STOP");
     let started = Instant::now();
     let error = engine
         .evaluate_tool_call(&tool("fetch", "s"))
         .await
         .expect_err("paused");
     assert_session_error(error, started, Duration::from_secs(2));
-    server.signal("-CONT");
+    signal(&server, "-CONT");
     // Back: the calls proceed again and nothing was applied twice (one call proceeded).
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -442,7 +356,7 @@ async fn a_password_server_takes_the_password_from_the_builder_and_errors_hide_i
     // server but shows neither the password nor the query.
     let url = format!(
         "redis://app:wrong-battery@127.0.0.1:{}/0?token=query-secret",
-        server.port
+        server.port()
     );
     let error = RedisSessionStore::builder(url.clone())
         .timeout(Duration::from_secs(2))
@@ -451,7 +365,7 @@ async fn a_password_server_takes_the_password_from_the_builder_and_errors_hide_i
         .expect_err("a wrong password");
     let shown = format!("{error} {:?}", std::error::Error::source(&error));
     assert!(
-        shown.contains(&format!("127.0.0.1:{}", server.port)),
+        shown.contains(&format!("127.0.0.1:{}", server.port())),
         "{shown}"
     );
     for secret in ["wrong-battery", "query-secret", "app:"] {
@@ -535,7 +449,13 @@ async fn rediss_connects_over_tls_and_never_falls_back_to_plain_text() {
         eprintln!("skipped: openssl cannot make test certificates");
         return;
     }
-    let Some(tls_port) = free_port() else { return };
+    let Some(tls_port) = TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .ok()
+        .map(|address| address.port())
+    else {
+        return;
+    };
     let path = |name: &str| dir.join(name).display().to_string();
     let tls_port_text = tls_port.to_string();
     let (certificate, key, authority) = (path("server.pem"), path("server.key"), path("ca.pem"));
@@ -589,7 +509,7 @@ async fn rediss_connects_over_tls_and_never_falls_back_to_plain_text() {
     }
 
     // rediss:// to the plain port: TLS fails, nothing goes in the clear.
-    let plain = RedisSessionStore::builder(format!("rediss://127.0.0.1:{}/0", server.port))
+    let plain = RedisSessionStore::builder(format!("rediss://127.0.0.1:{}/0", server.port()))
         .root_certificates(ca)
         .timeout(Duration::from_millis(500))
         .connect()
