@@ -13,6 +13,14 @@
 //!   the arguments that ran, not the ones it asked for); a denial either skips the tool, so
 //!   the model reads a tool result saying it was denied ([`ToolDenial::Skip`], the default),
 //!   or ends the run ([`ToolDenial::EndRun`]);
+//! - **tool-result policies**, when the set has any (SPEC §18), run on what each tool
+//!   returned, before the model reads it: `tool_name`, the arguments the tool ran with,
+//!   `content` the result's text blocks joined by newlines, `structured` its first JSON
+//!   block, `is_error` whether it failed. A redaction or transformation replaces what the
+//!   model reads (the text in one block); a denial withholds the result (with
+//!   [`ToolDenial::Skip`] the model reads a refusal naming the policy; with
+//!   [`ToolDenial::EndRun`] the run ends). Tool results stay in the history the input
+//!   policies read at each completion call;
 //! - **output policies** run on each model turn, on each text block of the completion:
 //!   redactions reach the caller and the history, a denial ends the run. rig cannot replace
 //!   a turn that also calls tools, so when an output policy changes the text of such a turn
@@ -135,7 +143,7 @@ use std::sync::Arc;
 
 use portcullis_engine::{
     ApprovalRequest, EngineError, InputContext, InterceptionPoint, Message, Metadata,
-    OutputContext, PolicyDenialError, PolicyEngine, Role, ToolCallContext,
+    OutputContext, PolicyDenialError, PolicyEngine, Role, ToolCallContext, ToolResultContext,
 };
 use rig_agent::agent::{
     AgentRunner, DispatchAction, DispatchEvent, OutcomeAction, OutcomeEvent, RunSettled, RunStart,
@@ -146,6 +154,7 @@ use rig_agent::{Agent, AgentHook, HookContext};
 use rig_core::effect::{EffectKind, Outcome};
 use rig_core::error::{ErrorKind, ErrorReport};
 use rig_core::message::{AssistantContent, Message as RigMessage, ToolResultContent, UserContent};
+use rig_core::tool::{ToolExecutionError, ToolOutput, ToolResult};
 use serde_json::{Map, Value, json};
 
 /// The rig crates this crate was built against, for applications that want the same ones.
@@ -394,6 +403,79 @@ impl PortcullisHook {
         }
     }
 
+    /// Runs the tool-result policies on what the tool `name` returned (when the set has any):
+    /// `arguments` are those the tool ran with, `content` the result's text blocks joined by
+    /// newlines, `structured` its first JSON block, `is_error` whether it failed. A change
+    /// replaces the output the model reads (the text in one block, the JSON block with the
+    /// policies' value); a denial withholds it ([`ToolDenial::Skip`]: the model reads a
+    /// refusal naming the policy) or ends the run ([`ToolDenial::EndRun`]); any other failure
+    /// ends the run.
+    async fn guard_tool_result(
+        &self,
+        ctx: &HookContext,
+        event: &OutcomeEvent<'_>,
+        name: &str,
+        raw: &str,
+        result: &ToolResult,
+    ) -> OutcomeAction {
+        if self.engine.policy_set().tool_result().is_empty() {
+            return OutcomeAction::proceed();
+        }
+        let checked = ctx.scratchpad().get::<CheckedCalls>().unwrap_or_default();
+        let ran_with = event
+            .call_id
+            .and_then(|id| checked.get(&id.to_string()))
+            .flatten()
+            .cloned();
+        let arguments = ran_with
+            .or_else(|| parse_arguments(raw).ok())
+            .unwrap_or_default();
+        let blocks = result.output().as_content();
+        let content = blocks
+            .iter()
+            .filter_map(|block| match block {
+                ToolResultContent::Text(text) => Some(text.text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut metadata = self.metadata(ctx, event.turn);
+        if let Some(call_id) = event.call_id {
+            metadata
+                .extra
+                .insert("call_id".to_owned(), Value::from(call_id.to_string()));
+        }
+        let mut context = ToolResultContext::new(name, arguments, content, metadata);
+        context.structured = blocks.iter().find_map(|block| match block {
+            ToolResultContent::Json { value } => Some(value.clone()),
+            _ => None,
+        });
+        context.is_error = result.is_error() || result.is_refused();
+        match self.engine.evaluate_tool_result(&context).await {
+            Ok(evaluation) if evaluation.is_modified() => {
+                let judged = evaluation.into_context();
+                let output = judged_output(blocks, judged.content, judged.structured);
+                OutcomeAction::replace(Ok(Outcome::ToolResult {
+                    result: result.clone().with_output(output),
+                }))
+            }
+            Ok(_) => OutcomeAction::proceed(),
+            Err(EngineError::Denied(denial)) if self.tool_denial == ToolDenial::Skip => {
+                let reason = denial
+                    .reason()
+                    .unwrap_or(portcullis_engine::error::DENIED_WITHOUT_REASON);
+                let message = format!(
+                    "The result of tool \"{name}\" was withheld by policy \"{}\": {reason}.",
+                    denial.policy_id()
+                );
+                OutcomeAction::replace(Ok(Outcome::ToolResult {
+                    result: ToolResult::failed(ToolExecutionError::refused(message)),
+                }))
+            }
+            Err(error) => OutcomeAction::stop(stop_reason(error)),
+        }
+    }
+
     async fn guard_completion(
         &self,
         ctx: &HookContext,
@@ -454,8 +536,14 @@ impl AgentHook for PortcullisHook {
     }
 
     async fn on_outcome(&self, ctx: &HookContext, event: OutcomeEvent<'_>) -> OutcomeAction {
-        let Ok(Outcome::Completion(response)) = event.outcome else {
-            return OutcomeAction::proceed();
+        let response = match (event.kind, event.outcome) {
+            (EffectKind::ToolCall { name, args }, Ok(Outcome::ToolResult { result })) => {
+                return self
+                    .guard_tool_result(ctx, &event, name, args, result)
+                    .await;
+            }
+            (_, Ok(Outcome::Completion(response))) => response,
+            _ => return OutcomeAction::proceed(),
         };
         let metadata = self.metadata(ctx, event.turn);
         let mut response = response.clone();
@@ -535,6 +623,39 @@ fn text_slots(history: &mut [RigMessage]) -> Vec<(Role, &mut String)> {
         }
     }
     slots
+}
+
+/// The output the model reads once the tool-result policies changed `blocks`: the first text
+/// block holds `content` (the other text blocks go: the policies judged their text joined),
+/// the first JSON block holds `structured`, images stay; `content` leads when there was no
+/// text block and it is not empty.
+fn judged_output(
+    blocks: &[ToolResultContent],
+    content: String,
+    structured: Option<Value>,
+) -> ToolOutput {
+    let mut content = Some(content);
+    let mut structured = structured;
+    let mut judged: Vec<ToolResultContent> = Vec::with_capacity(blocks.len() + 1);
+    for block in blocks {
+        match block {
+            ToolResultContent::Text(_) => {
+                if let Some(text) = content.take() {
+                    judged.push(ToolResultContent::text(text));
+                }
+            }
+            ToolResultContent::Json { .. } => {
+                if let Some(value) = structured.take() {
+                    judged.push(ToolResultContent::json(value));
+                }
+            }
+            other => judged.push(other.clone()),
+        }
+    }
+    if let Some(text) = content.filter(|text| !text.is_empty()) {
+        judged.insert(0, ToolResultContent::text(text));
+    }
+    ToolOutput::content(judged).unwrap_or_else(|_| ToolOutput::text(""))
 }
 
 /// Puts the patched arguments into the calls of `history`; `true` when any changed.
