@@ -82,3 +82,13 @@ export async function jsonServer(handle) {
       }),
   };
 }
+
+export const toolResult = (tool_name, content, extra = {}) => ({
+  tool_name,
+  content,
+  metadata: metadata(),
+  ...extra,
+});
+
+/** cli/tests/fixtures/tool-result: the untrusted-content manifest and its rules. */
+export const TOOL_RESULT_FIXTURES = path.resolve(here, '..', '..', '..', 'cli', 'tests', 'fixtures', 'tool-result');

@@ -22,7 +22,7 @@ function loadAddon() {
 const addon = loadAddon();
 
 /** The interception points, by their wire names, in the order a policy set lists them. */
-const POINTS = ['input', 'tool_call', 'output'];
+const POINTS = ['input', 'tool_call', 'output', 'tool_result'];
 
 /** Where a native policy keeps its addon object (not enumerable). */
 const NATIVE = Symbol('portcullis.native');
@@ -192,9 +192,9 @@ function nativeClass(name, point, make) {
   return named[name];
 }
 
-const CLASS_POINTS = { Input: 'input', ToolCall: 'tool_call', Output: 'output' };
+const CLASS_POINTS = { Input: 'input', ToolCall: 'tool_call', Output: 'output', ToolResult: 'tool_result' };
 
-/** The three classes of one backend: `<prefix>InputPolicy`, `..ToolCallPolicy`, `..OutputPolicy`. */
+/** The four classes of one backend: `<prefix>InputPolicy`, `..ToolCallPolicy`, `..OutputPolicy`, `..ToolResultPolicy`. */
 function nativeClasses(prefix, make) {
   const classes = {};
   for (const [suffix, point] of Object.entries(CLASS_POINTS)) {
@@ -226,7 +226,7 @@ const http = nativeClasses('Http', (point, name, id, options) =>
   addon.httpPolicy(point, checkString(id, `${name}: id`), checkClientOptions(options, `${name}: options`)),
 );
 
-const POLICY_SET_KEYS = new Set([...POINTS, 'tool_result', 'on_error']);
+const POLICY_SET_KEYS = new Set([...POINTS, 'on_error']);
 
 function nativePolicySet(policySet) {
   if (policySet === null || typeof policySet !== 'object') {
@@ -242,10 +242,6 @@ function nativePolicySet(policySet) {
   const onError = policySet.on_error ?? 'deny';
   if (onError !== 'deny' && onError !== 'allow') {
     throw new TypeError(`policySet.on_error must be "deny" or "allow", not ${JSON.stringify(onError)}`);
-  }
-  const toolResult = policySet.tool_result;
-  if (toolResult !== undefined && !(Array.isArray(toolResult) && toolResult.length === 0)) {
-    throw new TypeError('policySet.tool_result: this engine has no tool_result point yet');
   }
   const set = new addon.NativePolicySet(onError);
   for (const point of POINTS) {
@@ -434,6 +430,11 @@ class PolicyEngine {
   /** Runs the output policies. */
   evaluateOutput(ctx) {
     return this.#evaluate('output', ctx);
+  }
+
+  /** Runs the tool-result policies on what a tool returned, before the model reads it. */
+  evaluateToolResult(ctx) {
+    return this.#evaluate('tool_result', ctx);
   }
 
   async #evaluate(point, ctx) {

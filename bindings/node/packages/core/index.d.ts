@@ -2,7 +2,7 @@
 // Portcullis contract (snake_case keys), as the seed's TypeScript packages name them.
 
 /** The interception points' wire names. */
-export type InterceptionPoint = 'input' | 'tool_call' | 'output';
+export type InterceptionPoint = 'input' | 'tool_call' | 'output' | 'tool_result';
 
 /** Who wrote a message. */
 export type Role = 'system' | 'user' | 'assistant';
@@ -43,8 +43,26 @@ export interface OutputContext {
   metadata: Metadata;
 }
 
+/**
+ * What tool-result policies see: what a tool returned, before the model reads it (the main
+ * road of indirect prompt injection).
+ */
+export interface ToolResultContext {
+  /** The tool that ran (`"unknown"` when the call it answers cannot be found). */
+  tool_name: string;
+  /** The arguments it ran with (`{}` when absent). */
+  arguments?: Record<string, unknown>;
+  /** The result's text: its text blocks joined by newlines. */
+  content: string;
+  /** The result's structured form, when the tool gave one. */
+  structured?: unknown;
+  /** Whether the tool reported an error (default `false`; anything but a boolean is refused). */
+  is_error?: boolean;
+  metadata: Metadata;
+}
+
 /** Any context. */
-export type PolicyContext = InputContext | ToolCallContext | OutputContext;
+export type PolicyContext = InputContext | ToolCallContext | OutputContext | ToolResultContext;
 
 /**
  * A field path: dotted (`messages.0.content`), and a list index may be written in brackets
@@ -123,14 +141,16 @@ export type InputPolicy = Policy<InputContext>;
 export type ToolCallPolicy = Policy<ToolCallContext>;
 /** A policy of the output point. */
 export type OutputPolicy = Policy<OutputContext>;
+/** A policy of the tool-result point. */
+export type ToolResultPolicy = Policy<ToolResultContext>;
 
 /** The policies of each point, and what an evaluation error does. */
 export interface PolicySet {
   input?: InputPolicy[];
   tool_call?: ToolCallPolicy[];
   output?: OutputPolicy[];
-  /** The fourth point: accepted empty; this engine has no tool-result policies yet. */
-  tool_result?: never[];
+  /** What tools returned, before the model reads it. */
+  tool_result?: ToolResultPolicy[];
   /** `deny` (default): an evaluation error fails the call; `allow`: the policy is skipped. */
   on_error?: 'deny' | 'allow';
 }
@@ -157,6 +177,12 @@ export declare class PolicyEngine {
   evaluateToolCall(ctx: ToolCallContext): Promise<ToolCallContext | undefined>;
   /** Runs the output policies (see {@link PolicyEngine.evaluateInput}). */
   evaluateOutput(ctx: OutputContext): Promise<OutputContext | undefined>;
+  /**
+   * Runs the tool-result policies on what a tool returned (see
+   * {@link PolicyEngine.evaluateInput}); redactions reach `content` and paths inside
+   * `structured`.
+   */
+  evaluateToolResult(ctx: ToolResultContext): Promise<ToolResultContext | undefined>;
 }
 
 /** A policy denied the call; `message` is its reason. */
@@ -247,6 +273,8 @@ export declare class DslInputPolicy extends NativePolicyClass<InputContext, DslA
 export declare class DslToolCallPolicy extends NativePolicyClass<ToolCallContext, DslArguments> {}
 /** A JSON rule policy of the output point (see {@link DslInputPolicy}). */
 export declare class DslOutputPolicy extends NativePolicyClass<OutputContext, DslArguments> {}
+/** A JSON rule policy of the tool-result point (see {@link DslInputPolicy}). */
+export declare class DslToolResultPolicy extends NativePolicyClass<ToolResultContext, DslArguments> {}
 
 /** A Rego policy compiled to WebAssembly (`opa build -t wasm`), evaluated in process. */
 export declare class RegoInputPolicy extends NativePolicyClass<InputContext, RegoArguments> {}
@@ -254,6 +282,8 @@ export declare class RegoInputPolicy extends NativePolicyClass<InputContext, Reg
 export declare class RegoToolCallPolicy extends NativePolicyClass<ToolCallContext, RegoArguments> {}
 /** A Rego bundle policy of the output point (see {@link RegoInputPolicy}). */
 export declare class RegoOutputPolicy extends NativePolicyClass<OutputContext, RegoArguments> {}
+/** A Rego bundle policy of the tool-result point (see {@link RegoInputPolicy}). */
+export declare class RegoToolResultPolicy extends NativePolicyClass<ToolResultContext, RegoArguments> {}
 
 /** A Rego policy on a policy server (the OPA REST API): the decision is the document at `packagePath`. */
 export declare class RegoServerInputPolicy extends NativePolicyClass<InputContext, RegoServerArguments> {}
@@ -261,6 +291,8 @@ export declare class RegoServerInputPolicy extends NativePolicyClass<InputContex
 export declare class RegoServerToolCallPolicy extends NativePolicyClass<ToolCallContext, RegoServerArguments> {}
 /** A Rego server policy of the output point (see {@link RegoServerInputPolicy}). */
 export declare class RegoServerOutputPolicy extends NativePolicyClass<OutputContext, RegoServerArguments> {}
+/** A Rego server policy of the tool-result point (see {@link RegoServerInputPolicy}). */
+export declare class RegoServerToolResultPolicy extends NativePolicyClass<ToolResultContext, RegoServerArguments> {}
 
 /** A policy evaluated by a remote endpoint: `POST {baseUrl}/engine/evaluate`. */
 export declare class HttpInputPolicy extends NativePolicyClass<InputContext, HttpArguments> {}
@@ -268,6 +300,8 @@ export declare class HttpInputPolicy extends NativePolicyClass<InputContext, Htt
 export declare class HttpToolCallPolicy extends NativePolicyClass<ToolCallContext, HttpArguments> {}
 /** A remote HTTP policy of the output point (see {@link HttpInputPolicy}). */
 export declare class HttpOutputPolicy extends NativePolicyClass<OutputContext, HttpArguments> {}
+/** A remote HTTP policy of the tool-result point (see {@link HttpInputPolicy}). */
+export declare class HttpToolResultPolicy extends NativePolicyClass<ToolResultContext, HttpArguments> {}
 
 /** Options of {@link createObservabilityAuditHandler}. */
 export interface ObservabilityOptions {

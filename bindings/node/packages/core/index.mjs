@@ -12,15 +12,19 @@ export const {
   DslInputPolicy,
   DslToolCallPolicy,
   DslOutputPolicy,
+  DslToolResultPolicy,
   RegoInputPolicy,
   RegoToolCallPolicy,
   RegoOutputPolicy,
+  RegoToolResultPolicy,
   RegoServerInputPolicy,
   RegoServerToolCallPolicy,
   RegoServerOutputPolicy,
+  RegoServerToolResultPolicy,
   HttpInputPolicy,
   HttpToolCallPolicy,
   HttpOutputPolicy,
+  HttpToolResultPolicy,
 } = core;
 
 export default core;

@@ -7,4 +7,5 @@ module.exports = {
   DslInputPolicy: core.DslInputPolicy,
   DslToolCallPolicy: core.DslToolCallPolicy,
   DslOutputPolicy: core.DslOutputPolicy,
+  DslToolResultPolicy: core.DslToolResultPolicy,
 };

@@ -1,2 +1,2 @@
 // Types of @portcullis/dsl: re-exported from @portcullis/core.
-export { DslInputPolicy, DslToolCallPolicy, DslOutputPolicy } from '@portcullis/core';
+export { DslInputPolicy, DslToolCallPolicy, DslOutputPolicy, DslToolResultPolicy } from '@portcullis/core';

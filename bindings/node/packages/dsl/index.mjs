@@ -1,2 +1,2 @@
 // @portcullis/dsl for ESM: the same classes as @portcullis/core's.
-export { DslInputPolicy, DslToolCallPolicy, DslOutputPolicy } from '@portcullis/core';
+export { DslInputPolicy, DslToolCallPolicy, DslOutputPolicy, DslToolResultPolicy } from '@portcullis/core';

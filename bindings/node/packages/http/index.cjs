@@ -7,4 +7,5 @@ module.exports = {
   HttpInputPolicy: core.HttpInputPolicy,
   HttpToolCallPolicy: core.HttpToolCallPolicy,
   HttpOutputPolicy: core.HttpOutputPolicy,
+  HttpToolResultPolicy: core.HttpToolResultPolicy,
 };

@@ -1,2 +1,2 @@
 // @portcullis/http for ESM: the same classes as @portcullis/core's.
-export { HttpInputPolicy, HttpToolCallPolicy, HttpOutputPolicy } from '@portcullis/core';
+export { HttpInputPolicy, HttpToolCallPolicy, HttpOutputPolicy, HttpToolResultPolicy } from '@portcullis/core';

@@ -7,4 +7,5 @@ module.exports = {
   RegoServerInputPolicy: core.RegoServerInputPolicy,
   RegoServerToolCallPolicy: core.RegoServerToolCallPolicy,
   RegoServerOutputPolicy: core.RegoServerOutputPolicy,
+  RegoServerToolResultPolicy: core.RegoServerToolResultPolicy,
 };

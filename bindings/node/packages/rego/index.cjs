@@ -7,4 +7,5 @@ module.exports = {
   RegoInputPolicy: core.RegoInputPolicy,
   RegoToolCallPolicy: core.RegoToolCallPolicy,
   RegoOutputPolicy: core.RegoOutputPolicy,
+  RegoToolResultPolicy: core.RegoToolResultPolicy,
 };

@@ -1,2 +1,2 @@
 // @portcullis/rego for ESM: the same classes as @portcullis/core's.
-export { RegoInputPolicy, RegoToolCallPolicy, RegoOutputPolicy } from '@portcullis/core';
+export { RegoInputPolicy, RegoToolCallPolicy, RegoOutputPolicy, RegoToolResultPolicy } from '@portcullis/core';

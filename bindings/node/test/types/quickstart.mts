@@ -10,8 +10,10 @@ import {
   type OutputContext,
   type PolicyDecision,
   type ToolCallPolicy,
+  type ToolResultContext,
+  type ToolResultPolicy,
 } from '@portcullis/core';
-import { DslInputPolicy, DslOutputPolicy } from '@portcullis/dsl';
+import { DslInputPolicy, DslOutputPolicy, DslToolResultPolicy } from '@portcullis/dsl';
 import { RegoToolCallPolicy } from '@portcullis/rego';
 import { RegoServerInputPolicy, type RegoServerClientOptions } from '@portcullis/rego-rest';
 import { HttpOutputPolicy, type HttpClientOptions } from '@portcullis/http';
@@ -30,6 +32,11 @@ const asyncTools: ToolCallPolicy = {
       : { decision: 'allow' };
   },
 };
+const webPages: ToolResultPolicy = {
+  id: 'web-pages',
+  evaluate: (ctx) =>
+    ctx.tool_name === 'web_fetch' ? { decision: 'audit', reason: 'web content', labels: ['untrusted'] } : { decision: 'allow' },
+};
 const server: RegoServerClientOptions = { baseUrl: 'http://127.0.0.1:8181' };
 const remote: HttpClientOptions = { baseUrl: 'http://127.0.0.1:9000', timeoutMs: 500 };
 
@@ -39,6 +46,7 @@ const engine = new PolicyEngine({
     input: [new DslInputPolicy('no-pii', './policies'), maxMessages, new RegoServerInputPolicy('opa', server, 'portcullis/input')],
     tool_call: [new RegoToolCallPolicy('approved-tools', './approved-tools.tar.gz'), asyncTools],
     output: [new DslOutputPolicy('no-links', './policies'), new HttpOutputPolicy('moderation', remote)],
+    tool_result: [webPages, new DslToolResultPolicy('label-web', './policies')],
     on_error: 'deny',
   },
   onAudit: (record) => {
@@ -48,8 +56,10 @@ const engine = new PolicyEngine({
 void createOtelAuditHandler();
 void createObservabilityAuditHandler({ publicKey: 'pk', secretKey: 'sk' }).flush();
 
-export async function run(ctx: InputContext, answer: OutputContext): Promise<string> {
+export async function run(ctx: InputContext, answer: OutputContext, result: ToolResultContext): Promise<string> {
   try {
+    const read: ToolResultContext = (await engine.evaluateToolResult(result)) ?? result;
+    void read.structured;
     const forwarded: InputContext = (await engine.evaluateInput(ctx)) ?? ctx;
     const checked: OutputContext | undefined = await engine.evaluateOutput(answer);
     const other = await PolicyEngine.fromManifest('portcullis.yaml', { onAudit: (r) => console.log(r.decision) });
