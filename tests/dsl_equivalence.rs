@@ -9,10 +9,10 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use portcullis::dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy};
+use portcullis::dsl::{DslInputPolicy, DslOutputPolicy, DslToolCallPolicy, DslToolResultPolicy};
 use portcullis::{
     InputPolicy, InterceptionPoint, OutputPolicy, Policy, PolicyDecision, ToolCallPolicy,
-    dsl_policy,
+    ToolResultPolicy, dsl_policy,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -43,6 +43,11 @@ macro_rules! rule_files {
             $(rule_files!(@push pairs, output, $point, $file, DslOutputPolicy);)*
             pairs
         }
+        fn tool_result_pairs() -> Vec<Pair<dyn ToolResultPolicy>> {
+            let mut pairs: Vec<Pair<dyn ToolResultPolicy>> = Vec::new();
+            $(rule_files!(@push pairs, tool_result, $point, $file, DslToolResultPolicy);)*
+            pairs
+        }
         const LISTED: &[&str] = &[$($file),*];
     };
     (@push $pairs:ident, input, input, $file:literal, $runtime:ident) => {
@@ -53,6 +58,9 @@ macro_rules! rule_files {
     };
     (@push $pairs:ident, output, output, $file:literal, $runtime:ident) => {
         $pairs.push(pair($file, Box::new(dsl_policy!(output, $file)), |id, dir| $runtime::new(id, dir).map(|p| Box::new(p) as Box<_>)));
+    };
+    (@push $pairs:ident, tool_result, tool_result, $file:literal, $runtime:ident) => {
+        $pairs.push(pair($file, Box::new(dsl_policy!(tool_result, $file)), |id, dir| $runtime::new(id, dir).map(|p| Box::new(p) as Box<_>)));
     };
     (@push $pairs:ident, $wanted:ident, $point:ident, $file:literal, $runtime:ident) => {};
 }
@@ -75,6 +83,7 @@ rule_files! {
     input "tests/ui/rules/upper_case_role.json",
     tool_call "tests/ui/rules/operator_type_mismatch.json",
     output "tests/ui/rules/missing_redactions.json",
+    tool_result "tests/ui/rules/label_web_results.json",
 }
 
 /// Builds a pair: the compiled policy, and the runtime policy of the same file (id = stem,
@@ -121,6 +130,7 @@ fn every_valid_rule_file_is_compared() {
                 InterceptionPoint::Input,
                 InterceptionPoint::ToolCall,
                 InterceptionPoint::Output,
+                InterceptionPoint::ToolResult,
             ]
             .into_iter()
             .any(|point| portcullis::dsl::check_source(&source, &name, point).is_ok());
@@ -134,7 +144,10 @@ fn every_valid_rule_file_is_compared() {
         "add these rule files to `rule_files!`: {missing:?}"
     );
     assert_eq!(
-        input_pairs().len() + tool_call_pairs().len() + output_pairs().len(),
+        input_pairs().len()
+            + tool_call_pairs().len()
+            + output_pairs().len()
+            + tool_result_pairs().len(),
         LISTED.len()
     );
 }
@@ -146,6 +159,10 @@ fn compiled_and_runtime_policies_have_the_same_id_mode_and_streaming_form() {
         assert_eq!(pair.compiled.mode(), pair.runtime.mode(), "{}", pair.file);
     }
     for pair in tool_call_pairs() {
+        assert_eq!(pair.compiled.id(), pair.runtime.id(), "{}", pair.file);
+        assert_eq!(pair.compiled.mode(), pair.runtime.mode(), "{}", pair.file);
+    }
+    for pair in tool_result_pairs() {
         assert_eq!(pair.compiled.id(), pair.runtime.id(), "{}", pair.file);
         assert_eq!(pair.compiled.mode(), pair.runtime.mode(), "{}", pair.file);
     }
@@ -176,7 +193,9 @@ fn compiled_and_runtime_policies_have_the_same_id_mode_and_streaming_form() {
 
 mod dsl_contexts;
 
-use dsl_contexts::{input_context, output_context, runtime, same, tool_call_context};
+use dsl_contexts::{
+    input_context, output_context, runtime, same, tool_call_context, tool_result_context,
+};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
@@ -195,6 +214,16 @@ proptest! {
     fn tool_call_rules_decide_alike(context in tool_call_context()) {
         let rt = runtime();
         for pair in tool_call_pairs() {
+            let compiled = rt.block_on(pair.compiled.evaluate(&context));
+            let runtime = rt.block_on(pair.runtime.evaluate(&context));
+            same(pair.file, compiled, runtime)?;
+        }
+    }
+
+    #[test]
+    fn tool_result_rules_decide_alike(context in tool_result_context()) {
+        let rt = runtime();
+        for pair in tool_result_pairs() {
             let compiled = rt.block_on(pair.compiled.evaluate(&context));
             let runtime = rt.block_on(pair.runtime.evaluate(&context));
             same(pair.file, compiled, runtime)?;
@@ -273,6 +302,12 @@ fn generated_contexts_make_every_rule_fire_and_not_fire() {
         &sample(output_context()),
         |p, c| decide(rt.block_on(p.evaluate(c))),
     );
+    tally(
+        &mut files,
+        &tool_result_pairs(),
+        &sample(tool_result_context()),
+        |p, c| decide(rt.block_on(p.evaluate(c))),
+    );
     for (file, (allowed, other)) in files {
         // A rule whose condition is `always` has only one branch.
         let source = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
@@ -283,6 +318,7 @@ fn generated_contexts_make_every_rule_fire_and_not_fire() {
             InterceptionPoint::Input,
             InterceptionPoint::ToolCall,
             InterceptionPoint::Output,
+            InterceptionPoint::ToolResult,
         ]
         .into_iter()
         .filter_map(|point| portcullis::dsl::check_source(&source, file, point).ok())

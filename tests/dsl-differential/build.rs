@@ -304,6 +304,11 @@ fn main() {
             "DslToolCallPolicy",
         ),
         (InterceptionPoint::Output, "OutputPolicy", "DslOutputPolicy"),
+        (
+            InterceptionPoint::ToolResult,
+            "ToolResultPolicy",
+            "DslToolResultPolicy",
+        ),
     ] {
         let dir = out.join("rules").join(point.as_str());
         if dir.exists() {

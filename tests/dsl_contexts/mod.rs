@@ -6,6 +6,7 @@
 
 use portcullis::{
     InputContext, Message, Metadata, OutputContext, PolicyDecision, Role, ToolCallContext,
+    ToolResultContext,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -118,6 +119,43 @@ pub fn tool_call_context() -> impl Strategy<Value = ToolCallContext> {
     (tool, arguments, text(), metadata()).prop_map(|(tool, arguments, calling, metadata)| {
         ToolCallContext::new(tool, arguments, Message::assistant(calling), metadata)
     })
+}
+
+pub fn tool_result_context() -> impl Strategy<Value = ToolResultContext> {
+    let tool =
+        prop::sample::select(&["web_fetch", "read_email", "search", "calendar", "Web_Fetch"][..]);
+    let arguments = prop::collection::btree_map(
+        prop::sample::select(&["query", "url"][..]),
+        json_leaf(),
+        0..3,
+    )
+    .prop_map(|entries| {
+        entries
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value))
+            .collect::<Map<String, Value>>()
+    });
+    let structured = prop_oneof![
+        2 => Just(None),
+        1 => prop::collection::vec(json_leaf(), 0..4)
+            .prop_map(|rows| Some(json!({ "rows": rows, "note": "from the tool" }))),
+    ];
+    (
+        tool,
+        arguments,
+        text(),
+        structured,
+        any::<bool>(),
+        metadata(),
+    )
+        .prop_map(
+            |(tool, arguments, content, structured, is_error, metadata)| {
+                let mut context = ToolResultContext::new(tool, arguments, content, metadata);
+                context.structured = structured;
+                context.is_error = is_error;
+                context
+            },
+        )
 }
 
 pub fn output_context() -> impl Strategy<Value = OutputContext> {

@@ -12,7 +12,9 @@
 #[path = "../../dsl_contexts/mod.rs"]
 mod dsl_contexts;
 
-use dsl_contexts::{input_context, output_context, runtime, same, tool_call_context};
+use dsl_contexts::{
+    input_context, output_context, runtime, same, tool_call_context, tool_result_context,
+};
 use portcullis::{InterceptionPoint, PolicyDecision};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -51,6 +53,16 @@ proptest! {
     }
 
     #[test]
+    fn generated_tool_result_rules_decide_alike(context in tool_result_context()) {
+        let rt = runtime();
+        for pair in tool_result_pairs() {
+            let compiled = rt.block_on(pair.compiled.evaluate(&context));
+            let runtime = rt.block_on(pair.runtime.evaluate(&context));
+            same(pair.file, compiled, runtime)?;
+        }
+    }
+
+    #[test]
     fn generated_output_rules_decide_alike(context in output_context()) {
         let rt = runtime();
         for pair in output_pairs() {
@@ -68,6 +80,10 @@ fn compiled_and_runtime_policies_have_the_same_id_mode_and_streaming_form() {
         assert_eq!(pair.compiled.mode(), pair.runtime.mode(), "{}", pair.file);
     }
     for pair in tool_call_pairs() {
+        assert_eq!(pair.compiled.id(), pair.runtime.id(), "{}", pair.file);
+        assert_eq!(pair.compiled.mode(), pair.runtime.mode(), "{}", pair.file);
+    }
+    for pair in tool_result_pairs() {
         assert_eq!(pair.compiled.id(), pair.runtime.id(), "{}", pair.file);
         assert_eq!(pair.compiled.mode(), pair.runtime.mode(), "{}", pair.file);
     }
@@ -100,6 +116,11 @@ fn the_generated_rules_cover_warnings_and_unsorted_transformations() {
             output_pairs()
                 .iter()
                 .map(|pair| (InterceptionPoint::Output, pair.file, pair.source)),
+        )
+        .chain(
+            tool_result_pairs()
+                .iter()
+                .map(|pair| (InterceptionPoint::ToolResult, pair.file, pair.source)),
         )
         .collect();
     let mut warned = 0;
