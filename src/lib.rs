@@ -106,6 +106,10 @@ pub use portcullis_rego as rego;
 #[cfg_attr(docsrs, doc(cfg(feature = "rego-rest")))]
 pub use portcullis_rego_rest as rego_rest;
 
+#[cfg(feature = "cedar")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cedar")))]
+pub use portcullis_cedar as cedar;
+
 #[cfg(feature = "manifest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "manifest")))]
 pub use portcullis_manifest as manifest;
