@@ -5,15 +5,13 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
-use common::Scratch;
+use common::{Scratch, rewrite, watched};
 use portcullis_engine::{
     EngineError, InputContext, Message, Metadata, PolicyEngine, Role, ToolCallContext,
 };
-use portcullis_manifest::{CodeRegistry, Manifest, ManifestWatcher, ReloadOutcome, Severity};
+use portcullis_manifest::{CodeRegistry, Manifest, ReloadOutcome, Severity};
 
 const POLICIES: &str = r#"
 permit(principal, action == Action::"tool_call", resource)
@@ -151,31 +149,11 @@ fn every_problem_of_every_cedar_file_is_reported_at_its_place() {
     );
 }
 
-/// Writes a file so that its modification time surely changes.
-fn rewrite(path: &std::path::Path, text: &str) {
-    std::thread::sleep(Duration::from_millis(20));
-    std::fs::write(path, text).unwrap();
-}
-
 #[tokio::test]
 async fn a_change_to_the_policies_schema_or_entities_reloads() {
     let scratch = Scratch::new("cedar-watch");
     let path = cedar_manifest(&scratch);
-    let loaded = Manifest::load(&path, &CodeRegistry::new()).unwrap();
-    let files = loaded.files().to_vec();
-    let engine = Arc::new(
-        PolicyEngine::builder()
-            .policy_set(loaded.into_policy_set())
-            .build(),
-    );
-    let (sender, outcomes) = mpsc::channel();
-    let watcher = ManifestWatcher::builder(&path, engine.clone())
-        .interval(Duration::from_millis(10))
-        .files(files)
-        .on_reload(move |outcome: &ReloadOutcome| {
-            let _ = sender.send(outcome.clone());
-        })
-        .spawn();
+    let (engine, outcomes, watcher) = watched(&path);
     assert!(denial(&engine, "bob", "read_file").await.is_none());
 
     // The entities change: bob is an intern now.

@@ -12,7 +12,7 @@ use cedar_policy::{
 use portcullis_engine::InterceptionPoint;
 use serde_json::Value;
 
-use crate::error::{CedarError, CedarProblem, CedarSource, diagnostics, line_column};
+use crate::error::{CedarError, CedarProblem, CedarSource, diagnostics, line_column, with_causes};
 use crate::request::{Shape, context_use};
 
 /// The texts a Cedar policy is built from.
@@ -141,17 +141,7 @@ pub(crate) fn compile(
     let entities = match sources.entities {
         Some(text) => parse_entities(text, schema.as_ref(), &mut problems),
         None => match &schema {
-            Some(schema) => match schema.action_entities() {
-                Ok(entities) => Some(entities),
-                Err(error) => {
-                    problems.push(CedarProblem::new(
-                        CedarSource::Schema,
-                        None,
-                        format!("the schema's actions cannot be entities: {error}"),
-                    ));
-                    None
-                }
-            },
+            Some(schema) => action_entities(schema, &mut problems),
             None => Some(Entities::empty()),
         },
     };
@@ -339,6 +329,21 @@ fn context_shape(schema: &Schema, action: &EntityUid) -> Shape {
     }
 }
 
+/// The schema's actions as entities (their groups are what `action in ..` reads).
+fn action_entities(schema: &Schema, problems: &mut Vec<CedarProblem>) -> Option<Entities> {
+    match schema.action_entities() {
+        Ok(entities) => Some(entities),
+        Err(error) => {
+            problems.push(CedarProblem::new(
+                CedarSource::Schema,
+                None,
+                format!("the schema's actions cannot be entities: {error}"),
+            ));
+            None
+        }
+    }
+}
+
 /// Parses the entities; a problem is placed at the entity it is about when Cedar says which.
 fn parse_entities(
     text: &str,
@@ -369,40 +374,26 @@ fn parse_entities(
     };
     match Entities::from_json_value(value.clone(), schema) {
         Ok(entities) => {
-            match schema {
-                // The schema's actions (their groups) join the entities, as Cedar's own
-                // tools do.
-                Some(schema) => match schema.action_entities() {
-                    Ok(actions) => {
-                        let missing: Vec<_> = actions
-                            .iter()
-                            .filter(|action| entities.get(&action.uid()).is_none())
-                            .cloned()
-                            .collect();
-                        match entities.add_entities(missing, Some(schema)) {
-                            Ok(entities) => Some(entities),
-                            Err(error) => {
-                                problems.push(CedarProblem::new(
-                                    CedarSource::Entities,
-                                    None,
-                                    format!(
-                                        "the schema's actions cannot join the entities: {error}"
-                                    ),
-                                ));
-                                None
-                            }
-                        }
-                    }
-                    Err(error) => {
-                        problems.push(CedarProblem::new(
-                            CedarSource::Schema,
-                            None,
-                            format!("the schema's actions cannot be entities: {error}"),
-                        ));
-                        None
-                    }
-                },
-                None => Some(entities),
+            let Some(schema) = schema else {
+                return Some(entities);
+            };
+            // The schema's actions (their groups) join the entities, as Cedar's own tools do.
+            let actions = action_entities(schema, problems)?;
+            let missing: Vec<_> = actions
+                .iter()
+                .filter(|action| entities.get(&action.uid()).is_none())
+                .cloned()
+                .collect();
+            match entities.add_entities(missing, Some(schema)) {
+                Ok(entities) => Some(entities),
+                Err(error) => {
+                    problems.push(CedarProblem::new(
+                        CedarSource::Entities,
+                        None,
+                        format!("the schema's actions cannot join the entities: {error}"),
+                    ));
+                    None
+                }
             }
         }
         Err(error) => {
@@ -417,19 +408,10 @@ fn parse_entities(
                 .and_then(|index| starts.get(index).copied())
                 .map(|offset| line_column(text, offset))
                 .unwrap_or_else(|| first_character(text));
-            let mut message = error.to_string();
-            let mut cause = std::error::Error::source(&error);
-            while let Some(next) = cause {
-                let text = next.to_string();
-                if !message.contains(&text) {
-                    message = format!("{message}: {text}");
-                }
-                cause = next.source();
-            }
             problems.push(CedarProblem::new(
                 CedarSource::Entities,
                 Some(position),
-                message,
+                with_causes(&error),
             ));
             None
         }

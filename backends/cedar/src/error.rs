@@ -191,9 +191,19 @@ fn problem(error: &dyn miette::Diagnostic, source: CedarSource, text: &str) -> C
         .labels()
         .and_then(|mut labels| labels.next())
         .map(|label| line_column(text, label.offset()));
+    CedarProblem {
+        source,
+        position,
+        message: with_causes(error),
+        help: error.help().map(|help| help.to_string()),
+    }
+}
+
+/// An error's message followed by those of its causes that it does not already say: Cedar's
+/// own messages often keep the part worth reading in a cause ("unexpected token `)`").
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
-    // Cedar's own messages often carry a cause worth reading ("unexpected token `)`").
-    let mut cause = std::error::Error::source(error);
+    let mut cause = error.source();
     while let Some(next) = cause {
         let text = next.to_string();
         if !message.contains(&text) {
@@ -201,12 +211,7 @@ fn problem(error: &dyn miette::Diagnostic, source: CedarSource, text: &str) -> C
         }
         cause = next.source();
     }
-    CedarProblem {
-        source,
-        position,
-        message,
-        help: error.help().map(|help| help.to_string()),
-    }
+    message
 }
 
 #[cfg(test)]

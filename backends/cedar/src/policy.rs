@@ -233,7 +233,11 @@ impl<C: PolicyContext> CedarPolicy<C> {
                         "the context cannot be serialized: {error}"
                     )])
                 })?;
-                let map = json.as_object().cloned().unwrap_or_default();
+                let serde_json::Value::Object(map) = json else {
+                    return Err(CedarEvaluationError::Policies(vec![
+                        "the context is not a JSON object".to_owned(),
+                    ]));
+                };
                 Context::from_pairs(record_pairs(&map, shape))
                     .map_err(|error| CedarEvaluationError::Context(Box::new(error)))?
             }

@@ -3,20 +3,14 @@
 //! that need an approval, audits, evaluation errors under `on_error`, and session facts that
 //! the engine keeps.
 
+mod common;
+
+use common::call;
 use portcullis_cedar::{CedarInputPolicy, CedarToolCallPolicy, CedarToolResultPolicy};
 use portcullis_engine::{
     BoxError, EngineError, InputContext, MemorySessionStore, Message, Metadata, OnError, Policy,
-    PolicyDecision, PolicyEngine, PolicySet, Role, ToolCallContext, ToolResultContext, async_trait,
+    PolicyDecision, PolicyEngine, PolicySet, ToolResultContext, async_trait,
 };
-
-fn call(agent: &str, tool: &str) -> ToolCallContext {
-    ToolCallContext::new(
-        tool,
-        serde_json::Map::new(),
-        Message::new(Role::Assistant, "calling"),
-        Metadata::new(agent, "s1"),
-    )
-}
 
 const POLICIES: &str = r#"
 permit(principal, action == Action::"tool_call", resource)

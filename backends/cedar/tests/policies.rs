@@ -1,6 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The backend's decisions and load errors, policy by policy.
 
+mod common;
+
+use common::call;
 use portcullis_cedar::{
     CedarError, CedarEvaluationError, CedarInputPolicy, CedarOutputPolicy, CedarSource,
     CedarSources, CedarToolCallPolicy, CedarToolResultPolicy, NO_PERMIT_REASON,
@@ -10,15 +13,6 @@ use portcullis_engine::{
     ToolResultContext,
 };
 use serde_json::json;
-
-fn call(agent: &str, tool: &str) -> ToolCallContext {
-    ToolCallContext::new(
-        tool,
-        serde_json::Map::new(),
-        Message::new(Role::Assistant, "calling"),
-        Metadata::new(agent, "s1"),
-    )
-}
 
 fn with_session(mut context: ToolCallContext, labels: &[&str], total: u64) -> ToolCallContext {
     context.metadata.extra.insert(
