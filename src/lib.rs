@@ -157,6 +157,7 @@ pub mod guides {
         "rego-rest"
     );
     guide!(rego, "rego.md", "Rego policies in process", "rego");
+    guide!(cedar, "cedar.md", "Cedar policies in process", "cedar");
     guide!(production, "production.md", "Production controls");
     guide!(streaming, "streaming.md", "Streaming answers");
     guide!(sessions, "sessions.md", "Session state", "dsl");
