@@ -106,6 +106,10 @@ pub use portcullis_rego as rego;
 #[cfg_attr(docsrs, doc(cfg(feature = "rego-rest")))]
 pub use portcullis_rego_rest as rego_rest;
 
+#[cfg(feature = "cedar")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cedar")))]
+pub use portcullis_cedar as cedar;
+
 #[cfg(feature = "manifest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "manifest")))]
 pub use portcullis_manifest as manifest;
@@ -153,6 +157,7 @@ pub mod guides {
         "rego-rest"
     );
     guide!(rego, "rego.md", "Rego policies in process", "rego");
+    guide!(cedar, "cedar.md", "Cedar policies in process", "cedar");
     guide!(production, "production.md", "Production controls");
     guide!(streaming, "streaming.md", "Streaming answers");
     guide!(sessions, "sessions.md", "Session state", "dsl");

@@ -79,7 +79,7 @@ fn check_path(path: &Path, named: bool, out: &mut Vec<Diagnostic>, checked: &mut
             out.push(Diagnostic::warning(
                 path,
                 None,
-                "nothing to check here (no *.yaml, *.json, *.tar.gz or *.wasm)",
+                "nothing to check here (no *.yaml, *.json, *.tar.gz, *.wasm or *.cedar)",
             ));
         }
         return;
@@ -104,12 +104,16 @@ fn check_path(path: &Path, named: bool, out: &mut Vec<Diagnostic>, checked: &mut
             *checked += 1;
             check_bundle(path, out);
         }
+        Some(Kind::Cedar) => {
+            *checked += 1;
+            check_cedar(path, out);
+        }
         None if !path.exists() => {
             out.push(Diagnostic::error(path, None, "no such file or folder"));
         }
         None => out.push(
             Diagnostic::error(path, None, "cannot tell what this file is")
-                .with_help("check takes manifests (*.yaml, *.yml), rules (*.json) and bundles (*.tar.gz, *.wasm)"),
+                .with_help("check takes manifests (*.yaml, *.yml), rules (*.json), bundles (*.tar.gz, *.wasm) and Cedar policies (*.cedar)"),
         ),
     }
 }
@@ -131,6 +135,7 @@ enum Kind {
     Manifest,
     Json,
     Bundle,
+    Cedar,
 }
 
 fn kind(path: &Path) -> Option<Kind> {
@@ -141,6 +146,8 @@ fn kind(path: &Path) -> Option<Kind> {
         Some(Kind::Json)
     } else if name.ends_with(".tar.gz") || name.ends_with(".tgz") || name.ends_with(".wasm") {
         Some(Kind::Bundle)
+    } else if name.ends_with(".cedar") {
+        Some(Kind::Cedar)
     } else {
         None
     }
@@ -243,5 +250,20 @@ fn check_bundle(path: &Path, out: &mut Vec<Diagnostic>) {
     out.push(
         Diagnostic::error(path, None, "this build cannot open Rego bundles")
             .with_help("build the command with the `rego` feature"),
+    );
+}
+
+/// A Cedar policy file on its own: Cedar's parse errors and the `@decision` annotations, at
+/// their line and column (a manifest's `cedar:` entry checks it with its schema and entities).
+#[cfg(feature = "cedar")]
+fn check_cedar(path: &Path, out: &mut Vec<Diagnostic>) {
+    out.extend(portcullis::manifest::cedar_file_diagnostics(path));
+}
+
+#[cfg(not(feature = "cedar"))]
+fn check_cedar(path: &Path, out: &mut Vec<Diagnostic>) {
+    out.push(
+        Diagnostic::error(path, None, "this build cannot check Cedar policies")
+            .with_help("build with the `cedar` feature"),
     );
 }

@@ -60,14 +60,15 @@ enum Point {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Load and check manifests, rule files, bundles and folders of them.
+    /// Load and check manifests, rule files, bundles, Cedar policies and folders of them.
     ///
-    /// Prints every problem as `file:line:col: error: ...` (then the warnings). Exit status
-    /// 0 when there is no error (warnings only), 1 when there is one (or a warning, with
-    /// --deny-warnings).
+    /// Prints every problem as `file:line:col: error: ...` (then the warnings). A manifest's
+    /// `cedar:` entries are parsed and validated against their schema and entities, with
+    /// Cedar's own diagnostics at their line and column in each file. Exit status 0 when there
+    /// is no error (warnings only), 1 when there is one (or a warning, with --deny-warnings).
     Check {
-        /// Manifests (*.yaml, *.yml), rule files (*.json), bundles (*.tar.gz, *.wasm) or
-        /// folders holding them.
+        /// Manifests (*.yaml, *.yml), rule files (*.json), bundles (*.tar.gz, *.wasm), Cedar
+        /// policies (*.cedar) or folders holding them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
         /// Treat warnings as errors.

@@ -795,3 +795,82 @@ fn eval_and_test_at_the_tool_result_point() {
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("3 passed"), "{}", run.stdout);
 }
+
+#[test]
+fn check_eval_and_test_a_cedar_manifest() {
+    let run = portcullis(&["check", "cedar/portcullis.yaml"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("1 checked: 0 errors, 0 warnings"),
+        "{}",
+        run.stdout
+    );
+
+    let eval = |context: &str| {
+        let path = format!("cedar/contexts/{context}.json");
+        portcullis(&[
+            "eval",
+            "cedar/portcullis.yaml",
+            "--point",
+            "tool_call",
+            "--context",
+            &path,
+        ])
+    };
+    let run = eval("read-file");
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let document: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(document["outcome"], "allowed");
+    assert_eq!(
+        document["decisions"],
+        json!([{ "policy_id": "tools", "decision": "allow" }])
+    );
+    let run = eval("intern-read-file");
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    let document: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        document["denial"],
+        json!({ "policy_id": "tools", "reason": "interns may not read files" })
+    );
+    let run = eval("delete-database");
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    let document: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(document["denial"]["reason"], "no Cedar policy permits this");
+
+    let run = portcullis(&["test", "cedar/portcullis.yaml", "cedar/tests"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("6 passed, 0 failed"), "{}", run.stdout);
+}
+
+#[test]
+fn check_reports_cedar_diagnostics_at_their_place() {
+    let run = portcullis(&["check", "cedar/broken/portcullis.yaml"]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    // Cedar's validation against the schema, and its parser, each at the line and column in
+    // the file at fault, with the line shown.
+    assert!(
+        run.stdout.contains("cedar/broken/tools.cedar:2:8: error: for policy `policy0`, attribute `owner` on entity type `Tool` not found"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("2 | when { resource.owner == principal };"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("cedar/broken/syntax.cedar:3:18: error: unexpected token `action`"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("2 errors"), "{}", run.stdout);
+    // A Cedar file on its own: its parse errors.
+    let run = portcullis(&["check", "cedar/broken/syntax.cedar", "--format", "json"]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    let document: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(document["errors"][0]["line"], 3, "{document}");
+    let run = portcullis(&["check", "cedar/policies/tools.cedar"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+}

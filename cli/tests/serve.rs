@@ -553,4 +553,82 @@ fn a_web_result_through_the_service_denies_a_later_email_on_redis() {
     assert_eq!(refused["denial"]["policy_id"], "no_email_after_untrusted");
     let other = outcome(server.request("POST", "/v1/evaluate/tool_call", &email("s2")));
     assert_eq!(other["outcome"], "allowed", "{other}");
+
+fn tool_call(agent: &str, tool: &str) -> String {
+    json!({
+        "tool_name": tool,
+        "arguments": {},
+        "calling_message": {"role": "assistant", "content": ""},
+        "metadata": {"agent_id": agent, "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"},
+    })
+    .to_string()
+}
+
+#[test]
+fn serves_cedar_decisions_and_reloads_the_entities() {
+    let scratch = Scratch::new("cedar");
+    std::fs::write(
+        scratch.0.join("tools.cedar"),
+        "permit(principal, action == Action::\"tool_call\", resource in ToolGroup::\"approved\");\n\
+         @reason(\"interns may not read files\")\n\
+         forbid(principal in Group::\"interns\", action, resource == Tool::\"read_file\");\n",
+    )
+    .expect("written");
+    let entities = |intern: &str| {
+        json!([
+            {"uid": {"type": "Agent", "id": intern}, "attrs": {}, "parents": [{"type": "Group", "id": "interns"}]},
+            {"uid": {"type": "Tool", "id": "read_file"}, "attrs": {}, "parents": [{"type": "ToolGroup", "id": "approved"}]},
+        ])
+        .to_string()
+    };
+    let write_entities = |intern: &str| {
+        let temporary = scratch.0.join("entities.tmp");
+        std::fs::write(&temporary, entities(intern)).expect("written");
+        std::fs::rename(&temporary, scratch.0.join("entities.json")).expect("renamed");
+    };
+    write_entities("intern-bot");
+    let manifest = scratch.0.join("portcullis.yaml");
+    std::fs::write(
+        &manifest,
+        "tool_call:\n  - cedar: tools.cedar\n    entities: entities.json\n",
+    )
+    .expect("written");
+    let server = Server::start(&manifest, &["--watch-interval", "50ms"]);
+
+    let outcome = |agent: &str, tool: &str| {
+        let (status, body) =
+            server.request("POST", "/v1/evaluate/tool_call", &tool_call(agent, tool));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).expect("JSON")
+    };
+    let allowed = outcome("support-bot", "read_file");
+    assert_eq!(allowed["outcome"], "allowed", "{allowed}");
+    let denied = outcome("intern-bot", "read_file");
+    assert_eq!(
+        denied["denial"],
+        json!({"policy_id": "tools", "reason": "interns may not read files"})
+    );
+    let unknown = outcome("support-bot", "shell");
+    assert_eq!(unknown["denial"]["reason"], "no Cedar policy permits this");
+
+    // The §7.3 protocol, one policy: the decision itself.
+    let request = json!({
+        "policy_id": "tools",
+        "interception_point": "tool_call",
+        "context": serde_json::from_str::<Value>(&tool_call("intern-bot", "read_file")).expect("JSON"),
+    });
+    let (status, body) = server.request("POST", "/engine/evaluate", &request.to_string());
+    assert_eq!(status, 200, "{body}");
+    let decision: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["reason"], "interns may not read files");
+
+    // The entities change: another agent is the intern now.
+    write_entities("support-bot");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while outcome("support-bot", "read_file")["outcome"] != "denied" {
+        assert!(Instant::now() < deadline, "the entities were not reloaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(outcome("intern-bot", "read_file")["outcome"], "allowed");
 }

@@ -443,6 +443,15 @@ impl Builder<'_> {
             PolicySource::RegoServer { url, package, id } => {
                 self.rego_server::<C>(url, package, id, entry.position)
             }
+            PolicySource::Cedar {
+                path,
+                schema,
+                entities,
+            } => {
+                self.files
+                    .extend(std::iter::once(path).chain(schema).chain(entities).cloned());
+                self.cedar::<C>(path, schema.as_deref(), entities.as_deref(), entry.position)
+            }
             PolicySource::Http {
                 url,
                 id,
@@ -678,8 +687,40 @@ impl Builder<'_> {
         self.unsupported(position, "http", "http")
     }
 
+    #[cfg(feature = "cedar")]
+    fn cedar<C: PolicyContext>(
+        &mut self,
+        path: &Path,
+        schema: Option<&Path>,
+        entities: Option<&Path>,
+        position: Position,
+    ) -> Option<Box<dyn Policy<C>>> {
+        let files = crate::cedar::CedarFiles {
+            policies: path,
+            schema,
+            entities,
+        };
+        crate::cedar::load::<C>(self.report, &self.manifest.path, position, &files)
+    }
+
+    #[cfg(not(feature = "cedar"))]
+    fn cedar<C: PolicyContext>(
+        &mut self,
+        _: &Path,
+        _: Option<&Path>,
+        _: Option<&Path>,
+        position: Position,
+    ) -> Option<Box<dyn Policy<C>>> {
+        self.unsupported(position, "cedar", "cedar")
+    }
+
     /// Reports that this build lacks the feature that loads `kind` policies: no policy.
-    #[cfg(not(all(feature = "rego", feature = "rego-rest", feature = "http")))]
+    #[cfg(not(all(
+        feature = "rego",
+        feature = "rego-rest",
+        feature = "http",
+        feature = "cedar"
+    )))]
     fn unsupported<T>(&mut self, position: Position, kind: &str, feature: &str) -> Option<T> {
         let diagnostic = self
             .error(

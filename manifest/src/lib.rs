@@ -16,6 +16,9 @@
 //!   - rego_server: http://localhost:8181    # a policy server speaking the OPA REST API
 //!     package: portcullis/input
 //!     id: pii
+//!   - cedar: policies/tools.cedar           # Cedar policies (feature `cedar`); id: the file stem
+//!     schema: policies/agent.cedarschema    # optional: policies and requests are validated
+//!     entities: policies/entities.json      # optional: agents, groups, tools (Cedar's JSON)
 //!   - http: https://policy.internal         # a remote /engine/evaluate endpoint
 //!     id: pii-remote
 //!     bearer_token_env: POLICY_TOKEN        # secrets come from the environment, never the file
@@ -116,7 +119,7 @@
 //! files, `.manifest` included, hashed in canonical form: no whitespace, object keys sorted).
 //! A bundle without `.signatures.json` under `verify`, or with one and no `verify`, is refused.
 //!
-//! Backends beyond the JSON rules come with the features `rego`, `rego-rest` and `http`; a
+//! Backends beyond the JSON rules come with the features `rego`, `rego-rest`, `http` and `cedar`; a
 //! manifest naming one this build lacks gets a load error that names the feature. Sessions in
 //! Redis need the feature `redis`, span export the feature `otel`: without them the manifest
 //! loads with a warning and [`LoadedManifest::into_engine_builder`] refuses it.
@@ -126,6 +129,8 @@
 mod assemble;
 mod audit;
 mod build;
+#[cfg(feature = "cedar")]
+mod cedar;
 mod diagnostic;
 mod duration;
 mod model;
@@ -142,6 +147,8 @@ pub use audit::{
     AUDIT_QUEUE_BYTES, AUDIT_QUEUE_RECORDS, AuditFailure, JsonlAuditLog, audit_write_failures,
 };
 pub use build::{CodeRegistry, LoadedManifest, bundle_id};
+#[cfg(feature = "cedar")]
+pub use cedar::cedar_file_diagnostics;
 pub use diagnostic::{Diagnostic, ManifestErrors, Severity};
 pub use duration::parse_duration;
 pub use model::{

@@ -132,6 +132,17 @@ pub enum PolicySource {
         /// `timeout`: the request time-out.
         timeout: Option<Duration>,
     },
+    /// `cedar: <file>`: Cedar policies (id: the file stem), with an optional `schema` (Cedar's
+    /// schema language, or its JSON format) that policies and requests are validated against
+    /// and optional `entities` (Cedar's JSON entity format).
+    Cedar {
+        /// The policies, resolved against the manifest's folder.
+        path: PathBuf,
+        /// `schema`, resolved against the manifest's folder.
+        schema: Option<PathBuf>,
+        /// `entities`, resolved against the manifest's folder.
+        entities: Option<PathBuf>,
+    },
     /// `code: <name>`: a policy registered from Rust under this name.
     Code {
         /// The name it was registered under.
@@ -263,13 +274,16 @@ const TOP_KEYS: &[&str] = &[
     "approvals",
     "keys",
 ];
-const KIND_KEYS: &[&str] = &["dsl", "rego", "rego_server", "http", "code"];
+const KIND_KEYS: &[&str] = &["dsl", "rego", "rego_server", "http", "cedar", "code"];
 const ENTRY_KEYS: &[&str] = &[
     "dsl",
     "rego",
     "rego_server",
     "http",
+    "cedar",
     "code",
+    "schema",
+    "entities",
     "entrypoint",
     "package",
     "id",
@@ -652,6 +666,7 @@ fn read_entry(
         ],
         "rego_server" => &["package", "id"],
         "http" => &["id", "bearer_token_env", "timeout"],
+        "cedar" => &["schema", "entities"],
         _ => &[],
     };
     let mut entry = PolicyEntry {
@@ -671,6 +686,8 @@ fn read_entry(
     let mut poll = None;
     let mut verify = None;
     let mut scope = None;
+    let mut schema = None;
+    let mut entities = None;
     for (name, key, value) in &fields {
         match *name {
             "monitor" => entry.monitor = reader.boolean(value, "`monitor`").unwrap_or(false),
@@ -710,6 +727,8 @@ fn read_entry(
                     .map(|name| (name, value.position))
             }
             "scope" => scope = reader.string(value, "`scope`"),
+            "schema" => schema = reader.string(value, "`schema`"),
+            "entities" => entities = reader.string(value, "`entities`"),
             _ => timeout = reader.duration(value, "`timeout`"),
         }
     }
@@ -804,6 +823,11 @@ fn read_entry(
                 timeout,
             }
         }
+        "cedar" => PolicySource::Cedar {
+            path: base.join(text),
+            schema: schema.map(|file| base.join(file)),
+            entities: entities.map(|file| base.join(file)),
+        },
         _ => PolicySource::Code { name: text },
     };
     ok.then_some(entry)

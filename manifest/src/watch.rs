@@ -370,6 +370,11 @@ fn named_files(manifest: &Manifest) -> Vec<PathBuf> {
                 }
             }
             PolicySource::Rego { path, .. } => files.push(path.clone()),
+            PolicySource::Cedar {
+                path,
+                schema,
+                entities,
+            } => files.extend(std::iter::once(path).chain(schema).chain(entities).cloned()),
             _ => {}
         }
     }

@@ -3,13 +3,11 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
-use common::Scratch;
+use common::{Scratch, rewrite, watched};
 use portcullis_engine::{InputContext, Message, Metadata, PolicyEngine};
-use portcullis_manifest::{CodeRegistry, Manifest, ManifestWatcher, ReloadOutcome};
+use portcullis_manifest::{CodeRegistry, Manifest, ReloadOutcome};
 
 const DENY_A: &str =
     r#"{ "condition": { "field": "messages.0.content", "contains": ["a"] }, "action": "deny" }"#;
@@ -21,32 +19,12 @@ async fn allowed(engine: &PolicyEngine, text: &str) -> bool {
     engine.evaluate_input(&context).await.is_ok()
 }
 
-/// Writes a file so that its modification time surely changes.
-fn rewrite(path: &std::path::Path, text: &str) {
-    std::thread::sleep(Duration::from_millis(20));
-    std::fs::write(path, text).unwrap();
-}
-
 #[tokio::test]
 async fn a_change_reloads_and_a_broken_change_keeps_the_old_set() {
     let scratch = Scratch::new("watch");
     let rule = scratch.write("rules/rule.json", DENY_A);
     let path = scratch.write("portcullis.yaml", "input:\n  - dsl: rules/rule.json\n");
-    let loaded = Manifest::load(&path, &CodeRegistry::new()).unwrap();
-    let files = loaded.files().to_vec();
-    let engine = Arc::new(
-        PolicyEngine::builder()
-            .policy_set(loaded.into_policy_set())
-            .build(),
-    );
-    let (sender, outcomes) = mpsc::channel();
-    let watcher = ManifestWatcher::builder(&path, engine.clone())
-        .interval(Duration::from_millis(10))
-        .files(files)
-        .on_reload(move |outcome: &ReloadOutcome| {
-            let _ = sender.send(outcome.clone());
-        })
-        .spawn();
+    let (engine, outcomes, watcher) = watched(&path);
     assert!(!allowed(&engine, "a").await);
 
     // A rule file changes: the new rule is in force.

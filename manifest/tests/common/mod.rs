@@ -3,7 +3,13 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use portcullis_engine::PolicyEngine;
+use portcullis_manifest::{CodeRegistry, Manifest, ManifestWatcher, ReloadOutcome};
 
 pub(crate) struct Scratch(pub(crate) PathBuf);
 
@@ -40,6 +46,39 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Writes a file so that its modification time surely changes.
+pub(crate) fn rewrite(path: &Path, text: &str) {
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(path, text).unwrap();
+}
+
+/// Loads the manifest at `path` into an engine and watches its files every 10 ms: the engine,
+/// each reload's outcome as it comes, and the watcher.
+pub(crate) fn watched(
+    path: &Path,
+) -> (
+    Arc<PolicyEngine>,
+    mpsc::Receiver<ReloadOutcome>,
+    ManifestWatcher,
+) {
+    let loaded = Manifest::load(path, &CodeRegistry::new()).unwrap();
+    let files = loaded.files().to_vec();
+    let engine = Arc::new(
+        PolicyEngine::builder()
+            .policy_set(loaded.into_policy_set())
+            .build(),
+    );
+    let (sender, outcomes) = mpsc::channel();
+    let watcher = ManifestWatcher::builder(path, engine.clone())
+        .interval(Duration::from_millis(10))
+        .files(files)
+        .on_reload(move |outcome: &ReloadOutcome| {
+            let _ = sender.send(outcome.clone());
+        })
+        .spawn();
+    (engine, outcomes, watcher)
 }
 
 pub(crate) const NO_SSN: &str = r#"{
