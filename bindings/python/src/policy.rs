@@ -1,0 +1,226 @@
+//! The policies the binding adds to the engine: a policy written in Python, and a policy
+//! whose rule could not be loaded.
+//!
+//! Every implementation of the engine's policy trait in this crate is in this file, each
+//! written once for every point (`impl<C: PolicyContext> Policy<C>`).
+
+use std::fmt;
+use std::time::Duration;
+
+use portcullis_engine::{BoxError, Policy, PolicyContext, PolicyDecision, async_trait};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::convert::{to_json, to_python, type_name};
+use crate::runtime::coroutine_loop;
+
+/// How long a Python policy may take when it names no `deadline` of its own: a coroutine
+/// that never finishes fails its evaluation after this long.
+pub const DEFAULT_PYTHON_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Why a Python policy gave no decision.
+#[derive(Debug)]
+pub enum HostPolicyError {
+    /// It raised an exception (or its coroutine did).
+    Raised {
+        /// The exception, described (`ValueError: out of range`).
+        message: String,
+        /// The exception itself, handed back as the `__cause__` of the evaluation error.
+        error: PyErr,
+    },
+    /// It returned something that is not a decision.
+    NotADecision {
+        /// What it returned, described (JSON or its type, cut short when long).
+        returned: String,
+        /// Why that is not a decision.
+        problem: String,
+    },
+}
+
+impl fmt::Display for HostPolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostPolicyError::Raised { message, .. } => write!(f, "the policy raised {message}"),
+            HostPolicyError::NotADecision { returned, problem } => write!(
+                f,
+                "the policy returned {returned}, which is not a decision ({problem})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HostPolicyError {}
+
+impl HostPolicyError {
+    fn raised(py: Python<'_>, error: PyErr) -> HostPolicyError {
+        let kind = error.get_type(py);
+        let kind = kind
+            .name()
+            .map_or_else(|_| "an exception".to_owned(), |name| name.to_string());
+        let message = match error.value(py).str() {
+            Ok(text) if !text.is_empty().unwrap_or(true) => format!("{kind}: {text}"),
+            _ => kind,
+        };
+        HostPolicyError::Raised { message, error }
+    }
+
+    /// The exception a Python policy raised, if `error` or one of its causes is such a raise.
+    pub fn raised_exception(
+        py: Python<'_>,
+        error: &(dyn std::error::Error + 'static),
+    ) -> Option<Py<PyAny>> {
+        std::iter::successors(Some(error), |error| error.source()).find_map(|error| {
+            match error.downcast_ref::<HostPolicyError>() {
+                Some(HostPolicyError::Raised { error, .. }) => {
+                    Some(error.value(py).clone().into_any().unbind())
+                }
+                _ => None,
+            }
+        })
+    }
+}
+
+/// The longest description of a returned value an error message carries.
+const MAX_DESCRIBED: usize = 200;
+
+/// What a Python policy returned, as a decision.
+fn read_decision(returned: &Bound<'_, PyAny>) -> Result<PolicyDecision, HostPolicyError> {
+    let value = to_json(returned).map_err(|error| HostPolicyError::NotADecision {
+        returned: format!("a {}", type_name(returned)),
+        problem: format!(
+            "{}; a decision is a dict such as {{\"decision\": \"allow\"}} or Decision.allow()",
+            error.message()
+        ),
+    })?;
+    PolicyDecision::deserialize(&value).map_err(|error| HostPolicyError::NotADecision {
+        returned: describe(&value),
+        problem: error.to_string(),
+    })
+}
+
+/// A value as JSON, cut at [`MAX_DESCRIBED`] bytes (on a character boundary).
+fn describe(value: &Value) -> String {
+    let mut text = value.to_string();
+    if text.len() > MAX_DESCRIBED {
+        let mut end = MAX_DESCRIBED;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// A policy written in Python: a callable taking the context (a dict) and returning a
+/// decision, or an awaitable of one (an `async def`), which is awaited on the caller's event
+/// loop.
+pub struct PythonPolicy {
+    id: String,
+    evaluate: Py<PyAny>,
+    deadline: Duration,
+}
+
+/// What calling a Python policy gave: a decision, or a coroutine to await first.
+enum Called {
+    Decided(Result<PolicyDecision, HostPolicyError>),
+    Awaiting(std::pin::Pin<Box<dyn Future<Output = PyResult<Py<PyAny>>> + Send>>),
+}
+
+impl PythonPolicy {
+    /// A policy with `id` whose decisions `evaluate(ctx)` gives, failing after `deadline` (or
+    /// [`DEFAULT_PYTHON_DEADLINE`]).
+    pub fn new(id: String, evaluate: Py<PyAny>, deadline: Option<Duration>) -> PythonPolicy {
+        PythonPolicy {
+            id,
+            evaluate,
+            deadline: deadline.unwrap_or(DEFAULT_PYTHON_DEADLINE),
+        }
+    }
+
+    async fn decide<C: PolicyContext>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        let context = serde_json::to_value(context)?;
+        let called = Python::attach(|py| -> PyResult<Called> {
+            let context = to_python(py, &context)?;
+            let returned = match self.evaluate.bind(py).call1((context,)) {
+                Ok(returned) => returned,
+                Err(error) => {
+                    return Ok(Called::Decided(Err(HostPolicyError::raised(py, error))));
+                }
+            };
+            if returned.is_instance_of::<PyDict>()
+                || !returned.hasattr(pyo3::intern!(py, "__await__"))?
+            {
+                return Ok(Called::Decided(read_decision(&returned)));
+            }
+            let locals = coroutine_loop(py)?;
+            let pending = pyo3_async_runtimes::into_future_with_locals(&locals, returned)?;
+            Ok(Called::Awaiting(Box::pin(pending)))
+        })?;
+        let decided = match called {
+            Called::Decided(decided) => decided,
+            Called::Awaiting(pending) => {
+                let awaited = pending.await;
+                Python::attach(|py| match awaited {
+                    Ok(returned) => read_decision(returned.bind(py)),
+                    Err(error) => Err(HostPolicyError::raised(py, error)),
+                })
+            }
+        };
+        Ok(decided?)
+    }
+}
+
+/// A policy that could not be built (a DSL rule file that is missing or invalid): building it
+/// does not raise, and every evaluation fails with why.
+pub struct FailedPolicy {
+    id: String,
+    problem: String,
+}
+
+/// Why a [`FailedPolicy`] cannot decide.
+#[derive(Debug)]
+pub struct NotLoaded(String);
+
+impl fmt::Display for NotLoaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotLoaded {}
+
+impl FailedPolicy {
+    /// A policy with `id` whose every evaluation fails with `problem`.
+    pub fn new(id: String, problem: String) -> FailedPolicy {
+        FailedPolicy { id, problem }
+    }
+}
+
+#[async_trait]
+impl<C: PolicyContext> Policy<C> for PythonPolicy {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        self.decide(context).await
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        Some(self.deadline)
+    }
+}
+
+#[async_trait]
+impl<C: PolicyContext> Policy<C> for FailedPolicy {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn evaluate(&self, _context: &C) -> Result<PolicyDecision, BoxError> {
+        Err(Box::new(NotLoaded(self.problem.clone())))
+    }
+}
