@@ -126,7 +126,28 @@ pub struct PythonPolicy {
 /// What calling a Python policy gave: a decision, or a coroutine to await first.
 enum Called {
     Decided(Result<PolicyDecision, HostPolicyError>),
-    Awaiting(std::pin::Pin<Box<dyn Future<Output = PyResult<Py<PyAny>>> + Send>>),
+    Awaiting(
+        std::pin::Pin<Box<dyn Future<Output = PyResult<Py<PyAny>>> + Send>>,
+        CancelOnDrop,
+    ),
+}
+
+/// Cancels a policy's task on its loop unless it finished: dropped when the engine gives up
+/// on the policy (its deadline passed, or the call was dropped).
+struct CancelOnDrop {
+    /// The task's `portcullis._runtime.Pending` and its loop, until it finishes.
+    task: Option<(Py<PyAny>, Py<PyAny>)>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some((task, event_loop)) = self.task.take() {
+            Python::attach(|py| {
+                // A loop that is closed has nothing left to cancel.
+                let _ = task.call_method1(py, pyo3::intern!(py, "cancel"), (event_loop,));
+            });
+        }
+    }
 }
 
 impl PythonPolicy {
@@ -156,13 +177,22 @@ impl PythonPolicy {
                 return Ok(Called::Decided(read_decision(&returned)));
             }
             let locals = coroutine_loop(py)?;
-            let pending = pyo3_async_runtimes::into_future_with_locals(&locals, returned)?;
-            Ok(Called::Awaiting(Box::pin(pending)))
+            let task = py
+                .import(pyo3::intern!(py, "portcullis._runtime"))?
+                .getattr(pyo3::intern!(py, "Pending"))?
+                .call0()?;
+            let running = task.call_method1(pyo3::intern!(py, "run"), (returned,))?;
+            let pending = pyo3_async_runtimes::into_future_with_locals(&locals, running)?;
+            let cancel = CancelOnDrop {
+                task: Some((task.unbind(), locals.event_loop(py).unbind())),
+            };
+            Ok(Called::Awaiting(Box::pin(pending), cancel))
         })?;
         let decided = match called {
             Called::Decided(decided) => decided,
-            Called::Awaiting(pending) => {
+            Called::Awaiting(pending, mut cancel) => {
                 let awaited = pending.await;
+                cancel.task = None;
                 Python::attach(|py| match awaited {
                     Ok(returned) => read_decision(returned.bind(py)),
                     Err(error) => Err(HostPolicyError::raised(py, error)),

@@ -254,3 +254,26 @@ def test_tool_call_contexts_check_nesting_of_arguments():
         deep = {"a": deep}
     with pytest.raises(ValueError, match="nested deeper"):
         PolicyEngine().evaluate_tool_call_sync(tool_call_ctx("t", {"deep": deep}))
+
+
+def test_a_policy_past_its_deadline_is_cancelled_on_its_loop():
+    async def main():
+        cancelled = asyncio.Event()
+
+        class Hangs:
+            id = "hangs"
+            deadline = 0.05
+
+            async def evaluate(self, ctx):
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    cancelled.set()
+                    raise
+
+        engine = PolicyEngine(policy_set=PolicySet(input=[Hangs()]))
+        with pytest.raises(PolicyEvaluationError):
+            await engine.evaluate_input(input_ctx("x"))
+        await asyncio.wait_for(cancelled.wait(), 30)
+
+    asyncio.run(main())
