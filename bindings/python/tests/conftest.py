@@ -68,6 +68,8 @@ class JsonServer:
 
     def __init__(self, handle: Handler) -> None:
         self.requests: List[Tuple[str, Any]] = []
+        self.raw: List[Tuple[Dict[str, str], bytes]] = []
+        """Each request's headers (names in lower case) and raw body."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,9 +78,10 @@ class JsonServer:
                 raw = self.rfile.read(length)
                 try:
                     body = json.loads(raw or b"null")
-                except ValueError:
+                except (ValueError, UnicodeDecodeError):
                     body = raw.decode("utf-8", "replace")
                 server.requests.append((self.path, body))
+                server.raw.append(({k.lower(): v for k, v in self.headers.items()}, raw))
                 status, answer = handle(self.path, body)
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 self.send_response(status)
