@@ -1,29 +1,13 @@
 //! Where an engine's audit records go: back to Python with each call (for `on_audit`), and to
 //! a native sink (the observability platform exporter) without crossing into Python.
 
-use std::cell::RefCell;
-
+use portcullis_engine::AuditHandler;
 use portcullis_engine::error::error_chain;
-use portcullis_engine::{AuditHandler, AuditRecord};
 use portcullis_observability::{ObservabilityAuditHandler, ObservabilityOptions};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use serde_json::Value;
 
 use crate::runtime::{check_not_nested, runtime};
-
-tokio::task_local! {
-    /// The audit records of the evaluation running in this task.
-    pub(crate) static RECORDS: RefCell<Vec<Value>>;
-}
-
-/// Keeps a record with the call it belongs to, so the call hands it to `on_audit` before it
-/// returns or raises.
-fn keep_record(record: &AuditRecord<'_>) {
-    // Outside an evaluation of this binding (a task the engine spawned) there is no call to
-    // report to.
-    let _ = RECORDS.try_with(|records| records.borrow_mut().push(record.to_json()));
-}
 
 /// The audit handler of an engine: records kept for `on_audit` when `keep`, and exported by
 /// `sink` when there is one. `None` when neither.
@@ -31,17 +15,7 @@ pub(crate) fn audit_handler(
     keep: bool,
     sink: Option<&NativeAuditSink>,
 ) -> Option<impl AuditHandler> {
-    let sink = sink.map(|sink| sink.handler.clone());
-    let active = keep || sink.is_some();
-    let handler = move |record: &AuditRecord<'_>| {
-        if keep {
-            keep_record(record);
-        }
-        if let Some(sink) = &sink {
-            sink.handle(record);
-        }
-    };
-    active.then_some(handler)
+    portcullis_bindings::audit_handler(keep, sink.map(|sink| sink.handler.clone()))
 }
 
 /// An audit sink that exports records as spans to an observability platform over OTLP/HTTP,

@@ -3,11 +3,9 @@
 //! as one tuple the package's layer turns into the context to forward or one of its exception
 //! classes.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
 use portcullis_engine::{
     EngineError, InputContext, InterceptionPoint, OnError, OutputContext, PolicyContext,
@@ -21,9 +19,11 @@ use pyo3::types::{PyList, PyTuple};
 use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 
-use crate::audit::{NativeAuditSink, RECORDS, audit_handler};
+use portcullis_bindings::{PointPolicy, with_records};
+
+use crate::audit::{NativeAuditSink, audit_handler};
 use crate::convert::{read_context, to_python};
-use crate::native::{NativePolicy, PointPolicy, parse_point};
+use crate::native::{NativePolicy, parse_point, positive_seconds};
 use crate::policy::{HostPolicyError, PythonPolicy};
 use crate::runtime::{CALLER_LOOP, check_not_nested, runtime};
 
@@ -67,16 +67,10 @@ impl NativePolicySet {
         let point = parse_point(point)?;
         let deadline = match deadline {
             None => None,
-            Some(seconds) => Some(
-                Duration::try_from_secs_f64(seconds)
-                    .ok()
-                    .filter(|deadline| !deadline.is_zero())
-                    .ok_or_else(|| {
-                        PyValueError::new_err(format!(
-                            "the deadline of policy {id:?} must be a positive number of seconds, not {seconds}"
-                        ))
-                    })?,
-            ),
+            Some(seconds) => Some(positive_seconds(
+                seconds,
+                &format!("the deadline of policy {id:?}"),
+            )?),
         };
         self.add(PointPolicy::at(
             point,
@@ -101,12 +95,7 @@ impl NativePolicySet {
 impl NativePolicySet {
     fn add(&mut self, policy: PointPolicy) -> PyResult<()> {
         let builder = self.builder.take().ok_or_else(already_built)?;
-        self.builder = Some(match policy {
-            PointPolicy::Input(policy) => builder.input(policy),
-            PointPolicy::ToolCall(policy) => builder.tool_call(policy),
-            PointPolicy::ToolResult(policy) => builder.tool_result(policy),
-            PointPolicy::Output(policy) => builder.output(policy),
-        });
+        self.builder = Some(policy.add_to(builder));
         Ok(())
     }
 }
@@ -269,22 +258,8 @@ async fn run(engine: Arc<PolicyEngine>, audit: bool, context: AnyContext) -> Out
             AnyContext::Output(context) => evaluate(&engine, context).await,
         }
     };
-    if !audit {
-        return Outcome {
-            verdict: verdict.await,
-            records: None,
-        };
-    }
-    RECORDS
-        .scope(RefCell::new(Vec::new()), async move {
-            let verdict = verdict.await;
-            let records = RECORDS.with(RefCell::take);
-            Outcome {
-                verdict,
-                records: Some(records),
-            }
-        })
-        .await
+    let (verdict, records) = with_records(audit, verdict).await;
+    Outcome { verdict, records }
 }
 
 /// What the engine did with one call.

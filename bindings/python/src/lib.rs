@@ -25,10 +25,9 @@ pub use audit::{NativeAuditSink, observability_sink};
 pub use convert::{NotJson, read_context, to_json, to_python};
 pub use engine::{NativeEngine, NativePolicySet, Outcome, create_engine, engine_from_manifest};
 pub use native::{
-    NativePolicy, PointPolicy, dsl_policy, http_policy, parse_point, rego_policy,
-    rego_server_policy,
+    NativePolicy, dsl_policy, http_policy, parse_point, rego_policy, rego_server_policy,
 };
-pub use policy::{DEFAULT_PYTHON_DEADLINE, FailedPolicy, HostPolicyError, NotLoaded, PythonPolicy};
+pub use policy::{DEFAULT_PYTHON_DEADLINE, HostPolicyError, PythonPolicy};
 
 /// The module `portcullis._native`.
 #[pymodule]

@@ -1,8 +1,5 @@
-//! The policies the binding adds to the engine: a policy written in Python, and a policy
-//! whose rule could not be loaded.
-//!
-//! Every implementation of the engine's policy trait in this crate is in this file, each
-//! written once for every point (`impl<C: PolicyContext> Policy<C>`).
+//! The policy the binding adds to the engine: a policy written in Python, written once for
+//! every point (`impl<C: PolicyContext> Policy<C>`).
 
 use std::fmt;
 use std::time::Duration;
@@ -11,7 +8,8 @@ use portcullis_engine::{BoxError, Policy, PolicyContext, PolicyDecision, async_t
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde::Deserialize;
-use serde_json::Value;
+
+use portcullis_bindings::describe;
 
 use crate::convert::{to_json, to_python, type_name};
 use crate::runtime::coroutine_loop;
@@ -82,9 +80,6 @@ impl HostPolicyError {
     }
 }
 
-/// The longest description of a returned value an error message carries.
-const MAX_DESCRIBED: usize = 200;
-
 /// What a Python policy returned, as a decision.
 fn read_decision(returned: &Bound<'_, PyAny>) -> Result<PolicyDecision, HostPolicyError> {
     let value = to_json(returned).map_err(|error| HostPolicyError::NotADecision {
@@ -98,20 +93,6 @@ fn read_decision(returned: &Bound<'_, PyAny>) -> Result<PolicyDecision, HostPoli
         returned: describe(&value),
         problem: error.to_string(),
     })
-}
-
-/// A value as JSON, cut at [`MAX_DESCRIBED`] bytes (on a character boundary).
-fn describe(value: &Value) -> String {
-    let mut text = value.to_string();
-    if text.len() > MAX_DESCRIBED {
-        let mut end = MAX_DESCRIBED;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
 }
 
 /// A policy written in Python: a callable taking the context (a dict) and returning a
@@ -203,32 +184,6 @@ impl PythonPolicy {
     }
 }
 
-/// A policy that could not be built (a DSL rule file that is missing or invalid): building it
-/// does not raise, and every evaluation fails with why.
-pub struct FailedPolicy {
-    id: String,
-    problem: String,
-}
-
-/// Why a [`FailedPolicy`] cannot decide.
-#[derive(Debug)]
-pub struct NotLoaded(String);
-
-impl fmt::Display for NotLoaded {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for NotLoaded {}
-
-impl FailedPolicy {
-    /// A policy with `id` whose every evaluation fails with `problem`.
-    pub fn new(id: String, problem: String) -> FailedPolicy {
-        FailedPolicy { id, problem }
-    }
-}
-
 #[async_trait]
 impl<C: PolicyContext> Policy<C> for PythonPolicy {
     fn id(&self) -> &str {
@@ -241,16 +196,5 @@ impl<C: PolicyContext> Policy<C> for PythonPolicy {
 
     fn deadline(&self) -> Option<Duration> {
         Some(self.deadline)
-    }
-}
-
-#[async_trait]
-impl<C: PolicyContext> Policy<C> for FailedPolicy {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    async fn evaluate(&self, _context: &C) -> Result<PolicyDecision, BoxError> {
-        Err(Box::new(NotLoaded(self.problem.clone())))
     }
 }
