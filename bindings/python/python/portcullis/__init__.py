@@ -20,72 +20,17 @@ Submodules: :mod:`portcullis.otel` (audit records as OpenTelemetry spans),
 (``TypedDict``s of contexts and records).
 """
 
-from .decisions import Decision, append, mask, prepend, remove, replace, set_field
-from .engine import AuditHandler, PolicyEngine, PolicySet
-from .errors import ApprovalRequired, PolicyDenialError, PolicyEvaluationError, PortcullisError
-from .policies import (
-    DslInputPolicy,
-    DslOutputPolicy,
-    DslToolCallPolicy,
-    DslToolResultPolicy,
-    FunctionPolicy,
-    HttpInputPolicy,
-    HttpOutputPolicy,
-    HttpToolCallPolicy,
-    HttpToolResultPolicy,
-    NativePolicy,
-    RegoInputPolicy,
-    RegoOutputPolicy,
-    RegoServerInputPolicy,
-    RegoServerOutputPolicy,
-    RegoServerToolCallPolicy,
-    RegoServerToolResultPolicy,
-    RegoToolCallPolicy,
-    RegoToolResultPolicy,
-    input_policy,
-    output_policy,
-    tool_call_policy,
-    tool_result_policy,
-)
+from . import decisions, engine, errors, policies
+from .decisions import *  # noqa: F403 - the package's names, listed in each module's __all__
+from .engine import *  # noqa: F403
+from .errors import *  # noqa: F403
+from .policies import *  # noqa: F403
 
 __version__ = "0.1.0"
 """The package's version."""
 
-__all__ = [
-    "PolicyEngine",
-    "PolicySet",
-    "AuditHandler",
-    "Decision",
-    "mask",
-    "replace",
-    "remove",
-    "set_field",
-    "prepend",
-    "append",
-    "PortcullisError",
-    "PolicyDenialError",
-    "PolicyEvaluationError",
-    "ApprovalRequired",
-    "FunctionPolicy",
-    "NativePolicy",
-    "input_policy",
-    "tool_call_policy",
-    "tool_result_policy",
-    "output_policy",
-    "DslInputPolicy",
-    "DslToolCallPolicy",
-    "DslToolResultPolicy",
-    "DslOutputPolicy",
-    "RegoInputPolicy",
-    "RegoToolCallPolicy",
-    "RegoToolResultPolicy",
-    "RegoOutputPolicy",
-    "RegoServerInputPolicy",
-    "RegoServerToolCallPolicy",
-    "RegoServerToolResultPolicy",
-    "RegoServerOutputPolicy",
-    "HttpInputPolicy",
-    "HttpToolCallPolicy",
-    "HttpToolResultPolicy",
-    "HttpOutputPolicy",
-]
+__all__ = ["__version__"]
+__all__ += decisions.__all__
+__all__ += engine.__all__
+__all__ += errors.__all__
+__all__ += policies.__all__

@@ -209,6 +209,16 @@ def _arguments(raw: str) -> Dict[str, Any]:
     return arguments if isinstance(arguments, dict) else {"_value": arguments}
 
 
+def _tool_verdict(info: Dict[str, Any], changed: Callable[[], str]) -> ToolGuardrailFunctionOutput:
+    """A tool guardrail's answer: trip (the SDK raises), send the model ``changed()`` instead
+    of the tool's call or result, or let it through."""
+    if _tripped(info):
+        return ToolGuardrailFunctionOutput.raise_exception(output_info=info)
+    if info["decision"] == "changed":
+        return ToolGuardrailFunctionOutput.reject_content(changed(), output_info=info)
+    return ToolGuardrailFunctionOutput.allow(output_info=info)
+
+
 def tool_input_guardrail(
     engine: PolicyEngine, *, metadata: Metadata = None, name: str = "portcullis_tool_call"
 ) -> ToolInputGuardrail[Any]:
@@ -224,15 +234,11 @@ def tool_input_guardrail(
             "metadata": _metadata(metadata, tool, data.agent),
         }
         info = await _judge(engine, "tool_call", ctx)
-        if _tripped(info):
-            return ToolGuardrailFunctionOutput.raise_exception(output_info=info)
-        if info["decision"] == "changed":
-            return ToolGuardrailFunctionOutput.reject_content(
-                f"The call to {tool.tool_name} was refused: a policy changed its arguments, "
-                "which cannot be applied here.",
-                output_info=info,
-            )
-        return ToolGuardrailFunctionOutput.allow(output_info=info)
+        return _tool_verdict(
+            info,
+            lambda: f"The call to {tool.tool_name} was refused: a policy changed its arguments, "
+            "which cannot be applied here.",
+        )
 
     return ToolInputGuardrail(guardrail_function=guard, name=name)
 
@@ -255,13 +261,7 @@ def tool_output_guardrail(
             "metadata": _metadata(metadata, tool, data.agent),
         }
         info = await _judge(engine, "tool_result", ctx)
-        if _tripped(info):
-            return ToolGuardrailFunctionOutput.raise_exception(output_info=info)
-        if info["decision"] == "changed":
-            return ToolGuardrailFunctionOutput.reject_content(
-                str(info["forwarded"]["content"]), output_info=info
-            )
-        return ToolGuardrailFunctionOutput.allow(output_info=info)
+        return _tool_verdict(info, lambda: str(info["forwarded"]["content"]))
 
     return ToolOutputGuardrail(guardrail_function=guard, name=name)
 
