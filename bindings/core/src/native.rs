@@ -1,5 +1,5 @@
 //! The native policies of a binding, built for one point: each backend's constructor is
-//! written once and called on the type of the point ([`for_point!`]).
+//! written once and called on the type of the point (the `for_point!` macro).
 
 use std::fmt;
 use std::path::Path;

@@ -185,6 +185,18 @@ impl NativeEngine {
         Ok(py.detach(|| runtime.block_on(call)))
     }
 
+    /// Records a person's approval of the action whose digest is `digest` (an approval
+    /// request's `action_digest`), by `by`, usable once within `ttl` seconds: the retried call
+    /// proceeds. Raises `RuntimeError` when the grant store fails.
+    fn grant(&self, py: Python<'_>, digest: &str, by: String, ttl: f64) -> PyResult<()> {
+        check_not_nested()?;
+        let ttl = positive_seconds(ttl, "ttl")?;
+        let runtime = runtime()?;
+        let engine = Arc::clone(&self.engine);
+        py.detach(|| runtime.block_on(engine.approvals().grant(digest, by, ttl)))
+            .map_err(|error| PyRuntimeError::new_err(error.to_string()))
+    }
+
     /// Evaluates the policies of `point` on `context` for a caller on a running asyncio loop:
     /// returns the outcome itself when the policies decided without waiting, otherwise an
     /// awaitable of it (the evaluation goes on on the module's runtime; coroutines of Python

@@ -209,6 +209,16 @@ def test_escalation_raises_approval_required_with_the_request():
     assert len(request["action_digest"]) == 64
     assert asked.value.policy_id == "ask_first"
 
+    engine.grant(request["action_digest"], "alice", ttl=60)
+    ctx = tool_call_ctx("pay", {"amount": 5})
+    assert engine.evaluate_tool_call_sync(ctx) is ctx
+    with pytest.raises(ApprovalRequired):
+        engine.evaluate_tool_call_sync(tool_call_ctx("pay", {"amount": 5}))
+    with pytest.raises(ApprovalRequired):
+        engine.evaluate_tool_call_sync(tool_call_ctx("pay", {"amount": 6}))
+    with pytest.raises(ValueError, match="ttl must be a positive number"):
+        engine.grant(request["action_digest"], "alice", ttl=0)
+
 
 def test_on_error_deny_and_allow():
     class Broken:

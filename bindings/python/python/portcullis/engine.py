@@ -198,6 +198,12 @@ class PolicyEngine:
         """Runs the policies of ``point`` (its wire name) on ``ctx``."""
         return await self._evaluate(point, ctx)
 
+    def grant(self, action_digest: str, by: str, *, ttl: float = 300.0) -> None:
+        """Records a person's approval of the action an :class:`ApprovalRequired` asked about
+        (its ``request["action_digest"]``), by ``by``: the same call, retried within ``ttl``
+        seconds, proceeds once. A call whose action differs in any byte needs its own."""
+        self._native.grant(action_digest, by, ttl)
+
     async def _evaluate(self, point: str, ctx: Any) -> Any:
         outcome = self._native.evaluate_async(point, ctx)
         if type(outcome) is not tuple:
