@@ -1,7 +1,7 @@
 //! Python values as JSON and back: contexts and decisions cross the boundary as the plain
 //! dicts, lists, strings, numbers, booleans and `None` of §1 and §2.
 //!
-//! Reading a Python value is bounded by [`MAX_NESTING`]: a structure nested deeper (or one that
+//! Reading a Python value is bounded by [`MAX_DEPTH`]: a structure nested deeper (or one that
 //! contains itself) is refused with the path where it went too deep, never a stack overflow.
 
 use portcullis_engine::{MAX_NESTING, PolicyContext};
@@ -41,8 +41,13 @@ impl NotJson {
     }
 }
 
+/// How deep a Python value may nest: the engine's own limit on open values
+/// ([`MAX_NESTING`], checked when a context is read) plus the levels of a context around them
+/// (`messages.0.content`), so the engine's check is the one that decides.
+pub const MAX_DEPTH: usize = MAX_NESTING + 4;
+
 /// A Python value as JSON: `dict` (string keys), `list`, `tuple`, `str`, `int`, `float`
-/// (finite), `bool` and `None`, nested at most [`MAX_NESTING`] levels.
+/// (finite), `bool` and `None`, nested at most [`MAX_DEPTH`] levels.
 pub fn to_json(value: &Bound<'_, PyAny>) -> Result<Value, NotJson> {
     read(value, 0)
 }
@@ -77,9 +82,9 @@ fn read(value: &Bound<'_, PyAny>, depth: usize) -> Result<Value, NotJson> {
             .map(Value::Number)
             .ok_or_else(|| NotJson::new("a float that is not finite (NaN or infinity)"));
     }
-    if depth >= MAX_NESTING {
+    if depth >= MAX_DEPTH {
         return Err(NotJson::new(format!(
-            "nested deeper than {MAX_NESTING} levels (or a structure that contains itself)"
+            "nested deeper than {MAX_DEPTH} levels (or a structure that contains itself)"
         )));
     }
     if let Ok(dict) = value.cast::<PyDict>() {

@@ -22,7 +22,7 @@ mod runtime;
 use pyo3::prelude::*;
 
 pub use audit::{NativeAuditSink, observability_sink};
-pub use convert::{NotJson, read_context, to_json, to_python};
+pub use convert::{MAX_DEPTH, NotJson, read_context, to_json, to_python};
 pub use engine::{NativeEngine, NativePolicySet, Outcome, create_engine, engine_from_manifest};
 pub use native::{
     NativePolicy, dsl_policy, http_policy, parse_point, rego_policy, rego_server_policy,

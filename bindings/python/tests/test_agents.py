@@ -5,6 +5,7 @@ run here)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from typing import Any, Dict, List, Tuple
 
@@ -38,6 +39,7 @@ from portcullis import (  # noqa: E402
     tool_result_policy,
 )
 from portcullis.agents import (  # noqa: E402
+    guard_tools,
     input_guardrail,
     model_input_filter,
     output_guardrail,
@@ -52,12 +54,15 @@ def text_reply(text: str) -> Dict[str, Any]:
     return {"role": "assistant", "content": text}
 
 
+CALL_IDS = itertools.count(1)
+
+
 def tool_reply(name: str, arguments: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+            {"id": f"call_{next(CALL_IDS)}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
         ],
     }
 
@@ -232,3 +237,34 @@ def test_a_redacted_input_is_what_the_model_reads(json_server):
     )
     assert result.final_output == "noted"
     assert user_texts(model.requests[0]) == ["my card is [CARD]"]
+
+
+def test_guard_tools_adds_both_tool_guardrails(json_server):
+    @function_tool
+    def run_shell(command: str) -> str:
+        """Runs a command."""
+        ran.append(command)
+        return "done"
+
+    @function_tool
+    def read(url: str) -> str:
+        """Reads a page."""
+        return "the key is sk-zz1"
+
+    tools = guard_tools(ENGINE, [run_shell, read])
+    assert [len(tool.tool_input_guardrails) for tool in tools] == [1, 1]
+    with pytest.raises(TypeError, match="not a function tool"):
+        guard_tools(ENGINE, [lambda: None])
+
+    @tool_call_policy
+    def no_run_shell(ctx):
+        return Decision.deny("no") if ctx["tool_name"] == "run_shell" else Decision.allow()
+
+    engine = PolicyEngine(policy_set=PolicySet(tool_call=[no_run_shell], tool_result=[hide_keys]))
+    model = ScriptedModel(json_server, [tool_reply("read", {"url": "x"}), tool_reply("run_shell", {"command": "ls"}), text_reply("x")])
+    agent = Agent(name="helper", model=model.model(), tools=guard_tools(engine, [run_shell, read])[:2])
+    ran.clear()
+    with pytest.raises(ToolInputGuardrailTripwireTriggered):
+        asyncio.run(Runner.run(agent, "go"))
+    assert ran == []
+    assert "the key is [KEY]" in user_texts(model.requests[1])

@@ -3,16 +3,15 @@
 
     from agents import Agent, Runner, RunConfig, function_tool
     from portcullis import PolicyEngine
-    from portcullis.agents import (input_guardrail, model_input_filter, output_guardrail,
-                                   tool_input_guardrail, tool_output_guardrail)
+    from portcullis.agents import (guard_tools, input_guardrail, model_input_filter,
+                                   output_guardrail)
 
     engine = PolicyEngine.from_manifest("portcullis.yaml")
 
-    @function_tool(tool_input_guardrails=[tool_input_guardrail(engine)],
-                   tool_output_guardrails=[tool_output_guardrail(engine)])
+    @function_tool
     def fetch(url: str) -> str: ...
 
-    agent = Agent(name="helper", tools=[fetch],
+    agent = Agent(name="helper", tools=guard_tools(engine, [fetch]),
                   input_guardrails=[input_guardrail(engine)],
                   output_guardrails=[output_guardrail(engine)])
     result = await Runner.run(agent, "hi", run_config=RunConfig(
@@ -51,7 +50,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from agents import (
     GuardrailFunctionOutput,
@@ -266,7 +265,26 @@ def tool_output_guardrail(
     return ToolOutputGuardrail(guardrail_function=guard, name=name)
 
 
+def guard_tools(engine: PolicyEngine, tools: Iterable[Any], *, metadata: Metadata = None) -> List[Any]:
+    """Adds :func:`tool_input_guardrail` and :func:`tool_output_guardrail` of ``engine`` to
+    each function tool of ``tools`` (after the guardrails it already has) and returns them as a
+    list: ``Agent(tools=guard_tools(engine, [search, fetch]))``."""
+    before = tool_input_guardrail(engine, metadata=metadata)
+    after = tool_output_guardrail(engine, metadata=metadata)
+    guarded = []
+    for tool in tools:
+        if not hasattr(tool, "tool_input_guardrails") or not hasattr(tool, "tool_output_guardrails"):
+            raise TypeError(
+                f"guard_tools: {tool!r} is not a function tool (make it one with @function_tool)"
+            )
+        tool.tool_input_guardrails = [*(tool.tool_input_guardrails or []), before]
+        tool.tool_output_guardrails = [*(tool.tool_output_guardrails or []), after]
+        guarded.append(tool)
+    return guarded
+
+
 __all__ = [
+    "guard_tools",
     "input_guardrail",
     "model_input_filter",
     "output_guardrail",
