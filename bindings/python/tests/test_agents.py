@@ -268,3 +268,14 @@ def test_guard_tools_adds_both_tool_guardrails(json_server):
         asyncio.run(Runner.run(agent, "go"))
     assert ran == []
     assert "the key is [KEY]" in user_texts(model.requests[1])
+
+
+def test_the_model_input_filter_raises_the_denial(json_server):
+    model = ScriptedModel(json_server, [text_reply("never")])
+    bare = Agent(name="helper", model=model.model())
+    with pytest.raises(portcullis.PolicyDenialError) as denied:
+        asyncio.run(
+            Runner.run(bare, "my SSN is 1", run_config=RunConfig(call_model_input_filter=model_input_filter(ENGINE)))
+        )
+    assert denied.value.policy_id == "no_ssn"
+    assert model.requests == []
