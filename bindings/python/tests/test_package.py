@@ -12,9 +12,14 @@ import portcullis
 
 MODULES = ["portcullis", "portcullis.types", "portcullis.otel", "portcullis.observability", "portcullis.agents"]
 
+NEEDS = {"portcullis.otel": "opentelemetry", "portcullis.agents": "agents"}
+"""The optional package each optional module is built on."""
+
 
 @pytest.mark.parametrize("name", MODULES)
 def test_every_public_name_is_documented(name):
+    if name in NEEDS:
+        pytest.importorskip(NEEDS[name])
     module = importlib.import_module(name)
     assert module.__doc__
     for public in module.__all__:
@@ -40,3 +45,12 @@ def test_native_policies_have_a_class_per_point():
             assert cls.point == point
             assert issubclass(cls, portcullis.NativePolicy)
             assert cls.__doc__
+
+
+def test_an_optional_module_without_its_package_says_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "agents", None)
+    monkeypatch.delitem(sys.modules, "portcullis.agents", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'portcullis\[agents\]'"):
+        importlib.import_module("portcullis.agents")

@@ -52,16 +52,21 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from agents import (
-    GuardrailFunctionOutput,
-    InputGuardrail,
-    OutputGuardrail,
-    ToolGuardrailFunctionOutput,
-    ToolInputGuardrail,
-    ToolInputGuardrailData,
-    ToolOutputGuardrail,
-    ToolOutputGuardrailData,
-)
+try:
+    from agents import (
+        GuardrailFunctionOutput,
+        InputGuardrail,
+        OutputGuardrail,
+        ToolGuardrailFunctionOutput,
+        ToolInputGuardrail,
+        ToolInputGuardrailData,
+        ToolOutputGuardrail,
+        ToolOutputGuardrailData,
+    )
+except ImportError as error:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "portcullis.agents needs the OpenAI Agents SDK: pip install 'portcullis[agents]'"
+    ) from error
 
 from .engine import PolicyEngine
 from .errors import ApprovalRequired, PolicyDenialError, PolicyEvaluationError

@@ -10,8 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Mapping, Optional
 
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+except ImportError as error:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "portcullis.otel needs the OpenTelemetry API: pip install 'portcullis[otel]'"
+    ) from error
 
 SPAN_NAME = "engine.policy.evaluate"
 """The name of each record's span."""
