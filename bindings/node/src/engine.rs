@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use crate::audit::{NativeAuditSink, audit_handler};
 use crate::context::read_context;
 use crate::native::{NativePolicy, parse_point};
-use crate::policy::{HostEvaluate, HostPolicyError, JsPolicy};
+use crate::policy::{HostEvaluate, HostPolicyError, js_policy};
 
 /// The policies of an engine being built: the package's layer adds each policy of the
 /// JavaScript policy set, in order, then builds the engine with [`create_engine`].
@@ -81,10 +81,7 @@ impl NativePolicySet {
             }
             None => None,
         };
-        self.add(PointPolicy::at(
-            point,
-            JsPolicy::new(id, evaluate, deadline),
-        ))
+        self.add(PointPolicy::at(point, js_policy(id, evaluate, deadline)))
     }
 
     /// Adds a native policy at `point`; throws when it is a policy of another point.

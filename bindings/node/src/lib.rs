@@ -24,4 +24,6 @@ pub use native::{
     ClientOptions, NativePolicy, dsl_policy, http_policy, parse_point, rego_policy,
     rego_server_policy,
 };
-pub use policy::{DEFAULT_JS_DEADLINE, HostEvaluate, HostPolicyError, JsPolicy, Thrown};
+pub use policy::{
+    DEFAULT_JS_DEADLINE, HostEvaluate, HostPolicyError, JsCall, JsPolicy, Thrown, js_policy,
+};

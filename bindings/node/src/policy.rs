@@ -1,5 +1,5 @@
-//! The policy the binding adds to the engine: a policy written in JavaScript, written once for
-//! every point (`impl<C: PolicyContext> Policy<C>`). The policy a rule that could not be
+//! The policy the binding adds to the engine: a policy written in JavaScript, a
+//! `portcullis_bindings::HostPolicy` over [`JsCall`]. The policy a rule that could not be
 //! loaded gives is `portcullis_bindings::FailedPolicy`.
 
 use std::fmt;
@@ -8,10 +8,9 @@ use std::time::Duration;
 use napi::Status;
 use napi::bindgen_prelude::Promise;
 use napi::threadsafe_function::ThreadsafeFunction;
-use portcullis_bindings::describe;
-use portcullis_engine::{BoxError, Policy, PolicyContext, PolicyDecision, async_trait};
+use portcullis_bindings::{HostCall, HostPolicy, describe};
+use portcullis_engine::{BoxError, PolicyContext, PolicyDecision, async_trait};
 use serde::Deserialize;
-use serde::Serialize;
 use serde_json::Value;
 
 /// How long a JavaScript policy may take when it names no `deadline` of its own: a promise
@@ -114,27 +113,29 @@ fn read_settled(settled: &str) -> Result<PolicyDecision, HostPolicyError> {
     }
 }
 
-/// A policy written in JavaScript: an object with an `id` and an `evaluate(ctx)` returning a
-/// decision or a promise of one. Its evaluation is called on the JavaScript thread; the engine
-/// awaits it off that thread.
-pub struct JsPolicy {
-    id: String,
+/// A policy written in JavaScript, as the engine holds it (its id, deadline, and the call).
+pub type JsPolicy = HostPolicy<JsCall>;
+
+/// The call of a policy written in JavaScript: an object's `evaluate(ctx)` returning a
+/// decision or a promise of one. It is called on the JavaScript thread; the engine awaits it
+/// off that thread.
+pub struct JsCall {
     evaluate: HostEvaluate,
-    deadline: Duration,
 }
 
-impl JsPolicy {
-    /// A policy with `id` whose decisions `evaluate` gives, failing after `deadline` (or
-    /// [`DEFAULT_JS_DEADLINE`]).
-    pub fn new(id: String, evaluate: HostEvaluate, deadline: Option<Duration>) -> JsPolicy {
-        JsPolicy {
-            id,
-            evaluate,
-            deadline: deadline.unwrap_or(DEFAULT_JS_DEADLINE),
-        }
-    }
+/// A policy with `id` whose decisions `evaluate` gives, failing after `deadline` (or
+/// [`DEFAULT_JS_DEADLINE`]).
+pub fn js_policy(id: String, evaluate: HostEvaluate, deadline: Option<Duration>) -> JsPolicy {
+    HostPolicy::new(
+        id,
+        JsCall { evaluate },
+        deadline.unwrap_or(DEFAULT_JS_DEADLINE),
+    )
+}
 
-    async fn decide<C: Serialize>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+#[async_trait]
+impl HostCall for JsCall {
+    async fn decide<C: PolicyContext>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
         let context = serde_json::to_string(context)?;
         let pending = self
             .evaluate
@@ -145,21 +146,6 @@ impl JsPolicy {
             .await
             .map_err(|error| HostPolicyError::Call(error.reason.clone()))?;
         Ok(read_settled(&settled)?)
-    }
-}
-
-#[async_trait]
-impl<C: PolicyContext> Policy<C> for JsPolicy {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
-        self.decide(context).await
-    }
-
-    fn deadline(&self) -> Option<Duration> {
-        Some(self.deadline)
     }
 }
 

@@ -24,7 +24,7 @@ use portcullis_bindings::{PointPolicy, with_records};
 use crate::audit::{NativeAuditSink, audit_handler};
 use crate::convert::{read_context, to_python};
 use crate::native::{NativePolicy, parse_point, positive_seconds};
-use crate::policy::{HostPolicyError, PythonPolicy};
+use crate::policy::{HostPolicyError, python_policy};
 use crate::runtime::{CALLER_LOOP, check_not_nested, runtime};
 
 /// The policies of an engine being built: the package's layer adds each policy of the Python
@@ -74,7 +74,7 @@ impl NativePolicySet {
         };
         self.add(PointPolicy::at(
             point,
-            PythonPolicy::new(id, evaluate, deadline),
+            python_policy(id, evaluate, deadline),
         ))
     }
 

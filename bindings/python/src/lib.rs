@@ -27,7 +27,9 @@ pub use engine::{NativeEngine, NativePolicySet, Outcome, create_engine, engine_f
 pub use native::{
     NativePolicy, dsl_policy, http_policy, parse_point, rego_policy, rego_server_policy,
 };
-pub use policy::{DEFAULT_PYTHON_DEADLINE, HostPolicyError, PythonPolicy};
+pub use policy::{
+    DEFAULT_PYTHON_DEADLINE, HostPolicyError, PythonCall, PythonPolicy, python_policy,
+};
 
 /// The module `portcullis._native`.
 #[pymodule]

@@ -1,15 +1,15 @@
-//! The policy the binding adds to the engine: a policy written in Python, written once for
-//! every point (`impl<C: PolicyContext> Policy<C>`).
+//! The policy the binding adds to the engine: a policy written in Python, a
+//! `portcullis_bindings::HostPolicy` over [`PythonCall`].
 
 use std::fmt;
 use std::time::Duration;
 
-use portcullis_engine::{BoxError, Policy, PolicyContext, PolicyDecision, async_trait};
+use portcullis_engine::{BoxError, PolicyContext, PolicyDecision, async_trait};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde::Deserialize;
 
-use portcullis_bindings::describe;
+use portcullis_bindings::{HostCall, HostPolicy, describe};
 
 use crate::convert::{to_json, to_python, type_name};
 use crate::runtime::coroutine_loop;
@@ -95,13 +95,14 @@ fn read_decision(returned: &Bound<'_, PyAny>) -> Result<PolicyDecision, HostPoli
     })
 }
 
-/// A policy written in Python: a callable taking the context (a dict) and returning a
-/// decision, or an awaitable of one (an `async def`), which is awaited on the caller's event
-/// loop.
-pub struct PythonPolicy {
-    id: String,
+/// A policy written in Python, as the engine holds it (its id, deadline, and the call).
+pub type PythonPolicy = HostPolicy<PythonCall>;
+
+/// The call of a policy written in Python: a callable taking the context (a dict) and
+/// returning a decision, or an awaitable of one (an `async def`), which is awaited on the
+/// caller's event loop.
+pub struct PythonCall {
     evaluate: Py<PyAny>,
-    deadline: Duration,
 }
 
 /// What calling a Python policy gave: a decision, or a coroutine to await first.
@@ -131,17 +132,18 @@ impl Drop for CancelOnDrop {
     }
 }
 
-impl PythonPolicy {
-    /// A policy with `id` whose decisions `evaluate(ctx)` gives, failing after `deadline` (or
-    /// [`DEFAULT_PYTHON_DEADLINE`]).
-    pub fn new(id: String, evaluate: Py<PyAny>, deadline: Option<Duration>) -> PythonPolicy {
-        PythonPolicy {
-            id,
-            evaluate,
-            deadline: deadline.unwrap_or(DEFAULT_PYTHON_DEADLINE),
-        }
-    }
+/// A policy with `id` whose decisions `evaluate(ctx)` gives, failing after `deadline` (or
+/// [`DEFAULT_PYTHON_DEADLINE`]).
+pub fn python_policy(id: String, evaluate: Py<PyAny>, deadline: Option<Duration>) -> PythonPolicy {
+    HostPolicy::new(
+        id,
+        PythonCall { evaluate },
+        deadline.unwrap_or(DEFAULT_PYTHON_DEADLINE),
+    )
+}
 
+#[async_trait]
+impl HostCall for PythonCall {
     async fn decide<C: PolicyContext>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
         let context = serde_json::to_value(context)?;
         let called = Python::attach(|py| -> PyResult<Called> {
@@ -181,20 +183,5 @@ impl PythonPolicy {
             }
         };
         Ok(decided?)
-    }
-}
-
-#[async_trait]
-impl<C: PolicyContext> Policy<C> for PythonPolicy {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
-        self.decide(context).await
-    }
-
-    fn deadline(&self) -> Option<Duration> {
-        Some(self.deadline)
     }
 }
