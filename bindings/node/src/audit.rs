@@ -1,27 +1,12 @@
 //! Where an engine's audit records go: to the JavaScript `onAudit` with each call, and to a
 //! native sink (the observability platform exporter) without crossing into JavaScript.
 
-use std::cell::RefCell;
-
 use napi::bindgen_prelude::{Env, PromiseRaw};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
+use portcullis_engine::AuditHandler;
 use portcullis_engine::error::error_chain;
-use portcullis_engine::{AuditHandler, AuditRecord};
 use portcullis_observability::{ObservabilityAuditHandler, ObservabilityOptions};
-use serde_json::Value;
-
-tokio::task_local! {
-    /// The audit records of the evaluation running in this task.
-    pub(crate) static RECORDS: RefCell<Vec<Value>>;
-}
-
-/// Keeps a record with the call it belongs to, so the call hands it to `onAudit` before it
-/// settles.
-fn keep_record(record: &AuditRecord<'_>) {
-    // Outside an evaluation of this binding (never, today) there is no call to report to.
-    let _ = RECORDS.try_with(|records| records.borrow_mut().push(record.to_json()));
-}
 
 /// The audit handler of an engine: records kept for `onAudit` when `keep`, and exported by
 /// `sink` when there is one. `None` when neither.
@@ -29,17 +14,7 @@ pub(crate) fn audit_handler(
     keep: bool,
     sink: Option<&NativeAuditSink>,
 ) -> Option<impl AuditHandler> {
-    let sink = sink.map(|sink| sink.handler.clone());
-    let active = keep || sink.is_some();
-    let handler = move |record: &AuditRecord<'_>| {
-        if keep {
-            keep_record(record);
-        }
-        if let Some(sink) = &sink {
-            sink.handle(record);
-        }
-    };
-    active.then_some(handler)
+    portcullis_bindings::audit_handler(keep, sink.map(|sink| sink.handler.clone()))
 }
 
 /// The observability platform's settings, as `createObservabilityAuditHandler` takes them.

@@ -3,7 +3,6 @@
 //! the call's audit records, as one JSON document the package's layer turns into a value or
 //! one of its error classes.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -12,6 +11,7 @@ use std::time::Duration;
 use napi::bindgen_prelude::{Either, Env, PromiseRaw};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
+use portcullis_bindings::{PointPolicy, with_records};
 use portcullis_engine::{
     EngineError, InputContext, InterceptionPoint, OnError, OutputContext, PolicyContext,
     PolicyEngine, PolicyEngineBuilder, PolicySet, PolicySetBuilder, ToolCallContext,
@@ -20,10 +20,10 @@ use portcullis_engine::{
 use portcullis_manifest::{CodeRegistry, Manifest};
 use serde_json::{Value, json};
 
-use crate::audit::{NativeAuditSink, RECORDS, audit_handler};
+use crate::audit::{NativeAuditSink, audit_handler};
 use crate::context::read_context;
-use crate::native::{NativePolicy, PointPolicy, parse_point};
-use crate::policy::{HostEvaluate, HostPolicyError, JsPolicy};
+use crate::native::{NativePolicy, parse_point};
+use crate::policy::{HostEvaluate, HostPolicyError, js_policy};
 
 /// The policies of an engine being built: the package's layer adds each policy of the
 /// JavaScript policy set, in order, then builds the engine with [`create_engine`].
@@ -81,10 +81,7 @@ impl NativePolicySet {
             }
             None => None,
         };
-        self.add(PointPolicy::at(
-            point,
-            JsPolicy::new(id, evaluate, deadline),
-        ))
+        self.add(PointPolicy::at(point, js_policy(id, evaluate, deadline)))
     }
 
     /// Adds a native policy at `point`; throws when it is a policy of another point.
@@ -117,12 +114,7 @@ impl NativePolicySet {
                 "this policy set already went into an engine",
             )
         })?;
-        self.builder = Some(match policy {
-            PointPolicy::Input(policy) => builder.input(policy),
-            PointPolicy::ToolCall(policy) => builder.tool_call(policy),
-            PointPolicy::ToolResult(policy) => builder.tool_result(policy),
-            PointPolicy::Output(policy) => builder.output(policy),
-        });
+        self.builder = Some(policy.add_to(builder));
         Ok(())
     }
 }
@@ -248,18 +240,10 @@ async fn outcome(
             InterceptionPoint::Output => evaluate::<OutputContext>(&engine, &context_json).await,
         }
     };
-    let outcome = if audit {
-        RECORDS
-            .scope(RefCell::new(Vec::new()), async move {
-                let mut outcome = outcome.await;
-                let records = RECORDS.with(|records| records.take());
-                outcome["records"] = Value::Array(records);
-                outcome
-            })
-            .await
-    } else {
-        outcome.await
-    };
+    let (mut outcome, records) = with_records(audit, outcome).await;
+    if let Some(records) = records {
+        outcome["records"] = Value::Array(records);
+    }
     outcome.to_string()
 }
 

@@ -21,9 +21,9 @@ pub use audit::{NativeAuditSink, ObservabilitySettings, observability_sink};
 pub use context::read_context;
 pub use engine::{NativeEngine, NativePolicySet, create_engine, engine_from_manifest};
 pub use native::{
-    ClientOptions, NativePolicy, PointPolicy, dsl_policy, http_policy, parse_point, rego_policy,
+    ClientOptions, NativePolicy, dsl_policy, http_policy, parse_point, rego_policy,
     rego_server_policy,
 };
 pub use policy::{
-    DEFAULT_JS_DEADLINE, FailedPolicy, HostEvaluate, HostPolicyError, JsPolicy, NotLoaded, Thrown,
+    DEFAULT_JS_DEADLINE, HostEvaluate, HostPolicyError, JsCall, JsPolicy, Thrown, js_policy,
 };

@@ -1,111 +1,28 @@
 //! The native policies: the Rust backends (DSL rules, Rego bundles, a Rego policy server, a
-//! remote HTTP endpoint) behind one JavaScript class, [`NativePolicy`].
+//! remote HTTP endpoint, built by `portcullis-bindings`) behind one JavaScript class,
+//! [`NativePolicy`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::Path;
 use std::time::Duration;
 
 use napi::bindgen_prelude::{Env, PromiseRaw};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
-use portcullis_dsl::{DslError, DslPolicy};
+use portcullis_bindings::{Loaded, PointPolicy};
 use portcullis_engine::error::error_chain;
 use portcullis_engine::{
-    InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy, Policy,
-    PolicyContext, ToolCallContext, ToolCallPolicy, ToolResultContext, ToolResultPolicy,
+    InputContext, InterceptionPoint, OutputContext, Policy, PolicyContext, ToolCallContext,
+    ToolResultContext,
 };
-use portcullis_http::{HttpClientOptions, HttpPolicy};
-use portcullis_rego::RegoPolicy;
-use portcullis_rego_rest::{RegoServerClientOptions, RegoServerPolicy};
+use portcullis_http::HttpClientOptions;
 
 use crate::context::read_context;
-use crate::policy::FailedPolicy;
-
-/// A policy of one point, as a policy set holds it.
-#[derive(Clone)]
-pub enum PointPolicy {
-    /// An input policy.
-    Input(Arc<dyn InputPolicy>),
-    /// A tool-call policy.
-    ToolCall(Arc<dyn ToolCallPolicy>),
-    /// A tool-result policy.
-    ToolResult(Arc<dyn ToolResultPolicy>),
-    /// An output policy.
-    Output(Arc<dyn OutputPolicy>),
-}
-
-impl PointPolicy {
-    /// `policy` as a policy of `point`, for a type that serves every point.
-    pub fn at<P>(point: InterceptionPoint, policy: P) -> PointPolicy
-    where
-        P: InputPolicy + ToolCallPolicy + ToolResultPolicy + OutputPolicy + 'static,
-    {
-        match point {
-            InterceptionPoint::Input => PointPolicy::Input(Arc::new(policy)),
-            InterceptionPoint::ToolCall => PointPolicy::ToolCall(Arc::new(policy)),
-            InterceptionPoint::ToolResult => PointPolicy::ToolResult(Arc::new(policy)),
-            InterceptionPoint::Output => PointPolicy::Output(Arc::new(policy)),
-        }
-    }
-
-    /// The point the policy decides at.
-    pub fn point(&self) -> InterceptionPoint {
-        match self {
-            PointPolicy::Input(_) => InterceptionPoint::Input,
-            PointPolicy::ToolCall(_) => InterceptionPoint::ToolCall,
-            PointPolicy::ToolResult(_) => InterceptionPoint::ToolResult,
-            PointPolicy::Output(_) => InterceptionPoint::Output,
-        }
-    }
-}
-
-/// Builds the policy of `point` with that point's type of one backend family
-/// (`for_point!(point, RegoPolicy, |P| P::new(..))`):
-/// the constructor, written once, is called on the type of the point, and the policy is
-/// wrapped with what `$keep` takes from it.
-macro_rules! for_point {
-    ($point:expr, $family:ident, |$policy:ident| $make:expr, |$built:ident| $keep:expr $(,)?) => {
-        match $point {
-            InterceptionPoint::Input => {
-                type $policy = $family<InputContext>;
-                $make.map(|$built| {
-                    let kept = $keep;
-                    (PointPolicy::Input(Arc::new($built)), kept)
-                })
-            }
-            InterceptionPoint::ToolCall => {
-                type $policy = $family<ToolCallContext>;
-                $make.map(|$built| {
-                    let kept = $keep;
-                    (PointPolicy::ToolCall(Arc::new($built)), kept)
-                })
-            }
-            InterceptionPoint::ToolResult => {
-                type $policy = $family<ToolResultContext>;
-                $make.map(|$built| {
-                    let kept = $keep;
-                    (PointPolicy::ToolResult(Arc::new($built)), kept)
-                })
-            }
-            InterceptionPoint::Output => {
-                type $policy = $family<OutputContext>;
-                $make.map(|$built| {
-                    let kept = $keep;
-                    (PointPolicy::Output(Arc::new($built)), kept)
-                })
-            }
-        }
-    };
-}
 
 /// Reads a point's wire name (`input`, `tool_call`, `tool_result`, `output`).
 pub fn parse_point(point: &str) -> Result<InterceptionPoint> {
-    serde_json::from_value(serde_json::Value::String(point.to_owned())).map_err(|_| {
-        Error::new(
-            Status::InvalidArg,
-            format!("unknown interception point {point:?}: expected \"input\", \"tool_call\", \"tool_result\" or \"output\""),
-        )
-    })
+    portcullis_bindings::parse_point(point)
+        .map_err(|message| Error::new(Status::InvalidArg, message))
 }
 
 /// A policy evaluated by the Rust engine (not by JavaScript): what `DslInputPolicy`,
@@ -188,28 +105,31 @@ async fn decide<C: PolicyContext>(
 }
 
 impl NativePolicy {
-    fn loaded(
-        id: String,
-        policy: PointPolicy,
-        in_memory: bool,
-        warnings: Vec<String>,
-    ) -> NativePolicy {
+    fn loaded(id: String, loaded: Loaded, in_memory: bool) -> NativePolicy {
         NativePolicy {
             id,
-            policy,
+            policy: loaded.policy,
             in_memory,
-            problems: Vec::new(),
-            warnings,
+            problems: loaded.problems,
+            warnings: loaded.warnings,
         }
     }
-}
 
-/// The error a constructor throws: what failed, with its cause chain.
-fn construction_error(what: &str, error: &(dyn std::error::Error + 'static)) -> Error {
-    Error::new(
-        Status::InvalidArg,
-        format!("{what}: {}", error_chain(error)),
-    )
+    /// A policy that loaded, with nothing to report; the constructor's error as an
+    /// `InvalidArg` error.
+    fn built(
+        id: String,
+        built: std::result::Result<PointPolicy, String>,
+        in_memory: bool,
+    ) -> Result<NativePolicy> {
+        let policy = built.map_err(|message| Error::new(Status::InvalidArg, message))?;
+        let loaded = Loaded {
+            policy,
+            problems: Vec::new(),
+            warnings: Vec::new(),
+        };
+        Ok(NativePolicy::loaded(id, loaded, in_memory))
+    }
 }
 
 /// A DSL policy of `point` from `<dir>/<id>.json`. A rule that cannot be loaded does not
@@ -217,36 +137,8 @@ fn construction_error(what: &str, error: &(dyn std::error::Error + 'static)) -> 
 #[napi]
 pub fn dsl_policy(point: String, id: String, dir: String) -> Result<NativePolicy> {
     let point = parse_point(&point)?;
-    let loaded = for_point!(
-        point,
-        DslPolicy,
-        |Policy| Policy::new(id.as_str(), &dir),
-        |policy| policy
-            .warnings()
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>(),
-    );
-    Ok(match loaded {
-        Ok((policy, warnings)) => NativePolicy::loaded(id, policy, true, warnings),
-        Err(error) => failed_dsl(point, id, &error),
-    })
-}
-
-/// The policy a DSL rule that cannot be loaded gives: every evaluation fails with why.
-fn failed_dsl(point: InterceptionPoint, id: String, error: &DslError) -> NativePolicy {
-    let problems: Vec<String> = match error.problems() {
-        Some(problems) => problems.iter().map(ToString::to_string).collect(),
-        None => vec![error_chain(error)],
-    };
-    let policy = PointPolicy::at(point, FailedPolicy::new(id.clone(), problems.join("\n")));
-    NativePolicy {
-        id,
-        policy,
-        in_memory: true,
-        problems,
-        warnings: Vec::new(),
-    }
+    let loaded = portcullis_bindings::dsl(point, &id, Path::new(&dir));
+    Ok(NativePolicy::loaded(id, loaded, true))
 }
 
 /// A Rego policy of `point` evaluating the OPA WebAssembly bundle at `bundle_path` in
@@ -254,19 +146,8 @@ fn failed_dsl(point: InterceptionPoint, id: String, error: &DslError) -> NativeP
 #[napi]
 pub fn rego_policy(point: String, id: String, bundle_path: String) -> Result<NativePolicy> {
     let point = parse_point(&point)?;
-    let (policy, ()) = for_point!(
-        point,
-        RegoPolicy,
-        |Policy| Policy::new(id.as_str(), &bundle_path),
-        |policy| (),
-    )
-    .map_err(|error| {
-        construction_error(
-            &format!("cannot load the Rego bundle {bundle_path}"),
-            &error,
-        )
-    })?;
-    Ok(NativePolicy::loaded(id, policy, true, Vec::new()))
+    let built = portcullis_bindings::rego(point, &id, &bundle_path);
+    NativePolicy::built(id, built, true)
 }
 
 /// How to reach a server: the seed's `{ baseUrl }`, and what else a client may set.
@@ -304,15 +185,8 @@ pub fn rego_server_policy(
     package_path: String,
 ) -> Result<NativePolicy> {
     let point = parse_point(&point)?;
-    let options: RegoServerClientOptions = options.to_rust();
-    let (policy, ()) = for_point!(
-        point,
-        RegoServerPolicy,
-        |Policy| Policy::new(id.as_str(), options.clone(), &package_path),
-        |policy| (),
-    )
-    .map_err(|error| construction_error("invalid Rego server policy", &error))?;
-    Ok(NativePolicy::loaded(id, policy, false, Vec::new()))
+    let built = portcullis_bindings::rego_server(point, &id, &options.to_rust(), &package_path);
+    NativePolicy::built(id, built, false)
 }
 
 /// A policy of `point` evaluated by a remote endpoint (`POST {baseUrl}/engine/evaluate`).
@@ -320,13 +194,6 @@ pub fn rego_server_policy(
 #[napi]
 pub fn http_policy(point: String, id: String, options: ClientOptions) -> Result<NativePolicy> {
     let point = parse_point(&point)?;
-    let options = options.to_rust();
-    let (policy, ()) = for_point!(
-        point,
-        HttpPolicy,
-        |Policy| Policy::new(id.as_str(), options.clone()),
-        |policy| (),
-    )
-    .map_err(|error| construction_error("invalid HTTP policy", &error))?;
-    Ok(NativePolicy::loaded(id, policy, false, Vec::new()))
+    let built = portcullis_bindings::http(point, &id, &options.to_rust());
+    NativePolicy::built(id, built, false)
 }

@@ -1,8 +1,6 @@
-//! The policies the binding adds to the engine: a policy written in JavaScript, and a policy
-//! whose rule could not be loaded.
-//!
-//! Every implementation of the engine's policy trait in this crate is in this file, each
-//! written once for every point (`impl<C: PolicyContext> Policy<C>`).
+//! The policy the binding adds to the engine: a policy written in JavaScript, a
+//! `portcullis_bindings::HostPolicy` over [`JsCall`]. The policy a rule that could not be
+//! loaded gives is `portcullis_bindings::FailedPolicy`.
 
 use std::fmt;
 use std::time::Duration;
@@ -10,9 +8,9 @@ use std::time::Duration;
 use napi::Status;
 use napi::bindgen_prelude::Promise;
 use napi::threadsafe_function::ThreadsafeFunction;
-use portcullis_engine::{BoxError, Policy, PolicyContext, PolicyDecision, async_trait};
+use portcullis_bindings::{HostCall, HostPolicy, describe};
+use portcullis_engine::{BoxError, PolicyContext, PolicyDecision, async_trait};
 use serde::Deserialize;
-use serde::Serialize;
 use serde_json::Value;
 
 /// How long a JavaScript policy may take when it names no `deadline` of its own: a promise
@@ -96,9 +94,6 @@ impl HostPolicyError {
     }
 }
 
-/// The longest description of a returned value an error message carries.
-const MAX_DESCRIBED: usize = 200;
-
 /// Reads what the package's layer reported into a decision.
 fn read_settled(settled: &str) -> Result<PolicyDecision, HostPolicyError> {
     let settled: Settled = serde_json::from_str(settled)
@@ -118,41 +113,29 @@ fn read_settled(settled: &str) -> Result<PolicyDecision, HostPolicyError> {
     }
 }
 
-/// A value as JSON, cut at [`MAX_DESCRIBED`] bytes (on a character boundary).
-fn describe(value: &Value) -> String {
-    let mut text = value.to_string();
-    if text.len() > MAX_DESCRIBED {
-        let mut end = MAX_DESCRIBED;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
-}
+/// A policy written in JavaScript, as the engine holds it (its id, deadline, and the call).
+pub type JsPolicy = HostPolicy<JsCall>;
 
-/// A policy written in JavaScript: an object with an `id` and an `evaluate(ctx)` returning a
-/// decision or a promise of one. Its evaluation is called on the JavaScript thread; the engine
-/// awaits it off that thread.
-pub struct JsPolicy {
-    id: String,
+/// The call of a policy written in JavaScript: an object's `evaluate(ctx)` returning a
+/// decision or a promise of one. It is called on the JavaScript thread; the engine awaits it
+/// off that thread.
+pub struct JsCall {
     evaluate: HostEvaluate,
-    deadline: Duration,
 }
 
-impl JsPolicy {
-    /// A policy with `id` whose decisions `evaluate` gives, failing after `deadline` (or
-    /// [`DEFAULT_JS_DEADLINE`]).
-    pub fn new(id: String, evaluate: HostEvaluate, deadline: Option<Duration>) -> JsPolicy {
-        JsPolicy {
-            id,
-            evaluate,
-            deadline: deadline.unwrap_or(DEFAULT_JS_DEADLINE),
-        }
-    }
+/// A policy with `id` whose decisions `evaluate` gives, failing after `deadline` (or
+/// [`DEFAULT_JS_DEADLINE`]).
+pub fn js_policy(id: String, evaluate: HostEvaluate, deadline: Option<Duration>) -> JsPolicy {
+    HostPolicy::new(
+        id,
+        JsCall { evaluate },
+        deadline.unwrap_or(DEFAULT_JS_DEADLINE),
+    )
+}
 
-    async fn decide<C: Serialize>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+#[async_trait]
+impl HostCall for JsCall {
+    async fn decide<C: PolicyContext>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
         let context = serde_json::to_string(context)?;
         let pending = self
             .evaluate
@@ -163,63 +146,6 @@ impl JsPolicy {
             .await
             .map_err(|error| HostPolicyError::Call(error.reason.clone()))?;
         Ok(read_settled(&settled)?)
-    }
-}
-
-/// A policy that could not be built (a DSL rule file that is missing or invalid): as in the
-/// seed's TypeScript packages, building it does not throw, and every evaluation fails with
-/// why.
-pub struct FailedPolicy {
-    id: String,
-    problem: String,
-}
-
-/// Why a [`FailedPolicy`] cannot decide.
-#[derive(Debug)]
-pub struct NotLoaded(String);
-
-impl fmt::Display for NotLoaded {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for NotLoaded {}
-
-impl FailedPolicy {
-    /// A policy with `id` whose every evaluation fails with `problem`.
-    pub fn new(id: String, problem: String) -> FailedPolicy {
-        FailedPolicy { id, problem }
-    }
-
-    async fn decide<C>(&self, _context: &C) -> Result<PolicyDecision, BoxError> {
-        Err(Box::new(NotLoaded(self.problem.clone())))
-    }
-}
-
-#[async_trait]
-impl<C: PolicyContext> Policy<C> for JsPolicy {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
-        self.decide(context).await
-    }
-
-    fn deadline(&self) -> Option<Duration> {
-        Some(self.deadline)
-    }
-}
-
-#[async_trait]
-impl<C: PolicyContext> Policy<C> for FailedPolicy {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    async fn evaluate(&self, context: &C) -> Result<PolicyDecision, BoxError> {
-        self.decide(context).await
     }
 }
 
@@ -251,13 +177,5 @@ mod tests {
         let error = read_settled(r#"{"threw":{"message":"Error: boom","token":7}}"#).unwrap_err();
         assert_eq!(error.to_string(), "the policy threw: Error: boom");
         assert_eq!(HostPolicyError::thrown_token(&error), Some(7));
-    }
-
-    #[test]
-    fn cuts_long_values_on_a_character_boundary() {
-        let value = Value::String("é".repeat(300));
-        let text = describe(&value);
-        assert!(text.ends_with('…'));
-        assert!(text.len() <= MAX_DESCRIBED + '…'.len_utf8());
     }
 }

@@ -1,0 +1,54 @@
+//! Audit records kept with the call they belong to, so a binding hands them to the host
+//! language's handler before the call settles, and a native sink (the observability platform
+//! exporter) that receives them without crossing into the host language.
+
+use std::cell::RefCell;
+use std::future::Future;
+
+use portcullis_engine::{AuditHandler, AuditRecord};
+use portcullis_observability::ObservabilityAuditHandler;
+use serde_json::Value;
+
+tokio::task_local! {
+    /// The audit records of the evaluation running in this task.
+    pub static RECORDS: RefCell<Vec<Value>>;
+}
+
+/// Keeps a record with the call it belongs to.
+fn keep_record(record: &AuditRecord<'_>) {
+    // Outside a call of a binding (a task the engine spawned) there is no call to report to.
+    let _ = RECORDS.try_with(|records| records.borrow_mut().push(record.to_json()));
+}
+
+/// The audit handler of an engine: records kept for the host's handler when `keep` (see
+/// [`with_records`]), and exported by `sink` when there is one. `None` when neither.
+pub fn audit_handler(
+    keep: bool,
+    sink: Option<ObservabilityAuditHandler>,
+) -> Option<impl AuditHandler> {
+    let active = keep || sink.is_some();
+    let handler = move |record: &AuditRecord<'_>| {
+        if keep {
+            keep_record(record);
+        }
+        if let Some(sink) = &sink {
+            sink.handle(record);
+        }
+    };
+    active.then_some(handler)
+}
+
+/// Runs `call`, and with `keep`, returns the audit records it produced (as JSON) beside its
+/// output.
+pub async fn with_records<F: Future>(keep: bool, call: F) -> (F::Output, Option<Vec<Value>>) {
+    if !keep {
+        return (call.await, None);
+    }
+    RECORDS
+        .scope(RefCell::new(Vec::new()), async move {
+            let output = call.await;
+            let records = RECORDS.with(RefCell::take);
+            (output, Some(records))
+        })
+        .await
+}

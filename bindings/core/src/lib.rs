@@ -1,0 +1,19 @@
+//! What the language bindings of Portcullis share (`bindings/node`, `bindings/python`): the
+//! native policies (DSL rules, Rego bundles, a Rego policy server, a remote HTTP endpoint)
+//! built for one point, the policy a rule that could not be loaded gives, and the audit
+//! records a call keeps to hand to the host language's handler, and the policy trait for a
+//! policy written in the host language.
+//!
+//! Nothing here knows a host language: each binding translates these into its own values and
+//! errors.
+
+mod audit;
+mod host;
+mod native;
+
+pub use audit::{RECORDS, audit_handler, with_records};
+pub use host::{HostCall, HostPolicy};
+pub use native::{
+    FailedPolicy, Loaded, NotLoaded, PointPolicy, construction_error, describe, dsl, http,
+    parse_point, rego, rego_server,
+};

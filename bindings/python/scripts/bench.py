@@ -1,0 +1,104 @@
+"""What a Python caller pays per call: a DSL rule and the approved-tools Rego bundle through
+``evaluate_tool_call_sync``, beside the same allowlist written as a plain Python function called
+directly (the floor), in microseconds per call.
+
+Run it against an optimised build (``pip install ./bindings/python``, or ``maturin develop
+--release``): ``python scripts/bench.py``. The bundle is read from ``$PORTCULLIS_OPA_FIXTURES``,
+else ``../shared/fixtures`` beside the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict
+
+from portcullis import (
+    DslToolCallPolicy,
+    PolicyDenialError,
+    PolicyEngine,
+    PolicySet,
+    RegoToolCallPolicy,
+)
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = Path(
+    os.environ.get("PORTCULLIS_OPA_FIXTURES", HERE.parents[3] / "shared" / "fixtures")
+).resolve()
+APPROVED = ("web_search", "read_file", "summarize")
+
+
+def context(tool: str) -> Dict[str, Any]:
+    return {
+        "tool_name": tool,
+        "arguments": {"query": "weather"},
+        "calling_message": {"role": "assistant", "content": "calling"},
+        "metadata": {"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"},
+    }
+
+
+def per_call(call: Callable[[], Any], calls: int) -> float:
+    """The best of five runs of ``calls`` calls, in microseconds per call."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def denied(evaluate: Callable[[Dict[str, Any]], Any], ctx: Dict[str, Any]) -> Callable[[], None]:
+    def call() -> None:
+        try:
+            evaluate(ctx)
+        except PolicyDenialError:
+            pass
+
+    return call
+
+
+def main() -> None:
+    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+    rules = Path(tempfile.mkdtemp())
+    (rules / "approved.json").write_text(
+        json.dumps(
+            {
+                "condition": {"field": "tool_name", "not_in": list(APPROVED)},
+                "action": "deny",
+                "reason": "Tool is not in the approved list.",
+            }
+        )
+    )
+    dsl = PolicyEngine(policy_set=PolicySet(tool_call=[DslToolCallPolicy("approved", rules)]))
+    rego = PolicyEngine(
+        policy_set=PolicySet(
+            tool_call=[RegoToolCallPolicy("approved-tools", FIXTURES / "rego-wasm" / "approved-tools.tar.gz")]
+        )
+    )
+
+    def plain(ctx: Dict[str, Any]) -> Dict[str, Any]:
+        if ctx["tool_name"] not in APPROVED:
+            raise PolicyDenialError("Tool is not in the approved list.", policy_id="approved", interception_point="tool_call")
+        return ctx
+
+    allowed, refused = context("web_search"), context("delete_everything")
+    floor = per_call(lambda: plain(allowed), calls)
+    rows = [
+        ("plain Python function (allow)", floor),
+        ("plain Python function (deny)", per_call(denied(plain, refused), calls)),
+        ("DSL rule, evaluate_tool_call_sync (allow)", per_call(lambda: dsl.evaluate_tool_call_sync(allowed), calls)),
+        ("DSL rule, evaluate_tool_call_sync (deny)", per_call(denied(dsl.evaluate_tool_call_sync, refused), calls)),
+        ("approved-tools bundle, evaluate_tool_call_sync (allow)", per_call(lambda: rego.evaluate_tool_call_sync(allowed), calls)),
+        ("approved-tools bundle, evaluate_tool_call_sync (deny)", per_call(denied(rego.evaluate_tool_call_sync, refused), calls)),
+    ]
+    for name, micros in rows:
+        print(f"{name:58} {micros:8.2f} µs/call  {micros / floor:7.1f}x the plain function")
+
+
+if __name__ == "__main__":
+    main()
