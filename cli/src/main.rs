@@ -8,6 +8,7 @@
 //! `serve` runs until stopped and exits 0.
 
 mod check;
+mod log;
 mod outcome;
 mod proxy;
 mod reload;
@@ -182,9 +183,15 @@ enum Command {
         /// How many client connections may be open at once (more wait to be accepted).
         #[arg(long, default_value_t = portcullis::server::DEFAULT_MAX_CONNECTIONS)]
         max_connections: usize,
-        /// Log level: error, warn, info, debug or trace (logs go to standard error).
+        /// Log level: error, warn, info, debug or trace (logs go to standard error; at
+        /// `info`, one access line per request).
         #[arg(long, default_value = "info")]
         log_level: String,
+        /// Log lines as `text` (for people) or `json` (one object per line, for log
+        /// pipelines). Lines are queued and written by a thread of their own: a request never
+        /// waits for its log line (lines that find the queue full are dropped and counted).
+        #[arg(long, value_enum, default_value_t = log::LogFormat::Text)]
+        log_format: log::LogFormat,
     },
     /// Guard an agent without changing its code: an OpenAI-compatible proxy, or an MCP
     /// server in front of another.
@@ -243,6 +250,7 @@ fn main() -> ExitCode {
             read_timeout,
             max_connections,
             log_level,
+            log_format,
         } => serve::run(serve::ServeArgs {
             manifest,
             listen,
@@ -258,6 +266,7 @@ fn main() -> ExitCode {
             read_timeout,
             max_connections,
             log_level,
+            log_format,
         }),
         Command::Proxy(command) => proxy::run(command),
     };

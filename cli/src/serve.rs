@@ -9,6 +9,7 @@ use portcullis::manifest::{
 };
 use portcullis::server::{DecisionService, Limits, ReloadStatus, redact_urls, serve};
 
+use crate::log::{LogFormat, LogGuard, QueuedStderr};
 use crate::{reload, render};
 
 /// What `serve` was asked for.
@@ -27,6 +28,7 @@ pub(crate) struct ServeArgs {
     pub(crate) read_timeout: String,
     pub(crate) max_connections: usize,
     pub(crate) log_level: String,
+    pub(crate) log_format: LogFormat,
 }
 
 fn fail(message: impl std::fmt::Display) -> u8 {
@@ -39,12 +41,7 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         Ok(level) => level,
         Err(_) => return fail("`--log-level` is one of error, warn, info, debug, trace"),
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let _log = init_log(level, args.log_format);
     let Ok(listen) = args.listen.parse::<SocketAddr>() else {
         return fail(format!(
             "`--listen {}` is not an address such as 127.0.0.1:8080",
@@ -293,4 +290,33 @@ async fn stop_signal() {
     }
     let _ = tokio::signal::ctrl_c().await;
     tracing::info!("interrupted: stopping");
+}
+
+/// Installs the log: standard error behind a queue (a request never waits for its log line),
+/// at `level`, as text or JSON lines. The guard writes what is queued when the command ends.
+fn init_log(level: tracing::Level, format: LogFormat) -> Option<LogGuard> {
+    let Some((writer, guard)) = QueuedStderr::start() else {
+        // No writer thread: log straight to standard error rather than not at all.
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(level)
+            .with_target(false)
+            .init();
+        return None;
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_max_level(level)
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
+    Some(guard)
 }

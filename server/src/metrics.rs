@@ -14,10 +14,10 @@ const BUCKETS: [f64; 12] = [
 /// The service's metrics. Counters are kept per label set; a label set seen once stays.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
-    /// (route, status) → requests.
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
-    /// (policy id, decision) → decisions.
-    decisions: Mutex<BTreeMap<(String, String), u64>>,
+    /// route → status → requests.
+    requests: Mutex<Counts<u16>>,
+    /// policy id → decision → decisions.
+    decisions: Mutex<Counts<String>>,
     /// outcome → reloads.
     reloads: Mutex<BTreeMap<&'static str, u64>>,
     latency: Histogram,
@@ -51,6 +51,31 @@ struct Histogram {
     sum_nanos: AtomicU64,
 }
 
+/// Counters by two labels, the first a string: a label pair seen before is counted without
+/// allocating (the maps are looked up by `&str`).
+type Counts<K> = BTreeMap<String, BTreeMap<K, u64>>;
+
+/// Counts one more `(first, second)`.
+fn count<K: Ord + std::borrow::Borrow<Q>, Q: Ord + ?Sized + ToOwned<Owned = K>>(
+    counts: &Mutex<Counts<K>>,
+    first: &str,
+    second: &Q,
+) {
+    let mut counts = counts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let inner = match counts.get_mut(first) {
+        Some(inner) => inner,
+        None => counts.entry(first.to_owned()).or_default(),
+    };
+    match inner.get_mut(second) {
+        Some(total) => *total += 1,
+        None => {
+            inner.insert(second.to_owned(), 1);
+        }
+    }
+}
+
 fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
     let mut map = map
         .lock()
@@ -60,16 +85,7 @@ fn bump<K: Ord>(map: &Mutex<BTreeMap<K, u64>>, key: K) {
 
 impl Metrics {
     pub(crate) fn request(&self, route: &str, status: u16) {
-        let mut map = self
-            .requests
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // No allocation for a label set already seen.
-        if let Some(count) = map.get_mut(&(route.to_owned(), status)) {
-            *count += 1;
-        } else {
-            map.insert((route.to_owned(), status), 1);
-        }
+        count(&self.requests, route, &status);
     }
 
     /// Shows `counter` too; one whose name is not a Prometheus metric name is left out.
@@ -85,7 +101,7 @@ impl Metrics {
     }
 
     pub(crate) fn decision(&self, policy_id: &str, decision: &str) {
-        bump(&self.decisions, (policy_id.to_owned(), decision.to_owned()));
+        count(&self.decisions, policy_id, decision);
     }
 
     pub(crate) fn reload(&self, outcome: &'static str) {
@@ -122,24 +138,28 @@ impl Metrics {
             "# HELP portcullis_http_requests_total HTTP requests answered, by route and status.\n",
         );
         out.push_str("# TYPE portcullis_http_requests_total counter\n");
-        for ((route, status), count) in lock(&self.requests).iter() {
-            let _ = writeln!(
-                out,
-                "portcullis_http_requests_total{{route=\"{}\",status=\"{status}\"}} {count}",
-                escape(route)
-            );
+        for (route, statuses) in lock(&self.requests).iter() {
+            for (status, count) in statuses {
+                let _ = writeln!(
+                    out,
+                    "portcullis_http_requests_total{{route=\"{}\",status=\"{status}\"}} {count}",
+                    escape(route)
+                );
+            }
         }
         out.push_str(
             "# HELP portcullis_decisions_total Policy decisions taken, by policy and decision.\n",
         );
         out.push_str("# TYPE portcullis_decisions_total counter\n");
-        for ((policy, decision), count) in lock(&self.decisions).iter() {
-            let _ = writeln!(
-                out,
-                "portcullis_decisions_total{{policy_id=\"{}\",decision=\"{}\"}} {count}",
-                escape(policy),
-                escape(decision)
-            );
+        for (policy, decisions) in lock(&self.decisions).iter() {
+            for (decision, count) in decisions {
+                let _ = writeln!(
+                    out,
+                    "portcullis_decisions_total{{policy_id=\"{}\",decision=\"{}\"}} {count}",
+                    escape(policy),
+                    escape(decision)
+                );
+            }
         }
         out.push_str("# HELP portcullis_evaluation_duration_seconds Time to evaluate one request's policies.\n");
         out.push_str("# TYPE portcullis_evaluation_duration_seconds histogram\n");

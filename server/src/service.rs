@@ -473,17 +473,15 @@ fn request_id(shared: &Shared, headers: &HeaderMap) -> String {
 /// and the request counter.
 async fn observe(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
     let id = request_id(&shared, request.headers());
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", |path| path.as_str())
-        .to_owned();
+    // The matched path is shared, not copied (`MatchedPath` holds an `Arc<str>`).
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let method = request.method().clone();
     let span = tracing::info_span!("request", request_id = %id, %method, route = %route);
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
     let status = response.status().as_u16();
-    shared.metrics.request(&route, status);
+    shared.metrics.request(route, status);
     span.in_scope(|| {
         let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         if status >= 500 {
