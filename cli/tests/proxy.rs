@@ -348,24 +348,6 @@ except openai.PermissionDeniedError as error:
 print(json.dumps(out))
 "#;
 
-/// Whether the `openai` Python package is installed (a test without it is skipped, unless
-/// `PORTCULLIS_REQUIRE_PYTHON_OPENAI` is set).
-fn python_openai_installed() -> bool {
-    let installed = Command::new("python3")
-        .args(["-c", "import openai"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !installed {
-        assert!(
-            std::env::var_os("PORTCULLIS_REQUIRE_PYTHON_OPENAI").is_none(),
-            "the openai Python package is required but not installed"
-        );
-        eprintln!("skipped: the openai Python package is not installed (pip install openai)");
-    }
-    installed
-}
-
 /// Runs a Python `script` with the proxy's base URL as its argument; what it printed, as
 /// JSON.
 async fn run_python(script: &str, base: &str) -> Result<Value, TestError> {
@@ -383,7 +365,7 @@ async fn run_python(script: &str, base: &str) -> Result<Value, TestError> {
 
 #[tokio::test]
 async fn the_official_python_client_is_guarded() -> Result<(), TestError> {
-    if !python_openai_installed() {
+    if !portcullis_testing::python_openai_installed() {
         return Ok(());
     }
     let upstream = EvaluateServer::scripted(scripted).await?;
@@ -559,7 +541,7 @@ print(json.dumps(out))
 #[tokio::test]
 async fn proxy_openai_authenticates_clients_and_sends_its_own_upstream_key() -> Result<(), TestError>
 {
-    if !python_openai_installed() {
+    if !portcullis_testing::python_openai_installed() {
         return Ok(());
     }
     let upstream = EvaluateServer::scripted(scripted).await?;

@@ -47,3 +47,26 @@ mod server;
 pub use evaluate::{EvaluateServer, Reply};
 pub use opa::RegoServer;
 pub use server::RecordedRequest;
+
+/// Whether the official `openai` Python package is installed, for the tests that drive a
+/// proxy with it: a test without it is skipped (with a line on standard error saying so),
+/// unless `PORTCULLIS_REQUIRE_PYTHON_OPENAI` is set, which makes a missing package fail it
+/// (the test command sets it).
+///
+/// # Panics
+/// When the package is missing and `PORTCULLIS_REQUIRE_PYTHON_OPENAI` is set.
+pub fn python_openai_installed() -> bool {
+    let installed = std::process::Command::new("python3")
+        .args(["-c", "import openai"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !installed {
+        #[allow(clippy::panic)]
+        if std::env::var_os("PORTCULLIS_REQUIRE_PYTHON_OPENAI").is_some() {
+            panic!("the openai Python package is required but not installed");
+        }
+        eprintln!("skipped: the openai Python package is not installed (pip install openai)");
+    }
+    installed
+}

@@ -607,17 +607,7 @@ print(json.dumps(out))
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_client_gets_no_held_answer_and_no_unread_event() {
-    let installed = std::process::Command::new("python3")
-        .args(["-c", "import openai"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !installed {
-        assert!(
-            std::env::var_os("PORTCULLIS_REQUIRE_PYTHON_OPENAI").is_none(),
-            "the openai Python package is required but not installed"
-        );
-        eprintln!("skipped: the openai Python package is not installed (pip install openai)");
+    if !portcullis_testing::python_openai_installed() {
         return;
     }
     let held = format!("Done. I will {HELD} now.");

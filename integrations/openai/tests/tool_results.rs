@@ -104,25 +104,9 @@ out["orphan"] = chat.choices[0].message.content
 print(json.dumps(out))
 "#;
 
-fn python_openai_installed() -> bool {
-    let installed = std::process::Command::new("python3")
-        .args(["-c", "import openai"])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !installed {
-        assert!(
-            std::env::var_os("PORTCULLIS_REQUIRE_PYTHON_OPENAI").is_none(),
-            "the openai Python package is required but not installed"
-        );
-        eprintln!("skipped: the openai Python package is not installed (pip install openai)");
-    }
-    installed
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_outputs_are_judged_with_their_call_and_label_the_session() {
-    if !python_openai_installed() {
+    if !portcullis_testing::python_openai_installed() {
         return;
     }
     let server = ScriptedServer::start(vec![
