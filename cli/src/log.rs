@@ -18,6 +18,11 @@ const QUEUED_LINES: usize = 16 * 1024;
 /// How long the end of the process waits for the queued lines to be written.
 const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
 
+/// How long the writer rests after writing a batch. Lines queued meanwhile wait for the next
+/// batch, so a busy service wakes the writer a few hundred times a second, not once per
+/// request: each wake-up is a context switch the requests' threads would pay for.
+const BATCH_PAUSE: Duration = Duration::from_millis(2);
+
 /// What the writer thread is sent.
 enum Queued {
     /// One formatted line (or several, as the formatter wrote them).
@@ -149,6 +154,7 @@ fn write_lines(lines: &Receiver<Queued>, dropped: &AtomicU64, out: &mut impl Wri
             told = now;
         }
         let _ = buffered.flush();
+        std::thread::sleep(BATCH_PAUSE);
     }
 }
 
