@@ -129,8 +129,9 @@ impl Server {
                 .expect("the service starts");
             server.startup.push(line.clone());
             if let Some(at) = line.find("serving decisions on http://") {
+                // Up to the first space, or the quote that ends a JSON log line's message.
                 server.addr = line[at + "serving decisions on http://".len()..]
-                    .split_whitespace()
+                    .split(|c: char| c.is_whitespace() || c == '"')
                     .next()
                     .unwrap_or_default()
                     .to_owned();
@@ -632,4 +633,40 @@ fn a_web_result_through_the_service_denies_a_later_email_on_redis() {
     assert_eq!(refused["denial"]["policy_id"], "no_email_after_untrusted");
     let other = outcome(server.request("POST", "/v1/evaluate/tool_call", &email("s2")));
     assert_eq!(other["outcome"], "allowed", "{other}");
+}
+
+/// `--log-format json`: every line is one JSON object; a request's access line carries its
+/// status and, from its span, the request id and the route.
+#[test]
+fn json_logs_are_one_object_per_line_with_the_access_fields() {
+    let scratch = Scratch::new("json-log");
+    scratch.rule("v1");
+    let manifest = scratch.manifest();
+    let server = Server::start(&manifest, &["--log-format", "json"]);
+    for line in &server.startup {
+        serde_json::from_str::<Value>(line).unwrap_or_else(|error| panic!("{error}: {line}"));
+    }
+    let (status, _) = server.request("GET", "/healthz", "");
+    assert_eq!(status, 200);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answered = loop {
+        let line = server
+            .log
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("an access line");
+        let entry: Value =
+            serde_json::from_str(&line).unwrap_or_else(|error| panic!("{error}: {line}"));
+        if entry["fields"]["message"] == "answered" {
+            break entry;
+        }
+    };
+    assert_eq!(answered["level"], "INFO", "{answered}");
+    assert_eq!(answered["fields"]["status"], 200, "{answered}");
+    assert_eq!(answered["span"]["route"], "/healthz", "{answered}");
+    assert!(
+        answered["span"]["request_id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty()),
+        "{answered}"
+    );
 }
