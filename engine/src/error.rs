@@ -143,7 +143,7 @@ pub fn error_chain(error: &(dyn StdError + 'static)) -> String {
     while let Some(cause) = next {
         let cause_text = cause.to_string();
         // Some errors repeat their cause in their own message; do not say it twice.
-        if !text.ends_with(&cause_text) {
+        if !text.contains(&cause_text) {
             text.push_str(": ");
             text.push_str(&cause_text);
         }

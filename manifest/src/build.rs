@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use portcullis_dsl::{DslPolicy, Problems};
+#[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
+use portcullis_engine::error::error_chain;
 use portcullis_engine::{
     BoxError, ByPoint, InputContext, InputPolicy, InterceptionPoint, OutputContext, OutputPolicy,
     PointMap, Policy, PolicyContext, PolicyDecision, PolicyExt, PolicyMode, PolicySet,
@@ -13,8 +15,6 @@ use portcullis_engine::{
 };
 use serde_json::Value;
 
-#[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
-use crate::diagnostic::error_chain;
 use crate::diagnostic::{Diagnostic, Report, Severity, closest};
 use crate::model::{Manifest, POINT_NAMES, PolicyEntry, PolicySource};
 use crate::reader::Reader;

@@ -220,22 +220,6 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     table[a.len() * width + b.len()]
 }
 
-/// The error's message followed by those of its causes (each once).
-#[cfg(any(feature = "rego", feature = "rego-rest", feature = "http"))]
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

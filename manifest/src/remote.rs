@@ -50,10 +50,10 @@ mod fetching {
     use std::sync::{Arc, Mutex, OnceLock, PoisonError};
     use std::time::Duration;
 
+    use portcullis_engine::error::error_chain;
     use portcullis_engine::{Policy, PolicyContext};
     use portcullis_rego::{RegoBundle, RegoPolicy};
 
-    use crate::diagnostic::error_chain;
     use crate::signing::verify_bundle;
     use crate::{Manifest, PolicySource};
 

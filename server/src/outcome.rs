@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
 
+use portcullis_engine::error::error_chain;
 use portcullis_engine::{
     AuditHandler, AuditRecord, BoxError, EngineError, InputContext, InterceptionPoint,
     OutputContext, PolicyContext, PolicyEngine, ToolCallContext, ToolResultContext,
@@ -332,19 +333,4 @@ pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
         }
     }
     outcome
-}
-
-/// The error's message followed by those of its causes (each once).
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

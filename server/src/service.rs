@@ -805,7 +805,7 @@ async fn decide(
         Some(Err(EngineError::Evaluation(failure))) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "evaluation_error",
-            outcome::error_chain(&failure),
+            portcullis_engine::error::error_chain(&failure),
         )),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
