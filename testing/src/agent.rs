@@ -24,8 +24,8 @@
 
 use portcullis_engine::stream::StreamingRule;
 use portcullis_engine::{
-    BoxError, InputContext, OutputContext, Policy, PolicyDecision, PolicySet, Redaction,
-    ToolCallContext, ToolResultContext, TransformOperation, async_trait,
+    BoxError, InputContext, OutputContext, Policy, PolicyDecision, PolicySet, PolicySetBuilder,
+    Redaction, ToolCallContext, ToolResultContext, TransformOperation, async_trait,
 };
 
 /// A US social security number, as the policies look for it.
@@ -175,6 +175,16 @@ impl Policy<ToolCallContext> for RedactToolSsn {
             SSN,
         )]))
     }
+}
+
+/// The untrusted-content pattern: [`NoEmailAfterUntrusted`] at the tool-call point,
+/// [`LabelWebResults`] and [`RedactResultSsn`] at the tool-result point (an engine needs a
+/// session store for the label to carry from one call to the next).
+pub fn untrusted_content() -> PolicySetBuilder {
+    PolicySet::builder()
+        .tool_call(NoEmailAfterUntrusted)
+        .tool_result(LabelWebResults)
+        .tool_result(RedactResultSsn)
 }
 
 /// The label [`LabelWebResults`] gives a session and [`NoEmailAfterUntrusted`] reads.

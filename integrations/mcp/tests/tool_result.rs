@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use portcullis_engine::{MemorySessionStore, PolicyEngine, PolicySet};
 use portcullis_mcp::{GuardedClient, GuardedServer, denial};
-use portcullis_testing::agent::{LabelWebResults, NoEmailAfterUntrusted, RedactResultSsn};
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use serde_json::{Value, json};
 use support::upstream::Upstream;
@@ -19,11 +18,7 @@ use support::{Audit, TestError, connect_in_process, text, tool_guard};
 /// The untrusted-content set, with every evaluated context recorded.
 fn engine() -> (Arc<PolicyEngine>, Audit) {
     let audit = Audit::default();
-    let set = PolicySet::builder()
-        .tool_call(NoEmailAfterUntrusted)
-        .tool_result(LabelWebResults)
-        .tool_result(RedactResultSsn)
-        .build();
+    let set = portcullis_testing::agent::untrusted_content().build();
     let engine = PolicyEngine::builder()
         .policy_set(set)
         .sessions(MemorySessionStore::new())

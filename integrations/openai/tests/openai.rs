@@ -1700,7 +1700,6 @@ async fn a_tool_schema_too_deep_to_read_never_reaches_the_server() {
 #[tokio::test]
 async fn tool_outputs_go_through_the_tool_result_point() {
     use portcullis_engine::MemorySessionStore;
-    use portcullis_testing::agent::{LabelWebResults, NoEmailAfterUntrusted, RedactResultSsn};
 
     let server = ScriptedServer::start(vec![Reply::Json(support::tool_call_completion(
         None,
@@ -1709,11 +1708,7 @@ async fn tool_outputs_go_through_the_tool_result_point() {
     .await;
     let points = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&points);
-    let set = PolicySet::builder()
-        .tool_call(NoEmailAfterUntrusted)
-        .tool_result(LabelWebResults)
-        .tool_result(RedactResultSsn)
-        .build();
+    let set = portcullis_testing::agent::untrusted_content().build();
     let engine = PolicyEngine::builder()
         .policy_set(set)
         .sessions(MemorySessionStore::new())

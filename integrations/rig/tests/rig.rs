@@ -638,8 +638,7 @@ impl PortableTool for SendEmail {
 /// `send_email` call the model makes next never runs.
 #[tokio::test]
 async fn a_web_result_is_redacted_and_stops_a_later_email() {
-    use portcullis_engine::{MemorySessionStore, PolicySet};
-    use portcullis_testing::agent::{LabelWebResults, NoEmailAfterUntrusted, RedactResultSsn};
+    use portcullis_engine::MemorySessionStore;
 
     let server = ScriptedServer::start(vec![
         Reply::Json(support::tool_call_completion(
@@ -655,11 +654,7 @@ async fn a_web_result_is_redacted_and_stops_a_later_email() {
     .await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&seen);
-    let set = PolicySet::builder()
-        .tool_call(NoEmailAfterUntrusted)
-        .tool_result(LabelWebResults)
-        .tool_result(RedactResultSsn)
-        .build();
+    let set = portcullis_testing::agent::untrusted_content().build();
     let engine = PolicyEngine::builder()
         .policy_set(set)
         .sessions(MemorySessionStore::new())
