@@ -165,7 +165,7 @@ impl GuardedClient {
         let arguments = params.arguments.clone().unwrap_or_default();
         match self.upstream(self.peer.call_tool_once(params)).await? {
             CallToolResponse::Complete(result) => Ok(CallToolResponse::Complete(
-                self.guard.check_result(&name, &arguments, result).await,
+                self.guard.check_result(&name, arguments, result).await,
             )),
             CallToolResponse::Task(_) => Err(ServiceError::McpError(ErrorData::internal_error(
                 format!(

@@ -179,7 +179,7 @@ impl ToolGuard {
     pub async fn check_result(
         &self,
         tool_name: &str,
-        arguments: &Map<String, Value>,
+        arguments: Map<String, Value>,
         result: CallToolResult,
     ) -> CallToolResult {
         let metadata = self
@@ -187,7 +187,7 @@ impl ToolGuard {
             .with_extra("tool_name", tool_name);
         let source = Source {
             tool_name,
-            arguments: arguments.clone(),
+            arguments,
             is_error: result.is_error == Some(true),
         };
         let point = self.result_point();
@@ -288,19 +288,22 @@ impl ToolGuard {
         metadata: Metadata,
         mut data: D,
     ) -> Result<D, Withheld> {
-        let Some(judged) = judge(&self.engine, point, source, &data, metadata).await? else {
+        let Some(mut judged) = judge(&self.engine, point, source, &data, metadata).await? else {
             return Ok(data);
         };
-        let rewrite = |text: &mut String| judged.rewrite(text);
         // What the whole text becomes: the texts the data holds and the structured value as
         // the policies left it, with the text's changes applied once.
-        let mut cleared = joined_text(&data, judged.structured.as_ref());
-        rewrite(&mut cleared).map_err(Withheld::Unapplicable)?;
+        let mut cleared = joined_text(&data, judged.structured.as_ref().or(data.structured()));
+        judged
+            .rewrite(&mut cleared)
+            .map_err(Withheld::Unapplicable)?;
+        let changed_structured = judged.structured.take();
+        let rewrite = |text: &mut String| judged.rewrite(text);
         data.for_each_text(&mut |text| rewrite(text))
             .map_err(Withheld::Unapplicable)?;
         if let Some(structured) = data.structured_mut() {
-            if let Some(left) = &judged.structured {
-                structured.clone_from(left);
+            if let Some(left) = changed_structured {
+                *structured = left;
             }
             rewrite_strings(structured, &rewrite).map_err(Withheld::Unapplicable)?;
         }
@@ -383,8 +386,8 @@ struct Judged {
     changes: Vec<PolicyDecision>,
     /// The context the changes are applied in, its text set to each part in turn.
     context: JudgedContext,
-    /// The structured value as the policies left it (`tool_result` may change paths inside
-    /// it; the output point leaves it as it came); `None` when there is none.
+    /// The structured value as the tool-result policies left it (they may change paths inside
+    /// it); `None` at the output point, which leaves the data's own as it came.
     structured: Option<Value>,
 }
 
@@ -417,8 +420,10 @@ async fn judge(
         }
         let changes = text_changes(evaluation.decisions(), Some("content"));
         let structured = evaluation.into_context().structured;
+        // Each part's text is rewritten in this context: only `content` is read there.
         context.content.clear();
         context.structured = None;
+        context.arguments.clear();
         return Ok(Some(Judged {
             changes,
             context: JudgedContext::ToolResult(Box::new(context)),
@@ -433,7 +438,7 @@ async fn judge(
     Ok(Some(Judged {
         changes: text_changes(evaluation.decisions(), None),
         context: JudgedContext::Output(context),
-        structured: data.structured().cloned(),
+        structured: None,
     }))
 }
 
@@ -919,7 +924,7 @@ mod tests {
     async fn a_match_within_blocks_is_redacted_block_by_block() {
         let guard = ToolGuard::new(engine(Redaction::replace("response.content", r"\d{3}")));
         let result = guard
-            .check_result("t", &Map::new(), blocks(&["a 123", "b 456"]))
+            .check_result("t", Map::new(), blocks(&["a 123", "b 456"]))
             .await;
         assert_eq!(texts(&result), ["a [REDACTED]", "b [REDACTED]"]);
         assert_eq!(result.content.len(), 3, "the image stays");
@@ -929,7 +934,7 @@ mod tests {
     async fn a_match_across_blocks_leaves_only_cleared_text() {
         let guard = ToolGuard::new(engine(Redaction::replace("response.content", r"12\n34")));
         let result = guard
-            .check_result("t", &Map::new(), blocks(&["a 12", "34 b"]))
+            .check_result("t", Map::new(), blocks(&["a 12", "34 b"]))
             .await;
         assert_eq!(texts(&result), ["a [REDACTED] b"]);
         assert_eq!(result.content.len(), 2, "the image stays");
@@ -944,7 +949,7 @@ mod tests {
             ContentBlock::embedded_text("file:///r.txt", "r 456"),
             ContentBlock::resource(blob.clone()),
         ]);
-        let result = guard.check_result("t", &Map::new(), result).await;
+        let result = guard.check_result("t", Map::new(), result).await;
         assert_eq!(data_text(&result), "a [REDACTED]\nr [REDACTED]");
         assert!(matches!(
             result.content[1].as_resource().map(|r| &r.resource),
@@ -960,7 +965,7 @@ mod tests {
             ContentBlock::text("a 12"),
             ContentBlock::embedded_text("file:///r.txt", "34 b"),
         ]);
-        let result = guard.check_result("t", &Map::new(), result).await;
+        let result = guard.check_result("t", Map::new(), result).await;
         assert_eq!(texts(&result), ["a [REDACTED] b"]);
         assert_eq!(result.content.len(), 1);
     }
@@ -969,7 +974,7 @@ mod tests {
     async fn a_mask_masks_the_whole_text_once() {
         let guard = ToolGuard::new(engine(Redaction::mask("response.content")));
         let result = guard
-            .check_result("t", &Map::new(), blocks(&["a", "b"]))
+            .check_result("t", Map::new(), blocks(&["a", "b"]))
             .await;
         assert_eq!(texts(&result), ["[REDACTED]"]);
     }

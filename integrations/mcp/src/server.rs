@@ -488,7 +488,7 @@ impl ServerHandler for GuardedServer {
             .await?
         {
             CallToolResponse::Complete(result) => Ok(CallToolResponse::Complete(
-                guard.check_result(&name, &arguments, result).await,
+                guard.check_result(&name, arguments, result).await,
             )),
             CallToolResponse::Task(_) => Err(ErrorData::internal_error(
                 format!(
