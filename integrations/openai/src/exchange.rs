@@ -77,11 +77,11 @@ pub(crate) async fn guard_request(
     let tool_results = !settings.engine.policy_set().tool_result().is_empty();
     let texts = api.request_texts(&body, tool_results)?;
     let mut changed_outputs = Vec::new();
-    for output in &texts.tool_outputs {
+    for output in texts.tool_outputs {
         let context = ToolResultContext::new(
-            &*output.tool_name,
-            output.arguments.clone(),
-            output.content.clone(),
+            output.tool_name,
+            output.arguments,
+            output.content,
             metadata.clone(),
         );
         let evaluation = settings
@@ -90,7 +90,7 @@ pub(crate) async fn guard_request(
             .await
             .map_err(Failure::from)?;
         if evaluation.is_modified() {
-            changed_outputs.push((output, evaluation.into_context().content));
+            changed_outputs.push((output.pointer, evaluation.into_context().content));
         }
     }
     let context = InputContext::new(texts.messages, metadata.clone());
@@ -104,8 +104,8 @@ pub(crate) async fn guard_request(
         if evaluation.is_modified() {
             mapping::write_input(&mut body, &texts.slots, evaluation.into_context().messages)?;
         }
-        for (output, content) in changed_outputs {
-            mapping::write_tool_output(&mut body, output, content);
+        for (pointer, content) in changed_outputs {
+            mapping::write_tool_output(&mut body, &pointer, content);
         }
         Some(Bytes::from(body.to_string()))
     } else {

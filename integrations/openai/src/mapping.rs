@@ -779,10 +779,10 @@ pub(crate) fn write_input(
     Ok(())
 }
 
-/// Writes a tool output's changed content back into the request body, as one string where
-/// the output was.
-pub(crate) fn write_tool_output(body: &mut Value, output: &ToolOutput, content: String) {
-    if let Some(target) = body.pointer_mut(&output.pointer) {
+/// Writes a tool output's changed content back into the request body, as one string at the
+/// output's `pointer` ([`ToolOutput::pointer`]).
+pub(crate) fn write_tool_output(body: &mut Value, pointer: &str, content: String) {
+    if let Some(target) = body.pointer_mut(pointer) {
         *target = Value::String(content);
     }
 }
