@@ -81,25 +81,23 @@ impl QueuedStderr {
 }
 
 impl<'a> MakeWriter<'a> for QueuedStderr {
-    type Writer = QueuedLine;
+    type Writer = QueuedLine<'a>;
 
-    fn make_writer(&'a self) -> QueuedLine {
+    fn make_writer(&'a self) -> QueuedLine<'a> {
         QueuedLine {
             line: Vec::with_capacity(256),
-            queue: self.queue.clone(),
-            dropped: Arc::clone(&self.dropped),
+            to: self,
         }
     }
 }
 
 /// One event being formatted: queued whole when the formatter is done with it.
-pub(crate) struct QueuedLine {
+pub(crate) struct QueuedLine<'a> {
     line: Vec<u8>,
-    queue: SyncSender<Queued>,
-    dropped: Arc<AtomicU64>,
+    to: &'a QueuedStderr,
 }
 
-impl Write for QueuedLine {
+impl Write for QueuedLine<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         self.line.extend_from_slice(bytes);
         Ok(bytes.len())
@@ -110,16 +108,16 @@ impl Write for QueuedLine {
     }
 }
 
-impl Drop for QueuedLine {
+impl Drop for QueuedLine<'_> {
     fn drop(&mut self) {
         if self.line.is_empty() {
             return;
         }
         let line = std::mem::take(&mut self.line);
-        match self.queue.try_send(Queued::Line(line)) {
+        match self.to.queue.try_send(Queued::Line(line)) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.to.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
