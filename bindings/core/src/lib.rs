@@ -1,8 +1,10 @@
-//! What the language bindings of Portcullis share (`bindings/node`, `bindings/python`): the
+//! What the language bindings of Portcullis share (`bindings/node`, `bindings/python`,
+//! `bindings/java`): the
 //! native policies (DSL rules, Rego bundles, a Rego policy server, a remote HTTP endpoint)
 //! built for one point, the policy a rule that could not be loaded gives, and the audit
 //! records a call keeps to hand to the host language's handler, and the policy trait for a
-//! policy written in the host language.
+//! policy written in the host language, and one call of an engine on a context given as JSON
+//! with its outcome as JSON.
 //!
 //! Nothing here knows a host language: each binding translates these into its own values and
 //! errors.
@@ -10,6 +12,7 @@
 mod audit;
 mod host;
 mod native;
+mod outcome;
 
 pub use audit::{RECORDS, audit_handler, with_records};
 pub use host::{HostCall, HostPolicy};
@@ -17,3 +20,4 @@ pub use native::{
     FailedPolicy, Loaded, NotLoaded, PointPolicy, construction_error, describe, dsl, http,
     parse_point, rego, rego_server,
 };
+pub use outcome::{outcome, read_context};

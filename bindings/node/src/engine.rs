@@ -11,17 +11,14 @@ use std::time::Duration;
 use napi::bindgen_prelude::{Either, Env, PromiseRaw};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
-use portcullis_bindings::{PointPolicy, with_records};
+use portcullis_bindings::PointPolicy;
 use portcullis_engine::{
-    EngineError, InputContext, InterceptionPoint, OnError, OutputContext, PolicyContext,
-    PolicyEngine, PolicyEngineBuilder, PolicySet, PolicySetBuilder, ToolCallContext,
-    ToolResultContext,
+    InterceptionPoint, OnError, PolicyEngine, PolicyEngineBuilder, PolicySet, PolicySetBuilder,
 };
 use portcullis_manifest::{CodeRegistry, Manifest};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::audit::{NativeAuditSink, audit_handler};
-use crate::context::read_context;
 use crate::native::{NativePolicy, parse_point};
 use crate::policy::{HostEvaluate, HostPolicyError, js_policy};
 
@@ -228,23 +225,11 @@ async fn outcome(
     point: InterceptionPoint,
     context_json: String,
 ) -> String {
-    let outcome = async move {
-        match point {
-            InterceptionPoint::Input => evaluate::<InputContext>(&engine, &context_json).await,
-            InterceptionPoint::ToolCall => {
-                evaluate::<ToolCallContext>(&engine, &context_json).await
-            }
-            InterceptionPoint::ToolResult => {
-                evaluate::<ToolResultContext>(&engine, &context_json).await
-            }
-            InterceptionPoint::Output => evaluate::<OutputContext>(&engine, &context_json).await,
-        }
-    };
-    let (mut outcome, records) = with_records(audit, outcome).await;
-    if let Some(records) = records {
-        outcome["records"] = Value::Array(records);
-    }
-    outcome.to_string()
+    portcullis_bindings::outcome(&engine, audit, point, &context_json, |cause| {
+        json!(HostPolicyError::thrown_token(cause))
+    })
+    .await
+    .to_string()
 }
 
 impl NativeEngine {
@@ -258,40 +243,5 @@ impl NativeEngine {
             audit,
             in_memory,
         }
-    }
-}
-
-/// Runs `C`'s point on a context given as JSON; the outcome as the package's layer reads it.
-async fn evaluate<C: PolicyContext>(engine: &PolicyEngine, context_json: &str) -> Value {
-    let context: C = match read_context(context_json) {
-        Ok(context) => context,
-        Err(message) => return json!({ "outcome": "invalid_context", "message": message }),
-    };
-    match engine.evaluate(&context).await {
-        Ok(evaluation) if evaluation.is_modified() => json!({
-            "outcome": "forward",
-            "context": serde_json::to_value(evaluation.context()).unwrap_or(Value::Null),
-        }),
-        Ok(_) => json!({ "outcome": "forward", "context": null }),
-        Err(EngineError::Denied(denial)) => json!({
-            "outcome": "denied",
-            "policy_id": denial.policy_id(),
-            "interception_point": denial.interception_point(),
-            "reason": denial.reason(),
-            "message": denial.to_string(),
-        }),
-        Err(EngineError::Evaluation(error)) => json!({
-            "outcome": "evaluation_error",
-            "policy_id": error.policy_id(),
-            "interception_point": error.interception_point(),
-            "cause": error.cause_chain(),
-            "thrown": HostPolicyError::thrown_token(error.cause()),
-        }),
-        Err(EngineError::ApprovalRequired(request)) => json!({
-            "outcome": "approval_required",
-            "policy_id": request.policy_ids.first(),
-            "interception_point": request.interception_point,
-            "request": &*request,
-        }),
     }
 }

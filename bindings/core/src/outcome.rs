@@ -1,0 +1,105 @@
+//! One call of an engine on a context given as JSON, and its outcome as one JSON document that
+//! a binding's host-language layer turns into the context to forward or one of its errors.
+
+use std::error::Error;
+
+use portcullis_engine::{
+    EngineError, InputContext, InterceptionPoint, OutputContext, PolicyContext, PolicyEngine,
+    ToolCallContext, ToolResultContext,
+};
+use serde_json::{Value, json};
+
+use crate::audit::with_records;
+
+/// Reads a context of `C`'s point from JSON, saying what is wrong with it.
+pub fn read_context<C: PolicyContext>(json: &str) -> Result<C, String> {
+    serde_json::from_str(json).map_err(|error| format!("not a valid {} context: {error}", C::POINT))
+}
+
+/// Evaluates the policies of `point` on the context `context_json`, and with `audit` keeps the
+/// call's audit records: the outcome as JSON.
+///
+/// | `outcome` | other keys |
+/// |---|---|
+/// | `forward` | `context`: the changed context, or `null` when unchanged |
+/// | `denied` | `policy_id`, `interception_point`, `reason`, `message` |
+/// | `evaluation_error` | `policy_id`, `interception_point`, `cause`, `thrown` (what `thrown` gives for the cause) |
+/// | `approval_required` | `policy_id`, `interception_point`, `request` |
+/// | `invalid_context` | `message` |
+///
+/// `records` (a list of audit records) is added when `audit`. `thrown` is how a binding
+/// points at what its host-language policy threw, if the cause is such a throw.
+pub async fn outcome<F>(
+    engine: &PolicyEngine,
+    audit: bool,
+    point: InterceptionPoint,
+    context_json: &str,
+    thrown: F,
+) -> Value
+where
+    F: FnOnce(&(dyn Error + 'static)) -> Value,
+{
+    let outcome = async move {
+        match point {
+            InterceptionPoint::Input => {
+                evaluate::<InputContext, F>(engine, context_json, thrown).await
+            }
+            InterceptionPoint::ToolCall => {
+                evaluate::<ToolCallContext, F>(engine, context_json, thrown).await
+            }
+            InterceptionPoint::ToolResult => {
+                evaluate::<ToolResultContext, F>(engine, context_json, thrown).await
+            }
+            InterceptionPoint::Output => {
+                evaluate::<OutputContext, F>(engine, context_json, thrown).await
+            }
+        }
+    };
+    let (mut outcome, records) = with_records(audit, outcome).await;
+    if let Some(records) = records {
+        outcome["records"] = Value::Array(records);
+    }
+    outcome
+}
+
+/// Runs `C`'s point on a context given as JSON; the outcome as [`outcome`] describes it.
+async fn evaluate<C: PolicyContext, F>(
+    engine: &PolicyEngine,
+    context_json: &str,
+    thrown: F,
+) -> Value
+where
+    F: FnOnce(&(dyn Error + 'static)) -> Value,
+{
+    let context: C = match read_context(context_json) {
+        Ok(context) => context,
+        Err(message) => return json!({ "outcome": "invalid_context", "message": message }),
+    };
+    match engine.evaluate(&context).await {
+        Ok(evaluation) if evaluation.is_modified() => json!({
+            "outcome": "forward",
+            "context": serde_json::to_value(evaluation.context()).unwrap_or(Value::Null),
+        }),
+        Ok(_) => json!({ "outcome": "forward", "context": null }),
+        Err(EngineError::Denied(denial)) => json!({
+            "outcome": "denied",
+            "policy_id": denial.policy_id(),
+            "interception_point": denial.interception_point(),
+            "reason": denial.reason(),
+            "message": denial.to_string(),
+        }),
+        Err(EngineError::Evaluation(error)) => json!({
+            "outcome": "evaluation_error",
+            "policy_id": error.policy_id(),
+            "interception_point": error.interception_point(),
+            "cause": error.cause_chain(),
+            "thrown": thrown(error.cause()),
+        }),
+        Err(EngineError::ApprovalRequired(request)) => json!({
+            "outcome": "approval_required",
+            "policy_id": request.policy_ids.first(),
+            "interception_point": request.interception_point,
+            "request": &*request,
+        }),
+    }
+}

@@ -1,0 +1,323 @@
+//! What a Java object holds a handle to: a policy set being built, an engine, a native policy.
+//! Each is boxed, given to Java as a `long`, and freed once by Java's `Cleaner`.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use portcullis_bindings::{Loaded, PointPolicy, audit_handler};
+use portcullis_engine::error::error_chain;
+use portcullis_engine::{
+    InputContext, InterceptionPoint, OnError, OutputContext, Policy, PolicyContext, PolicyEngine,
+    PolicyEngineBuilder, PolicySet, PolicySetBuilder, ToolCallContext, ToolResultContext,
+};
+use portcullis_http::HttpClientOptions;
+use portcullis_manifest::{CodeRegistry, Manifest};
+use portcullis_observability::ObservabilityAuditHandler;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::policy::JavaPolicyError;
+use crate::runtime::run_blocking;
+
+/// The policies of an engine being built, in the order Java adds them.
+pub struct PolicySetHandle {
+    builder: Mutex<Option<PolicySetBuilder>>,
+}
+
+impl PolicySetHandle {
+    /// An empty set whose evaluation errors are handled as `on_error` says (`deny`, `allow`).
+    pub fn new(on_error: &str) -> Result<PolicySetHandle, String> {
+        let on_error = match on_error {
+            "deny" => OnError::Deny,
+            "allow" => OnError::Allow,
+            other => return Err(format!("onError must be DENY or ALLOW, not {other:?}")),
+        };
+        Ok(PolicySetHandle {
+            builder: Mutex::new(Some(PolicySet::builder().on_error(on_error))),
+        })
+    }
+
+    /// Adds a policy at its point.
+    pub fn add(&self, policy: PointPolicy) -> Result<(), String> {
+        let mut builder = self.builder.lock().map_err(|_| already_built())?;
+        let taken = builder.take().ok_or_else(already_built)?;
+        *builder = Some(policy.add_to(taken));
+        Ok(())
+    }
+
+    /// The set, built (it cannot be used again).
+    pub fn build(&self) -> Result<PolicySet, String> {
+        let mut builder = self.builder.lock().map_err(|_| already_built())?;
+        Ok(builder.take().ok_or_else(already_built)?.build())
+    }
+}
+
+fn already_built() -> String {
+    "this policy set already went into an engine".to_owned()
+}
+
+/// An engine, and whether its outcomes carry their audit records for Java's `onAudit`.
+pub struct EngineHandle {
+    engine: PolicyEngine,
+    audit: bool,
+}
+
+impl EngineHandle {
+    /// An engine on `set`; with `audit`, each outcome carries the call's audit records, and
+    /// `sink` receives every record too.
+    pub fn new(
+        set: &PolicySetHandle,
+        audit: bool,
+        sink: Option<ObservabilityAuditHandler>,
+    ) -> Result<EngineHandle, String> {
+        let builder = PolicyEngine::builder().policy_set(set.build()?);
+        let builder = match audit_handler(audit, sink) {
+            Some(handler) => builder.on_audit(handler),
+            None => builder,
+        };
+        Ok(EngineHandle::built(builder, audit))
+    }
+
+    /// The engine of the manifest at `path` (§10); with `audit`, each outcome carries the
+    /// call's audit records, and `sink` receives every record (the manifest's own sinks do
+    /// too). The error lists every problem of the manifest.
+    pub fn from_manifest(
+        path: &str,
+        audit: bool,
+        sink: Option<ObservabilityAuditHandler>,
+    ) -> Result<EngineHandle, String> {
+        let handler = audit_handler(audit, sink);
+        let builder = run_blocking(async move {
+            let loaded =
+                Manifest::load(path, &CodeRegistry::new()).map_err(|errors| errors.to_string())?;
+            match handler {
+                Some(handler) => loaded.into_engine_builder_with_audit(handler).await,
+                None => loaded.into_engine_builder().await,
+            }
+            .map_err(|errors| errors.to_string())
+        })??;
+        Ok(EngineHandle::built(builder, audit))
+    }
+
+    fn built(builder: PolicyEngineBuilder, audit: bool) -> EngineHandle {
+        EngineHandle {
+            engine: builder.build(),
+            audit,
+        }
+    }
+
+    /// Evaluates `point` on the context `context_json` on this thread: the outcome as JSON
+    /// (see `portcullis_bindings::outcome`; `thrown` is `true` when the cause is an exception
+    /// a Java policy threw, which is returned beside it).
+    pub fn evaluate(
+        &self,
+        point: InterceptionPoint,
+        context_json: &str,
+    ) -> Result<(String, Option<crate::Thrown>), String> {
+        let mut thrown = None;
+        let outcome = run_blocking(portcullis_bindings::outcome(
+            &self.engine,
+            self.audit,
+            point,
+            context_json,
+            |cause| {
+                thrown = JavaPolicyError::thrown(cause);
+                Value::Bool(thrown.is_some())
+            },
+        ))?;
+        Ok((outcome.to_string(), thrown))
+    }
+}
+
+/// A policy evaluated by the Rust engine (not by Java): what `DslInputPolicy`,
+/// `RegoInputPolicy`, `RegoServerInputPolicy`, `HttpInputPolicy` and their twins hold.
+pub struct NativePolicy {
+    id: String,
+    /// The policy, at its point.
+    pub policy: PointPolicy,
+    problems: Vec<String>,
+    warnings: Vec<String>,
+}
+
+/// How to reach a server, as the Java options classes give it (JSON): `base_url`, and
+/// optionally `timeout_ms` and `headers`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientOptions {
+    base_url: String,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+}
+
+fn client_options(json: &str) -> Result<HttpClientOptions, String> {
+    let read: ClientOptions =
+        serde_json::from_str(json).map_err(|error| format!("invalid client options: {error}"))?;
+    let mut options = HttpClientOptions::new(read.base_url.as_str());
+    if let Some(timeout) = read.timeout_ms {
+        options = options.timeout(Duration::from_millis(timeout));
+    }
+    for (name, value) in &read.headers {
+        options = options.header(name.as_str(), value.as_str());
+    }
+    Ok(options)
+}
+
+impl NativePolicy {
+    fn loaded(id: &str, loaded: Loaded) -> NativePolicy {
+        NativePolicy {
+            id: id.to_owned(),
+            policy: loaded.policy,
+            problems: loaded.problems,
+            warnings: loaded.warnings,
+        }
+    }
+
+    fn built(id: &str, built: Result<PointPolicy, String>) -> Result<NativePolicy, String> {
+        let policy = built?;
+        Ok(NativePolicy::loaded(
+            id,
+            Loaded {
+                policy,
+                problems: Vec::new(),
+                warnings: Vec::new(),
+            },
+        ))
+    }
+
+    /// A DSL policy of `point` from `<dir>/<id>.json`; a rule that cannot be loaded gives a
+    /// policy that lists why in its problems and fails each evaluation with it.
+    pub fn dsl(point: InterceptionPoint, id: &str, dir: &str) -> NativePolicy {
+        NativePolicy::loaded(id, portcullis_bindings::dsl(point, id, Path::new(dir)))
+    }
+
+    /// A Rego policy of `point` on the OPA WebAssembly bundle at `bundle`.
+    pub fn rego(point: InterceptionPoint, id: &str, bundle: &str) -> Result<NativePolicy, String> {
+        NativePolicy::built(id, portcullis_bindings::rego(point, id, bundle))
+    }
+
+    /// A policy of `point` whose decision is the document at `package` on a Rego policy
+    /// server reached with `options` (JSON).
+    pub fn rego_server(
+        point: InterceptionPoint,
+        id: &str,
+        options: &str,
+        package: &str,
+    ) -> Result<NativePolicy, String> {
+        let options = client_options(options)?;
+        NativePolicy::built(
+            id,
+            portcullis_bindings::rego_server(point, id, &options, package),
+        )
+    }
+
+    /// A policy of `point` evaluated by the remote endpoint reached with `options` (JSON).
+    pub fn http(point: InterceptionPoint, id: &str, options: &str) -> Result<NativePolicy, String> {
+        let options = client_options(options)?;
+        NativePolicy::built(id, portcullis_bindings::http(point, id, &options))
+    }
+
+    /// Its id, point, problems and warnings, as JSON.
+    pub fn info(&self) -> String {
+        json!({
+            "id": self.id,
+            "point": self.policy.point(),
+            "problems": self.problems,
+            "warnings": self.warnings,
+        })
+        .to_string()
+    }
+
+    /// The policy's decision alone on a context given as JSON: `{"decision": ..}`, or
+    /// `{"error": ..}` with what went wrong.
+    pub fn evaluate(&self, context_json: &str) -> Result<String, String> {
+        let policy = self.policy.clone();
+        let decided = run_blocking(async move {
+            match &policy {
+                PointPolicy::Input(policy) => decide::<InputContext>(&**policy, context_json).await,
+                PointPolicy::ToolCall(policy) => {
+                    decide::<ToolCallContext>(&**policy, context_json).await
+                }
+                PointPolicy::ToolResult(policy) => {
+                    decide::<ToolResultContext>(&**policy, context_json).await
+                }
+                PointPolicy::Output(policy) => {
+                    decide::<OutputContext>(&**policy, context_json).await
+                }
+            }
+        })?;
+        Ok(match decided {
+            Ok(decision) => json!({ "decision": decision }),
+            Err(error) => json!({ "error": error }),
+        }
+        .to_string())
+    }
+}
+
+/// One policy's decision on a context given as JSON.
+async fn decide<C: PolicyContext>(
+    policy: &dyn Policy<C>,
+    context_json: &str,
+) -> Result<Value, String> {
+    let context: C = portcullis_bindings::read_context(context_json)?;
+    let decision = policy
+        .evaluate(&context)
+        .await
+        .map_err(|error| error_chain(&*error))?;
+    serde_json::to_value(&decision).map_err(|error| error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONTEXT: &str = r#"{"messages":[{"role":"user","content":"My SSN is 1"}],"metadata":{"agent_id":"a","session_id":"s","timestamp":"2026-01-01T00:00:00Z"}}"#;
+
+    fn fixtures() -> String {
+        format!("{}/../../fixtures/dsl/input", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    #[test]
+    fn an_engine_denies_and_keeps_its_records() {
+        let set = PolicySetHandle::new("deny").unwrap();
+        let policy = NativePolicy::dsl(InterceptionPoint::Input, "no_ssn", &fixtures());
+        assert!(policy.problems.is_empty(), "{:?}", policy.problems);
+        set.add(policy.policy.clone()).unwrap();
+        let engine = EngineHandle::new(&set, true, None).unwrap();
+        let (outcome, thrown) = engine.evaluate(InterceptionPoint::Input, CONTEXT).unwrap();
+        assert!(thrown.is_none());
+        let outcome: Value = serde_json::from_str(&outcome).unwrap();
+        assert_eq!(outcome["outcome"], "denied");
+        assert_eq!(outcome["policy_id"], "no_ssn");
+        assert_eq!(outcome["records"][0]["decision"], "deny");
+        assert!(set.add(policy.policy).unwrap_err().contains("already went"));
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        assert!(
+            PolicySetHandle::new("maybe")
+                .err()
+                .unwrap()
+                .contains("DENY")
+        );
+        let set = PolicySetHandle::new("allow").unwrap();
+        let engine = EngineHandle::new(&set, false, None).unwrap();
+        let (outcome, _) = engine
+            .evaluate(InterceptionPoint::Input, "{\"messages\": 3}")
+            .unwrap();
+        assert!(outcome.contains("invalid_context"), "{outcome}");
+        assert!(
+            NativePolicy::http(InterceptionPoint::Input, "h", "{}")
+                .err()
+                .unwrap()
+                .contains("invalid client options")
+        );
+        let missing = NativePolicy::dsl(InterceptionPoint::Input, "none", "/nonexistent");
+        let decided = missing.evaluate(CONTEXT).unwrap();
+        assert!(decided.contains("\"error\""), "{decided}");
+        assert!(EngineHandle::from_manifest("/nonexistent.yaml", false, None).is_err());
+    }
+}

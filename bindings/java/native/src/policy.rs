@@ -1,0 +1,216 @@
+//! The policy the binding adds to the engine for a policy written in Java: a
+//! `portcullis_bindings::HostPolicy` over [`JavaCall`], which calls the Java object through JNI
+//! on whatever thread the engine evaluates on (the caller's, most of the time).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jni::errors::Error as JniError;
+use jni::objects::{JObject, JString, JThrowable};
+use jni::refs::Global;
+use jni::vm::JavaVM;
+use jni::{Env, JValue, jni_sig, jni_str};
+use portcullis_bindings::{HostCall, HostPolicy, describe};
+use portcullis_engine::{BoxError, PolicyContext, PolicyDecision, async_trait};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// How long a Java policy may take when it names no deadline of its own: a decision that comes
+/// later is an evaluation error (the call is not interrupted; its answer is not used).
+pub const DEFAULT_JAVA_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A Java exception, held for as long as the error that carries it.
+pub type Thrown = Arc<Global<JThrowable<'static>>>;
+
+/// Why a Java policy gave no decision.
+#[derive(Debug)]
+pub enum JavaPolicyError {
+    /// It threw.
+    Threw {
+        /// The exception, described (`java.lang.IllegalStateException: boom`).
+        message: String,
+        /// The exception itself, handed back as the cause of the `PolicyEvaluationError`.
+        exception: Thrown,
+    },
+    /// It returned `null`.
+    ReturnedNull,
+    /// It returned something that is not a decision.
+    NotADecision {
+        /// What it returned, described (JSON, cut short when long).
+        returned: String,
+        /// Why that is not a decision.
+        problem: String,
+    },
+    /// The call into Java failed (the JVM refused it).
+    Call(String),
+}
+
+impl fmt::Display for JavaPolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JavaPolicyError::Threw { message, .. } => write!(f, "the policy threw {message}"),
+            JavaPolicyError::ReturnedNull => {
+                f.write_str("the policy returned null, which is not a decision")
+            }
+            JavaPolicyError::NotADecision { returned, problem } => write!(
+                f,
+                "the policy returned {returned}, which is not a decision ({problem})"
+            ),
+            JavaPolicyError::Call(problem) => {
+                write!(f, "the policy could not be called: {problem}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for JavaPolicyError {}
+
+impl JavaPolicyError {
+    /// The exception a Java policy threw, if `error` or one of its causes is such a throw.
+    pub fn thrown(error: &(dyn std::error::Error + 'static)) -> Option<Thrown> {
+        std::iter::successors(Some(error), |error| error.source()).find_map(|error| {
+            match error.downcast_ref::<JavaPolicyError>() {
+                Some(JavaPolicyError::Threw { exception, .. }) => Some(Arc::clone(exception)),
+                _ => None,
+            }
+        })
+    }
+}
+
+/// Reads the decision a Java policy gave (as JSON, `None` for `null`).
+pub fn read_decision(returned: Option<&str>) -> Result<PolicyDecision, JavaPolicyError> {
+    let returned = returned.ok_or(JavaPolicyError::ReturnedNull)?;
+    let value: Value =
+        serde_json::from_str(returned).map_err(|error| JavaPolicyError::NotADecision {
+            returned: returned.chars().take(200).collect(),
+            problem: error.to_string(),
+        })?;
+    PolicyDecision::deserialize(&value).map_err(|error| JavaPolicyError::NotADecision {
+        returned: describe(&value),
+        problem: error.to_string(),
+    })
+}
+
+/// A policy written in Java, as the engine holds it (its id, deadline, and the call).
+pub type JavaPolicy = HostPolicy<JavaCall>;
+
+/// The call of a policy written in Java: the `evaluate(String)` method of its
+/// `dev.portcullis.core.internal.HostPolicyAdapter`, which reads the context from JSON, calls
+/// the user's policy, and gives its decision as JSON (or `null`, or throws what it threw).
+pub struct JavaCall {
+    adapter: Global<JObject<'static>>,
+}
+
+/// A policy with `id` whose decisions the Java `adapter` gives, failing after `deadline` (or
+/// [`DEFAULT_JAVA_DEADLINE`]).
+pub fn java_policy(
+    id: String,
+    adapter: Global<JObject<'static>>,
+    deadline: Option<Duration>,
+) -> JavaPolicy {
+    HostPolicy::new(
+        id,
+        JavaCall { adapter },
+        deadline.unwrap_or(DEFAULT_JAVA_DEADLINE),
+    )
+}
+
+#[async_trait]
+impl HostCall for JavaCall {
+    async fn decide<C: PolicyContext>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
+        let context = serde_json::to_string(context)?;
+        let vm = JavaVM::singleton().map_err(|error| JavaPolicyError::Call(error.to_string()))?;
+        // The caller's thread is attached already; a thread of the runtime is attached for the
+        // call only, so that it never keeps the JVM from exiting.
+        let returned = vm
+            .attach_current_thread_for_scope(|env| call(env, &self.adapter, &context))
+            .map_err(|error| JavaPolicyError::Call(error.to_string()))?;
+        let returned = returned?;
+        Ok(read_decision(returned.as_deref())?)
+    }
+}
+
+/// Calls `adapter.evaluate(context)`: what it returned, or what it threw.
+fn call(
+    env: &mut Env<'_>,
+    adapter: &JObject<'static>,
+    context: &str,
+) -> Result<Result<Option<String>, JavaPolicyError>, JniError> {
+    let argument = env.new_string(context)?;
+    let returned = env.call_method(
+        adapter,
+        jni_str!("evaluate"),
+        jni_sig!("(Ljava/lang/String;)Ljava/lang/String;"),
+        &[JValue::Object(&argument)],
+    );
+    match returned {
+        Ok(returned) => {
+            let returned = returned.l()?;
+            if returned.is_null() {
+                return Ok(Ok(None));
+            }
+            let returned = env.cast_local::<JString>(returned)?;
+            Ok(Ok(Some(returned.try_to_string(env)?)))
+        }
+        Err(JniError::JavaException) => {
+            let Some(exception) = env.exception_occurred() else {
+                return Err(JniError::JavaException);
+            };
+            env.exception_clear();
+            let message = describe_throwable(env, &exception)
+                .unwrap_or_else(|_| "an exception that cannot be described".to_owned());
+            let exception = env.new_global_ref(&exception)?;
+            Ok(Err(JavaPolicyError::Threw {
+                message,
+                exception: Arc::new(exception),
+            }))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// `throwable.toString()`: its class and message.
+fn describe_throwable(env: &mut Env<'_>, throwable: &JThrowable<'_>) -> Result<String, JniError> {
+    let text = env
+        .call_method(
+            throwable,
+            jni_str!("toString"),
+            jni_sig!("()Ljava/lang/String;"),
+            &[],
+        )?
+        .l()?;
+    let text = env.cast_local::<JString>(text)?;
+    let described = text.try_to_string(env);
+    if env.exception_check() {
+        env.exception_clear();
+    }
+    described
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_decisions_and_says_what_is_not_one() {
+        let decision = read_decision(Some(r#"{"decision":"deny","reason":"no"}"#)).unwrap();
+        assert_eq!(decision, PolicyDecision::deny("no"));
+
+        let error = read_decision(None).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the policy returned null, which is not a decision"
+        );
+
+        let error = read_decision(Some(r#"{"decision":"maybe"}"#)).unwrap_err();
+        assert!(
+            error.to_string().starts_with(
+                r#"the policy returned {"decision":"maybe"}, which is not a decision"#
+            ),
+            "{error}"
+        );
+        let error = read_decision(Some("{not json")).unwrap_err();
+        assert!(error.to_string().contains("which is not a decision"));
+    }
+}
