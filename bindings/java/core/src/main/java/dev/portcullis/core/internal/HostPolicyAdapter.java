@@ -1,0 +1,41 @@
+package dev.portcullis.core.internal;
+
+import dev.portcullis.core.InterceptionPoint;
+import dev.portcullis.core.Policy;
+import dev.portcullis.core.PolicyContext;
+import dev.portcullis.core.PolicyDecision;
+
+/**
+ * What the native library calls for a policy written in Java: reads the context, calls the
+ * policy, and gives its decision as JSON ({@code null} when it returned {@code null}); what the
+ * policy throws goes through to the library.
+ *
+ * <p>Part of the binding's plumbing, not of its API: it may change in any release.
+ */
+public final class HostPolicyAdapter {
+    private final Policy<PolicyContext> policy;
+    private final InterceptionPoint point;
+
+    /**
+     * An adapter.
+     *
+     * @param policy the policy
+     * @param point its point
+     */
+    @SuppressWarnings("unchecked")
+    public HostPolicyAdapter(Policy<? extends PolicyContext> policy, InterceptionPoint point) {
+        this.policy = (Policy<PolicyContext>) policy;
+        this.point = point;
+    }
+
+    /**
+     * The policy's decision on a context.
+     *
+     * @param contextJson the context as JSON
+     * @return the decision as JSON, or {@code null}
+     */
+    public String evaluate(String contextJson) {
+        PolicyDecision decision = policy.evaluate(PolicyContext.fromJson(point, contextJson));
+        return decision == null ? null : decision.toJson();
+    }
+}

@@ -1,0 +1,337 @@
+package dev.portcullis.core;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotSame;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+
+/** The seed's Java API, as a Java user writes it (§17.2). */
+class PolicyEngineTest {
+    /** The seed's example: a code policy denying on a word, with an audit handler. */
+    static final class NoSecrets implements InputPolicy {
+        @Override
+        public String id() {
+            return "no-secrets";
+        }
+
+        @Override
+        public PolicyDecision evaluate(InputContext ctx) {
+            for (Message message : ctx.messages()) {
+                if (message.content().contains("secret")) {
+                    return DenyDecision.deny("Secrets are not allowed.");
+                }
+            }
+            return AllowDecision.allow();
+        }
+    }
+
+    @Test
+    void theSeedsExampleAllowsAndDenies() {
+        List<AuditRecord> records = Collections.synchronizedList(new ArrayList<>());
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder()
+                        .input(List.of(new NoSecrets()))
+                        .onError(OnErrorBehavior.DENY)
+                        .build())
+                .onAudit(record -> records.add(record))
+                .build();
+
+        InputContext ctx = Contexts.input("hello");
+        assertSame(ctx, engine.evaluateInput(ctx), "unchanged: the same instance");
+
+        PolicyDenialError denied =
+                assertThrows(PolicyDenialError.class, () -> engine.evaluateInput(Contexts.input("my secret")));
+        assertEquals("no-secrets", denied.policyId());
+        assertEquals(InterceptionPoint.INPUT, denied.interceptionPoint());
+        assertEquals("Secrets are not allowed.", denied.getMessage());
+        assertEquals("Secrets are not allowed.", denied.reason().orElseThrow());
+
+        assertEquals(2, records.size());
+        AuditRecord allow = records.get(0);
+        assertEquals("no-secrets", allow.policyId());
+        assertEquals("allow", allow.decision());
+        assertEquals(InterceptionPoint.INPUT, allow.interceptionPoint());
+        assertTrue(allow.reason().isEmpty());
+        assertEquals(ctx, allow.context());
+        assertTrue(allow.timestamp().isAfter(Instant.now().minusSeconds(60)));
+        AuditRecord deny = records.get(1);
+        assertEquals("deny", deny.decision());
+        assertEquals("Secrets are not allowed.", deny.reason().orElseThrow());
+    }
+
+    @Test
+    void everyDecisionKindAtEveryPoint() {
+        ToolCallPolicy audit = new ToolCallPolicy() {
+            @Override
+            public String id() {
+                return "audit-tools";
+            }
+
+            @Override
+            public PolicyDecision evaluate(ToolCallContext ctx) {
+                return AuditDecision.audit("tool " + ctx.toolName());
+            }
+        };
+        OutputPolicy redact = new OutputPolicy() {
+            @Override
+            public String id() {
+                return "redact-ssn";
+            }
+
+            @Override
+            public PolicyDecision evaluate(OutputContext ctx) {
+                return RedactDecision.redact(List.of(new Redaction(
+                        "response.content", RedactionStrategy.REPLACE, "[SSN]", "[0-9]{3}-[0-9]{2}-[0-9]{4}")));
+            }
+        };
+        ToolResultPolicy transform = new ToolResultPolicy() {
+            @Override
+            public String id() {
+                return "mark-untrusted";
+            }
+
+            @Override
+            public PolicyDecision evaluate(ToolResultContext ctx) {
+                return TransformDecision.transform(List.of(Operation.prepend("content", "[untrusted] ")));
+            }
+        };
+        InputPolicy mask = Contexts.input("mask-first", ctx -> RedactDecision.redact(Redaction.mask("messages[0].content")));
+        List<AuditRecord> records = Collections.synchronizedList(new ArrayList<>());
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder()
+                        .input(List.of(mask))
+                        .toolCall(List.of(audit))
+                        .toolResult(List.of(transform))
+                        .output(List.of(redact))
+                        .build())
+                .onAudit(records::add)
+                .build();
+
+        InputContext input = engine.evaluateInput(Contexts.input("secret", "kept"));
+        assertEquals("[REDACTED]", input.messages().get(0).content());
+        assertEquals("kept", input.messages().get(1).content());
+        assertEquals("acme", input.metadata().extra().get("tenant"), "extra metadata round-trips");
+
+        ToolCallContext call = Contexts.toolCall("web_search");
+        assertSame(call, engine.evaluateToolCall(call));
+        assertEquals("tool web_search", records.get(1).reason().orElseThrow());
+
+        ToolResultContext result = engine.evaluateToolResult(Contexts.toolResult("sunny"));
+        assertEquals("[untrusted] sunny", result.content());
+
+        OutputContext output = Contexts.output("call 123-45-6789");
+        OutputContext forwarded = engine.evaluateOutput(output);
+        assertNotSame(output, forwarded);
+        assertEquals("call [SSN]", forwarded.content());
+        assertEquals(List.of("redact", "audit", "transform", "redact"),
+                records.stream().map(AuditRecord::decision).toList());
+    }
+
+    @Test
+    void aPolicyThatThrowsIsAnEvaluationErrorWithTheExceptionAsCause() {
+        IllegalStateException boom = new IllegalStateException("boom");
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(Contexts.input("thrower", ctx -> {
+                    throw boom;
+                }))).build())
+                .build();
+        PolicyEvaluationError error =
+                assertThrows(PolicyEvaluationError.class, () -> engine.evaluateInput(Contexts.input("x")));
+        assertEquals("thrower", error.policyId());
+        assertEquals(InterceptionPoint.INPUT, error.interceptionPoint());
+        assertSame(boom, error.getCause());
+        assertTrue(error.causeText().contains("java.lang.IllegalStateException: boom"), error.causeText());
+        assertTrue(error.getMessage().startsWith("Policy evaluation failed for 'thrower' at 'input'"));
+    }
+
+    @Test
+    void aPolicyThatReturnsNullIsAnEvaluationErrorSayingSo() {
+        List<AuditRecord> records = Collections.synchronizedList(new ArrayList<>());
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(Contexts.input("nothing", ctx -> null))).build())
+                .onAudit(records::add)
+                .build();
+        PolicyEvaluationError error =
+                assertThrows(PolicyEvaluationError.class, () -> engine.evaluateInput(Contexts.input("x")));
+        assertNull(error.getCause());
+        assertTrue(error.causeText().contains("returned null"), error.causeText());
+        assertEquals("evaluation_error", records.get(0).decision());
+    }
+
+    @Test
+    void aPolicyPastItsDeadlineIsAnEvaluationError() {
+        InputPolicy slow = new InputPolicy() {
+            @Override
+            public String id() {
+                return "slow";
+            }
+
+            @Override
+            public PolicyDecision evaluate(InputContext ctx) {
+                try {
+                    Thread.sleep(300);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                return AllowDecision.allow();
+            }
+
+            @Override
+            public Duration deadline() {
+                return Duration.ofMillis(50);
+            }
+        };
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(slow)).build())
+                .build();
+        PolicyEvaluationError error =
+                assertThrows(PolicyEvaluationError.class, () -> engine.evaluateInput(Contexts.input("x")));
+        assertEquals("slow", error.policyId());
+        assertTrue(error.causeText().contains("deadline") || error.causeText().contains("time"), error.causeText());
+    }
+
+    @Test
+    void onErrorAllowSkipsAFailingPolicy() {
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder()
+                        .input(List.of(
+                                Contexts.input("thrower", ctx -> {
+                                    throw new RuntimeException("no");
+                                }),
+                                Contexts.input("nothing", ctx -> null),
+                                new NoSecrets()))
+                        .onError(OnErrorBehavior.ALLOW)
+                        .build())
+                .build();
+        InputContext ctx = Contexts.input("fine");
+        assertSame(ctx, engine.evaluateInput(ctx));
+        assertThrows(PolicyDenialError.class, () -> engine.evaluateInput(Contexts.input("secret")));
+    }
+
+    @Test
+    void theFirstDenyStopsLaterPolicies() {
+        List<String> ran = Collections.synchronizedList(new ArrayList<>());
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(
+                        Contexts.input("first", ctx -> {
+                            ran.add("first");
+                            return DenyDecision.deny();
+                        }),
+                        Contexts.input("second", ctx -> {
+                            ran.add("second");
+                            return AllowDecision.allow();
+                        }))).build())
+                .build();
+        PolicyDenialError denied =
+                assertThrows(PolicyDenialError.class, () -> engine.evaluateInput(Contexts.input("x")));
+        assertTrue(denied.reason().isEmpty());
+        assertEquals(List.of("first"), ran);
+    }
+
+    @Test
+    void aPolicyThatReturnsAnInvalidDecisionFailsClosed() {
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(Contexts.input("bad-path",
+                        ctx -> RedactDecision.redact(Redaction.remove("messages"))))).build())
+                .build();
+        assertThrows(PolicyEvaluationError.class, () -> engine.evaluateInput(Contexts.input("x")));
+    }
+
+    @Test
+    void aPolicyCallingTheEngineFromInsideAnEvaluationFailsClosed() {
+        PolicyEngine[] holder = new PolicyEngine[1];
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(Contexts.input("reentrant", ctx -> {
+                    holder[0].evaluateInput(ctx);
+                    return AllowDecision.allow();
+                }))).build())
+                .build();
+        holder[0] = engine;
+        PolicyEvaluationError error =
+                assertThrows(PolicyEvaluationError.class, () -> engine.evaluateInput(Contexts.input("x")));
+        assertInstanceOf(IllegalStateException.class, error.getCause());
+    }
+
+    @Test
+    void anEscalationNeedsAnApproval() {
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder()
+                        .toolCall(List.of(new ToolCallPolicy() {
+                            @Override
+                            public String id() {
+                                return "ask";
+                            }
+
+                            @Override
+                            public PolicyDecision evaluate(ToolCallContext ctx) {
+                                return EscalateDecision.escalate("a person decides");
+                            }
+                        }))
+                        .build())
+                .build();
+        ApprovalRequiredError error = assertThrows(
+                ApprovalRequiredError.class, () -> engine.evaluateToolCall(Contexts.toolCall("rm")));
+        assertEquals("ask", error.policyId());
+        assertInstanceOf(String.class, error.request().get("action_digest"));
+    }
+
+    @Test
+    void anEmptyEngineForwardsEverything() {
+        PolicyEngine engine = PolicyEngine.builder().build();
+        OutputContext ctx = Contexts.output("hi");
+        assertSame(ctx, engine.evaluateOutput(ctx));
+    }
+
+    @Test
+    void contextsAndDecisionsRoundTripTheirJson() {
+        InputContext input = Contexts.input("a", "b");
+        assertEquals(input, InputContext.fromJson(input.toJson()));
+        ToolCallContext call = new ToolCallContext("t", Map.of("n", 1L, "nested", Map.of("list", List.of(true, "x"))),
+                Message.assistant("c"), Contexts.metadata());
+        assertEquals(call, ToolCallContext.fromJson(call.toJson()));
+        ToolResultContext result = new ToolResultContext("t", Map.of(), "r", Map.of("k", "v"), true, Contexts.metadata());
+        assertEquals(result, ToolResultContext.fromJson(result.toJson()));
+        OutputContext output = Contexts.output("o");
+        assertEquals(output, OutputContext.fromJson(output.toJson()));
+        for (PolicyDecision decision : List.of(AllowDecision.allow(), DenyDecision.deny("r"), AuditDecision.audit("a"),
+                RedactDecision.redact(Redaction.mask("x")), TransformDecision.transform(Operation.set("x", 1L)),
+                EscalateDecision.escalate("e"))) {
+            assertEquals(decision, PolicyDecision.fromJson(decision.toJson()));
+        }
+    }
+
+    @Test
+    void badInputIsAClearExceptionNeverACrash() {
+        assertThrows(IllegalArgumentException.class, () -> InputContext.fromJson("{"));
+        assertThrows(IllegalArgumentException.class, () -> InputContext.fromJson("{\"messages\": 3}"));
+        assertThrows(IllegalArgumentException.class, () -> InputContext.fromJson("[".repeat(100_000)));
+        assertThrows(IllegalArgumentException.class, () -> RedactDecision.redact(List.of()));
+        assertThrows(NullPointerException.class, () -> PolicySet.builder().input(null));
+        PolicyEngine engine = PolicyEngine.builder().build();
+        assertThrows(NullPointerException.class, () -> engine.evaluateInput(null));
+        // A timestamp the engine cannot read: refused by the engine, as an IllegalArgumentException.
+        InputContext badTime = new InputContext(List.of(), new Metadata("a", "s", "yesterday", Map.of()));
+        PolicyEngine withPolicy = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(new NoSecrets())).build())
+                .build();
+        try {
+            withPolicy.evaluateInput(badTime);
+        } catch (IllegalArgumentException expected) {
+            assertTrue(expected.getMessage().contains("input"), expected.getMessage());
+        }
+        // A metadata key JSON cannot carry.
+        assertThrows(IllegalArgumentException.class,
+                () -> new InputContext(List.of(), new Metadata("a", "s", "t", Map.of("x", new Object()))).toJson());
+    }
+}
