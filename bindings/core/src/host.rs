@@ -14,17 +14,32 @@ pub trait HostCall: Send + Sync + 'static {
 }
 
 /// A policy of any point whose decisions `H` asks the host language for, failing after its
-/// deadline.
+/// deadline when it has one.
 pub struct HostPolicy<H> {
     id: String,
-    deadline: Duration,
+    deadline: Option<Duration>,
     call: H,
 }
 
 impl<H: HostCall> HostPolicy<H> {
     /// A policy with `id` whose decisions `call` gives, each within `deadline`.
     pub fn new(id: String, call: H, deadline: Duration) -> HostPolicy<H> {
-        HostPolicy { id, deadline, call }
+        HostPolicy {
+            id,
+            deadline: Some(deadline),
+            call,
+        }
+    }
+
+    /// A policy with `id` whose decisions `call` gives, with no deadline: for a host whose
+    /// policies are called on the caller's thread and cannot be interrupted anyway (Java), so
+    /// the engine keeps no timer for them.
+    pub fn without_deadline(id: String, call: H) -> HostPolicy<H> {
+        HostPolicy {
+            id,
+            deadline: None,
+            call,
+        }
     }
 }
 
@@ -39,6 +54,6 @@ impl<C: PolicyContext, H: HostCall> Policy<C> for HostPolicy<H> {
     }
 
     fn deadline(&self) -> Option<Duration> {
-        Some(self.deadline)
+        self.deadline
     }
 }

@@ -135,7 +135,7 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_policySetNew<'lo
 }
 
 /// `void policySetAddJava(long set, int point, String id, Object adapter, long deadlineMillis)`:
-/// a deadline of 0 or less takes the default.
+/// a deadline of 0 or less is none.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_portcullis_core_internal_Native_policySetAddJava<'local>(
     mut env: EnvUnowned<'local>,

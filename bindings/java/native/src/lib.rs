@@ -23,8 +23,5 @@ mod policy;
 mod runtime;
 
 pub use handles::{EngineHandle, NativePolicy, PolicySetHandle};
-pub use policy::{
-    DEFAULT_JAVA_DEADLINE, JavaCall, JavaPolicy, JavaPolicyError, Thrown, java_policy,
-    read_decision,
-};
+pub use policy::{JavaCall, JavaPolicy, JavaPolicyError, Thrown, java_policy, read_decision};
 pub use runtime::{check_not_nested, run_blocking, runtime};

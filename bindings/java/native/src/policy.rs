@@ -16,10 +16,6 @@ use portcullis_engine::{BoxError, PolicyContext, PolicyDecision, async_trait};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// How long a Java policy may take when it names no deadline of its own: a decision that comes
-/// later is an evaluation error (the call is not interrupted; its answer is not used).
-pub const DEFAULT_JAVA_DEADLINE: Duration = Duration::from_secs(30);
-
 /// A Java exception, held for as long as the error that carries it.
 pub type Thrown = Arc<Global<JThrowable<'static>>>;
 
@@ -102,18 +98,19 @@ pub struct JavaCall {
     adapter: Global<JObject<'static>>,
 }
 
-/// A policy with `id` whose decisions the Java `adapter` gives, failing after `deadline` (or
-/// [`DEFAULT_JAVA_DEADLINE`]).
+/// A policy with `id` whose decisions the Java `adapter` gives; with a `deadline`, a decision
+/// that comes later is an evaluation error (a Java policy runs on the caller's thread and is
+/// not interrupted; its late answer is not used). Without one, the engine keeps no timer.
 pub fn java_policy(
     id: String,
     adapter: Global<JObject<'static>>,
     deadline: Option<Duration>,
 ) -> JavaPolicy {
-    HostPolicy::new(
-        id,
-        JavaCall { adapter },
-        deadline.unwrap_or(DEFAULT_JAVA_DEADLINE),
-    )
+    let call = JavaCall { adapter };
+    match deadline {
+        Some(deadline) => HostPolicy::new(id, call, deadline),
+        None => HostPolicy::without_deadline(id, call),
+    }
 }
 
 #[async_trait]

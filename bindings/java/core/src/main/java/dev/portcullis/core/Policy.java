@@ -13,9 +13,6 @@ import java.time.Duration;
  * @param <C> the context of its point
  */
 public interface Policy<C extends PolicyContext> {
-    /** How long a Java policy may take when it names no deadline of its own: 30 seconds. */
-    Duration DEFAULT_DEADLINE = Duration.ofSeconds(30);
-
     /**
      * The policy's id.
      *
@@ -32,12 +29,13 @@ public interface Policy<C extends PolicyContext> {
     PolicyDecision evaluate(C ctx);
 
     /**
-     * How long one evaluation may take: a decision that comes later is an evaluation error
-     * (the call is not interrupted; its answer is not used).
+     * How long one evaluation may take: a decision that comes later is an evaluation error.
+     * A Java policy runs on the calling thread and is not interrupted: its late answer is not
+     * used. {@code null} (the default) is no deadline, and costs nothing.
      *
-     * @return the deadline ({@link #DEFAULT_DEADLINE} unless overridden)
+     * @return the deadline, or {@code null} for none
      */
     default Duration deadline() {
-        return DEFAULT_DEADLINE;
+        return null;
     }
 }
