@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::future::Future;
 
 use portcullis_engine::{AuditHandler, AuditRecord};
-use portcullis_observability::ObservabilityAuditHandler;
+use portcullis_observability::{
+    ObservabilityAuditHandler, ObservabilityError, ObservabilityOptions,
+};
 use serde_json::Value;
 
 tokio::task_local! {
@@ -51,4 +53,38 @@ pub async fn with_records<F: Future>(keep: bool, call: F) -> (F::Output, Option<
             (output, Some(records))
         })
         .await
+}
+
+/// The observability platform's settings a binding was given; each may be missing (the
+/// exporter says which one it needs).
+#[derive(Debug, Default)]
+pub struct ObservabilitySettings {
+    /// The public key (HTTP Basic user).
+    pub public_key: Option<String>,
+    /// The secret key (HTTP Basic password).
+    pub secret_key: Option<String>,
+    /// The platform's address (default `https://cloud.langfuse.com`).
+    pub base_url: Option<String>,
+}
+
+/// The exporter of `settings`, or of the `OBS_PUBLIC_KEY`, `OBS_SECRET_KEY` and
+/// `OBS_BASE_URL` variables without settings; the error says which key is missing or why the
+/// address is invalid.
+pub fn observability_handler(
+    settings: Option<ObservabilitySettings>,
+) -> Result<ObservabilityAuditHandler, ObservabilityError> {
+    let Some(settings) = settings else {
+        return ObservabilityAuditHandler::from_env();
+    };
+    let mut options = ObservabilityOptions::builder();
+    if let Some(key) = settings.public_key {
+        options = options.public_key(key);
+    }
+    if let Some(key) = settings.secret_key {
+        options = options.secret_key(key);
+    }
+    if let Some(url) = settings.base_url {
+        options = options.base_url(url);
+    }
+    ObservabilityAuditHandler::new(options.build())
 }

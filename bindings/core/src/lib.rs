@@ -14,7 +14,9 @@ mod host;
 mod native;
 mod outcome;
 
-pub use audit::{RECORDS, audit_handler, with_records};
+pub use audit::{
+    ObservabilitySettings, RECORDS, audit_handler, observability_handler, with_records,
+};
 pub use host::{HostCall, HostPolicy};
 pub use native::{
     FailedPolicy, Loaded, NotLoaded, PointPolicy, construction_error, describe, dsl, http,

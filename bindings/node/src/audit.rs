@@ -6,7 +6,7 @@ use napi::{Error, Result, Status};
 use napi_derive::napi;
 use portcullis_engine::AuditHandler;
 use portcullis_engine::error::error_chain;
-use portcullis_observability::{ObservabilityAuditHandler, ObservabilityOptions};
+use portcullis_observability::ObservabilityAuditHandler;
 
 /// The audit handler of an engine: records kept for `onAudit` when `keep`, and exported by
 /// `sink` when there is one. `None` when neither.
@@ -62,22 +62,13 @@ impl NativeAuditSink {
 /// missing or the address is invalid.
 #[napi]
 pub fn observability_sink(settings: Option<ObservabilitySettings>) -> Result<NativeAuditSink> {
-    let handler = match settings {
-        None => ObservabilityAuditHandler::from_env(),
-        Some(settings) => {
-            let mut options = ObservabilityOptions::builder();
-            if let Some(key) = settings.public_key {
-                options = options.public_key(key);
-            }
-            if let Some(key) = settings.secret_key {
-                options = options.secret_key(key);
-            }
-            if let Some(url) = settings.base_url {
-                options = options.base_url(url);
-            }
-            ObservabilityAuditHandler::new(options.build())
+    let handler = portcullis_bindings::observability_handler(settings.map(|settings| {
+        portcullis_bindings::ObservabilitySettings {
+            public_key: settings.public_key,
+            secret_key: settings.secret_key,
+            base_url: settings.base_url,
         }
-    }
+    }))
     .map_err(|error| Error::new(Status::InvalidArg, error_chain(&error)))?;
     Ok(NativeAuditSink { handler })
 }

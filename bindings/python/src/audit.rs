@@ -3,7 +3,7 @@
 
 use portcullis_engine::AuditHandler;
 use portcullis_engine::error::error_chain;
-use portcullis_observability::{ObservabilityAuditHandler, ObservabilityOptions};
+use portcullis_observability::ObservabilityAuditHandler;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -57,21 +57,14 @@ pub fn observability_sink(
 ) -> PyResult<NativeAuditSink> {
     let runtime = runtime()?;
     let _entered = runtime.enter();
-    let handler = if public_key.is_none() && secret_key.is_none() && base_url.is_none() {
-        ObservabilityAuditHandler::from_env()
-    } else {
-        let mut options = ObservabilityOptions::builder();
-        if let Some(key) = public_key {
-            options = options.public_key(key);
-        }
-        if let Some(key) = secret_key {
-            options = options.secret_key(key);
-        }
-        if let Some(url) = base_url {
-            options = options.base_url(url);
-        }
-        ObservabilityAuditHandler::new(options.build())
-    }
+    let given = public_key.is_some() || secret_key.is_some() || base_url.is_some();
+    let handler = portcullis_bindings::observability_handler(given.then_some(
+        portcullis_bindings::ObservabilitySettings {
+            public_key,
+            secret_key,
+            base_url,
+        },
+    ))
     .map_err(|error| PyValueError::new_err(error_chain(&error)))?;
     Ok(NativeAuditSink { handler })
 }

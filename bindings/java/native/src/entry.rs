@@ -13,7 +13,7 @@ use jni::strings::{JNIStr, JNIString};
 use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned, jni_str};
 use portcullis_engine::InterceptionPoint;
-use portcullis_observability::{ObservabilityAuditHandler, ObservabilityOptions};
+use portcullis_observability::ObservabilityAuditHandler;
 use serde::Deserialize;
 
 use crate::handles::{EngineHandle, NativePolicy, PolicySetHandle};
@@ -413,23 +413,21 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_observabilitySin
     settings: JString<'local>,
 ) -> jlong {
     entry(&mut env, |env| {
-        let handler = if settings.is_null() {
-            ObservabilityAuditHandler::from_env()
+        let settings = if settings.is_null() {
+            None
         } else {
             let settings = string(env, &settings, "the settings")?;
             let settings: ObservabilitySettings = serde_json::from_str(&settings)
                 .map_err(|error| Failure::Invalid(format!("invalid settings: {error}")))?;
-            let mut options = ObservabilityOptions::builder();
-            if let Some(key) = settings.public_key {
-                options = options.public_key(key);
-            }
-            if let Some(key) = settings.secret_key {
-                options = options.secret_key(key);
-            }
-            if let Some(url) = settings.base_url {
-                options = options.base_url(url);
-            }
-            ObservabilityAuditHandler::new(options.build())
+            Some(portcullis_bindings::ObservabilitySettings {
+                public_key: settings.public_key,
+                secret_key: settings.secret_key,
+                base_url: settings.base_url,
+            })
+        };
+        let handler = {
+            let _entered = crate::runtime::runtime().map_err(Failure::State)?.enter();
+            portcullis_bindings::observability_handler(settings)
         };
         handler
             .map(into_handle)
