@@ -22,4 +22,4 @@ pub use native::{
     FailedPolicy, Loaded, NotLoaded, PointPolicy, construction_error, describe, dsl, http,
     parse_point, rego, rego_server,
 };
-pub use outcome::{outcome, read_context};
+pub use outcome::{is_call_context, outcome, read_context};

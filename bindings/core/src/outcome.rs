@@ -11,6 +11,20 @@ use serde_json::{Value, json};
 
 use crate::audit::with_records;
 
+tokio::task_local! {
+    /// The address of the context the call in this task evaluates, as [`outcome`] read it.
+    static CALL_CONTEXT: usize;
+}
+
+/// Whether `context` is the very context the call in this task was given (no policy has
+/// changed it yet): a binding can then hand its host policy the caller's own object instead
+/// of a copy read from JSON.
+pub fn is_call_context<C>(context: &C) -> bool {
+    CALL_CONTEXT
+        .try_with(|address| *address == std::ptr::from_ref(context).addr())
+        .unwrap_or(false)
+}
+
 /// Reads a context of `C`'s point from JSON, saying what is wrong with it.
 pub fn read_context<C: PolicyContext>(json: &str) -> Result<C, String> {
     serde_json::from_str(json).map_err(|error| format!("not a valid {} context: {error}", C::POINT))
@@ -75,7 +89,8 @@ where
         Ok(context) => context,
         Err(message) => return json!({ "outcome": "invalid_context", "message": message }),
     };
-    match engine.evaluate(&context).await {
+    let address = std::ptr::from_ref(&context).addr();
+    match CALL_CONTEXT.scope(address, engine.evaluate(&context)).await {
         Ok(evaluation) if evaluation.is_modified() => json!({
             "outcome": "forward",
             "context": serde_json::to_value(evaluation.context()).unwrap_or(Value::Null),

@@ -17,7 +17,7 @@ use portcullis_observability::ObservabilityAuditHandler;
 use serde::Deserialize;
 
 use crate::handles::{EngineHandle, NativePolicy, PolicySetHandle};
-use crate::policy::java_policy;
+use crate::policy::{java_policy, with_caller_context};
 use crate::runtime::run_blocking;
 
 /// What an entry point's body can fail with.
@@ -234,15 +234,17 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineFromManife
     })
 }
 
-/// `String engineEvaluate(long engine, int point, String contextJson, Throwable[] thrown)`:
-/// the outcome as JSON; `thrown[0]` is set to the exception a Java policy threw when the
-/// outcome is an evaluation error it caused.
+/// `String engineEvaluate(long engine, int point, Object context, String contextJson,
+/// Throwable[] thrown)`: the outcome as JSON; `context` is the caller's context object, handed
+/// to Java policies while no policy has changed it; `thrown[0]` is set to the exception a Java
+/// policy threw when the outcome is an evaluation error it caused.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineEvaluate<'local>(
     mut env: EnvUnowned<'local>,
     _class: JClass<'local>,
     engine: jlong,
     index: jint,
+    caller: JObject<'local>,
     context: JString<'local>,
     thrown_out: JObjectArray<'local, JThrowable<'local>>,
 ) -> JObject<'local> {
@@ -250,7 +252,9 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineEvaluate<'
         let engine = borrow::<EngineHandle>(engine, "engine")?;
         let point = point(index)?;
         let context = string(env, &context, "the context")?;
-        let (outcome, thrown) = engine.evaluate(point, &context).map_err(Failure::State)?;
+        let (outcome, thrown) =
+            with_caller_context(caller.as_raw(), || engine.evaluate(point, &context))
+                .map_err(Failure::State)?;
         if let Some(thrown) = thrown
             && !thrown_out.is_null()
         {
@@ -274,6 +278,28 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineFree<'loca
     })
 }
 
+/// Builds a native policy of the point at `index` with `id` and the string arguments `args`
+/// (each with what it is, for the error when it is null): its handle.
+fn native_policy<'local, const N: usize>(
+    env: &mut EnvUnowned<'local>,
+    index: jint,
+    id: &JString<'local>,
+    args: [(&JString<'local>, &str); N],
+    build: impl FnOnce(InterceptionPoint, &str, [String; N]) -> Result<NativePolicy, String>,
+) -> jlong {
+    entry(env, |env| {
+        let point = point(index)?;
+        let id = string(env, id, "a policy's id")?;
+        let mut read = [const { String::new() }; N];
+        for (slot, (value, what)) in read.iter_mut().zip(args) {
+            *slot = string(env, value, what)?;
+        }
+        build(point, &id, read)
+            .map(into_handle)
+            .map_err(Failure::Invalid)
+    })
+}
+
 /// `long dslPolicy(int point, String id, String dir)`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_portcullis_core_internal_Native_dslPolicy<'local>(
@@ -283,12 +309,13 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_dslPolicy<'local
     id: JString<'local>,
     dir: JString<'local>,
 ) -> jlong {
-    entry(&mut env, |env| {
-        let point = point(index)?;
-        let id = string(env, &id, "a policy's id")?;
-        let dir = string(env, &dir, "the policy directory")?;
-        Ok(into_handle(NativePolicy::dsl(point, &id, &dir)))
-    })
+    native_policy(
+        &mut env,
+        index,
+        &id,
+        [(&dir, "the policy directory")],
+        |point, id, [dir]| Ok(NativePolicy::dsl(point, id, &dir)),
+    )
 }
 
 /// `long regoPolicy(int point, String id, String bundle)`.
@@ -300,14 +327,13 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_regoPolicy<'loca
     id: JString<'local>,
     bundle: JString<'local>,
 ) -> jlong {
-    entry(&mut env, |env| {
-        let point = point(index)?;
-        let id = string(env, &id, "a policy's id")?;
-        let bundle = string(env, &bundle, "the bundle's path")?;
-        NativePolicy::rego(point, &id, &bundle)
-            .map(into_handle)
-            .map_err(Failure::Invalid)
-    })
+    native_policy(
+        &mut env,
+        index,
+        &id,
+        [(&bundle, "the bundle's path")],
+        |point, id, [bundle]| NativePolicy::rego(point, id, &bundle),
+    )
 }
 
 /// `long regoServerPolicy(int point, String id, String optionsJson, String packagePath)`.
@@ -320,15 +346,16 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_regoServerPolicy
     options: JString<'local>,
     package: JString<'local>,
 ) -> jlong {
-    entry(&mut env, |env| {
-        let point = point(index)?;
-        let id = string(env, &id, "a policy's id")?;
-        let options = string(env, &options, "the client options")?;
-        let package = string(env, &package, "the package path")?;
-        NativePolicy::rego_server(point, &id, &options, &package)
-            .map(into_handle)
-            .map_err(Failure::Invalid)
-    })
+    native_policy(
+        &mut env,
+        index,
+        &id,
+        [
+            (&options, "the client options"),
+            (&package, "the package path"),
+        ],
+        |point, id, [options, package]| NativePolicy::rego_server(point, id, &options, &package),
+    )
 }
 
 /// `long httpPolicy(int point, String id, String optionsJson)`.
@@ -340,14 +367,13 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_httpPolicy<'loca
     id: JString<'local>,
     options: JString<'local>,
 ) -> jlong {
-    entry(&mut env, |env| {
-        let point = point(index)?;
-        let id = string(env, &id, "a policy's id")?;
-        let options = string(env, &options, "the client options")?;
-        NativePolicy::http(point, &id, &options)
-            .map(into_handle)
-            .map_err(Failure::Invalid)
-    })
+    native_policy(
+        &mut env,
+        index,
+        &id,
+        [(&options, "the client options")],
+        |point, id, [options]| NativePolicy::http(point, id, &options),
+    )
 }
 
 /// `String policyInfo(long policy)`: `{"id", "point", "problems", "warnings"}`.

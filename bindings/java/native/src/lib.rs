@@ -23,5 +23,7 @@ mod policy;
 mod runtime;
 
 pub use handles::{EngineHandle, NativePolicy, PolicySetHandle};
-pub use policy::{JavaCall, JavaPolicy, JavaPolicyError, Thrown, java_policy, read_decision};
+pub use policy::{
+    JavaCall, JavaPolicy, JavaPolicyError, Thrown, java_policy, read_decision, with_caller_context,
+};
 pub use runtime::{check_not_nested, run_blocking, runtime};

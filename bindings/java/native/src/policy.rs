@@ -2,6 +2,7 @@
 //! `portcullis_bindings::HostPolicy` over [`JavaCall`], which calls the Java object through JNI
 //! on whatever thread the engine evaluates on (the caller's, most of the time).
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use jni::errors::Error as JniError;
 use jni::objects::{JObject, JString, JThrowable};
 use jni::refs::Global;
+use jni::sys::jobject;
 use jni::vm::JavaVM;
 use jni::{Env, JValue, jni_sig, jni_str};
 use portcullis_bindings::{HostCall, HostPolicy, describe};
@@ -74,6 +76,28 @@ impl JavaPolicyError {
     }
 }
 
+thread_local! {
+    /// The Java context object of the call this thread is evaluating (a local reference of
+    /// the native method running on this thread), or null.
+    static CALLER_CONTEXT: Cell<jobject> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Runs `call` with `context` (a local reference of the native method running on this thread,
+/// valid until it returns) as the Java object of the call's context: a Java policy called on
+/// this thread on that very context (no policy changed it) is given the object itself rather
+/// than a copy read from JSON.
+pub fn with_caller_context<T>(context: jobject, call: impl FnOnce() -> T) -> T {
+    /// Puts the previous object back, even when `call` panics.
+    struct Restore(jobject);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALLER_CONTEXT.set(self.0);
+        }
+    }
+    let _restore = Restore(CALLER_CONTEXT.replace(context));
+    call()
+}
+
 /// Reads the decision a Java policy gave (as JSON, `None` for `null`).
 pub fn read_decision(returned: Option<&str>) -> Result<PolicyDecision, JavaPolicyError> {
     let returned = returned.ok_or(JavaPolicyError::ReturnedNull)?;
@@ -116,31 +140,62 @@ pub fn java_policy(
 #[async_trait]
 impl HostCall for JavaCall {
     async fn decide<C: PolicyContext>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
-        let context = serde_json::to_string(context)?;
+        // On the caller's thread, on the caller's own context: the Java object itself.
+        let caller = CALLER_CONTEXT.get();
+        let argument = if !caller.is_null() && portcullis_bindings::is_call_context(context) {
+            Argument::Caller(caller)
+        } else {
+            Argument::Json(serde_json::to_string(context)?)
+        };
         let vm = JavaVM::singleton().map_err(|error| JavaPolicyError::Call(error.to_string()))?;
         // The caller's thread is attached already; a thread of the runtime is attached for the
         // call only, so that it never keeps the JVM from exiting.
         let returned = vm
-            .attach_current_thread_for_scope(|env| call(env, &self.adapter, &context))
+            .attach_current_thread_for_scope(|env| call(env, &self.adapter, &argument))
             .map_err(|error| JavaPolicyError::Call(error.to_string()))?;
         let returned = returned?;
         Ok(read_decision(returned.as_deref())?)
     }
 }
 
-/// Calls `adapter.evaluate(context)`: what it returned, or what it threw.
+/// What a Java policy is given: the caller's context object, or a context as JSON.
+enum Argument {
+    /// The caller's object (a local reference of the native method on this thread).
+    Caller(jobject),
+    /// The context, as JSON.
+    Json(String),
+}
+
+/// Calls `adapter.evaluateCaller(context)` or `adapter.evaluate(json)`: what it returned, or
+/// what it threw.
 fn call(
     env: &mut Env<'_>,
     adapter: &JObject<'static>,
-    context: &str,
+    argument: &Argument,
 ) -> Result<Result<Option<String>, JavaPolicyError>, JniError> {
-    let argument = env.new_string(context)?;
-    let returned = env.call_method(
-        adapter,
-        jni_str!("evaluate"),
-        jni_sig!("(Ljava/lang/String;)Ljava/lang/String;"),
-        &[JValue::Object(&argument)],
-    );
+    let returned = match argument {
+        Argument::Caller(context) => {
+            // SAFETY: `context` is a local reference of the native method running on this
+            // thread (see `with_caller_context`), valid until it returns, which is after this
+            // call; this wrapper does not delete it.
+            let context = unsafe { JObject::from_raw(env, *context) };
+            env.call_method(
+                adapter,
+                jni_str!("evaluateCaller"),
+                jni_sig!("(Ljava/lang/Object;)Ljava/lang/String;"),
+                &[JValue::Object(&context)],
+            )
+        }
+        Argument::Json(json) => {
+            let json = env.new_string(json)?;
+            env.call_method(
+                adapter,
+                jni_str!("evaluate"),
+                jni_sig!("(Ljava/lang/String;)Ljava/lang/String;"),
+                &[JValue::Object(&json)],
+            )
+        }
+    };
     match returned {
         Ok(returned) => {
             let returned = returned.l()?;

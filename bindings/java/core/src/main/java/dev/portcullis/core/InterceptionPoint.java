@@ -1,5 +1,7 @@
 package dev.portcullis.core;
 
+import dev.portcullis.core.internal.Fields;
+
 /** Where the engine is called: the seed's three points, and {@code tool_result}. */
 public enum InterceptionPoint {
     /** Before the request is sent to the model ({@code input}). */
@@ -34,13 +36,7 @@ public enum InterceptionPoint {
      * @throws IllegalArgumentException for another name
      */
     public static InterceptionPoint fromWireName(String wireName) {
-        for (InterceptionPoint point : values()) {
-            if (point.wireName.equals(wireName)) {
-                return point;
-            }
-        }
-        throw new IllegalArgumentException("unknown interception point " + wireName
-                + ": expected input, tool_call, tool_result or output");
+        return Fields.byWireName(values(), InterceptionPoint::wireName, wireName, "interception point");
     }
 
     /** The wire name. */

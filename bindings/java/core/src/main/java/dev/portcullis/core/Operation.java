@@ -46,13 +46,7 @@ public record Operation(Op op, String field, Object value) {
          * @throws IllegalArgumentException for another name
          */
         public static Op fromWireName(String wireName) {
-            for (Op op : values()) {
-                if (op.wireName.equals(wireName)) {
-                    return op;
-                }
-            }
-            throw new IllegalArgumentException(
-                    "unknown operation " + wireName + ": expected set, prepend or append");
+            return Fields.byWireName(values(), Op::wireName, wireName, "operation");
         }
     }
 

@@ -119,7 +119,7 @@ public final class PolicyEngine {
         Throwable[] thrown = new Throwable[1];
         String text;
         try {
-            text = Native.engineEvaluate(handle, point.ordinal(), ctx.toJson(), thrown);
+            text = Native.engineEvaluate(handle, point.ordinal(), ctx, ctx.toJson(), thrown);
         } finally {
             Reference.reachabilityFence(this);
         }

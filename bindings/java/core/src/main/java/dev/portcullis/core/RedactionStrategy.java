@@ -1,5 +1,7 @@
 package dev.portcullis.core;
 
+import dev.portcullis.core.internal.Fields;
+
 /** How a {@link Redaction} changes its field. */
 public enum RedactionStrategy {
     /** The whole value becomes the replacement ({@code mask}). */
@@ -32,12 +34,6 @@ public enum RedactionStrategy {
      * @throws IllegalArgumentException for another name
      */
     public static RedactionStrategy fromWireName(String wireName) {
-        for (RedactionStrategy strategy : values()) {
-            if (strategy.wireName.equals(wireName)) {
-                return strategy;
-            }
-        }
-        throw new IllegalArgumentException(
-                "unknown redaction strategy " + wireName + ": expected mask, remove or replace");
+        return Fields.byWireName(values(), RedactionStrategy::wireName, wireName, "redaction strategy");
     }
 }

@@ -1,5 +1,7 @@
 package dev.portcullis.core;
 
+import dev.portcullis.core.internal.Fields;
+
 /** Who wrote a message. */
 public enum Role {
     /** Instructions set by the application ({@code system}). */
@@ -32,12 +34,6 @@ public enum Role {
      * @throws IllegalArgumentException for another name
      */
     public static Role fromWireName(String wireName) {
-        for (Role role : values()) {
-            if (role.wireName.equals(wireName)) {
-                return role;
-            }
-        }
-        throw new IllegalArgumentException(
-                "unknown role " + wireName + ": expected system, user or assistant");
+        return Fields.byWireName(values(), Role::wireName, wireName, "role");
     }
 }

@@ -139,6 +139,30 @@ class PolicyEngineTest {
     }
 
     @Test
+    void aJavaPolicySeesTheCallersObjectUntilAPolicyChangesIt() {
+        List<InputContext> seen = Collections.synchronizedList(new ArrayList<>());
+        InputPolicy first = Contexts.input("first", ctx -> {
+            seen.add(ctx);
+            return AllowDecision.allow();
+        });
+        InputPolicy mask = Contexts.input("mask", ctx -> RedactDecision.redact(Redaction.mask("messages.0.content")));
+        InputPolicy last = Contexts.input("last", ctx -> {
+            seen.add(ctx);
+            return AllowDecision.allow();
+        });
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(first, mask, last)).build())
+                .build();
+        InputContext ctx = Contexts.input("secret");
+        InputContext forwarded = engine.evaluateInput(ctx);
+        assertSame(ctx, seen.get(0), "unchanged: the caller's own object");
+        assertNotSame(ctx, seen.get(1), "changed: a new object");
+        assertEquals("[REDACTED]", seen.get(1).messages().get(0).content());
+        assertEquals(seen.get(1), forwarded);
+        assertEquals("secret", ctx.messages().get(0).content(), "the caller's object is never changed");
+    }
+
+    @Test
     void aPolicyThatThrowsIsAnEvaluationErrorWithTheExceptionAsCause() {
         IllegalStateException boom = new IllegalStateException("boom");
         PolicyEngine engine = PolicyEngine.builder()

@@ -2,6 +2,7 @@ package dev.portcullis.core.internal;
 
 import java.util.List;
 import java.util.Map;
+import java.util.function.Function;
 
 /**
  * Reading the members of a JSON object with errors that say which member of what is wrong.
@@ -94,5 +95,29 @@ public final class Fields {
             text = value.getClass().getName();
         }
         return text.length() > 200 ? text.substring(0, 200) + "…" : text;
+    }
+
+    /**
+     * The constant of an enum with a wire name.
+     *
+     * @param <E> the enum
+     * @param values its constants
+     * @param wireName how a constant names itself on the wire
+     * @param wire the name read
+     * @param what what the enum is, for the error ({@code "redaction strategy"})
+     * @return the constant
+     * @throws IllegalArgumentException for a name no constant has, listing those there are
+     */
+    public static <E extends Enum<E>> E byWireName(
+            E[] values, Function<E, String> wireName, String wire, String what) {
+        StringBuilder names = new StringBuilder();
+        for (E value : values) {
+            String name = wireName.apply(value);
+            if (name.equals(wire)) {
+                return value;
+            }
+            names.append(names.length() == 0 ? "" : ", ").append(name);
+        }
+        throw new IllegalArgumentException("unknown " + what + " " + wire + ": expected one of " + names);
     }
 }

@@ -35,7 +35,21 @@ public final class HostPolicyAdapter {
      * @return the decision as JSON, or {@code null}
      */
     public String evaluate(String contextJson) {
-        PolicyDecision decision = policy.evaluate(PolicyContext.fromJson(point, contextJson));
+        return decide(PolicyContext.fromJson(point, contextJson));
+    }
+
+    /**
+     * The policy's decision on the caller's own context object (no policy changed it).
+     *
+     * @param context the context the caller gave the engine
+     * @return the decision as JSON, or {@code null}
+     */
+    public String evaluateCaller(Object context) {
+        return decide((PolicyContext) context);
+    }
+
+    private String decide(PolicyContext context) {
+        PolicyDecision decision = policy.evaluate(context);
         return decision == null ? null : decision.toJson();
     }
 }

@@ -80,11 +80,13 @@ public final class Native {
      *
      * @param engine the engine
      * @param point the point's index
-     * @param contextJson the context
+     * @param context the caller's context, handed to Java policies while no policy changed it
+     * @param contextJson the context, as JSON
      * @param thrown where the exception a Java policy threw is put, when it caused the outcome
      * @return the outcome as JSON
      */
-    public static native String engineEvaluate(long engine, int point, String contextJson, Throwable[] thrown);
+    public static native String engineEvaluate(
+            long engine, int point, Object context, String contextJson, Throwable[] thrown);
 
     /**
      * Frees an engine.
