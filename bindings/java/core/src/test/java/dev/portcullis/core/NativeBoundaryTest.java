@@ -1,0 +1,93 @@
+package dev.portcullis.core;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.portcullis.core.internal.HostPolicyAdapter;
+import dev.portcullis.core.internal.Json;
+import dev.portcullis.core.internal.Native;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The native methods called as a careless or hostile caller would: every bad argument is a
+ * Java exception saying what is wrong, and the JVM keeps running.
+ */
+class NativeBoundaryTest {
+    @Test
+    void closedHandlesAndBadArgumentsAreExceptions() {
+        String context = Contexts.input("x").toJson();
+        IllegalStateException closed = assertThrows(IllegalStateException.class,
+                () -> Native.engineEvaluate(0, 0, null, context, new Throwable[1]));
+        assertTrue(closed.getMessage().contains("closed"), closed.getMessage());
+        assertThrows(IllegalStateException.class, () -> Native.policyInfo(0));
+        assertThrows(IllegalStateException.class, () -> Native.policySetAddNative(0, 0, 0));
+        assertThrows(IllegalArgumentException.class, () -> Native.policySetNew("maybe"));
+        assertThrows(IllegalArgumentException.class, () -> Native.policySetNew(null));
+        assertThrows(IllegalArgumentException.class, () -> Native.dslPolicy(9, "id", "."));
+        assertThrows(IllegalArgumentException.class, () -> Native.dslPolicy(-1, null, null));
+        assertThrows(IllegalArgumentException.class, () -> Native.httpPolicy(0, "id", "{not json"));
+        assertThrows(IllegalArgumentException.class, () -> Native.regoServerPolicy(0, "id", "{\"base_url\":1}", "p"));
+        assertThrows(IllegalArgumentException.class, () -> Native.observabilitySink("[]"));
+        assertThrows(IllegalArgumentException.class, () -> Native.engineFromManifest(null, false, 0));
+
+        long set = Native.policySetNew("deny");
+        try {
+            assertThrows(IllegalArgumentException.class, () -> Native.policySetAddJava(set, 0, "p", null, 0));
+            assertThrows(IllegalArgumentException.class, () -> Native.policySetAddJava(set, 7, "p", new Object(), 0));
+            long engine = Native.engineNew(set, false, 0);
+            try {
+                assertThrows(IllegalStateException.class, () -> Native.engineNew(set, false, 0));
+                assertThrows(IllegalArgumentException.class,
+                        () -> Native.engineEvaluate(engine, 0, null, null, new Throwable[1]));
+                Map<String, Object> invalid =
+                        Json.parseObject(Native.engineEvaluate(engine, 0, null, "{\"messages\":", null));
+                assertEquals("invalid_context", invalid.get("outcome"));
+                Map<String, Object> deep = Json.parseObject(
+                        Native.engineEvaluate(engine, 0, null, "[".repeat(100_000), null));
+                assertEquals("invalid_context", deep.get("outcome"));
+            } finally {
+                Native.engineFree(engine);
+            }
+        } finally {
+            Native.policySetFree(set);
+        }
+    }
+
+    @Test
+    void aCallerObjectOfTheWrongKindFailsThePolicyNotTheJvm() {
+        InputPolicy allow = Contexts.input("allow", ctx -> AllowDecision.allow());
+        long set = Native.policySetNew("deny");
+        try {
+            Native.policySetAddJava(set, 0, "allow", new HostPolicyAdapter(allow, InterceptionPoint.INPUT), 0);
+            long engine = Native.engineNew(set, false, 0);
+            try {
+                Throwable[] thrown = new Throwable[1];
+                Map<String, Object> outcome = Json.parseObject(Native.engineEvaluate(
+                        engine, 0, "not a context", Contexts.input("x").toJson(), thrown));
+                assertEquals("evaluation_error", outcome.get("outcome"));
+                assertTrue(thrown[0] instanceof ClassCastException, String.valueOf(thrown[0]));
+                // A policy whose adapter is no adapter: the call fails, the JVM goes on.
+                long other = Native.policySetNew("deny");
+                try {
+                    Native.policySetAddJava(other, 0, "odd", new Object(), 0);
+                    long odd = Native.engineNew(other, false, 0);
+                    try {
+                        Map<String, Object> failed = Json.parseObject(
+                                Native.engineEvaluate(odd, 0, null, Contexts.input("x").toJson(), null));
+                        assertEquals("evaluation_error", failed.get("outcome"));
+                    } finally {
+                        Native.engineFree(odd);
+                    }
+                } finally {
+                    Native.policySetFree(other);
+                }
+            } finally {
+                Native.engineFree(engine);
+            }
+        } finally {
+            Native.policySetFree(set);
+        }
+    }
+}
