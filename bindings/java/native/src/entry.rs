@@ -153,12 +153,19 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_policySetAddJava
         if adapter.is_null() {
             return Err(Failure::Invalid(format!("policy {id:?} is null")));
         }
-        let adapter = env.new_global_ref(&adapter)?;
         let deadline = u64::try_from(deadline_millis)
             .ok()
             .filter(|millis| *millis > 0)
             .map(Duration::from_millis);
-        let policy = java_policy(id, adapter, deadline);
+        let policy = java_policy(env, id, &adapter, deadline).map_err(|_| {
+            if env.exception_check() {
+                env.exception_clear();
+            }
+            Failure::Invalid(
+                "a Java policy's adapter must be a dev.portcullis.core.internal.HostPolicyAdapter"
+                    .to_owned(),
+            )
+        })?;
         set.add(portcullis_bindings::PointPolicy::at(point, policy))
             .map_err(Failure::State)
     })

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jni::errors::Error as JniError;
+use jni::ids::JMethodID;
 use jni::objects::{JObject, JString, JThrowable};
 use jni::refs::Global;
+use jni::signature::ReturnType;
 use jni::sys::jobject;
 use jni::vm::JavaVM;
 use jni::{Env, JValue, jni_sig, jni_str};
@@ -98,9 +100,13 @@ pub fn with_caller_context<T>(context: jobject, call: impl FnOnce() -> T) -> T {
     call()
 }
 
-/// Reads the decision a Java policy gave (as JSON, `None` for `null`).
+/// Reads the decision a Java policy gave (as JSON, `None` for `null`; the empty string is a
+/// plain `allow`, which the adapter gives without writing it out).
 pub fn read_decision(returned: Option<&str>) -> Result<PolicyDecision, JavaPolicyError> {
     let returned = returned.ok_or(JavaPolicyError::ReturnedNull)?;
+    if returned.is_empty() {
+        return Ok(PolicyDecision::allow());
+    }
     let value: Value =
         serde_json::from_str(returned).map_err(|error| JavaPolicyError::NotADecision {
             returned: returned.chars().take(200).collect(),
@@ -115,26 +121,48 @@ pub fn read_decision(returned: Option<&str>) -> Result<PolicyDecision, JavaPolic
 /// A policy written in Java, as the engine holds it (its id, deadline, and the call).
 pub type JavaPolicy = HostPolicy<JavaCall>;
 
-/// The call of a policy written in Java: the `evaluate(String)` method of its
-/// `dev.portcullis.core.internal.HostPolicyAdapter`, which reads the context from JSON, calls
-/// the user's policy, and gives its decision as JSON (or `null`, or throws what it threw).
+/// The call of a policy written in Java: its `dev.portcullis.core.internal.HostPolicyAdapter`,
+/// whose `evaluate(String)` reads the context from JSON and `evaluateCaller(Object)` takes the
+/// caller's own object, calls the user's policy, and gives its decision as JSON (`""` for a
+/// plain `allow`, `null` for `null`), or throws what it threw.
 pub struct JavaCall {
     adapter: Global<JObject<'static>>,
+    /// `String evaluate(String)`.
+    evaluate: JMethodID,
+    /// `String evaluateCaller(Object)`.
+    evaluate_caller: JMethodID,
 }
 
-/// A policy with `id` whose decisions the Java `adapter` gives; with a `deadline`, a decision
-/// that comes later is an evaluation error (a Java policy runs on the caller's thread and is
-/// not interrupted; its late answer is not used). Without one, the engine keeps no timer.
+/// A policy with `id` whose decisions the Java `adapter` (a `HostPolicyAdapter`) gives; with a
+/// `deadline`, a decision that comes later is an evaluation error (a Java policy runs on the
+/// caller's thread and is not interrupted; its late answer is not used). Without one, the
+/// engine keeps no timer. Fails when `adapter` is not an adapter.
 pub fn java_policy(
+    env: &mut Env<'_>,
     id: String,
-    adapter: Global<JObject<'static>>,
+    adapter: &JObject<'_>,
     deadline: Option<Duration>,
-) -> JavaPolicy {
-    let call = JavaCall { adapter };
-    match deadline {
+) -> Result<JavaPolicy, JniError> {
+    let class = env.get_object_class(adapter)?;
+    let evaluate = env.get_method_id(
+        &class,
+        jni_str!("evaluate"),
+        jni_sig!("(Ljava/lang/String;)Ljava/lang/String;"),
+    )?;
+    let evaluate_caller = env.get_method_id(
+        &class,
+        jni_str!("evaluateCaller"),
+        jni_sig!("(Ljava/lang/Object;)Ljava/lang/String;"),
+    )?;
+    let call = JavaCall {
+        adapter: env.new_global_ref(adapter)?,
+        evaluate,
+        evaluate_caller,
+    };
+    Ok(match deadline {
         Some(deadline) => HostPolicy::new(id, call, deadline),
         None => HostPolicy::without_deadline(id, call),
-    }
+    })
 }
 
 #[async_trait]
@@ -151,7 +179,7 @@ impl HostCall for JavaCall {
         // The caller's thread is attached already; a thread of the runtime is attached for the
         // call only, so that it never keeps the JVM from exiting.
         let returned = vm
-            .attach_current_thread_for_scope(|env| call(env, &self.adapter, &argument))
+            .attach_current_thread_for_scope(|env| self.call(env, &argument))
             .map_err(|error| JavaPolicyError::Call(error.to_string()))?;
         let returned = returned?;
         Ok(read_decision(returned.as_deref())?)
@@ -166,59 +194,68 @@ enum Argument {
     Json(String),
 }
 
-/// Calls `adapter.evaluateCaller(context)` or `adapter.evaluate(json)`: what it returned, or
-/// what it threw.
-fn call(
-    env: &mut Env<'_>,
-    adapter: &JObject<'static>,
-    argument: &Argument,
-) -> Result<Result<Option<String>, JavaPolicyError>, JniError> {
-    let returned = match argument {
-        Argument::Caller(context) => {
-            // SAFETY: `context` is a local reference of the native method running on this
-            // thread (see `with_caller_context`), valid until it returns, which is after this
-            // call; this wrapper does not delete it.
-            let context = unsafe { JObject::from_raw(env, *context) };
-            env.call_method(
-                adapter,
-                jni_str!("evaluateCaller"),
-                jni_sig!("(Ljava/lang/Object;)Ljava/lang/String;"),
-                &[JValue::Object(&context)],
-            )
-        }
-        Argument::Json(json) => {
-            let json = env.new_string(json)?;
-            env.call_method(
-                adapter,
-                jni_str!("evaluate"),
-                jni_sig!("(Ljava/lang/String;)Ljava/lang/String;"),
-                &[JValue::Object(&json)],
-            )
-        }
-    };
-    match returned {
-        Ok(returned) => {
-            let returned = returned.l()?;
-            if returned.is_null() {
-                return Ok(Ok(None));
+impl JavaCall {
+    /// Calls `adapter.evaluateCaller(context)` or `adapter.evaluate(json)`: what it returned,
+    /// or what it threw.
+    fn call(
+        &self,
+        env: &mut Env<'_>,
+        argument: &Argument,
+    ) -> Result<Result<Option<String>, JavaPolicyError>, JniError> {
+        let returned = match argument {
+            Argument::Caller(context) => {
+                // SAFETY: `context` is a local reference of the native method running on this
+                // thread (see `with_caller_context`), valid until it returns, which is after
+                // this call; this wrapper does not delete it.
+                let context = unsafe { JObject::from_raw(env, *context) };
+                // SAFETY: the method was looked up on the adapter's class with this signature:
+                // one object argument, an object (a string) returned.
+                unsafe {
+                    env.call_method_unchecked(
+                        &*self.adapter,
+                        self.evaluate_caller,
+                        ReturnType::Object,
+                        &[JValue::Object(&context).as_jni()],
+                    )
+                }
             }
-            let returned = env.cast_local::<JString>(returned)?;
-            Ok(Ok(Some(returned.try_to_string(env)?)))
+            Argument::Json(json) => {
+                let json = env.new_string(json)?;
+                // SAFETY: as above, with a string argument.
+                unsafe {
+                    env.call_method_unchecked(
+                        &*self.adapter,
+                        self.evaluate,
+                        ReturnType::Object,
+                        &[JValue::Object(&json).as_jni()],
+                    )
+                }
+            }
+        };
+        match returned {
+            Ok(returned) => {
+                let returned = returned.l()?;
+                if returned.is_null() {
+                    return Ok(Ok(None));
+                }
+                let returned = env.cast_local::<JString>(returned)?;
+                Ok(Ok(Some(returned.try_to_string(env)?)))
+            }
+            Err(JniError::JavaException) => {
+                let Some(exception) = env.exception_occurred() else {
+                    return Err(JniError::JavaException);
+                };
+                env.exception_clear();
+                let message = describe_throwable(env, &exception)
+                    .unwrap_or_else(|_| "an exception that cannot be described".to_owned());
+                let exception = env.new_global_ref(&exception)?;
+                Ok(Err(JavaPolicyError::Threw {
+                    message,
+                    exception: Arc::new(exception),
+                }))
+            }
+            Err(error) => Err(error),
         }
-        Err(JniError::JavaException) => {
-            let Some(exception) = env.exception_occurred() else {
-                return Err(JniError::JavaException);
-            };
-            env.exception_clear();
-            let message = describe_throwable(env, &exception)
-                .unwrap_or_else(|_| "an exception that cannot be described".to_owned());
-            let exception = env.new_global_ref(&exception)?;
-            Ok(Err(JavaPolicyError::Threw {
-                message,
-                exception: Arc::new(exception),
-            }))
-        }
-        Err(error) => Err(error),
     }
 }
 
@@ -248,6 +285,7 @@ mod tests {
     fn reads_decisions_and_says_what_is_not_one() {
         let decision = read_decision(Some(r#"{"decision":"deny","reason":"no"}"#)).unwrap();
         assert_eq!(decision, PolicyDecision::deny("no"));
+        assert_eq!(read_decision(Some("")).unwrap(), PolicyDecision::allow());
 
         let error = read_decision(None).unwrap_err();
         assert_eq!(

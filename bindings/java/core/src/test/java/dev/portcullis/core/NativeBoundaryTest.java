@@ -68,18 +68,12 @@ class NativeBoundaryTest {
                         engine, 0, "not a context", Contexts.input("x").toJson(), thrown));
                 assertEquals("evaluation_error", outcome.get("outcome"));
                 assertTrue(thrown[0] instanceof ClassCastException, String.valueOf(thrown[0]));
-                // A policy whose adapter is no adapter: the call fails, the JVM goes on.
+                // A policy whose adapter is no adapter is refused.
                 long other = Native.policySetNew("deny");
                 try {
-                    Native.policySetAddJava(other, 0, "odd", new Object(), 0);
-                    long odd = Native.engineNew(other, false, 0);
-                    try {
-                        Map<String, Object> failed = Json.parseObject(
-                                Native.engineEvaluate(odd, 0, null, Contexts.input("x").toJson(), null));
-                        assertEquals("evaluation_error", failed.get("outcome"));
-                    } finally {
-                        Native.engineFree(odd);
-                    }
+                    IllegalArgumentException odd = assertThrows(IllegalArgumentException.class,
+                            () -> Native.policySetAddJava(other, 0, "odd", new Object(), 0));
+                    assertTrue(odd.getMessage().contains("HostPolicyAdapter"), odd.getMessage());
                 } finally {
                     Native.policySetFree(other);
                 }

@@ -1,5 +1,6 @@
 package dev.portcullis.core.internal;
 
+import dev.portcullis.core.AllowDecision;
 import dev.portcullis.core.InterceptionPoint;
 import dev.portcullis.core.Policy;
 import dev.portcullis.core.PolicyContext;
@@ -7,8 +8,8 @@ import dev.portcullis.core.PolicyDecision;
 
 /**
  * What the native library calls for a policy written in Java: reads the context, calls the
- * policy, and gives its decision as JSON ({@code null} when it returned {@code null}); what the
- * policy throws goes through to the library.
+ * policy, and gives its decision as JSON (the empty string for a plain allow, {@code null} when
+ * it returned {@code null}); what the policy throws goes through to the library.
  *
  * <p>Part of the binding's plumbing, not of its API: it may change in any release.
  */
@@ -32,7 +33,7 @@ public final class HostPolicyAdapter {
      * The policy's decision on a context.
      *
      * @param contextJson the context as JSON
-     * @return the decision as JSON, or {@code null}
+     * @return the decision as JSON ({@code ""} for a plain allow), or {@code null}
      */
     public String evaluate(String contextJson) {
         return decide(PolicyContext.fromJson(point, contextJson));
@@ -42,7 +43,7 @@ public final class HostPolicyAdapter {
      * The policy's decision on the caller's own context object (no policy changed it).
      *
      * @param context the context the caller gave the engine
-     * @return the decision as JSON, or {@code null}
+     * @return the decision as JSON ({@code ""} for a plain allow), or {@code null}
      */
     public String evaluateCaller(Object context) {
         return decide((PolicyContext) context);
@@ -50,6 +51,10 @@ public final class HostPolicyAdapter {
 
     private String decide(PolicyContext context) {
         PolicyDecision decision = policy.evaluate(context);
-        return decision == null ? null : decision.toJson();
+        if (decision == null) {
+            return null;
+        }
+        // A plain allow, the usual answer, crosses as the empty string.
+        return decision == AllowDecision.allow() ? "" : decision.toJson();
     }
 }
