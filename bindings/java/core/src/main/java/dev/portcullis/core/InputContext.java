@@ -49,7 +49,17 @@ public record InputContext(List<Message> messages, Metadata metadata) implements
 
     @Override
     public String toJson() {
-        return Json.write(toMap());
+        StringBuilder out = new StringBuilder(128 + 64 * messages.size());
+        out.append("{\"messages\":[");
+        for (int i = 0; i < messages.size(); i++) {
+            if (i > 0) {
+                out.append(',');
+            }
+            messages.get(i).writeJson(out);
+        }
+        out.append("],\"metadata\":");
+        metadata.writeJson(out);
+        return out.append('}').toString();
     }
 
     /**

@@ -1,6 +1,7 @@
 package dev.portcullis.core;
 
 import dev.portcullis.core.internal.Fields;
+import dev.portcullis.core.internal.Json;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Objects;
@@ -63,6 +64,17 @@ public record Message(Role role, String content) {
         map.put("role", role.wireName());
         map.put("content", content);
         return map;
+    }
+
+    /**
+     * Appends the message as JSON.
+     *
+     * @param out where to write
+     */
+    void writeJson(StringBuilder out) {
+        out.append("{\"role\":\"").append(role.wireName()).append("\",\"content\":");
+        Json.string(out, content);
+        out.append('}');
     }
 
     /**

@@ -62,6 +62,27 @@ public record Metadata(String agentId, String sessionId, String timestamp, Map<S
     }
 
     /**
+     * Appends the metadata as JSON.
+     *
+     * @param out where to write
+     */
+    void writeJson(StringBuilder out) {
+        out.append("{\"agent_id\":");
+        Json.string(out, agentId);
+        out.append(",\"session_id\":");
+        Json.string(out, sessionId);
+        out.append(",\"timestamp\":");
+        Json.string(out, timestamp);
+        for (Map.Entry<String, Object> entry : extra.entrySet()) {
+            out.append(',');
+            Json.string(out, entry.getKey());
+            out.append(':');
+            Json.write(out, entry.getValue(), 2);
+        }
+        out.append('}');
+    }
+
+    /**
      * Metadata from a JSON value.
      *
      * @param value the value

@@ -52,7 +52,12 @@ public record OutputContext(Message response, Metadata metadata) implements Poli
 
     @Override
     public String toJson() {
-        return Json.write(toMap());
+        StringBuilder out = new StringBuilder(128 + response.content().length());
+        out.append("{\"response\":");
+        response.writeJson(out);
+        out.append(",\"metadata\":");
+        metadata.writeJson(out);
+        return out.append('}').toString();
     }
 
     /**

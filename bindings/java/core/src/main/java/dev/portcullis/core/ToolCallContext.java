@@ -56,7 +56,16 @@ public record ToolCallContext(
 
     @Override
     public String toJson() {
-        return Json.write(toMap());
+        StringBuilder out = new StringBuilder(256);
+        out.append("{\"tool_name\":");
+        Json.string(out, toolName);
+        out.append(",\"arguments\":");
+        Json.write(out, arguments, 1);
+        out.append(",\"calling_message\":");
+        callingMessage.writeJson(out);
+        out.append(",\"metadata\":");
+        metadata.writeJson(out);
+        return out.append('}').toString();
     }
 
     /**

@@ -81,7 +81,20 @@ public record ToolResultContext(
 
     @Override
     public String toJson() {
-        return Json.write(toMap());
+        StringBuilder out = new StringBuilder(256 + content.length());
+        out.append("{\"tool_name\":");
+        Json.string(out, toolName);
+        out.append(",\"arguments\":");
+        Json.write(out, arguments, 1);
+        out.append(",\"content\":");
+        Json.string(out, content);
+        if (structured != null) {
+            out.append(",\"structured\":");
+            Json.write(out, structured, 1);
+        }
+        out.append(",\"is_error\":").append(isError).append(",\"metadata\":");
+        metadata.writeJson(out);
+        return out.append('}').toString();
     }
 
     /**

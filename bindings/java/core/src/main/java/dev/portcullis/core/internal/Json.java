@@ -148,8 +148,21 @@ public final class Json {
      * @param value the string
      */
     public static void string(StringBuilder out, String value) {
+        int plain = 0;
+        while (plain < value.length()) {
+            char c = value.charAt(plain);
+            if (c == '"' || c == '\\' || c < 0x20 || Character.isSurrogate(c)) {
+                break;
+            }
+            plain++;
+        }
         out.append('"');
-        for (int i = 0; i < value.length(); i++) {
+        if (plain == value.length()) {
+            out.append(value).append('"');
+            return;
+        }
+        out.append(value, 0, plain);
+        for (int i = plain; i < value.length(); i++) {
             char c = value.charAt(i);
             switch (c) {
                 case '"':
