@@ -1,5 +1,5 @@
 //! The native methods of `dev.portcullis.core.internal.Native`. Each runs its body through
-//! [`entry`], which turns an error into a Java exception and catches panics.
+//! `entry`, which turns an error into a Java exception and catches panics.
 //!
 //! Points are passed as their index (0 `input`, 1 `tool_call`, 2 `tool_result`, 3 `output`);
 //! handles as `long`s (0 is none).
