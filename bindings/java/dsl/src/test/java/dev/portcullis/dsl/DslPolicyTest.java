@@ -59,10 +59,9 @@ class DslPolicyTest {
     }
 
     @Test
-    void aPolicyOfAnotherPointIsRefused() {
-        ToolCallPolicy wrong = new DslToolCallPolicy("no_ssn", dir("input"));
-        // A rule file read for tool_call is a tool_call policy: it goes where it was made for.
-        assertEquals("no_ssn", wrong.id());
+    void aRuleIsReadForThePointItWasMadeFor() {
+        ToolCallPolicy shell = new DslToolCallPolicy("no_shell", dir("tool_call"));
+        assertEquals(InterceptionPoint.TOOL_CALL, ((DslToolCallPolicy) shell).interceptionPoint());
         assertThrows(IllegalArgumentException.class, () -> new DslInputPolicy("x", (String) null));
     }
 }
