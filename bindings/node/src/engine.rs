@@ -140,8 +140,8 @@ pub fn create_engine(
     };
     let in_memory = InterceptionPoint::ALL
         .into_iter()
-    .filter(|point| !set.waits.contains(point))
-    .collect();
+        .filter(|point| !set.waits.contains(point))
+        .collect();
     Ok(NativeEngine::new(builder, audit, in_memory))
 }
 
