@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("stream/report", 0),
     ("stream/short", 0),
     ("token", 0),
+    ("edge", 0),
     ("context", 1),
     ("decision", 1),
     ("approval", 2),

@@ -17,7 +17,7 @@ use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use portcullis_engine::{
     AuditHandler, AuditRecord, BearerToken, EngineError, InterceptionPoint, PolicyContext,
-    PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet,
+    PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet, edge,
 };
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -531,20 +531,10 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
 /// request (`text/plain`, a form, no type at all) to the service without asking first, but
 /// not one with a JSON type.
 fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let essence = headers
+    let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
-        .map(|value| value.split(';').next().unwrap_or_default().trim());
-    let json = essence.is_some_and(|essence| {
-        let (kind, subtype) = essence.split_once('/').unwrap_or((essence, ""));
-        let suffix = subtype
-            .len()
-            .checked_sub(5)
-            .and_then(|at| subtype.get(at..));
-        kind.eq_ignore_ascii_case("application")
-            && (subtype.eq_ignore_ascii_case("json")
-                || suffix.is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json")))
-    });
+        .is_some_and(edge::is_json_media_type);
     if json {
         return Ok(());
     }
