@@ -273,6 +273,33 @@ pub fn parse_context(point: InterceptionPoint, value: Value) -> Result<Context, 
     read.map_err(|error| format!("not a valid {point} context: {error}"))
 }
 
+/// Why a request body is not a context of its point.
+#[derive(Debug)]
+pub enum ContextError {
+    /// The body is not JSON.
+    Malformed(String),
+    /// The body is JSON, but not a context of the point.
+    Invalid(String),
+}
+
+/// Reads a request body as a context of `point` in one pass (no intermediate JSON value), or
+/// says why it is not one. A field given twice is refused, where reading through a JSON value
+/// would keep the last.
+pub fn read_context(point: InterceptionPoint, body: &[u8]) -> Result<Context, ContextError> {
+    let read = match point {
+        InterceptionPoint::Input => serde_json::from_slice(body).map(Context::Input),
+        InterceptionPoint::ToolCall => serde_json::from_slice(body).map(Context::ToolCall),
+        InterceptionPoint::ToolResult => serde_json::from_slice(body).map(Context::ToolResult),
+        InterceptionPoint::Output => serde_json::from_slice(body).map(Context::Output),
+    };
+    read.map_err(|error| match error.classify() {
+        serde_json::error::Category::Data => {
+            ContextError::Invalid(format!("not a valid {point} context: {error}"))
+        }
+        _ => ContextError::Malformed(format!("the request body is not JSON: {error}")),
+    })
+}
+
 /// Evaluates a context on the engine: the context to forward, as JSON, or why not.
 struct Forward<'a>(&'a PolicyEngine);
 

@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::metrics::{ExternalCounter, Metrics};
-use crate::outcome::{self, Context, ContextTask, DecisionTap};
+use crate::outcome::{self, Context, ContextError, ContextTask, DecisionTap};
 
 /// The default cap on a request body: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -704,9 +704,13 @@ async fn evaluate_point(
     let engine = Arc::clone(&shared.engine);
     let metrics = Arc::clone(&shared.metrics);
     guarded(&shared, &headers, body, |bytes| async move {
-        let value = parse_json(&bytes)?;
-        let context = outcome::parse_context(point, value).map_err(|message| {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_context", message)
+        let context = outcome::read_context(point, &bytes).map_err(|error| match error {
+            ContextError::Malformed(message) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", message)
+            }
+            ContextError::Invalid(message) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_context", message)
+            }
         })?;
         let started = Instant::now();
         let outcome = outcome::evaluate(&engine, &context).await;

@@ -250,6 +250,28 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
             .contains("input context")
     );
 
+    // A field given twice: the policies would read one value and a caller might mean the
+    // other, so the context is refused rather than read with the last one.
+    let response = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(
+            r#"{"messages": [{"role": "user", "content": "hi"}], "metadata": {"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"}, "messages": []}"#,
+        )
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "invalid_context");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("duplicate field"),
+        "{body}"
+    );
+
     let (status, body) = post(&format!("{}/v1/evaluate/thinking", server.url), &input("x")).await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], "unknown_point");
