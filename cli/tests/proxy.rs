@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 
 use portcullis_testing::{EvaluateServer, Reply};
 use rmcp::model::{
@@ -38,7 +38,17 @@ impl Drop for Running {
 /// Starts `command` and reads its standard error (or output) until a line contains
 /// `marker`; returns the rest of that line after the marker. The stream keeps being
 /// drained (and echoed to standard error) so the process never blocks on it.
-fn start_and_read(mut command: Command, marker: &str, from_stdout: bool) -> (Running, String) {
+fn start_and_read(command: Command, marker: &str, from_stdout: bool) -> (Running, String) {
+    let (running, found, _later) = start_and_watch(command, marker, from_stdout);
+    (running, found)
+}
+
+/// [`start_and_read`], and the lines the stream has after the marker's, as they come.
+fn start_and_watch(
+    mut command: Command,
+    marker: &str,
+    from_stdout: bool,
+) -> (Running, String, mpsc::Receiver<String>) {
     if from_stdout {
         command.stdout(Stdio::piped()).stderr(Stdio::inherit());
     } else {
@@ -64,12 +74,14 @@ fn start_and_read(mut command: Command, marker: &str, from_stdout: bool) -> (Run
         }
     }
     let found = found.unwrap_or_else(|| panic!("the process never printed {marker:?}"));
+    let (later, watched) = mpsc::channel();
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
             eprintln!("{line}");
+            let _ = later.send(line);
         }
     });
-    (Running(child), found)
+    (Running(child), found, watched)
 }
 
 fn portcullis() -> Command {
@@ -1072,6 +1084,113 @@ async fn proxy_mcp_reloads_on_sighup_and_drains_on_sigterm() -> Result<(), TestE
     let status = proxy.0.wait()?;
     assert_eq!(status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A reload that changes the sections `proxy mcp` built its engine with (`sessions`, `audit`,
+/// `approvals`) swaps the policies in, and says on standard error that those changes wait
+/// for a restart.
+#[tokio::test]
+async fn proxy_mcp_warns_when_a_reload_changes_sections_it_does_not_apply() -> Result<(), TestError>
+{
+    let dir = scratch("mcp-reload-sections");
+    let manifest = dir.join("portcullis.yaml");
+    let write = |text: &str| -> std::io::Result<()> {
+        let temporary = dir.join("portcullis.tmp");
+        std::fs::write(&temporary, text)?;
+        std::fs::rename(&temporary, &manifest)
+    };
+    write(
+        "on_error: deny\ntool_call: []\nsessions: { store: memory, ttl: 1h }\napprovals: { timeout: 1m }\n",
+    )?;
+    let mut proxy = portcullis();
+    proxy
+        .args(["proxy", "mcp"])
+        .arg(&manifest)
+        .args(["--listen", "127.0.0.1:0", "--watch-interval", "50ms", "--"])
+        .arg(mcp_upstream());
+    let (_proxy, url, lines) = start_and_watch(proxy, "listening on ", false);
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await?;
+    let echoed = client
+        .call_tool(call("echo", json!({"text": "hello"})))
+        .await?;
+    assert_eq!(text(&echoed), "hello");
+
+    write(
+        "on_error: deny\ntool_call:\n  - dsl: rules/no_echo.json\nsessions: { store: memory, ttl: 2h }\napprovals: { timeout: 5m }\naudit: { jsonl: audit.jsonl }\n",
+    )?;
+    let printed = tokio::task::spawn_blocking(move || {
+        portcullis_testing::wait_for_lines(
+            &lines,
+            &[
+                "`sessions` changed",
+                "`audit` changed",
+                "`approvals` changed",
+                "policy set reloaded",
+            ],
+            std::time::Duration::from_secs(20),
+        )
+    })
+    .await?;
+    for section in ["sessions", "audit", "approvals"] {
+        let line = printed
+            .iter()
+            .find(|line| line.contains(&format!("`{section}` changed")))
+            .ok_or("the warning")?;
+        assert!(
+            line.contains("portcullis.yaml:")
+                && line.contains("warning")
+                && line.contains("restart"),
+            "{line}"
+        );
+    }
+    // The policies did change; the audit section did not apply (no log was opened).
+    until_echo_denied(&client).await?;
+    assert!(!dir.join("audit.jsonl").exists());
+    client.cancel().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Over streamable HTTP every client of `proxy mcp` has an upstream session of its own,
+/// whether the upstream is a command (a child process per client) or an HTTP server (a
+/// session per client): no client's calls run in another's session.
+#[tokio::test]
+async fn proxy_mcp_gives_each_http_client_its_own_upstream_session() -> Result<(), TestError> {
+    let mut upstream = Command::new(mcp_upstream());
+    upstream.arg("--http");
+    let (_upstream, upstream_url) = start_and_read(upstream, "http://", true);
+    let upstream_url = format!("http://{upstream_url}");
+    let command = mcp_upstream();
+    let command = command.to_str().ok_or("a UTF-8 path")?;
+    for upstream in [["--upstream", upstream_url.as_str()], ["--", command]] {
+        let mut proxy = portcullis();
+        proxy
+            .args(["proxy", "mcp"])
+            .arg(manifest())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(upstream);
+        let (_proxy, url) = start_and_read(proxy, "listening on ", false);
+        let first = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await?;
+        let second = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await?;
+        let session = async |client: &RunningService<RoleClient, ()>| -> Result<String, TestError> {
+            Ok(text(&client.call_tool(call("session", json!({}))).await?))
+        };
+        let (first_session, second_session) = (session(&first).await?, session(&second).await?);
+        assert!(first_session.starts_with("process "), "{first_session}");
+        assert_ne!(
+            first_session, second_session,
+            "{upstream:?}: two clients share one upstream session"
+        );
+        // Each client stays in its own.
+        assert_eq!(session(&first).await?, first_session);
+        assert_eq!(session(&second).await?, second_session);
+        // Both are guarded.
+        let deleted = second.call_tool(call("delete_database", json!({}))).await?;
+        assert_eq!(deleted.is_error, Some(true), "{upstream:?}");
+        first.cancel().await?;
+        second.cancel().await?;
+    }
     Ok(())
 }
 

@@ -202,6 +202,11 @@ impl Server {
             .to_owned()
     }
 
+    /// Reads the log (for at most 20 s) until each of `texts` was in a line; the lines read.
+    fn wait_for_lines(&self, texts: &[&str]) -> Vec<String> {
+        portcullis_testing::wait_for_lines(&self.log, texts, Duration::from_secs(20))
+    }
+
     fn wait_for_reason(&self, expected: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.reason() != expected {
@@ -669,4 +674,99 @@ fn json_logs_are_one_object_per_line_with_the_access_fields() {
             .is_some_and(|id| !id.is_empty()),
         "{answered}"
     );
+}
+
+/// The value of the counter `name` in the Prometheus text `metrics` (0 when it is absent).
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An audit log on a full disk (`/dev/full` fails every write): the service goes on
+/// (`on_failure: allow`), counts each lost record at `/metrics` (shown only with the token)
+/// and says so on standard error.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_audit_log_that_cannot_be_written_is_counted_in_metrics_and_logged() {
+    let scratch = Scratch::new("audit-full");
+    scratch.rule("v1");
+    let manifest = scratch.0.join("portcullis.yaml");
+    std::fs::write(
+        &manifest,
+        "input:\n  - dsl: rules/no_secret.json\naudit: { jsonl: /dev/full }\n",
+    )
+    .expect("written");
+    let server = Server::start_with_token(&manifest, &[], "t0k3n");
+    let (_, before) = server.request("GET", "/metrics", "");
+    assert_eq!(
+        counter(&before, "portcullis_audit_write_failures_total"),
+        0,
+        "{before}"
+    );
+    assert_eq!(server.reason(), "v1");
+    let logged = server.wait_for_lines(&["audit records are lost"]);
+    let lost = logged
+        .iter()
+        .find(|line| line.contains("audit records are lost"))
+        .expect("the line");
+    assert!(
+        lost.contains("ERROR") && lost.contains("/dev/full"),
+        "{lost}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, metrics) = server.request("GET", "/metrics", "");
+        assert_eq!(status, 200, "{metrics}");
+        if counter(&metrics, "portcullis_audit_write_failures_total") > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failure counted: {metrics}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, _) = server.request_as(None, "GET", "/metrics", "");
+    assert_eq!(status, 401);
+}
+
+/// A reload that changes the sections the engine was built with (`sessions`, `audit`,
+/// `approvals`) swaps the policies in and says, on standard error, that those changes wait
+/// for a restart: an operator who tightened `audit.on_failure` is not left believing it
+/// applies.
+#[test]
+fn a_reload_warns_about_the_sections_it_does_not_apply() {
+    let scratch = Scratch::new("reload-sections");
+    scratch.rule("v1");
+    let manifest = scratch.0.join("portcullis.yaml");
+    let write = |text: &str| {
+        let temporary = scratch.0.join("portcullis.tmp");
+        std::fs::write(&temporary, text).expect("written");
+        std::fs::rename(&temporary, &manifest).expect("renamed");
+    };
+    write(
+        "input:\n  - dsl: rules/no_secret.json\nsessions: { store: memory, ttl: 1h }\napprovals: { timeout: 1m }\n",
+    );
+    let server = Server::start(&manifest, &["--watch-interval", "50ms"]);
+    assert_eq!(server.reason(), "v1");
+    write(
+        "input:\n  - dsl: rules/no_secret.json\nsessions: { store: memory, ttl: 2h }\napprovals: { timeout: 5m }\naudit: { jsonl: audit.jsonl, on_failure: deny }\n",
+    );
+    let logged = server.wait_for_lines(&[
+        "`sessions` changed",
+        "`audit` changed",
+        "`approvals` changed",
+        "policy set reloaded",
+    ]);
+    for section in ["sessions", "audit", "approvals"] {
+        let line = logged
+            .iter()
+            .find(|line| line.contains(&format!("`{section}` changed")))
+            .expect("the warning");
+        assert!(
+            line.contains("WARN") && line.contains("portcullis.yaml:") && line.contains("restart"),
+            "{line}"
+        );
+    }
+    // The audit section was not applied: no log was opened.
+    assert!(!scratch.0.join("audit.jsonl").exists());
 }
