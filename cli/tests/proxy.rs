@@ -865,66 +865,117 @@ async fn proxy_mcp_on_stdio_with_a_child_process_upstream() -> Result<(), TestEr
 #[cfg(unix)]
 #[test]
 fn proxy_mcp_on_stdio_drains_on_sigterm() -> Result<(), TestError> {
-    use std::io::Write;
-    use std::sync::mpsc;
+    let mut client = StdioClient::start("drain-test")?;
+    // `pause` answers after 800 ms: it is in flight when SIGTERM arrives.
+    client.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "pause", "arguments": {}}}))?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(&client.proxy, "TERM");
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    client.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "too late"}}}))?;
 
-    let mut child = portcullis()
-        .args(["proxy", "mcp"])
-        .arg(manifest())
-        .arg("--")
-        .arg(mcp_upstream())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()?;
-    let mut stdin = child.stdin.take().ok_or("stdin")?;
-    let stdout = child.stdout.take().ok_or("stdout")?;
-    let proxy = Running(child);
-    let (lines, answers) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
+    let refused = client.answer(3)?;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("stopping"), "{refused}");
+    let paused = client.answer(2)?;
+    assert_eq!(paused["result"]["content"][0]["text"], "paused", "{paused}");
+    assert_eq!(client.proxy.0.wait()?.code(), Some(0));
+    Ok(())
+}
+
+/// A raw JSON-RPC client of `portcullis proxy mcp` on its stdio (the example upstream as its
+/// child process), initialized.
+struct StdioClient {
+    proxy: Running,
+    stdin: std::process::ChildStdin,
+    answers: mpsc::Receiver<String>,
+}
+
+impl StdioClient {
+    fn start(name: &str) -> Result<StdioClient, TestError> {
+        let mut child = portcullis()
+            .args(["proxy", "mcp"])
+            .arg(manifest())
+            .arg("--")
+            .arg(mcp_upstream())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or("stdin")?;
+        let stdout = child.stdout.take().ok_or("stdout")?;
+        let (lines, answers) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
             }
-        }
-    });
-    let answer = |id: u64| -> Result<Value, TestError> {
+        });
+        let mut client = StdioClient {
+            proxy: Running(child),
+            stdin,
+            answers,
+        };
+        client.send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": name, "version": "1.0.0"}}}),
+        )?;
+        client.answer(1)?;
+        client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+        Ok(client)
+    }
+
+    /// Writes `message` as one line.
+    fn send(&mut self, message: Value) -> Result<(), TestError> {
+        use std::io::Write;
+        writeln!(self.stdin, "{message}")?;
+        self.stdin.flush()?;
+        Ok(())
+    }
+
+    /// The next message with the id `id` (other messages are passed over), within 20 s.
+    fn answer(&self, id: impl Into<Value>) -> Result<Value, TestError> {
+        let id = id.into();
         loop {
-            let line = answers.recv_timeout(std::time::Duration::from_secs(20))?;
+            let line = self
+                .answers
+                .recv_timeout(std::time::Duration::from_secs(20))?;
             let message: Value = serde_json::from_str(&line)?;
             if message["id"] == id {
                 return Ok(message);
             }
         }
-    };
-    let mut send = |message: Value| -> Result<(), TestError> {
-        writeln!(stdin, "{message}")?;
-        stdin.flush()?;
-        Ok(())
-    };
-    send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "drain-test", "version": "1.0.0"}}}),
-    )?;
-    answer(1)?;
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
-    // `pause` answers after 800 ms: it is in flight when SIGTERM arrives.
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "pause", "arguments": {}}}))?;
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    signal(&proxy, "TERM");
-    std::thread::sleep(std::time::Duration::from_millis(150));
-    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"text": "too late"}}}))?;
+    }
+}
 
-    let refused = answer(3)?;
-    let message = refused["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("stopping"), "{refused}");
-    let paused = answer(2)?;
-    assert_eq!(paused["result"]["content"][0]["text"], "paused", "{paused}");
-    let mut proxy = proxy;
-    assert_eq!(proxy.0.wait()?.code(), Some(0));
+/// A request on stdio whose `params` is not an object is answered with an invalid-params
+/// error carrying its id (rmcp alone would answer without one, and the client would wait
+/// forever), and the tool never runs.
+#[test]
+fn proxy_mcp_on_stdio_answers_requests_whose_params_are_not_an_object() -> Result<(), TestError> {
+    let mut client = StdioClient::start("malformed")?;
+    for (id, params) in [
+        (json!(2), json!("echo")),
+        (json!("three"), json!(["echo", {"text": "hi"}])),
+        (json!(4), json!(5)),
+    ] {
+        client
+            .send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}))?;
+        let answer = client.answer(id.clone())?;
+        assert_eq!(answer["error"]["code"], -32602, "{id} {params}: {answer}");
+        assert!(answer.get("result").is_none(), "{answer}");
+    }
+    // The session goes on.
+    client.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "still here"}}}))?;
+    let echoed = client.answer(5)?;
+    assert_eq!(
+        echoed["result"]["content"][0]["text"], "still here",
+        "{echoed}"
+    );
     Ok(())
 }
 

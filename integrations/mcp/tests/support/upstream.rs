@@ -37,6 +37,7 @@ pub struct Upstream {
     calls: Arc<Mutex<Vec<Call>>>,
     cancelled: Arc<AtomicUsize>,
     custom: Arc<Mutex<Vec<Custom>>>,
+    notifications: Arc<Mutex<Vec<Custom>>>,
     sessions: Arc<AtomicUsize>,
 }
 
@@ -68,6 +69,15 @@ impl Upstream {
         self.custom
             .lock()
             .map(|requests| requests.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every notification of a method MCP does not define that the upstream received: its
+    /// method and params.
+    pub fn custom_notifications(&self) -> Vec<Custom> {
+        self.notifications
+            .lock()
+            .map(|notifications| notifications.clone())
             .unwrap_or_default()
     }
 
@@ -272,6 +282,16 @@ impl ServerHandler for Upstream {
         }
         // A lenient server: it runs what it is asked.
         Ok(CustomResult::new(json!({"echo": request.method})))
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: rmcp::model::CustomNotification,
+        _context: rmcp::service::NotificationContext<RoleServer>,
+    ) {
+        if let Ok(mut notifications) = self.notifications.lock() {
+            notifications.push((notification.method.clone(), notification.params.clone()));
+        }
     }
 
     async fn on_initialized(&self, _context: rmcp::service::NotificationContext<RoleServer>) {
