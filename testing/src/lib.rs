@@ -14,6 +14,8 @@
 //!   agent with, so both are held to the same rules.
 //! - [`redis::RedisServer`]: a real `redis-server` on a free port, for the session store's
 //!   tests.
+//! - [`load`]: slow clients ([`load::SlowRequest`]) and a process's resident memory
+//!   ([`load::PeakResident`]), for the listeners' load tests.
 //!
 //! Both servers bind a free port, record every request they receive ([`RecordedRequest`]: method,
 //! path, headers, body) and count the TCP connections they accept, so a test can assert what a
@@ -40,6 +42,7 @@
 
 pub mod agent;
 mod evaluate;
+pub mod load;
 mod opa;
 pub mod redis;
 mod server;
