@@ -7,71 +7,12 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use portcullis_mcp::{GuardedListener, GuardedServer, ListenerOptions, check_exposure};
-use rmcp::ServiceExt;
+use portcullis_mcp::{ListenerOptions, check_exposure};
 use rmcp::model::CallToolRequestParams;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-use support::upstream::Upstream;
-use support::{Client, TestError, connect_in_process, engine, tool_guard};
+use support::TestError;
+use support::listener::Running;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
-/// A guarded listener on 127.0.0.1 in front of the scripted upstream.
-struct Running {
-    address: SocketAddr,
-    upstream: Upstream,
-    stats: portcullis_mcp::ListenerStats,
-    stop: Option<oneshot::Sender<()>>,
-    served: JoinHandle<std::io::Result<()>>,
-    _upstream_client: Client,
-}
-
-impl Running {
-    async fn start(options: ListenerOptions) -> Result<Running, TestError> {
-        let (engine, _audit) = engine();
-        let upstream = Upstream::default();
-        let (upstream_client, upstream_server) = connect_in_process(upstream.clone()).await?;
-        // The upstream serves as long as the test runs.
-        std::mem::forget(upstream_server);
-        let guarded = GuardedServer::new(upstream_client.peer().clone(), tool_guard(&engine));
-        let listener =
-            GuardedListener::new(guarded, StreamableHttpServerConfig::default(), options);
-        let stats = listener.stats();
-        let tcp = TcpListener::bind("127.0.0.1:0").await?;
-        let address = tcp.local_addr()?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let served = tokio::spawn(listener.serve_until(tcp, async move {
-            let _ = stopped.await;
-        }));
-        Ok(Running {
-            address,
-            upstream,
-            stats,
-            stop: Some(stop),
-            served,
-            _upstream_client: upstream_client,
-        })
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.address)
-    }
-
-    async fn client(&self, token: Option<&str>) -> Result<Client, TestError> {
-        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url());
-        if let Some(token) = token {
-            config = config.auth_header(token);
-        }
-        Ok(
-            ().serve(StreamableHttpClientTransport::from_config(config))
-                .await?,
-        )
-    }
-}
+use tokio::net::TcpStream;
 
 /// Sends `request` on a new connection and returns the answer's status (`None` when the
 /// connection closed without one).

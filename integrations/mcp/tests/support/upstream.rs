@@ -203,6 +203,11 @@ impl ServerHandler for Upstream {
                     .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
                 text("notified")
             }
+            // A result of `bytes` bytes (at most 16 MiB), for the memory tests.
+            "big_result" => {
+                let bytes = arguments["bytes"].as_u64().unwrap_or(0).min(16 << 20);
+                text("x".repeat(usize::try_from(bytes).unwrap_or(0)))
+            }
             "search" | "secret_tool" | "delete_database" => text(arguments.to_string()),
             // The process dies in the middle of the call: only when started for that.
             "exit" if std::env::var_os("SCRIPTED_UPSTREAM_EXIT_TOOL").is_some() => {
