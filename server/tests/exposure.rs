@@ -57,8 +57,8 @@ fn post_as(path: &str, content_type: Option<&str>, body: &str) -> String {
 const FAILURE: &str = "portcullis.yaml:4:5: error: GET \
      https://bot:hunter2@bundles.example/authz.tar.gz?X-Signature=abcdef: 500; the bundle in use stays";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readyz_tells_anonymous_callers_the_status_only() {
+/// A service with the token `s3cret`, whose last reload failed with [`FAILURE`].
+async fn after_a_failed_reload() -> common::Running {
     let server = start(
         DecisionService::builder().bearer_token("s3cret"),
         Some(policies()),
@@ -67,6 +67,12 @@ async fn readyz_tells_anonymous_callers_the_status_only() {
     server
         .service
         .record_reload(ReloadStatus::Failed(FAILURE.to_owned()));
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_tells_anonymous_callers_the_status_only() {
+    let server = after_a_failed_reload().await;
     for token in [None, Some("wrong"), Some("s3cre"), Some("s3cret2")] {
         let (status, body) = raw(server.addr, get_as("/readyz", token)).await;
         assert_eq!(status, 200, "{body}");
@@ -173,14 +179,7 @@ async fn only_the_exact_token_opens_the_evaluations() {
 /// answer); without a token it stays open (the service then listens on loopback only).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_need_the_token_when_one_is_configured() {
-    let server = start(
-        DecisionService::builder().bearer_token("s3cret"),
-        Some(policies()),
-    )
-    .await;
-    server
-        .service
-        .record_reload(ReloadStatus::Failed(FAILURE.to_owned()));
+    let server = after_a_failed_reload().await;
     for token in [
         None,
         Some(""),

@@ -1,6 +1,6 @@
 //! What the load tests of the listeners need: clients that take their time over a request
 //! ([`SlowRequest`]), and the resident memory of a process, now and at its peak
-//! ([`resident_bytes`], [`PeakResident`]).
+//! ([`resident_bytes`], [`PeakResident`], [`ResidentGrowth`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -156,10 +156,44 @@ pub fn resident_bytes(pid: Option<u32>) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// The peak of a process's resident memory, sampled every 5 ms on a thread of its own from
+/// The resident memory of a process before a load, at its peak and after it, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResidentGrowth {
+    /// When sampling started.
+    pub before: u64,
+    /// The most seen while sampling.
+    pub peak: u64,
+    /// When sampling stopped.
+    pub after: u64,
+}
+
+impl ResidentGrowth {
+    /// How much more memory was resident at the peak than before.
+    pub fn growth(&self) -> u64 {
+        self.peak.saturating_sub(self.before)
+    }
+}
+
+impl std::fmt::Display for ResidentGrowth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MIB: u64 = 1024 * 1024;
+        write!(
+            f,
+            "resident {} MiB before, peak {} MiB (+{} MiB), {} MiB after",
+            self.before / MIB,
+            self.peak / MIB,
+            self.growth() / MIB,
+            self.after / MIB
+        )
+    }
+}
+
+/// A process's resident memory sampled every 5 ms on a thread of its own, from
 /// [`start`](Self::start) to [`stop`](Self::stop).
 #[derive(Debug)]
 pub struct PeakResident {
+    pid: Option<u32>,
+    before: u64,
     stop: Arc<AtomicBool>,
     sampler: std::thread::JoinHandle<u64>,
 }
@@ -167,6 +201,7 @@ pub struct PeakResident {
 impl PeakResident {
     /// Starts sampling process `pid` (this process for `None`).
     pub fn start(pid: Option<u32>) -> Self {
+        let before = resident_bytes(pid).unwrap_or(0);
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let sampler = std::thread::spawn(move || {
@@ -179,12 +214,23 @@ impl PeakResident {
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
-        PeakResident { stop, sampler }
+        PeakResident {
+            pid,
+            before,
+            stop,
+            sampler,
+        }
     }
 
-    /// Stops sampling; the most resident memory seen, in bytes (0 when none could be read).
-    pub fn stop(self) -> u64 {
+    /// Stops sampling: the memory resident before, at the peak and now (0 where it could not
+    /// be read).
+    pub fn stop(self) -> ResidentGrowth {
         self.stop.store(true, Ordering::Release);
-        self.sampler.join().unwrap_or(0)
+        let peak = self.sampler.join().unwrap_or(0);
+        ResidentGrowth {
+            before: self.before,
+            peak: peak.max(self.before),
+            after: resident_bytes(self.pid).unwrap_or(0),
+        }
     }
 }

@@ -122,6 +122,23 @@ impl RawClient {
         }
     }
 
+    /// Checks with a well-formed call (id `id`) that the session still works, guarded: the
+    /// record is read with its SSN redacted.
+    async fn reads_a_guarded_record(&mut self, id: u64) -> Result<(), TestError> {
+        let answer = self
+            .request(
+                id,
+                "tools/call",
+                json!({"name": "read_file", "arguments": {"path": "/hr/jane"}}),
+            )
+            .await?;
+        assert_eq!(
+            answer["result"]["content"][0]["text"],
+            "Employee: Jane Roe\nSSN: [REDACTED]"
+        );
+        Ok(())
+    }
+
     /// The next message the guard writes (at most 10 s away).
     async fn next_message(&mut self) -> Result<Value, TestError> {
         let line = tokio::time::timeout(Duration::from_secs(10), self.lines.next_line())
@@ -180,18 +197,7 @@ async fn tool_calls_whose_params_do_not_parse_never_reach_the_upstream() -> Resu
     assert_eq!(upstream.calls(), []);
     assert_eq!(upstream.custom_requests(), []);
     // A well-formed call still works, guarded.
-    let answer = client
-        .request(
-            id,
-            "tools/call",
-            json!({"name": "read_file", "arguments": {"path": "/hr/jane"}}),
-        )
-        .await?;
-    assert_eq!(
-        answer["result"]["content"][0]["text"],
-        "Employee: Jane Roe\nSSN: [REDACTED]"
-    );
-    Ok(())
+    client.reads_a_guarded_record(id).await
 }
 
 /// Requests whose `params` is not an object do not fit any MCP message: each is answered with
@@ -243,18 +249,7 @@ async fn requests_whose_params_are_not_an_object_are_answered_and_never_forwarde
     assert_eq!(upstream.calls(), []);
     assert_eq!(upstream.custom_requests(), []);
     // The session goes on: a well-formed call is answered, guarded.
-    let answer = client
-        .request(
-            id,
-            "tools/call",
-            json!({"name": "read_file", "arguments": {"path": "/hr/jane"}}),
-        )
-        .await?;
-    assert_eq!(
-        answer["result"]["content"][0]["text"],
-        "Employee: Jane Roe\nSSN: [REDACTED]"
-    );
-    Ok(())
+    client.reads_a_guarded_record(id).await
 }
 
 /// Notifications of methods the guard does not know (a vendor's, or one only a server may
