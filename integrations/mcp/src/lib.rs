@@ -108,7 +108,8 @@
 //! transports of those names for applications that let this crate choose. On a stream of
 //! lines (stdio, a pipe), serve it with [`JsonRpcLines`] (`JsonRpcLines::stdio()` with
 //! `transport-io`): it is rmcp's own framing, and it also answers a request whose JSON is not
-//! an MCP message with an error carrying its id, so such a client is not left waiting.
+//! an MCP message with an error carrying its id, so such a client is not left waiting
+//! (`GuardedListener` answers such a request the same way over HTTP).
 //!
 //! The crate's tests run an rmcp server and an rmcp client on both sides of the guard,
 //! over in-process pipes, over streamable HTTP on 127.0.0.1, and with the upstream as a

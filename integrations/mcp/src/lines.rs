@@ -164,7 +164,8 @@ where
             match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(text) {
                 Ok(message) => return Some(message),
                 Err(error) if error.is_data() => {
-                    if let Some(answer) = unreadable(text, &error) {
+                    if let Some((id, answer)) = unreadable(text, &error) {
+                        let answer = TxJsonRpcMessage::<RoleServer>::error(answer, id);
                         self.answering = Some(Box::pin(self.write.send(answer)));
                     }
                 }
@@ -184,15 +185,14 @@ where
 }
 
 /// The answer to a well-formed JSON message that is not an MCP message (`error` says why):
-/// for a request, an error with its id; none for a notification.
-fn unreadable(text: &[u8], error: &serde_json::Error) -> Option<TxJsonRpcMessage<RoleServer>> {
+/// for a request, an error and its id; an error without an id for anything else but a
+/// notification, which is never answered.
+fn unreadable(text: &[u8], error: &serde_json::Error) -> Option<(Option<RequestId>, ErrorData)> {
     let message = match serde_json::from_slice::<Value>(text) {
         Ok(Value::Object(message)) => message,
         _ => {
-            return Some(TxJsonRpcMessage::<RoleServer>::error(
-                ErrorData::invalid_request("a JSON-RPC message is an object", None),
-                None,
-            ));
+            let answer = ErrorData::invalid_request("a JSON-RPC message is an object", None);
+            return Some((None, answer));
         }
     };
     let method = message.get("method").and_then(Value::as_str);
@@ -216,5 +216,18 @@ fn unreadable(text: &[u8], error: &serde_json::Error) -> Option<TxJsonRpcMessage
             None,
         ),
     };
-    Some(TxJsonRpcMessage::<RoleServer>::error(answer, id))
+    Some((id, answer))
+}
+
+/// The answer to `body` (one JSON-RPC message) when it is a request, with an id, that fits no
+/// MCP message: an error carrying its id. `None` when it fits, is not JSON, or has no id to
+/// answer.
+#[cfg(feature = "listener")]
+pub(crate) fn answer_unreadable_request(body: &[u8]) -> Option<TxJsonRpcMessage<RoleServer>> {
+    let error = serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(body).err()?;
+    if !error.is_data() {
+        return None;
+    }
+    let (id, answer) = unreadable(body, &error)?;
+    Some(TxJsonRpcMessage::<RoleServer>::error(answer, Some(id?)))
 }
