@@ -770,3 +770,68 @@ fn a_reload_warns_about_the_sections_it_does_not_apply() {
     // The audit section was not applied: no log was opened.
     assert!(!scratch.0.join("audit.jsonl").exists());
 }
+
+/// An existing audit log that others may read and that the service cannot set to `0600` (it
+/// belongs to another user): the service does not start, says why, and writes nothing to it.
+/// Only root can hand the service a file that is not its own, so the service runs as `nobody`
+/// (`setpriv`); elsewhere the test says it is skipped.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_audit_log_open_to_others_that_cannot_be_made_private_stops_the_service() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|output| output.stdout.starts_with(b"0\n"));
+    if !root || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to run the service as another user");
+        return;
+    }
+    let scratch = Scratch::new("audit-not-ours");
+    scratch.rule("v1");
+    let log = scratch.0.join("audit.jsonl");
+    std::fs::write(&log, "").expect("written");
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let manifest = scratch.0.join("portcullis.yaml");
+    std::fs::write(
+        &manifest,
+        "input:\n  - dsl: rules/no_secret.json\naudit: { jsonl: audit.jsonl }\n",
+    )
+    .expect("written");
+    let mut child = Command::new("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("serve")
+        .arg(&manifest)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv runs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("a status") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the service started with an audit log others can read");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("audit.jsonl") && stderr.contains("0666") && stderr.contains("0600"),
+        "{stderr}"
+    );
+    let metadata = std::fs::metadata(&log).expect("the log");
+    assert_eq!(metadata.permissions().mode() & 0o777, 0o666);
+    assert_eq!(metadata.len(), 0, "records were written to it");
+}
