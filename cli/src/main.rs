@@ -146,8 +146,9 @@ enum Command {
         /// The address to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
-        /// Require `Authorization: Bearer <token>` on evaluations, the token read from this
-        /// environment variable. Only callers with the token see reload errors in /readyz.
+        /// Require `Authorization: Bearer <token>` on evaluations and /metrics, the token read
+        /// from this environment variable. Only callers with the token see reload errors in
+        /// /readyz; /healthz and /readyz's status stay open to probes.
         #[arg(long, value_name = "VAR")]
         token_env: Option<String>,
         /// Listen beyond loopback without --token-env: anyone who can reach the address can

@@ -14,8 +14,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use portcullis::PolicyEngine;
 use portcullis::manifest::{AuditExport, CodeRegistry, Manifest, ManifestWatcher, ReloadOutcome};
 use portcullis_mcp::{
-    Draining, GuardedListener, GuardedServer, ListenerOptions, MCP_PATH, ToolGuard, UpstreamRelay,
-    check_exposure,
+    Draining, GuardedListener, GuardedServer, JsonRpcLines, ListenerOptions, MCP_PATH, ToolGuard,
+    UpstreamRelay, check_exposure,
 };
 use portcullis_openai::ToolDenial;
 use portcullis_openai::proxy::{self, OpenAIProxy, SessionSource};
@@ -538,7 +538,8 @@ fn reload_on_change(
 async fn serve_stdio(guarded: GuardedServer, drain_timeout: Duration) -> u8 {
     let server = Draining::new(guarded);
     let drain = server.drain();
-    let running = match server.serve(rmcp::transport::stdio()).await {
+    // rmcp's framing, and an answer with its id to any request it cannot read.
+    let running = match server.serve(JsonRpcLines::stdio()).await {
         Ok(running) => running,
         Err(error) => {
             eprintln!("error: the MCP client did not initialize: {error}");

@@ -171,9 +171,10 @@ impl DecisionServiceBuilder {
         self
     }
 
-    /// Requires `Authorization: Bearer <token>` on the evaluation routes (401 otherwise).
-    /// `/healthz`, `/readyz` and `/metrics` stay open, for probes and scrapers; `/readyz`
-    /// gives the last reload's details (its time and error) only to a caller with the token.
+    /// Requires `Authorization: Bearer <token>` on the evaluation routes and `/metrics` (401
+    /// otherwise: a scraper sends the token too). `/healthz` and `/readyz` stay open, for
+    /// probes; `/readyz` gives the last reload's details (its time and error) only to a
+    /// caller with the token.
     /// The token is kept as its SHA-256 digest, and a given token is compared digest to digest
     /// in constant time: the time taken says neither how much of it was right nor how long
     /// the token is.
@@ -292,7 +293,7 @@ struct Shared {
 /// | `POST /v1/evaluate/{input\|tool_call\|tool_result\|output}` | the context through the whole point: 200 with the [`Outcome`](crate::Outcome) JSON, for every outcome |
 /// | `GET /healthz` | 200 while the process runs |
 /// | `GET /readyz` | 200 when a policy set is loaded (503 otherwise); the last reload's status and error only to a caller with the bearer token |
-/// | `GET /metrics` | Prometheus text: requests by route and status, decisions by policy and decision, evaluation latency, reloads by outcome, open connections |
+/// | `GET /metrics` | Prometheus text: requests by route and status, decisions by policy and decision, evaluation latency, reloads by outcome, open connections; with a bearer token configured, only to a caller with it |
 ///
 /// Errors are `{"error": {"code": "..", "message": ".."}}` with 400 (malformed JSON, an
 /// invalid context), 401 (bearer token missing or wrong), 404 (unknown policy id, point or
@@ -875,8 +876,14 @@ async fn readyz(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
     json_response(status, json_body(&body))
 }
 
-/// `GET /metrics`.
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+/// `GET /metrics`: with a bearer token configured, only to a caller with it (401 otherwise,
+/// as the evaluations: the counters name every policy and how often it decided what, and
+/// every reload's outcome); without one, to anyone (the service then listens on loopback,
+/// unless told otherwise).
+async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(error) = authorize(&shared, &headers) {
+        return error.into_response();
+    }
     let text = shared.metrics.render(shared.loaded.load(Ordering::Acquire));
     let mut response = (StatusCode::OK, text).into_response();
     response.headers_mut().insert(

@@ -57,8 +57,8 @@ fn post_as(path: &str, content_type: Option<&str>, body: &str) -> String {
 const FAILURE: &str = "portcullis.yaml:4:5: error: GET \
      https://bot:hunter2@bundles.example/authz.tar.gz?X-Signature=abcdef: 500; the bundle in use stays";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readyz_tells_anonymous_callers_the_status_only() {
+/// A service with the token `s3cret`, whose last reload failed with [`FAILURE`].
+async fn after_a_failed_reload() -> common::Running {
     let server = start(
         DecisionService::builder().bearer_token("s3cret"),
         Some(policies()),
@@ -67,6 +67,12 @@ async fn readyz_tells_anonymous_callers_the_status_only() {
     server
         .service
         .record_reload(ReloadStatus::Failed(FAILURE.to_owned()));
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_tells_anonymous_callers_the_status_only() {
+    let server = after_a_failed_reload().await;
     for token in [None, Some("wrong"), Some("s3cre"), Some("s3cret2")] {
         let (status, body) = raw(server.addr, get_as("/readyz", token)).await;
         assert_eq!(status, 200, "{body}");
@@ -166,4 +172,40 @@ async fn only_the_exact_token_opens_the_evaluations() {
         assert_eq!(status, expected, "{authorization:?}: {answer}");
     }
     server.stop().await;
+}
+
+/// `/metrics` lists every policy's decision counts and every reload's outcome: with a token
+/// configured, only the token opens it (401 as the evaluations, and not one metric line in the
+/// answer); without a token it stays open (the service then listens on loopback only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_token_when_one_is_configured() {
+    let server = after_a_failed_reload().await;
+    for token in [
+        None,
+        Some(""),
+        Some("wrong"),
+        Some("s3cre"),
+        Some("s3cret2"),
+    ] {
+        let (status, body) = raw(server.addr, get_as("/metrics", token)).await;
+        assert_eq!(status, 401, "{token:?}: {body}");
+        let answer: Value = serde_json::from_str(&body).expect("JSON");
+        assert_eq!(answer["error"]["code"], "unauthorized", "{token:?}");
+        for secret in ["portcullis_", "block_secret", "reload"] {
+            assert!(!body.contains(secret), "{token:?}: {secret} in {body}");
+        }
+    }
+    let (status, body) = raw(server.addr, get_as("/metrics", Some("s3cret"))).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("portcullis_reloads_total{outcome=\"failed\"} 1\n"),
+        "{body}"
+    );
+    server.stop().await;
+
+    let open = start(DecisionService::builder(), Some(policies())).await;
+    let (status, body) = raw(open.addr, get_as("/metrics", None)).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("portcullis_policy_set_loaded 1\n"), "{body}");
+    open.stop().await;
 }

@@ -331,7 +331,7 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_configured_bearer_token_is_required_on_evaluations_only() {
+async fn a_configured_bearer_token_is_required_on_evaluations_and_metrics() {
     let server = start(
         DecisionService::builder().bearer_token("s3cret"),
         Some(policies()),
@@ -373,7 +373,16 @@ async fn a_configured_bearer_token_is_required_on_evaluations_only() {
     assert_eq!(response.status().as_u16(), 200);
     assert_eq!(get(&format!("{}/healthz", server.url)).await.0, 200);
     assert_eq!(get(&format!("{}/readyz", server.url)).await.0, 200);
-    assert_eq!(get(&format!("{}/metrics", server.url)).await.0, 200);
+    let (status, body) = get(&format!("{}/metrics", server.url)).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(
+        get_as(&format!("{}/metrics", server.url), "s3cre").await.0,
+        401
+    );
+    assert_eq!(
+        get_as(&format!("{}/metrics", server.url), "s3cret").await.0,
+        200
+    );
     server.stop().await;
 }
 
@@ -423,7 +432,7 @@ async fn without_a_set_evaluations_are_503_until_one_is_loaded() {
     );
     let (status, outcome) = post_as(&url, "s3cret", &input("a secret")).await;
     assert_eq!((status, &outcome["outcome"]), (200, &json!("denied")));
-    let (_, metrics) = get(&format!("{}/metrics", server.url)).await;
+    let (_, metrics) = get_as(&format!("{}/metrics", server.url), "s3cret").await;
     assert!(
         metrics.contains("portcullis_reloads_total{outcome=\"failed\"} 1\n"),
         "{metrics}"
