@@ -155,6 +155,11 @@ enum Command {
         /// ask for decisions and probe the policies. Refused without this flag.
         #[arg(long)]
         allow_unauthenticated: bool,
+        /// Without --token-env: a host name callers may name in `Host` besides the loopback
+        /// ones (repeatable); evaluations and /metrics naming another host, or carrying
+        /// `Origin` (a web page's request), are refused (403).
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
         /// Serve HTTPS: the PEM certificate chain (with --tls-key).
         #[arg(long, value_name = "FILE")]
         tls_cert: Option<PathBuf>,
@@ -241,6 +246,7 @@ fn main() -> ExitCode {
             listen,
             token_env,
             allow_unauthenticated,
+            allow_hosts,
             tls_cert,
             tls_key,
             watch_interval,
@@ -257,6 +263,7 @@ fn main() -> ExitCode {
             listen,
             token_env,
             allow_unauthenticated,
+            allow_hosts,
             tls_cert,
             tls_key,
             watch_interval,

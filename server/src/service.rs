@@ -143,6 +143,7 @@ pub struct DecisionServiceBuilder {
     metrics: Arc<Metrics>,
     audit: Option<Arc<dyn AuditHandler>>,
     token: Option<String>,
+    allowed_hosts: Vec<String>,
     limits: Limits,
     unloaded: bool,
 }
@@ -152,6 +153,7 @@ impl std::fmt::Debug for DecisionServiceBuilder {
         f.debug_struct("DecisionServiceBuilder")
             .field("audit", &self.audit.is_some())
             .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("limits", &self.limits)
             .field("unloaded", &self.unloaded)
             .finish()
@@ -180,6 +182,17 @@ impl DecisionServiceBuilder {
     /// the token is.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// A host name callers of a service without a [bearer token](Self::bearer_token) may name
+    /// in `Host`, besides the loopback ones (`localhost`, `127.0.0.1`, `[::1]`, with any port);
+    /// repeatable. Without a token the evaluation routes and `/metrics` refuse (403) a request
+    /// carrying `Origin` (a web page's) and one naming another host: a page whose name was
+    /// re-pointed at the service's address (DNS rebinding) could otherwise use it as its
+    /// own origin. `/healthz` and `/readyz` answer any host, for probes.
+    pub fn allow_host(mut self, host: impl Into<String>) -> Self {
+        self.allowed_hosts.push(host.into().to_ascii_lowercase());
         self
     }
 
@@ -249,6 +262,7 @@ impl DecisionServiceBuilder {
                 last_reload: Mutex::new(None),
                 metrics: self.metrics,
                 token: self.token.as_deref().map(BearerToken::new),
+                allowed_hosts: self.allowed_hosts,
                 slots: Semaphore::new(limits.max_concurrent),
                 waiting: AtomicUsize::new(0),
                 limits,
@@ -275,6 +289,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// The bearer token, when one is required.
     token: Option<BearerToken>,
+    /// The host names a token-less service answers besides the loopback ones.
+    allowed_hosts: Vec<String>,
     limits: Limits,
     slots: Semaphore,
     waiting: AtomicUsize,
@@ -511,9 +527,13 @@ fn authenticated(shared: &Shared, headers: &HeaderMap) -> bool {
     }
 }
 
-/// Checks the bearer token, when one is configured.
+/// Checks the bearer token, when one is configured; without one, refuses what a web page
+/// could have sent (see [`DecisionServiceBuilder::allow_host`]).
 fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
-    if shared.token.is_none() || authenticated(shared, headers) {
+    if shared.token.is_none() {
+        return browser_safe(shared, headers);
+    }
+    if authenticated(shared, headers) {
         return Ok(());
     }
     let message = if bearer(headers).is_some() {
@@ -525,6 +545,39 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
         StatusCode::UNAUTHORIZED,
         "unauthorized",
         message,
+    ))
+}
+
+/// Refuses, for a service without a token, a request carrying `Origin` and one naming a
+/// host that is neither a loopback name nor allowed (403).
+fn browser_safe(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+    if headers.contains_key(header::ORIGIN) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "browser_request",
+            "a request sent by a web page (it carries Origin) is refused by a service without a token; set --token-env",
+        ));
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    let allowed = edge::is_loopback_host(host)
+        || edge::host_name(host).is_some_and(|name| {
+            shared
+                .allowed_hosts
+                .iter()
+                .any(|allowed| allowed.eq_ignore_ascii_case(name))
+        });
+    if allowed {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "unknown_host",
+        format!(
+            "the request names the host {host:?}; a service without a token answers only requests naming a loopback host or one given with --allow-host"
+        ),
     ))
 }
 

@@ -34,7 +34,8 @@ async fn slow_clients_are_cut_off_and_a_well_behaved_client_is_answered() {
     let mut attackers = Vec::new();
     // Heads that never end.
     for _ in 0..12 {
-        let head = SlowRequest::new("POST /v1/evaluate/input HTTP/1.1\r\nHost: t\r\nX-Pad: ");
+        let head =
+            SlowRequest::new("POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ");
         attackers.push(tokio::spawn(
             async move { head.fill(b'a').send(addr).await },
         ));
@@ -42,7 +43,7 @@ async fn slow_clients_are_cut_off_and_a_well_behaved_client_is_answered() {
     // Whole heads, then bodies that never end.
     for _ in 0..6 {
         let body = SlowRequest::new(
-            "POST /v1/evaluate/input HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n",
+            "POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n",
         );
         attackers.push(tokio::spawn(async move { body.send(addr).await }));
     }

@@ -55,7 +55,7 @@ async fn slow_senders_of_large_bodies_hold_no_more_than_the_slots_allow() {
 
     let memory = PeakResident::start(None);
     let head = format!(
-        "POST /v1/evaluate/input HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {MAX_BODY_BYTES}\r\n\r\n"
+        "POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {MAX_BODY_BYTES}\r\n\r\n"
     );
     let addr = server.addr;
     let senders: Vec<_> = (0..SENDERS)

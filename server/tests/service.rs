@@ -283,7 +283,7 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
         .await
         .expect("a connection");
     let head = format!(
-        "POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         2 * 1024 * 1024
     );
     stream
@@ -300,7 +300,7 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
     let mut stream = tokio::net::TcpStream::connect(server.addr)
         .await
         .expect("a connection");
-    let head = "POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let head = "POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
     let _ = stream.write_all(head.as_bytes()).await;
     let chunk = vec![b' '; 64 * 1024];
     for _ in 0..32 {
@@ -588,7 +588,7 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
     let mut head = tokio::net::TcpStream::connect(server.addr)
         .await
         .expect("a connection");
-    head.write_all(b"POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\n")
+    head.write_all(b"POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .await
         .expect("written");
     let mut buffer = Vec::new();
@@ -600,7 +600,7 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
         .await
         .expect("a connection");
     body.write_all(
-        b"POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages\"",
+        b"POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages\"",
     )
     .await
     .expect("written");
