@@ -18,12 +18,12 @@ use crate::engine::PolicyEngine;
 use crate::error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
 use crate::set::PolicySet;
 use crate::stream::item::StreamItems;
-use crate::stream::plan::{LiteralFilter, ROOM_MOST, Stage, StageAction, StreamPlan, Watch};
+use crate::stream::plan::{LiteralFilter, MatchFinder, ROOM_MOST, Stage, StageAction, StreamPlan};
 use crate::stream::report::{
     STREAM_POLICY_ID, StreamEvent, StreamMode, StreamOutcome, StreamReport,
 };
 use crate::stream::short::append;
-use crate::stream::stage::{Sink, StageState, Watching, unfinished_from};
+use crate::stream::stage::{FinderProgress, Sink, StageScan, unfinished_from};
 
 /// The characters of `text`; ASCII (most deltas) is checked a word at a time, much faster
 /// than counting short text character by character.
@@ -116,6 +116,28 @@ const LANE_PUSH: [[LanePush; 5]; 5] = {
     [counts!(0), counts!(1), counts!(2), counts!(3), counts!(4)]
 };
 
+/// The way a push goes through the guard: one state, worked out each time the rules have run
+/// (see [`OutputStream::plan_next_run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PushRoute {
+    /// Every push takes the fast lane itself (see [`OutputStream::lane_push`]): incremental
+    /// mode without batches, in the lane, no replacing literal pending, and not stopped.
+    Lane,
+    /// The push that ends a batch goes through [`OutputStream::lane_batch`]: incremental mode
+    /// in batches, in the lane, and not stopped.
+    LaneBatch,
+    /// Every push goes through [`OutputStream::pending_push`]: as [`PushRoute::Lane`], with a
+    /// replacing literal pending.
+    LanePending,
+    /// Out of the fast lane, a push that brings no literal of a denying stage only keeps its
+    /// text while the text held stays within the windows (see [`OutputStream::hold_push`]):
+    /// incremental mode with a fast lane, without batches, out of the lane, and not stopped.
+    Hold,
+    /// Every push goes through the stages ([`OutputStream::feed_text`]): the buffer and
+    /// checkpoint modes, incremental mode without a fast lane, and a stopped stream.
+    Stages,
+}
+
 /// The streaming output guard; see the [module docs](crate::stream).
 pub struct OutputStream<'e> {
     engine: &'e PolicyEngine,
@@ -123,7 +145,7 @@ pub struct OutputStream<'e> {
     set: Arc<PolicySet>,
     plan: Arc<StreamPlan>,
     metadata: Metadata,
-    stages: Vec<StageState>,
+    stages: Vec<StageScan>,
     /// Everything received.
     raw: String,
     /// Characters pushed after the end (not kept in `raw`).
@@ -140,24 +162,13 @@ pub struct OutputStream<'e> {
     in_lane: bool,
     /// [`OutputStream::lane_push`] with as many vector tests as the plan's literals need.
     lane_push: LanePush,
-    /// Every push takes the fast lane itself (see [`OutputStream::lane_push`]): incremental
-    /// mode without batches, in the lane, and not stopped.
-    lane_direct: bool,
+    /// The way the next push goes through the guard, worked out each time the rules have run.
+    route: PushRoute,
     /// In the fast lane, a replacing stage's literal has turned up (and no denying stage's):
     /// no match can start before this point, so the lane goes on releasing text up to it
     /// without running the stages, which run once the lane would release past it or a
     /// denying stage's literal may have come (see [`OutputStream::pending_push`]).
     lane_until: Option<usize>,
-    /// The push that ends a batch goes through [`OutputStream::lane_batch`]: incremental mode
-    /// in batches, in the lane, and not stopped.
-    lane_batched: bool,
-    /// Every push goes through [`OutputStream::pending_push`]: as `lane_direct`, with a
-    /// literal pending.
-    lane_pending: bool,
-    /// Out of the fast lane, a push that brings no literal of a denying stage only keeps its
-    /// text while the text held stays within the windows (see [`OutputStream::hold_push`]):
-    /// incremental mode with a fast lane, without batches, out of the lane, and not stopped.
-    holding: bool,
     /// Bytes of `raw` the quick filter has cleared while the guard holds text out of the
     /// lane: no literal of a denying stage starts before it that the stages have not seen
     /// whole.
@@ -276,18 +287,15 @@ impl PolicyEngine {
         let mut stream = OutputStream {
             engine: self,
             set: Arc::clone(&active.set),
-            stages: plan.stages.iter().map(StageState::new).collect(),
+            stages: plan.stages.iter().map(StageScan::new).collect(),
             in_lane: plan.lane,
             lane_push: plan
                 .lane_filter
                 .few_tests()
                 .and_then(|(singles, pairs)| LANE_PUSH.get(singles)?.get(pairs).copied())
                 .unwrap_or(lane_push_exact::<4, 4>),
-            lane_direct: false,
-            lane_batched: false,
+            route: PushRoute::Stages,
             lane_until: None,
-            lane_pending: false,
-            holding: false,
             hold_filtered: 0,
             plan,
             metadata,
@@ -441,16 +449,12 @@ impl<'e> OutputStream<'e> {
             // taken then (or when the stream ends).
             return Feed::released("");
         }
-        if self.lane_direct {
-            (self.lane_push)(self, delta);
-        } else if self.lane_batched {
-            self.lane_batch(delta);
-        } else if self.lane_pending {
-            self.pending_push(delta);
-        } else if self.holding {
-            self.hold_push(delta);
-        } else {
-            self.feed_text(delta);
+        match self.route {
+            PushRoute::Lane => (self.lane_push)(self, delta),
+            PushRoute::LaneBatch => self.lane_batch(delta),
+            PushRoute::LanePending => self.pending_push(delta),
+            PushRoute::Hold => self.hold_push(delta),
+            PushRoute::Stages => self.feed_text(delta),
         }
         self.fed_call()
     }
@@ -781,11 +785,18 @@ impl<'e> OutputStream<'e> {
         let unbatched = self.plan.mode == StreamMode::Incremental
             && self.plan.batch == 0
             && self.finished.is_none();
-        self.lane_direct = unbatched && self.in_lane && self.lane_until.is_none();
-        self.lane_batched = batching && self.in_lane;
-        self.lane_pending = unbatched && self.in_lane && self.lane_until.is_some();
-        self.holding = unbatched && self.plan.lane && !self.in_lane;
-        if self.holding {
+        self.route = if unbatched && self.in_lane && self.lane_until.is_none() {
+            PushRoute::Lane
+        } else if batching && self.in_lane {
+            PushRoute::LaneBatch
+        } else if unbatched && self.in_lane {
+            PushRoute::LanePending
+        } else if unbatched && self.plan.lane && !self.in_lane {
+            PushRoute::Hold
+        } else {
+            PushRoute::Stages
+        };
+        if self.route == PushRoute::Hold {
             // A literal may have begun in the last bytes the stages received and end in the
             // next ones: the filter looks at its first bytes again.
             self.hold_filtered = (self.fed + 2)
@@ -1057,9 +1068,9 @@ impl<'e> OutputStream<'e> {
                     continue;
                 };
                 state.lane_scanned = state.lane_scanned.max(cleared);
-                let Watch::Literals {
+                let MatchFinder::Literals {
                     prefilter, longest, ..
-                } = &stage.watch
+                } = &stage.finder
                 else {
                     first = Some(state.lane_scanned.min(len));
                     deny = true;
@@ -1200,7 +1211,7 @@ impl<'e> OutputStream<'e> {
             || !self
                 .stages
                 .iter()
-                .all(|state| matches!(state.watching, Watching::Literals { found: None, .. }))
+                .all(|state| matches!(state.progress, FinderProgress::Literals { found: None, .. }))
         {
             return;
         }
@@ -1229,7 +1240,7 @@ impl<'e> OutputStream<'e> {
             self.stages
                 .iter()
                 .rev()
-                .map(StageState::held)
+                .map(StageScan::held)
                 .collect::<String>(),
             self.raw[start..self.fed],
         );
@@ -1237,8 +1248,8 @@ impl<'e> OutputStream<'e> {
         // the stages before it (later in the answer) is new to it.
         let mut end = self.fed;
         for state in &mut self.stages {
-            let unsearched = match state.watching {
-                Watching::Literals { search_from, .. } => {
+            let unsearched = match state.progress {
+                FinderProgress::Literals { search_from, .. } => {
                     state.buffer.len() - search_from.max(state.held_from)
                 }
                 _ => state.held().len(),
@@ -1413,10 +1424,7 @@ impl<'e> OutputStream<'e> {
             EngineError::ApprovalRequired(_) => StreamOutcome::ApprovalRequired,
         });
         self.quiet_until = 0;
-        self.lane_direct = false;
-        self.lane_batched = false;
-        self.lane_pending = false;
-        self.holding = false;
+        self.route = PushRoute::Stages;
         error
     }
 
@@ -1605,7 +1613,7 @@ mod tests {
         })
     }
 
-    fn literals_of(pattern: &str) -> Option<Watch> {
+    fn literals_of(pattern: &str) -> Option<MatchFinder> {
         let hir = regex_syntax::ParserBuilder::new()
             .build()
             .parse(pattern)
@@ -1615,7 +1623,7 @@ mod tests {
 
     /// The literal the watch of `pattern` finds in a text holding a match of it.
     fn watched_by(pattern: &str) -> Option<Vec<u8>> {
-        let Watch::Literals { prefilter, .. } = literals_of(pattern)? else {
+        let MatchFinder::Literals { prefilter, .. } = literals_of(pattern)? else {
             return None;
         };
         let probe = b"xx ops@example.com 123-45-6789 evil.INVALID";
@@ -1665,7 +1673,7 @@ mod tests {
         // No literal is in every match of a passport number: its stage steps a DFA.
         let engine = engine_of(|set| set.output(Redact(r"[A-Z]{2}[0-9]{7}", "PASSPORT")));
         let plan = engine.stream_plan();
-        let Some(Watch::Dfa(dfa)) = plan.stages.first().map(|stage| &stage.watch) else {
+        let Some(MatchFinder::Dfa(dfa)) = plan.stages.first().map(|stage| &stage.finder) else {
             panic!("the stage is watched with a DFA");
         };
         assert_eq!(dfa.kept_caches(), 0);
@@ -2006,7 +2014,7 @@ mod tests {
             let (mut deferred, mut tested) = (0, 0);
             for chunk in text.as_bytes().chunks(3) {
                 let chunk = std::str::from_utf8(chunk).expect("ascii");
-                let (direct, filtered) = (guard.lane_direct, guard.lane_filtered);
+                let (direct, filtered) = (guard.route == PushRoute::Lane, guard.lane_filtered);
                 shown.push_str(guard.feed(chunk).await.expect("no denial"));
                 if direct && guard.in_lane && guard.lane_until.is_none() {
                     // The untested bytes never outgrow the slack.
