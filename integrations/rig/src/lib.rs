@@ -30,9 +30,10 @@
 //! A run stopped by a denial fails with `PromptError::Cancelled` (or rig's report of a
 //! cancelled dispatch) whose reason says what happened; rig carries only that text, so the
 //! hook keeps the engine's error itself, and [`denial`] (or [`approval_request`], for an
-//! escalation no one approved) returns the [`PolicyDenialError`] the engine gave, not one
-//! read back from the text. A policy that cannot be evaluated (with `on_error: deny`) ends
-//! the run the same way.
+//! escalation no one approved) returns the
+//! [`PolicyDenialError`](portcullis_engine::PolicyDenialError) the engine gave, not one read
+//! back from the text. A policy that cannot be evaluated (with `on_error: deny`) ends the run
+//! the same way.
 //!
 //! # Awaited runs
 //!
