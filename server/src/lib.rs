@@ -75,7 +75,9 @@ mod service;
 #[cfg(feature = "tls")]
 mod tls;
 
-pub use outcome::{Approval, Context, ContextTask, DecisionTap, Outcome, evaluate, parse_context};
+pub use outcome::{
+    Approval, Context, ContextTask, DecisionTap, Outcome, Verdict, evaluate, parse_context,
+};
 pub use redact::redact_urls;
 pub use serve::{DEFAULT_MAX_CONNECTIONS, ServeOptions, serve};
 pub use service::{

@@ -107,11 +107,70 @@ pub struct Approval {
     pub reasons: Vec<String>,
 }
 
+/// How an evaluation ended: the `outcome` of its JSON document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The call goes on, with the context to forward.
+    Allowed,
+    /// An enforced policy denied the call, or a person refused it.
+    Denied,
+    /// A policy could not be evaluated.
+    Error,
+    /// An escalation waits for a person's approval.
+    ApprovalRequired,
+}
+
+impl Verdict {
+    /// Every verdict, in the order of their exit statuses.
+    pub const ALL: [Verdict; 4] = [
+        Verdict::Allowed,
+        Verdict::Denied,
+        Verdict::Error,
+        Verdict::ApprovalRequired,
+    ];
+
+    /// The name the JSON document gives it: `allowed`, `denied`, `error` or
+    /// `approval_required`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::Denied => "denied",
+            Verdict::Error => "error",
+            Verdict::ApprovalRequired => "approval_required",
+        }
+    }
+
+    /// The verdict `name` names ([`as_str`](Self::as_str)), if any.
+    pub fn from_name(name: &str) -> Option<Verdict> {
+        Verdict::ALL
+            .into_iter()
+            .find(|verdict| verdict.as_str() == name)
+    }
+
+    /// The exit status of `portcullis eval` for it: 0 allowed, 2 denied, 3 error, 4 approval
+    /// required.
+    pub const fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Allowed => 0,
+            Verdict::Denied => 2,
+            Verdict::Error => 3,
+            Verdict::ApprovalRequired => 4,
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What one evaluation came to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    /// `allowed`, `denied`, `error` or `approval_required`.
-    pub outcome: &'static str,
+    /// How it ended.
+    pub outcome: Verdict,
     /// The decisions taken, in order: (policy id, decision name).
     pub decisions: Vec<(String, String)>,
     /// The context to forward, when allowed.
@@ -159,7 +218,7 @@ impl Outcome {
         }
         #[derive(serde::Serialize)]
         struct Document<'a> {
-            outcome: &'a str,
+            outcome: Verdict,
             decisions: Vec<Decision<'a>>,
             #[serde(skip_serializing_if = "Option::is_none")]
             context: Option<&'a Value>,
@@ -207,12 +266,7 @@ impl Outcome {
     /// The exit status of `portcullis eval` for this outcome: 0 allowed, 2 denied, 3 error,
     /// 4 approval required.
     pub fn exit_code(&self) -> u8 {
-        match self.outcome {
-            "allowed" => 0,
-            "denied" => 2,
-            "error" => 3,
-            _ => 4,
-        }
+        self.outcome.exit_code()
     }
 }
 
@@ -323,7 +377,7 @@ pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
         })
         .await;
     let mut outcome = Outcome {
-        outcome: "allowed",
+        outcome: Verdict::Allowed,
         decisions,
         context: None,
         denial: None,
@@ -333,14 +387,14 @@ pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
     match result {
         Ok(forwarded) => outcome.context = Some(forwarded.unwrap_or(Value::Null)),
         Err(EngineError::Denied(denial)) => {
-            outcome.outcome = "denied";
+            outcome.outcome = Verdict::Denied;
             outcome.denial = Some((
                 denial.policy_id().to_owned(),
                 denial.reason().map(str::to_owned),
             ));
         }
         Err(EngineError::ApprovalRequired(request)) => {
-            outcome.outcome = "approval_required";
+            outcome.outcome = Verdict::ApprovalRequired;
             outcome.approval = Some(Approval {
                 id: request.id.clone(),
                 action_digest: request.action_digest.clone(),
@@ -349,7 +403,7 @@ pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
             });
         }
         Err(error) => {
-            outcome.outcome = "error";
+            outcome.outcome = Verdict::Error;
             let (policy_id, message) = match &error {
                 EngineError::Evaluation(failure) => {
                     (failure.policy_id().to_owned(), error_chain(failure))

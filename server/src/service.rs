@@ -769,7 +769,7 @@ async fn evaluate_point(
         let started = Instant::now();
         let outcome = outcome::evaluate(&engine, &context).await;
         metrics.evaluation(started.elapsed());
-        tracing::debug!(outcome = outcome.outcome, "evaluated");
+        tracing::debug!(outcome = outcome.outcome.as_str(), "evaluated");
         Ok(json_response(StatusCode::OK, outcome.to_text(false)))
     })
     .await
