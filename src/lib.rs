@@ -104,7 +104,7 @@ pub use portcullis_http as http;
 pub use portcullis_rego as rego;
 #[cfg(feature = "rego-rest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rego-rest")))]
-pub use portcullis_rego_rest as rego_rest;
+pub use portcullis_rego::server as rego_rest;
 
 #[cfg(feature = "cedar")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cedar")))]

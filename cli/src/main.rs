@@ -146,14 +146,20 @@ enum Command {
         /// The address to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
-        /// Require `Authorization: Bearer <token>` on evaluations, the token read from this
-        /// environment variable. Only callers with the token see reload errors in /readyz.
+        /// Require `Authorization: Bearer <token>` on evaluations and /metrics, the token read
+        /// from this environment variable. Only callers with the token see reload errors in
+        /// /readyz; /healthz and /readyz's status stay open to probes.
         #[arg(long, value_name = "VAR")]
         token_env: Option<String>,
         /// Listen beyond loopback without --token-env: anyone who can reach the address can
         /// ask for decisions and probe the policies. Refused without this flag.
         #[arg(long)]
         allow_unauthenticated: bool,
+        /// Without --token-env: a host name callers may name in `Host` besides the loopback
+        /// ones (repeatable); evaluations and /metrics naming another host, or carrying
+        /// `Origin` (a web page's request), are refused (403).
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
         /// Serve HTTPS: the PEM certificate chain (with --tls-key).
         #[arg(long, value_name = "FILE")]
         tls_cert: Option<PathBuf>,
@@ -240,6 +246,7 @@ fn main() -> ExitCode {
             listen,
             token_env,
             allow_unauthenticated,
+            allow_hosts,
             tls_cert,
             tls_key,
             watch_interval,
@@ -256,6 +263,7 @@ fn main() -> ExitCode {
             listen,
             token_env,
             allow_unauthenticated,
+            allow_hosts,
             tls_cert,
             tls_key,
             watch_interval,

@@ -12,7 +12,7 @@ use crate::{Format, Point, render};
 
 /// The outcome document and the evaluation behind it are the decision service's: `eval`
 /// prints exactly what `POST /v1/evaluate/{point}` answers.
-pub(crate) use portcullis::server::{Context, Outcome, evaluate, parse_context};
+pub(crate) use portcullis::server::{Context, Outcome, Verdict, evaluate, parse_context};
 
 /// How long a grant given on the command line (`--grant`, a test case's `grants`) stays
 /// valid: it is used by the call that follows.

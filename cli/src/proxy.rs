@@ -14,8 +14,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use portcullis::PolicyEngine;
 use portcullis::manifest::{AuditExport, CodeRegistry, Manifest, ManifestWatcher, ReloadOutcome};
 use portcullis_mcp::{
-    Draining, GuardedListener, GuardedServer, ListenerOptions, MCP_PATH, ToolGuard, UpstreamRelay,
-    check_exposure,
+    Draining, GuardedListener, GuardedServer, JsonRpcLines, ListenerOptions, MCP_PATH, ToolGuard,
+    UpstreamRelay, check_exposure,
 };
 use portcullis_openai::ToolDenial;
 use portcullis_openai::proxy::{self, OpenAIProxy, SessionSource};
@@ -118,6 +118,10 @@ pub(crate) struct OpenAIArgs {
     /// client.
     #[arg(long)]
     allow_unauthenticated: bool,
+    /// Without --token-env: a host name clients may name in `Host` besides the loopback ones
+    /// (repeatable); requests naming another host are refused (403).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
     /// Forward requests that refer to state the upstream keeps and the policies cannot read
     /// (`previous_response_id`, `conversation`, a stored `prompt`, `item_reference` items);
     /// refused with 400 otherwise.
@@ -141,8 +145,9 @@ pub(crate) struct OpenAIArgs {
     /// How many guarded streams run at once (429 beyond).
     #[arg(long, value_name = "N", default_value_t = proxy::DEFAULT_MAX_STREAMS)]
     max_streams: usize,
-    /// How many bytes all guarded streams may hold together (read from the upstream, not yet
-    /// taken by their client); a stream that would pass it ends with an error event.
+    /// How many bytes all guarded streams running at once may read from the upstream (a
+    /// stream's bytes count until it ends); a stream that would pass it ends with an error
+    /// event.
     #[arg(long, value_name = "BYTES", default_value_t = proxy::DEFAULT_MAX_STREAM_BYTES)]
     max_stream_bytes: usize,
     /// How long SIGTERM waits for the requests and streams in flight before it cuts them.
@@ -328,6 +333,9 @@ fn openai_proxy(engine: Arc<PolicyEngine>, args: &OpenAIArgs) -> Result<OpenAIPr
     }
     for path in &args.pass_through {
         proxy = proxy.pass_through(path);
+    }
+    for host in &args.allow_hosts {
+        proxy = proxy.allow_host(host);
     }
     Ok(proxy)
 }
@@ -530,7 +538,8 @@ fn reload_on_change(
 async fn serve_stdio(guarded: GuardedServer, drain_timeout: Duration) -> u8 {
     let server = Draining::new(guarded);
     let drain = server.drain();
-    let running = match server.serve(rmcp::transport::stdio()).await {
+    // rmcp's framing, and an answer with its id to any request it cannot read.
+    let running = match server.serve(JsonRpcLines::stdio()).await {
         Ok(running) => running,
         Err(error) => {
             eprintln!("error: the MCP client did not initialize: {error}");

@@ -27,10 +27,10 @@ use std::path::Path;
 
 use portcullis::apply::apply_decision;
 use portcullis::manifest::{CodeRegistry, Manifest};
-use portcullis::{InterceptionPoint, PolicyDecision};
+use portcullis::{AuditDecision, InterceptionPoint, PolicyDecision};
 use serde_json::{Value, json};
 
-use crate::outcome::{self, Context, Outcome};
+use crate::outcome::{self, Context, Outcome, Verdict};
 use crate::{Format, render};
 
 /// Lines after its first record by which a call is complete.
@@ -56,14 +56,14 @@ struct Call {
 }
 
 struct Record {
-    decision: String,
+    decision: AuditDecision,
     enforced: bool,
     change: Option<PolicyDecision>,
 }
 
 /// What the log says a call came to.
 struct Recorded {
-    outcome: &'static str,
+    outcome: Verdict,
     policy_id: Option<String>,
     context: Option<Value>,
 }
@@ -160,7 +160,7 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
                         "point": call.point.as_str(),
                         "call": description,
                         "change": what,
-                        "recorded": recorded.outcome,
+                        "recorded": recorded.outcome.as_str(),
                         "now": now.to_json(),
                     });
                     let comma = if totals.changed > 1 { "," } else { "" };
@@ -229,7 +229,7 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
         // open one is complete, and so are those that began before it (log order).
         // An approval's records follow their escalation, with the escalating policy's id.
         if let Some(&id) = index.get(&key)
-            && !record.decision.starts_with("approval_")
+            && !record.decision.is_approval()
             && open
                 .get(&id)
                 .is_some_and(|call| call.policies.contains(&policy_id))
@@ -240,7 +240,7 @@ pub(crate) fn run(manifest: &Path, log: &Path, fail_on_change: bool, format: For
                 finish(call, &mut totals, &mut out);
             }
         }
-        let granted = (record.decision == "approval_granted").then(|| context.clone());
+        let granted = (record.decision == AuditDecision::ApprovalGranted).then(|| context.clone());
         match index.get(&key).and_then(|id| open.get_mut(id)) {
             Some(call) => {
                 if granted.is_some() {
@@ -371,6 +371,8 @@ fn parse_record(text: &str) -> Result<ParsedRecord, String> {
         .map_err(|error| error.to_string())?;
     let policy_id = string("policy_id")?;
     let decision = string("decision")?;
+    let decision = AuditDecision::from_name(&decision)
+        .ok_or_else(|| format!("the record's `decision` {decision:?} is not an audit decision"))?;
     let context = field("context")
         .filter(|c| c.is_object())
         .cloned()
@@ -403,56 +405,59 @@ fn recorded(call: &Call) -> Recorded {
     if let Some(at) = call
         .records
         .iter()
-        .rposition(|r| r.enforced && r.decision == "deny")
+        .rposition(|r| r.enforced && r.decision == AuditDecision::Deny)
     {
         return Recorded {
-            outcome: "denied",
+            outcome: Verdict::Denied,
             policy_id: call.policies.get(at).cloned(),
             context: None,
         };
     }
-    let approval = |name: &str| {
+    let approval = |resolved: AuditDecision| {
         call.records
             .iter()
-            .position(|r| r.decision == name)
+            .position(|r| r.decision == resolved)
             .and_then(|at| call.policies.get(at).cloned())
     };
-    if let Some(policy_id) = approval("approval_refused") {
+    if let Some(policy_id) = approval(AuditDecision::ApprovalRefused) {
         return Recorded {
-            outcome: "denied",
+            outcome: Verdict::Denied,
             policy_id: Some(policy_id),
             context: None,
         };
     }
-    if let Some(policy_id) = approval("approval_pending") {
+    if let Some(policy_id) = approval(AuditDecision::ApprovalPending) {
         return Recorded {
-            outcome: "approval_required",
+            outcome: Verdict::ApprovalRequired,
             policy_id: Some(policy_id),
             context: None,
         };
     }
     let Some(last) = call.records.last() else {
         return Recorded {
-            outcome: "allowed",
+            outcome: Verdict::Allowed,
             policy_id: None,
             context: Some(call.context.clone()),
         };
     };
-    if last.enforced && last.decision == "evaluation_error" {
+    if last.enforced && last.decision == AuditDecision::EvaluationError {
         return Recorded {
-            outcome: "error",
+            outcome: Verdict::Error,
             policy_id: call.policies.last().cloned(),
             context: None,
         };
     }
-    let changes = matches!(last.decision.as_str(), "redact" | "transform");
+    let changes = matches!(
+        last.decision,
+        AuditDecision::Redact | AuditDecision::Transform
+    );
     let context = match (changes && last.enforced, &last.change) {
         (false, _) => Some(call.last_context.clone()),
         (true, Some(decision)) => apply(call.point, &call.last_context, decision),
         (true, None) => None,
     };
     Recorded {
-        outcome: "allowed",
+        outcome: Verdict::Allowed,
         policy_id: None,
         context,
     }
@@ -512,11 +517,11 @@ fn difference(recorded: &Recorded, now: &Outcome) -> Option<String> {
             .approval
             .as_ref()
             .and_then(|approval| approval.policy_ids.first().cloned()));
-    let name = |outcome: &str, policy: &Option<String>| match (outcome, policy) {
-        ("denied", Some(id)) => format!("denied by {id}"),
-        ("error", Some(id)) => format!("error in {id}"),
-        ("approval_required", Some(id)) => format!("approval_required by {id}"),
-        (outcome, _) => outcome.to_owned(),
+    let name = |outcome: Verdict, policy: &Option<String>| match (outcome, policy) {
+        (Verdict::Denied, Some(id)) => format!("denied by {id}"),
+        (Verdict::Error, Some(id)) => format!("error in {id}"),
+        (Verdict::ApprovalRequired, Some(id)) => format!("approval_required by {id}"),
+        (outcome, _) => outcome.as_str().to_owned(),
     };
     if recorded.outcome != now.outcome {
         return Some(format!(
@@ -525,7 +530,7 @@ fn difference(recorded: &Recorded, now: &Outcome) -> Option<String> {
             name(now.outcome, &now_policy)
         ));
     }
-    if recorded.outcome != "allowed" && recorded.policy_id != now_policy {
+    if recorded.outcome != Verdict::Allowed && recorded.policy_id != now_policy {
         return Some(format!(
             "{} → {}",
             name(recorded.outcome, &recorded.policy_id),

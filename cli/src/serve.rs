@@ -18,6 +18,7 @@ pub(crate) struct ServeArgs {
     pub(crate) listen: String,
     pub(crate) token_env: Option<String>,
     pub(crate) allow_unauthenticated: bool,
+    pub(crate) allow_hosts: Vec<String>,
     pub(crate) tls_cert: Option<PathBuf>,
     pub(crate) tls_key: Option<PathBuf>,
     pub(crate) watch_interval: String,
@@ -121,6 +122,9 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         );
     if let Some(token) = token {
         builder = builder.bearer_token(token);
+    }
+    for host in &args.allow_hosts {
+        builder = builder.allow_host(host);
     }
     // The engine the manifest describes (sessions, approvals, audit sinks), with the service's
     // own audit handler among its sinks. A set whose bundles come from URLs may not load yet

@@ -15,7 +15,7 @@ use portcullis::manifest::yaml::{self, Node, NodeValue};
 use portcullis::manifest::{CodeRegistry, Diagnostic, Manifest};
 use serde_json::{Value, json};
 
-use crate::outcome::{self, Context, Outcome};
+use crate::outcome::{self, Context, Outcome, Verdict};
 use crate::{Format, render};
 
 const FILE_KEYS: &[&str] = &["tests"];
@@ -27,8 +27,6 @@ const EXPECT_KEYS: &[&str] = &[
     "policy_id",
     "reason_contains",
 ];
-const OUTCOMES: &[&str] = &["allowed", "denied", "error", "approval_required"];
-
 /// One test case as written.
 struct Case {
     name: String,
@@ -40,7 +38,7 @@ struct Case {
 
 #[derive(Default)]
 struct Expect {
-    outcome: Option<String>,
+    outcome: Option<Verdict>,
     context: Option<Value>,
     decisions: Vec<(String, String)>,
     policy_id: Option<String>,
@@ -259,7 +257,7 @@ fn xml(text: &str) -> String {
 fn compare(expect: &Expect, outcome: &Outcome) -> Vec<String> {
     let mut failures = Vec::new();
     let happened = describe(outcome);
-    if let Some(expected) = &expect.outcome
+    if let Some(expected) = expect.outcome
         && expected != outcome.outcome
     {
         failures.push(format!("expected outcome {expected}, got {happened}"));
@@ -345,7 +343,7 @@ fn describe(outcome: &Outcome) -> String {
                 approval.policy_ids.join(", "),
                 approval.action_digest
             ),
-            None => outcome.outcome.to_owned(),
+            None => outcome.outcome.as_str().to_owned(),
         },
     }
 }
@@ -551,10 +549,8 @@ fn read_case(path: &Path, node: &Node, problems: &mut Vec<Diagnostic>) -> Option
         Some(node) => {
             for (key, _, value) in keys(path, node, "`expect`", EXPECT_KEYS, problems) {
                 match key {
-                    "outcome" => match value.as_str() {
-                        Some(text) if OUTCOMES.contains(&text) => {
-                            expect.outcome = Some(text.to_owned())
-                        }
+                    "outcome" => match value.as_str().and_then(Verdict::from_name) {
+                        Some(verdict) => expect.outcome = Some(verdict),
                         _ => problems.push(Diagnostic::error(
                             path,
                             Some(value.position),

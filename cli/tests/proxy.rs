@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 
 use portcullis_testing::{EvaluateServer, Reply};
 use rmcp::model::{
@@ -38,7 +38,17 @@ impl Drop for Running {
 /// Starts `command` and reads its standard error (or output) until a line contains
 /// `marker`; returns the rest of that line after the marker. The stream keeps being
 /// drained (and echoed to standard error) so the process never blocks on it.
-fn start_and_read(mut command: Command, marker: &str, from_stdout: bool) -> (Running, String) {
+fn start_and_read(command: Command, marker: &str, from_stdout: bool) -> (Running, String) {
+    let (running, found, _later) = start_and_watch(command, marker, from_stdout);
+    (running, found)
+}
+
+/// [`start_and_read`], and the lines the stream has after the marker's, as they come.
+fn start_and_watch(
+    mut command: Command,
+    marker: &str,
+    from_stdout: bool,
+) -> (Running, String, mpsc::Receiver<String>) {
     if from_stdout {
         command.stdout(Stdio::piped()).stderr(Stdio::inherit());
     } else {
@@ -64,12 +74,14 @@ fn start_and_read(mut command: Command, marker: &str, from_stdout: bool) -> (Run
         }
     }
     let found = found.unwrap_or_else(|| panic!("the process never printed {marker:?}"));
+    let (later, watched) = mpsc::channel();
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
             eprintln!("{line}");
+            let _ = later.send(line);
         }
     });
-    (Running(child), found)
+    (Running(child), found, watched)
 }
 
 fn portcullis() -> Command {
@@ -853,66 +865,117 @@ async fn proxy_mcp_on_stdio_with_a_child_process_upstream() -> Result<(), TestEr
 #[cfg(unix)]
 #[test]
 fn proxy_mcp_on_stdio_drains_on_sigterm() -> Result<(), TestError> {
-    use std::io::Write;
-    use std::sync::mpsc;
+    let mut client = StdioClient::start("drain-test")?;
+    // `pause` answers after 800 ms: it is in flight when SIGTERM arrives.
+    client.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "pause", "arguments": {}}}))?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(&client.proxy, "TERM");
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    client.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "too late"}}}))?;
 
-    let mut child = portcullis()
-        .args(["proxy", "mcp"])
-        .arg(manifest())
-        .arg("--")
-        .arg(mcp_upstream())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()?;
-    let mut stdin = child.stdin.take().ok_or("stdin")?;
-    let stdout = child.stdout.take().ok_or("stdout")?;
-    let proxy = Running(child);
-    let (lines, answers) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
+    let refused = client.answer(3)?;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("stopping"), "{refused}");
+    let paused = client.answer(2)?;
+    assert_eq!(paused["result"]["content"][0]["text"], "paused", "{paused}");
+    assert_eq!(client.proxy.0.wait()?.code(), Some(0));
+    Ok(())
+}
+
+/// A raw JSON-RPC client of `portcullis proxy mcp` on its stdio (the example upstream as its
+/// child process), initialized.
+struct StdioClient {
+    proxy: Running,
+    stdin: std::process::ChildStdin,
+    answers: mpsc::Receiver<String>,
+}
+
+impl StdioClient {
+    fn start(name: &str) -> Result<StdioClient, TestError> {
+        let mut child = portcullis()
+            .args(["proxy", "mcp"])
+            .arg(manifest())
+            .arg("--")
+            .arg(mcp_upstream())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or("stdin")?;
+        let stdout = child.stdout.take().ok_or("stdout")?;
+        let (lines, answers) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
             }
-        }
-    });
-    let answer = |id: u64| -> Result<Value, TestError> {
+        });
+        let mut client = StdioClient {
+            proxy: Running(child),
+            stdin,
+            answers,
+        };
+        client.send(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": name, "version": "1.0.0"}}}),
+        )?;
+        client.answer(1)?;
+        client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+        Ok(client)
+    }
+
+    /// Writes `message` as one line.
+    fn send(&mut self, message: Value) -> Result<(), TestError> {
+        use std::io::Write;
+        writeln!(self.stdin, "{message}")?;
+        self.stdin.flush()?;
+        Ok(())
+    }
+
+    /// The next message with the id `id` (other messages are passed over), within 20 s.
+    fn answer(&self, id: impl Into<Value>) -> Result<Value, TestError> {
+        let id = id.into();
         loop {
-            let line = answers.recv_timeout(std::time::Duration::from_secs(20))?;
+            let line = self
+                .answers
+                .recv_timeout(std::time::Duration::from_secs(20))?;
             let message: Value = serde_json::from_str(&line)?;
             if message["id"] == id {
                 return Ok(message);
             }
         }
-    };
-    let mut send = |message: Value| -> Result<(), TestError> {
-        writeln!(stdin, "{message}")?;
-        stdin.flush()?;
-        Ok(())
-    };
-    send(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "drain-test", "version": "1.0.0"}}}),
-    )?;
-    answer(1)?;
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
-    // `pause` answers after 800 ms: it is in flight when SIGTERM arrives.
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "pause", "arguments": {}}}))?;
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    signal(&proxy, "TERM");
-    std::thread::sleep(std::time::Duration::from_millis(150));
-    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-        "params": {"name": "echo", "arguments": {"text": "too late"}}}))?;
+    }
+}
 
-    let refused = answer(3)?;
-    let message = refused["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("stopping"), "{refused}");
-    let paused = answer(2)?;
-    assert_eq!(paused["result"]["content"][0]["text"], "paused", "{paused}");
-    let mut proxy = proxy;
-    assert_eq!(proxy.0.wait()?.code(), Some(0));
+/// A request on stdio whose `params` is not an object is answered with an invalid-params
+/// error carrying its id (rmcp alone would answer without one, and the client would wait
+/// forever), and the tool never runs.
+#[test]
+fn proxy_mcp_on_stdio_answers_requests_whose_params_are_not_an_object() -> Result<(), TestError> {
+    let mut client = StdioClient::start("malformed")?;
+    for (id, params) in [
+        (json!(2), json!("echo")),
+        (json!("three"), json!(["echo", {"text": "hi"}])),
+        (json!(4), json!(5)),
+    ] {
+        client
+            .send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}))?;
+        let answer = client.answer(id.clone())?;
+        assert_eq!(answer["error"]["code"], -32602, "{id} {params}: {answer}");
+        assert!(answer.get("result").is_none(), "{answer}");
+    }
+    // The session goes on.
+    client.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "still here"}}}))?;
+    let echoed = client.answer(5)?;
+    assert_eq!(
+        echoed["result"]["content"][0]["text"], "still here",
+        "{echoed}"
+    );
     Ok(())
 }
 
@@ -1072,6 +1135,113 @@ async fn proxy_mcp_reloads_on_sighup_and_drains_on_sigterm() -> Result<(), TestE
     let status = proxy.0.wait()?;
     assert_eq!(status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A reload that changes the sections `proxy mcp` built its engine with (`sessions`, `audit`,
+/// `approvals`) swaps the policies in, and says on standard error that those changes wait
+/// for a restart.
+#[tokio::test]
+async fn proxy_mcp_warns_when_a_reload_changes_sections_it_does_not_apply() -> Result<(), TestError>
+{
+    let dir = scratch("mcp-reload-sections");
+    let manifest = dir.join("portcullis.yaml");
+    let write = |text: &str| -> std::io::Result<()> {
+        let temporary = dir.join("portcullis.tmp");
+        std::fs::write(&temporary, text)?;
+        std::fs::rename(&temporary, &manifest)
+    };
+    write(
+        "on_error: deny\ntool_call: []\nsessions: { store: memory, ttl: 1h }\napprovals: { timeout: 1m }\n",
+    )?;
+    let mut proxy = portcullis();
+    proxy
+        .args(["proxy", "mcp"])
+        .arg(&manifest)
+        .args(["--listen", "127.0.0.1:0", "--watch-interval", "50ms", "--"])
+        .arg(mcp_upstream());
+    let (_proxy, url, lines) = start_and_watch(proxy, "listening on ", false);
+    let client = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await?;
+    let echoed = client
+        .call_tool(call("echo", json!({"text": "hello"})))
+        .await?;
+    assert_eq!(text(&echoed), "hello");
+
+    write(
+        "on_error: deny\ntool_call:\n  - dsl: rules/no_echo.json\nsessions: { store: memory, ttl: 2h }\napprovals: { timeout: 5m }\naudit: { jsonl: audit.jsonl }\n",
+    )?;
+    let printed = tokio::task::spawn_blocking(move || {
+        portcullis_testing::wait_for_lines(
+            &lines,
+            &[
+                "`sessions` changed",
+                "`audit` changed",
+                "`approvals` changed",
+                "policy set reloaded",
+            ],
+            std::time::Duration::from_secs(20),
+        )
+    })
+    .await?;
+    for section in ["sessions", "audit", "approvals"] {
+        let line = printed
+            .iter()
+            .find(|line| line.contains(&format!("`{section}` changed")))
+            .ok_or("the warning")?;
+        assert!(
+            line.contains("portcullis.yaml:")
+                && line.contains("warning")
+                && line.contains("restart"),
+            "{line}"
+        );
+    }
+    // The policies did change; the audit section did not apply (no log was opened).
+    until_echo_denied(&client).await?;
+    assert!(!dir.join("audit.jsonl").exists());
+    client.cancel().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Over streamable HTTP every client of `proxy mcp` has an upstream session of its own,
+/// whether the upstream is a command (a child process per client) or an HTTP server (a
+/// session per client): no client's calls run in another's session.
+#[tokio::test]
+async fn proxy_mcp_gives_each_http_client_its_own_upstream_session() -> Result<(), TestError> {
+    let mut upstream = Command::new(mcp_upstream());
+    upstream.arg("--http");
+    let (_upstream, upstream_url) = start_and_read(upstream, "http://", true);
+    let upstream_url = format!("http://{upstream_url}");
+    let command = mcp_upstream();
+    let command = command.to_str().ok_or("a UTF-8 path")?;
+    for upstream in [["--upstream", upstream_url.as_str()], ["--", command]] {
+        let mut proxy = portcullis();
+        proxy
+            .args(["proxy", "mcp"])
+            .arg(manifest())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(upstream);
+        let (_proxy, url) = start_and_read(proxy, "listening on ", false);
+        let first = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await?;
+        let second = ().serve(StreamableHttpClientTransport::from_uri(url.as_str())).await?;
+        let session = async |client: &RunningService<RoleClient, ()>| -> Result<String, TestError> {
+            Ok(text(&client.call_tool(call("session", json!({}))).await?))
+        };
+        let (first_session, second_session) = (session(&first).await?, session(&second).await?);
+        assert!(first_session.starts_with("process "), "{first_session}");
+        assert_ne!(
+            first_session, second_session,
+            "{upstream:?}: two clients share one upstream session"
+        );
+        // Each client stays in its own.
+        assert_eq!(session(&first).await?, first_session);
+        assert_eq!(session(&second).await?, second_session);
+        // Both are guarded.
+        let deleted = second.call_tool(call("delete_database", json!({}))).await?;
+        assert_eq!(deleted.is_error, Some(true), "{upstream:?}");
+        first.cancel().await?;
+        second.cancel().await?;
+    }
     Ok(())
 }
 

@@ -173,7 +173,7 @@ impl Server {
             format!("Authorization: Bearer {token}\r\n")
         });
         let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: test\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         stream.write_all(request.as_bytes()).expect("sent");
@@ -200,6 +200,11 @@ impl Server {
             .as_str()
             .unwrap_or_default()
             .to_owned()
+    }
+
+    /// Reads the log (for at most 20 s) until each of `texts` was in a line; the lines read.
+    fn wait_for_lines(&self, texts: &[&str]) -> Vec<String> {
+        portcullis_testing::wait_for_lines(&self.log, texts, Duration::from_secs(20))
     }
 
     fn wait_for_reason(&self, expected: &str) {
@@ -669,4 +674,164 @@ fn json_logs_are_one_object_per_line_with_the_access_fields() {
             .is_some_and(|id| !id.is_empty()),
         "{answered}"
     );
+}
+
+/// The value of the counter `name` in the Prometheus text `metrics` (0 when it is absent).
+fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An audit log on a full disk (`/dev/full` fails every write): the service goes on
+/// (`on_failure: allow`), counts each lost record at `/metrics` (shown only with the token)
+/// and says so on standard error.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_audit_log_that_cannot_be_written_is_counted_in_metrics_and_logged() {
+    let scratch = Scratch::new("audit-full");
+    scratch.rule("v1");
+    let manifest = scratch.0.join("portcullis.yaml");
+    std::fs::write(
+        &manifest,
+        "input:\n  - dsl: rules/no_secret.json\naudit: { jsonl: /dev/full }\n",
+    )
+    .expect("written");
+    let server = Server::start_with_token(&manifest, &[], "t0k3n");
+    let (_, before) = server.request("GET", "/metrics", "");
+    assert_eq!(
+        counter(&before, "portcullis_audit_write_failures_total"),
+        0,
+        "{before}"
+    );
+    assert_eq!(server.reason(), "v1");
+    let logged = server.wait_for_lines(&["audit records are lost"]);
+    let lost = logged
+        .iter()
+        .find(|line| line.contains("audit records are lost"))
+        .expect("the line");
+    assert!(
+        lost.contains("ERROR") && lost.contains("/dev/full"),
+        "{lost}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, metrics) = server.request("GET", "/metrics", "");
+        assert_eq!(status, 200, "{metrics}");
+        if counter(&metrics, "portcullis_audit_write_failures_total") > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no failure counted: {metrics}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, _) = server.request_as(None, "GET", "/metrics", "");
+    assert_eq!(status, 401);
+}
+
+/// A reload that changes the sections the engine was built with (`sessions`, `audit`,
+/// `approvals`) swaps the policies in and says, on standard error, that those changes wait
+/// for a restart: an operator who tightened `audit.on_failure` is not left believing it
+/// applies.
+#[test]
+fn a_reload_warns_about_the_sections_it_does_not_apply() {
+    let scratch = Scratch::new("reload-sections");
+    scratch.rule("v1");
+    let manifest = scratch.0.join("portcullis.yaml");
+    let write = |text: &str| {
+        let temporary = scratch.0.join("portcullis.tmp");
+        std::fs::write(&temporary, text).expect("written");
+        std::fs::rename(&temporary, &manifest).expect("renamed");
+    };
+    write(
+        "input:\n  - dsl: rules/no_secret.json\nsessions: { store: memory, ttl: 1h }\napprovals: { timeout: 1m }\n",
+    );
+    let server = Server::start(&manifest, &["--watch-interval", "50ms"]);
+    assert_eq!(server.reason(), "v1");
+    write(
+        "input:\n  - dsl: rules/no_secret.json\nsessions: { store: memory, ttl: 2h }\napprovals: { timeout: 5m }\naudit: { jsonl: audit.jsonl, on_failure: deny }\n",
+    );
+    let logged = server.wait_for_lines(&[
+        "`sessions` changed",
+        "`audit` changed",
+        "`approvals` changed",
+        "policy set reloaded",
+    ]);
+    for section in ["sessions", "audit", "approvals"] {
+        let line = logged
+            .iter()
+            .find(|line| line.contains(&format!("`{section}` changed")))
+            .expect("the warning");
+        assert!(
+            line.contains("WARN") && line.contains("portcullis.yaml:") && line.contains("restart"),
+            "{line}"
+        );
+    }
+    // The audit section was not applied: no log was opened.
+    assert!(!scratch.0.join("audit.jsonl").exists());
+}
+
+/// An existing audit log that others may read and that the service cannot set to `0600` (it
+/// belongs to another user): the service does not start, says why, and writes nothing to it.
+/// Only root can hand the service a file that is not its own, so the service runs as `nobody`
+/// (`setpriv`); elsewhere the test says it is skipped.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_audit_log_open_to_others_that_cannot_be_made_private_stops_the_service() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|output| output.stdout.starts_with(b"0\n"));
+    if !root || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to run the service as another user");
+        return;
+    }
+    let scratch = Scratch::new("audit-not-ours");
+    scratch.rule("v1");
+    let log = scratch.0.join("audit.jsonl");
+    std::fs::write(&log, "").expect("written");
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let manifest = scratch.0.join("portcullis.yaml");
+    std::fs::write(
+        &manifest,
+        "input:\n  - dsl: rules/no_secret.json\naudit: { jsonl: audit.jsonl }\n",
+    )
+    .expect("written");
+    let mut child = Command::new("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("serve")
+        .arg(&manifest)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv runs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("a status") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the service started with an audit log others can read");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("audit.jsonl") && stderr.contains("0666") && stderr.contains("0600"),
+        "{stderr}"
+    );
+    let metadata = std::fs::metadata(&log).expect("the log");
+    assert_eq!(metadata.permissions().mode() & 0o777, 0o666);
+    assert_eq!(metadata.len(), 0, "records were written to it");
 }

@@ -137,12 +137,13 @@ fn streaming_rule(rule: &StreamingRule) -> TokenStream {
 
 fn path(path: &FieldPath) -> TokenStream {
     let segments = path.segments().iter().map(|segment| match segment {
-        Segment::Name(name) => quote!(::portcullis::__private::dsl::Seg::Name(#name)),
+        Segment::Name(name) => quote!(::portcullis::__private::dsl::Segment::Name(#name)),
         Segment::Index { text, index } => {
             let index = Literal::i64_suffixed(*index);
-            quote!(::portcullis::__private::dsl::Seg::Index(#text, #index))
+            quote!(::portcullis::__private::dsl::Segment::Index { text: #text, index: #index })
         }
-        Segment::Any => quote!(::portcullis::__private::dsl::Seg::Any),
+        // Alone in a path, `*` would leave the text's type open.
+        Segment::Any => quote!(::portcullis::__private::dsl::Segment::<&'static str>::Any),
     });
     quote!(&[#(#segments),*])
 }

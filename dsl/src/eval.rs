@@ -93,7 +93,7 @@ impl Compiled {
 
 /// What a rule decides when its condition holds.
 #[derive(Debug, Clone)]
-enum Outcome {
+enum RuleEffect {
     /// A decision that does not depend on the context.
     Fixed(PolicyDecision),
     /// `set` operations whose values are rendered templates.
@@ -104,7 +104,7 @@ enum Outcome {
 #[derive(Debug, Clone)]
 pub(crate) struct CompiledRule {
     condition: Compiled,
-    outcome: Outcome,
+    effect: RuleEffect,
 }
 
 impl CompiledRule {
@@ -113,23 +113,23 @@ impl CompiledRule {
         // the first redaction does not compile them again.
         let reason = rule.rule.reason.clone();
         let labels = rule.rule.labels.clone();
-        let outcome = match rule.rule.action {
-            Action::Allow => Outcome::Fixed(PolicyDecision::allow().with_labels(labels)),
-            Action::Deny => Outcome::Fixed(PolicyDecision::Deny {
+        let effect = match rule.rule.action {
+            Action::Allow => RuleEffect::Fixed(PolicyDecision::allow().with_labels(labels)),
+            Action::Deny => RuleEffect::Fixed(PolicyDecision::Deny {
                 reason,
                 policy_id: None,
             }),
-            Action::Audit => Outcome::Fixed(PolicyDecision::Audit { reason, labels }),
-            Action::Escalate => Outcome::Fixed(PolicyDecision::Escalate { reason, labels }),
-            Action::Redact => Outcome::Fixed(PolicyDecision::Redact {
+            Action::Audit => RuleEffect::Fixed(PolicyDecision::Audit { reason, labels }),
+            Action::Escalate => RuleEffect::Fixed(PolicyDecision::Escalate { reason, labels }),
+            Action::Redact => RuleEffect::Fixed(PolicyDecision::Redact {
                 redactions: rule.redactions.clone(),
                 labels,
             }),
-            Action::Transform => Outcome::Transform(rule.transformation.clone(), labels),
+            Action::Transform => RuleEffect::Transform(rule.transformation.clone(), labels),
         };
         CompiledRule {
             condition: Compiled::new(&rule.condition),
-            outcome,
+            effect,
         }
     }
 
@@ -137,9 +137,9 @@ impl CompiledRule {
         if !self.condition.holds(context) {
             return PolicyDecision::allow();
         }
-        match &self.outcome {
-            Outcome::Fixed(decision) => decision.clone(),
-            Outcome::Transform(templates, labels) => PolicyDecision::Transform {
+        match &self.effect {
+            RuleEffect::Fixed(decision) => decision.clone(),
+            RuleEffect::Transform(templates, labels) => PolicyDecision::Transform {
                 transformation: Transformation {
                     operations: templates
                         .iter()

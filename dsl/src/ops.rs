@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use aho_corasick::{AhoCorasick, MatchKind};
 use serde_json::{Number, Value};
 
-use crate::select::{Node, PathSegment, Root, Walk, any, select};
+use crate::select::{Node, Root, Walk, any, select};
+use portcullis_engine::path::Segment;
 
 /// The needles of a `contains` condition, lower-cased, in a multi-pattern matcher.
 ///
@@ -243,7 +244,11 @@ pub fn node_equals(node: Node<'_>, value: &Value) -> bool {
 }
 
 /// `contains`: some selected text contains one of the needles, ignoring case.
-pub fn contains<C: Root, S: PathSegment>(context: &C, path: &[S], needles: &Needles) -> bool {
+pub fn contains<C: Root, S: AsRef<str>>(
+    context: &C,
+    path: &[Segment<S>],
+    needles: &Needles,
+) -> bool {
     any(context, path, |node| {
         node.text().is_some_and(|text| needles.matches(text))
     })
@@ -251,9 +256,9 @@ pub fn contains<C: Root, S: PathSegment>(context: &C, path: &[S], needles: &Need
 
 /// `contains` on the session's labels (`metadata.session.labels`): a label equals one of
 /// `labels` exactly (labels are names, not text to search).
-pub fn has_label<C: Root, S: PathSegment, L: AsRef<str>>(
+pub fn has_label<C: Root, S: AsRef<str>, L: AsRef<str>>(
     context: &C,
-    path: &[S],
+    path: &[Segment<S>],
     labels: &[L],
 ) -> bool {
     let wanted = |text: &str| labels.iter().any(|label| label.as_ref() == text);
@@ -266,17 +271,21 @@ pub fn has_label<C: Root, S: PathSegment, L: AsRef<str>>(
 }
 
 /// `equals`: some selected value equals `value`.
-pub fn equals<C: Root, S: PathSegment>(context: &C, path: &[S], value: &Value) -> bool {
+pub fn equals<C: Root, S: AsRef<str>>(context: &C, path: &[Segment<S>], value: &Value) -> bool {
     any(context, path, |node| node_equals(node, value))
 }
 
 /// `not_in`: some selected value is none of the values.
-pub fn not_in<C: Root, S: PathSegment>(context: &C, path: &[S], values: &ValueSet) -> bool {
+pub fn not_in<C: Root, S: AsRef<str>>(context: &C, path: &[Segment<S>], values: &ValueSet) -> bool {
     any(context, path, |node| !values.holds(node))
 }
 
 /// `greater_than`: some selected number (or length) is greater than `threshold`.
-pub fn greater_than<C: Root, S: PathSegment>(context: &C, path: &[S], threshold: f64) -> bool {
+pub fn greater_than<C: Root, S: AsRef<str>>(
+    context: &C,
+    path: &[Segment<S>],
+    threshold: f64,
+) -> bool {
     any(context, path, |node| {
         node.number().is_some_and(|number| number > threshold)
     })
@@ -284,7 +293,7 @@ pub fn greater_than<C: Root, S: PathSegment>(context: &C, path: &[S], threshold:
 
 /// Appends the first value `path` selects to `out`, as a template shows it: a string as it
 /// is, any other value as JSON text; nothing when the path selects nothing.
-pub fn push_field<C: Root, S: PathSegment>(out: &mut String, context: &C, path: &[S]) {
+pub fn push_field<C: Root, S: AsRef<str>>(out: &mut String, context: &C, path: &[Segment<S>]) {
     select(context.node(), path, &mut |node| {
         match node {
             Node::Str(text) => out.push_str(text),

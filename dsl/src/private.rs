@@ -7,7 +7,8 @@ pub use crate::ops::{
     Needles, ValueSet, contains, equals, greater_than, has_label, json_equal, node_equals, not_in,
     push_field,
 };
-pub use crate::select::{Node, PathSegment, Root, Seg, SegmentRef, Walk, any, select};
+pub use crate::select::{Node, Root, Walk, any, select};
+pub use portcullis_engine::path::Segment;
 pub use serde_json;
 
 /// A JSON number from an `f64` known to be finite (generated code writes the bits).

@@ -41,55 +41,6 @@ pub enum Node<'a> {
     Output(&'a OutputContext),
 }
 
-/// One segment of a path, borrowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SegmentRef<'s> {
-    /// An object key.
-    Name(&'s str),
-    /// A list index (negative: from the end), or an object key written as a number.
-    Index(&'s str, i64),
-    /// `*`.
-    Any,
-}
-
-/// A path segment, either parsed at run time ([`Segment`]) or written out by generated code
-/// ([`Seg`]).
-pub trait PathSegment {
-    /// The segment, borrowed.
-    fn segment(&self) -> SegmentRef<'_>;
-}
-
-impl PathSegment for Segment {
-    fn segment(&self) -> SegmentRef<'_> {
-        match self {
-            Segment::Name(name) => SegmentRef::Name(name),
-            Segment::Index { text, index } => SegmentRef::Index(text, *index),
-            Segment::Any => SegmentRef::Any,
-        }
-    }
-}
-
-/// A path segment as generated code writes it (a constant).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Seg {
-    /// An object key.
-    Name(&'static str),
-    /// A list index, with the text it was written as.
-    Index(&'static str, i64),
-    /// `*`.
-    Any,
-}
-
-impl PathSegment for Seg {
-    fn segment(&self) -> SegmentRef<'_> {
-        match *self {
-            Seg::Name(name) => SegmentRef::Name(name),
-            Seg::Index(text, index) => SegmentRef::Index(text, index),
-            Seg::Any => SegmentRef::Any,
-        }
-    }
-}
-
 /// The contexts rules look into: the context of every point.
 pub trait Root: PolicyContext {
     /// The context as the root of a walk.
@@ -109,17 +60,17 @@ impl<C: PolicyContext> Root for C {
 }
 
 /// Calls `visit` with every value `path` selects in `root`, in document order.
-pub fn select<'a, S: PathSegment>(
+pub fn select<'a, S: AsRef<str>>(
     root: Node<'a>,
-    path: &[S],
+    path: &[Segment<S>],
     visit: &mut impl FnMut(Node<'a>) -> Walk,
 ) -> Walk {
     let Some((first, rest)) = path.split_first() else {
         return visit(root);
     };
-    let segment = first.segment();
+    let segment = first.as_borrowed();
     if rest.is_empty()
-        && segment == SegmentRef::Name("length")
+        && segment == Segment::Name("length")
         && let Some(length) = length(root)
     {
         return visit(Node::Count(length));
@@ -205,13 +156,13 @@ pub fn select<'a, S: PathSegment>(
             }
             map(&metadata.extra, segment, rest, visit)
         }
-        (Node::Messages(messages), SegmentRef::Index(_, index)) => {
+        (Node::Messages(messages), Segment::Index { index, .. }) => {
             match list_position(index, messages.len()).and_then(|at| messages.get(at)) {
                 Some(message) => select(Node::Message(message), rest, visit),
                 None => Walk::Continue,
             }
         }
-        (Node::Messages(messages), SegmentRef::Any) => {
+        (Node::Messages(messages), Segment::Any) => {
             for message in messages {
                 if select(Node::Message(message), rest, visit) == Walk::Stop {
                     return Walk::Stop;
@@ -221,13 +172,13 @@ pub fn select<'a, S: PathSegment>(
         }
         (Node::Map(object), segment) => map(object, segment, rest, visit),
         (Node::Json(Value::Object(object)), segment) => map(object, segment, rest, visit),
-        (Node::Json(Value::Array(items)), SegmentRef::Index(_, index)) => {
+        (Node::Json(Value::Array(items)), Segment::Index { index, .. }) => {
             match list_position(index, items.len()).and_then(|at| items.get(at)) {
                 Some(item) => select(Node::Json(item), rest, visit),
                 None => Walk::Continue,
             }
         }
-        (Node::Json(Value::Array(items)), SegmentRef::Any) => {
+        (Node::Json(Value::Array(items)), Segment::Any) => {
             for item in items {
                 if select(Node::Json(item), rest, visit) == Walk::Stop {
                     return Walk::Stop;
@@ -269,17 +220,17 @@ fn length(node: Node<'_>) -> Option<usize> {
     }
 }
 
-fn key(segment: SegmentRef<'_>) -> Option<&str> {
+fn key(segment: Segment<&str>) -> Option<&str> {
     match segment {
-        SegmentRef::Name(name) | SegmentRef::Index(name, _) => Some(name),
-        SegmentRef::Any => None,
+        Segment::Name(name) | Segment::Index { text: name, .. } => Some(name),
+        Segment::Any => None,
     }
 }
 
-fn fields<'a, S: PathSegment>(
-    segment: SegmentRef<'_>,
+fn fields<'a, S: AsRef<str>>(
+    segment: Segment<&str>,
     fields: &[(&str, Node<'a>)],
-    rest: &[S],
+    rest: &[Segment<S>],
     visit: &mut impl FnMut(Node<'a>) -> Walk,
 ) -> Walk {
     match key(segment) {
@@ -298,10 +249,10 @@ fn fields<'a, S: PathSegment>(
     }
 }
 
-fn map<'a, S: PathSegment>(
+fn map<'a, S: AsRef<str>>(
     object: &'a Map<String, Value>,
-    segment: SegmentRef<'_>,
-    rest: &[S],
+    segment: Segment<&str>,
+    rest: &[Segment<S>],
     visit: &mut impl FnMut(Node<'a>) -> Walk,
 ) -> Walk {
     match key(segment) {
@@ -322,9 +273,9 @@ fn map<'a, S: PathSegment>(
 
 /// Whether some value selected by `path` satisfies `test`; `false` when the path selects
 /// nothing.
-pub fn any<C: Root, S: PathSegment>(
+pub fn any<C: Root, S: AsRef<str>>(
     context: &C,
-    path: &[S],
+    path: &[Segment<S>],
     mut test: impl FnMut(Node<'_>) -> bool,
 ) -> bool {
     select(context.node(), path, &mut |node| Walk::stop_if(test(node))) == Walk::Stop

@@ -48,6 +48,38 @@ pub enum AuditDecision {
 }
 
 impl AuditDecision {
+    /// Every decision an audit record may report.
+    pub const ALL: [AuditDecision; 10] = [
+        AuditDecision::Allow,
+        AuditDecision::Deny,
+        AuditDecision::Audit,
+        AuditDecision::Redact,
+        AuditDecision::Transform,
+        AuditDecision::EvaluationError,
+        AuditDecision::Escalate,
+        AuditDecision::ApprovalGranted,
+        AuditDecision::ApprovalRefused,
+        AuditDecision::ApprovalPending,
+    ];
+
+    /// The decision a wire name ([`as_str`](Self::as_str)) names, if any.
+    pub fn from_name(name: &str) -> Option<AuditDecision> {
+        AuditDecision::ALL
+            .into_iter()
+            .find(|decision| decision.as_str() == name)
+    }
+
+    /// Whether this reports how an escalation was resolved (`approval_granted`,
+    /// `approval_refused`, `approval_pending`).
+    pub const fn is_approval(self) -> bool {
+        matches!(
+            self,
+            AuditDecision::ApprovalGranted
+                | AuditDecision::ApprovalRefused
+                | AuditDecision::ApprovalPending
+        )
+    }
+
     /// The wire name (`allow`, …, `evaluation_error`).
     pub const fn as_str(self) -> &'static str {
         match self {

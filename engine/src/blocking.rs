@@ -17,10 +17,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
 
-use crate::decision::PolicyDecision;
-use crate::error::{BoxError, PolicyPanicked};
+use crate::error::{PolicyPanicked, PolicyResult};
 
-type Outcome = Result<PolicyDecision, BoxError>;
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
 /// How long a pool thread waits for work before it ends.
@@ -32,7 +30,7 @@ const IDLE_FOR: Duration = Duration::from_secs(10);
 pub(crate) fn run<F, Fut>(evaluate: F) -> Pending
 where
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Outcome>,
+    Fut: Future<Output = PolicyResult>,
 {
     let slot = Arc::new(Slot::default());
     let filled = Arc::clone(&slot);
@@ -47,11 +45,11 @@ where
 /// Where a pool thread leaves an outcome for the task waiting on it.
 #[derive(Default)]
 struct Slot {
-    state: Mutex<(Option<Outcome>, Option<Waker>)>,
+    state: Mutex<(Option<PolicyResult>, Option<Waker>)>,
 }
 
 impl Slot {
-    fn fill(&self, outcome: Outcome) {
+    fn fill(&self, outcome: PolicyResult) {
         let waker = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.0 = Some(outcome);
@@ -69,9 +67,9 @@ pub(crate) struct Pending {
 }
 
 impl Future for Pending {
-    type Output = Outcome;
+    type Output = PolicyResult;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<PolicyResult> {
         let mut state = self
             .slot
             .state

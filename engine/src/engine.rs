@@ -20,7 +20,7 @@ use crate::context::{
 use crate::decision::PolicyDecision;
 use crate::error::{
     BoxError, DeadlineScope, EngineError, InvalidContext, PolicyDenialError, PolicyEvaluationError,
-    PolicyPanicked, PolicyTimedOut, error_chain,
+    PolicyPanicked, PolicyResult, PolicyTimedOut, error_chain,
 };
 use crate::point::PolicyContext;
 use crate::policy::Policy;
@@ -240,7 +240,7 @@ pub struct DecisionEntry {
 /// It borrows the context it was given for `'a`, and holds the policy set it ran on.
 pub struct Evaluation<'a, C: Clone> {
     context: Cow<'a, C>,
-    taken: Mutex<TakenList>,
+    taken: Mutex<PointDecisions>,
     decisions: OnceLock<Vec<DecisionEntry>>,
     set: Arc<PolicySet>,
     point: InterceptionPoint,
@@ -248,35 +248,37 @@ pub struct Evaluation<'a, C: Clone> {
 
 /// A decision as the hot path keeps it: the policy is named by its place in the point until
 /// someone asks for [`DecisionEntry`] values.
-struct Taken {
+struct IndexedDecision {
     index: usize,
-    decision: Kept,
+    decision: CompactDecision,
     enforced: bool,
 }
 
-enum Kept {
+/// A decision as [`PointDecisions`] keeps it: a plain `allow` as its audit flag alone, any
+/// other decision whole.
+enum CompactDecision {
     Allow { audit: bool },
     Other(PolicyDecision),
 }
 
-impl Kept {
+impl CompactDecision {
     fn into_decision(self) -> PolicyDecision {
         match self {
-            Kept::Allow { audit } => PolicyDecision::Allow {
+            CompactDecision::Allow { audit } => PolicyDecision::Allow {
                 audit,
                 labels: Vec::new(),
             },
-            Kept::Other(decision) => decision,
+            CompactDecision::Other(decision) => decision,
         }
     }
 }
 
 /// The decisions taken at a point, without a heap allocation when they are plain `allow`s:
-/// the `allow`s of the first [`TakenList::BITS`] policies are bits, every other decision is
+/// the `allow`s of the first [`PointDecisions::BITS`] policies are bits, every other decision is
 /// in `first` and then `others`, in declared order (the first of them needs no allocation
 /// either: a point usually takes at most one decision that is not an allow).
 #[derive(Default)]
-struct TakenList {
+struct PointDecisions {
     /// Bit `i`: policy `i` allowed (without labels).
     allowed: u64,
     /// Bit `i`: that `allow` asked for an audit record.
@@ -284,21 +286,21 @@ struct TakenList {
     /// Bit `i`: that `allow` was enforced (not monitored).
     enforced: u64,
     /// The other decisions (and the `allow`s of policies past the bits).
-    first: Option<Taken>,
-    others: Vec<Taken>,
+    first: Option<IndexedDecision>,
+    others: Vec<IndexedDecision>,
     /// Why the audit handler refused the record of a plain `allow`: the call fails.
     refused: Option<BoxError>,
 }
 
-impl TakenList {
+impl PointDecisions {
     /// Policies whose `allow` is kept as bits.
     const BITS: usize = 64;
 
-    fn push(&mut self, taken: Taken) {
+    fn push(&mut self, taken: IndexedDecision) {
         match taken {
-            Taken {
+            IndexedDecision {
                 index,
-                decision: Kept::Allow { audit },
+                decision: CompactDecision::Allow { audit },
                 enforced,
             } if index < Self::BITS => self.push_allow(index, audit, enforced),
             taken => self.push_other(taken),
@@ -309,9 +311,9 @@ impl TakenList {
     #[inline]
     fn push_allow(&mut self, index: usize, audit: bool, enforced: bool) {
         if index >= Self::BITS {
-            self.push_other(Taken {
+            self.push_other(IndexedDecision {
                 index,
-                decision: Kept::Allow { audit },
+                decision: CompactDecision::Allow { audit },
                 enforced,
             });
             return;
@@ -322,7 +324,7 @@ impl TakenList {
         self.enforced |= u64::from(enforced) << index;
     }
 
-    fn push_other(&mut self, taken: Taken) {
+    fn push_other(&mut self, taken: IndexedDecision) {
         if self.first.is_none() {
             self.first = Some(taken);
         } else {
@@ -334,17 +336,17 @@ impl TakenList {
     fn escalates(&self) -> bool {
         self.others().any(|taken| {
             taken.enforced
-                && matches!(&taken.decision, Kept::Other(decision) if decision.is_escalate())
+                && matches!(&taken.decision, CompactDecision::Other(decision) if decision.is_escalate())
         })
     }
 
     /// The decisions other than plain `allow`s.
-    fn others(&self) -> impl Iterator<Item = &Taken> {
+    fn others(&self) -> impl Iterator<Item = &IndexedDecision> {
         self.first.iter().chain(&self.others)
     }
 
     /// Every decision, in declared order.
-    fn into_ordered(self) -> impl Iterator<Item = Taken> {
+    fn into_ordered(self) -> impl Iterator<Item = IndexedDecision> {
         let mut bits = self.allowed;
         let (audited, enforced) = (self.audited, self.enforced);
         let mut others = self.first.into_iter().chain(self.others).peekable();
@@ -354,9 +356,9 @@ impl TakenList {
             match (next_bit, next_other) {
                 (Some(bit), other) if other.is_none_or(|other| bit < other) => {
                     bits &= bits - 1;
-                    Some(Taken {
+                    Some(IndexedDecision {
                         index: bit,
-                        decision: Kept::Allow {
+                        decision: CompactDecision::Allow {
                             audit: audited & (1 << bit) != 0,
                         },
                         enforced: enforced & (1 << bit) != 0,
@@ -371,7 +373,7 @@ impl TakenList {
 impl<'a, C: Clone> Evaluation<'a, C> {
     fn new(
         context: Cow<'a, C>,
-        taken: TakenList,
+        taken: PointDecisions,
         set: Arc<PolicySet>,
         point: InterceptionPoint,
     ) -> Self {
@@ -410,7 +412,7 @@ impl<'a, C: Clone> Evaluation<'a, C> {
         }
         taken.others().any(|taken| {
             taken.enforced
-                && matches!(&taken.decision, Kept::Other(decision) if decision.is_escalate())
+                && matches!(&taken.decision, CompactDecision::Other(decision) if decision.is_escalate())
         })
     }
 
@@ -455,8 +457,6 @@ impl<C: Clone + fmt::Debug> fmt::Debug for Evaluation<'_, C> {
             .finish()
     }
 }
-
-type Outcome = Result<PolicyDecision, BoxError>;
 
 impl PolicyEngine {
     /// A builder for an engine.
@@ -586,8 +586,12 @@ impl PolicyEngine {
             return Err(self.reject(context, problem));
         }
         // Built first and filled in place: the run's results are not moved through each step.
-        let mut evaluation =
-            Evaluation::new(Cow::Borrowed(context), TakenList::default(), set, C::POINT);
+        let mut evaluation = Evaluation::new(
+            Cow::Borrowed(context),
+            PointDecisions::default(),
+            set,
+            C::POINT,
+        );
         let taken = evaluation
             .taken
             .get_mut()
@@ -677,7 +681,7 @@ impl PolicyEngine {
             return Err(self.reject(context, problem));
         }
         let Some(store) = &self.sessions else {
-            let (mut current, mut taken) = (Cow::Borrowed(context), TakenList::default());
+            let (mut current, mut taken) = (Cow::Borrowed(context), PointDecisions::default());
             self.run_point(&set, context, &mut current, &mut taken, 0)
                 .await?;
             return Ok((Evaluation::new(current, taken, set, C::POINT), Vec::new()));
@@ -696,12 +700,12 @@ impl PolicyEngine {
             }
         };
         let seen = flow::with_facts(context, facts);
-        let (mut current, mut taken) = (Cow::Borrowed(&seen.context), TakenList::default());
+        let (mut current, mut taken) = (Cow::Borrowed(&seen.context), PointDecisions::default());
         self.run_point(&set, &seen.context, &mut current, &mut taken, 0)
             .await?;
         let mut labels = Vec::new();
         for taken in taken.others().filter(|taken| taken.enforced) {
-            if let Kept::Other(decision) = &taken.decision {
+            if let CompactDecision::Other(decision) = &taken.decision {
                 flow::gather(&mut labels, decision.labels());
             }
         }
@@ -757,7 +761,7 @@ impl PolicyEngine {
         set: &PolicySet,
         context: &'c C,
         current: &mut Cow<'c, C>,
-        taken: &mut TakenList,
+        taken: &mut PointDecisions,
         mut next: usize,
     ) -> Result<(), EngineError> {
         let on_error = set.on_error;
@@ -836,7 +840,7 @@ impl PolicyEngine {
         let mut policy_ids = Vec::new();
         let mut reasons = Vec::new();
         for taken in taken.others().filter(|taken| taken.enforced) {
-            if let Kept::Other(decision) = &taken.decision
+            if let CompactDecision::Other(decision) = &taken.decision
                 && let PolicyDecision::Escalate { reason, .. } = decision
             {
                 policy_ids.push(policy_id_at(&evaluation.set, C::POINT, taken.index).to_owned());
@@ -889,15 +893,15 @@ impl PolicyEngine {
         on_error: OnError,
         context: &'c C,
         call_deadline: Option<(Instant, Duration)>,
-    ) -> Result<(Cow<'c, C>, TakenList), EngineError> {
-        type Running<'f> = Pin<Box<dyn Future<Output = Outcome> + Send + 'f>>;
+    ) -> Result<(Cow<'c, C>, PointDecisions), EngineError> {
+        type Running<'f> = Pin<Box<dyn Future<Output = PolicyResult> + Send + 'f>>;
         let mut running: Vec<Option<Running<'_>>> = entries
             .iter()
             .map(|entry| Some(Box::pin(evaluate_entry::<C>(entry, context, call_deadline)) as _))
             .collect();
-        let mut finished: Vec<Option<Outcome>> = entries.iter().map(|_| None).collect();
+        let mut finished: Vec<Option<PolicyResult>> = entries.iter().map(|_| None).collect();
         let mut current = Cow::Borrowed(context);
-        let mut decisions = TakenList::default();
+        let mut decisions = PointDecisions::default();
         let mut next = 0;
         std::future::poll_fn(|cx| {
             for (slot, outcome) in running.iter_mut().zip(finished.iter_mut()).skip(next) {
@@ -971,10 +975,10 @@ impl PolicyEngine {
         &self,
         on_error: OnError,
         (index, entry): (usize, &Entry<dyn Policy<C>>),
-        outcome: &mut Outcome,
+        outcome: &mut PolicyResult,
         evaluated: Option<&C>,
         current: &mut Cow<'_, C>,
-        taken: &mut TakenList,
+        taken: &mut PointDecisions,
     ) -> Result<(), EngineError> {
         // Read only where it is needed (it is a call through the policy's vtable).
         let policy_id = || entry.policy.id();
@@ -1006,9 +1010,9 @@ impl PolicyEngine {
                 )
                 .map_err(audit_refused::<C>)?;
             }
-            taken.push(Taken {
+            taken.push(IndexedDecision {
                 index,
-                decision: Kept::Allow { audit },
+                decision: CompactDecision::Allow { audit },
                 enforced,
             });
             return Ok(());
@@ -1061,9 +1065,9 @@ impl PolicyEngine {
             )));
         }
         // Not a plain `allow` (that returned above): kept as it is, written where it stays.
-        let kept = |decision: &mut PolicyDecision| Taken {
+        let kept = |decision: &mut PolicyDecision| IndexedDecision {
             index,
-            decision: Kept::Other(std::mem::take(decision)),
+            decision: CompactDecision::Other(std::mem::take(decision)),
             enforced,
         };
         match &mut taken.first {
@@ -1188,7 +1192,7 @@ impl PolicyEngine {
                 &mut outcome,
                 None,
                 &mut Cow::Borrowed(context),
-                &mut TakenList::default(),
+                &mut PointDecisions::default(),
             );
         }
     }
@@ -1216,10 +1220,10 @@ struct Sequence<'s, 'c, C: PolicyContext> {
     entries: &'c [Entry<dyn Policy<C>>],
     context: &'c C,
     next: &'s mut usize,
-    taken: &'s mut TakenList,
-    running: Option<crate::BoxFuture<'c, Outcome>>,
+    taken: &'s mut PointDecisions,
+    running: Option<crate::BoxFuture<'c, PolicyResult>>,
     /// The outcome the run stopped at, if it stopped at one.
-    outcome: &'s mut Option<Outcome>,
+    outcome: &'s mut Option<PolicyResult>,
 }
 
 impl<C: PolicyContext> Sequence<'_, '_, C> {
@@ -1326,7 +1330,7 @@ async fn evaluate_entry<C: PolicyContext>(
     entry: &Entry<dyn Policy<C>>,
     context: &C,
     call_deadline: Option<(Instant, Duration)>,
-) -> Outcome {
+) -> PolicyResult {
     let future = CatchUnwind::<C>::new(&entry.policy, context);
     let policy_deadline = entry
         .deadline
@@ -1373,10 +1377,10 @@ mod tests {
 
     #[test]
     fn taken_decisions_come_back_in_declared_order() {
-        let mut list = TakenList::default();
-        let other = |index, enforced| Taken {
+        let mut list = PointDecisions::default();
+        let other = |index, enforced| IndexedDecision {
             index,
-            decision: Kept::Other(PolicyDecision::audit("noted")),
+            decision: CompactDecision::Other(PolicyDecision::audit("noted")),
             enforced,
         };
         list.push_allow(0, false, true);
@@ -1391,8 +1395,8 @@ mod tests {
         let ordered: Vec<_> = list
             .into_ordered()
             .map(|taken| {
-                let allow = matches!(taken.decision, Kept::Allow { .. });
-                let audit = matches!(taken.decision, Kept::Allow { audit: true });
+                let allow = matches!(taken.decision, CompactDecision::Allow { .. });
+                let audit = matches!(taken.decision, CompactDecision::Allow { audit: true });
                 (taken.index, allow, audit, taken.enforced)
             })
             .collect();

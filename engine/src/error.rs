@@ -15,6 +15,9 @@ pub use crate::context::InvalidContext;
 /// The error type policies return: anything that is an error and can cross threads.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
+/// What one policy's evaluation returns: its decision, or why it has none.
+pub(crate) type PolicyResult = Result<crate::decision::PolicyDecision, BoxError>;
+
 /// The text of a [`PolicyDenialError`] whose decision gave no reason.
 pub const DENIED_WITHOUT_REASON: &str = "denied by policy";
 

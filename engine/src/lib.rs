@@ -70,6 +70,7 @@ pub mod approval;
 mod blocking;
 mod context;
 mod decision;
+pub mod edge;
 pub mod error;
 pub mod path;
 mod pattern;

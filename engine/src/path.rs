@@ -18,14 +18,18 @@ use serde_json::Value;
 use std::fmt;
 
 /// One segment of a [`FieldPath`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Segment {
+///
+/// A parsed path owns its segments (`Segment<String>`, the default); the paths the
+/// `dsl_policy!` macro writes out are constants (`Segment<&'static str>`); a walk borrows them
+/// ([`as_borrowed`](Segment::as_borrowed)). One type, whatever holds the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Segment<S = String> {
     /// An object key.
-    Name(String),
+    Name(S),
     /// A list index (negative: from the end), or an object key written as a number.
     Index {
         /// The segment as written, used as the key on objects.
-        text: String,
+        text: S,
         /// The index; `-1` is the last element.
         index: i64,
     },
@@ -33,12 +37,12 @@ pub enum Segment {
     Any,
 }
 
-impl Segment {
+impl<S: AsRef<str>> Segment<S> {
     /// The segment as written.
     pub fn as_str(&self) -> &str {
         match self {
-            Segment::Name(name) => name,
-            Segment::Index { text, .. } => text,
+            Segment::Name(name) => name.as_ref(),
+            Segment::Index { text, .. } => text.as_ref(),
             Segment::Any => "*",
         }
     }
@@ -46,8 +50,21 @@ impl Segment {
     /// The key this segment selects on an object (`None` for `*`).
     pub fn key(&self) -> Option<&str> {
         match self {
-            Segment::Name(name) | Segment::Index { text: name, .. } => Some(name),
+            Segment::Name(name) | Segment::Index { text: name, .. } => Some(name.as_ref()),
             Segment::Any => None,
+        }
+    }
+
+    /// The segment, borrowing its text.
+    #[inline]
+    pub fn as_borrowed(&self) -> Segment<&str> {
+        match self {
+            Segment::Name(name) => Segment::Name(name.as_ref()),
+            Segment::Index { text, index } => Segment::Index {
+                text: text.as_ref(),
+                index: *index,
+            },
+            Segment::Any => Segment::Any,
         }
     }
 }

@@ -6,19 +6,16 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::BoxFuture;
-use crate::decision::PolicyDecision;
-use crate::error::{BoxError, PolicyPanicked};
+use crate::error::{PolicyPanicked, PolicyResult};
 use crate::point::PolicyContext;
 use crate::policy::Policy;
-
-type Outcome = Result<PolicyDecision, BoxError>;
 
 /// Starts a policy's evaluation on the first poll and polls it, catching a panic in either:
 /// one unwind guard per poll covers the synchronous start of an `async_trait` method and
 /// every poll of the future it returns.
 pub(crate) struct CatchUnwind<'a, C: PolicyContext> {
     start: Option<(&'a dyn Policy<C>, &'a C)>,
-    running: Option<BoxFuture<'a, Outcome>>,
+    running: Option<BoxFuture<'a, PolicyResult>>,
 }
 
 impl<'a, C: PolicyContext> CatchUnwind<'a, C> {
@@ -32,7 +29,7 @@ impl<'a, C: PolicyContext> CatchUnwind<'a, C> {
 }
 
 impl<C: PolicyContext> Future for CatchUnwind<'_, C> {
-    type Output = Result<Outcome, PolicyPanicked>;
+    type Output = Result<PolicyResult, PolicyPanicked>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -271,9 +271,9 @@ fn build(kinds: &[(Kind, u64)], on_error: OnError, concurrent: bool) -> PolicySe
     builder.build()
 }
 
-type Outcome = (Result<InputContext, String>, Vec<(String, String)>);
+type RunResult = (Result<InputContext, String>, Vec<(String, String)>);
 
-async fn run(set: PolicySet) -> Outcome {
+async fn run(set: PolicySet) -> RunResult {
     let recorder = Recorder::default();
     let engine = PolicyEngine::builder()
         .policy_set(set)

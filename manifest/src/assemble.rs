@@ -20,7 +20,7 @@ impl LoadedManifest {
     ///   time-out);
     /// - `approvals.timeout`: how long the engine waits for an approval resolver;
     /// - `audit`: every sink named, fanned out to one handler: `jsonl` appends each record
-    ///   to the file ([`JsonlAuditLog`], created `0600`, written by a thread of its own, with
+    ///   to the file ([`JsonlAuditLog`], created `0600` or made so, written by a thread of its own, with
     ///   `on_failure` deciding what a record it cannot write does to its call); `otlp` exports each record as a span
     ///   (`engine.policy.evaluate`, as the `otel` handler makes them) over OTLP/HTTP with
     ///   protobuf bodies to `<otlp>/v1/traces` (feature `otel`).
@@ -115,11 +115,15 @@ impl LoadedManifest {
                         &manifest.path,
                         manifest.audit.jsonl_position,
                         format!(
-                            "`audit.jsonl`: cannot open {} for appending: {error}",
-                            path.display()
+                            "`audit.jsonl`: cannot open {} for appending: {}",
+                            path.display(),
+                            portcullis_engine::error::error_chain(&error)
                         ),
                     )
-                    .with_help("the folder must exist and be writable"),
+                    .with_help(
+                        "the folder must exist and be writable, and an existing file be the \
+                         service's own (it is set to mode 0600)",
+                    ),
                 ),
             }
         }

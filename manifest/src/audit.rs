@@ -52,7 +52,10 @@ pub enum AuditFailure {
 ///
 /// - **Private**: a file it creates is readable and writable by its owner only (`0600` on
 ///   Unix): records hold prompts and tool arguments as the caller sent them, before any
-///   redaction. A file that exists keeps its permissions.
+///   redaction. An existing file that grants its group or others any access is set to
+///   `0600` when it is opened, and when its mode cannot be changed (it is not the process's
+///   own) the log is not opened. A path that is not a regular file (a pipe, a device) keeps
+///   its mode: what reads it is the operator's choice.
 /// - **Off the evaluation path**: [`handle`](AuditHandler::handle) turns the record into its
 ///   line and queues it; a writer thread of the log's own appends the lines, each with one
 ///   `write` call (lines never mix). The queue is bounded: [`AUDIT_QUEUE_RECORDS`] records
@@ -123,13 +126,15 @@ impl Shared {
 }
 
 impl JsonlAuditLog {
-    /// Opens `path` for appending, creating it (`0600`) when it does not exist, with
+    /// Opens `path` for appending, creating it (`0600`) when it does not exist and
+    /// setting an existing file open to others to `0600`, with
     /// `on_failure: allow`.
     pub fn open(path: impl AsRef<Path>) -> std::io::Result<Self> {
         Self::open_with(path, AuditFailure::Allow)
     }
 
-    /// Opens `path` for appending, creating it (`0600`) when it does not exist; `on_failure`
+    /// Opens `path` for appending, creating it (`0600`) when it does not exist and
+    /// setting an existing file open to others to `0600`; `on_failure`
     /// says what a record that cannot be written does to its call.
     pub fn open_with(path: impl AsRef<Path>, on_failure: AuditFailure) -> std::io::Result<Self> {
         let path = path.as_ref();
@@ -141,6 +146,8 @@ impl JsonlAuditLog {
             options.mode(0o600);
         }
         let file = options.open(path)?;
+        #[cfg(unix)]
+        keep_private(&file)?;
         let shared = Arc::new(Shared {
             path: path.to_owned(),
             failures: AtomicU64::new(0),
@@ -275,6 +282,47 @@ impl Drop for JsonlAuditLog {
         if let Some(writer) = writer {
             let _ = writer.join();
         }
+    }
+}
+
+/// Sets a regular file that grants its group or others any access to `0600` (an error when
+/// its mode cannot be changed); a pipe or a device keeps its mode.
+#[cfg(unix)]
+fn keep_private(file: &File) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = file.metadata()?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if !metadata.is_file() || mode & 0o077 == 0 {
+        return Ok(());
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(|source| std::io::Error::new(source.kind(), OpenToOthers { mode, source }))
+}
+
+/// An existing log file that others may read, and whose mode could not be tightened.
+#[cfg(unix)]
+#[derive(Debug)]
+struct OpenToOthers {
+    mode: u32,
+    source: std::io::Error,
+}
+
+#[cfg(unix)]
+impl std::fmt::Display for OpenToOthers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the file grants its group or others access (mode {:04o}) and its mode cannot be \
+             set to 0600 (the log holds prompts before redaction)",
+            self.mode
+        )
+    }
+}
+
+#[cfg(unix)]
+impl std::error::Error for OpenToOthers {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
     }
 }
 

@@ -601,7 +601,7 @@ impl Builder<'_> {
         id: &str,
         position: Position,
     ) -> Option<Box<dyn Policy<C>>> {
-        use portcullis_rego_rest::{RegoServerClientOptions, RegoServerPolicy};
+        use portcullis_rego::server::{RegoServerClientOptions, RegoServerPolicy};
         let options = RegoServerClientOptions::new(url);
         let opened = RegoServerPolicy::<C>::new(id, options, package);
         self.opened(opened, position, || {

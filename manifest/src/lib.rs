@@ -34,7 +34,7 @@
 //! settings:                       # per point: concurrent, monitor, policy_deadline, call_deadline;
 //!   input: { concurrent: true, call_deadline: 300ms }   # output also stream_batch, stream_checkpoint
 //! audit:                         # where audit records go (any combination)
-//!   jsonl: logs/audit.jsonl       # one audit record per line (created 0600)
+//!   jsonl: logs/audit.jsonl       # one audit record per line (made 0600)
 //!   on_failure: deny              # a call whose record cannot be written fails (default: allow)
 //!   otlp: http://localhost:4318   # spans over OTLP/HTTP to a collector (feature `otel`)
 //! sessions: { store: memory, ttl: 24h }   # or redis://host:port/db, rediss:// for TLS

@@ -112,7 +112,7 @@ impl Node {
         let mut position = self.position;
         for segment in split_json_path(path) {
             match (&node.value, segment) {
-                (NodeValue::Map(entries), Segment::Key(name)) => {
+                (NodeValue::Map(entries), JsonStep::Key(name)) => {
                     match entries.iter().find(|(key, _)| key.as_str() == Some(name)) {
                         Some((key, value)) => {
                             position = key.position;
@@ -121,7 +121,7 @@ impl Node {
                         None => return position,
                     }
                 }
-                (NodeValue::List(items), Segment::Index(index)) => match items.get(index) {
+                (NodeValue::List(items), JsonStep::Index(index)) => match items.get(index) {
                     Some(item) => {
                         position = item.position;
                         node = item;
@@ -135,12 +135,13 @@ impl Node {
     }
 }
 
-enum Segment<'a> {
+/// One step of a dotted JSON path (`a.b[0]`) into a YAML node: a key or a list position.
+enum JsonStep<'a> {
     Key(&'a str),
     Index(usize),
 }
 
-fn split_json_path(path: &str) -> Vec<Segment<'_>> {
+fn split_json_path(path: &str) -> Vec<JsonStep<'_>> {
     let mut segments = Vec::new();
     for part in path.split('.').filter(|part| !part.is_empty()) {
         let (name, mut rest) = match part.find('[') {
@@ -148,12 +149,12 @@ fn split_json_path(path: &str) -> Vec<Segment<'_>> {
             None => (part, ""),
         };
         if !name.is_empty() {
-            segments.push(Segment::Key(name));
+            segments.push(JsonStep::Key(name));
         }
         while let Some(stripped) = rest.strip_prefix('[') {
             let Some(end) = stripped.find(']') else { break };
             if let Ok(index) = stripped[..end].parse() {
-                segments.push(Segment::Index(index));
+                segments.push(JsonStep::Index(index));
             }
             rest = &stripped[end + 1..];
         }

@@ -629,6 +629,38 @@ async fn the_jsonl_log_is_created_readable_by_its_owner_only() {
     );
 }
 
+/// A log file that was left world-readable (made by hand, by an older version, by a careless
+/// `touch`): the records it is about to receive hold prompts before redaction, so opening it
+/// sets it to `0600` before the first record is written; what it held stays.
+#[cfg(unix)]
+#[tokio::test]
+async fn an_existing_log_open_to_others_is_set_to_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new("jsonl-existing-mode");
+    scratch.write("rules/mark_untrusted.json", MARK_UNTRUSTED);
+    for mode in [0o644, 0o666, 0o640, 0o604, 0o660] {
+        let log = scratch.write("audit.jsonl", "{\"earlier\":true}\n");
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(mode)).unwrap();
+        let path = scratch.write(
+            "portcullis.yaml",
+            "input:\n  - dsl: rules/mark_untrusted.json\naudit: { jsonl: audit.jsonl }\n",
+        );
+        let engine = engine_of(&path).await;
+        let opened = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+        assert_eq!(opened, 0o600, "{mode:o} was left {opened:o}");
+        engine
+            .evaluate_input(&input("s1", "my password is hunter2"))
+            .await
+            .unwrap();
+        drop(engine);
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.starts_with("{\"earlier\":true}\n"), "{text}");
+        assert!(text.contains("hunter2"), "{text}");
+        let after = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+        assert_eq!(after, 0o600, "{mode:o} became {after:o}");
+    }
+}
+
 /// A log on a full disk (`/dev/full` fails every write): the failures are counted, and with
 /// `on_failure: deny` the calls fail once a write failed, even under `on_error: allow`; with
 /// the default they go on.

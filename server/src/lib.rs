@@ -22,7 +22,8 @@
 //!   "message"}, "approval": {"id", "action_digest", "policy_ids", "reasons"}}`.
 //! - `GET /healthz`, `GET /readyz` (a set is loaded; the last reload's outcome and error only to
 //!   a caller with the bearer token, URLs in it cut down to host and path by [`redact_urls`])
-//!   and `GET /metrics` (Prometheus text).
+//!   and `GET /metrics` (Prometheus text; with a bearer token configured, only to a caller
+//!   with it).
 //!
 //! Errors are `{"error": {"code": "..", "message": ".."}}`: 400 malformed JSON or an invalid
 //! context, 401 bearer token missing or wrong, 404 unknown policy id, point or route, 408 body
@@ -74,7 +75,9 @@ mod service;
 #[cfg(feature = "tls")]
 mod tls;
 
-pub use outcome::{Approval, Context, ContextTask, DecisionTap, Outcome, evaluate, parse_context};
+pub use outcome::{
+    Approval, Context, ContextTask, DecisionTap, Outcome, Verdict, evaluate, parse_context,
+};
 pub use redact::redact_urls;
 pub use serve::{DEFAULT_MAX_CONNECTIONS, ServeOptions, serve};
 pub use service::{

@@ -107,11 +107,70 @@ pub struct Approval {
     pub reasons: Vec<String>,
 }
 
+/// How an evaluation ended: the `outcome` of its JSON document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The call goes on, with the context to forward.
+    Allowed,
+    /// An enforced policy denied the call, or a person refused it.
+    Denied,
+    /// A policy could not be evaluated.
+    Error,
+    /// An escalation waits for a person's approval.
+    ApprovalRequired,
+}
+
+impl Verdict {
+    /// Every verdict, in the order of their exit statuses.
+    pub const ALL: [Verdict; 4] = [
+        Verdict::Allowed,
+        Verdict::Denied,
+        Verdict::Error,
+        Verdict::ApprovalRequired,
+    ];
+
+    /// The name the JSON document gives it: `allowed`, `denied`, `error` or
+    /// `approval_required`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::Denied => "denied",
+            Verdict::Error => "error",
+            Verdict::ApprovalRequired => "approval_required",
+        }
+    }
+
+    /// The verdict `name` names ([`as_str`](Self::as_str)), if any.
+    pub fn from_name(name: &str) -> Option<Verdict> {
+        Verdict::ALL
+            .into_iter()
+            .find(|verdict| verdict.as_str() == name)
+    }
+
+    /// The exit status of `portcullis eval` for it: 0 allowed, 2 denied, 3 error, 4 approval
+    /// required.
+    pub const fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Allowed => 0,
+            Verdict::Denied => 2,
+            Verdict::Error => 3,
+            Verdict::ApprovalRequired => 4,
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What one evaluation came to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    /// `allowed`, `denied`, `error` or `approval_required`.
-    pub outcome: &'static str,
+    /// How it ended.
+    pub outcome: Verdict,
     /// The decisions taken, in order: (policy id, decision name).
     pub decisions: Vec<(String, String)>,
     /// The context to forward, when allowed.
@@ -159,7 +218,7 @@ impl Outcome {
         }
         #[derive(serde::Serialize)]
         struct Document<'a> {
-            outcome: &'a str,
+            outcome: Verdict,
             decisions: Vec<Decision<'a>>,
             #[serde(skip_serializing_if = "Option::is_none")]
             context: Option<&'a Value>,
@@ -207,12 +266,7 @@ impl Outcome {
     /// The exit status of `portcullis eval` for this outcome: 0 allowed, 2 denied, 3 error,
     /// 4 approval required.
     pub fn exit_code(&self) -> u8 {
-        match self.outcome {
-            "allowed" => 0,
-            "denied" => 2,
-            "error" => 3,
-            _ => 4,
-        }
+        self.outcome.exit_code()
     }
 }
 
@@ -273,6 +327,33 @@ pub fn parse_context(point: InterceptionPoint, value: Value) -> Result<Context, 
     read.map_err(|error| format!("not a valid {point} context: {error}"))
 }
 
+/// Why a request body is not a context of its point.
+#[derive(Debug)]
+pub enum ContextError {
+    /// The body is not JSON.
+    Malformed(String),
+    /// The body is JSON, but not a context of the point.
+    Invalid(String),
+}
+
+/// Reads a request body as a context of `point` in one pass (no intermediate JSON value), or
+/// says why it is not one. A field given twice is refused, where reading through a JSON value
+/// would keep the last.
+pub fn read_context(point: InterceptionPoint, body: &[u8]) -> Result<Context, ContextError> {
+    let read = match point {
+        InterceptionPoint::Input => serde_json::from_slice(body).map(Context::Input),
+        InterceptionPoint::ToolCall => serde_json::from_slice(body).map(Context::ToolCall),
+        InterceptionPoint::ToolResult => serde_json::from_slice(body).map(Context::ToolResult),
+        InterceptionPoint::Output => serde_json::from_slice(body).map(Context::Output),
+    };
+    read.map_err(|error| match error.classify() {
+        serde_json::error::Category::Data => {
+            ContextError::Invalid(format!("not a valid {point} context: {error}"))
+        }
+        _ => ContextError::Malformed(format!("the request body is not JSON: {error}")),
+    })
+}
+
 /// Evaluates a context on the engine: the context to forward, as JSON, or why not.
 struct Forward<'a>(&'a PolicyEngine);
 
@@ -296,7 +377,7 @@ pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
         })
         .await;
     let mut outcome = Outcome {
-        outcome: "allowed",
+        outcome: Verdict::Allowed,
         decisions,
         context: None,
         denial: None,
@@ -306,14 +387,14 @@ pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
     match result {
         Ok(forwarded) => outcome.context = Some(forwarded.unwrap_or(Value::Null)),
         Err(EngineError::Denied(denial)) => {
-            outcome.outcome = "denied";
+            outcome.outcome = Verdict::Denied;
             outcome.denial = Some((
                 denial.policy_id().to_owned(),
                 denial.reason().map(str::to_owned),
             ));
         }
         Err(EngineError::ApprovalRequired(request)) => {
-            outcome.outcome = "approval_required";
+            outcome.outcome = Verdict::ApprovalRequired;
             outcome.approval = Some(Approval {
                 id: request.id.clone(),
                 action_digest: request.action_digest.clone(),
@@ -322,7 +403,7 @@ pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
             });
         }
         Err(error) => {
-            outcome.outcome = "error";
+            outcome.outcome = Verdict::Error;
             let (policy_id, message) = match &error {
                 EngineError::Evaluation(failure) => {
                     (failure.policy_id().to_owned(), error_chain(failure))

@@ -17,14 +17,14 @@ use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use portcullis_engine::{
     AuditHandler, AuditRecord, BearerToken, EngineError, InterceptionPoint, PolicyContext,
-    PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet,
+    PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet, edge,
 };
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::metrics::{ExternalCounter, Metrics};
-use crate::outcome::{self, Context, ContextTask, DecisionTap};
+use crate::outcome::{self, Context, ContextError, ContextTask, DecisionTap};
 
 /// The default cap on a request body: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -143,6 +143,7 @@ pub struct DecisionServiceBuilder {
     metrics: Arc<Metrics>,
     audit: Option<Arc<dyn AuditHandler>>,
     token: Option<String>,
+    allowed_hosts: Vec<String>,
     limits: Limits,
     unloaded: bool,
 }
@@ -152,6 +153,7 @@ impl std::fmt::Debug for DecisionServiceBuilder {
         f.debug_struct("DecisionServiceBuilder")
             .field("audit", &self.audit.is_some())
             .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("limits", &self.limits)
             .field("unloaded", &self.unloaded)
             .finish()
@@ -171,14 +173,26 @@ impl DecisionServiceBuilder {
         self
     }
 
-    /// Requires `Authorization: Bearer <token>` on the evaluation routes (401 otherwise).
-    /// `/healthz`, `/readyz` and `/metrics` stay open, for probes and scrapers; `/readyz`
-    /// gives the last reload's details (its time and error) only to a caller with the token.
+    /// Requires `Authorization: Bearer <token>` on the evaluation routes and `/metrics` (401
+    /// otherwise: a scraper sends the token too). `/healthz` and `/readyz` stay open, for
+    /// probes; `/readyz` gives the last reload's details (its time and error) only to a
+    /// caller with the token.
     /// The token is kept as its SHA-256 digest, and a given token is compared digest to digest
     /// in constant time: the time taken says neither how much of it was right nor how long
     /// the token is.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// A host name callers of a service without a [bearer token](Self::bearer_token) may name
+    /// in `Host`, besides the loopback ones (`localhost`, `127.0.0.1`, `[::1]`, with any port);
+    /// repeatable. Without a token the evaluation routes and `/metrics` refuse (403) a request
+    /// carrying `Origin` (a web page's) and one naming another host: a page whose name was
+    /// re-pointed at the service's address (DNS rebinding) could otherwise use it as its
+    /// own origin. `/healthz` and `/readyz` answer any host, for probes.
+    pub fn allow_host(mut self, host: impl Into<String>) -> Self {
+        self.allowed_hosts.push(host.into().to_ascii_lowercase());
         self
     }
 
@@ -248,6 +262,7 @@ impl DecisionServiceBuilder {
                 last_reload: Mutex::new(None),
                 metrics: self.metrics,
                 token: self.token.as_deref().map(BearerToken::new),
+                allowed_hosts: self.allowed_hosts,
                 slots: Semaphore::new(limits.max_concurrent),
                 waiting: AtomicUsize::new(0),
                 limits,
@@ -274,6 +289,8 @@ struct Shared {
     metrics: Arc<Metrics>,
     /// The bearer token, when one is required.
     token: Option<BearerToken>,
+    /// The host names a token-less service answers besides the loopback ones.
+    allowed_hosts: Vec<String>,
     limits: Limits,
     slots: Semaphore,
     waiting: AtomicUsize,
@@ -292,7 +309,7 @@ struct Shared {
 /// | `POST /v1/evaluate/{input\|tool_call\|tool_result\|output}` | the context through the whole point: 200 with the [`Outcome`](crate::Outcome) JSON, for every outcome |
 /// | `GET /healthz` | 200 while the process runs |
 /// | `GET /readyz` | 200 when a policy set is loaded (503 otherwise); the last reload's status and error only to a caller with the bearer token |
-/// | `GET /metrics` | Prometheus text: requests by route and status, decisions by policy and decision, evaluation latency, reloads by outcome, open connections |
+/// | `GET /metrics` | Prometheus text: requests by route and status, decisions by policy and decision, evaluation latency, reloads by outcome, open connections; with a bearer token configured, only to a caller with it |
 ///
 /// Errors are `{"error": {"code": "..", "message": ".."}}` with 400 (malformed JSON, an
 /// invalid context), 401 (bearer token missing or wrong), 404 (unknown policy id, point or
@@ -510,9 +527,13 @@ fn authenticated(shared: &Shared, headers: &HeaderMap) -> bool {
     }
 }
 
-/// Checks the bearer token, when one is configured.
+/// Checks the bearer token, when one is configured; without one, refuses what a web page
+/// could have sent (see [`DecisionServiceBuilder::allow_host`]).
 fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
-    if shared.token.is_none() || authenticated(shared, headers) {
+    if shared.token.is_none() {
+        return browser_safe(shared, headers);
+    }
+    if authenticated(shared, headers) {
         return Ok(());
     }
     let message = if bearer(headers).is_some() {
@@ -527,24 +548,47 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     ))
 }
 
+/// Refuses, for a service without a token, a request carrying `Origin` and one naming a
+/// host that is neither a loopback name nor allowed (403).
+fn browser_safe(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+    if headers.contains_key(header::ORIGIN) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "browser_request",
+            "a request sent by a web page (it carries Origin) is refused by a service without a token; set --token-env",
+        ));
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    let allowed = edge::is_loopback_host(host)
+        || edge::host_name(host).is_some_and(|name| {
+            shared
+                .allowed_hosts
+                .iter()
+                .any(|allowed| allowed.eq_ignore_ascii_case(name))
+        });
+    if allowed {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "unknown_host",
+        format!(
+            "the request names the host {host:?}; a service without a token answers only requests naming a loopback host or one given with --allow-host"
+        ),
+    ))
+}
+
 /// Refuses a body that is not declared JSON (415): a browser page can POST a "simple"
 /// request (`text/plain`, a form, no type at all) to the service without asking first, but
 /// not one with a JSON type.
 fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let essence = headers
+    let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
-        .map(|value| value.split(';').next().unwrap_or_default().trim());
-    let json = essence.is_some_and(|essence| {
-        let (kind, subtype) = essence.split_once('/').unwrap_or((essence, ""));
-        let suffix = subtype
-            .len()
-            .checked_sub(5)
-            .and_then(|at| subtype.get(at..));
-        kind.eq_ignore_ascii_case("application")
-            && (subtype.eq_ignore_ascii_case("json")
-                || suffix.is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json")))
-    });
+        .is_some_and(edge::is_json_media_type);
     if json {
         return Ok(());
     }
@@ -714,14 +758,18 @@ async fn evaluate_point(
     let engine = Arc::clone(&shared.engine);
     let metrics = Arc::clone(&shared.metrics);
     guarded(&shared, &headers, body, |bytes| async move {
-        let value = parse_json(&bytes)?;
-        let context = outcome::parse_context(point, value).map_err(|message| {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_context", message)
+        let context = outcome::read_context(point, &bytes).map_err(|error| match error {
+            ContextError::Malformed(message) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", message)
+            }
+            ContextError::Invalid(message) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_context", message)
+            }
         })?;
         let started = Instant::now();
         let outcome = outcome::evaluate(&engine, &context).await;
         metrics.evaluation(started.elapsed());
-        tracing::debug!(outcome = outcome.outcome, "evaluated");
+        tracing::debug!(outcome = outcome.outcome.as_str(), "evaluated");
         Ok(json_response(StatusCode::OK, outcome.to_text(false)))
     })
     .await
@@ -881,8 +929,14 @@ async fn readyz(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
     json_response(status, json_body(&body))
 }
 
-/// `GET /metrics`.
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+/// `GET /metrics`: with a bearer token configured, only to a caller with it (401 otherwise,
+/// as the evaluations: the counters name every policy and how often it decided what, and
+/// every reload's outcome); without one, to anyone (the service then listens on loopback,
+/// unless told otherwise).
+async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(error) = authorize(&shared, &headers) {
+        return error.into_response();
+    }
     let text = shared.metrics.render(shared.loaded.load(Ordering::Acquire));
     let mut response = (StatusCode::OK, text).into_response();
     response.headers_mut().insert(

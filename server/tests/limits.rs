@@ -5,52 +5,12 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{get, input, post, start_engine};
 use portcullis_engine::PolicyEngine;
 use portcullis_server::{DecisionService, Limits, ServeOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// How long an attacker keeps dripping at most: far longer than the read time-outs.
-const DRIP_FOR: Duration = Duration::from_secs(10);
-
-/// Connects, sends `head`, then one byte of `drip` every 100 ms until the server ends the
-/// connection or [`DRIP_FOR`] passes. Returns what the server answered and whether it cut the
-/// client off before the client stopped dripping.
-async fn slow_client(addr: SocketAddr, head: String, drip: u8) -> (String, bool) {
-    let Ok(stream) = tokio::net::TcpStream::connect(addr).await else {
-        return (String::new(), true);
-    };
-    let (mut reader, mut writer) = stream.into_split();
-    let reading = tokio::spawn(async move {
-        let mut answer = Vec::new();
-        let _ = reader.read_to_end(&mut answer).await;
-        String::from_utf8_lossy(&answer).into_owned()
-    });
-    let started = Instant::now();
-    let mut cut = false;
-    if writer.write_all(head.as_bytes()).await.is_ok() {
-        while started.elapsed() < DRIP_FOR {
-            if reading.is_finished() || writer.write_all(&[drip]).await.is_err() {
-                cut = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    } else {
-        cut = true;
-    }
-    let _ = writer.shutdown().await;
-    drop(writer);
-    let answer = tokio::time::timeout(Duration::from_secs(5), reading)
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
-    (answer, cut)
-}
+use portcullis_testing::load::SlowRequest;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_are_cut_off_and_a_well_behaved_client_is_answered() {
@@ -74,13 +34,18 @@ async fn slow_clients_are_cut_off_and_a_well_behaved_client_is_answered() {
     let mut attackers = Vec::new();
     // Heads that never end.
     for _ in 0..12 {
-        let head = "POST /v1/evaluate/input HTTP/1.1\r\nHost: t\r\nX-Pad: ".to_owned();
-        attackers.push(tokio::spawn(slow_client(addr, head, b'a')));
+        let head =
+            SlowRequest::new("POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ");
+        attackers.push(tokio::spawn(
+            async move { head.fill(b'a').send(addr).await },
+        ));
     }
     // Whole heads, then bodies that never end.
     for _ in 0..6 {
-        let head = "POST /v1/evaluate/input HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n".to_owned();
-        attackers.push(tokio::spawn(slow_client(addr, head, b' ')));
+        let body = SlowRequest::new(
+            "POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n",
+        );
+        attackers.push(tokio::spawn(async move { body.send(addr).await }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -95,9 +60,12 @@ async fn slow_clients_are_cut_off_and_a_well_behaved_client_is_answered() {
 
     let mut timed_out_bodies = 0;
     for attacker in attackers {
-        let (answer, cut) = attacker.await.expect("the attacker ran");
-        assert!(cut, "a slow client was let drip to the end: {answer:?}");
-        if answer.starts_with("HTTP/1.1 408") {
+        let answer = attacker.await.expect("the attacker ran");
+        assert!(
+            answer.cut,
+            "a slow client was let drip to the end: {answer:?}"
+        );
+        if answer.status() == Some(408) {
             timed_out_bodies += 1;
         }
     }

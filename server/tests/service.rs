@@ -250,6 +250,28 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
             .contains("input context")
     );
 
+    // A field given twice: the policies would read one value and a caller might mean the
+    // other, so the context is refused rather than read with the last one.
+    let response = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(
+            r#"{"messages": [{"role": "user", "content": "hi"}], "metadata": {"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"}, "messages": []}"#,
+        )
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "invalid_context");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("duplicate field"),
+        "{body}"
+    );
+
     let (status, body) = post(&format!("{}/v1/evaluate/thinking", server.url), &input("x")).await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], "unknown_point");
@@ -261,7 +283,7 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
         .await
         .expect("a connection");
     let head = format!(
-        "POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         2 * 1024 * 1024
     );
     stream
@@ -278,7 +300,7 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
     let mut stream = tokio::net::TcpStream::connect(server.addr)
         .await
         .expect("a connection");
-    let head = "POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let head = "POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
     let _ = stream.write_all(head.as_bytes()).await;
     let chunk = vec![b' '; 64 * 1024];
     for _ in 0..32 {
@@ -309,7 +331,7 @@ async fn bad_requests_get_the_right_status_and_an_error_body() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_configured_bearer_token_is_required_on_evaluations_only() {
+async fn a_configured_bearer_token_is_required_on_evaluations_and_metrics() {
     let server = start(
         DecisionService::builder().bearer_token("s3cret"),
         Some(policies()),
@@ -351,7 +373,16 @@ async fn a_configured_bearer_token_is_required_on_evaluations_only() {
     assert_eq!(response.status().as_u16(), 200);
     assert_eq!(get(&format!("{}/healthz", server.url)).await.0, 200);
     assert_eq!(get(&format!("{}/readyz", server.url)).await.0, 200);
-    assert_eq!(get(&format!("{}/metrics", server.url)).await.0, 200);
+    let (status, body) = get(&format!("{}/metrics", server.url)).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(
+        get_as(&format!("{}/metrics", server.url), "s3cre").await.0,
+        401
+    );
+    assert_eq!(
+        get_as(&format!("{}/metrics", server.url), "s3cret").await.0,
+        200
+    );
     server.stop().await;
 }
 
@@ -401,7 +432,7 @@ async fn without_a_set_evaluations_are_503_until_one_is_loaded() {
     );
     let (status, outcome) = post_as(&url, "s3cret", &input("a secret")).await;
     assert_eq!((status, &outcome["outcome"]), (200, &json!("denied")));
-    let (_, metrics) = get(&format!("{}/metrics", server.url)).await;
+    let (_, metrics) = get_as(&format!("{}/metrics", server.url), "s3cret").await;
     assert!(
         metrics.contains("portcullis_reloads_total{outcome=\"failed\"} 1\n"),
         "{metrics}"
@@ -557,7 +588,7 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
     let mut head = tokio::net::TcpStream::connect(server.addr)
         .await
         .expect("a connection");
-    head.write_all(b"POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\n")
+    head.write_all(b"POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .await
         .expect("written");
     let mut buffer = Vec::new();
@@ -569,7 +600,7 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
         .await
         .expect("a connection");
     body.write_all(
-        b"POST /v1/evaluate/input HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages\"",
+        b"POST /v1/evaluate/input HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages\"",
     )
     .await
     .expect("written");

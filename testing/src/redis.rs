@@ -1,5 +1,6 @@
 //! A real `redis-server` for tests: started on a free port of 127.0.0.1 without persistence,
-//! killed when dropped.
+//! killed when dropped. A test that cannot start one skips, unless `PORTCULLIS_REQUIRE_REDIS`
+//! is set (to anything but `0`: the test command sets it), which fails it instead.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -18,7 +19,8 @@ impl RedisServer {
     /// standard error) when `redis-server` cannot be started, so a test can skip.
     ///
     /// # Panics
-    /// When the server started but does not answer within 10 s.
+    /// When the server started but does not answer within 10 s, or when it cannot be started
+    /// and `PORTCULLIS_REQUIRE_REDIS` is set ([`unavailable`]).
     pub fn start() -> Option<RedisServer> {
         RedisServer::start_with(&[])
     }
@@ -27,13 +29,16 @@ impl RedisServer {
     /// started with any is waited for by its port (it may refuse an unauthenticated `PING`).
     ///
     /// # Panics
-    /// When the server started but is not ready within 10 s.
+    /// When the server started but is not ready within 10 s, or when it cannot be started
+    /// and `PORTCULLIS_REQUIRE_REDIS` is set ([`unavailable`]).
     pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
+        let port = match TcpListener::bind("127.0.0.1:0").and_then(|free| free.local_addr()) {
+            Ok(address) => address.port(),
+            Err(error) => {
+                unavailable(&format!("no free port on 127.0.0.1 ({error})"));
+                return None;
+            }
+        };
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
@@ -44,9 +49,9 @@ impl RedisServer {
         let child = match child {
             Ok(child) => child,
             Err(error) => {
-                eprintln!(
-                    "skipped: cannot start redis-server ({error}); install it (.ci/run does)"
-                );
+                unavailable(&format!(
+                    "cannot start redis-server ({error}); install it (scripts/test does)"
+                ));
                 return None;
             }
         };
@@ -112,4 +117,14 @@ impl Drop for RedisServer {
             .status();
         self.stop();
     }
+}
+
+/// Says that a Redis test cannot run because of `why` (no `redis-server`, no `openssl` to
+/// make its TLS certificates): the test is skipped with a line on standard error, or fails
+/// when `PORTCULLIS_REQUIRE_REDIS` is set.
+///
+/// # Panics
+/// When `PORTCULLIS_REQUIRE_REDIS` is set.
+pub fn unavailable(why: &str) {
+    crate::skip("PORTCULLIS_REQUIRE_REDIS", why);
 }

@@ -1,11 +1,11 @@
-//! The HTTP client both remote backends of Portcullis use (`portcullis-http` and
-//! `portcullis-rego-rest`): options, one connection pool per options value, a time-out on every
+//! The HTTP client both remote backends of Portcullis use (`portcullis-http` and the `server`
+//! feature of `portcullis-rego`): options, one connection pool per options value, a time-out on every
 //! request, a cap on response bodies enforced while reading them, and errors that say what went
 //! wrong with which request.
 //!
 //! This crate is internal to the workspace. An application meets its options under the name of
 //! the backend it uses — `portcullis_http::HttpClientOptions` and
-//! `portcullis_rego_rest::RegoServerClientOptions` are both [`ClientOptions`] — and, when a
+//! `portcullis_rego::server::RegoServerClientOptions` are both [`ClientOptions`] — and, when a
 //! request fails, a [`RemoteError`] as the cause of a `PolicyEvaluationError`.
 //!
 //! One module per part:

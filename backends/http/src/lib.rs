@@ -23,8 +23,9 @@
 //!
 //! All policies built from one [`HttpClientOptions`] value (or its clones) share one
 //! connection pool: concurrent evaluations reuse kept-alive connections instead of opening one
-//! each. The client is the one `portcullis-rego-rest` uses too (its options are that crate's
-//! `RegoServerClientOptions`: one type under the name of each backend).
+//! each. The client is the one the policy-server Rego backend uses too (`portcullis-rego`'s
+//! `server` feature; its options are `RegoServerClientOptions` there: one type under the name
+//! of each backend).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -100,7 +101,7 @@ pub use portcullis_http_client::{
 
 /// Where the decision endpoint is and how to reach it: base URL, time-out, extra headers, body
 /// cap, connection limit; clones share one connection pool. The same type as
-/// `portcullis_rego_rest::RegoServerClientOptions`.
+/// `portcullis_rego::server::RegoServerClientOptions`.
 #[doc(inline)]
 pub use portcullis_http_client::ClientOptions as HttpClientOptions;
 

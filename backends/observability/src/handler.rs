@@ -4,15 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracerProvider};
+use base64::Engine as _;
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use portcullis_engine::{AuditHandler, AuditRecord};
 use portcullis_otel::DecisionSpan;
+use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 
-use crate::export::{ExportFailures, PlatformClient, RecordingExporter};
+use crate::export::{ExportFailures, INGESTION_VERSION, INGESTION_VERSION_HEADER};
+use crate::otlp::{OtlpClient, SpanExport, start_export};
 use crate::queue::{self, SpanQueue};
 use crate::{ObservabilityError, ObservabilityOptions};
 
@@ -102,43 +102,17 @@ impl ObservabilityAuditHandler {
         check_base_url(options.base_url())?;
         let endpoint = options.endpoint();
 
-        let failures = Arc::new(ExportFailures::default());
-        let client = PlatformClient::new(
-            public_key,
-            secret_key,
-            options.timeout(),
-            Arc::clone(&failures),
-        )?;
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(client)
-            .with_protocol(Protocol::HttpBinary)
-            // Used verbatim: it is the full trace URL.
-            .with_endpoint(endpoint.clone())
-            .with_timeout(options.timeout())
-            .build()
-            .map_err(|error| ObservabilityError::Setup {
-                reason: error.to_string(),
-            })?;
-        let exporter = RecordingExporter {
-            inner: exporter,
-            failures: Arc::clone(&failures),
-        };
-
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(BatchSpanProcessor::builder(exporter).build())
-            .with_sampler(Sampler::AlwaysOn)
-            .with_resource(
-                Resource::builder()
-                    .with_service_name(options.service_name().to_owned())
-                    .build(),
-            )
-            .build();
-        let tracer = provider.tracer_with_scope(
-            InstrumentationScope::builder(portcullis_otel::INSTRUMENTATION_SCOPE)
-                .with_version(env!("CARGO_PKG_VERSION"))
-                .build(),
-        );
+        let client = OtlpClient::new(options.timeout())?
+            .with_header(AUTHORIZATION, basic_authorization(public_key, secret_key)?)
+            .with_header(
+                HeaderName::from_static(INGESTION_VERSION_HEADER),
+                HeaderValue::from_static(INGESTION_VERSION),
+            );
+        let SpanExport {
+            provider,
+            tracer,
+            failures,
+        } = start_export(client, &endpoint, options.timeout(), options.service_name())?;
 
         let queue = Arc::new(SpanQueue::new());
         let worker = queue::spawn_worker(Arc::clone(&queue), tracer).map_err(|error| {
@@ -248,6 +222,23 @@ impl AuditHandler for ObservabilityAuditHandler {
         // Never waits: a full queue drops the record, and the next flush reports it.
         self.inner.queue.push(span);
     }
+}
+
+/// The `Authorization` header of the platform's keys (HTTP Basic), marked sensitive.
+fn basic_authorization(
+    public_key: &str,
+    secret_key: &str,
+) -> Result<HeaderValue, ObservabilityError> {
+    let credentials =
+        base64::engine::general_purpose::STANDARD.encode(format!("{public_key}:{secret_key}"));
+    let mut authorization =
+        HeaderValue::from_str(&format!("Basic {credentials}")).map_err(|error| {
+            ObservabilityError::Setup {
+                reason: format!("the keys do not make a valid Authorization header: {error}"),
+            }
+        })?;
+    authorization.set_sensitive(true);
+    Ok(authorization)
 }
 
 fn check_base_url(base_url: &str) -> Result<(), ObservabilityError> {

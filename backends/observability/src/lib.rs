@@ -43,6 +43,10 @@
 //! Environment variables of the OTLP exporter (`OTEL_EXPORTER_OTLP_HEADERS`,
 //! `OTEL_BSP_*`, …) still apply, except that the `Authorization` and
 //! `x-langfuse-ingestion-version` headers are always the handler's own.
+//!
+//! The transport is public as [`otlp`]: the OTLP/HTTP client ([`otlp::OtlpClient`]) and the
+//! span export around it ([`otlp::start_export`]), for any sink that posts spans to a
+//! collector (the manifest's `audit.otlp` is one).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -50,6 +54,7 @@ mod error;
 mod export;
 mod handler;
 mod options;
+pub mod otlp;
 mod queue;
 
 pub use error::ObservabilityError;

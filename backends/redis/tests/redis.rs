@@ -1,5 +1,6 @@
 //! The Redis store against a real `redis-server` started on 127.0.0.1 with a free port and no
-//! persistence (the test skips with a message when `redis-server` is not installed).
+//! persistence (the test skips with a message when `redis-server` or `openssl` is missing,
+//! and fails instead when `PORTCULLIS_REQUIRE_REDIS` is set, as `scripts/test` does).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::TcpListener;
@@ -446,16 +447,13 @@ async fn rediss_connects_over_tls_and_never_falls_back_to_plain_text() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     if certificates(&dir).is_none() {
-        eprintln!("skipped: openssl cannot make test certificates");
+        portcullis_testing::redis::unavailable("openssl cannot make test certificates");
         return;
     }
-    let Some(tls_port) = TcpListener::bind("127.0.0.1:0")
+    let tls_port = TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
-        .ok()
-        .map(|address| address.port())
-    else {
-        return;
-    };
+        .expect("a free port")
+        .port();
     let path = |name: &str| dir.join(name).display().to_string();
     let tls_port_text = tls_port.to_string();
     let (certificate, key, authority) = (path("server.pem"), path("server.key"), path("ca.pem"));

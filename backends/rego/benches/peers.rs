@@ -167,7 +167,7 @@ impl OpaWasm {
             .and_then(|entry| entry.get("result"))
             .cloned()
             .expect("defined");
-        portcullis_rego_decision::read_decision(self.entrypoint, result).expect("a decision")
+        portcullis_rego::decision::read_decision(self.entrypoint, result).expect("a decision")
     }
 }
 
@@ -198,7 +198,7 @@ impl Regorus {
     fn decide_value(&self, input: regorus::Value) -> PolicyDecision {
         let result = self.policy.eval_with_input(input).expect("evaluates");
         let document = serde_json::to_value(&result).expect("JSON");
-        portcullis_rego_decision::read_decision(self.rule, document).expect("a decision")
+        portcullis_rego::decision::read_decision(self.rule, document).expect("a decision")
     }
 
     fn decide(&self, context: &impl serde::Serialize) -> PolicyDecision {

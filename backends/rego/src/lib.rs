@@ -1,5 +1,11 @@
-//! Rego policies compiled to WebAssembly by the Open Policy Agent, evaluated in process on
-//! [wasmtime](https://wasmtime.dev), for the Portcullis policy engine.
+//! Rego policies for the Portcullis policy engine: compiled to WebAssembly by the Open Policy
+//! Agent and evaluated in process on [wasmtime](https://wasmtime.dev) (feature `wasm`, the
+//! default), or evaluated by a policy server speaking the Open Policy Agent REST API
+//! ([`server`], feature `server`). Both read a Rego document as a decision the same way
+//! ([`decision`]), so a policy decides the same in process and on a server. Without `wasm`,
+//! the crate builds no WebAssembly runtime.
+//!
+//! The rest of this page is about the in-process backend.
 //!
 //! Build a bundle with `opa build -t wasm -e aps/input/decision policy.rego -o bundle.tar.gz`
 //! (one `-e` per entrypoint), then:
@@ -76,7 +82,7 @@
 //!
 //! # Reading the decision
 //! The entrypoint's value is read by the reader both Rego backends share
-//! (`portcullis-rego-decision`), so a policy decides the same in process and on a policy server:
+//! ([`decision`]), so a policy decides the same in process and on a policy server:
 //! a decision object, a string naming the decision, a boolean (`false` denies), or the document of
 //! a whole package (`opa build -e aps/input`), whose `decision` rule is completed by its sibling
 //! rules (`reason`, `redactions`, …). An undefined entrypoint is an evaluation error.
@@ -117,19 +123,39 @@
 //! the deadline while it loops. Passing either is the same [`RegoEvaluationError`] as when the
 //! guest passes it (`MemoryLimit`, `TimeLimit`); no operand makes a builtin panic.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod decision;
+#[cfg(feature = "server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "server")))]
+pub mod server;
+
+#[cfg(feature = "wasm")]
 mod builtins;
+#[cfg(feature = "wasm")]
 mod bundle;
+#[cfg(feature = "wasm")]
 mod entry;
+#[cfg(feature = "wasm")]
 mod error;
+#[cfg(feature = "wasm")]
 mod input;
+#[cfg(feature = "wasm")]
 mod meter;
+#[cfg(feature = "wasm")]
 mod policy;
+#[cfg(feature = "wasm")]
 mod runtime;
+#[cfg(feature = "wasm")]
 mod validate;
 
+#[cfg(feature = "wasm")]
 pub use builtins::HOST_BUILTINS;
+#[cfg(feature = "wasm")]
 pub use bundle::{CheckedBundle, DEFAULT_MEMORY_LIMIT, DEFAULT_TIME_LIMIT, RegoBundle};
+#[cfg(feature = "wasm")]
 pub use error::{RegoError, RegoEvaluationError};
+#[cfg(feature = "wasm")]
 pub use policy::{
     RegoInputPolicy, RegoOutputPolicy, RegoPolicy, RegoToolCallPolicy, RegoToolResultPolicy,
 };
@@ -141,10 +167,12 @@ pub use policy::{
 ///
 /// # Errors
 /// The algorithm is not one of those three, or the token or the key cannot be read.
+#[cfg(feature = "wasm")]
 pub fn verify_jwt(token: &str, algorithm: &str, key: &str) -> Result<bool, String> {
     builtins::jwt::verify_signature(token, algorithm, key)
 }
 
+#[cfg(feature = "wasm")]
 const _: () = {
     const fn assert_send_sync<T: Send + Sync + 'static>() {}
     assert_send_sync::<RegoBundle>();

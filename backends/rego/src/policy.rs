@@ -15,7 +15,7 @@ use crate::error::{RegoError, RegoEvaluationError};
 
 /// Reads the result set `[{"result": <decision>}]` (or `[]`) as a decision. The common shapes
 /// are read straight from the bytes; every other goes through the reader both Rego backends
-/// share, [`portcullis_rego_decision::read_decision`].
+/// share, [`read_decision`](crate::decision::read_decision).
 fn read_decision(entrypoint: &str, bytes: &[u8]) -> Result<PolicyDecision, RegoEvaluationError> {
     // An allow, the commonest answer by far, as OPA's JSON dump writes it: no parser needed.
     if let Some(result) = bytes
@@ -80,7 +80,7 @@ fn decision_from_bool(entrypoint: &str, allowed: bool) -> PolicyDecision {
     if allowed {
         PolicyDecision::allow()
     } else {
-        PolicyDecision::deny(portcullis_rego_decision::false_reason(entrypoint))
+        PolicyDecision::deny(crate::decision::false_reason(entrypoint))
     }
 }
 
@@ -109,12 +109,12 @@ fn read_decision_value(
 }
 
 /// The entrypoint's value read as a decision, as both Rego backends read it (see
-/// [`portcullis_rego_decision`]).
+/// [`decision`](crate::decision)).
 pub(crate) fn decision_from_value(
     entrypoint: &str,
     value: Value,
 ) -> Result<PolicyDecision, String> {
-    portcullis_rego_decision::read_decision(entrypoint, value).map_err(|error| error.to_string())
+    crate::decision::read_decision(entrypoint, value).map_err(|error| error.to_string())
 }
 
 /// A bundle's decision entrypoint as a policy of the point of `C`. [`RegoInputPolicy`],

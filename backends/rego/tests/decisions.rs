@@ -1,14 +1,14 @@
 //! The same Rego decides the same way in process and on a policy server: both backends read a
 //! document with one reader. Each case is a Rego package evaluated for real by the
-//! OPA-compatible test server (`portcullis-rego-rest`), and in process as a module whose
+//! OPA-compatible test server (the `server` feature), and in process as a module whose
 //! entrypoint evaluates to the same package document.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use portcullis_engine::{InputContext, Message, Metadata, Policy, PolicyDecision};
+use portcullis_rego::server::{RegoServerClient, RegoServerClientOptions, RegoServerInputPolicy};
 use portcullis_rego::{RegoBundle, RegoInputPolicy};
-use portcullis_rego_rest::{RegoServerClient, RegoServerClientOptions, RegoServerInputPolicy};
 use portcullis_testing::RegoServer;
 use serde_json::Value;
 

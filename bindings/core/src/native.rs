@@ -14,7 +14,7 @@ use portcullis_engine::{
 };
 use portcullis_http::{HttpClientOptions, HttpPolicy};
 use portcullis_rego::RegoPolicy;
-use portcullis_rego_rest::RegoServerPolicy;
+use portcullis_rego::server::RegoServerPolicy;
 use serde_json::Value;
 
 /// A policy of one point, as a policy set holds it.

@@ -135,14 +135,10 @@ pub fn create_engine(
         Some(handler) => builder.on_audit(handler),
         None => builder,
     };
-    let in_memory = [
-        InterceptionPoint::Input,
-        InterceptionPoint::ToolCall,
-        InterceptionPoint::Output,
-    ]
-    .into_iter()
-    .filter(|point| !set.waits.contains(point))
-    .collect();
+    let in_memory = InterceptionPoint::ALL
+        .into_iter()
+        .filter(|point| !set.waits.contains(point))
+        .collect();
     Ok(NativeEngine::new(builder, audit, in_memory))
 }
 

@@ -1,5 +1,6 @@
 // The tool_result point from JavaScript: what a tool returned, judged before the model reads it.
 import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 
@@ -104,5 +105,17 @@ describe('evaluateToolResult', () => {
       engine.evaluateToolResult(toolResult('t', 'x', { is_error: 'no' })),
       /`is_error` must be a boolean/,
     );
+  });
+
+  test('DSL rules at tool_result are decided on the calling thread, as at the other points', () => {
+    // The addon itself: an in-memory point returns the outcome, not a promise of it.
+    const require = createRequire(import.meta.url);
+    const addon = require('../packages/core/portcullis.linux-x64-gnu.node');
+    const set = new addon.NativePolicySet('deny');
+    set.addNative('tool_result', addon.dslPolicy('tool_result', 'label_web_results', path.join(TOOL_RESULT_FIXTURES, 'rules')));
+    const engine = addon.createEngine(set, false, null);
+    const outcome = engine.evaluate('tool_result', JSON.stringify(toolResult('web_fetch', 'a page')));
+    assert.equal(typeof outcome, 'string');
+    assert.equal(JSON.parse(outcome).outcome, 'forward');
   });
 });

@@ -173,6 +173,9 @@ impl NativeEngine {
     /// Evaluates the policies of `point` on `context`, blocking this thread (not the GIL):
     /// returns the outcome (see [`Outcome`]). Raises `TypeError` or `ValueError` for a context
     /// that is not a valid one of the point.
+    ///
+    /// The first steps run on this thread: in-memory policies decide without entering the
+    /// runtime's scheduler; an evaluation that waits goes on blocked on the runtime.
     fn evaluate_sync(
         &self,
         py: Python<'_>,
@@ -182,7 +185,17 @@ impl NativeEngine {
         check_not_nested()?;
         let call = self.call(point, context)?;
         let runtime = runtime()?;
-        Ok(py.detach(|| runtime.block_on(call)))
+        Ok(py.detach(|| {
+            let mut call = std::pin::pin!(call);
+            let first = {
+                let _entered = runtime.enter();
+                call.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+            };
+            match first {
+                Poll::Ready(outcome) => outcome,
+                Poll::Pending => runtime.block_on(call),
+            }
+        }))
     }
 
     /// Records a person's approval of the action whose digest is `digest` (an approval

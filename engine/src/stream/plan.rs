@@ -83,19 +83,19 @@ pub(super) struct Stage {
     /// watches for (the longest match when it watches with a DFA).
     pub(super) back: usize,
     /// How the stage tells text that cannot hold a match from text that may.
-    pub(super) watch: Watch,
+    pub(super) finder: MatchFinder,
     /// The stage watches for literals, and no replacement of an earlier stage holds one of
     /// them or makes one with the text around it: every literal in the text this stage
     /// receives is one the answer itself holds there. So when the fast lane has just
     /// searched the answer for them and found none, the stage need not search again (see
-    /// `StageState::lane_clear`).
+    /// `StageScan::lane_clear`).
     pub(super) own_literals: bool,
 }
 
 /// What a stage runs over each new piece of text, so that the regex searches only where a match
 /// may be.
 #[derive(Debug, Clone)]
-pub(super) enum Watch {
+pub(super) enum MatchFinder {
     /// Every match contains one of a few literals (`@` in an e-mail pattern, a prefix of each
     /// alternative of `foo|bar`): a SIMD literal search over the new text finds the places a
     /// match may be, and text far enough before the first of them is final.
@@ -178,8 +178,8 @@ impl LaneGroup {
         let mut members = Vec::new();
         let mut bytes: Vec<Vec<u8>> = Vec::new();
         for (index, stage) in stages.iter().enumerate() {
-            if let (StageAction::Replace { .. }, Watch::Literals { literals, .. }) =
-                (&stage.action, &stage.watch)
+            if let (StageAction::Replace { .. }, MatchFinder::Literals { literals, .. }) =
+                (&stage.action, &stage.finder)
                 && literals.iter().all(|literal| literal.len() == 1)
             {
                 members.push(index);
@@ -277,16 +277,16 @@ impl StreamPlan {
         let lane = !stages.is_empty()
             && stages
                 .iter()
-                .all(|stage| matches!(stage.watch, Watch::Literals { .. }));
+                .all(|stage| matches!(stage.finder, MatchFinder::Literals { .. }));
         let windows = stages.iter().map(|stage| stage.window).sum();
         let reach = stages.iter().map(|stage| stage.back).sum();
         let mut lane_filter = LiteralFilter::empty();
         let mut deny_filter: Option<LiteralFilter> = None;
         let mut longest_literal = 0;
         for stage in &stages {
-            if let Watch::Literals {
+            if let MatchFinder::Literals {
                 filter, longest, ..
-            } = &stage.watch
+            } = &stage.finder
             {
                 lane_filter.merge(filter);
                 longest_literal = longest_literal.max(*longest);
@@ -360,8 +360,8 @@ impl Stage {
                 replacement: replacement.clone(),
             },
         };
-        let watch = match required_literals(&hir) {
-            Some(watch) => watch,
+        let finder = match required_literals(&hir) {
+            Some(finder) => finder,
             None => {
                 let dfa = hybrid::dfa::DFA::builder()
                     .configure(
@@ -376,14 +376,14 @@ impl Stage {
                     )
                     .build(pattern)
                     .map_err(|error| format!("the pattern {pattern:?} cannot stream: {error}"))?;
-                Watch::Dfa(Arc::new(DfaWatch::new(dfa)))
+                MatchFinder::Dfa(Arc::new(DfaWatch::new(dfa)))
             }
         };
-        let back = match &watch {
-            Watch::Literals {
+        let back = match &finder {
+            MatchFinder::Literals {
                 back: Some(back), ..
             } => (*back).min(longest),
-            Watch::Literals { back: None, .. } | Watch::Dfa(_) => longest,
+            MatchFinder::Literals { back: None, .. } | MatchFinder::Dfa(_) => longest,
         };
         Ok(Stage {
             back,
@@ -394,7 +394,7 @@ impl Stage {
             action,
             window: longest + lookahead + 3,
             span: longest + lookahead,
-            watch,
+            finder,
             own_literals: false,
         })
     }
@@ -405,7 +405,7 @@ impl Stage {
 /// literals can overlap, so no literal lies in one or across its edge. (An empty
 /// replacement could join the text on either side into one.)
 fn own_literals(stage: &Stage, earlier: &[Stage]) -> bool {
-    let Watch::Literals { literals, .. } = &stage.watch else {
+    let MatchFinder::Literals { literals, .. } = &stage.finder else {
         return false;
     };
     earlier.iter().all(|before| match &before.action {
@@ -440,7 +440,7 @@ fn overlaps(literal: &[u8], text: &[u8]) -> bool {
 /// match of `a@b` contains a match of `@`). Of several candidates the one with the longest
 /// shortest literal wins, then the one with fewer literals, then the one whose literals start
 /// with a byte that is rare in prose.
-pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
+pub(super) fn required_literals(hir: &Hir) -> Option<MatchFinder> {
     /// More literals than this search no faster than the DFA steps.
     const MOST_LITERALS: usize = 32;
     let mut hir = hir;
@@ -507,7 +507,7 @@ pub(super) fn required_literals(hir: &Hir) -> Option<Watch> {
     })?;
     let mut filter = LiteralFilter::empty();
     filter.add(&literals);
-    Some(Watch::Literals {
+    Some(MatchFinder::Literals {
         literals,
         back,
         longest: prefilter.max_needle_len(),
@@ -1024,7 +1024,7 @@ mod tests {
             .parse(pattern)
             .expect("a valid pattern");
         match required_literals(&hir) {
-            Some(Watch::Literals { back, .. }) => back,
+            Some(MatchFinder::Literals { back, .. }) => back,
             _ => panic!("{pattern} is not watched with literals"),
         }
     }

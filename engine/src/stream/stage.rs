@@ -5,14 +5,15 @@ use regex_automata::hybrid::{self, LazyStateID};
 use regex_automata::util::start;
 use regex_automata::{Anchored, Span};
 
-use crate::stream::plan::{Stage, StageAction, Watch};
+use crate::stream::plan::{MatchFinder, Stage, StageAction};
 
-/// The text one incremental stage has not passed on yet, and its watching state.
+/// One stream's scan of one incremental [`Stage`]: the text it has not passed on yet, and how
+/// far its [`MatchFinder`] has got.
 ///
 /// Positions are offsets in `buffer`. Text before `held_from` has been passed on; one
 /// character of it stays as look-behind context. The buffer is compacted only once enough
 /// passed text has piled up, so a push costs no move of the held text.
-pub(super) struct StageState {
+pub(super) struct StageScan {
     pub(super) buffer: String,
     /// Where the held text starts.
     pub(super) held_from: usize,
@@ -29,13 +30,14 @@ pub(super) struct StageState {
     /// stage's replacement can bring one ([`Stage::own_literals`]). The stage's first search
     /// in the run is then skipped.
     pub(super) lane_clear: bool,
-    pub(super) watching: Watching,
+    pub(super) progress: FinderProgress,
 }
 
 /// Passed text kept before the buffer is compacted.
 pub(super) const COMPACT_AFTER: usize = 4096;
 
-pub(super) enum Watching {
+/// How far one stream's search with a stage's [`MatchFinder`] has got.
+pub(super) enum FinderProgress {
     Literals {
         /// Where the next literal search starts.
         search_from: usize,
@@ -68,16 +70,16 @@ pub(super) fn unfinished_from(end: usize, longest: usize) -> usize {
     (end + 1).saturating_sub(longest)
 }
 
-impl StageState {
+impl StageScan {
     pub(super) fn new(stage: &Stage) -> Self {
-        let mut state = StageState {
+        let mut state = StageScan {
             buffer: String::new(),
             held_from: 0,
             replacements: 0,
             unchanged: 0,
             lane_scanned: 0,
             lane_clear: false,
-            watching: Watching::Blind,
+            progress: FinderProgress::Blind,
         };
         state.rewatch(stage, None);
         state
@@ -90,25 +92,25 @@ impl StageState {
 
     /// Starts watching again at `held_from`, over the held text; a DFA reuses `cache`.
     pub(super) fn rewatch(&mut self, stage: &Stage, cache: Option<hybrid::dfa::Cache>) {
-        self.watching = match &stage.watch {
-            Watch::Literals { .. } => Watching::Literals {
+        self.progress = match &stage.finder {
+            MatchFinder::Literals { .. } => FinderProgress::Literals {
                 search_from: self.held_from,
                 found: None,
             },
-            Watch::Dfa(dfa) => {
+            MatchFinder::Dfa(dfa) => {
                 let look_behind = self.buffer.as_bytes()[..self.held_from].last().copied();
                 let config = start::Config::new()
                     .anchored(Anchored::No)
                     .look_behind(look_behind);
                 let mut cache = cache.unwrap_or_else(|| dfa.take_cache());
                 match dfa.dfa.start_state(&mut cache, &config) {
-                    Ok(state) => Watching::Dfa(Box::new(Scanner {
+                    Ok(state) => FinderProgress::Dfa(Box::new(Scanner {
                         cache,
                         state,
                         scanned: self.held_from,
                         matched: false,
                     })),
-                    Err(_) => Watching::Blind,
+                    Err(_) => FinderProgress::Blind,
                 }
             }
         };
@@ -118,13 +120,13 @@ impl StageState {
     /// Runs the watch over the text it has not seen; with `end`, the text is complete.
     pub(super) fn watch(&mut self, stage: &Stage, end: bool) {
         let len = self.buffer.len();
-        match (&mut self.watching, &stage.watch) {
+        match (&mut self.progress, &stage.finder) {
             (
-                Watching::Literals {
+                FinderProgress::Literals {
                     search_from,
                     found: found @ None,
                 },
-                Watch::Literals {
+                MatchFinder::Literals {
                     prefilter, longest, ..
                 },
             ) if *search_from < len => {
@@ -145,11 +147,11 @@ impl StageState {
                     None => *search_from = unfinished_from(len, *longest).max(*search_from),
                 }
             }
-            (Watching::Dfa(scanner), Watch::Dfa(dfa)) => {
+            (FinderProgress::Dfa(scanner), MatchFinder::Dfa(dfa)) => {
                 let gave_up = !scanner.step(&dfa.dfa, &self.buffer, end);
                 if gave_up
-                    && let Watching::Dfa(scanner) =
-                        std::mem::replace(&mut self.watching, Watching::Blind)
+                    && let FinderProgress::Dfa(scanner) =
+                        std::mem::replace(&mut self.progress, FinderProgress::Blind)
                 {
                     dfa.keep_cache(scanner.cache);
                 }
@@ -174,12 +176,12 @@ impl StageState {
             self.buffer
                 .floor_char_boundary(len.saturating_sub(stage.window).max(self.held_from))
         };
-        let clean = match &self.watching {
+        let clean = match &self.progress {
             // Every match contains a literal, and none starts more than `back` bytes before
             // it: no match can start before the first literal in the held text (or, when
             // there is none, where one may still start) less `back`, and the text before that
             // is final, however far it reaches past the horizon.
-            Watching::Literals { search_from, found } if !end => {
+            FinderProgress::Literals { search_from, found } if !end => {
                 let earliest = found
                     .unwrap_or(*search_from)
                     .saturating_sub(stage.back)
@@ -193,13 +195,13 @@ impl StageState {
                 // horizon: the regex decides.
                 false
             }
-            Watching::Literals { found, .. } => found.is_none(),
-            Watching::Dfa(scanner) if !scanner.matched => true,
+            FinderProgress::Literals { found, .. } => found.is_none(),
+            FinderProgress::Dfa(scanner) if !scanner.matched => true,
             // The DFA saw a complete match: the whole text holds it too.
-            Watching::Dfa(_) if matches!(stage.action, StageAction::Deny { .. }) => {
+            FinderProgress::Dfa(_) if matches!(stage.action, StageAction::Deny { .. }) => {
                 return Err(Matched);
             }
-            Watching::Dfa(_) | Watching::Blind => false,
+            FinderProgress::Dfa(_) | FinderProgress::Blind => false,
         };
         if clean {
             self.pass(horizon, out);
@@ -209,10 +211,10 @@ impl StageState {
         // starts (`Some(None)`: none lies wholly in the text): no match starts more than the
         // stage's `back` before it, so the regex starts there, or not at all, and after the
         // last match the watch goes on from it rather than searching the text again.
-        let (mut next_literal, literals) = match (&self.watching, &stage.watch) {
+        let (mut next_literal, literals) = match (&self.progress, &stage.finder) {
             (
-                Watching::Literals { found, .. },
-                Watch::Literals {
+                FinderProgress::Literals { found, .. },
+                MatchFinder::Literals {
                     prefilter, longest, ..
                 },
             ) => (Some(*found), Some((prefilter, *longest))),
@@ -263,9 +265,9 @@ impl StageState {
         self.cut_at(cut);
         // Bytes the compaction dropped from the front of the buffer.
         let dropped = before - self.buffer.len();
-        let cache = match std::mem::replace(&mut self.watching, Watching::Blind) {
-            Watching::Dfa(scanner) => Some(scanner.cache),
-            Watching::Blind if matches!(stage.watch, Watch::Dfa(_)) => {
+        let cache = match std::mem::replace(&mut self.progress, FinderProgress::Blind) {
+            FinderProgress::Dfa(scanner) => Some(scanner.cache),
+            FinderProgress::Blind if matches!(stage.finder, MatchFinder::Dfa(_)) => {
                 // The DFA gave up on this text; it stays given up.
                 return Ok(());
             }
@@ -275,14 +277,14 @@ impl StageState {
             // No literal lies wholly in the text left held (it starts at or after `position`).
             (Some(None), Some((_, longest))) if !end => {
                 let len = self.buffer.len();
-                self.watching = Watching::Literals {
+                self.progress = FinderProgress::Literals {
                     search_from: unfinished_from(len, longest).max(self.held_from),
                     found: None,
                 };
             }
             // The first literal in the text left held.
             (Some(Some(literal)), Some(_)) if !end && literal >= cut => {
-                self.watching = Watching::Literals {
+                self.progress = FinderProgress::Literals {
                     search_from: self.held_from,
                     found: Some(literal - dropped),
                 };
@@ -293,7 +295,7 @@ impl StageState {
         // left held decides how much more of it is final, as at the start of the next run. A
         // stage that holds no more than it must lets the next pushes be kept without running
         // the stages, and the fast lane be taken again sooner.
-        if let Watching::Literals { search_from, found } = &self.watching
+        if let FinderProgress::Literals { search_from, found } = &self.progress
             && !end
         {
             let earliest = found
@@ -310,9 +312,9 @@ impl StageState {
 
     /// Gives the DFA's cache back to the stage for the streams to come: the stream is over.
     pub(super) fn release(&mut self, stage: &Stage) {
-        if let (Watching::Dfa(scanner), Watch::Dfa(dfa)) = (
-            std::mem::replace(&mut self.watching, Watching::Blind),
-            &stage.watch,
+        if let (FinderProgress::Dfa(scanner), MatchFinder::Dfa(dfa)) = (
+            std::mem::replace(&mut self.progress, FinderProgress::Blind),
+            &stage.finder,
         ) {
             dfa.keep_cache(scanner.cache);
         }
@@ -337,15 +339,17 @@ impl StageState {
             .map_or(cut, |(at, _)| at);
         self.buffer.drain(..keep_from);
         self.held_from -= keep_from;
-        match &mut self.watching {
-            Watching::Literals { search_from, found } => {
+        match &mut self.progress {
+            FinderProgress::Literals { search_from, found } => {
                 *search_from = search_from.saturating_sub(keep_from);
                 if let Some(literal) = found {
                     *literal = literal.saturating_sub(keep_from);
                 }
             }
-            Watching::Dfa(scanner) => scanner.scanned = scanner.scanned.saturating_sub(keep_from),
-            Watching::Blind => {}
+            FinderProgress::Dfa(scanner) => {
+                scanner.scanned = scanner.scanned.saturating_sub(keep_from)
+            }
+            FinderProgress::Blind => {}
         }
     }
 }
@@ -353,7 +357,7 @@ impl StageState {
 /// Where a stage passes its text on: the next stage's buffer, or the released text.
 pub(super) struct Sink<'a> {
     pub(super) text: &'a mut String,
-    /// The receiver's [`StageState::unchanged`].
+    /// The receiver's [`StageScan::unchanged`].
     pub(super) unchanged: &'a mut usize,
 }
 

@@ -128,7 +128,7 @@ pub fn sample_arguments() -> Value {
 
 /// A record as a test keeps it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Kept {
+pub struct KeptRecord {
     pub policy_id: String,
     pub decision: String,
     pub point: String,
@@ -140,13 +140,13 @@ pub struct Kept {
 
 /// An audit handler that keeps every record.
 #[derive(Clone, Default)]
-pub struct Recorder(pub Arc<Mutex<Vec<Kept>>>);
+pub struct Recorder(pub Arc<Mutex<Vec<KeptRecord>>>);
 
 impl Recorder {
     pub fn handler(&self) -> impl Fn(&AuditRecord<'_>) + Send + Sync + 'static {
         let records = Arc::clone(&self.0);
         move |record: &AuditRecord<'_>| {
-            let kept = Kept {
+            let kept = KeptRecord {
                 policy_id: record.policy_id.to_owned(),
                 decision: record.decision.as_str().to_owned(),
                 point: record.interception_point.as_str().to_owned(),
@@ -159,7 +159,7 @@ impl Recorder {
         }
     }
 
-    pub fn take(&self) -> Vec<Kept> {
+    pub fn take(&self) -> Vec<KeptRecord> {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
 

@@ -105,7 +105,11 @@
 //! times and body size, and a graceful stop. The features `transport-io` (this process's stdio),
 //! `transport-child-process` and `transport-streamable-http-client` (reqwest, without a TLS
 //! stack: the application's own `rmcp` or `reqwest` dependency chooses one) turn on rmcp's
-//! transports of those names for applications that let this crate choose.
+//! transports of those names for applications that let this crate choose. On a stream of
+//! lines (stdio, a pipe), serve it with [`JsonRpcLines`] (`JsonRpcLines::stdio()` with
+//! `transport-io`): it is rmcp's own framing, and it also answers a request whose JSON is not
+//! an MCP message with an error carrying its id, so such a client is not left waiting
+//! (`GuardedListener` answers such a request the same way over HTTP).
 //!
 //! The crate's tests run an rmcp server and an rmcp client on both sides of the guard,
 //! over in-process pipes, over streamable HTTP on 127.0.0.1, and with the upstream as a
@@ -120,6 +124,7 @@ mod approval;
 mod client;
 mod drain;
 mod guard;
+mod lines;
 #[cfg(feature = "listener")]
 mod listener;
 mod relay;
@@ -131,6 +136,7 @@ pub use guard::{
     APPROVAL_META_KEY, CallCheck, DENIAL_ERROR_CODE, DENIAL_META_KEY, MCP_METHOD_KEY, ToolGuard,
     approval_request, denial,
 };
+pub use lines::{DEFAULT_MAX_LINE_BYTES, JsonRpcLines};
 #[cfg(feature = "listener")]
 pub use listener::{GuardedListener, ListenerOptions, ListenerStats, MCP_PATH, check_exposure};
 pub use relay::UpstreamRelay;

@@ -186,8 +186,9 @@ impl ListenerStats {
 /// [`ListenerOptions`]: what `portcullis proxy mcp --listen` runs.
 ///
 /// Every request is authenticated first (when a token is configured), then its body is
-/// read within the body time-out and size; only then does the MCP service see it. Other
-/// paths answer 404.
+/// read within the body time-out and size; only then does the MCP service see it. A request
+/// whose JSON fits no MCP message (its `params` not an object) is answered with a JSON-RPC
+/// error carrying its id, and goes no further. Other paths answer 404.
 pub struct GuardedListener {
     service: StreamableHttpService<GuardedServer, LocalSessionManager>,
     options: ListenerOptions,
@@ -359,10 +360,23 @@ impl Front {
                 );
             }
         };
+        let post = parts.method == http::Method::POST;
         let response = self
             .service
-            .handle(Request::from_parts(parts, Full::new(body)))
+            .handle(Request::from_parts(parts, Full::new(body.clone())))
             .await;
+        // rmcp refuses a body it cannot read as a JSON-RPC message with 415 and no JSON-RPC
+        // answer: a request among them (its `params` not an object) is answered instead with
+        // an error carrying its id, as on stdio. Only that refusal is looked at again.
+        let response = match response.status() {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE if post => {
+                match crate::lines::answer_unreadable_request(&body) {
+                    Some(answer) => json_rpc(&answer),
+                    None => response,
+                }
+            }
+            _ => response,
+        };
         match in_flight {
             Some(in_flight) => response.map(|body| {
                 InFlight {
@@ -400,6 +414,17 @@ impl Body for InFlight {
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
     }
+}
+
+/// `message` as the JSON answer to a POST (200, `application/json`).
+fn json_rpc(message: &rmcp::service::TxJsonRpcMessage<rmcp::RoleServer>) -> Response<ResponseBody> {
+    let body = serde_json::to_vec(message).unwrap_or_default();
+    let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<ResponseBody> {

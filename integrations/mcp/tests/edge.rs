@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use portcullis_mcp::{DENIAL_ERROR_CODE, GuardedClient, GuardedServer, UpstreamRelay, denial};
+use portcullis_mcp::{
+    DENIAL_ERROR_CODE, GuardedClient, GuardedServer, JsonRpcLines, UpstreamRelay, denial,
+};
 use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, ClientRequest, CustomRequest, ErrorCode, GetPromptRequestParams,
@@ -69,7 +71,8 @@ async fn a_secret_only_in_structured_content_is_judged() -> Result<(), TestError
     Ok(())
 }
 
-/// A raw JSON-RPC client of a guarded server on in-process pipes, initialized.
+/// A raw JSON-RPC client of a guarded server on in-process pipes, initialized; the guard
+/// reads them as `portcullis proxy mcp` reads its stdio ([`JsonRpcLines`]).
 struct RawClient {
     lines: tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
     write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
@@ -79,7 +82,8 @@ struct RawClient {
 impl RawClient {
     async fn start(guarded: GuardedServer) -> Result<RawClient, TestError> {
         let (client_end, server_end) = tokio::io::duplex(1 << 16);
-        let serving = tokio::spawn(guarded.serve(server_end));
+        let (server_read, server_write) = tokio::io::split(server_end);
+        let serving = tokio::spawn(guarded.serve(JsonRpcLines::new(server_read, server_write)));
         let (read, mut write) = tokio::io::split(client_end);
         let mut lines = BufReader::new(read).lines();
         send(
@@ -111,14 +115,37 @@ impl RawClient {
         )
         .await?;
         loop {
-            let line = tokio::time::timeout(Duration::from_secs(10), self.lines.next_line())
-                .await??
-                .ok_or("the guard closed the connection")?;
-            let message: Value = serde_json::from_str(&line)?;
+            let message = self.next_message().await?;
             if message["id"] == id {
                 return Ok(message);
             }
         }
+    }
+
+    /// Checks with a well-formed call (id `id`) that the session still works, guarded: the
+    /// record is read with its SSN redacted.
+    async fn reads_a_guarded_record(&mut self, id: u64) -> Result<(), TestError> {
+        let answer = self
+            .request(
+                id,
+                "tools/call",
+                json!({"name": "read_file", "arguments": {"path": "/hr/jane"}}),
+            )
+            .await?;
+        assert_eq!(
+            answer["result"]["content"][0]["text"],
+            "Employee: Jane Roe\nSSN: [REDACTED]"
+        );
+        Ok(())
+    }
+
+    /// The next message the guard writes (at most 10 s away).
+    async fn next_message(&mut self) -> Result<Value, TestError> {
+        let line = tokio::time::timeout(Duration::from_secs(10), self.lines.next_line())
+            .await
+            .map_err(|_| "no answer within 10 s")??
+            .ok_or("the guard closed the connection")?;
+        Ok(serde_json::from_str(&line)?)
     }
 }
 
@@ -161,15 +188,6 @@ async fn tool_calls_whose_params_do_not_parse_never_reach_the_upstream() -> Resu
             );
         }
     }
-    // Params that are not an object at all: rmcp cannot read the message, and drops it.
-    for params in [json!("tools"), json!([1])] {
-        send(
-            &mut client.write,
-            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}),
-        )
-        .await?;
-        id += 1;
-    }
     let answer = client
         .request(id, "tools/call", json!({"arguments": {}}))
         .await?;
@@ -179,16 +197,109 @@ async fn tool_calls_whose_params_do_not_parse_never_reach_the_upstream() -> Resu
     assert_eq!(upstream.calls(), []);
     assert_eq!(upstream.custom_requests(), []);
     // A well-formed call still works, guarded.
-    let answer = client
-        .request(
-            id,
-            "tools/call",
-            json!({"name": "read_file", "arguments": {"path": "/hr/jane"}}),
+    client.reads_a_guarded_record(id).await
+}
+
+/// Requests whose `params` is not an object do not fit any MCP message: each is answered with
+/// an invalid-params error carrying its id (the client is not left waiting), and none reaches
+/// the upstream, whatever its method.
+#[tokio::test]
+async fn requests_whose_params_are_not_an_object_are_answered_and_never_forwarded()
+-> Result<(), TestError> {
+    let upstream = Upstream::default();
+    let (upstream_client, _upstream_server) = connect_in_process(upstream.clone()).await?;
+    // Even listed to pass, neither MCP's own methods nor a listed one get through unread.
+    let guarded = guarded_over(&upstream_client)
+        .pass_through_method("tools/call")
+        .pass_through_method("vendor/echo");
+    let mut client = RawClient::start(guarded).await?;
+    let mut id = 1;
+    for method in [
+        "tools/call",
+        "resources/read",
+        "prompts/get",
+        "tools/list",
+        "vendor/echo",
+    ] {
+        for params in [
+            json!("delete_database"),
+            json!(["delete_database"]),
+            json!(5),
+            json!(true),
+        ] {
+            let answer = client.request(id, method, params.clone()).await?;
+            assert_eq!(answer["id"], id, "{method} {params}: {answer}");
+            assert_eq!(
+                answer["error"]["code"],
+                ErrorCode::INVALID_PARAMS.0,
+                "{method} {params}: {answer}"
+            );
+            id += 1;
+        }
+    }
+    // A request with a string id is answered with that id.
+    send(
+        &mut client.write,
+        json!({"jsonrpc": "2.0", "id": "abc", "method": "tools/call", "params": "x"}),
+    )
+    .await?;
+    let answer = client.next_message().await?;
+    assert_eq!(answer["id"], "abc", "{answer}");
+    assert_eq!(answer["error"]["code"], ErrorCode::INVALID_PARAMS.0);
+    assert_eq!(upstream.calls(), []);
+    assert_eq!(upstream.custom_requests(), []);
+    // The session goes on: a well-formed call is answered, guarded.
+    client.reads_a_guarded_record(id).await
+}
+
+/// Notifications of methods the guard does not know (a vendor's, or one only a server may
+/// send) are dropped: the upstream never hears them, unless the method is listed to pass.
+#[tokio::test]
+async fn unknown_client_notifications_never_reach_the_upstream() -> Result<(), TestError> {
+    let upstream = Upstream::default();
+    let (upstream_client, _upstream_server) = connect_in_process(upstream.clone()).await?;
+    let guarded = guarded_over(&upstream_client).pass_through_method("vendor/listed");
+    let mut client = RawClient::start(guarded).await?;
+    for method in [
+        "vendor/poke",
+        "notifications/vendor/poke",
+        "notifications/message",
+        "notifications/tools/list_changed",
+        "notifications/resources/updated",
+    ] {
+        send(
+            &mut client.write,
+            json!({"jsonrpc": "2.0", "method": method, "params": {"run": "rm -rf /"}}),
         )
         .await?;
+    }
+    // The listed one, sent last, arrives: the others had their chance to.
+    send(
+        &mut client.write,
+        json!({"jsonrpc": "2.0", "method": "vendor/listed", "params": {"n": 1}}),
+    )
+    .await?;
+    let mut waited = Duration::ZERO;
+    while upstream.custom_notifications().is_empty() {
+        assert!(
+            waited < Duration::from_secs(10),
+            "the listed notification did not arrive"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += Duration::from_millis(20);
+    }
+    // A round trip through the guard and the upstream, for anything still on its way.
+    let answer = client
+        .request(
+            1,
+            "tools/call",
+            json!({"name": "read_file", "arguments": {}}),
+        )
+        .await?;
+    assert!(answer.get("result").is_some(), "{answer}");
     assert_eq!(
-        answer["result"]["content"][0]["text"],
-        "Employee: Jane Roe\nSSN: [REDACTED]"
+        upstream.custom_notifications(),
+        [("vendor/listed".to_owned(), Some(json!({"n": 1})))]
     );
     Ok(())
 }

@@ -7,71 +7,13 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use portcullis_mcp::{GuardedListener, GuardedServer, ListenerOptions, check_exposure};
-use rmcp::ServiceExt;
+use portcullis_mcp::{ListenerOptions, check_exposure};
 use rmcp::model::CallToolRequestParams;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-use support::upstream::Upstream;
-use support::{Client, TestError, connect_in_process, engine, tool_guard};
+use serde_json::json;
+use support::TestError;
+use support::listener::Running;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
-/// A guarded listener on 127.0.0.1 in front of the scripted upstream.
-struct Running {
-    address: SocketAddr,
-    upstream: Upstream,
-    stats: portcullis_mcp::ListenerStats,
-    stop: Option<oneshot::Sender<()>>,
-    served: JoinHandle<std::io::Result<()>>,
-    _upstream_client: Client,
-}
-
-impl Running {
-    async fn start(options: ListenerOptions) -> Result<Running, TestError> {
-        let (engine, _audit) = engine();
-        let upstream = Upstream::default();
-        let (upstream_client, upstream_server) = connect_in_process(upstream.clone()).await?;
-        // The upstream serves as long as the test runs.
-        std::mem::forget(upstream_server);
-        let guarded = GuardedServer::new(upstream_client.peer().clone(), tool_guard(&engine));
-        let listener =
-            GuardedListener::new(guarded, StreamableHttpServerConfig::default(), options);
-        let stats = listener.stats();
-        let tcp = TcpListener::bind("127.0.0.1:0").await?;
-        let address = tcp.local_addr()?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let served = tokio::spawn(listener.serve_until(tcp, async move {
-            let _ = stopped.await;
-        }));
-        Ok(Running {
-            address,
-            upstream,
-            stats,
-            stop: Some(stop),
-            served,
-            _upstream_client: upstream_client,
-        })
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.address)
-    }
-
-    async fn client(&self, token: Option<&str>) -> Result<Client, TestError> {
-        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url());
-        if let Some(token) = token {
-            config = config.auth_header(token);
-        }
-        Ok(
-            ().serve(StreamableHttpClientTransport::from_config(config))
-                .await?,
-        )
-    }
-}
+use tokio::net::TcpStream;
 
 /// Sends `request` on a new connection and returns the answer's status (`None` when the
 /// connection closed without one).
@@ -239,6 +181,56 @@ async fn slow_clients_stay_within_the_limits() -> Result<(), TestError> {
     assert!(!tools.is_empty());
     assert!(running.stats.peak_connections() <= MAX_CONNECTIONS);
     assert_eq!(running.upstream.calls(), []);
+    Ok(())
+}
+
+/// Sends `request` on a new connection (asking to close it after the answer) and returns the
+/// answer's status and body, within 10 s.
+async fn exchange(address: SocketAddr, request: &[u8]) -> Result<(Option<u16>, String), TestError> {
+    let request =
+        String::from_utf8_lossy(request).replacen("\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1);
+    let mut stream = TcpStream::connect(address).await?;
+    stream.write_all(request.as_bytes()).await?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await??;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.split(' ').nth(1).and_then(|code| code.parse().ok());
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Over HTTP as on stdio, a request whose `params` is not an object is answered with a
+/// JSON-RPC error carrying its id (rmcp alone answers 415 with no JSON-RPC answer at all), and
+/// it never reaches the upstream.
+#[tokio::test]
+async fn a_request_whose_params_are_not_an_object_is_answered_with_its_id() -> Result<(), TestError>
+{
+    let running = Running::start(ListenerOptions::new()).await?;
+    for (id, params) in [
+        (json!(7), json!("read_file")),
+        (json!("eight"), json!(["read_file", {"path": "/hr"}])),
+        (json!(9), json!(5)),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+            .to_string();
+        let (status, answer) = exchange(running.address, &post(None, &body)).await?;
+        assert_eq!(status, Some(200), "{params}: {answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer)?;
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    }
+    // What is not JSON at all has no id to answer: refused as before.
+    let (status, _) = exchange(running.address, &post(None, "{not json")).await?;
+    assert_eq!(status, Some(415));
+    // A notification that does not fit has no answer: refused as before.
+    let notification = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": 5});
+    let (status, _) = exchange(running.address, &post(None, &notification.to_string())).await?;
+    assert_eq!(status, Some(415));
+    assert_eq!(running.upstream.calls(), []);
+    assert_eq!(running.upstream.custom_requests(), []);
     Ok(())
 }
 

@@ -156,10 +156,81 @@ fn role_of(role: Option<&str>) -> Role {
     }
 }
 
-/// Where a text the policies see lives in the request body, as a JSON pointer
-/// (`/messages/1/content`, `/input/0/content/2/text`, `/instructions`).
+/// The error for a field at `pointer` the guard cannot read as text: the request is refused
+/// rather than sent on with a text the policies did not see.
+fn unreadable(pointer: &str, problem: &str) -> GuardError {
+    GuardError::InvalidRequest {
+        problem: format!("the field at {pointer} is {problem}, which the guard cannot read"),
+    }
+}
+
+/// The keys of an item whose strings name or encode something rather than say it (ids,
+/// states, labels, the image an image call made, encrypted content): they go as they are.
+pub(crate) const OPAQUE_KEYS: [&str; 10] = [
+    "type",
+    "id",
+    "status",
+    "call_id",
+    "item_id",
+    "approval_request_id",
+    "server_label",
+    "container_id",
+    "result",
+    "encrypted_content",
+];
+
+/// The strings in `value`, in order, each with its JSON pointer (under `pointer`), but those
+/// under [`OPAQUE_KEYS`]; an error when objects and lists nest more than `depth` levels.
+pub(crate) fn texts_in<'a>(
+    value: &'a Value,
+    pointer: &str,
+    depth: usize,
+    found: &mut Vec<(String, &'a str)>,
+) -> Result<(), GuardError> {
+    let deeper = || {
+        depth
+            .checked_sub(1)
+            .ok_or_else(|| GuardError::InvalidRequest {
+                problem: format!("the value at {pointer} is nested too deep to be read"),
+            })
+    };
+    match value {
+        Value::String(text) => found.push((pointer.to_owned(), text)),
+        Value::Array(values) => {
+            let depth = deeper()?;
+            for (index, value) in values.iter().enumerate() {
+                texts_in(value, &format!("{pointer}/{index}"), depth, found)?;
+            }
+        }
+        Value::Object(fields) => {
+            let depth = deeper()?;
+            for (key, value) in fields {
+                if !OPAQUE_KEYS.contains(&key.as_str()) {
+                    let at = format!("{pointer}/{}", pointer_token(key));
+                    texts_in(value, &at, depth, found)?;
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Where a text the policies see lives in the request body.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Slot(String);
+pub(crate) enum Slot {
+    /// A string value, at this JSON pointer (`/messages/1/content`,
+    /// `/input/0/content/2/text`, `/instructions`): a changed text is written there.
+    Value(String),
+    /// A name a schema gives a property or a definition: a key of the object at the pointer
+    /// `map`. A key is not rewritten: a policy that changes it refuses the request.
+    Key {
+        /// The object whose key it is.
+        map: String,
+        /// The key.
+        name: String,
+    },
+}
 
 impl Texts {
     /// The texts of a chat completion request's `messages`, one engine message per text: each
@@ -181,9 +252,9 @@ impl Texts {
             let pointer = format!("/messages/{index}/content");
             if let (Some("tool"), Some(calls)) = (role_name, &calls) {
                 let call_id = message.get("tool_call_id").and_then(Value::as_str);
-                texts.tool_output(calls, call_id, message.get("content"), &pointer);
+                texts.tool_output(calls, call_id, message.get("content"), &pointer)?;
             } else {
-                texts.content(role, message.get("content"), &pointer);
+                texts.content(role, message.get("content"), &pointer)?;
             }
             // An earlier refusal of the model, sent back in the conversation's history.
             if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
@@ -296,10 +367,36 @@ const TOOL_OUTPUTS: [&str; 5] = [
 /// than any real tool schema needs, and a bound on the work a hostile schema can cause.
 const MAX_SCHEMA_DEPTH: usize = 64;
 
-/// How many `description` and `title` texts the schemas of one request may hold
-/// together before the guard refuses the request rather than read on: far more than real
-/// tool lists carry, and a bound on the texts a hostile schema makes the policies evaluate.
+/// How many texts (strings and names) the schemas of one request may hold together before
+/// the guard refuses the request rather than read on: far more than real tool lists carry,
+/// and a bound on the texts a hostile schema makes the policies evaluate.
 const MAX_SCHEMA_TEXTS: usize = 10_000;
+
+/// Whether `value`, under `key` in a schema, is a keyword's value that says nothing to the
+/// model: a `type` made of JSON Schema's type names, a `$ref` to a place in the same schema
+/// (whose names are read where they are defined). Any other string is read.
+fn is_keyword_value(key: &str, value: &Value) -> bool {
+    const TYPES: [&str; 7] = [
+        "string", "number", "integer", "boolean", "object", "array", "null",
+    ];
+    let type_name = |value: &Value| value.as_str().is_some_and(|name| TYPES.contains(&name));
+    match (key, value) {
+        ("type", Value::Array(names)) => names.iter().all(type_name),
+        ("type", value) => type_name(value),
+        ("$ref", Value::String(reference)) => reference.starts_with('#'),
+        _ => false,
+    }
+}
+
+/// The JSON Schema keywords whose value maps names (of properties, of definitions) to
+/// schemas: the model reads the names too.
+const NAME_MAPS: [&str; 5] = [
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+];
 
 /// An object key as one reference token of a JSON pointer (`~` is `~0`, `/` is `~1`), so
 /// that a property name holding either still points at its own value.
@@ -384,7 +481,7 @@ fn responses_calls(items: &[Value]) -> HashMap<String, ToolCall> {
 impl Texts {
     fn push(&mut self, role: Role, text: &str, pointer: String) {
         self.messages.push(Message::new(role, text));
-        self.slots.push(Slot(pointer));
+        self.slots.push(Slot::Value(pointer));
     }
 
     /// A tool's output at `pointer` (a string, or a list of parts), answering the call
@@ -397,13 +494,12 @@ impl Texts {
         call_id: Option<&str>,
         output: Option<&Value>,
         pointer: &str,
-    ) {
+    ) -> Result<(), GuardError> {
         let Some(outputs) = self.tool_outputs.as_mut() else {
-            self.content(Role::User, output, pointer);
-            return;
+            return self.content(Role::User, output, pointer);
         };
         let mut read = Texts::default();
-        read.content(Role::User, output, pointer);
+        read.content(Role::User, output, pointer)?;
         let texts: Vec<String> = read
             .messages
             .into_iter()
@@ -416,6 +512,7 @@ impl Texts {
             content: texts.join("\n"),
             pointer: pointer.to_owned(),
         });
+        Ok(())
     }
 
     /// The texts of one item of a Responses API `input` list, found at `pointer`; an error
@@ -426,20 +523,47 @@ impl Texts {
             None | Some("message") => {
                 let role = role_of(item.get("role").and_then(Value::as_str));
                 let (content, at) = field("content");
-                self.content(role, content, &at);
+                self.content(role, content, &at)?;
             }
             Some("shell_call_output") => {
                 let (output, at) = field("output");
                 self.entries(Role::User, output, &at, None, &["stdout", "stderr"]);
             }
             Some("file_search_call") => {
+                // What the model searched for, then what the search found.
+                let (queries, at) = field("queries");
+                self.every_string(Role::Assistant, queries, &at)?;
                 let (results, at) = field("results");
                 self.entries(Role::User, results, &at, None, &["text"]);
             }
             Some("code_interpreter_call") => {
+                let (code, at) = field("code");
+                self.string(Role::Assistant, code, at);
                 let (outputs, at) = field("outputs");
                 self.entries(Role::User, outputs, &at, Some("logs"), &["logs"]);
             }
+            // What the model asked a tool before, sent back: a search's action, an MCP
+            // tool's name and arguments, a call the client ran (a command, a patch, a
+            // computer action) reach the model as its own text.
+            Some("web_search_call") => {
+                let (action, at) = field("action");
+                self.every_string(Role::Assistant, action, &at)?;
+            }
+            Some("mcp_approval_request") => {
+                let (arguments, at) = field("arguments");
+                self.string(Role::Assistant, arguments, at);
+            }
+            Some("local_shell_call" | "shell_call" | "computer_call") => {
+                let (action, at) = field("action");
+                self.every_string(Role::Assistant, action, &at)?;
+            }
+            Some("apply_patch_call") => {
+                let (operation, at) = field("operation");
+                self.every_string(Role::Assistant, operation, &at)?;
+            }
+            // A screenshot, and a reference to an item the upstream keeps (refused unless
+            // allowed, see [`server_state`]): no text.
+            Some("computer_call_output" | "item_reference") => {}
             Some("mcp_list_tools") => {
                 let (error, at) = field("error");
                 self.string(Role::User, error, at);
@@ -492,18 +616,29 @@ impl Texts {
                 let (output, at) = field("output");
                 let calls = std::mem::take(&mut self.calls);
                 let call_id = item.get("call_id").and_then(Value::as_str);
-                self.tool_output(&calls, call_id, output, &at);
+                let read = self.tool_output(&calls, call_id, output, &at);
                 self.calls = calls;
+                read?;
             }
             Some(kind) if TOOL_OUTPUTS.contains(&kind) => {
+                if kind == "mcp_call" {
+                    let (arguments, at) = field("arguments");
+                    self.string(Role::Assistant, arguments, at);
+                }
                 let (output, at) = field("output");
-                self.content(Role::User, output, &at);
+                self.content(Role::User, output, &at)?;
                 if kind == "mcp_call" {
                     let (error, at) = field("error");
-                    self.mcp_error(error, &at);
+                    self.mcp_error(error, &at)?;
                 }
             }
-            Some(_) => {}
+            Some(other) => {
+                return Err(GuardError::InvalidRequest {
+                    problem: format!(
+                        "the input item at {pointer} is of type {other:?}, which the guard does not read"
+                    ),
+                });
+            }
         }
         Ok(())
     }
@@ -545,6 +680,21 @@ impl Texts {
                 }
             }
         }
+        // Chat's deprecated `functions`: definitions the model reads as it reads tools.
+        if let (Api::ChatCompletions, Some(Value::Array(functions))) = (api, body.get("functions"))
+        {
+            for (index, function) in functions.iter().enumerate() {
+                let at = format!("/functions/{index}");
+                self.string(
+                    Role::User,
+                    function.get("description"),
+                    format!("{at}/description"),
+                );
+                if let Some(parameters) = function.get("parameters") {
+                    self.schema(parameters, &format!("{at}/parameters"), 1)?;
+                }
+            }
+        }
         let (format, at) = match api {
             Api::ChatCompletions => (
                 body.get("response_format")
@@ -572,7 +722,7 @@ impl Texts {
                 body.get("prediction")
                     .and_then(|prediction| prediction.get("content")),
                 "/prediction/content",
-            );
+            )?;
         }
         Ok(())
     }
@@ -624,53 +774,86 @@ impl Texts {
         Ok(())
     }
 
-    /// The texts of an MCP tool's `input_schema`, a JSON Schema, at `depth` levels of
-    /// nesting: the non-empty string under each `description` or `title` key of any object
-    /// in it, however deep (`properties`, `items`, `anyOf`, `$defs`, ...), as `user` text.
-    /// Only the values of those two keys are texts: property names and other keywords are
-    /// not. A schema nested deeper than [`MAX_SCHEMA_DEPTH`], or with more than
-    /// [`MAX_SCHEMA_TEXTS`] texts in the request's schemas together, is refused rather than
-    /// sent on partly read.
+    /// The texts of a JSON Schema (a tool's `parameters`, an MCP tool's `input_schema`, a
+    /// structured output's `schema`) at `depth` levels of nesting, as `user` text: the model
+    /// reads the whole schema, so every non-empty string in it is a text (descriptions and
+    /// titles, but also `enum`, `const`, `default` and `examples` values, patterns), and so is
+    /// every name the schema gives a property or a definition (the keys of `properties`,
+    /// `patternProperties`, `$defs`, `definitions`, `dependentSchemas`), which cannot be
+    /// rewritten (see [`Slot::Key`]). A schema nested deeper than [`MAX_SCHEMA_DEPTH`], or
+    /// with more than [`MAX_SCHEMA_TEXTS`] texts in the request's schemas together, is refused
+    /// rather than sent on partly read.
     fn schema(&mut self, value: &Value, pointer: &str, depth: usize) -> Result<(), GuardError> {
-        let too_deep = || GuardError::InvalidRequest {
-            problem: format!(
-                "the schema at {pointer} is nested more than {MAX_SCHEMA_DEPTH} levels deep"
-            ),
-        };
+        if depth > MAX_SCHEMA_DEPTH && (value.is_object() || value.is_array()) {
+            return Err(GuardError::InvalidRequest {
+                problem: format!(
+                    "the schema at {pointer} is nested more than {MAX_SCHEMA_DEPTH} levels deep"
+                ),
+            });
+        }
         match value {
+            Value::String(text) if !text.is_empty() => {
+                self.count_schema_text()?;
+                self.push(Role::User, text, pointer.to_owned());
+            }
             Value::Object(fields) => {
-                if depth > MAX_SCHEMA_DEPTH {
-                    return Err(too_deep());
-                }
                 for (key, field) in fields {
-                    let at = format!("{pointer}/{}", pointer_token(key));
-                    match field {
-                        Value::String(text)
-                            if !text.is_empty() && (key == "description" || key == "title") =>
-                        {
-                            self.schema_texts += 1;
-                            if self.schema_texts > MAX_SCHEMA_TEXTS {
-                                return Err(GuardError::InvalidRequest {
-                                    problem: format!(
-                                        "the request's schemas have more than {MAX_SCHEMA_TEXTS} descriptions and titles"
-                                    ),
-                                });
-                            }
-                            self.push(Role::User, text, at);
-                        }
-                        _ => self.schema(field, &at, depth + 1)?,
+                    if is_keyword_value(key, field) {
+                        continue;
                     }
+                    let at = format!("{pointer}/{}", pointer_token(key));
+                    if let (true, Value::Object(named)) = (NAME_MAPS.contains(&key.as_str()), field)
+                    {
+                        for name in named.keys().filter(|name| !name.is_empty()) {
+                            self.count_schema_text()?;
+                            self.messages.push(Message::new(Role::User, name));
+                            self.slots.push(Slot::Key {
+                                map: at.clone(),
+                                name: name.clone(),
+                            });
+                        }
+                    }
+                    self.schema(field, &at, depth + 1)?;
                 }
             }
             Value::Array(entries) => {
-                if depth > MAX_SCHEMA_DEPTH {
-                    return Err(too_deep());
-                }
                 for (index, entry) in entries.iter().enumerate() {
                     self.schema(entry, &format!("{pointer}/{index}"), depth + 1)?;
                 }
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Counts one more schema text; an error past [`MAX_SCHEMA_TEXTS`].
+    fn count_schema_text(&mut self) -> Result<(), GuardError> {
+        self.schema_texts += 1;
+        if self.schema_texts > MAX_SCHEMA_TEXTS {
+            return Err(GuardError::InvalidRequest {
+                problem: format!("the request's schemas have more than {MAX_SCHEMA_TEXTS} texts"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Every non-empty string in `value`, however deep, each a text of its own, but those
+    /// under [`OPAQUE_KEYS`] (ids, states, labels: they name something rather than say it).
+    /// Nested deeper than [`MAX_SCHEMA_DEPTH`], it is refused rather than read in part.
+    fn every_string(
+        &mut self,
+        role: Role,
+        value: Option<&Value>,
+        pointer: &str,
+    ) -> Result<(), GuardError> {
+        let mut found = Vec::new();
+        if let Some(value) = value {
+            texts_in(value, pointer, MAX_SCHEMA_DEPTH, &mut found)?;
+        }
+        for (at, text) in found {
+            if !text.is_empty() {
+                self.push(role, text, at);
+            }
         }
         Ok(())
     }
@@ -686,21 +869,47 @@ impl Texts {
     }
 
     /// A `content` (or tool `output`): a string, or a list of parts whose `text` (and
-    /// `refusal`) strings are each one text.
-    fn content(&mut self, role: Role, content: Option<&Value>, pointer: &str) {
+    /// `refusal`) strings are each one text; missing or `null`, no text. Anything else (a
+    /// number, an object, a part that is not an object, a `text` that is not a string) is
+    /// refused: the upstream may read it in a way the policies did not.
+    fn content(
+        &mut self,
+        role: Role,
+        content: Option<&Value>,
+        pointer: &str,
+    ) -> Result<(), GuardError> {
         match content {
+            None | Some(Value::Null) => {}
             Some(Value::String(text)) => self.push(role, text, pointer.to_owned()),
             Some(Value::Array(parts)) => {
                 for (index, part) in parts.iter().enumerate() {
+                    let Value::Object(part) = part else {
+                        return Err(unreadable(
+                            &format!("{pointer}/{index}"),
+                            "a part that is not an object",
+                        ));
+                    };
                     for key in ["text", "refusal"] {
-                        if let Some(text) = part.get(key).and_then(Value::as_str) {
-                            self.push(role, text, format!("{pointer}/{index}/{key}"));
+                        match part.get(key) {
+                            None | Some(Value::Null) => {}
+                            Some(Value::String(text)) => {
+                                self.push(role, text, format!("{pointer}/{index}/{key}"));
+                            }
+                            Some(_) => {
+                                return Err(unreadable(
+                                    &format!("{pointer}/{index}/{key}"),
+                                    "not a string",
+                                ));
+                            }
                         }
                     }
                 }
             }
-            _ => {}
+            Some(_) => {
+                return Err(unreadable(pointer, "neither a string nor a list of parts"));
+            }
         }
+        Ok(())
     }
 
     /// A list of objects (a `shell_call_output`'s chunks, a `file_search_call`'s results, a
@@ -737,7 +946,7 @@ impl Texts {
     /// async-openai writes it, whose non-empty `message` (`mcp_protocol_error`,
     /// `http_error`) and each text of whose `content` (`mcp_tool_execution_error`, a string
     /// or a list of parts) is a text of its own.
-    fn mcp_error(&mut self, error: Option<&Value>, pointer: &str) {
+    fn mcp_error(&mut self, error: Option<&Value>, pointer: &str) -> Result<(), GuardError> {
         match error {
             Some(Value::String(text)) if !text.is_empty() => {
                 self.push(Role::User, text, pointer.to_owned());
@@ -752,10 +961,11 @@ impl Texts {
                     Role::User,
                     fields.get("content"),
                     &format!("{pointer}/content"),
-                );
+                )?;
             }
             _ => {}
         }
+        Ok(())
     }
 }
 
@@ -772,8 +982,20 @@ pub(crate) fn write_input(
         });
     }
     for (slot, message) in slots.iter().zip(evaluated) {
-        if let Some(target) = body.pointer_mut(&slot.0) {
-            *target = Value::String(message.content);
+        match slot {
+            Slot::Value(pointer) => {
+                if let Some(target) = body.pointer_mut(pointer) {
+                    *target = Value::String(message.content);
+                }
+            }
+            Slot::Key { name, .. } if *name == message.content => {}
+            Slot::Key { map, name } => {
+                return Err(GuardError::InvalidRequest {
+                    problem: format!(
+                        "a policy changed the name {name:?} in the schema at {map}, and a name cannot be rewritten"
+                    ),
+                });
+            }
         }
     }
     Ok(())
@@ -1150,6 +1372,7 @@ mod tests {
             &[
                 (Role::User, "hi"),
                 (Role::User, "find"),
+                (Role::User, "q"),
                 (Role::User, "query"),
                 (Role::User, "run"),
                 (Role::User, "shape"),
@@ -1227,9 +1450,14 @@ mod tests {
             .map(|message| (message.role, message.content.as_str()))
             .collect();
         assert_eq!(seen, expected, "{body}");
+        // A name is read, never rewritten: it keeps its text.
         let upper = messages
             .into_iter()
-            .map(|message| Message::new(message.role, message.content.to_uppercase()))
+            .zip(&slots)
+            .map(|(message, slot)| match slot {
+                Slot::Key { .. } => message,
+                Slot::Value(_) => Message::new(message.role, message.content.to_uppercase()),
+            })
             .collect();
         let mut written = body.clone();
         write_input(&mut written, &slots, upper).expect("written");
@@ -1265,20 +1493,23 @@ mod tests {
             &body,
             Api::Responses,
             &[
+                (Role::Assistant, "cat"),
+                (Role::Assistant, "notes"),
                 (Role::User, "ssn 1"),
                 (Role::User, "out a"),
                 (Role::User, "err b"),
                 (Role::User, "out c"),
                 (Role::User, "err c"),
                 (Role::User, "patch log"),
+                (Role::Assistant, "{}"),
                 (Role::User, "mcp text"),
             ],
         );
         let input = &written["input"];
-        assert_eq!(
-            input[0], body["input"][0],
-            "the call itself is no input text"
-        );
+        // The call the model made is its own text, sent back; its ids and kind are not.
+        assert_eq!(input[0]["action"]["command"], json!(["CAT", "NOTES"]));
+        assert_eq!(input[0]["action"]["type"], "exec");
+        assert_eq!(input[0]["call_id"], "call_1");
         assert_eq!(input[1]["output"], "SSN 1");
         assert_eq!(input[1]["id"], "call_1");
         let chunks = &input[2]["output"];
@@ -1350,9 +1581,14 @@ mod tests {
         upper_in_place(
             &body,
             &[
+                (Role::Assistant, "{}"),
                 (Role::User, "server said ssn 1"),
+                (Role::Assistant, "{}"),
                 (Role::User, "fine"),
+                (Role::Assistant, "{}"),
+                (Role::Assistant, "{}"),
                 (Role::User, "protocol ssn 2"),
+                (Role::Assistant, "{}"),
                 (Role::User, "tool ssn 3"),
             ],
             &[
@@ -1388,8 +1624,22 @@ mod tests {
         });
         upper_in_place(
             &body,
-            &[(Role::User, "found ssn 1"), (Role::User, "found ssn 2")],
-            &["/input/0/results/0/text", "/input/0/results/2/text"],
+            &[
+                (Role::Assistant, "who is ssn 0"),
+                (Role::User, "found ssn 1"),
+                (Role::User, "found ssn 2"),
+                (Role::Assistant, "q"),
+                (Role::Assistant, "q"),
+                (Role::Assistant, "text"),
+            ],
+            &[
+                "/input/0/queries/0",
+                "/input/0/results/0/text",
+                "/input/0/results/2/text",
+                "/input/1/queries/0",
+                "/input/2/queries/0",
+                "/input/3/action/query",
+            ],
         );
     }
 
@@ -1409,14 +1659,20 @@ mod tests {
                   "status": "in_progress", "code": "x", "outputs": null }
             ]
         });
-        let written = upper_in_place(
+        upper_in_place(
             &body,
-            &[(Role::User, "ssn 1\n"), (Role::User, "done ssn 2")],
-            &["/input/0/outputs/0/logs", "/input/0/outputs/3/logs"],
-        );
-        assert_eq!(
-            written["input"][0]["code"], "print(ssn)",
-            "the code is no input"
+            &[
+                (Role::Assistant, "print(ssn)"),
+                (Role::User, "ssn 1\n"),
+                (Role::User, "done ssn 2"),
+                (Role::Assistant, "x"),
+            ],
+            &[
+                "/input/0/code",
+                "/input/0/outputs/0/logs",
+                "/input/0/outputs/3/logs",
+                "/input/1/code",
+            ],
         );
     }
 
@@ -1476,7 +1732,10 @@ mod tests {
         });
         upper_in_place(
             &body,
-            &[(Role::User, "not with ssn 1 in it")],
+            &[
+                (Role::Assistant, "{}"),
+                (Role::User, "not with ssn 1 in it"),
+            ],
             &["/input/1/reason"],
         );
     }
@@ -1596,13 +1855,25 @@ mod tests {
                 (Role::User, "Search ssn 1"),
                 (Role::User, "Searches."),
                 (Role::User, "a tag ssn 5"),
+                (Role::User, "a/b~c"),
+                (Role::User, "description"),
+                (Role::User, "description"),
+                (Role::User, "description"),
                 (Role::User, "escaped ssn 4"),
+                (Role::User, "filters"),
+                (Role::User, "range"),
+                (Role::User, "title"),
+                (Role::User, "title"),
                 (Role::User, "what ssn 3 is about"),
             ]
         );
         let upper = messages
             .into_iter()
-            .map(|message| Message::new(message.role, message.content.to_uppercase()))
+            .zip(&slots)
+            .map(|(message, slot)| match slot {
+                Slot::Key { .. } => message,
+                Slot::Value(_) => Message::new(message.role, message.content.to_uppercase()),
+            })
             .collect();
         let mut written = body.clone();
         write_input(&mut written, &slots, upper).expect("written");
@@ -1614,22 +1885,37 @@ mod tests {
                 "/input/0/tools/0/annotations/title",
                 &format!("{schema}/title"),
                 &format!("{schema}/description"),
+                &format!("{schema}/required/0"),
                 &format!("{schema}/properties/description/description"),
+                &format!("{schema}/properties/description/default"),
+                &format!("{schema}/properties/description/enum/0"),
                 &format!("{schema}/properties/a~1b~0c/description"),
                 &format!("{schema}/properties/filters/items/anyOf/1/description"),
                 &format!("{schema}/$defs/range/title"),
             ],
         );
         assert_eq!(written, expected);
-        // A property named `description` (or `title`) is a name, not a text; nor are other
-        // keywords' strings.
+        // The names are read but stay as they are; a policy that changes one refuses the
+        // request.
         let properties = &written["input"][0]["tools"][0]["input_schema"]["properties"];
         assert!(properties.get("description").is_some_and(Value::is_object));
-        assert_eq!(properties["description"]["default"], "description");
-        assert_eq!(properties["description"]["enum"][0], "title");
-        assert_eq!(
-            written["input"][0]["tools"][0]["input_schema"]["required"][0],
-            "description"
+        let renamed = slots
+            .iter()
+            .map(|slot| {
+                let text = match slot {
+                    Slot::Key { name, .. } if name == "filters" => "FILTERS",
+                    Slot::Key { name, .. } => name.as_str(),
+                    Slot::Value(pointer) => {
+                        body.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+                    }
+                };
+                Message::new(Role::User, text)
+            })
+            .collect();
+        let error = write_input(&mut body.clone(), &slots, renamed).expect_err("renamed");
+        assert!(
+            matches!(&error, GuardError::InvalidRequest { problem } if problem.contains("\"filters\"")),
+            "{error}"
         );
     }
 
@@ -1668,11 +1954,6 @@ mod tests {
         ] {
             for item in [
                 json!({ "type": "mcp_list_tools", "id": "l", "server_label": "s",
-                        "tools": [{ "name": "t", "input_schema": value }] }),
-                json!({ "type": "mcp_list_tools", "id": "l", "server_label": "s",
-                        "tools": [{ "name": "t", "input_schema": { "description": value,
-                                                                    "title": value } }] }),
-                json!({ "type": "mcp_list_tools", "id": "l", "server_label": "s",
                         "tools": [{ "name": "t", "input_schema": {}, "annotations": value }] }),
                 json!({ "type": "mcp_list_tools", "id": "l", "server_label": "s",
                         "tools": [{ "name": "t", "input_schema": {},
@@ -1687,22 +1968,40 @@ mod tests {
                 assert!(messages.is_empty(), "{item}");
             }
         }
-        // Strings where an object belongs, and descriptions and titles that are not
-        // strings anywhere in a schema.
+        // Strings where an object belongs.
         for item in [
             json!({ "type": "mcp_list_tools", "id": "l", "server_label": "s",
-                    "tools": [{ "name": "t", "input_schema": "a description" }] }),
-            json!({ "type": "mcp_list_tools", "id": "l", "server_label": "s",
                     "tools": [{ "name": "t", "input_schema": {}, "annotations": "a title" }] }),
-            json!({ "type": "mcp_list_tools", "id": "l", "server_label": "s",
-                    "tools": [{ "name": "t", "input_schema": { "properties": {
-                        "x": { "description": 3, "title": null, "enum": ["a", "b"] } } } }] }),
             json!({ "type": "image_generation_call", "id": "i", "status": "failed",
                     "result": null, "error": "a message" }),
         ] {
             let body = object(json!({ "input": [item] }));
             let (messages, _) = Api::Responses.input(&body).expect("mapped");
             assert!(messages.is_empty(), "{item}");
+        }
+        // A schema of any shape is read whole: every string in it, wherever it is, and
+        // nothing else.
+        for (schema, expected) in [
+            (json!(null), vec![]),
+            (json!(3), vec![]),
+            (json!("a description"), vec!["a description"]),
+            (json!(["in a list"]), vec!["in a list"]),
+            (json!({ "text": "in an object" }), vec!["in an object"]),
+            (json!({ "description": 3, "title": null }), vec![]),
+            (
+                json!({ "properties": { "x": { "description": 3, "enum": ["a", "b"] } } }),
+                vec!["x", "a", "b"],
+            ),
+        ] {
+            let item = json!({ "type": "mcp_list_tools", "id": "l", "server_label": "s",
+                               "tools": [{ "name": "t", "input_schema": schema }] });
+            let body = object(json!({ "input": [item] }));
+            let (messages, _) = Api::Responses.input(&body).expect("mapped");
+            let read: Vec<&str> = messages
+                .iter()
+                .map(|message| message.content.as_str())
+                .collect();
+            assert_eq!(read, expected, "{item}");
         }
     }
 
@@ -1726,7 +2025,7 @@ mod tests {
         let items = "/items".repeat(MAX_SCHEMA_DEPTH - 1);
         assert_eq!(
             slots,
-            [Slot(format!(
+            [Slot::Value(format!(
                 "/input/0/tools/0/input_schema{items}/description"
             ))]
         );
@@ -1768,11 +2067,12 @@ mod tests {
                 { "type": "mcp_list_tools", "id": "l2", "server_label": "s", "tools": tools[1..] }
             ] }))
         };
+        // Four texts a tool: two names, a description, a title.
         let (messages, _) = Api::Responses
-            .input(&body(tools(MAX_SCHEMA_TEXTS / 2)))
+            .input(&body(tools(MAX_SCHEMA_TEXTS / 4)))
             .expect("mapped");
         assert_eq!(messages.len(), MAX_SCHEMA_TEXTS);
-        let mut over = tools(MAX_SCHEMA_TEXTS / 2);
+        let mut over = tools(MAX_SCHEMA_TEXTS / 4);
         over.push(json!({ "name": "last", "input_schema": { "title": "one more" } }));
         let error = Api::Responses.input(&body(over)).expect_err("too many");
         assert!(
@@ -1872,7 +2172,7 @@ mod tests {
         let body = object(json!({ "input": "hello" }));
         let (messages, slots) = Api::Responses.input(&body).expect("mapped");
         assert_eq!(messages, vec![Message::new(Role::User, "hello")]);
-        assert_eq!(slots, vec![Slot("/input".to_owned())]);
+        assert_eq!(slots, vec![Slot::Value("/input".to_owned())]);
     }
 
     #[test]

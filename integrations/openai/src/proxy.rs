@@ -45,7 +45,11 @@
 //!   output schemas, instructions, prompt variables and the arguments of earlier calls go
 //!   through the input policies.
 //! - With a [client token](OpenAIProxy::client_token), a request without it is `401`.
-//!   Sessions can be [bound to the client](OpenAIProxy::session_from).
+//!   Sessions can be [bound to the client](OpenAIProxy::session_from). Without one, what a
+//!   web page could send is refused (`403`): a request carrying `Origin`, and one naming a
+//!   host that is not a loopback name or [allowed](OpenAIProxy::allow_host) (DNS
+//!   rebinding).
+//! - A guarded request's body must be declared JSON (`415` otherwise).
 //! - Connections, guarded streams, the bytes streams hold, header and body read times are
 //!   bounded (see the builder); [`figures`](OpenAIProxy::figures) shows what is held.
 //!
@@ -95,7 +99,7 @@ use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Body, Frame};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use portcullis_engine::{BearerToken, PolicyEngine};
+use portcullis_engine::{BearerToken, PolicyEngine, edge};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -132,7 +136,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// more is refused (`429`).
 pub const DEFAULT_MAX_STREAMS: usize = 256;
 
-/// How many bytes all guarded streams together may hold unless told otherwise: 256 MiB.
+/// How many bytes all guarded streams together may read from the upstream unless told
+/// otherwise: 256 MiB.
 pub const DEFAULT_MAX_STREAM_BYTES: usize = 256 * 1024 * 1024;
 
 /// How long a graceful stop waits for the requests and streams in flight unless told
@@ -193,8 +198,9 @@ pub struct ProxyFigures {
     pub open_streams: usize,
     /// The most guarded streams running at once.
     pub peak_streams: usize,
-    /// Bytes all guarded streams hold now: read from the upstream, not yet taken by their
-    /// client.
+    /// Bytes all guarded streams running now have read from the upstream (a stream's bytes
+    /// count until it ends: its guard keeps what it read, and its client may not have taken
+    /// all of it).
     pub held_stream_bytes: usize,
     /// The most bytes all guarded streams held at once.
     pub peak_held_stream_bytes: usize,
@@ -266,35 +272,31 @@ impl Drop for Slot {
     }
 }
 
-/// The bytes one stream holds (read from the upstream, not yet taken by its client),
-/// counted in the proxy's total; given back when the client takes a chunk, and when the
-/// stream ends.
+/// The bytes one stream has read from the upstream, counted in the proxy's total until the
+/// stream ends: what its guard keeps to judge the answer (the text so far, held tool calls
+/// and items) and what its client has not taken yet both come from them, so the total
+/// bounds the memory all streams hold.
 struct StreamBytes {
     gauges: Arc<Gauges>,
-    held: AtomicUsize,
+    held: usize,
     limit: usize,
 }
 
 impl StreamBytes {
     /// Counts `amount` more bytes; `false` when the proxy's total would pass its limit.
-    fn hold(&self, amount: usize) -> bool {
+    fn hold(&mut self, amount: usize) -> bool {
         if !self.gauges.stream_bytes.try_add(amount, self.limit) {
             return false;
         }
-        self.held.fetch_add(amount, Ordering::AcqRel);
+        self.held += amount;
         true
-    }
-
-    /// Gives back all this stream holds.
-    fn release(&self) {
-        let held = self.held.swap(0, Ordering::AcqRel);
-        self.gauges.stream_bytes.sub(held);
     }
 }
 
 impl Drop for StreamBytes {
+    /// Gives back all the stream counted.
     fn drop(&mut self) {
-        self.release();
+        self.gauges.stream_bytes.sub(self.held);
     }
 }
 
@@ -318,6 +320,8 @@ pub struct OpenAIProxy {
     drain_timeout: Duration,
     /// The token clients must present, if any.
     client_token: Option<BearerToken>,
+    /// Host names a token-less proxy answers besides the loopback ones (lower case).
+    allowed_hosts: Vec<String>,
     /// The `Authorization` header the proxy sends upstream in place of the client's.
     upstream_authorization: Option<HeaderValue>,
     session_source: SessionSource,
@@ -386,6 +390,7 @@ impl OpenAIProxy {
             max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             client_token: None,
+            allowed_hosts: Vec::new(),
             upstream_authorization: None,
             session_source: SessionSource::Request,
             gauges: Arc::default(),
@@ -495,9 +500,10 @@ impl OpenAIProxy {
         self
     }
 
-    /// How many bytes all guarded streams together may hold (default
-    /// [`DEFAULT_MAX_STREAM_BYTES`]): bytes read from the upstream that their client has not
-    /// taken yet. A stream whose next chunk would pass the bound ends with an error event.
+    /// How many bytes all guarded streams running at once may read from the upstream (default
+    /// [`DEFAULT_MAX_STREAM_BYTES`]): a stream's bytes count until it ends, since its guard
+    /// keeps what it read to judge the whole answer. A stream whose next chunk would pass the
+    /// bound ends with an error event, however fast its client reads.
     pub fn max_stream_bytes(mut self, bytes: usize) -> Self {
         self.max_stream_bytes = bytes;
         self
@@ -517,6 +523,16 @@ impl OpenAIProxy {
     /// client: listen on loopback only, or set one.
     pub fn client_token(mut self, token: impl Into<String>) -> Self {
         self.client_token = Some(BearerToken::new(token.into()));
+        self
+    }
+
+    /// A host name clients of a proxy without a [client token](OpenAIProxy::client_token)
+    /// may name in `Host`, besides the loopback ones (`localhost`, `127.0.0.1`, `[::1]`,
+    /// with any port); repeatable. A token-less proxy refuses a request naming another host
+    /// (`403`), so that a web page whose name was re-pointed at the proxy's address (DNS
+    /// rebinding) cannot use it; a proxy with a client token needs no list.
+    pub fn allow_host(mut self, host: impl Into<String>) -> Self {
+        self.allowed_hosts.push(host.into().to_ascii_lowercase());
         self
     }
 
@@ -618,6 +634,11 @@ impl OpenAIProxy {
                 return response;
             }
         }
+        if self.client_token.is_none()
+            && let Err(response) = self.browser_safe(request.headers())
+        {
+            return *response;
+        }
         let path = match request_path::canonicalize(request.uri().path()) {
             Ok(path) => path,
             Err(problem) => {
@@ -645,6 +666,9 @@ impl OpenAIProxy {
         let method = request.method().as_str();
         match Api::of(method, path.as_str()) {
             Some(api) => {
+                if let Err(response) = json_body(request.headers()) {
+                    return *response;
+                }
                 let session = match self.bound_session(request.headers()) {
                     Ok(session) => session,
                     Err(response) => return *response,
@@ -663,6 +687,42 @@ impl OpenAIProxy {
                 ),
             ),
         }
+    }
+
+    /// Refuses, for a proxy without a client token, what a web page could have sent: a
+    /// request carrying an `Origin` (a browser's cross-site request, or one of a page whose
+    /// name was re-pointed at the proxy) and one naming a host that is neither a loopback
+    /// name nor [allowed](OpenAIProxy::allow_host).
+    fn browser_safe(&self, headers: &HeaderMap) -> Result<(), Box<Response<ProxyBody>>> {
+        if headers.contains_key(header::ORIGIN) {
+            return Err(Box::new(error_response(
+                StatusCode::FORBIDDEN,
+                "invalid_request_error",
+                Some("browser_request"),
+                "portcullis: a request sent by a web page (it carries Origin) is refused by a proxy without a client token; set --token-env",
+            )));
+        }
+        let host = headers
+            .get(header::HOST)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        let allowed = edge::is_loopback_host(host)
+            || edge::host_name(host).is_some_and(|name| {
+                self.allowed_hosts
+                    .iter()
+                    .any(|allowed| allowed.eq_ignore_ascii_case(name))
+            });
+        if allowed {
+            return Ok(());
+        }
+        Err(Box::new(error_response(
+            StatusCode::FORBIDDEN,
+            "invalid_request_error",
+            Some("unknown_host"),
+            &format!(
+                "portcullis: the request names the host {host:?}; a proxy without a client token answers only requests naming a loopback host or one given with --allow-host"
+            ),
+        )))
     }
 
     /// The session a request is bound to, if the proxy binds sessions to clients; an answer
@@ -810,22 +870,20 @@ impl OpenAIProxy {
                     Err(response) => return *response,
                 },
             };
-            let held = Arc::new(StreamBytes {
+            let held = StreamBytes {
                 gauges: Arc::clone(&self.gauges),
-                held: AtomicUsize::new(0),
+                held: 0,
                 limit: self.max_stream_bytes,
-            });
+            };
             let upstream = held_limited(
                 idle_limited(upstream_body(response), self.timeout, "the upstream"),
-                Arc::clone(&held),
+                held,
             );
             let released =
                 exchange::guard_stream(Arc::clone(&self.settings), api, cleared.metadata, upstream)
                     .map(move |chunk| {
-                        // What the client takes is no longer held; the slot goes with the
-                        // stream.
+                        // The slot goes with the stream (its count with the upstream's).
                         let _stream = &slot;
-                        held.release();
                         chunk
                     });
             return build(status, headers, stream_body(released));
@@ -932,6 +990,24 @@ async fn accept(
 
 /// Headers asking a server to read the request as another method than its own: refused, so
 /// that the upstream reads the method the proxy classified.
+/// Refuses a guarded request whose body is not declared JSON (`415`): a web page can send
+/// a `text/plain` or form body cross-site without the browser asking the proxy first.
+fn json_body(headers: &HeaderMap) -> Result<(), Box<Response<ProxyBody>>> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(edge::is_json_media_type);
+    if json {
+        return Ok(());
+    }
+    Err(Box::new(error_response(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "invalid_request_error",
+        Some("unsupported_media_type"),
+        "portcullis: the request body must be sent as Content-Type: application/json",
+    )))
+}
+
 const METHOD_OVERRIDES: [&str; 3] = [
     "x-http-method-override",
     "x-http-method",
@@ -1023,11 +1099,11 @@ fn idle_limited(
     )
 }
 
-/// The upstream's stream, counting each chunk in the bytes `held` until its client takes
-/// what it released; failing when the proxy's streams together would hold too much.
+/// The upstream's stream, counting each chunk in the bytes `held` until the stream ends;
+/// failing when the proxy's streams together would read too much.
 fn held_limited(
     body: impl Stream<Item = Result<Bytes, String>> + Send + 'static,
-    held: Arc<StreamBytes>,
+    mut held: StreamBytes,
 ) -> impl Stream<Item = Result<Bytes, String>> + Send + 'static {
     body.scan(false, move |failed, chunk| {
         let next = if *failed {
@@ -1037,7 +1113,7 @@ fn held_limited(
         {
             *failed = true;
             Some(Err(format!(
-                "the proxy's streams would hold more than {} bytes together",
+                "the proxy's streams would hold more than {} bytes together; the rest of the answer is not released",
                 held.limit
             )))
         } else {

@@ -655,22 +655,6 @@ pub(crate) const HOSTED_ITEMS: [&str; 8] = [
     "shell_call_output",
 ];
 
-/// The keys of a hosted tool's item whose strings name or encode something rather than say
-/// it (ids, states, labels, the image an image call made, encrypted content): they go as
-/// they are. Every other string in the item is a text.
-const OPAQUE_KEYS: [&str; 10] = [
-    "type",
-    "id",
-    "status",
-    "call_id",
-    "item_id",
-    "approval_request_id",
-    "server_label",
-    "container_id",
-    "result",
-    "encrypted_content",
-];
-
 /// The kind of an output item; an item of a type the guard does not know cannot be read.
 pub(crate) fn item_kind(item: &Value) -> Result<ItemKind, Failure> {
     let kind = item.get("type").and_then(Value::as_str);
@@ -684,27 +668,6 @@ pub(crate) fn item_kind(item: &Value) -> Result<ItemKind, Failure> {
         None => Err(unreadable(
             "the answer has an output item without a type".to_owned(),
         )),
-    }
-}
-
-/// The JSON pointers of the texts of a hosted tool's item (see [`OPAQUE_KEYS`]), in order.
-fn hosted_texts(value: &Value, pointer: &str, found: &mut Vec<String>) {
-    match value {
-        Value::String(_) => found.push(pointer.to_owned()),
-        Value::Array(values) => {
-            for (index, value) in values.iter().enumerate() {
-                hosted_texts(value, &format!("{pointer}/{index}"), found);
-            }
-        }
-        Value::Object(fields) => {
-            for (key, value) in fields {
-                if !OPAQUE_KEYS.contains(&key.as_str()) {
-                    let at = format!("{pointer}/{}", mapping::pointer_token(key));
-                    hosted_texts(value, &at, found);
-                }
-            }
-        }
-        _ => {}
     }
 }
 
@@ -752,7 +715,8 @@ pub(crate) async fn guard_annotation_list(
     .await
 }
 
-/// Runs the output policies on every string in `value` but those under [`OPAQUE_KEYS`],
+/// Runs the output policies on every string in `value` but those under
+/// [`OPAQUE_KEYS`](mapping::OPAQUE_KEYS),
 /// each on its own with `metadata.extra.text_field` its JSON pointer in `value`, writing
 /// back what they change; a text they deny is handled as the answer's text is (see
 /// [`clear_text`]).
@@ -761,8 +725,12 @@ async fn clear_strings(
     metadata: &Metadata,
     value: &mut Value,
 ) -> Result<(), Failure> {
-    let mut pointers = Vec::new();
-    hosted_texts(value, "", &mut pointers);
+    let pointers: Vec<String> = {
+        let mut found = Vec::new();
+        // An answer's nesting is bounded by the JSON parser's own limit.
+        mapping::texts_in(value, "", usize::MAX, &mut found)?;
+        found.into_iter().map(|(pointer, _)| pointer).collect()
+    };
     for pointer in pointers {
         let Some(Value::String(written)) = value.pointer(&pointer) else {
             continue;

@@ -27,9 +27,13 @@
 //!   the run ends rather than keep the unchanged text. A redacted text block loses its
 //!   provider item (`Text::native`), which still holds the text as the model wrote it.
 //!
-//! A run stopped by a denial fails with `PromptError::Cancelled`; [`denial`] reads the
-//! [`PolicyDenialError`] back from it. A policy that cannot be evaluated (with
-//! `on_error: deny`) ends the run the same way.
+//! A run stopped by a denial fails with `PromptError::Cancelled` (or rig's report of a
+//! cancelled dispatch) whose reason says what happened; rig carries only that text, so the
+//! hook keeps the engine's error itself, and [`denial`] (or [`approval_request`], for an
+//! escalation no one approved) returns the
+//! [`PolicyDenialError`](portcullis_engine::PolicyDenialError) the engine gave, not one read
+//! back from the text. A policy that cannot be evaluated (with `on_error: deny`) ends the run
+//! the same way.
 //!
 //! # Awaited runs
 //!
@@ -137,13 +141,16 @@
 //!
 //! [rig]: https://docs.rs/rig-agent
 
+mod stop;
 mod stream;
+
+pub use stop::{approval_request, denial};
 
 use std::sync::Arc;
 
 use portcullis_engine::{
-    ApprovalRequest, EngineError, InputContext, InterceptionPoint, Message, Metadata,
-    OutputContext, PolicyDenialError, PolicyEngine, Role, ToolCallContext, ToolResultContext,
+    EngineError, InputContext, Message, Metadata, OutputContext, PolicyEngine, Role,
+    ToolCallContext, ToolResultContext,
 };
 use rig_agent::agent::{
     AgentRunner, DispatchAction, DispatchEvent, OutcomeAction, OutcomeEvent, RunSettled, RunStart,
@@ -155,7 +162,9 @@ use rig_core::effect::{EffectKind, Outcome};
 use rig_core::error::{ErrorKind, ErrorReport};
 use rig_core::message::{AssistantContent, Message as RigMessage, ToolResultContent, UserContent};
 use rig_core::tool::{ToolExecutionError, ToolOutput, ToolResult};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
+
+use crate::stop::stop_reason;
 
 /// The rig crates this crate was built against, for applications that want the same ones.
 pub use {rig_agent, rig_core};
@@ -223,12 +232,6 @@ impl AgentHook for Recorder {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(checked);
     }
 }
-
-/// How a denial is written into the reason of a cancelled run.
-const DENIAL_PREFIX: &str = "portcullis denial: ";
-
-/// Marks a stop reason that carries an approval request (see [`approval_request`]).
-const APPROVAL_PREFIX: &str = "portcullis approval required: ";
 
 impl PortcullisHook {
     /// A hook that evaluates with `engine`.
@@ -767,81 +770,4 @@ fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
         Ok(_) => Err("they are JSON, but not an object".to_owned()),
         Err(error) => Err(error.to_string()),
     }
-}
-
-/// The reason a run stops with: the denial, in a form [`denial`] reads back, or the error.
-fn stop_reason(error: EngineError) -> String {
-    match error {
-        EngineError::Denied(denial) => {
-            let details = json!({
-                "policy_id": denial.policy_id(),
-                "interception_point": denial.interception_point(),
-                "reason": denial.reason(),
-            });
-            format!("{DENIAL_PREFIX}{details}")
-        }
-        EngineError::Evaluation(error) => format!(
-            "portcullis: policy \"{}\" could not be evaluated: {}",
-            error.policy_id(),
-            error.cause_chain()
-        ),
-        EngineError::ApprovalRequired(request) => {
-            let details = serde_json::to_string(&request).unwrap_or_default();
-            format!("{APPROVAL_PREFIX}{details}")
-        }
-    }
-}
-
-/// The approval request that ended a run, if one did: a policy escalated and no approval came
-/// (no stored grant, no resolver, a pending answer or the time-out).
-///
-/// With a resolver configured on the engine, the hook waits for its answer before the tool
-/// runs (a grant lets the tool run, a refusal is a denial); this is what is left when the
-/// resolver could not answer. Record a grant for the request's digest with
-/// [`Approvals::grant`](portcullis_engine::Approvals::grant) and run again.
-pub fn approval_request(error: &PromptError) -> Option<ApprovalRequest> {
-    let text = match error {
-        PromptError::Cancelled { reason, .. } => reason.as_str(),
-        PromptError::Report(report) => report.message.as_str(),
-        _ => return None,
-    };
-    let start = text.find(APPROVAL_PREFIX)? + APPROVAL_PREFIX.len();
-    serde_json::Deserializer::from_str(&text[start..])
-        .into_iter::<ApprovalRequest>()
-        .next()?
-        .ok()
-}
-
-/// The policy denial that ended a run, if one did.
-///
-/// ```
-/// use portcullis_engine::InterceptionPoint;
-/// use rig_agent::run::PromptError;
-///
-/// let reason = r#"portcullis denial: {"policy_id":"no_secrets","interception_point":"input","reason":"asks for secrets"}"#;
-/// let error = PromptError::cancelled(Vec::new(), reason);
-/// let denial = portcullis_rig::denial(&error).expect("a denial");
-/// assert_eq!(denial.policy_id(), "no_secrets");
-/// assert_eq!(denial.interception_point(), InterceptionPoint::Input);
-/// assert_eq!(denial.reason(), Some("asks for secrets"));
-/// ```
-pub fn denial(error: &PromptError) -> Option<PolicyDenialError> {
-    let text = match error {
-        PromptError::Cancelled { reason, .. } => reason.as_str(),
-        PromptError::Report(report) => report.message.as_str(),
-        _ => return None,
-    };
-    let start = text.find(DENIAL_PREFIX)? + DENIAL_PREFIX.len();
-    let details: Value = serde_json::Deserializer::from_str(&text[start..])
-        .into_iter::<Value>()
-        .next()?
-        .ok()?;
-    let policy_id = details.get("policy_id")?.as_str()?;
-    let point: InterceptionPoint =
-        serde_json::from_value(details.get("interception_point")?.clone()).ok()?;
-    let reason = details
-        .get("reason")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    Some(PolicyDenialError::new(policy_id, point, reason))
 }

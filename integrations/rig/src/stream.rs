@@ -16,7 +16,8 @@ use rig_core::message::{AssistantContent, Message};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::{PortcullisHook, stop_reason};
+use crate::PortcullisHook;
+use crate::stop::stop_reason;
 
 /// Items in flight between the guard and the reader.
 const CHANNEL_CAPACITY: usize = 16;

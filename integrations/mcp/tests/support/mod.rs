@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+#[cfg(feature = "listener")]
+pub mod listener;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -106,18 +108,28 @@ impl Audit {
 /// `redact_answer_ssn`), and [`NoExternalEmail`]; every evaluated context is recorded in the returned [`Audit`].
 pub fn engine() -> (Arc<PolicyEngine>, Audit) {
     let audit = Audit::default();
-    let set = PolicySet::builder()
+    let engine = PolicyEngine::builder()
+        .policy_set(policies())
+        .on_audit(audit.recorder())
+        .build();
+    (Arc::new(engine), audit)
+}
+
+/// The engine of [`engine`] without its record of contexts (which keeps every context: a test
+/// that measures memory must not).
+pub fn unrecorded_engine() -> Arc<PolicyEngine> {
+    Arc::new(PolicyEngine::builder().policy_set(policies()).build())
+}
+
+/// The policies of [`engine`].
+fn policies() -> PolicySet {
+    PolicySet::builder()
         .tool_call(GuardTools)
         .tool_call(RedactQuerySsn)
         .tool_call(NoExternalEmail)
         .output(NoLaunchCodes)
         .output(RedactAnswerSsn)
-        .build();
-    let engine = PolicyEngine::builder()
-        .policy_set(set)
-        .on_audit(audit.recorder())
-        .build();
-    (Arc::new(engine), audit)
+        .build()
 }
 
 /// The guard of the tests: agent `test-agent`, session `session-1`.

@@ -37,6 +37,7 @@ pub struct Upstream {
     calls: Arc<Mutex<Vec<Call>>>,
     cancelled: Arc<AtomicUsize>,
     custom: Arc<Mutex<Vec<Custom>>>,
+    notifications: Arc<Mutex<Vec<Custom>>>,
     sessions: Arc<AtomicUsize>,
 }
 
@@ -68,6 +69,15 @@ impl Upstream {
         self.custom
             .lock()
             .map(|requests| requests.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every notification of a method MCP does not define that the upstream received: its
+    /// method and params.
+    pub fn custom_notifications(&self) -> Vec<Custom> {
+        self.notifications
+            .lock()
+            .map(|notifications| notifications.clone())
             .unwrap_or_default()
     }
 
@@ -193,6 +203,11 @@ impl ServerHandler for Upstream {
                     .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
                 text("notified")
             }
+            // A result of `bytes` bytes (at most 16 MiB), for the memory tests.
+            "big_result" => {
+                let bytes = arguments["bytes"].as_u64().unwrap_or(0).min(16 << 20);
+                text("x".repeat(usize::try_from(bytes).unwrap_or(0)))
+            }
             "search" | "secret_tool" | "delete_database" => text(arguments.to_string()),
             // The process dies in the middle of the call: only when started for that.
             "exit" if std::env::var_os("SCRIPTED_UPSTREAM_EXIT_TOOL").is_some() => {
@@ -272,6 +287,16 @@ impl ServerHandler for Upstream {
         }
         // A lenient server: it runs what it is asked.
         Ok(CustomResult::new(json!({"echo": request.method})))
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: rmcp::model::CustomNotification,
+        _context: rmcp::service::NotificationContext<RoleServer>,
+    ) {
+        if let Ok(mut notifications) = self.notifications.lock() {
+            notifications.push((notification.method.clone(), notification.params.clone()));
+        }
     }
 
     async fn on_initialized(&self, _context: rmcp::service::NotificationContext<RoleServer>) {

@@ -14,8 +14,8 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                     if ::portcullis::__private::dsl::equals(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("metadata"),
-                            ::portcullis::__private::dsl::Seg::Name("debug"),
+                            ::portcullis::__private::dsl::Segment::Name("metadata"),
+                            ::portcullis::__private::dsl::Segment::Name("debug"),
                         ],
                         {
                             static VALUE: ::std::sync::LazyLock<

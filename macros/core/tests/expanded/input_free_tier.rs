@@ -14,8 +14,8 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                     if ::portcullis::__private::dsl::equals(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("metadata"),
-                            ::portcullis::__private::dsl::Seg::Name("tier"),
+                            ::portcullis::__private::dsl::Segment::Name("metadata"),
+                            ::portcullis::__private::dsl::Segment::Name("tier"),
                         ],
                         {
                             static VALUE: ::std::sync::LazyLock<
@@ -30,8 +30,8 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                     ) && ::portcullis::__private::dsl::greater_than(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("messages"),
-                            ::portcullis::__private::dsl::Seg::Name("length"),
+                            ::portcullis::__private::dsl::Segment::Name("messages"),
+                            ::portcullis::__private::dsl::Segment::Name("length"),
                         ],
                         ::core::primitive::f64::from_bits(4616189618054758400u64),
                     ) {

@@ -14,17 +14,20 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                     if ::portcullis::__private::dsl::greater_than(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("messages"),
-                            ::portcullis::__private::dsl::Seg::Name("length"),
+                            ::portcullis::__private::dsl::Segment::Name("messages"),
+                            ::portcullis::__private::dsl::Segment::Name("length"),
                         ],
                         ::core::primitive::f64::from_bits(4632233691727265792u64),
                     ) || ::portcullis::__private::dsl::greater_than(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("messages"),
-                            ::portcullis::__private::dsl::Seg::Index("-1", -1i64),
-                            ::portcullis::__private::dsl::Seg::Name("content"),
-                            ::portcullis::__private::dsl::Seg::Name("length"),
+                            ::portcullis::__private::dsl::Segment::Name("messages"),
+                            ::portcullis::__private::dsl::Segment::Index {
+                                text: "-1",
+                                index: -1i64,
+                            },
+                            ::portcullis::__private::dsl::Segment::Name("content"),
+                            ::portcullis::__private::dsl::Segment::Name("length"),
                         ],
                         ::core::primitive::f64::from_bits(4665518107723300864u64),
                     ) {

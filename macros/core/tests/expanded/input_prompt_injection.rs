@@ -15,9 +15,9 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                     if ::portcullis::__private::dsl::contains(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("messages"),
-                            ::portcullis::__private::dsl::Seg::Any,
-                            ::portcullis::__private::dsl::Seg::Name("content"),
+                            ::portcullis::__private::dsl::Segment::Name("messages"),
+                            ::portcullis::__private::dsl::Segment::<&'static str>::Any,
+                            ::portcullis::__private::dsl::Segment::Name("content"),
                         ],
                         {
                             static NEEDLES: ::std::sync::LazyLock<

@@ -23,9 +23,12 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                     if ::portcullis::__private::dsl::equals(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("messages"),
-                            ::portcullis::__private::dsl::Seg::Index("0", 0i64),
-                            ::portcullis::__private::dsl::Seg::Name("role"),
+                            ::portcullis::__private::dsl::Segment::Name("messages"),
+                            ::portcullis::__private::dsl::Segment::Index {
+                                text: "0",
+                                index: 0i64,
+                            },
+                            ::portcullis::__private::dsl::Segment::Name("role"),
                         ],
                         {
                             static VALUE: ::std::sync::LazyLock<

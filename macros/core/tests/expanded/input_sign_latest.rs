@@ -24,8 +24,12 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                                             &mut out,
                                             context,
                                             &[
-                                                ::portcullis::__private::dsl::Seg::Name("metadata"),
-                                                ::portcullis::__private::dsl::Seg::Name("agent_id"),
+                                                ::portcullis::__private::dsl::Segment::Name(
+                                                    "metadata",
+                                                ),
+                                                ::portcullis::__private::dsl::Segment::Name(
+                                                    "agent_id",
+                                                ),
                                             ],
                                         );
                                         out.push_str(" #");
@@ -33,8 +37,12 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                                             &mut out,
                                             context,
                                             &[
-                                                ::portcullis::__private::dsl::Seg::Name("messages"),
-                                                ::portcullis::__private::dsl::Seg::Name("length"),
+                                                ::portcullis::__private::dsl::Segment::Name(
+                                                    "messages",
+                                                ),
+                                                ::portcullis::__private::dsl::Segment::Name(
+                                                    "length",
+                                                ),
                                             ],
                                         );
                                         out.push_str("] ");
@@ -42,11 +50,16 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                                             &mut out,
                                             context,
                                             &[
-                                                ::portcullis::__private::dsl::Seg::Name("messages"),
-                                                ::portcullis::__private::dsl::Seg::Index(
-                                                    "-1", -1i64,
+                                                ::portcullis::__private::dsl::Segment::Name(
+                                                    "messages",
                                                 ),
-                                                ::portcullis::__private::dsl::Seg::Name("content"),
+                                                ::portcullis::__private::dsl::Segment::Index {
+                                                    text: "-1",
+                                                    index: -1i64,
+                                                },
+                                                ::portcullis::__private::dsl::Segment::Name(
+                                                    "content",
+                                                ),
                                             ],
                                         );
                                         out

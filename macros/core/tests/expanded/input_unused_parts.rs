@@ -39,9 +39,12 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::InputContext> 
                     if ::portcullis::__private::dsl::contains(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("messages"),
-                            ::portcullis::__private::dsl::Seg::Index("-1", -1i64),
-                            ::portcullis::__private::dsl::Seg::Name("content"),
+                            ::portcullis::__private::dsl::Segment::Name("messages"),
+                            ::portcullis::__private::dsl::Segment::Index {
+                                text: "-1",
+                                index: -1i64,
+                            },
+                            ::portcullis::__private::dsl::Segment::Name("content"),
                         ],
                         {
                             static NEEDLES: ::std::sync::LazyLock<

@@ -18,8 +18,8 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::OutputContext>
                     if ::portcullis::__private::dsl::contains(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("response"),
-                            ::portcullis::__private::dsl::Seg::Name("content"),
+                            ::portcullis::__private::dsl::Segment::Name("response"),
+                            ::portcullis::__private::dsl::Segment::Name("content"),
                         ],
                         {
                             static NEEDLES: ::std::sync::LazyLock<

@@ -18,9 +18,9 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::OutputContext>
                     if ::portcullis::__private::dsl::greater_than(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("response"),
-                            ::portcullis::__private::dsl::Seg::Name("content"),
-                            ::portcullis::__private::dsl::Seg::Name("length"),
+                            ::portcullis::__private::dsl::Segment::Name("response"),
+                            ::portcullis::__private::dsl::Segment::Name("content"),
+                            ::portcullis::__private::dsl::Segment::Name("length"),
                         ],
                         ::core::primitive::f64::from_bits(4656510908468559872u64),
                     ) {

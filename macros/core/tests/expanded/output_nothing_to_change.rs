@@ -34,8 +34,8 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::OutputContext>
                     if ::portcullis::__private::dsl::greater_than(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("response"),
-                            ::portcullis::__private::dsl::Seg::Name("content"),
+                            ::portcullis::__private::dsl::Segment::Name("response"),
+                            ::portcullis::__private::dsl::Segment::Name("content"),
                         ],
                         ::core::primitive::f64::from_bits(4621819117588971520u64),
                     ) {

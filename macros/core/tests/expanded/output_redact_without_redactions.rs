@@ -34,8 +34,8 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::OutputContext>
                     if ::portcullis::__private::dsl::not_in(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("response"),
-                            ::portcullis::__private::dsl::Seg::Name("role"),
+                            ::portcullis::__private::dsl::Segment::Name("response"),
+                            ::portcullis::__private::dsl::Segment::Name("role"),
                         ],
                         {
                             static VALUES: ::std::sync::LazyLock<

@@ -16,7 +16,7 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                 (|context: &::portcullis::ToolCallContext| -> ::portcullis::PolicyDecision {
                     if ::portcullis::__private::dsl::not_in(
                         context,
-                        &[::portcullis::__private::dsl::Seg::Name("tool_name")],
+                        &[::portcullis::__private::dsl::Segment::Name("tool_name")],
                         {
                             static VALUES: ::std::sync::LazyLock<
                                 ::portcullis::__private::dsl::ValueSet,

@@ -17,7 +17,7 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                 (|context: &::portcullis::ToolCallContext| -> ::portcullis::PolicyDecision {
                     if ::portcullis::__private::dsl::equals(
                         context,
-                        &[::portcullis::__private::dsl::Seg::Name("tool_name")],
+                        &[::portcullis::__private::dsl::Segment::Name("tool_name")],
                         {
                             static VALUE: ::std::sync::LazyLock<
                                 ::portcullis::__private::dsl::serde_json::Value,
@@ -31,8 +31,8 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                     ) && ::portcullis::__private::dsl::contains(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("arguments"),
-                            ::portcullis::__private::dsl::Seg::Name("command"),
+                            ::portcullis::__private::dsl::Segment::Name("arguments"),
+                            ::portcullis::__private::dsl::Segment::Name("command"),
                         ],
                         {
                             static NEEDLES: ::std::sync::LazyLock<

@@ -18,16 +18,16 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                     if ::portcullis::__private::dsl::greater_than(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("arguments"),
-                            ::portcullis::__private::dsl::Seg::Name("limit"),
+                            ::portcullis::__private::dsl::Segment::Name("arguments"),
+                            ::portcullis::__private::dsl::Segment::Name("limit"),
                         ],
                         ::core::primitive::f64::from_bits(4636737291354636288u64),
                     ) || ::portcullis::__private::dsl::greater_than(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("arguments"),
-                            ::portcullis::__private::dsl::Seg::Name("ids"),
-                            ::portcullis::__private::dsl::Seg::Name("length"),
+                            ::portcullis::__private::dsl::Segment::Name("arguments"),
+                            ::portcullis::__private::dsl::Segment::Name("ids"),
+                            ::portcullis::__private::dsl::Segment::Name("length"),
                         ],
                         ::core::primitive::f64::from_bits(4621819117588971520u64),
                     ) {

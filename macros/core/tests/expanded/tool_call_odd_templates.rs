@@ -49,7 +49,7 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                 (|context: &::portcullis::ToolCallContext| -> ::portcullis::PolicyDecision {
                     if ::portcullis::__private::dsl::contains(
                         context,
-                        &[::portcullis::__private::dsl::Seg::Name("arguments")],
+                        &[::portcullis::__private::dsl::Segment::Name("arguments")],
                         {
                             static NEEDLES: ::std::sync::LazyLock<
                                 ::portcullis::__private::dsl::Needles,
@@ -80,10 +80,10 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                                                 &mut out,
                                                 context,
                                                 &[
-                                                    ::portcullis::__private::dsl::Seg::Name(
+                                                    ::portcullis::__private::dsl::Segment::Name(
                                                         "calling_message",
                                                     ),
-                                                    ::portcullis::__private::dsl::Seg::Name(
+                                                    ::portcullis::__private::dsl::Segment::Name(
                                                         "content",
                                                     ),
                                                 ],
@@ -98,7 +98,7 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                                             ::portcullis::__private::dsl::push_field(
                                                 &mut out,
                                                 context,
-                                                &[::portcullis::__private::dsl::Seg::Name(
+                                                &[::portcullis::__private::dsl::Segment::Name(
                                                     "tool_name",
                                                 )],
                                             );

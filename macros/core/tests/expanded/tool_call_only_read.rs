@@ -18,8 +18,8 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                     if !::portcullis::__private::dsl::equals(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("arguments"),
-                            ::portcullis::__private::dsl::Seg::Name("mode"),
+                            ::portcullis::__private::dsl::Segment::Name("arguments"),
+                            ::portcullis::__private::dsl::Segment::Name("mode"),
                         ],
                         {
                             static VALUE: ::std::sync::LazyLock<

@@ -16,7 +16,7 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                 (|context: &::portcullis::ToolCallContext| -> ::portcullis::PolicyDecision {
                     if ::portcullis::__private::dsl::equals(
                         context,
-                        &[::portcullis::__private::dsl::Seg::Name("tool_name")],
+                        &[::portcullis::__private::dsl::Segment::Name("tool_name")],
                         {
                             static VALUE: ::std::sync::LazyLock<
                                 ::portcullis::__private::dsl::serde_json::Value,
@@ -30,8 +30,8 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                     ) && !::portcullis::__private::dsl::contains(
                         context,
                         &[
-                            ::portcullis::__private::dsl::Seg::Name("arguments"),
-                            ::portcullis::__private::dsl::Seg::Name("query"),
+                            ::portcullis::__private::dsl::Segment::Name("arguments"),
+                            ::portcullis::__private::dsl::Segment::Name("query"),
                         ],
                         {
                             static NEEDLES: ::std::sync::LazyLock<
@@ -52,10 +52,12 @@ pub(crate) fn policy() -> impl ::portcullis::Policy<::portcullis::ToolCallContex
                                             &mut out,
                                             context,
                                             &[
-                                                ::portcullis::__private::dsl::Seg::Name(
+                                                ::portcullis::__private::dsl::Segment::Name(
                                                     "arguments",
                                                 ),
-                                                ::portcullis::__private::dsl::Seg::Name("query"),
+                                                ::portcullis::__private::dsl::Segment::Name(
+                                                    "query",
+                                                ),
                                             ],
                                         );
                                         out.push_str(" site:docs.example.com");

@@ -1,4 +1,4 @@
-//! The `rego-rest` backend against a real OPA-REST-compatible server on 127.0.0.1 that
+//! The policy-server Rego backend (`server`) against a real OPA-REST-compatible server on 127.0.0.1 that
 //! evaluates the Rego for real (regorus).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -11,11 +11,11 @@ use portcullis_engine::{
     EngineError, InputContext, Message, Metadata, OnError, OutputContext, Policy, PolicyDecision,
     PolicyEngine, PolicySet, Redaction, ToolCallContext, TransformOperation,
 };
-use portcullis_rego_rest::{
+use portcullis_rego::server::{
     RegoServerClient, RegoServerClientOptions, RegoServerInputPolicy, RegoServerOutputPolicy,
     RegoServerToolCallPolicy,
 };
-use portcullis_rego_rest::{RemoteError, RemoteErrorKind};
+use portcullis_rego::server::{RemoteError, RemoteErrorKind};
 use portcullis_testing::{EvaluateServer, RegoServer, Reply};
 use serde_json::json;
 

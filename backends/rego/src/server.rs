@@ -32,8 +32,8 @@
 //! - its `decision` is a boolean: `true` is allow, `false` is deny (with the sibling `reason`
 //!   if there is one, else a reason naming the rule).
 //!
-//! The in-process backend (`portcullis-rego`) reads a document the same way: both use
-//! [`portcullis_rego_decision::read_decision`].
+//! The in-process backend (feature `wasm`) reads a document the same way: both use
+//! [`read_decision`](crate::decision::read_decision).
 //!
 //! A package path that names the `decision` rule itself (`portcullis/input/decision`) works
 //! too: its value is read the same way. No `result` (the package or rule is undefined: not
@@ -70,7 +70,7 @@
 //!
 //! ```
 //! use portcullis_engine::{InputContext, Message, Metadata, PolicyEngine, PolicySet};
-//! use portcullis_rego_rest::{RegoServerClient, RegoServerClientOptions, RegoServerInputPolicy};
+//! use portcullis_rego::server::{RegoServerClient, RegoServerClientOptions, RegoServerInputPolicy};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -103,8 +103,6 @@
 //! # }
 //! ```
 
-#![cfg_attr(docsrs, feature(doc_cfg))]
-
 use std::marker::PhantomData;
 
 use async_trait::async_trait;
@@ -130,7 +128,7 @@ pub use portcullis_http_client::ClientOptions as RegoServerClientOptions;
 /// A client of a policy server: loads policies and evaluates documents.
 ///
 /// ```
-/// use portcullis_rego_rest::{RegoServerClient, RegoServerClientOptions};
+/// use portcullis_rego::server::{RegoServerClient, RegoServerClientOptions};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -278,9 +276,9 @@ async fn query(
 }
 
 /// Reads the document at a package path (or the `decision` rule itself) as a decision, as
-/// both Rego backends read it (see [`portcullis_rego_decision`]).
+/// both Rego backends read it (see [`decision`](crate::decision)).
 fn read_decision(document: Value, package: &str) -> Result<PolicyDecision, String> {
-    portcullis_rego_decision::read_decision(package, document).map_err(|error| error.to_string())
+    crate::decision::read_decision(package, document).map_err(|error| error.to_string())
 }
 
 /// A policy of the point of `C` whose decision a policy server evaluates (input: the

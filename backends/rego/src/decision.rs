@@ -1,7 +1,8 @@
 //! How Portcullis reads the value of a Rego document as a decision.
 //!
-//! Both Rego backends use this one reader: `portcullis-rego`, which evaluates OPA's WebAssembly
-//! in process, and `portcullis-rego-rest`, which asks a policy server. The same Rego therefore
+//! Both Rego backends use this one reader: the in-process one (feature `wasm`), which evaluates
+//! OPA's WebAssembly, and the policy-server one ([`server`](crate::server), feature `server`),
+//! which asks a policy server. The same Rego therefore
 //! decides the same way through either. It is a crate of its own so that the server backend
 //! does not depend on the WebAssembly runtime.
 //!
@@ -24,7 +25,7 @@
 //!
 //! ```
 //! use portcullis_engine::PolicyDecision;
-//! use portcullis_rego_decision::read_decision;
+//! use portcullis_rego::decision::read_decision;
 //! use serde_json::json;
 //!
 //! let package = json!({"decision": false, "reason": "no secrets", "helper": [1, 2]});

@@ -1,0 +1,706 @@
+//! The guard's own tests: its routes, its fast lane and its stages, from the inside.
+
+use regex_automata::Span;
+
+use crate::context::OutputContext;
+use crate::decision::PolicyDecision;
+use crate::policy::Policy;
+use crate::set::PolicySetBuilder;
+use crate::stream::plan::{MatchFinder, required_literals};
+use crate::stream::{StreamItem, StreamingRule};
+
+use super::*;
+
+/// An engine with the policy set `outputs` builds.
+fn engine_of(outputs: impl FnOnce(PolicySetBuilder) -> PolicySetBuilder) -> PolicyEngine {
+    let set = outputs(crate::PolicySet::builder()).build();
+    PolicyEngine::builder().policy_set(set).build()
+}
+
+/// The runtime each test drives its guard on.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime")
+}
+
+/// Whether a stream of `deltas` through `engine` is denied, by a push or at its end.
+fn denied<'d>(engine: &PolicyEngine, deltas: impl IntoIterator<Item = &'d str>) -> bool {
+    runtime().block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        for delta in deltas {
+            if guard.feed(delta).await.is_err() {
+                return true;
+            }
+        }
+        guard
+            .finish()
+            .await
+            .into_iter()
+            .any(|item| matches!(item, StreamItem::Denied(_)))
+    })
+}
+
+fn literals_of(pattern: &str) -> Option<MatchFinder> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .build()
+        .parse(pattern)
+        .expect("a valid pattern");
+    required_literals(&hir)
+}
+
+/// The literal the watch of `pattern` finds in a text holding a match of it.
+fn watched_by(pattern: &str) -> Option<Vec<u8>> {
+    let MatchFinder::Literals { prefilter, .. } = literals_of(pattern)? else {
+        return None;
+    };
+    let probe = b"xx ops@example.com 123-45-6789 evil.INVALID";
+    let found = prefilter.find(probe, Span::from(0..probe.len()))?;
+    Some(probe[found.range()].to_vec())
+}
+
+#[test]
+fn the_rarest_required_literal_is_watched() {
+    // The `@` of an e-mail address, not its common `.`.
+    assert_eq!(
+        watched_by(r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}").as_deref(),
+        Some(&b"@"[..])
+    );
+    assert_eq!(
+        watched_by(r"\b\d{3}-\d{2}-\d{4}\b").as_deref(),
+        Some(&b"-"[..])
+    );
+    // Case-insensitive alternatives: a prefix of each case variant.
+    let found = watched_by(r"(?i:phishing\.example|evil\.invalid)").expect("literals");
+    assert!(found.eq_ignore_ascii_case(&b"evil.invalid"[..found.len()]));
+}
+
+struct Redact(&'static str, &'static str);
+
+#[async_trait::async_trait]
+impl Policy<OutputContext> for Redact {
+    fn id(&self) -> &str {
+        self.1
+    }
+
+    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, crate::BoxError> {
+        Ok(PolicyDecision::allow())
+    }
+
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        Some(vec![StreamingRule::Replace {
+            pattern: self.0.into(),
+            replacement: format!("[{}]", self.1),
+            max_match_len: None,
+        }])
+    }
+}
+
+#[test]
+fn a_stream_leaves_its_dfa_states_to_the_next() {
+    // No literal is in every match of a passport number: its stage steps a DFA.
+    let engine = engine_of(|set| set.output(Redact(r"[A-Z]{2}[0-9]{7}", "PASSPORT")));
+    let plan = engine.stream_plan();
+    let Some(MatchFinder::Dfa(dfa)) = plan.stages.first().map(|stage| &stage.finder) else {
+        panic!("the stage is watched with a DFA");
+    };
+    assert_eq!(dfa.kept_caches(), 0);
+    let runtime = runtime();
+    for _ in 0..3 {
+        runtime.block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            for delta in ["Passport XK12", "34567 on file."] {
+                shown.push_str(guard.feed(delta).await.expect("no denial"));
+            }
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("text"));
+            }
+            assert_eq!(shown, "Passport [PASSPORT] on file.");
+        });
+        // The ended stream's cache waits for the next stream, which takes it.
+        assert_eq!(dfa.kept_caches(), 1);
+    }
+}
+
+#[test]
+fn text_without_watched_literals_takes_the_fast_lane() {
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+    });
+    let plan = engine.stream_plan();
+    assert!(plan.lane);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let mut shown = String::new();
+        let plain = "nothing to see in this sentence at all. ".repeat(8);
+        for chunk in plain.as_bytes().chunks(16) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            assert!(guard.in_lane);
+            assert!(guard.raw.len() - guard.fed <= plan.windows);
+        }
+        assert_eq!(guard.held_chars(), plan.windows);
+
+        // A literal sends the text through the rules, and once they are quiet again the
+        // guard is back in the lane.
+        let secret = "mail ops@example.com or call 123-45-6789 now. ";
+        let mut left_the_lane = false;
+        for chunk in [secret, &plain].concat().as_bytes().chunks(16) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            left_the_lane |= !guard.in_lane;
+        }
+        assert!(left_the_lane);
+        assert!(guard.in_lane);
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("text"));
+        }
+        assert_eq!(
+            shown,
+            format!("{plain}mail [EMAIL] or call [SSN] now. {plain}")
+        );
+    });
+}
+
+/// An e-mail address, watched for its `@`.
+const EMAIL: &str = r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}";
+
+#[test]
+fn replacing_stages_with_one_byte_literals_are_searched_together() {
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Deny(&["evil.invalid"]))
+            .output(Redact(EMAIL, "EMAIL"))
+    });
+    let plan = engine.stream_plan();
+    let group = plan.lane_group.as_ref().expect("a group");
+    // The `-` of the SSN and the `@` of the address, not the denied domain.
+    assert_eq!(group.stages, [0, 2]);
+    let text = b"plain text, then ops@example.com and 123-45-6789";
+    let found = group.prefilter.find(text, Span::from(0..text.len()));
+    assert_eq!(found.map(|found| text[found.start]), Some(b'@'));
+    // One replacing stage alone is searched on its own.
+    let engine = engine_of(|set| set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN")));
+    assert!(engine.stream_plan().lane_group.is_none());
+    // So are replacing stages whose literals are longer than a byte.
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(r"key-[0-9a-f]{8}", "KEY"))
+    });
+    assert!(engine.stream_plan().lane_group.is_none());
+    // The group's literals are found where each stage's search had left off: a secret
+    // after a long plain text is replaced, through the group, as the whole text has it.
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(EMAIL, "EMAIL"))
+    });
+    let text = [
+        "plain words here. ".repeat(30),
+        "call 123-45-6789 or ops@example.com. ".into(),
+        "more plain words. ".repeat(30),
+    ]
+    .concat();
+    runtime().block_on(async {
+        for size in [5, 16, 64, 300] {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            for chunk in text.as_bytes().chunks(size) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            }
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("text"));
+            }
+            assert_eq!(
+                shown,
+                text.replace("123-45-6789", "[SSN]")
+                    .replace("ops@example.com", "[EMAIL]"),
+                "{size}"
+            );
+        }
+    });
+}
+
+#[test]
+fn out_of_the_lane_clear_pushes_are_kept_until_the_windows_fill() {
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+    });
+    let plan = engine.stream_plan();
+    assert!(plan.lane);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let plain = "nothing to see in this sentence at all. ".repeat(8);
+        let secret = "mail ops@example.com or call 123-45-6789 now. ";
+        let text = [plain.as_str(), secret, &plain, secret, secret, &plain].concat();
+        let mut shown = String::new();
+        let (mut kept, mut ran) = (0, 0);
+        for chunk in text.as_bytes().chunks(16) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            let buffers = |guard: &OutputStream<'_>| -> Vec<usize> {
+                guard.stages.iter().map(|s| s.buffer.len()).collect()
+            };
+            let (was_in_lane, before) = (guard.in_lane, buffers(&guard));
+            let released = guard.feed(chunk).await.expect("no denial").to_owned();
+            if !was_in_lane {
+                // Out of the lane, a push whose bytes hold no literal only keeps them
+                // (the stages do not run) while the held text stays within the windows.
+                if !guard.in_lane && buffers(&guard) == before {
+                    assert!(released.is_empty());
+                    kept += 1;
+                } else {
+                    ran += 1;
+                }
+            }
+            let held = guard.raw.len() - guard.fed
+                + guard.stages.iter().map(|s| s.held().len()).sum::<usize>();
+            assert!(held <= plan.windows, "{held} held");
+            shown.push_str(&released);
+        }
+        assert!(kept > 0 && ran > 0, "kept {kept}, ran {ran}");
+        assert!(guard.in_lane);
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("text"));
+        }
+        let redacted = "mail [EMAIL] or call [SSN] now. ";
+        assert_eq!(
+            shown,
+            [plain.as_str(), redacted, &plain, redacted, redacted, &plain].concat()
+        );
+    });
+}
+
+#[test]
+fn a_stream_makes_room_for_as_much_text_as_the_last_one_received() {
+    let engine = engine_of(|set| set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN")));
+    let runtime = runtime();
+    runtime.block_on(async {
+        let first = engine.output_stream(Metadata::new("agent", "session"));
+        assert_eq!(first.raw.capacity(), 0);
+        let mut first = first;
+        let text = "call 123-45-6789 now. ".repeat(100);
+        for chunk in text.as_bytes().chunks(16) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            first.feed(chunk).await.expect("no denial");
+        }
+        first.finish().await;
+        let second = engine.output_stream(Metadata::new("agent", "session"));
+        assert!(second.raw.capacity() >= text.len());
+        assert!(second.released.capacity() >= text.len());
+    });
+}
+
+struct Deny(&'static [&'static str]);
+
+#[async_trait::async_trait]
+impl Policy<OutputContext> for Deny {
+    fn id(&self) -> &str {
+        "deny"
+    }
+
+    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, crate::BoxError> {
+        Ok(PolicyDecision::allow())
+    }
+
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        Some(vec![StreamingRule::deny_on_any(self.0, None)])
+    }
+}
+
+/// Replaces matches of a pattern with the given text.
+struct ReplaceWith(&'static str, &'static str);
+
+#[async_trait::async_trait]
+impl Policy<OutputContext> for ReplaceWith {
+    fn id(&self) -> &str {
+        "replace"
+    }
+
+    async fn evaluate(&self, _: &OutputContext) -> Result<PolicyDecision, crate::BoxError> {
+        Ok(PolicyDecision::allow())
+    }
+
+    fn streaming(&self) -> Option<Vec<StreamingRule>> {
+        Some(vec![StreamingRule::Replace {
+            pattern: self.0.into(),
+            replacement: self.1.into(),
+            max_match_len: None,
+        }])
+    }
+}
+
+#[test]
+fn a_literal_a_replacement_makes_with_the_text_after_it_is_found() {
+    // The answer has no blocked domain; the SSN's replacement makes one with the text
+    // after it. The fast lane finds none in the answer, and the deny stage must still
+    // search its own text.
+    let plain = "nothing to see in this sentence at all. ".repeat(12);
+    let text = [&plain[..64], "call 123-45-6789.invalid now. ", &plain].concat();
+    for batch in [0, 256] {
+        let engine = engine_of(|set| {
+            set.stream_batch(batch)
+                .output(ReplaceWith(r"\b\d{3}-\d{2}-\d{4}\b", "x-evil"))
+                .output(Deny(&["evil.invalid"]))
+        });
+        let plan = engine.stream_plan();
+        assert!(plan.lane);
+        assert_eq!(
+            plan.stages
+                .iter()
+                .map(|stage| stage.own_literals)
+                .collect::<Vec<_>>(),
+            [true, false]
+        );
+        for size in [1, 5, 16, 64] {
+            let chunks = text
+                .as_bytes()
+                .chunks(size)
+                .map(|chunk| std::str::from_utf8(chunk).expect("ascii"));
+            assert!(denied(&engine, chunks), "batch {batch}, {size}-byte deltas");
+        }
+    }
+}
+
+#[test]
+fn empty_pushes_while_a_replacing_literal_is_pending_pass_with_one_byte_literals() {
+    // Every literal is one byte: the pushes after the lane's search look for a denying
+    // stage's literal from the end of the text it searched, not past it.
+    let engine = engine_of(|set| {
+        set.output(Redact(r"[0-9]{1,4}-[0-9]{1,4}", "DASH"))
+            .output(Redact(r"[a-z]{1,8}@[a-z]{1,8}", "AT"))
+            .output(Deny(&["#"]))
+    });
+    let plan = engine.stream_plan();
+    assert!(plan.lane && plan.longest_literal == 1);
+    let shown = runtime().block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let mut shown = String::new();
+        let pushes = [
+            "call 12-34 now, or write to them about it: ",
+            "",
+            "",
+            "their address is a@b for now, ",
+            "",
+            "it says so on the page you have in front of you!",
+            "",
+            "",
+        ];
+        for chunk in pushes {
+            shown.push_str(guard.feed(chunk).await.expect("allowed"));
+        }
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("allowed"));
+        }
+        shown
+    });
+    assert_eq!(
+        shown,
+        "call [DASH] now, or write to them about it: their address is [AT] for now, \
+         it says so on the page you have in front of you!"
+    );
+}
+
+#[test]
+fn a_denied_literal_begun_in_the_push_that_found_a_replacing_one_is_found() {
+    // The push that brings the SSN's `-` ends in the first bytes of a blocked domain: the
+    // lane's search then cannot see it whole, and the pushes after it must.
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Deny(&["evil.invalid"]))
+    });
+    let plain = "nothing to see in this sentence at all. ".repeat(4);
+    let pushes = [
+        &plain[..],
+        "call 123-45-6789 at evil",
+        ".invalid now, or later. ",
+        &plain,
+        &plain,
+    ];
+    assert!(denied(&engine, pushes));
+}
+
+#[test]
+fn short_deltas_are_tested_a_window_at_a_time_within_the_slack() {
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+    });
+    let plan = engine.stream_plan();
+    assert!(plan.lane && plan.lane_slack >= 16);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let plain = "nothing to see in this sentence at all. ".repeat(8);
+        let secret = "mail ops@example.com or call 123-45-6789 now. ";
+        let text = [plain.as_str(), secret, &plain, secret, &plain].concat();
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let mut shown = String::new();
+        let (mut deferred, mut tested) = (0, 0);
+        for chunk in text.as_bytes().chunks(3) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            let (direct, filtered) = (guard.route == PushRoute::Lane, guard.lane_filtered);
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            if direct && guard.in_lane && guard.lane_until.is_none() {
+                // The untested bytes never outgrow the slack.
+                assert!(guard.raw.len() - guard.lane_filtered <= plan.lane_slack);
+                if guard.lane_filtered == filtered {
+                    deferred += 1;
+                } else {
+                    tested += 1;
+                }
+            }
+        }
+        // About one push in six tests a window (16 bytes in 3-byte deltas).
+        assert!(
+            deferred > 4 * tested && tested > 0,
+            "{deferred} deferred, {tested} tested"
+        );
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("text"));
+        }
+        let redacted = "mail [EMAIL] or call [SSN] now. ";
+        assert_eq!(
+            shown,
+            [plain.as_str(), redacted, &plain, redacted, &plain].concat()
+        );
+    });
+}
+
+#[test]
+fn a_replacing_literal_lets_the_lane_release_up_to_where_its_match_may_start() {
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Deny(&["evil.invalid"]))
+    });
+    let plan = engine.stream_plan();
+    assert!(plan.lane);
+    let runtime = runtime();
+    let plain = "nothing to see in this sentence at all. ".repeat(8);
+    // Released, and whether the stream was denied.
+    let stream = |text: String| {
+        runtime.block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let mut shown = String::new();
+            let mut pending_pushes = 0;
+            for chunk in text.as_bytes().chunks(16) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                let was_pending = guard.lane_until;
+                match guard.feed(chunk).await {
+                    Ok(released) => shown.push_str(released),
+                    Err(_) => return (shown, true, pending_pushes),
+                }
+                if let (Some(until), Some(_)) = (was_pending, guard.lane_until) {
+                    // The stages did not run, the lane released text before `until`.
+                    pending_pushes += 1;
+                    assert!(guard.in_lane && guard.stages.iter().all(|s| s.buffer.is_empty()));
+                    assert!(guard.fed <= until && guard.raw.len() - guard.fed <= plan.windows);
+                }
+            }
+            for item in guard.finish().await {
+                match item.into_text() {
+                    Ok(text) => shown.push_str(&text),
+                    Err(_) => return (shown, true, pending_pushes),
+                }
+            }
+            (shown, false, pending_pushes)
+        })
+    };
+    // The SSN's `-` is found while the lane still has text to release before it.
+    let text = [plain.as_str(), "call 123-45-6789 now. ", &plain].concat();
+    let (shown, denied, pending_pushes) = stream(text);
+    assert!(!denied);
+    assert!(pending_pushes > 0);
+    assert_eq!(shown, [plain.as_str(), "call [SSN] now. ", &plain].concat());
+    // A denying stage's literal while a replacing one is pending: the stages run at once,
+    // and nothing of the denied match is released.
+    let text = [
+        plain.as_str(),
+        "call 123-45-6789 at evil.invalid now. ",
+        &plain,
+    ]
+    .concat();
+    let (shown, denied, _) = stream(text);
+    assert!(denied);
+    assert!(
+        shown.len() <= plain.len() + "call 123-45-6789 at ".len(),
+        "{shown:?}"
+    );
+}
+
+#[test]
+fn a_batch_whose_match_the_stages_pass_on_takes_the_lane_again_at_once() {
+    let engine = engine_of(|set| {
+        set.stream_batch(256)
+            .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+            .output(Deny(&["evil.invalid"]))
+    });
+    assert!(engine.stream_plan().lane);
+    let plain = "nothing to see in this sentence at all. ".repeat(12);
+    // The first batch ends 256 bytes in, far enough after the secrets for the stages to
+    // pass their replacements on in the run that batch makes.
+    let text = [
+        &plain[..64],
+        "call 123-45-6789 or ops@example.com now. ",
+        &plain,
+    ]
+    .concat();
+    let (shown, lane_after_run) = runtime().block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let mut shown = String::new();
+        let mut lane_after_run = None;
+        for chunk in text.as_bytes().chunks(16) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            let before = guard.raw.len();
+            shown.push_str(guard.feed(chunk).await.expect("allowed"));
+            if before < 256 && guard.raw.len() >= 256 {
+                lane_after_run = Some(guard.in_lane);
+            }
+        }
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("allowed"));
+        }
+        (shown, lane_after_run)
+    });
+    // Back in the lane with the push that ran the stages, not a batch later.
+    assert_eq!(lane_after_run, Some(true));
+    assert_eq!(
+        shown,
+        [&plain[..64], "call [SSN] or [EMAIL] now. ", &plain].concat()
+    );
+}
+
+#[test]
+fn a_literal_whose_start_ends_a_push_is_found_in_the_fast_lane() {
+    let engine = engine_of(|set| set.output(Deny(&["evil.invalid", "malware.test"])));
+    assert!(engine.stream_plan().lane);
+    // The first two bytes of the literal end one push (the filter flags them, the
+    // prefilter finds no whole literal yet); the rest comes with the next pushes.
+    for split in [
+        &["nothing to see in this sentence. ev", "il.invalid and more"][..],
+        &[
+            "nothing to see in this sentence. e",
+            "v",
+            "il.inv",
+            "alid and more",
+        ],
+        &["plain text, then ma", "lware.test"],
+    ] {
+        assert!(denied(&engine, split.iter().copied()), "{split:?}");
+    }
+}
+
+#[test]
+fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one() {
+    // The DFA stage keeps the guard out of the fast lane, so the e-mail stage runs on
+    // every push: with no `@` in sight it holds back only the 16 address characters a
+    // match may have before an `@` that is still to come (and a partial character), not
+    // its whole window.
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{5}\b", "ZIP"))
+            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.[a-z]{2,4}", "EMAIL"))
+    });
+    let plan = engine.stream_plan();
+    assert!(!plan.lane);
+    let email = &plan.stages[1];
+    assert_eq!(email.back, 16);
+    assert!(email.window > 30);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let mut shown = String::new();
+        let text = "plain words and more plain words, ".repeat(8);
+        for chunk in text.as_bytes().chunks(16) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            assert!(guard.stages[1].held().len() <= email.back + 3);
+        }
+        // An address still arriving is held whole, and redacted.
+        for chunk in ["write to ops", "@corp", ".com now. ", &text] {
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+        }
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("text"));
+        }
+        assert_eq!(shown, format!("{text}write to [EMAIL] now. {text}"));
+    });
+}
+
+#[test]
+fn out_of_the_lane_a_blocked_literal_goes_to_the_stages_at_once() {
+    let engine = engine_of(|set| {
+        set.output(Deny(&["evil.invalid", "malware.test"]))
+            .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+    });
+    assert!(engine.stream_plan().lane);
+    let runtime = runtime();
+    let plain = "nothing to see in this sentence at all. ".repeat(8);
+    // Right after a replacement, out of the lane, the blocked domain arrives in pieces.
+    let text = [
+        &plain,
+        "call 123-45-6789 or ops@example.com, ",
+        "then evil.inv",
+        "alid ",
+    ]
+    .concat();
+    let literal_end = text.find("evil.invalid").expect("the literal") + "evil.invalid".len();
+    runtime.block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let mut received = 0;
+        let mut out_of_the_lane = false;
+        for chunk in text
+            .as_bytes()
+            .chunks(8)
+            .chain([&b"more plain text. "[..]; 40])
+        {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            out_of_the_lane |= !guard.in_lane;
+            received += chunk.len();
+            if guard.feed(chunk).await.is_err() {
+                assert!(out_of_the_lane);
+                // The deny stage (the first) reports a match once its window is past
+                // it: within a few pushes of the literal, not once the windows of all
+                // stages fill.
+                assert!(
+                    received <= literal_end + 24,
+                    "denied {} bytes after the literal",
+                    received - literal_end
+                );
+                return;
+            }
+        }
+        panic!("no denial");
+    });
+}
+
+#[test]
+fn the_lane_tests_exactly_the_literals_first_bytes() {
+    let engine = engine_of(|set| {
+        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(EMAIL, "EMAIL"))
+            .output(Deny(&["phishing.example", "malware.test", "evil.invalid"]))
+    });
+    // `-` and `@` alone; `ph`, `ma` and `ev` in either case.
+    assert_eq!(engine.stream_plan().lane_filter.few_tests(), Some((2, 3)));
+}
+
+#[test]
+fn a_feed_is_two_words() {
+    // Returned in two registers; a larger `Feed` goes through memory, and reading it back
+    // from several stores stalls the caller on every push.
+    assert_eq!(
+        std::mem::size_of::<Feed<'_, '_>>(),
+        2 * std::mem::size_of::<usize>()
+    );
+}
+
+#[test]
+fn patterns_without_a_common_literal_are_stepped_by_a_dfa() {
+    assert!(literals_of(r"\b\d{5}\b").is_none());
+    assert!(literals_of(r"\w{3,8}").is_none());
+}
