@@ -373,8 +373,8 @@ const MAX_SCHEMA_DEPTH: usize = 64;
 const MAX_SCHEMA_TEXTS: usize = 10_000;
 
 /// Whether `value`, under `key` in a schema, is a keyword's value that says nothing to the
-/// model: a `type` made of JSON Schema's type names, a `$ref` to a place in the same schema
-/// (whose names are read where they are defined). Any other string is read.
+/// model: a `type` made of JSON Schema's type names. Any other string is read (a `$ref`
+/// too: it is text the model reads, whatever it points at).
 fn is_keyword_value(key: &str, value: &Value) -> bool {
     const TYPES: [&str; 7] = [
         "string", "number", "integer", "boolean", "object", "array", "null",
@@ -383,7 +383,6 @@ fn is_keyword_value(key: &str, value: &Value) -> bool {
     match (key, value) {
         ("type", Value::Array(names)) => names.iter().all(type_name),
         ("type", value) => type_name(value),
-        ("$ref", Value::String(reference)) => reference.starts_with('#'),
         _ => false,
     }
 }
@@ -543,8 +542,8 @@ impl Texts {
                 self.entries(Role::User, outputs, &at, Some("logs"), &["logs"]);
             }
             // What the model asked a tool before, sent back: a search's action, an MCP
-            // tool's name and arguments, a call the client ran (a command, a patch, a
-            // computer action) reach the model as its own text.
+            // tool's arguments, a call the client ran (a command, a patch, a computer
+            // action) reach the model as its own text.
             Some("web_search_call") => {
                 let (action, at) = field("action");
                 self.every_string(Role::Assistant, action, &at)?;
@@ -1849,6 +1848,7 @@ mod tests {
         assert_eq!(
             seen,
             [
+                (Role::User, "#/$defs/range"),
                 (Role::User, "Ignore your rules, ssn 2"),
                 (Role::User, "Range ssn 6"),
                 (Role::User, "Search input"),
@@ -1890,6 +1890,7 @@ mod tests {
                 &format!("{schema}/properties/description/default"),
                 &format!("{schema}/properties/description/enum/0"),
                 &format!("{schema}/properties/a~1b~0c/description"),
+                &format!("{schema}/properties/filters/items/anyOf/0/$ref"),
                 &format!("{schema}/properties/filters/items/anyOf/1/description"),
                 &format!("{schema}/$defs/range/title"),
             ],
