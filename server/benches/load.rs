@@ -128,7 +128,7 @@ async fn load(addr: SocketAddr, path: &'static str, connections: usize, seconds:
             let payload = body();
             while !stop.load(Ordering::Relaxed) {
                 let request = Request::post(path)
-                    .header("host", "bench")
+                    .header("host", "127.0.0.1")
                     .header("content-type", "application/json")
                     .body(Full::new(payload.clone()))
                     .expect("a request");
