@@ -44,6 +44,40 @@ pub fn is_loopback_host(host: &str) -> bool {
             .is_some_and(|tail| tail.eq_ignore_ascii_case(".localhost"))
 }
 
+/// Why an edge without a token refuses a request a web page could have sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrowserRefusal {
+    /// The request carries `Origin`: a browser sent it for a page.
+    Origin,
+    /// The request's `Host` (given here; empty when it had none) is neither a loopback name
+    /// nor one the edge allows.
+    Host(String),
+}
+
+/// Checks a request that an edge without a token received: `has_origin`, whether it carries
+/// `Origin`; `host`, its `Host` value (empty when missing); `allowed`, the host names the edge
+/// answers besides the loopback ones (compared without case). See [`is_loopback_host`].
+pub fn check_browser(
+    has_origin: bool,
+    host: &str,
+    allowed: &[String],
+) -> Result<(), BrowserRefusal> {
+    if has_origin {
+        return Err(BrowserRefusal::Origin);
+    }
+    let named = is_loopback_host(host)
+        || host_name(host).is_some_and(|name| {
+            allowed
+                .iter()
+                .any(|allowed| allowed.eq_ignore_ascii_case(name))
+        });
+    if named {
+        Ok(())
+    } else {
+        Err(BrowserRefusal::Host(host.to_owned()))
+    }
+}
+
 /// The host of a `Host` header value, without its port or an IPv6 address's brackets; `None`
 /// when the value is not one.
 pub fn host_name(host: &str) -> Option<&str> {
@@ -70,7 +104,7 @@ fn port(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{host_name, is_json_media_type, is_loopback_host};
+    use super::{BrowserRefusal, check_browser, host_name, is_json_media_type, is_loopback_host};
 
     #[test]
     fn json_types_are_json_in_any_case_with_parameters() {
@@ -129,6 +163,25 @@ mod tests {
         ] {
             assert!(!is_loopback_host(other), "{other}");
         }
+    }
+
+    #[test]
+    fn a_page_is_refused_by_its_origin_or_its_host() {
+        let allowed = ["Proxy.Internal".to_owned()];
+        assert_eq!(check_browser(false, "localhost:8080", &allowed), Ok(()));
+        assert_eq!(check_browser(false, "proxy.internal", &allowed), Ok(()));
+        assert_eq!(
+            check_browser(true, "localhost", &allowed),
+            Err(BrowserRefusal::Origin)
+        );
+        assert_eq!(
+            check_browser(false, "evil.example", &allowed),
+            Err(BrowserRefusal::Host("evil.example".to_owned()))
+        );
+        assert_eq!(
+            check_browser(false, "", &[]),
+            Err(BrowserRefusal::Host(String::new()))
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
+use portcullis_engine::edge::BrowserRefusal;
 use portcullis_engine::{
     AuditHandler, AuditRecord, BearerToken, EngineError, InterceptionPoint, PolicyContext,
     PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet, edge,
@@ -551,34 +552,29 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
 /// Refuses, for a service without a token, a request carrying `Origin` and one naming a
 /// host that is neither a loopback name nor allowed (403).
 fn browser_safe(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
-    if headers.contains_key(header::ORIGIN) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "browser_request",
-            "a request sent by a web page (it carries Origin) is refused by a service without a token; set --token-env",
-        ));
-    }
     let host = headers
         .get(header::HOST)
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default();
-    let allowed = edge::is_loopback_host(host)
-        || edge::host_name(host).is_some_and(|name| {
-            shared
-                .allowed_hosts
-                .iter()
-                .any(|allowed| allowed.eq_ignore_ascii_case(name))
-        });
-    if allowed {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        "unknown_host",
-        format!(
-            "the request names the host {host:?}; a service without a token answers only requests naming a loopback host or one given with --allow-host"
+    edge::check_browser(
+        headers.contains_key(header::ORIGIN),
+        host,
+        &shared.allowed_hosts,
+    )
+    .map_err(|refusal| match refusal {
+        BrowserRefusal::Origin => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "browser_request",
+            "a request sent by a web page (it carries Origin) is refused by a service without a token; set --token-env",
         ),
-    ))
+        BrowserRefusal::Host(host) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "unknown_host",
+            format!(
+                "the request names the host {host:?}; a service without a token answers only requests naming a loopback host or one given with --allow-host"
+            ),
+        ),
+    })
 }
 
 /// Refuses a body that is not declared JSON (415): a browser page can POST a "simple"

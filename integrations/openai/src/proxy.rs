@@ -99,7 +99,8 @@ use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Body, Frame};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use portcullis_engine::{BearerToken, PolicyEngine, edge};
+use portcullis_engine::edge::{self, BrowserRefusal};
+use portcullis_engine::{BearerToken, PolicyEngine};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -694,35 +695,34 @@ impl OpenAIProxy {
     /// name was re-pointed at the proxy) and one naming a host that is neither a loopback
     /// name nor [allowed](OpenAIProxy::allow_host).
     fn browser_safe(&self, headers: &HeaderMap) -> Result<(), Box<Response<ProxyBody>>> {
-        if headers.contains_key(header::ORIGIN) {
-            return Err(Box::new(error_response(
-                StatusCode::FORBIDDEN,
-                "invalid_request_error",
-                Some("browser_request"),
-                "portcullis: a request sent by a web page (it carries Origin) is refused by a proxy without a client token; set --token-env",
-            )));
-        }
         let host = headers
             .get(header::HOST)
             .and_then(|value| value.to_str().ok())
             .unwrap_or_default();
-        let allowed = edge::is_loopback_host(host)
-            || edge::host_name(host).is_some_and(|name| {
-                self.allowed_hosts
-                    .iter()
-                    .any(|allowed| allowed.eq_ignore_ascii_case(name))
-            });
-        if allowed {
-            return Ok(());
-        }
-        Err(Box::new(error_response(
-            StatusCode::FORBIDDEN,
-            "invalid_request_error",
-            Some("unknown_host"),
-            &format!(
-                "portcullis: the request names the host {host:?}; a proxy without a client token answers only requests naming a loopback host or one given with --allow-host"
+        let refusal = match edge::check_browser(
+            headers.contains_key(header::ORIGIN),
+            host,
+            &self.allowed_hosts,
+        ) {
+            Ok(()) => return Ok(()),
+            Err(refusal) => refusal,
+        };
+        Err(Box::new(match refusal {
+            BrowserRefusal::Origin => error_response(
+                StatusCode::FORBIDDEN,
+                "invalid_request_error",
+                Some("browser_request"),
+                "portcullis: a request sent by a web page (it carries Origin) is refused by a proxy without a client token; set --token-env",
             ),
-        )))
+            BrowserRefusal::Host(host) => error_response(
+                StatusCode::FORBIDDEN,
+                "invalid_request_error",
+                Some("unknown_host"),
+                &format!(
+                    "portcullis: the request names the host {host:?}; a proxy without a client token answers only requests naming a loopback host or one given with --allow-host"
+                ),
+            ),
+        }))
     }
 
     /// The session a request is bound to, if the proxy binds sessions to clients; an answer
