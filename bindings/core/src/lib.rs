@@ -4,7 +4,7 @@
 //! built for one point, the policy a rule that could not be loaded gives, and the audit
 //! records a call keeps to hand to the host language's handler, and the policy trait for a
 //! policy written in the host language, and one call of an engine on a context given as JSON
-//! with its outcome as JSON.
+//! with its outcome as JSON, and where a call takes its first steps.
 //!
 //! Nothing here knows a host language: each binding translates these into its own values and
 //! errors.
@@ -13,6 +13,7 @@ mod audit;
 mod host;
 mod native;
 mod outcome;
+mod steps;
 
 pub use audit::{
     ObservabilitySettings, RECORDS, audit_handler, observability_handler, with_records,
@@ -23,3 +24,4 @@ pub use native::{
     parse_point, rego, rego_server,
 };
 pub use outcome::{is_call_context, outcome, read_context};
+pub use steps::{poll_here, run_here};

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 
 use portcullis_engine::{
     EngineError, InputContext, InterceptionPoint, OnError, OutputContext, PolicyContext,
@@ -19,7 +19,7 @@ use pyo3::types::{PyList, PyTuple};
 use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 
-use portcullis_bindings::{PointPolicy, with_records};
+use portcullis_bindings::{PointPolicy, poll_here, run_here, with_records};
 
 use crate::audit::{NativeAuditSink, audit_handler};
 use crate::convert::{read_context, to_python};
@@ -185,17 +185,7 @@ impl NativeEngine {
         check_not_nested()?;
         let call = self.call(point, context)?;
         let runtime = runtime()?;
-        Ok(py.detach(|| {
-            let mut call = std::pin::pin!(call);
-            let first = {
-                let _entered = runtime.enter();
-                call.as_mut().poll(&mut Context::from_waker(Waker::noop()))
-            };
-            match first {
-                Poll::Ready(outcome) => outcome,
-                Poll::Pending => runtime.block_on(call),
-            }
-        }))
+        Ok(py.detach(|| run_here(runtime, call)))
     }
 
     /// Records a person's approval of the action whose digest is `digest` (an approval
@@ -232,10 +222,7 @@ impl NativeEngine {
         let mut call = Box::pin(CALLER_LOOP.scope(locals.clone(), call));
         // The first steps on this thread: in-memory policies decide without a round trip
         // through the runtime.
-        let first = py.detach(|| {
-            let _entered = runtime.enter();
-            call.as_mut().poll(&mut Context::from_waker(Waker::noop()))
-        });
+        let first = py.detach(|| poll_here(runtime, call.as_mut()));
         match first {
             Poll::Ready(outcome) => Ok(outcome.into_pyobject(py)?.into_any()),
             Poll::Pending => {

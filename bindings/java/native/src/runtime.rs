@@ -2,9 +2,7 @@
 //! when a policy waits.
 
 use std::future::Future;
-use std::pin::pin;
 use std::sync::OnceLock;
-use std::task::{Context, Poll, Waker};
 
 use tokio::runtime::Runtime;
 
@@ -40,16 +38,7 @@ pub fn check_not_nested() -> Result<(), String> {
 /// finish without a round trip through the runtime), then blocking on the runtime.
 pub fn run_blocking<F: Future>(call: F) -> Result<F::Output, String> {
     check_not_nested()?;
-    let runtime = runtime()?;
-    let mut call = pin!(call);
-    let first = {
-        let _entered = runtime.enter();
-        call.as_mut().poll(&mut Context::from_waker(Waker::noop()))
-    };
-    match first {
-        Poll::Ready(output) => Ok(output),
-        Poll::Pending => Ok(runtime.block_on(call)),
-    }
+    Ok(portcullis_bindings::run_here(runtime()?, call))
 }
 
 #[cfg(test)]
