@@ -1,0 +1,1 @@
+/* The console page: filled in next. */
