@@ -32,17 +32,19 @@ pub use portcullis_engine::{
 pub use portcullis_engine::{EngineError, PolicyDenialError, PolicyEvaluationError};
 // Audit records.
 pub use portcullis_engine::{AuditContext, AuditDecision, AuditHandler, AuditRecord};
-// Approvals: escalations, the person who answers them, and stored grants.
+// Approvals: escalations, the person who answers them, and the store of requests, grants and
+// refusals.
 pub use portcullis_engine::{
-    ApprovalAnswer, ApprovalRequest, ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, Grant,
-    GrantStore, MemoryGrantStore,
+    ApprovalAnswer, ApprovalRecord, ApprovalRequest, ApprovalResolver, ApprovalScope,
+    ApprovalStatus, ApprovalVerdict, Approvals, DEFAULT_APPROVAL_TIMEOUT, DecideError, Grant,
+    GrantStore, MemoryGrantStore, Refusal,
 };
 // Streaming answers (the rest is in `stream`).
 pub use portcullis_engine::{
     Feed, OutputStream, StreamItem, StreamItems, StreamText, StreamingRule,
 };
 // The engine's modules: applying decisions, the causes of errors, field paths, streaming.
-pub use portcullis_engine::{apply, approval, error, path, session, stream};
+pub use portcullis_engine::{apply, approval, duration, error, grant, path, session, stream};
 // Session state: the store trait and the in-memory store (see the `session` module).
 pub use portcullis_engine::{MemorySessionStore, SessionFacts, SessionStore};
 

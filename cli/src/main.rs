@@ -7,6 +7,7 @@
 //! when a call's outcome would change; `proxy` adds 5 when the proxy cannot start or fails.
 //! `serve` runs until stopped and exits 0.
 
+mod approvals;
 mod check;
 mod log;
 mod outcome;
@@ -198,7 +199,17 @@ enum Command {
         /// waits for its log line (lines that find the queue full are dropped and counted).
         #[arg(long, value_enum, default_value_t = log::LogFormat::Text)]
         log_format: log::LogFormat,
+        /// Serve the approval console at /console: the requests waiting for a person, with
+        /// Approve and Refuse, and a live feed of decisions. Needs --token-env (the page
+        /// signs in with the token).
+        #[arg(long)]
+        console: bool,
     },
+    /// List, grant and refuse the approval requests of a running `portcullis serve` (its
+    /// `/v1/approvals` routes). Exit status 0 when the service answered, 1 when it refused
+    /// (an unknown request, one decided already, a wrong token) or could not be reached.
+    #[command(subcommand)]
+    Approvals(approvals::ApprovalsCommand),
     /// Guard an agent without changing its code: an OpenAI-compatible proxy, or an MCP
     /// server in front of another.
     #[command(subcommand)]
@@ -211,7 +222,10 @@ fn main() -> ExitCode {
         Command::Check { format, .. }
         | Command::Eval { format, .. }
         | Command::Replay { format, .. } => Some(*format),
-        Command::Test { .. } | Command::Serve { .. } | Command::Proxy(_) => None,
+        Command::Test { .. }
+        | Command::Serve { .. }
+        | Command::Approvals(_)
+        | Command::Proxy(_) => None,
     };
     if format == Some(Format::Junit) {
         eprintln!("error: `--format junit` is for `portcullis test`; use human or json here");
@@ -258,6 +272,7 @@ fn main() -> ExitCode {
             max_connections,
             log_level,
             log_format,
+            console,
         } => serve::run(serve::ServeArgs {
             manifest,
             listen,
@@ -275,7 +290,9 @@ fn main() -> ExitCode {
             max_connections,
             log_level,
             log_format,
+            console,
         }),
+        Command::Approvals(command) => approvals::run(command),
         Command::Proxy(command) => proxy::run(command),
     };
     ExitCode::from(code)

@@ -252,9 +252,12 @@ pub(crate) fn run(command: ProxyCommand) -> u8 {
     code
 }
 
-/// The engine the manifest describes (its policy set, sessions, approval time-out and audit
-/// sinks), the handle of its span export and the files to watch for a reload, or `None`
-/// after printing why it does not load.
+/// The engine the manifest describes (its policy set, sessions, approvals and audit sinks),
+/// the handle of its span export and the files to watch for a reload, or `None` after
+/// printing why it does not load. Its approvals are for actions
+/// ([`ApprovalScope::Action`](portcullis::ApprovalScope::Action)): the model's retry of an
+/// escalated call comes with a new call id and other words around it, and a person's grant
+/// covers the tool, its arguments, the agent and the session.
 async fn engine(manifest: &Path) -> Option<(Arc<PolicyEngine>, AuditExport, Vec<PathBuf>)> {
     let loaded = match Manifest::load(manifest, &CodeRegistry::new()) {
         Ok(loaded) => loaded,
@@ -269,7 +272,15 @@ async fn engine(manifest: &Path) -> Option<(Arc<PolicyEngine>, AuditExport, Vec<
     let export = loaded.audit_export();
     let files = loaded.files().to_vec();
     match loaded.into_engine_builder().await {
-        Ok(builder) => Some((Arc::new(builder.build()), export, files)),
+        Ok(builder) => Some((
+            Arc::new(
+                builder
+                    .approval_scope(portcullis::ApprovalScope::Action)
+                    .build(),
+            ),
+            export,
+            files,
+        )),
         Err(errors) => {
             render::print_load_errors(&errors);
             None

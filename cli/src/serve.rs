@@ -30,6 +30,7 @@ pub(crate) struct ServeArgs {
     pub(crate) max_connections: usize,
     pub(crate) log_level: String,
     pub(crate) log_format: LogFormat,
+    pub(crate) console: bool,
 }
 
 fn fail(message: impl std::fmt::Display) -> u8 {
@@ -71,6 +72,12 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         },
         None => None,
     };
+    if args.console && token.is_none() {
+        return fail(
+            "`--console` needs `--token-env VAR`: the page signs in with the token, and whoever \
+             reaches the console can let escalated actions through",
+        );
+    }
     if token.is_none() && !listen.ip().is_loopback() && !args.allow_unauthenticated {
         return fail(format!(
             "refusing to listen on {listen} without a token: anyone who can reach it could ask \
@@ -122,6 +129,9 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         );
     if let Some(token) = token {
         builder = builder.bearer_token(token);
+    }
+    if args.console {
+        builder = builder.console();
     }
     for host in &args.allow_hosts {
         builder = builder.allow_host(host);
@@ -229,7 +239,19 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
             Arc::clone(service.engine()),
             on_reload,
         );
-        serve(listener, service.router(), options, stop_signal()).await
+        if args.console {
+            tracing::info!(
+                "the approval console is at {scheme}://{}/console",
+                listener.local_addr()?
+            );
+        }
+        let closing = service.clone();
+        let stop = async move {
+            stop_signal().await;
+            // Open console feeds end now rather than at the drain time-out.
+            closing.close_feeds();
+        };
+        serve(listener, service.router(), options, stop).await
     });
     watcher.stop();
     // The requests in flight have finished: post the spans still buffered.

@@ -49,7 +49,24 @@ impl ApprovalRequest {
         reasons: Vec<String>,
         context: Value,
     ) -> Self {
-        let action_digest = action_digest(interception_point, &context);
+        Self::scoped(
+            ApprovalScope::Context,
+            interception_point,
+            policy_ids,
+            reasons,
+            context,
+        )
+    }
+
+    /// [`new`](Self::new), with the digest covering what `scope` says.
+    pub fn scoped(
+        scope: ApprovalScope,
+        interception_point: InterceptionPoint,
+        policy_ids: Vec<String>,
+        reasons: Vec<String>,
+        context: Value,
+    ) -> Self {
+        let action_digest = scope.digest(interception_point, &context);
         ApprovalRequest {
             id: next_id(),
             interception_point,
@@ -74,6 +91,76 @@ impl fmt::Display for ApprovalRequest {
         }
         write!(f, " for action {}", self.action_digest)
     }
+}
+
+/// What of a context an action digest covers, and so what a person's grant applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApprovalScope {
+    /// The whole context but `metadata.timestamp` ([`action_digest`]): any other byte that
+    /// differs is another action.
+    #[default]
+    Context,
+    /// What a person approves, and nothing a model or a client invents anew on each try
+    /// ([`call_digest`]): the context without its `calling_message` (the text a model wrote
+    /// around a tool call) and with only `agent_id` and `session_id` of its `metadata` (no
+    /// `tool_call_id`, response ids or other extras). For a tool call: the tool, its
+    /// arguments, the agent and the session. The proxies use it: a model's retry of a call
+    /// comes with a new call id and other words around it.
+    Action,
+}
+
+impl ApprovalScope {
+    /// The digest of `context` at `point` under this scope.
+    pub fn digest(self, point: InterceptionPoint, context: &Value) -> String {
+        match self {
+            ApprovalScope::Context => action_digest(point, context),
+            ApprovalScope::Action => call_digest(point, context),
+        }
+    }
+}
+
+/// The digest of what a person approves of `context` at `point` ([`ApprovalScope::Action`]):
+/// the [`action_digest`] of the context without `calling_message` and with only
+/// `metadata.agent_id` and `metadata.session_id` of its metadata.
+///
+/// ```
+/// use portcullis_engine::{InterceptionPoint, approval::call_digest};
+/// use serde_json::json;
+///
+/// let first = json!({"tool_name": "send_email", "arguments": {"to": "a@example.com"},
+///     "calling_message": {"role": "assistant", "content": "Sending it now."},
+///     "metadata": {"agent_id": "a", "session_id": "s", "tool_call_id": "call_1"}});
+/// let retry = json!({"tool_name": "send_email", "arguments": {"to": "a@example.com"},
+///     "calling_message": {"role": "assistant", "content": "Let me try again."},
+///     "metadata": {"agent_id": "a", "session_id": "s", "tool_call_id": "call_2"}});
+/// assert_eq!(
+///     call_digest(InterceptionPoint::ToolCall, &first),
+///     call_digest(InterceptionPoint::ToolCall, &retry)
+/// );
+/// ```
+pub fn call_digest(point: InterceptionPoint, context: &Value) -> String {
+    let Value::Object(members) = context else {
+        return action_digest(point, context);
+    };
+    let mut action = serde_json::Map::new();
+    for (key, value) in members {
+        match key.as_str() {
+            "calling_message" => {}
+            "metadata" => {
+                let mut kept = serde_json::Map::new();
+                for name in ["agent_id", "session_id"] {
+                    if let Some(value) = value.get(name) {
+                        kept.insert(name.to_owned(), value.clone());
+                    }
+                }
+                action.insert(key.clone(), Value::Object(kept));
+            }
+            _ => {
+                action.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    action_digest(point, &Value::Object(action))
 }
 
 fn next_id() -> String {

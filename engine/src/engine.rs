@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::apply::apply_changes;
-use crate::approval::ApprovalRequest;
+use crate::approval::{ApprovalRequest, ApprovalScope};
 use crate::audit::{AUDIT_POLICY_ID, AuditDecision, AuditHandler, AuditRecord};
 use crate::context::{
     InputContext, InterceptionPoint, OutputContext, ToolCallContext, ToolResultContext,
@@ -22,11 +22,10 @@ use crate::error::{
     BoxError, DeadlineScope, EngineError, InvalidContext, PolicyDenialError, PolicyEvaluationError,
     PolicyPanicked, PolicyResult, PolicyTimedOut, error_chain,
 };
+use crate::grant::GrantStore;
 use crate::point::PolicyContext;
 use crate::policy::Policy;
-use crate::resolve::{
-    ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, GrantStore, Resolution,
-};
+use crate::resolve::{ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, Resolution};
 use crate::session::flow;
 use crate::session::store::{SESSION_POLICY_ID, SessionStore};
 use crate::set::{Entry, OnError, PolicySet};
@@ -154,6 +153,7 @@ pub struct PolicyEngineBuilder {
     resolver: Option<Arc<dyn ApprovalResolver>>,
     approval_timeout: Option<Duration>,
     grant_store: Option<Arc<dyn GrantStore>>,
+    approval_scope: ApprovalScope,
 }
 
 impl PolicyEngineBuilder {
@@ -207,6 +207,21 @@ impl PolicyEngineBuilder {
         self
     }
 
+    /// [`grant_store`](Self::grant_store) with a store that is shared (by several engines,
+    /// or with the service that lists and decides its requests).
+    pub fn shared_grant_store(mut self, store: Arc<dyn GrantStore>) -> Self {
+        self.grant_store = Some(store);
+        self
+    }
+
+    /// What an action digest covers (default [`ApprovalScope::Context`]: the whole context but
+    /// its timestamp). A proxy, whose model invents call ids and words anew on each try, takes
+    /// [`ApprovalScope::Action`].
+    pub fn approval_scope(mut self, scope: ApprovalScope) -> Self {
+        self.approval_scope = scope;
+        self
+    }
+
     /// The engine.
     pub fn build(self) -> PolicyEngine {
         let active = Active::new(self.set.unwrap_or_default());
@@ -219,6 +234,7 @@ impl PolicyEngineBuilder {
                 self.resolver,
                 self.approval_timeout.unwrap_or(DEFAULT_APPROVAL_TIMEOUT),
                 self.grant_store,
+                self.approval_scope,
             ),
         }
     }
@@ -851,7 +867,8 @@ impl PolicyEngine {
             return Ok(evaluation);
         }
         let json = serde_json::to_value(evaluation.context()).unwrap_or_default();
-        let request = ApprovalRequest::new(C::POINT, policy_ids, reasons, json);
+        let mut request =
+            ApprovalRequest::scoped(self.approvals.scope(), C::POINT, policy_ids, reasons, json);
         let resolution = self.approvals.resolve(&request).await;
         let (decision, reason) = match &resolution {
             Resolution::Granted { by, from_grant } => (
@@ -863,7 +880,7 @@ impl PolicyEngine {
                 },
             ),
             Resolution::Refused { reason } => (AuditDecision::ApprovalRefused, reason.clone()),
-            Resolution::Pending { reason } => (AuditDecision::ApprovalPending, reason.clone()),
+            Resolution::Pending { reason, .. } => (AuditDecision::ApprovalPending, reason.clone()),
         };
         for policy_id in &request.policy_ids {
             self.record(
@@ -883,7 +900,12 @@ impl PolicyEngine {
                 C::POINT,
                 Some(reason),
             ))),
-            Resolution::Pending { .. } => Err(EngineError::ApprovalRequired(Box::new(request))),
+            Resolution::Pending { id, .. } => {
+                if let Some(id) = id {
+                    request.id = id;
+                }
+                Err(EngineError::ApprovalRequired(Box::new(request)))
+            }
         }
     }
 

@@ -70,8 +70,10 @@ pub mod approval;
 mod blocking;
 mod context;
 mod decision;
+pub mod duration;
 pub mod edge;
 pub mod error;
+pub mod grant;
 pub mod path;
 mod pattern;
 mod time;
@@ -97,6 +99,7 @@ pub mod session;
 pub use async_trait::async_trait;
 
 pub use approval::ApprovalRequest;
+pub use approval::ApprovalScope;
 pub use audit::{AUDIT_POLICY_ID, AuditContext, AuditDecision, AuditHandler, AuditRecord};
 pub use context::{
     InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, Role,
@@ -108,15 +111,16 @@ pub use decision::{
 };
 pub use engine::{CONTEXT_CHECK_ID, DecisionEntry, Evaluation, PolicyEngine, PolicyEngineBuilder};
 pub use error::{BoxError, EngineError, PolicyDenialError, PolicyEvaluationError};
+pub use grant::{
+    ApprovalRecord, ApprovalStatus, ApprovalVerdict, DecideError, Grant, GrantStore,
+    MemoryGrantStore, Refusal,
+};
 pub use point::{ByPoint, PointMap, PolicyContext};
 pub use policy::{
     Blocking, InputPolicy, Monitored, OutputPolicy, Policy, PolicyExt, PolicyMode, ToolCallPolicy,
     ToolResultPolicy, WithDeadline,
 };
-pub use resolve::{
-    ApprovalAnswer, ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT, Grant, GrantStore,
-    MemoryGrantStore,
-};
+pub use resolve::{ApprovalAnswer, ApprovalResolver, Approvals, DEFAULT_APPROVAL_TIMEOUT};
 pub use session::{MemorySessionStore, SessionFacts, SessionStore};
 pub use set::{OnError, PointPolicies, PointSettings, PolicySet, PolicySetBuilder};
 pub use stream::{Feed, OutputStream, StreamItem, StreamItems, StreamText, StreamingRule};

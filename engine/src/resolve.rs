@@ -1,17 +1,21 @@
-//! Resolving an escalation: stored grants ([`GrantStore`], [`MemoryGrantStore`]), the
-//! application's [`ApprovalResolver`], and the [`Approvals`] handle that holds both.
+//! Resolving an escalation: stored grants and refusals (a [`GrantStore`]), the application's
+//! [`ApprovalResolver`], and the [`Approvals`] handle that holds both and records the requests
+//! nobody answered.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::approval::ApprovalRequest;
+use crate::approval::{ApprovalRequest, ApprovalScope};
 use crate::error::BoxError;
+use crate::grant::{
+    ApprovalRecord, ApprovalStatus, ApprovalVerdict, DecideError, Grant, GrantStore,
+    MemoryGrantStore,
+};
 use crate::timer;
 
 /// How long the engine waits for the resolver's answer unless told otherwise: five minutes.
@@ -64,108 +68,26 @@ pub trait ApprovalResolver: Send + Sync + 'static {
     async fn resolve(&self, request: &ApprovalRequest) -> Result<ApprovalAnswer, BoxError>;
 }
 
-/// A recorded approval of one action: lets exactly one call with that action digest proceed,
-/// until it expires.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// Who approved.
-    pub by: String,
-    /// When the grant stops being valid.
-    pub expires_at: SystemTime,
-}
-
-impl Grant {
-    /// Whether the grant has expired at `now`.
-    pub fn is_expired_at(&self, now: SystemTime) -> bool {
-        now >= self.expires_at
-    }
-}
-
-/// Where grants are kept between the approval and the retried call.
-///
-/// [`MemoryGrantStore`] keeps them in the process; a store shared by a fleet (Redis, a
-/// database) implements this trait. Its contract: [`take`](GrantStore::take) is atomic, so one
-/// grant lets exactly one call through however many calls ask at once, and never returns an
-/// expired grant.
-#[async_trait::async_trait]
-pub trait GrantStore: Send + Sync + 'static {
-    /// Records a grant for `digest` (grants for one digest add up: two grants, two calls).
-    async fn put(&self, digest: &str, grant: Grant) -> Result<(), BoxError>;
-
-    /// Removes and returns one unexpired grant for `digest`, if there is one.
-    async fn take(&self, digest: &str) -> Result<Option<Grant>, BoxError>;
-}
-
-/// Grants kept in memory, in this process: single use, with an expiry.
-#[derive(Debug, Default)]
-pub struct MemoryGrantStore {
-    grants: Mutex<HashMap<String, Vec<Grant>>>,
-}
-
-impl MemoryGrantStore {
-    /// An empty store.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Grant>>> {
-        // The map is consistent after every statement: a poisoned lock is still usable.
-        self.grants
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl GrantStore for MemoryGrantStore {
-    async fn put(&self, digest: &str, grant: Grant) -> Result<(), BoxError> {
-        let now = SystemTime::now();
-        let mut grants = self.lock();
-        // Drop what has expired on the way, so the store does not grow with stale grants.
-        grants.retain(|_, list| {
-            list.retain(|grant| !grant.is_expired_at(now));
-            !list.is_empty()
-        });
-        grants.entry(digest.to_owned()).or_default().push(grant);
-        Ok(())
-    }
-
-    async fn take(&self, digest: &str) -> Result<Option<Grant>, BoxError> {
-        let now = SystemTime::now();
-        let mut grants = self.lock();
-        let Some(list) = grants.get_mut(digest) else {
-            return Ok(None);
-        };
-        list.retain(|grant| !grant.is_expired_at(now));
-        let taken = if list.is_empty() {
-            None
-        } else {
-            Some(list.remove(0))
-        };
-        if list.is_empty() {
-            grants.remove(digest);
-        }
-        Ok(taken)
-    }
-}
-
-/// An engine's approval machinery: the resolver, the time-out, the grant store.
+/// An engine's approval machinery: the resolver, the time-out, the grant store, and what a
+/// digest covers.
 ///
 /// Reached with [`PolicyEngine::approvals`](crate::PolicyEngine::approvals); configured with
-/// the builder's `approvals`, `approval_timeout` and `grant_store`.
+/// the builder's `approvals`, `approval_timeout`, `grant_store` and `approval_scope`.
 pub struct Approvals {
     resolver: Option<Arc<dyn ApprovalResolver>>,
     timeout: Duration,
     store: Arc<dyn GrantStore>,
+    scope: ApprovalScope,
 }
 
 impl Default for Approvals {
     fn default() -> Self {
-        Approvals {
-            resolver: None,
-            timeout: DEFAULT_APPROVAL_TIMEOUT,
-            store: Arc::new(MemoryGrantStore::new()),
-        }
+        Approvals::new(
+            None,
+            DEFAULT_APPROVAL_TIMEOUT,
+            None,
+            ApprovalScope::default(),
+        )
     }
 }
 
@@ -174,6 +96,7 @@ impl fmt::Debug for Approvals {
         f.debug_struct("Approvals")
             .field("resolver", &self.resolver.is_some())
             .field("timeout", &self.timeout)
+            .field("scope", &self.scope)
             .finish_non_exhaustive()
     }
 }
@@ -185,8 +108,9 @@ pub(crate) enum Resolution {
     Granted { by: String, from_grant: bool },
     /// Fail as a denial.
     Refused { reason: String },
-    /// Fail with `ApprovalRequired`.
-    Pending { reason: String },
+    /// Fail with `ApprovalRequired`; `id` is the recorded request's (a retry of a waiting
+    /// action keeps the first request's id).
+    Pending { reason: String, id: Option<String> },
 }
 
 impl Approvals {
@@ -194,11 +118,13 @@ impl Approvals {
         resolver: Option<Arc<dyn ApprovalResolver>>,
         timeout: Duration,
         store: Option<Arc<dyn GrantStore>>,
+        scope: ApprovalScope,
     ) -> Self {
         Approvals {
             resolver,
             timeout,
             store: store.unwrap_or_else(|| Arc::new(MemoryGrantStore::new())),
+            scope,
         }
     }
 
@@ -220,14 +146,43 @@ impl Approvals {
         self.store.put(digest, grant).await
     }
 
+    /// Decides the recorded request `id` (see [`GrantStore::decide`]): a grant lets its
+    /// action through once, a refusal denies it.
+    pub async fn decide(
+        &self,
+        id: &str,
+        verdict: ApprovalVerdict,
+    ) -> Result<ApprovalRecord, DecideError> {
+        self.store.decide(id, verdict).await
+    }
+
+    /// The recorded requests (with `status` only those), newest first.
+    pub async fn list(
+        &self,
+        status: Option<ApprovalStatus>,
+    ) -> Result<Vec<ApprovalRecord>, BoxError> {
+        self.store.approvals(status).await
+    }
+
+    /// The record of the request `id`, if it is kept.
+    pub async fn get(&self, id: &str) -> Result<Option<ApprovalRecord>, BoxError> {
+        self.store.approval(id).await
+    }
+
     /// Whether a resolver is configured.
     pub fn has_resolver(&self) -> bool {
         self.resolver.is_some()
     }
 
-    /// How long the engine waits for the resolver.
+    /// How long the engine waits for the resolver, and how long a request nobody answered
+    /// waits in the store.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// What an action digest covers.
+    pub fn scope(&self) -> ApprovalScope {
+        self.scope
     }
 
     /// The grant store.
@@ -235,9 +190,11 @@ impl Approvals {
         &self.store
     }
 
-    /// Resolves `request`: a stored grant, else the resolver within the time-out.
+    /// Resolves `request`: a stored grant, else a stored refusal, else the resolver within the
+    /// time-out; a request still unanswered is recorded as pending.
     pub(crate) async fn resolve(&self, request: &ApprovalRequest) -> Resolution {
-        match self.store.take(&request.action_digest).await {
+        let digest = &request.action_digest;
+        match self.store.take(digest).await {
             Ok(Some(grant)) => {
                 return Resolution::Granted {
                     by: grant.by,
@@ -251,32 +208,67 @@ impl Approvals {
                 };
             }
         }
-        let Some(resolver) = &self.resolver else {
-            return Resolution::Pending {
-                reason: "no approval resolver is configured".to_owned(),
-            };
+        match self.store.refusal(digest).await {
+            Ok(Some(refusal)) => {
+                return Resolution::Refused {
+                    reason: refusal.denial_reason(),
+                };
+            }
+            Ok(None) => {}
+            Err(error) => {
+                return Resolution::Refused {
+                    reason: format!("the grant store failed: {error}"),
+                };
+            }
+        }
+        let reason = match &self.resolver {
+            None => "no approval resolver is configured".to_owned(),
+            Some(resolver) => {
+                let deadline = Instant::now() + self.timeout;
+                match timer::until(deadline, catching(resolver.resolve(request))).await {
+                    None => format!("no answer within {:?}", self.timeout),
+                    Some(Ok(Ok(ApprovalAnswer::Granted { by }))) => {
+                        return Resolution::Granted {
+                            by,
+                            from_grant: false,
+                        };
+                    }
+                    Some(Ok(Ok(ApprovalAnswer::Refused { reason }))) => {
+                        return Resolution::Refused {
+                            reason: reason.unwrap_or_else(|| "the approval was refused".to_owned()),
+                        };
+                    }
+                    Some(Ok(Ok(ApprovalAnswer::Pending))) => "the approval is pending".to_owned(),
+                    Some(Ok(Err(error))) => {
+                        return Resolution::Refused {
+                            reason: format!("the approval resolver failed: {error}"),
+                        };
+                    }
+                    Some(Err(panic)) => {
+                        return Resolution::Refused {
+                            reason: format!("the approval resolver panicked: {panic}"),
+                        };
+                    }
+                }
+            }
         };
-        let deadline = Instant::now() + self.timeout;
-        let answer = timer::until(deadline, catching(resolver.resolve(request))).await;
-        match answer {
-            None => Resolution::Pending {
-                reason: format!("no answer within {:?}", self.timeout),
+        self.pending(request, reason).await
+    }
+
+    /// Records `request` as waiting for a person (the call fails all the same when the store
+    /// cannot: the escalation is held back either way).
+    async fn pending(&self, request: &ApprovalRequest, reason: String) -> Resolution {
+        let until = SystemTime::now()
+            .checked_add(self.timeout)
+            .unwrap_or_else(|| SystemTime::now() + DEFAULT_APPROVAL_TIMEOUT);
+        match self.store.record(request, until).await {
+            Ok(record) => Resolution::Pending {
+                reason,
+                id: Some(record.request.id),
             },
-            Some(Ok(Ok(ApprovalAnswer::Granted { by }))) => Resolution::Granted {
-                by,
-                from_grant: false,
-            },
-            Some(Ok(Ok(ApprovalAnswer::Refused { reason }))) => Resolution::Refused {
-                reason: reason.unwrap_or_else(|| "the approval was refused".to_owned()),
-            },
-            Some(Ok(Ok(ApprovalAnswer::Pending))) => Resolution::Pending {
-                reason: "the approval is pending".to_owned(),
-            },
-            Some(Ok(Err(error))) => Resolution::Refused {
-                reason: format!("the approval resolver failed: {error}"),
-            },
-            Some(Err(panic)) => Resolution::Refused {
-                reason: format!("the approval resolver panicked: {panic}"),
+            Err(error) => Resolution::Pending {
+                reason: format!("{reason}; the request is not recorded: {error}"),
+                id: None,
             },
         }
     }

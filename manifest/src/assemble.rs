@@ -9,7 +9,7 @@ use portcullis_engine::{AuditHandler, AuditRecord, BoxError, PolicyEngine, Polic
 use crate::JsonlAuditLog;
 use crate::build::LoadedManifest;
 use crate::diagnostic::{Diagnostic, ManifestErrors, Report};
-use crate::model::SessionStore;
+use crate::model::{ApprovalStore, SessionStore};
 
 impl LoadedManifest {
     /// An engine builder with everything the manifest configures:
@@ -18,7 +18,10 @@ impl LoadedManifest {
     /// - `sessions`: a [`MemorySessionStore`] (with `ttl` and `capacity` when given), or a
     ///   Redis store for a `redis://` URL (feature `redis`; connected here, within its
     ///   time-out);
-    /// - `approvals.timeout`: how long the engine waits for an approval resolver;
+    /// - `approvals`: `timeout`, how long the engine waits for an approval resolver and a
+    ///   request waits for a person; `store`, a Redis grant store for a `redis://` URL
+    ///   (feature `redis`; connected here), shared with every replica and proxy naming it
+    ///   (without one, the engine's own store in memory);
     /// - `audit`: every sink named, fanned out to one handler: `jsonl` appends each record
     ///   to the file ([`JsonlAuditLog`], created `0600` or made so, written by a thread of its own, with
     ///   `on_failure` deciding what a record it cannot write does to its call); `otlp` exports each record as a span
@@ -70,7 +73,9 @@ impl LoadedManifest {
     /// The manifest for trial runs (test cases, what-if replays): no audit sink, and sessions
     /// kept in this process's memory even where the manifest names Redis (with the same
     /// `ttl`), so that a trial neither writes to the audit trail nor changes a session that
-    /// real agents share. The policy set, the session flow and the approval time-out stay.
+    /// real agents share; approvals kept in memory too (a trial neither spends a fleet's grant
+    /// nor asks its approvers). The policy set, the session flow and the approval time-out
+    /// stay.
     #[must_use]
     pub fn for_trials(mut self) -> Self {
         self.trial = true;
@@ -79,6 +84,9 @@ impl LoadedManifest {
             && matches!(sessions.store, SessionStore::Redis(_))
         {
             sessions.store = SessionStore::Memory;
+        }
+        if let Some(approvals) = &mut self.manifest.approvals {
+            approvals.store = ApprovalStore::Memory;
         }
         self
     }
@@ -168,8 +176,19 @@ impl LoadedManifest {
             }
         }
 
-        if let Some(timeout) = manifest.approvals.as_ref().and_then(|a| a.timeout) {
-            builder = builder.approval_timeout(timeout);
+        if let Some(approvals) = &manifest.approvals {
+            if let Some(timeout) = approvals.timeout {
+                builder = builder.approval_timeout(timeout);
+            }
+            if let ApprovalStore::Redis(url) = &approvals.store {
+                match redis_grant_store(url, approvals.password_env.as_deref()).await {
+                    Ok(store) => builder = builder.shared_grant_store(store),
+                    Err((message, help)) => report.push(
+                        Diagnostic::error(&manifest.path, Some(approvals.position), message)
+                            .with_help(help),
+                    ),
+                }
+            }
         }
 
         if report.has_errors() {
@@ -234,18 +253,8 @@ async fn redis_store(
     if let Some(ttl) = settings.ttl {
         builder = builder.ttl(ttl);
     }
-    if let Some(variable) = &settings.password_env {
-        match std::env::var(variable) {
-            Ok(password) if !password.is_empty() => builder = builder.password(password),
-            _ => {
-                return Err((
-                    format!(
-                        "`sessions.password_env`: the environment variable {variable} is not set"
-                    ),
-                    format!("set {variable} to the Redis password"),
-                ));
-            }
-        }
+    if let Some(password) = redis_password("sessions", settings.password_env.as_deref())? {
+        builder = builder.password(password);
     }
     match builder.connect().await {
         Ok(store) => Ok(Arc::new(store)),
@@ -254,6 +263,49 @@ async fn redis_store(
             "start Redis, or check the URL (redis://host:port/db, rediss:// for TLS) and the password".to_owned(),
         )),
     }
+}
+
+/// The password a Redis store's `password_env` names, if it names one.
+fn redis_password(section: &str, variable: Option<&str>) -> Result<Option<String>, Problem> {
+    let Some(variable) = variable else {
+        return Ok(None);
+    };
+    match std::env::var(variable) {
+        Ok(password) if !password.is_empty() => Ok(Some(password)),
+        _ => Err((
+            format!("`{section}.password_env`: the environment variable {variable} is not set"),
+            format!("set {variable} to the Redis password"),
+        )),
+    }
+}
+
+#[cfg(feature = "redis")]
+async fn redis_grant_store(
+    url: &str,
+    password_env: Option<&str>,
+) -> Result<Arc<dyn portcullis_engine::GrantStore>, Problem> {
+    let mut builder = portcullis_redis::RedisGrantStore::builder(url);
+    if let Some(password) = redis_password("approvals", password_env)? {
+        builder = builder.password(password);
+    }
+    match builder.connect().await {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(error) => Err((
+            format!("`approvals.store`: {error}"),
+            "start Redis, or check the URL (redis://host:port/db, rediss:// for TLS) and the password".to_owned(),
+        )),
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_grant_store(
+    _url: &str,
+    _password_env: Option<&str>,
+) -> Result<Arc<dyn portcullis_engine::GrantStore>, Problem> {
+    Err((
+        "this build cannot keep approvals in Redis".to_owned(),
+        "build with the `redis` feature".to_owned(),
+    ))
 }
 
 #[cfg(not(feature = "redis"))]

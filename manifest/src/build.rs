@@ -1121,6 +1121,18 @@ pub(crate) fn unsupported_sections(manifest: &Manifest, report: &mut Report) {
                 .with_help("build with the `redis` feature"),
             );
         }
+        if let Some(approvals) = &manifest.approvals
+            && let crate::model::ApprovalStore::Redis(_) = approvals.store
+        {
+            report.push(
+                Diagnostic::warning(
+                    &manifest.path,
+                    Some(approvals.position),
+                    "this build cannot keep approvals in Redis: an engine cannot be built from this manifest",
+                )
+                .with_help("build with the `redis` feature"),
+            );
+        }
     }
     #[cfg(not(feature = "otel"))]
     {

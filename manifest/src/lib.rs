@@ -132,7 +132,6 @@ mod build;
 #[cfg(feature = "cedar")]
 mod cedar;
 mod diagnostic;
-mod duration;
 mod model;
 #[cfg(feature = "otel")]
 mod otlp;
@@ -150,11 +149,11 @@ pub use build::{CodeRegistry, LoadedManifest, bundle_id};
 #[cfg(feature = "cedar")]
 pub use cedar::cedar_file_diagnostics;
 pub use diagnostic::{Diagnostic, ManifestErrors, Severity};
-pub use duration::parse_duration;
 pub use model::{
-    ApprovalSettings, AuditSettings, Include, Manifest, PointOptions, PolicyEntry, PolicySource,
-    SessionSettings, SessionStore, Settings,
+    ApprovalSettings, ApprovalStore, AuditSettings, Include, Manifest, PointOptions, PolicyEntry,
+    PolicySource, SessionSettings, SessionStore, Settings,
 };
+pub use portcullis_engine::duration::parse_duration;
 pub use signing::{BundleKey, KeySource, SigningAlgorithm};
 pub use watch::{ManifestWatcher, ManifestWatcherBuilder, ReloadOutcome, reload};
 pub use yaml::Position;

@@ -255,10 +255,58 @@ pub enum SessionStore {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ApprovalSettings {
-    /// `timeout`: how long an approval is waited for.
+    /// `store`: `memory` (the default) or a `redis://` URL: where pending requests, grants
+    /// and refusals are kept (a Redis store is shared by every replica and proxy naming it).
+    pub store: ApprovalStore,
+    /// `timeout`: how long an approval is waited for (the resolver's answer, and a request
+    /// nobody answered, which waits in the store this long).
     pub timeout: Option<Duration>,
+    /// `password_env` (Redis only): the environment variable holding the Redis password.
+    pub password_env: Option<String>,
     /// Where the `approvals` section is in the manifest.
     pub position: Position,
+}
+
+/// Where approvals are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApprovalStore {
+    /// In the process.
+    Memory,
+    /// In Redis, at this URL.
+    Redis(String),
+}
+
+/// A section's `store`: `Some(None)` for `memory`, `Some(Some(url))` for a Redis URL without
+/// credentials, `None` (reported) for anything else.
+fn read_store(reader: &mut Reader<'_>, value: &Node, section: &str) -> Option<Option<String>> {
+    let store = reader.string(value, &format!("`{section}.store`"))?;
+    if store == "memory" {
+        return Some(None);
+    }
+    if !(store.starts_with("redis://") || store.starts_with("rediss://")) {
+        let diagnostic = reader
+            .error(
+                value.position,
+                format!("`{section}.store` must be `memory` or a redis:// URL"),
+            )
+            .with_help("for example `memory` or `redis://127.0.0.1:6379/0`");
+        reader.push(diagnostic);
+        return None;
+    }
+    if url_has_credentials(&store) {
+        let diagnostic = reader
+            .error(
+                value.position,
+                format!("`{section}.store`: the Redis URL holds credentials, which do not belong in a file"),
+            )
+            .with_help(
+                "drop `user:password@` from the URL and name the variable holding the password with `password_env`",
+            );
+        reader.push(diagnostic);
+        return None;
+    }
+    Some(Some(store))
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -467,38 +515,9 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
                     match field {
                         "store" => {
                             sessions.position = value.position;
-                            match reader.string(value, "`sessions.store`") {
-                                Some(store) if store == "memory" => {}
-                                Some(store)
-                                    if store.starts_with("redis://")
-                                        || store.starts_with("rediss://") =>
-                                {
-                                    if url_has_credentials(&store) {
-                                        let diagnostic = reader
-                                            .error(
-                                                value.position,
-                                                "`sessions.store`: the Redis URL holds credentials, which do not belong in a file",
-                                            )
-                                            .with_help(
-                                                "drop `user:password@` from the URL and name the variable holding the password with `password_env`",
-                                            );
-                                        reader.push(diagnostic);
-                                        ok = false;
-                                    }
-                                    sessions.store = SessionStore::Redis(store);
-                                }
-                                Some(_) => {
-                                    let diagnostic = reader
-                                        .error(
-                                            value.position,
-                                            "`sessions.store` must be `memory` or a redis:// URL",
-                                        )
-                                        .with_help(
-                                            "for example `memory` or `redis://127.0.0.1:6379/0`",
-                                        );
-                                    reader.push(diagnostic);
-                                    ok = false;
-                                }
+                            match read_store(&mut reader, value, "sessions") {
+                                Some(None) => {}
+                                Some(Some(url)) => sessions.store = SessionStore::Redis(url),
                                 None => ok = false,
                             }
                         }
@@ -556,17 +575,60 @@ pub(crate) fn read_manifest(path: &Path, root: &Node, report: &mut Report) -> Ma
             }
             "keys" => manifest.keys = crate::signing::read_keys(&mut reader, &base, value),
             "approvals" => {
-                let Some(fields) = reader.map(value, "`approvals`", &["timeout"]) else {
+                let Some(fields) =
+                    reader.map(value, "`approvals`", &["store", "timeout", "password_env"])
+                else {
                     continue;
                 };
                 let mut approvals = ApprovalSettings {
+                    store: ApprovalStore::Memory,
                     timeout: None,
+                    password_env: None,
                     position: key.position,
                 };
-                for (_, _, value) in fields {
-                    approvals.timeout = reader.duration(value, "`approvals.timeout`");
+                let mut ok = true;
+                let mut password_at = None;
+                for (field, field_key, value) in fields {
+                    match field {
+                        "store" => {
+                            approvals.position = value.position;
+                            match read_store(&mut reader, value, "approvals") {
+                                Some(None) => {}
+                                Some(Some(url)) => approvals.store = ApprovalStore::Redis(url),
+                                None => ok = false,
+                            }
+                        }
+                        "password_env" => {
+                            password_at = Some(field_key.position);
+                            match reader.string(value, "`approvals.password_env`") {
+                                Some(variable) => approvals.password_env = Some(variable),
+                                None => ok = false,
+                            }
+                        }
+                        _ => match reader.duration(value, "`approvals.timeout`") {
+                            Some(timeout) if timeout.is_zero() => {
+                                let diagnostic = reader.error(
+                                    value.position,
+                                    "`approvals.timeout` must be longer than 0",
+                                );
+                                reader.push(diagnostic);
+                                ok = false;
+                            }
+                            Some(timeout) => approvals.timeout = Some(timeout),
+                            None => ok = false,
+                        },
+                    }
                 }
-                manifest.approvals = Some(approvals);
+                if let (ApprovalStore::Memory, Some(at)) = (&approvals.store, password_at) {
+                    let diagnostic = reader
+                        .error(at, "`approvals.password_env` applies to a Redis store only")
+                        .with_help("the `memory` store needs no password");
+                    reader.push(diagnostic);
+                    ok = false;
+                }
+                if ok {
+                    manifest.approvals = Some(approvals);
+                }
             }
             _ => {}
         }

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::diagnostic::{Diagnostic, Report, closest};
-use crate::duration::parse_duration;
 use crate::yaml::{Node, NodeValue, Position};
+use portcullis_engine::duration::parse_duration;
 
 /// Reads the keys of maps, reporting what does not fit.
 pub(crate) struct Reader<'r> {

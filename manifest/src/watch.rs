@@ -260,7 +260,7 @@ type SessionSection = (
 pub(crate) struct EngineSections {
     sessions: Option<SessionSection>,
     audit: (Option<PathBuf>, Option<String>, crate::AuditFailure),
-    approvals: Option<Option<Duration>>,
+    approvals: Option<(crate::ApprovalStore, Option<Duration>, Option<String>)>,
 }
 
 impl EngineSections {
@@ -279,10 +279,13 @@ impl EngineSections {
                 manifest.audit.otlp.clone(),
                 manifest.audit.on_failure,
             ),
-            approvals: manifest
-                .approvals
-                .as_ref()
-                .map(|approvals| approvals.timeout),
+            approvals: manifest.approvals.as_ref().map(|approvals| {
+                (
+                    approvals.store.clone(),
+                    approvals.timeout,
+                    approvals.password_env.clone(),
+                )
+            }),
         }
     }
 }

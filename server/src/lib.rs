@@ -67,6 +67,8 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod approvals;
+mod console;
 mod metrics;
 pub mod outcome;
 mod redact;
@@ -75,6 +77,7 @@ mod service;
 #[cfg(feature = "tls")]
 mod tls;
 
+pub use approvals::{DEFAULT_GRANT_TTL, MAX_GRANT_TTL};
 pub use outcome::{
     Approval, Context, ContextTask, DecisionTap, Outcome, Verdict, evaluate, parse_context,
 };

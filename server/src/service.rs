@@ -24,8 +24,10 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use crate::console::DecisionFeed;
 use crate::metrics::{ExternalCounter, Metrics};
 use crate::outcome::{self, Context, ContextError, ContextTask, DecisionTap};
+use crate::{approvals, console};
 
 /// The default cap on a request body: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -147,6 +149,7 @@ pub struct DecisionServiceBuilder {
     allowed_hosts: Vec<String>,
     limits: Limits,
     unloaded: bool,
+    feed: Option<Arc<DecisionFeed>>,
 }
 
 impl std::fmt::Debug for DecisionServiceBuilder {
@@ -157,6 +160,7 @@ impl std::fmt::Debug for DecisionServiceBuilder {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("limits", &self.limits)
             .field("unloaded", &self.unloaded)
+            .field("console", &self.feed.is_some())
             .finish()
     }
 }
@@ -215,6 +219,16 @@ impl DecisionServiceBuilder {
         self
     }
 
+    /// Serves the approval console: the page at `/console` (built into the binary) and the
+    /// live feed of decisions it shows at `GET /v1/decisions/feed` (Server-Sent Events, with
+    /// per-policy counts of the last hour). Give the service a
+    /// [bearer token](Self::bearer_token): the page signs in with it, and without one the
+    /// service refuses the page's calls as it refuses every call a web page makes.
+    pub fn console(mut self) -> Self {
+        self.feed = Some(Arc::new(DecisionFeed::new()));
+        self
+    }
+
     /// The service's limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
@@ -235,12 +249,16 @@ impl DecisionServiceBuilder {
     /// [`build_on`](Self::build_on).
     pub fn tap(&self) -> DecisionTap {
         let counted = Arc::clone(&self.metrics);
+        let feed = self.feed.clone();
         let tap = match &self.audit {
             Some(handler) => DecisionTap::wrapping_shared(Arc::clone(handler)),
             None => DecisionTap::new(),
         };
         tap.observed(move |record: &AuditRecord<'_>| {
             counted.decision(record.policy_id, record.decision.as_str());
+            if let Some(feed) = &feed {
+                feed.note(record);
+            }
         })
     }
 
@@ -269,6 +287,7 @@ impl DecisionServiceBuilder {
                 limits,
                 next_request: AtomicU64::new(1),
                 instance: instance_tag(),
+                feed: self.feed,
             }),
         }
     }
@@ -283,8 +302,8 @@ fn instance_tag() -> String {
     format!("{:08x}", nanos ^ std::process::id().rotate_left(16))
 }
 
-struct Shared {
-    engine: Arc<PolicyEngine>,
+pub(crate) struct Shared {
+    pub(crate) engine: Arc<PolicyEngine>,
     loaded: AtomicBool,
     last_reload: Mutex<Option<LastReload>>,
     metrics: Arc<Metrics>,
@@ -292,11 +311,13 @@ struct Shared {
     token: Option<BearerToken>,
     /// The host names a token-less service answers besides the loopback ones.
     allowed_hosts: Vec<String>,
-    limits: Limits,
+    pub(crate) limits: Limits,
     slots: Semaphore,
     waiting: AtomicUsize,
     next_request: AtomicU64,
     instance: String,
+    /// The console's decision feed, when the console is served.
+    pub(crate) feed: Option<Arc<DecisionFeed>>,
 }
 
 /// Portcullis as a network service: an engine, the routes that evaluate on it, and what
@@ -308,16 +329,21 @@ struct Shared {
 /// |---|---|
 /// | `POST /engine/evaluate` | the remote policy protocol, server side: `{"policy_id", "interception_point", "context"}` → the decision that one policy of the loaded set took, run through the engine (audited, monitored, under deadlines, `on_error` and the session store) |
 /// | `POST /v1/evaluate/{input\|tool_call\|tool_result\|output}` | the context through the whole point: 200 with the [`Outcome`](crate::Outcome) JSON, for every outcome |
+/// | `GET /v1/approvals?status=pending\|granted\|refused\|all` | the approval requests the grant store keeps (`{"approvals": [..]}`, newest first) |
+/// | `GET /v1/approvals/{id}` | one of them |
+/// | `POST /v1/approvals/{id}/grant` | `{"by", "ttl"}`: lets the action through once within `ttl` (a duration such as `"15m"`, or seconds; default 15 minutes, at most 30 days); the record as decided |
+/// | `POST /v1/approvals/{id}/refuse` | `{"by", "reason"}`: the action's retry is a denial by the escalating policy; the record as decided |
+/// | `GET /console`, `GET /v1/decisions/feed` | with [`console`](DecisionServiceBuilder::console): the approval console's page and the decisions it shows (Server-Sent Events) |
 /// | `GET /healthz` | 200 while the process runs |
 /// | `GET /readyz` | 200 when a policy set is loaded (503 otherwise); the last reload's status and error only to a caller with the bearer token |
 /// | `GET /metrics` | Prometheus text: requests by route and status, decisions by policy and decision, evaluation latency, reloads by outcome, open connections; with a bearer token configured, only to a caller with it |
 ///
 /// Errors are `{"error": {"code": "..", "message": ".."}}` with 400 (malformed JSON, an
 /// invalid context), 401 (bearer token missing or wrong), 404 (unknown policy id, point or
-/// route), 405, 408 (body not received within the body read time), 413 (body over the
-/// limit), 415 (a POST whose `Content-Type` is not JSON), 500 (`/engine/evaluate`: the policy
-/// failed and `on_error` is `deny`), 503 (no set loaded, overloaded: with `Retry-After`, or
-/// the deadline passed).
+/// route; an unknown approval request), 405, 408 (body not received within the body read
+/// time), 409 (an approval request decided already), 413 (body over the limit), 415 (a POST whose `Content-Type` is not
+/// JSON), 500 (`/engine/evaluate`: the policy failed and `on_error` is `deny`), 503 (no set
+/// loaded, overloaded: with `Retry-After`, the deadline passed, or the grant store failed).
 #[derive(Clone)]
 pub struct DecisionService {
     shared: Arc<Shared>,
@@ -373,6 +399,14 @@ impl DecisionService {
         self.record_reload(ReloadStatus::Reloaded);
     }
 
+    /// Ends the console's open decision feeds (call it when the service begins to shut down:
+    /// an open feed would otherwise hold its connection until the drain time-out).
+    pub fn close_feeds(&self) {
+        if let Some(feed) = &self.shared.feed {
+            feed.close();
+        }
+    }
+
     /// Records how a reload went (for `/readyz` and `/metrics`); a successful one also marks
     /// the set loaded (for reloads that swapped the set into [`engine`](Self::engine)
     /// themselves). A failure's message is kept with the URLs in it cut down to scheme, host
@@ -404,12 +438,24 @@ impl DecisionService {
     /// application's own router.
     pub fn router(&self) -> Router {
         let shared = Arc::clone(&self.shared);
-        Router::new()
+        let mut router = Router::new()
             .route("/engine/evaluate", post(engine_evaluate))
             .route("/v1/evaluate/{point}", post(evaluate_point))
+            .route("/v1/approvals", get(approvals::list))
+            .route("/v1/approvals/{id}", get(approvals::one))
+            .route("/v1/approvals/{id}/grant", post(approvals::grant))
+            .route("/v1/approvals/{id}/refuse", post(approvals::refuse))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics))
+            .route("/metrics", get(metrics));
+        if shared.feed.is_some() {
+            router = router
+                .route("/console", get(console::page))
+                .route("/console/app.js", get(console::script))
+                .route("/console/app.css", get(console::styles))
+                .route("/v1/decisions/feed", get(console::feed));
+        }
+        router
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(middleware::from_fn_with_state(Arc::clone(&shared), observe))
@@ -427,7 +473,7 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -461,11 +507,11 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn json_body(value: &Value) -> String {
+pub(crate) fn json_body(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-fn json_response(status: StatusCode, text: String) -> Response {
+pub(crate) fn json_response(status: StatusCode, text: String) -> Response {
     let mut response = (status, text).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -530,7 +576,7 @@ fn authenticated(shared: &Shared, headers: &HeaderMap) -> bool {
 
 /// Checks the bearer token, when one is configured; without one, refuses what a web page
 /// could have sent (see [`DecisionServiceBuilder::allow_host`]).
-fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
     if shared.token.is_none() {
         return browser_safe(shared, headers);
     }
@@ -580,7 +626,7 @@ fn browser_safe(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
 /// Refuses a body that is not declared JSON (415): a browser page can POST a "simple"
 /// request (`text/plain`, a form, no type at all) to the service without asking first, but
 /// not one with a JSON type.
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
@@ -691,7 +737,11 @@ fn declared_length(shared: &Shared, headers: &HeaderMap) -> Result<(), ApiError>
 }
 
 /// Reads the whole body under the size limit by `read_by` (408 after it).
-async fn read_body(shared: &Shared, body: Body, read_by: Instant) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(
+    shared: &Shared,
+    body: Body,
+    read_by: Instant,
+) -> Result<Bytes, ApiError> {
     let limit = shared.limits.max_body_bytes;
     let read = async {
         let mut body = body;

@@ -1,4 +1,5 @@
-//! A Redis session store for Portcullis: [`RedisSessionStore`].
+//! Redis stores for Portcullis: sessions ([`RedisSessionStore`]) and approvals
+//! ([`RedisGrantStore`], see [`grants`]), each shared by a fleet.
 //!
 //! With the in-memory store each process has its own view of a session; with this one, every
 //! agent process of a fleet reads and records the same facts. Give it to the engine with
@@ -47,6 +48,9 @@
 use std::fmt;
 use std::time::Duration;
 
+pub mod grants;
+pub use grants::{RedisGrantStore, RedisGrantStoreBuilder};
+
 use portcullis_engine::session::{SessionFacts, SessionKey, SessionStore, SessionUpdate};
 use portcullis_engine::{BoxError, InterceptionPoint};
 use redis::AsyncCommands;
@@ -82,7 +86,7 @@ pub struct RedisStoreError {
 }
 
 impl RedisStoreError {
-    fn new(what: impl Into<String>, source: Option<redis::RedisError>) -> Self {
+    pub(crate) fn new(what: impl Into<String>, source: Option<redis::RedisError>) -> Self {
         RedisStoreError {
             what: what.into(),
             source,
@@ -202,64 +206,13 @@ impl RedisSessionStoreBuilder {
     /// [`root_certificates`](Self::root_certificates)). Errors name the URL without its
     /// credentials or query ([`redact_url`]).
     pub async fn connect(self) -> Result<RedisSessionStore, RedisStoreError> {
-        let shown = redact_url(&self.url);
-        let invalid = |error: redis::RedisError| {
-            RedisStoreError::new(format!("invalid Redis URL {shown}: {error}"), Some(error))
-        };
-        let mut info =
-            redis::IntoConnectionInfo::into_connection_info(self.url.as_str()).map_err(invalid)?;
-        if let Some(password) = &self.password {
-            let settings = info.redis_settings().clone().set_password(password);
-            info = info.set_redis_settings(settings);
-        }
-        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
-        if tls {
-            // The client's TLS configuration takes the process's default provider.
-            let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-        }
-        let client = match self.root_certificates {
-            Some(root_cert) if tls => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root_cert),
-                },
-            ),
-            Some(_) => {
-                return Err(RedisStoreError::new(
-                    format!(
-                        "root certificates are given for {shown}, which is not a rediss:// URL"
-                    ),
-                    None,
-                ));
-            }
-            None => redis::Client::open(info),
-        }
-        .map_err(invalid)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(self.timeout);
-        let connecting = ConnectionManager::new_with_config(client, config);
-        let connection = match tokio::time::timeout(self.timeout, connecting).await {
-            Ok(Ok(connection)) => connection,
-            Ok(Err(error)) => {
-                return Err(RedisStoreError::new(
-                    format!("cannot connect to Redis at {shown}: {error}"),
-                    Some(error),
-                ));
-            }
-            Err(_) => {
-                return Err(RedisStoreError::new(
-                    format!(
-                        "cannot connect to Redis at {shown}: no answer within {:?}",
-                        self.timeout
-                    ),
-                    None,
-                ));
-            }
-        };
+        let connection = connect(
+            &self.url,
+            self.password.as_deref(),
+            self.root_certificates,
+            self.timeout,
+        )
+        .await?;
         Ok(RedisSessionStore {
             connection,
             script: redis::Script::new(RECORD),
@@ -267,6 +220,84 @@ impl RedisSessionStoreBuilder {
             ttl_millis: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
             timeout: self.timeout,
         })
+    }
+}
+
+/// A connection to the Redis at `url` (with `password`, and `root_certificates` for a
+/// `rediss://` one), within `timeout`.
+pub(crate) async fn connect(
+    url: &str,
+    password: Option<&str>,
+    root_certificates: Option<Vec<u8>>,
+    timeout: Duration,
+) -> Result<ConnectionManager, RedisStoreError> {
+    let shown = redact_url(url);
+    let invalid = |error: redis::RedisError| {
+        RedisStoreError::new(format!("invalid Redis URL {shown}: {error}"), Some(error))
+    };
+    let mut info = redis::IntoConnectionInfo::into_connection_info(url).map_err(invalid)?;
+    if let Some(password) = password {
+        let settings = info.redis_settings().clone().set_password(password);
+        info = info.set_redis_settings(settings);
+    }
+    let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+    if tls {
+        // The client's TLS configuration takes the process's default provider.
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    }
+    let client = match root_certificates {
+        Some(root_cert) if tls => redis::Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            },
+        ),
+        Some(_) => {
+            return Err(RedisStoreError::new(
+                format!("root certificates are given for {shown}, which is not a rediss:// URL"),
+                None,
+            ));
+        }
+        None => redis::Client::open(info),
+    }
+    .map_err(invalid)?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(timeout);
+    let connecting = ConnectionManager::new_with_config(client, config);
+    match tokio::time::timeout(timeout, connecting).await {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(error)) => Err(RedisStoreError::new(
+            format!("cannot connect to Redis at {shown}: {error}"),
+            Some(error),
+        )),
+        Err(_) => Err(RedisStoreError::new(
+            format!("cannot connect to Redis at {shown}: no answer within {timeout:?}"),
+            None,
+        )),
+    }
+}
+
+/// `operation`, within `timeout`: its error, or the time-out, as a [`RedisStoreError`] that
+/// says what was asked.
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    what: &str,
+    operation: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, RedisStoreError> {
+    match tokio::time::timeout(timeout, operation).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(RedisStoreError::new(
+            format!("Redis failed to {what}: {error}"),
+            Some(error),
+        )),
+        Err(_) => Err(RedisStoreError::new(
+            format!("Redis did not answer within {timeout:?} when asked to {what}"),
+            None,
+        )),
     }
 }
 
@@ -321,20 +352,7 @@ impl RedisSessionStore {
         what: &str,
         operation: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, BoxError> {
-        match tokio::time::timeout(self.timeout, operation).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(Box::new(RedisStoreError::new(
-                format!("Redis failed to {what}: {error}"),
-                Some(error),
-            ))),
-            Err(_) => Err(Box::new(RedisStoreError::new(
-                format!(
-                    "Redis did not answer within {:?} when asked to {what}",
-                    self.timeout
-                ),
-                None,
-            ))),
-        }
+        Ok(bounded(self.timeout, what, operation).await?)
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use portcullis_manifest::parse_duration;
+/// use portcullis_engine::duration::parse_duration;
 ///
 /// assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
 /// assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
