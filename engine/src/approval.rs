@@ -25,7 +25,8 @@ use crate::context::InterceptionPoint;
 /// [`action_digest`](ApprovalRequest::action_digest).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
-    /// A name for this request, unique within the process (for logs and approval tickets).
+    /// A name for this request, unique within a fleet sharing a grant store (for logs,
+    /// approval tickets and the approval routes).
     pub id: String,
     /// Where the action was intercepted.
     pub interception_point: InterceptionPoint,
@@ -68,7 +69,7 @@ impl ApprovalRequest {
     ) -> Self {
         let action_digest = scope.digest(interception_point, &context);
         ApprovalRequest {
-            id: next_id(),
+            id: next_id(&action_digest),
             interception_point,
             policy_ids,
             reasons,
@@ -163,14 +164,19 @@ pub fn call_digest(point: InterceptionPoint, context: &Value) -> String {
     action_digest(point, &Value::Object(action))
 }
 
-fn next_id() -> String {
+/// A request id: the time, the start of the action's digest and a count of this process. Ids
+/// stay apart across the processes of a fleet sharing one grant store: two requests made in
+/// the same millisecond with the same count are for the same action (the same digest), which
+/// the store keeps as one request anyway.
+fn next_id(digest: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let count = NEXT.fetch_add(1, Ordering::Relaxed);
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|since| since.as_millis())
         .unwrap_or_default();
-    format!("apr-{started:x}-{count}")
+    let action = digest.get(..12).unwrap_or(digest);
+    format!("apr-{started:x}-{action}-{count}")
 }
 
 /// The digest of the action `context` (a context's JSON) at `point`: lowercase hex SHA-256 of
