@@ -307,17 +307,12 @@
   function actionDetails(record) {
     const context = record.context && typeof record.context === 'object' ? record.context : {};
     const part = el('div', 'action');
-    const details = el('dl', 'fields');
     switch (record.interception_point) {
       case 'tool_call':
-        field(details, 'Tool', el('code', 'tool', context.tool_name));
-        part.append(details);
         part.append(el('h4', null, 'Arguments'));
         part.append(block(pretty(context.arguments ?? {}), 'Arguments'));
         break;
       case 'tool_result':
-        field(details, 'Tool', el('code', 'tool', context.tool_name));
-        part.append(details);
         part.append(el('h4', null, 'Result'));
         part.append(block(textOf(context.content ?? ''), 'Result'));
         break;
@@ -372,6 +367,9 @@
 
     const facts = el('dl', 'fields');
     field(facts, 'Point', el('code', null, point));
+    if (point === 'tool_call' || point === 'tool_result') {
+      field(facts, 'Tool', el('code', 'tool', context.tool_name));
+    }
     field(facts, 'Agent', metadata.agent_id);
     field(facts, 'Session', metadata.session_id);
     field(facts, 'Requested', timeElement(record.requested_at));
