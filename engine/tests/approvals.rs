@@ -603,3 +603,124 @@ async fn an_escalating_output_policy_holds_the_whole_stream_until_it_is_resolved
         }
     }
 }
+
+#[tokio::test]
+async fn an_unanswered_escalation_is_recorded_once_and_decided_by_id() {
+    use portcullis_engine::{ApprovalStatus, ApprovalVerdict};
+    let engine = PolicyEngine::builder().policy_set(set()).build();
+    let first = required(
+        engine
+            .evaluate_tool_call(&email("a@example.com"))
+            .await
+            .unwrap_err(),
+    );
+    // A retry before anyone answered carries the same request.
+    let again = required(
+        engine
+            .evaluate_tool_call(&email("a@example.com"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(again.id, first.id);
+    let pending = engine
+        .approvals()
+        .list(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        pending[0].request.context["arguments"]["to"],
+        "a@example.com"
+    );
+    let record = engine
+        .approvals()
+        .decide(
+            &first.id,
+            ApprovalVerdict::Grant {
+                by: "erin".into(),
+                ttl: Duration::from_secs(60),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(record.status, ApprovalStatus::Granted);
+    engine
+        .evaluate_tool_call(&email("a@example.com"))
+        .await
+        .unwrap();
+    let next = required(
+        engine
+            .evaluate_tool_call(&email("a@example.com"))
+            .await
+            .unwrap_err(),
+    );
+    assert_ne!(next.id, first.id, "a grant is used once");
+    engine
+        .approvals()
+        .decide(
+            &next.id,
+            ApprovalVerdict::Refuse {
+                by: "erin".into(),
+                reason: Some("not again".into()),
+            },
+        )
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        match engine.evaluate_tool_call(&email("a@example.com")).await {
+            Err(EngineError::Denied(denial)) => {
+                assert_eq!(denial.policy_id(), "ask_first");
+                assert_eq!(denial.reason(), Some("refused by erin: not again"));
+            }
+            other => panic!("a refused action is denied, not {other:?}"),
+        }
+    }
+    let other = required(
+        engine
+            .evaluate_tool_call(&email("b@example.com"))
+            .await
+            .unwrap_err(),
+    );
+    assert_ne!(other.action_digest, first.action_digest);
+}
+
+#[tokio::test]
+async fn an_action_scoped_grant_covers_the_call_not_the_words_around_it() {
+    use portcullis_engine::{ApprovalScope, Message, Metadata};
+    let engine = PolicyEngine::builder()
+        .policy_set(set())
+        .approval_scope(ApprovalScope::Action)
+        .build();
+    let call = |id: &str, words: &str, session: &str| {
+        let mut metadata = Metadata::new("agent", session);
+        metadata.extra.insert("tool_call_id".into(), json!(id));
+        ToolCallContext::new(
+            "send_email",
+            json!({"to": "a@example.com"}).as_object().unwrap().clone(),
+            Message::assistant(words),
+            metadata,
+        )
+    };
+    let request = required(
+        engine
+            .evaluate_tool_call(&call("call_1", "Sending.", "s"))
+            .await
+            .unwrap_err(),
+    );
+    engine
+        .approvals()
+        .grant(&request.action_digest, "erin", Duration::from_secs(60))
+        .await
+        .unwrap();
+    // Another session is another action.
+    required(
+        engine
+            .evaluate_tool_call(&call("call_2", "Trying again.", "other"))
+            .await
+            .unwrap_err(),
+    );
+    engine
+        .evaluate_tool_call(&call("call_3", "Trying again.", "s"))
+        .await
+        .unwrap();
+}
