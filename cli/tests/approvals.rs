@@ -470,3 +470,80 @@ async fn the_openai_proxys_escalated_call_is_granted_by_the_route_and_the_retry_
         id.as_str()
     );
 }
+
+#[test]
+fn the_console_needs_a_token() {
+    let scratch = Scratch::new("console-token", None);
+    let output = portcullis()
+        .arg("serve")
+        .arg(scratch.manifest())
+        .args(["--listen", "127.0.0.1:0", "--console"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("`--console` needs `--token-env"),
+        "{stderr}"
+    );
+}
+
+/// An open decision feed does not hold a stopping service until its drain time-out (30 s):
+/// SIGTERM ends the feed, and the service exits at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_open_decision_feeds() {
+    let scratch = Scratch::new("console-stop", None);
+    let mut command = portcullis();
+    command
+        .arg("serve")
+        .arg(scratch.manifest())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--console",
+            "--token-env",
+            TOKEN_VARIABLE,
+        ])
+        .env(TOKEN_VARIABLE, TOKEN);
+    let (mut service, address) = start(command, "serving decisions on http://");
+    let base = format!("http://{address}");
+    let mut feed = reqwest::Client::new()
+        .get(format!("{base}/v1/decisions/feed"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("the feed opens");
+    assert_eq!(feed.status().as_u16(), 200);
+    assert_eq!(
+        feed.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let first = feed.chunk().await.expect("a chunk").expect("the counts");
+    assert!(String::from_utf8_lossy(&first).starts_with("event: counts\n"));
+    // A decision reaches the open feed.
+    Client::new(&base).email("bob@example.com").await;
+    let mut seen = String::new();
+    while !seen.contains("event: decision") {
+        let chunk = feed.chunk().await.expect("a chunk").expect("more");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        seen.contains("\"policy_id\":\"ask_before_email\""),
+        "{seen}"
+    );
+
+    let stopped = std::time::Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &service.0.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    while feed.chunk().await.ok().flatten().is_some() {}
+    let exit = service.0.wait().expect("the service exits");
+    assert!(exit.success(), "{exit}");
+    assert!(
+        stopped.elapsed() < std::time::Duration::from_secs(15),
+        "the service waited for the feed: {:?}",
+        stopped.elapsed()
+    );
+}
