@@ -1,6 +1,7 @@
 package dev.portcullis.rego;
 
 import dev.portcullis.core.AllowDecision;
+import dev.portcullis.core.DenyDecision;
 import dev.portcullis.core.Message;
 import dev.portcullis.core.Metadata;
 import dev.portcullis.core.PolicyDecision;
@@ -14,14 +15,17 @@ import dev.portcullis.testing.Fixtures;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 
 /**
  * What a Java caller pays per call, in nanoseconds: a DSL rule, the approved-tools Rego bundle
  * and ten Java allow policies through {@code evaluateToolCall}, beside the ten Java policies
- * called directly in a loop (the floor). Run it with {@code bindings/java/scripts/bench.sh},
- * which builds the native library optimised.
+ * called directly in a loop (the floor); then the approved-tools bundle through the engine
+ * beside the same bundle on Styra's opa-java-wasm, a pure-Java OPA WebAssembly runtime, and the
+ * ratio of the two. Run it with {@code bindings/java/scripts/bench.sh}, which builds the native
+ * library optimised.
  */
 public final class Bench {
     private Bench() {}
@@ -133,6 +137,88 @@ public final class Bench {
             System.out.printf("%-55s %10.0f ns/call%n", row[0], (Double) row[1]);
         }
         System.out.printf("engine / direct, 10 Java policies: %.1fx%n", tenThroughEngine / floor);
+        againstOpaJavaWasm(rego, allowed, refused, calls / 4);
+    }
+
+    /**
+     * The approved-tools bundle through the engine beside the same bundle on Styra's
+     * opa-java-wasm (pure Java, on Chicory, its WebAssembly compiled to JVM bytecode, the
+     * library's default), from the same context to a decision: for opa-java-wasm, the context's
+     * JSON (the input document the engine writes for a Rego policy), {@code evaluate} on the
+     * bundle's entrypoint, and the result set read as a decision. Both are checked to decide
+     * the same before anything is timed; the rounds alternate between the two, and each figure
+     * is the median of the rounds.
+     */
+    static void againstOpaJavaWasm(PolicyEngine rego, ToolCallContext allowed, ToolCallContext refused, int calls) {
+        OpaJavaWasm opa = new OpaJavaWasm(Fixtures.bundle("approved-tools.tar.gz"));
+        if (rego.evaluateToolCall(allowed) != allowed || !opa.decide(allowed).decision().equals("allow")) {
+            throw new IllegalStateException("the two runtimes do not both allow " + allowed.toJson());
+        }
+        PolicyDecision theirs = opa.decide(refused);
+        try {
+            rego.evaluateToolCall(refused);
+            throw new IllegalStateException("the engine allows " + refused.toJson());
+        } catch (PolicyDenialError denial) {
+            if (!(theirs instanceof DenyDecision) || !denial.reason().equals(((DenyDecision) theirs).reasonText())) {
+                throw new IllegalStateException("the two runtimes decide differently on " + refused.toJson()
+                        + ": " + denial.getMessage() + " / " + theirs.toJson());
+            }
+        }
+        String input = allowed.toJson();
+        Call ours = c -> sink = rego.evaluateToolCall(c);
+        Call oursDenied = c -> {
+            try {
+                rego.evaluateToolCall(c);
+            } catch (PolicyDenialError expected) {
+                sink = expected;
+            }
+        };
+        Call opaDecides = c -> sink = opa.decide(c);
+        Call opaEvaluates = c -> sink = opa.evaluate(input);
+        Object[][] rows = {
+            {"portcullis, evaluateToolCall (allow)", ours, allowed},
+            {"opa-java-wasm, context to decision (allow)", opaDecides, allowed},
+            {"opa-java-wasm, evaluate alone, input prepared (allow)", opaEvaluates, allowed},
+            {"portcullis, evaluateToolCall (deny)", oursDenied, refused},
+            {"opa-java-wasm, context to decision (deny)", opaDecides, refused},
+        };
+        int rounds = 7;
+        double[][] times = new double[rows.length][rounds];
+        for (int warm = 0; warm < 3; warm++) {
+            for (Object[] row : rows) {
+                once((Call) row[1], (ToolCallContext) row[2], calls);
+            }
+        }
+        for (int round = 0; round < rounds; round++) {
+            for (int i = 0; i < rows.length; i++) {
+                times[i][round] = once((Call) rows[i][1], (ToolCallContext) rows[i][2], calls);
+            }
+        }
+        System.out.printf("%napproved-tools bundle, portcullis against opa-java-wasm %s (median of %d rounds of %d calls)%n",
+                OpaJavaWasm.version(), rounds, calls);
+        double[] medians = new double[rows.length];
+        for (int i = 0; i < rows.length; i++) {
+            medians[i] = median(times[i]);
+            System.out.printf("%-55s %10.0f ns/call%n", rows[i][0], medians[i]);
+        }
+        System.out.printf("opa-java-wasm ns / portcullis ns, allow: %.1fx (evaluate alone: %.1fx); deny: %.1fx%n",
+                medians[1] / medians[0], medians[2] / medians[0], medians[4] / medians[3]);
+    }
+
+    /** One run of {@code calls} calls, in nanoseconds per call. */
+    static double once(Call call, ToolCallContext ctx, int calls) {
+        long start = System.nanoTime();
+        for (int i = 0; i < calls; i++) {
+            call.run(ctx);
+        }
+        return (System.nanoTime() - start) / (double) calls;
+    }
+
+    static double median(double[] values) {
+        double[] sorted = values.clone();
+        Arrays.sort(sorted);
+        int mid = sorted.length / 2;
+        return sorted.length % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
     }
 
     private static List<ToolCallPolicy> concat(List<ToolCallPolicy> first, List<ToolCallPolicy> rest) {
