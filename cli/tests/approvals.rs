@@ -5,12 +5,12 @@
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use portcullis_testing::process::{Process, Scratch};
 use portcullis_testing::redis::RedisServer;
 use portcullis_testing::{EvaluateServer, Reply};
 use serde_json::{Value, json};
@@ -18,87 +18,26 @@ use serde_json::{Value, json};
 const TOKEN: &str = "approver-token-1";
 const TOKEN_VARIABLE: &str = "PORTCULLIS_APPROVALS_TEST_TOKEN";
 
-/// A scratch folder with the escalating rule and a manifest using it.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    /// `approvals` is the manifest's `approvals` section, if any.
-    fn new(name: &str, approvals: Option<&str>) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "portcullis-approvals-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("rules")).expect("a scratch folder");
-        let rule = json!({
-            "condition": {"field": "tool_name", "equals": "send_email"},
-            "action": "escalate",
-            "reason": "email leaves the company",
-        });
-        std::fs::write(dir.join("rules/ask_before_email.json"), rule.to_string()).expect("rule");
-        let mut manifest = "tool_call:\n  - dsl: rules/ask_before_email.json\n".to_owned();
-        if let Some(approvals) = approvals {
-            manifest.push_str(&format!("approvals: {approvals}\n"));
-        }
-        std::fs::write(dir.join("portcullis.yaml"), manifest).expect("manifest");
-        Scratch(dir)
-    }
-
-    fn manifest(&self) -> PathBuf {
-        self.0.join("portcullis.yaml")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A process killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `command` and reads its standard error until a line holds `marker`: the process and
-/// the first word after the marker. The rest of its standard error is drained on a thread.
-fn start(mut command: Command, marker: &str) -> (Running, String) {
-    let mut child = command
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
-    let stderr = child.stderr.take().expect("stderr");
-    let running = Running(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let mut found = None;
-    for line in lines.by_ref() {
-        let line = line.expect("a line");
-        eprintln!("{line}");
-        if let Some(at) = line.find(marker) {
-            found = line[at + marker.len()..]
-                .split(|c: char| c.is_whitespace() || c == '"')
-                .next()
-                .map(str::to_owned);
-            break;
-        }
-    }
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            eprintln!("{line}");
-        }
+/// A scratch folder with the escalating rule and a manifest using it; `approvals` is the
+/// manifest's `approvals` section, if any.
+fn escalating(name: &str, approvals: Option<&str>) -> Scratch {
+    let scratch = Scratch::new(&format!("approvals-{name}"));
+    let rule = json!({
+        "condition": {"field": "tool_name", "equals": "send_email"},
+        "action": "escalate",
+        "reason": "email leaves the company",
     });
-    let found = found.unwrap_or_else(|| panic!("the process never printed {marker:?}"));
-    (running, found)
+    scratch.write("rules/ask_before_email.json", &rule.to_string());
+    let mut manifest = "tool_call:\n  - dsl: rules/ask_before_email.json\n".to_owned();
+    if let Some(approvals) = approvals {
+        manifest.push_str(&format!("approvals: {approvals}\n"));
+    }
+    scratch.write("portcullis.yaml", &manifest);
+    scratch
+}
+
+fn manifest(scratch: &Scratch) -> PathBuf {
+    scratch.path().join("portcullis.yaml")
 }
 
 fn portcullis() -> Command {
@@ -106,15 +45,15 @@ fn portcullis() -> Command {
 }
 
 /// `portcullis serve manifest` on a free port with the token: the process and its base URL.
-fn serve(manifest: &Path) -> (Running, String) {
+fn serve(manifest: &Path) -> (Process, String) {
     let mut command = portcullis();
     command
         .arg("serve")
         .arg(manifest)
         .args(["--listen", "127.0.0.1:0", "--token-env", TOKEN_VARIABLE])
         .env(TOKEN_VARIABLE, TOKEN);
-    let (running, address) = start(command, "serving decisions on http://");
-    (running, format!("http://{address}"))
+    let (process, address) = Process::start(command, "serving decisions on http://");
+    (process, format!("http://{address}"))
 }
 
 /// A client of one service.
@@ -205,8 +144,8 @@ fn approvals_command(base: &str, args: &[&str]) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_approval_routes_and_the_command_line_grant_and_refuse() {
-    let scratch = Scratch::new("routes", None);
-    let (_service, base) = serve(&scratch.manifest());
+    let scratch = escalating("routes", None);
+    let (_service, base) = serve(&manifest(&scratch));
     let client = Client::new(&base);
 
     let id = waiting(&client.email("bob@example.com").await);
@@ -336,12 +275,12 @@ async fn two_services_on_one_redis_spend_a_grant_once() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let scratch = Scratch::new(
+    let scratch = escalating(
         "replicas",
         Some(&format!("{{ store: \"{}\", timeout: 5m }}", redis.url())),
     );
-    let (_one, first) = serve(&scratch.manifest());
-    let (_two, second) = serve(&scratch.manifest());
+    let (_one, first) = serve(&manifest(&scratch));
+    let (_two, second) = serve(&manifest(&scratch));
     let (one, two) = (Client::new(&first), Client::new(&second));
 
     let id = waiting(&one.email("bob@example.com").await);
@@ -404,7 +343,7 @@ async fn the_openai_proxys_escalated_call_is_granted_by_the_route_and_the_retry_
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let scratch = Scratch::new("proxy", Some(&format!("{{ store: \"{}\" }}", redis.url())));
+    let scratch = escalating("proxy", Some(&format!("{{ store: \"{}\" }}", redis.url())));
     let upstream = EvaluateServer::scripted(model(Arc::new(AtomicUsize::new(0))))
         .await
         .expect("the upstream starts");
@@ -412,10 +351,10 @@ async fn the_openai_proxys_escalated_call_is_granted_by_the_route_and_the_retry_
     command
         .arg("proxy")
         .arg("openai")
-        .arg(scratch.manifest())
+        .arg(manifest(&scratch))
         .args(["--upstream", &upstream.url(), "--listen", "127.0.0.1:0"]);
-    let (_proxy, proxy) = start(command, "listening on ");
-    let (_service, base) = serve(&scratch.manifest());
+    let (_proxy, proxy) = Process::start(command, "listening on ");
+    let (_service, base) = serve(&manifest(&scratch));
     let service = Client::new(&base);
 
     let http = reqwest::Client::new();
@@ -473,10 +412,10 @@ async fn the_openai_proxys_escalated_call_is_granted_by_the_route_and_the_retry_
 
 #[test]
 fn the_console_needs_a_token() {
-    let scratch = Scratch::new("console-token", None);
+    let scratch = escalating("console-token", None);
     let output = portcullis()
         .arg("serve")
-        .arg(scratch.manifest())
+        .arg(manifest(&scratch))
         .args(["--listen", "127.0.0.1:0", "--console"])
         .output()
         .expect("runs");
@@ -492,11 +431,11 @@ fn the_console_needs_a_token() {
 /// SIGTERM ends the feed, and the service exits at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_the_open_decision_feeds() {
-    let scratch = Scratch::new("console-stop", None);
+    let scratch = escalating("console-stop", None);
     let mut command = portcullis();
     command
         .arg("serve")
-        .arg(scratch.manifest())
+        .arg(manifest(&scratch))
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -505,7 +444,7 @@ async fn sigterm_ends_the_open_decision_feeds() {
             TOKEN_VARIABLE,
         ])
         .env(TOKEN_VARIABLE, TOKEN);
-    let (mut service, address) = start(command, "serving decisions on http://");
+    let (mut service, address) = Process::start(command, "serving decisions on http://");
     let base = format!("http://{address}");
     let mut feed = reqwest::Client::new()
         .get(format!("{base}/v1/decisions/feed"))
@@ -534,12 +473,12 @@ async fn sigterm_ends_the_open_decision_feeds() {
 
     let stopped = std::time::Instant::now();
     let status = Command::new("kill")
-        .args(["-TERM", &service.0.id().to_string()])
+        .args(["-TERM", &service.id().to_string()])
         .status()
         .expect("kill runs");
     assert!(status.success());
     while feed.chunk().await.ok().flatten().is_some() {}
-    let exit = service.0.wait().expect("the service exits");
+    let exit = service.wait().expect("the service exits");
     assert!(exit.success(), "{exit}");
     assert!(
         stopped.elapsed() < std::time::Duration::from_secs(15),

@@ -12,119 +12,38 @@
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+
+use portcullis_testing::process::{Process, Scratch};
 
 const TOKEN_VARIABLE: &str = "PORTCULLIS_CONSOLE_TEST_TOKEN";
 
-/// A scratch folder with the manifest, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let dir = std::env::temp_dir().join(format!("portcullis-console-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("rules")).expect("a scratch folder");
-        std::fs::write(
-            dir.join("rules/ask_before_email.json"),
-            r#"{"condition": {"field": "tool_name", "equals": "send_email"}, "action": "escalate", "reason": "email leaves the company"}"#,
-        )
-        .expect("the rule is written");
-        std::fs::write(
-            dir.join("portcullis.yaml"),
-            "tool_call:\n  - dsl: rules/ask_before_email.json\n",
-        )
-        .expect("the manifest is written");
-        Scratch(dir)
-    }
-
-    fn manifest(&self) -> PathBuf {
-        self.0.join("portcullis.yaml")
-    }
+/// A scratch folder with the escalating rule and a manifest using it.
+fn escalating() -> Scratch {
+    let scratch = Scratch::new("console");
+    scratch.write(
+        "rules/ask_before_email.json",
+        r#"{"condition": {"field": "tool_name", "equals": "send_email"}, "action": "escalate", "reason": "email leaves the company"}"#,
+    );
+    scratch.write(
+        "portcullis.yaml",
+        "tool_call:\n  - dsl: rules/ask_before_email.json\n",
+    );
+    scratch
 }
 
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A running `portcullis serve --console`, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    /// What it logged, for a failure's message.
-    log: mpsc::Receiver<String>,
-}
-
-impl Server {
-    fn start(manifest: &Path, token: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-            .arg("serve")
-            .arg(manifest)
-            .args(["--listen", "127.0.0.1:0", "--console"])
-            .args(["--token-env", TOKEN_VARIABLE])
-            .env(TOKEN_VARIABLE, token)
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary runs");
-        let stderr = child.stderr.take().expect("stderr");
-        let (sender, log) = mpsc::channel();
-        // From here the child is killed when the server is dropped, even if it never starts.
-        let mut server = Server {
-            child,
-            addr: String::new(),
-            log,
-        };
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = sender.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut startup = Vec::new();
-        loop {
-            let line = match server
-                .log
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(line) => line,
-                Err(_) => panic!(
-                    "the service did not start; it logged:\n{}",
-                    startup.join("\n")
-                ),
-            };
-            startup.push(line.clone());
-            let marker = "serving decisions on http://";
-            if let Some(at) = line.find(marker) {
-                // Up to the first space, or the quote that ends a JSON log line's message.
-                server.addr = line[at + marker.len()..]
-                    .split(|c: char| c.is_whitespace() || c == '"')
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-                return server;
-            }
-        }
-    }
-
-    /// What it logged since it started listening.
-    fn drain_log(&self) -> String {
-        self.log.try_iter().collect::<Vec<_>>().join("\n")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `portcullis serve --console` on 127.0.0.1 with `token`: the process and its base URL.
+fn serve_console(manifest: &Path, token: &str) -> (Process, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    command
+        .arg("serve")
+        .arg(manifest)
+        .args(["--listen", "127.0.0.1:0", "--console"])
+        .args(["--token-env", TOKEN_VARIABLE])
+        .env(TOKEN_VARIABLE, token);
+    let (process, address) = Process::start(command, "serving decisions on http://");
+    (process, format!("http://{address}"))
 }
 
 /// Debian's Chromium, or the one `PORTCULLIS_CHROMIUM` names.
@@ -180,10 +99,9 @@ fn the_console_approves_and_refuses_in_a_browser() {
     let Some(chromium) = browser_ready() else {
         return;
     };
-    let scratch = Scratch::new();
+    let scratch = escalating();
     let token = format!("console-test-token-{}", std::process::id());
-    let server = Server::start(&scratch.manifest(), &token);
-    let base = format!("http://{}", server.addr);
+    let (server, base) = serve_console(&scratch.path().join("portcullis.yaml"), &token);
 
     let output = Command::new("node")
         .arg(script_folder().join("console.mjs"))
@@ -200,6 +118,6 @@ fn the_console_approves_and_refuses_in_a_browser() {
         output.status.success(),
         "the browser test failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- the service's log\n{}",
         output.status,
-        server.drain_log()
+        server.log()
     );
 }

@@ -8,25 +8,19 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-struct Scratch(PathBuf);
+/// A scratch folder (removed on drop) with the service's rule and manifest.
+struct Scratch(portcullis_testing::process::Scratch);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "portcullis-serve-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("rules")).expect("a scratch folder");
-        Scratch(dir)
+        let scratch = portcullis_testing::process::Scratch::new(&format!("serve-{name}"));
+        std::fs::create_dir_all(scratch.path().join("rules")).expect("a rules folder");
+        Scratch(scratch)
     }
 
     fn rule(&self, reason: &str) {
@@ -36,25 +30,15 @@ impl Scratch {
             "reason": reason,
         });
         // Written whole, then renamed: the watcher never sees half a file.
-        let temporary = self.0.join("rule.tmp");
-        std::fs::write(&temporary, rule.to_string()).expect("written");
-        std::fs::rename(&temporary, self.0.join("rules/no_secret.json")).expect("renamed");
+        let temporary = self.0.write("rule.tmp", &rule.to_string());
+        std::fs::rename(&temporary, self.0.path().join("rules/no_secret.json")).expect("renamed");
     }
 
     fn manifest(&self) -> PathBuf {
-        let path = self.0.join("portcullis.yaml");
-        std::fs::write(
-            &path,
+        self.0.write(
+            "portcullis.yaml",
             "input:\n  - dsl: rules/no_secret.json\naudit: { jsonl: audit.jsonl }\n",
         )
-        .expect("written");
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -252,7 +236,7 @@ fn serves_the_same_outcome_as_eval_and_reloads_on_change() {
     assert_eq!(status, 200);
     let served: Value = serde_json::from_str(&body).expect("JSON");
     // `eval` prints the same document.
-    let context_file = scratch.0.join("context.json");
+    let context_file = scratch.0.path().join("context.json");
     std::fs::write(&context_file, context("a secret")).expect("written");
     let eval = Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .arg("eval")
@@ -271,7 +255,7 @@ fn serves_the_same_outcome_as_eval_and_reloads_on_change() {
     server.wait_for_reason("v2");
 
     // A broken rule: the set in use stays, and /readyz says why (to a caller with the token).
-    std::fs::write(scratch.0.join("rules/no_secret.json"), "{ not json").expect("written");
+    std::fs::write(scratch.0.path().join("rules/no_secret.json"), "{ not json").expect("written");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (status, body) = server.request("GET", "/readyz", "");
@@ -332,7 +316,8 @@ fn sighup_reloads_and_sigterm_stops_gracefully() {
     }
     assert!(log.iter().any(|line| line.contains("SIGTERM")), "{log:?}");
     // The manifest's audit log has a record of every decision served.
-    let audit = std::fs::read_to_string(scratch.0.join("audit.jsonl")).expect("an audit log");
+    let audit =
+        std::fs::read_to_string(scratch.0.path().join("audit.jsonl")).expect("an audit log");
     let records: Vec<Value> = audit
         .lines()
         .map(|line| serde_json::from_str(line).expect("a JSON record"))
@@ -349,7 +334,7 @@ fn sighup_reloads_and_sigterm_stops_gracefully() {
 #[test]
 fn a_bad_manifest_or_a_missing_token_is_exit_1() {
     let scratch = Scratch::new("bad");
-    let manifest = scratch.0.join("portcullis.yaml");
+    let manifest = scratch.0.path().join("portcullis.yaml");
     std::fs::write(&manifest, "input:\n  - dsl: rules/missing.json\n").expect("written");
     let output = serve_once(&manifest, &[]);
     assert_eq!(output.status.code(), Some(1));
@@ -466,7 +451,7 @@ fn a_bundle_server_that_is_down_at_start_means_503_until_it_answers() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let port = listener.local_addr().expect("an address").port();
     drop(listener);
-    let manifest = scratch.0.join("portcullis.yaml");
+    let manifest = scratch.0.path().join("portcullis.yaml");
     std::fs::write(
         &manifest,
         format!(
@@ -521,7 +506,7 @@ fn tool_call(agent: &str, tool: &str) -> String {
 fn serves_cedar_decisions_and_reloads_the_entities() {
     let scratch = Scratch::new("cedar");
     std::fs::write(
-        scratch.0.join("tools.cedar"),
+        scratch.0.path().join("tools.cedar"),
         "permit(principal, action == Action::\"tool_call\", resource in ToolGroup::\"approved\");\n\
          @reason(\"interns may not read files\")\n\
          forbid(principal in Group::\"interns\", action, resource == Tool::\"read_file\");\n",
@@ -535,12 +520,12 @@ fn serves_cedar_decisions_and_reloads_the_entities() {
         .to_string()
     };
     let write_entities = |intern: &str| {
-        let temporary = scratch.0.join("entities.tmp");
+        let temporary = scratch.0.path().join("entities.tmp");
         std::fs::write(&temporary, entities(intern)).expect("written");
-        std::fs::rename(&temporary, scratch.0.join("entities.json")).expect("renamed");
+        std::fs::rename(&temporary, scratch.0.path().join("entities.json")).expect("renamed");
     };
     write_entities("intern-bot");
-    let manifest = scratch.0.join("portcullis.yaml");
+    let manifest = scratch.0.path().join("portcullis.yaml");
     std::fs::write(
         &manifest,
         "tool_call:\n  - cedar: tools.cedar\n    entities: entities.json\n",
@@ -591,9 +576,13 @@ fn serves_cedar_decisions_and_reloads_the_entities() {
 fn untrusted_content_manifest(scratch: &Scratch, store: &str) -> PathBuf {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tool-result/rules");
     for rule in ["label_web_results.json", "no_email_after_untrusted.json"] {
-        std::fs::copy(fixtures.join(rule), scratch.0.join("rules").join(rule)).expect("copied");
+        std::fs::copy(
+            fixtures.join(rule),
+            scratch.0.path().join("rules").join(rule),
+        )
+        .expect("copied");
     }
-    let path = scratch.0.join("portcullis.yaml");
+    let path = scratch.0.path().join("portcullis.yaml");
     std::fs::write(
         &path,
         format!(
@@ -692,7 +681,7 @@ fn counter(metrics: &str, name: &str) -> u64 {
 fn an_audit_log_that_cannot_be_written_is_counted_in_metrics_and_logged() {
     let scratch = Scratch::new("audit-full");
     scratch.rule("v1");
-    let manifest = scratch.0.join("portcullis.yaml");
+    let manifest = scratch.0.path().join("portcullis.yaml");
     std::fs::write(
         &manifest,
         "input:\n  - dsl: rules/no_secret.json\naudit: { jsonl: /dev/full }\n",
@@ -737,9 +726,9 @@ fn an_audit_log_that_cannot_be_written_is_counted_in_metrics_and_logged() {
 fn a_reload_warns_about_the_sections_it_does_not_apply() {
     let scratch = Scratch::new("reload-sections");
     scratch.rule("v1");
-    let manifest = scratch.0.join("portcullis.yaml");
+    let manifest = scratch.0.path().join("portcullis.yaml");
     let write = |text: &str| {
-        let temporary = scratch.0.join("portcullis.tmp");
+        let temporary = scratch.0.path().join("portcullis.tmp");
         std::fs::write(&temporary, text).expect("written");
         std::fs::rename(&temporary, &manifest).expect("renamed");
     };
@@ -768,7 +757,7 @@ fn a_reload_warns_about_the_sections_it_does_not_apply() {
         );
     }
     // The audit section was not applied: no log was opened.
-    assert!(!scratch.0.join("audit.jsonl").exists());
+    assert!(!scratch.0.path().join("audit.jsonl").exists());
 }
 
 /// An existing audit log that others may read and that the service cannot set to `0600` (it
@@ -789,10 +778,10 @@ fn an_audit_log_open_to_others_that_cannot_be_made_private_stops_the_service() {
     }
     let scratch = Scratch::new("audit-not-ours");
     scratch.rule("v1");
-    let log = scratch.0.join("audit.jsonl");
+    let log = scratch.0.path().join("audit.jsonl");
     std::fs::write(&log, "").expect("written");
     std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).expect("chmod");
-    let manifest = scratch.0.join("portcullis.yaml");
+    let manifest = scratch.0.path().join("portcullis.yaml");
     std::fs::write(
         &manifest,
         "input:\n  - dsl: rules/no_secret.json\naudit: { jsonl: audit.jsonl }\n",

@@ -266,6 +266,7 @@ async fn redis_store(
 }
 
 /// The password a Redis store's `password_env` names, if it names one.
+#[cfg(feature = "redis")]
 fn redis_password(section: &str, variable: Option<&str>) -> Result<Option<String>, Problem> {
     let Some(variable) = variable else {
         return Ok(None);

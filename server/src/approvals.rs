@@ -106,61 +106,69 @@ fn unknown(id: &str) -> ApiError {
 }
 
 /// `POST /v1/approvals/{id}/grant` with `{"by", "ttl"}` (`ttl` a duration such as `"15m"`, or
-/// a number of seconds; default [`DEFAULT_GRANT_TTL`]).
-pub(crate) async fn grant(
+/// a number of seconds; default [`DEFAULT_GRANT_TTL`]), and `POST /v1/approvals/{id}/refuse`
+/// with `{"by", "reason"}`.
+pub(crate) async fn decide(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Path((id, decision)): Path<(String, String)>,
     body: Body,
 ) -> Response {
-    decide(&shared, &headers, &id, body, |fields| {
-        let by = approver(fields)?;
-        let ttl = match fields.get("ttl") {
-            None | Some(Value::Null) => DEFAULT_GRANT_TTL,
-            Some(Value::String(text)) => parse_duration(text)
-                .map_err(|problem| invalid(format!("`ttl` is not a duration: {problem}")))?,
-            Some(Value::Number(seconds)) => seconds
-                .as_u64()
-                .map(Duration::from_secs)
-                .ok_or_else(|| invalid("`ttl` in seconds must be a whole number"))?,
-            Some(_) => {
-                return Err(invalid(
-                    "`ttl` must be a duration (\"15m\") or a number of seconds",
-                ));
+    let verdict: fn(&serde_json::Map<String, Value>) -> Result<ApprovalVerdict, ApiError> =
+        match decision.as_str() {
+            "grant" => grant,
+            "refuse" => refuse,
+            _ => {
+                return ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    format!("no route /v1/approvals/{{id}}/{decision}: grant or refuse"),
+                )
+                .into_response();
             }
         };
-        if ttl.is_zero() || ttl > MAX_GRANT_TTL {
-            return Err(invalid("`ttl` must be longer than 0 and at most 30 days"));
-        }
-        Ok(ApprovalVerdict::Grant { by, ttl })
-    })
-    .await
+    apply(&shared, &headers, &id, body, verdict).await
 }
 
-/// `POST /v1/approvals/{id}/refuse` with `{"by", "reason"}`.
-pub(crate) async fn refuse(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: Body,
-) -> Response {
-    decide(&shared, &headers, &id, body, |fields| {
-        let by = approver(fields)?;
-        let reason = match fields.get("reason") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(text)) if text.len() <= MAX_TEXT => {
-                Some(text.trim().to_owned()).filter(|text| !text.is_empty())
-            }
-            Some(Value::String(_)) => {
-                return Err(invalid(format!(
-                    "`reason` must be at most {MAX_TEXT} bytes"
-                )));
-            }
-            Some(_) => return Err(invalid("`reason` must be a string")),
-        };
-        Ok(ApprovalVerdict::Refuse { by, reason })
-    })
-    .await
+/// A grant's verdict from its body's fields.
+fn grant(fields: &serde_json::Map<String, Value>) -> Result<ApprovalVerdict, ApiError> {
+    let by = approver(fields)?;
+    let ttl = match fields.get("ttl") {
+        None | Some(Value::Null) => DEFAULT_GRANT_TTL,
+        Some(Value::String(text)) => parse_duration(text)
+            .map_err(|problem| invalid(format!("`ttl` is not a duration: {problem}")))?,
+        Some(Value::Number(seconds)) => seconds
+            .as_u64()
+            .map(Duration::from_secs)
+            .ok_or_else(|| invalid("`ttl` in seconds must be a whole number"))?,
+        Some(_) => {
+            return Err(invalid(
+                "`ttl` must be a duration (\"15m\") or a number of seconds",
+            ));
+        }
+    };
+    if ttl.is_zero() || ttl > MAX_GRANT_TTL {
+        return Err(invalid("`ttl` must be longer than 0 and at most 30 days"));
+    }
+    Ok(ApprovalVerdict::Grant { by, ttl })
+}
+
+/// A refusal's verdict from its body's fields.
+fn refuse(fields: &serde_json::Map<String, Value>) -> Result<ApprovalVerdict, ApiError> {
+    let by = approver(fields)?;
+    let reason = match fields.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.len() <= MAX_TEXT => {
+            Some(text.trim().to_owned()).filter(|text| !text.is_empty())
+        }
+        Some(Value::String(_)) => {
+            return Err(invalid(format!(
+                "`reason` must be at most {MAX_TEXT} bytes"
+            )));
+        }
+        Some(_) => return Err(invalid("`reason` must be a string")),
+    };
+    Ok(ApprovalVerdict::Refuse { by, reason })
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -182,7 +190,7 @@ fn approver(fields: &serde_json::Map<String, Value>) -> Result<String, ApiError>
 
 /// Reads a decision's body (JSON, within the body limit and read time), makes the verdict of
 /// its fields with `verdict`, and applies it to the request `id`.
-async fn decide(
+async fn apply(
     shared: &Arc<Shared>,
     headers: &HeaderMap,
     id: &str,

@@ -443,8 +443,7 @@ impl DecisionService {
             .route("/v1/evaluate/{point}", post(evaluate_point))
             .route("/v1/approvals", get(approvals::list))
             .route("/v1/approvals/{id}", get(approvals::one))
-            .route("/v1/approvals/{id}/grant", post(approvals::grant))
-            .route("/v1/approvals/{id}/refuse", post(approvals::refuse))
+            .route("/v1/approvals/{id}/{decision}", post(approvals::decide))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics));

@@ -14,6 +14,7 @@
 //!   agent with, so both are held to the same rules.
 //! - [`redis::RedisServer`]: a real `redis-server` on a free port, for the session store's
 //!   tests.
+//! - [`process`]: scratch folders and started binaries, removed and killed on drop.
 //! - [`load`]: slow clients ([`load::SlowRequest`]) and a process's resident memory
 //!   ([`load::PeakResident`]), for the listeners' load tests.
 //!
@@ -44,6 +45,7 @@ pub mod agent;
 mod evaluate;
 pub mod load;
 mod opa;
+pub mod process;
 pub mod redis;
 mod server;
 

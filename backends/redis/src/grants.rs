@@ -28,7 +28,7 @@ use portcullis_engine::grant::{
 use portcullis_engine::{ApprovalRequest, BoxError};
 use redis::aio::ConnectionManager;
 
-use crate::{DEFAULT_TIMEOUT, RedisStoreError, bounded, connect, redact_url};
+use crate::{RedisStoreBuilder, RedisStoreError, bounded};
 
 /// The default prefix of approval keys.
 pub const DEFAULT_GRANT_PREFIX: &str = "portcullis:approval:";
@@ -108,70 +108,25 @@ return 1
 ";
 
 /// Builds a [`RedisGrantStore`].
-#[derive(Clone)]
-#[must_use]
-pub struct RedisGrantStoreBuilder {
-    url: String,
-    password: Option<String>,
-    root_certificates: Option<Vec<u8>>,
-    prefix: String,
-    timeout: Duration,
-}
-
-impl fmt::Debug for RedisGrantStoreBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisGrantStoreBuilder")
-            .field("url", &redact_url(&self.url))
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("root_certificates", &self.root_certificates.is_some())
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .finish()
-    }
-}
+pub type RedisGrantStoreBuilder = RedisStoreBuilder<RedisGrantStore>;
 
 impl RedisGrantStoreBuilder {
-    /// Prefixes every approval key with `prefix` (default [`DEFAULT_GRANT_PREFIX`]).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Bounds every operation (default 200 ms).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The password to authenticate with (rather than one in the URL).
-    pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
-        self
-    }
-
-    /// PEM root certificates to verify a `rediss://` server with (instead of the system's).
-    pub fn root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.root_certificates = Some(pem.into());
-        self
-    }
-
     /// Connects (within the time-out) and returns the store.
+    ///
+    /// A `rediss://` URL connects over TLS (rustls; the server's certificate is verified
+    /// against the system's roots, or those of
+    /// [`root_certificates`](Self::root_certificates)). Errors name the URL without its
+    /// credentials or query ([`redact_url`](crate::redact_url)).
     pub async fn connect(self) -> Result<RedisGrantStore, RedisStoreError> {
-        let connection = connect(
-            &self.url,
-            self.password.as_deref(),
-            self.root_certificates,
-            self.timeout,
-        )
-        .await?;
+        let (connection, this) = self.connection().await?;
         Ok(RedisGrantStore {
             connection,
             record: redis::Script::new(RECORD),
             decide: redis::Script::new(DECIDE),
             take: redis::Script::new(TAKE),
             put: redis::Script::new(PUT),
-            prefix: self.prefix,
-            timeout: self.timeout,
+            prefix: this.prefix,
+            timeout: this.timeout,
         })
     }
 }
@@ -263,21 +218,7 @@ impl RedisGrantStore {
     /// A builder for a store on the Redis at `url` (`redis://host:port/db`, or
     /// `rediss://host:port/db` over TLS).
     pub fn builder(url: impl Into<String>) -> RedisGrantStoreBuilder {
-        RedisGrantStoreBuilder {
-            url: url.into(),
-            password: None,
-            root_certificates: None,
-            prefix: DEFAULT_GRANT_PREFIX.to_owned(),
-            timeout: DEFAULT_TIMEOUT,
-        }
-    }
-
-    async fn bounded<T>(
-        &self,
-        what: &str,
-        operation: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, BoxError> {
-        Ok(bounded(self.timeout, what, operation).await?)
+        RedisStoreBuilder::new(url.into(), DEFAULT_GRANT_PREFIX)
     }
 }
 
@@ -294,9 +235,12 @@ impl GrantStore for RedisGrantStore {
             .arg(format!("{expires} {}", grant.by))
             .arg(expires)
             .arg(millis(SystemTime::now()));
-        let _: i64 = self
-            .bounded("put a grant", invocation.invoke_async(&mut connection))
-            .await?;
+        let _: i64 = bounded(
+            self.timeout,
+            "put a grant",
+            invocation.invoke_async(&mut connection),
+        )
+        .await?;
         Ok(())
     }
 
@@ -304,9 +248,12 @@ impl GrantStore for RedisGrantStore {
         let mut connection = self.connection.clone();
         let mut invocation = self.take.key(format!("{}g:{digest}", self.prefix));
         invocation.arg(millis(SystemTime::now()));
-        let entry: Option<String> = self
-            .bounded("take a grant", invocation.invoke_async(&mut connection))
-            .await?;
+        let entry: Option<String> = bounded(
+            self.timeout,
+            "take a grant",
+            invocation.invoke_async(&mut connection),
+        )
+        .await?;
         let Some(entry) = entry else {
             return Ok(None);
         };
@@ -323,12 +270,12 @@ impl GrantStore for RedisGrantStore {
     async fn refusal(&self, digest: &str) -> Result<Option<Refusal>, BoxError> {
         let mut connection = self.connection.clone();
         let key = format!("{}x:{digest}", self.prefix);
-        let fields: Vec<String> = self
-            .bounded(
-                "read a refusal",
-                redis::cmd("HGETALL").arg(key).query_async(&mut connection),
-            )
-            .await?;
+        let fields: Vec<String> = bounded(
+            self.timeout,
+            "read a refusal",
+            redis::cmd("HGETALL").arg(key).query_async(&mut connection),
+        )
+        .await?;
         if fields.is_empty() {
             return Ok(None);
         }
@@ -359,12 +306,12 @@ impl GrantStore for RedisGrantStore {
             .arg(&request.id)
             .arg(&request.action_digest)
             .arg(json);
-        let fields: Vec<String> = self
-            .bounded(
-                "record an approval request",
-                invocation.invoke_async(&mut connection),
-            )
-            .await?;
+        let fields: Vec<String> = bounded(
+            self.timeout,
+            "record an approval request",
+            invocation.invoke_async(&mut connection),
+        )
+        .await?;
         record_from(&fields)
     }
 
@@ -374,17 +321,17 @@ impl GrantStore for RedisGrantStore {
     ) -> Result<Vec<ApprovalRecord>, BoxError> {
         let mut connection = self.connection.clone();
         let index = format!("{}index", self.prefix);
-        let ids: Vec<String> = self
-            .bounded(
-                "list approval requests",
-                redis::cmd("ZRANGE")
-                    .arg(&index)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("REV")
-                    .query_async(&mut connection),
-            )
-            .await?;
+        let ids: Vec<String> = bounded(
+            self.timeout,
+            "list approval requests",
+            redis::cmd("ZRANGE")
+                .arg(&index)
+                .arg(0)
+                .arg(-1)
+                .arg("REV")
+                .query_async(&mut connection),
+        )
+        .await?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -394,12 +341,12 @@ impl GrantStore for RedisGrantStore {
                 .cmd("HGETALL")
                 .arg(format!("{}r:{id}", self.prefix));
         }
-        let all: Vec<Vec<String>> = self
-            .bounded(
-                "read approval requests",
-                pipeline.query_async(&mut connection),
-            )
-            .await?;
+        let all: Vec<Vec<String>> = bounded(
+            self.timeout,
+            "read approval requests",
+            pipeline.query_async(&mut connection),
+        )
+        .await?;
         let mut records = Vec::new();
         let mut gone = Vec::new();
         for (id, fields) in ids.iter().zip(all) {
@@ -413,29 +360,29 @@ impl GrantStore for RedisGrantStore {
             }
         }
         if !gone.is_empty() {
-            let _: i64 = self
-                .bounded(
-                    "forget expired approval requests",
-                    redis::cmd("ZREM")
-                        .arg(&index)
-                        .arg(gone)
-                        .query_async(&mut connection),
-                )
-                .await?;
+            let _: i64 = bounded(
+                self.timeout,
+                "forget expired approval requests",
+                redis::cmd("ZREM")
+                    .arg(&index)
+                    .arg(gone)
+                    .query_async(&mut connection),
+            )
+            .await?;
         }
         Ok(records)
     }
 
     async fn approval(&self, id: &str) -> Result<Option<ApprovalRecord>, BoxError> {
         let mut connection = self.connection.clone();
-        let fields: Vec<String> = self
-            .bounded(
-                "read an approval request",
-                redis::cmd("HGETALL")
-                    .arg(format!("{}r:{id}", self.prefix))
-                    .query_async(&mut connection),
-            )
-            .await?;
+        let fields: Vec<String> = bounded(
+            self.timeout,
+            "read an approval request",
+            redis::cmd("HGETALL")
+                .arg(format!("{}r:{id}", self.prefix))
+                .query_async(&mut connection),
+        )
+        .await?;
         if fields.is_empty() {
             return Ok(None);
         }
@@ -471,13 +418,13 @@ impl GrantStore for RedisGrantStore {
                     .arg(reason.as_deref().unwrap_or_default());
             }
         }
-        let answer: redis::Value = self
-            .bounded(
-                "decide an approval request",
-                invocation.invoke_async(&mut connection),
-            )
-            .await
-            .map_err(DecideError::Store)?;
+        let answer: redis::Value = bounded(
+            self.timeout,
+            "decide an approval request",
+            invocation.invoke_async(&mut connection),
+        )
+        .await
+        .map_err(|error| DecideError::Store(Box::new(error)))?;
         let (outcome, fields) = decided_answer(answer).map_err(DecideError::Store)?;
         match outcome.as_str() {
             "unknown" => Err(DecideError::Unknown(id.to_owned())),

@@ -108,21 +108,96 @@ impl std::error::Error for RedisStoreError {
     }
 }
 
-/// Builds a [`RedisSessionStore`].
-#[derive(Clone)]
+/// Builds a Redis store: a [`RedisSessionStore`] ([`RedisSessionStoreBuilder`]) or a
+/// [`RedisGrantStore`] ([`RedisGrantStoreBuilder`]); `S` is the store it builds.
 #[must_use]
-pub struct RedisSessionStoreBuilder {
+pub struct RedisStoreBuilder<S> {
     url: String,
     password: Option<String>,
     root_certificates: Option<Vec<u8>>,
     prefix: String,
     ttl: Duration,
     timeout: Duration,
+    store: std::marker::PhantomData<fn() -> S>,
 }
 
-impl fmt::Debug for RedisSessionStoreBuilder {
+/// Builds a [`RedisSessionStore`].
+pub type RedisSessionStoreBuilder = RedisStoreBuilder<RedisSessionStore>;
+
+impl<S> RedisStoreBuilder<S> {
+    pub(crate) fn new(url: String, prefix: &str) -> Self {
+        RedisStoreBuilder {
+            url,
+            password: None,
+            root_certificates: None,
+            prefix: prefix.to_owned(),
+            ttl: DEFAULT_TTL,
+            timeout: DEFAULT_TIMEOUT,
+            store: std::marker::PhantomData,
+        }
+    }
+
+    /// Prefixes every key of the store with `prefix` (default [`DEFAULT_PREFIX`] for
+    /// sessions, [`grants::DEFAULT_GRANT_PREFIX`] for approvals).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Bounds every operation, connecting included (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Authenticates with `password` (Redis `AUTH`, with the URL's user name when it has
+    /// one), in place of a password in the URL: keep it out of files and take it from the
+    /// environment (the manifest's `password_env`).
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// For a `rediss://` URL: trust the certificate authorities of `pem` (PEM certificates)
+    /// instead of the system's.
+    pub fn root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_certificates = Some(pem.into());
+        self
+    }
+
+    /// The connection the store will use (within the time-out). A `rediss://` URL connects
+    /// over TLS (rustls; the server's certificate is verified against the system's roots, or
+    /// those of [`root_certificates`](Self::root_certificates)). Errors name the URL without
+    /// its credentials or query ([`redact_url`]).
+    pub(crate) async fn connection(self) -> Result<(ConnectionManager, Self), RedisStoreError> {
+        let connection = connect(
+            &self.url,
+            self.password.as_deref(),
+            self.root_certificates.clone(),
+            self.timeout,
+        )
+        .await?;
+        Ok((connection, self))
+    }
+}
+
+impl<S> Clone for RedisStoreBuilder<S> {
+    fn clone(&self) -> Self {
+        RedisStoreBuilder {
+            url: self.url.clone(),
+            password: self.password.clone(),
+            root_certificates: self.root_certificates.clone(),
+            prefix: self.prefix.clone(),
+            ttl: self.ttl,
+            timeout: self.timeout,
+            store: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<S> fmt::Debug for RedisStoreBuilder<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisSessionStoreBuilder")
+        f.debug_struct("RedisStoreBuilder")
             .field("url", &redact_url(&self.url))
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("root_certificates", &self.root_certificates.is_some())
@@ -166,36 +241,9 @@ pub fn redact_url(url: &str) -> String {
 }
 
 impl RedisSessionStoreBuilder {
-    /// Prefixes every session key with `prefix` (default [`DEFAULT_PREFIX`]).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
     /// Keeps a session `ttl` after its last update (default [`DEFAULT_TTL`]; at least 1 ms).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl.max(Duration::from_millis(1));
-        self
-    }
-
-    /// Bounds every operation, connecting included (default [`DEFAULT_TIMEOUT`]).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Authenticates with `password` (Redis `AUTH`, with the URL's user name when it has
-    /// one), in place of a password in the URL: keep it out of files and take it from the
-    /// environment (the manifest's `password_env`).
-    pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.password = Some(password.into());
-        self
-    }
-
-    /// For a `rediss://` URL: trust the certificate authorities of `pem` (PEM certificates)
-    /// instead of the system's.
-    pub fn root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.root_certificates = Some(pem.into());
         self
     }
 
@@ -206,19 +254,13 @@ impl RedisSessionStoreBuilder {
     /// [`root_certificates`](Self::root_certificates)). Errors name the URL without its
     /// credentials or query ([`redact_url`]).
     pub async fn connect(self) -> Result<RedisSessionStore, RedisStoreError> {
-        let connection = connect(
-            &self.url,
-            self.password.as_deref(),
-            self.root_certificates,
-            self.timeout,
-        )
-        .await?;
+        let (connection, this) = self.connection().await?;
         Ok(RedisSessionStore {
             connection,
             script: redis::Script::new(RECORD),
-            prefix: self.prefix,
-            ttl_millis: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
-            timeout: self.timeout,
+            prefix: this.prefix,
+            ttl_millis: u64::try_from(this.ttl.as_millis()).unwrap_or(u64::MAX),
+            timeout: this.timeout,
         })
     }
 }
@@ -326,14 +368,7 @@ impl RedisSessionStore {
     /// A builder for a store on the Redis at `url` (`redis://host:port/db`, or
     /// `rediss://host:port/db` over TLS).
     pub fn builder(url: impl Into<String>) -> RedisSessionStoreBuilder {
-        RedisSessionStoreBuilder {
-            url: url.into(),
-            password: None,
-            root_certificates: None,
-            prefix: DEFAULT_PREFIX.to_owned(),
-            ttl: DEFAULT_TTL,
-            timeout: DEFAULT_TIMEOUT,
-        }
+        RedisStoreBuilder::new(url.into(), DEFAULT_PREFIX)
     }
 
     /// The Redis key of a session.
@@ -345,14 +380,6 @@ impl RedisSessionStore {
             key.agent_id,
             key.session_id
         )
-    }
-
-    async fn bounded<T>(
-        &self,
-        what: &str,
-        operation: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, BoxError> {
-        Ok(bounded(self.timeout, what, operation).await?)
     }
 }
 
@@ -394,9 +421,8 @@ impl SessionStore for RedisSessionStore {
     async fn load(&self, key: SessionKey<'_>) -> Result<SessionFacts, BoxError> {
         let mut connection = self.connection.clone();
         let name = self.key(key);
-        let fields: Vec<(String, u64)> = self
-            .bounded("read the session", connection.hgetall(name))
-            .await?;
+        let fields: Vec<(String, u64)> =
+            bounded(self.timeout, "read the session", connection.hgetall(name)).await?;
         Ok(facts_from(fields))
     }
 
@@ -419,9 +445,12 @@ impl SessionStore for RedisSessionStore {
         for label in update.labels {
             invocation.arg(format!("l:{label}"));
         }
-        let _: i64 = self
-            .bounded("record the call", invocation.invoke_async(&mut connection))
-            .await?;
+        let _: i64 = bounded(
+            self.timeout,
+            "record the call",
+            invocation.invoke_async(&mut connection),
+        )
+        .await?;
         Ok(())
     }
 }

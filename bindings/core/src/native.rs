@@ -107,7 +107,7 @@ macro_rules! for_point {
 /// Reads a point's wire name (`input`, `tool_call`, `tool_result`, `output`); the error says
 /// which names there are.
 pub fn parse_point(point: &str) -> Result<InterceptionPoint, String> {
-    serde_json::from_value(Value::String(point.to_owned())).map_err(|_| {
+    InterceptionPoint::from_name(point).ok_or_else(|| {
         format!(
             "unknown interception point {point:?}: expected \"input\", \"tool_call\", \"tool_result\" or \"output\""
         )
