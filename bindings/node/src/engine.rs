@@ -212,6 +212,43 @@ impl NativeEngine {
         env.spawn_future(async move { Ok(outcome.await) })
             .map(Either::B)
     }
+
+    /// Records that `by` approved the action whose digest is `digest` (an approval request's
+    /// `action_digest`), usable once within `ttl_seconds`: the retried call proceeds. Resolves
+    /// when the grant is stored; rejects when the grant store fails or `ttl_seconds` is not a
+    /// positive number of seconds of at most 30 days.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn grant<'env>(
+        &self,
+        env: &'env Env,
+        digest: String,
+        by: String,
+        ttl_seconds: f64,
+    ) -> Result<PromiseRaw<'env, ()>> {
+        const MAX_SECONDS: f64 = 30.0 * 24.0 * 60.0 * 60.0;
+        if !(ttl_seconds.is_finite() && ttl_seconds > 0.0 && ttl_seconds <= MAX_SECONDS) {
+            return Err(Error::new(
+                Status::InvalidArg,
+                format!(
+                    "ttl must be a positive number of seconds of at most 30 days, not {ttl_seconds}"
+                ),
+            ));
+        }
+        let ttl = Duration::from_secs_f64(ttl_seconds);
+        let engine = Arc::clone(&self.engine);
+        env.spawn_future(async move {
+            engine
+                .approvals()
+                .grant(&digest, by, ttl)
+                .await
+                .map_err(|error| {
+                    Error::new(
+                        Status::GenericFailure,
+                        format!("the grant was not stored: {error}"),
+                    )
+                })
+        })
+    }
 }
 
 /// The outcome of one call, as JSON text: see [`NativeEngine::evaluate`].

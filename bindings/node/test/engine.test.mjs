@@ -151,6 +151,28 @@ describe('PolicyEngine with JavaScript policies', () => {
     assert.equal(error.request.interception_point, 'tool_call');
     assert.match(error.request.action_digest, /^[0-9a-f]{64}$/);
   });
+
+  test('a grant lets the same call through once, and no other call', async () => {
+    const engine = new PolicyEngine({
+      policySet: { tool_call: [{ id: 'ask', evaluate: () => ({ decision: 'escalate', reason: 'money moves' }) }] },
+    });
+    const call = toolCall('transfer', { amount: 10 });
+    const error = await engine.evaluateToolCall(call).catch((e) => e);
+    assert.ok(error instanceof ApprovalRequiredError);
+    await engine.grant(error.request.action_digest, 'erin', { ttlSeconds: 60 });
+    // Other arguments are another action: the grant is not theirs.
+    const other = await engine.evaluateToolCall(toolCall('transfer', { amount: 1000 })).catch((e) => e);
+    assert.ok(other instanceof ApprovalRequiredError);
+    assert.equal(await engine.evaluateToolCall(call), undefined);
+    const again = await engine.evaluateToolCall(call).catch((e) => e);
+    assert.ok(again instanceof ApprovalRequiredError, 'a grant is used once');
+
+    await assert.rejects(engine.grant('', 'erin'), TypeError);
+    await assert.rejects(engine.grant(error.request.action_digest, 42), TypeError);
+    await assert.rejects(engine.grant(error.request.action_digest, 'erin', { ttlSeconds: 'soon' }), TypeError);
+    await assert.rejects(engine.grant(error.request.action_digest, 'erin', { ttlSeconds: 0 }), /positive number of seconds/);
+    await assert.rejects(engine.grant(error.request.action_digest, 'erin', { ttlSeconds: 1e12 }), /at most 30 days/);
+  });
 });
 
 describe('JavaScript policies that fail', () => {

@@ -437,6 +437,20 @@ class PolicyEngine {
     return this.#evaluate('tool_result', ctx);
   }
 
+  /**
+   * Records that `by` approved the action an `ApprovalRequiredError` asked about
+   * (`error.request.action_digest`): the same call, retried within `ttlSeconds` (default 300),
+   * proceeds once. A call whose action differs in any byte needs its own approval.
+   */
+  async grant(actionDigest, by, { ttlSeconds = 300 } = {}) {
+    checkString(actionDigest, 'PolicyEngine.grant: actionDigest');
+    checkString(by, 'PolicyEngine.grant: by');
+    if (typeof ttlSeconds !== 'number') {
+      throw new TypeError(`PolicyEngine.grant: ttlSeconds must be a number, not ${describeValue(ttlSeconds)}`);
+    }
+    await this.#native.grant(actionDigest, by, ttlSeconds);
+  }
+
   async #evaluate(point, ctx) {
     // The outcome itself when the addon could decide at once (in-memory policies only),
     // otherwise a promise of it.

@@ -183,6 +183,12 @@ export declare class PolicyEngine {
    * `structured`.
    */
   evaluateToolResult(ctx: ToolResultContext): Promise<ToolResultContext | undefined>;
+  /**
+   * Records that `by` approved the action an {@link ApprovalRequiredError} asked about
+   * (`error.request.action_digest`): the same call, retried within `ttlSeconds` (default 300,
+   * at most 30 days), proceeds once; a call whose action differs in any byte needs its own.
+   */
+  grant(actionDigest: string, by: string, options?: { ttlSeconds?: number }): Promise<void>;
 }
 
 /** A policy denied the call; `message` is its reason. */
