@@ -9,7 +9,9 @@ use portcullis_engine::{
     BoxError, EngineError, InputContext, InterceptionPoint, Message, Metadata, OnError, Policy,
     PolicyDecision, PolicyEngine, PolicySet, ToolCallContext, async_trait,
 };
-use portcullis_manifest::{CodeRegistry, Manifest, PolicySource, SessionStore, Severity};
+use portcullis_manifest::{
+    ApprovalStore, CodeRegistry, Manifest, PolicySource, SessionStore, Severity,
+};
 use serde_json::json;
 
 struct NoShouting;
@@ -419,4 +421,54 @@ fn policy_set_files_are_checked_with_places() {
     );
     assert_eq!(text.matches("scope").count(), 1, "reported once: {text}");
     assert!(text.contains("missing.json"), "{text}");
+}
+
+#[test]
+fn the_approvals_section_names_its_store_and_refuses_what_does_not_belong() {
+    let scratch = Scratch::new("approvals");
+    let path = scratch.write(
+        "portcullis.yaml",
+        "approvals: { store: \"redis://127.0.0.1:6379/2\", timeout: 10m, password_env: REDIS_PASSWORD }\n",
+    );
+    let (manifest, _) = Manifest::read(&path).expect("a valid manifest");
+    let approvals = manifest.approvals.expect("the section");
+    assert_eq!(
+        approvals.store,
+        ApprovalStore::Redis("redis://127.0.0.1:6379/2".into())
+    );
+    assert_eq!(approvals.timeout, Some(std::time::Duration::from_secs(600)));
+    assert_eq!(approvals.password_env.as_deref(), Some("REDIS_PASSWORD"));
+    let (manifest, _) =
+        Manifest::read(&scratch.write("memory.yaml", "approvals: { timeout: 5m }\n"))
+            .expect("a valid manifest");
+    assert_eq!(manifest.approvals.unwrap().store, ApprovalStore::Memory);
+
+    for (text, message) in [
+        (
+            "approvals: { store: \"redis://app:s3cret@cache:6379/0\" }\n",
+            "`approvals.store`: the Redis URL holds credentials",
+        ),
+        (
+            "approvals: { store: postgres }\n",
+            "`approvals.store` must be `memory` or a redis:// URL",
+        ),
+        (
+            "approvals: { store: memory, password_env: X }\n",
+            "`approvals.password_env` applies to a Redis store only",
+        ),
+        (
+            "approvals: { timeout: 0s }\n",
+            "`approvals.timeout` must be longer than 0",
+        ),
+        ("approvals: { stores: memory }\n", "unknown key `stores`"),
+    ] {
+        let errors = Manifest::read(&scratch.write("bad.yaml", text)).unwrap_err();
+        assert!(
+            errors
+                .errors()
+                .iter()
+                .any(|e| e.message().contains(message)),
+            "{text}: {errors}"
+        );
+    }
 }
