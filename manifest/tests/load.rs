@@ -439,7 +439,7 @@ fn the_approvals_section_names_its_store_and_refuses_what_does_not_belong() {
     assert_eq!(approvals.timeout, Some(std::time::Duration::from_secs(600)));
     assert_eq!(approvals.password_env.as_deref(), Some("REDIS_PASSWORD"));
     let (manifest, _) =
-        Manifest::read(&scratch.write("memory.yaml", "approvals: { timeout: 5m }\n"))
+        Manifest::read(scratch.write("memory.yaml", "approvals: { timeout: 5m }\n"))
             .expect("a valid manifest");
     assert_eq!(manifest.approvals.unwrap().store, ApprovalStore::Memory);
 
@@ -462,7 +462,7 @@ fn the_approvals_section_names_its_store_and_refuses_what_does_not_belong() {
         ),
         ("approvals: { stores: memory }\n", "unknown key `stores`"),
     ] {
-        let errors = Manifest::read(&scratch.write("bad.yaml", text)).unwrap_err();
+        let errors = Manifest::read(scratch.write("bad.yaml", text)).unwrap_err();
         assert!(
             errors
                 .errors()
