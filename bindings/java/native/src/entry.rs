@@ -272,6 +272,30 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineEvaluate<'
     })
 }
 
+/// `void engineGrant(long engine, String actionDigest, String by, long ttlNanos)`: records that
+/// `by` approved the action whose digest is `actionDigest`, for one call within the lifetime.
+#[unsafe(no_mangle)]
+pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineGrant<'local>(
+    mut env: EnvUnowned<'local>,
+    _class: JClass<'local>,
+    engine: jlong,
+    digest: JString<'local>,
+    by: JString<'local>,
+    ttl_nanos: jlong,
+) {
+    entry(&mut env, |env| {
+        let engine = borrow::<EngineHandle>(engine, "engine")?;
+        let digest = string(env, &digest, "the action digest")?;
+        let by = string(env, &by, "who approved")?;
+        let ttl = u64::try_from(ttl_nanos)
+            .ok()
+            .filter(|nanos| *nanos > 0)
+            .map(Duration::from_nanos)
+            .ok_or_else(|| Failure::Invalid(format!("ttl must be positive, not {ttl_nanos} ns")))?;
+        engine.grant(&digest, &by, ttl).map_err(Failure::State)
+    })
+}
+
 /// `void engineFree(long engine)`.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineFree<'local>(

@@ -128,6 +128,13 @@ impl EngineHandle {
         ))?;
         Ok((outcome.to_string(), thrown))
     }
+
+    /// Records that `by` approved the action whose digest is `digest`, for one call within
+    /// `ttl` (the engine's grant store; the error is why the store refused it).
+    pub fn grant(&self, digest: &str, by: &str, ttl: Duration) -> Result<(), String> {
+        run_blocking(self.engine.approvals().grant(digest, by, ttl))?
+            .map_err(|error| error_chain(&*error))
+    }
 }
 
 /// A policy evaluated by the Rust engine (not by Java): what `DslInputPolicy`,
@@ -293,6 +300,79 @@ mod tests {
         assert_eq!(outcome["policy_id"], "no_ssn");
         assert_eq!(outcome["records"][0]["decision"], "deny");
         assert!(set.add(policy.policy).unwrap_err().contains("already went"));
+    }
+
+    #[test]
+    fn a_grant_lets_one_escalated_call_through() {
+        let dir =
+            std::env::temp_dir().join(format!("portcullis-java-grant-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("ask.json"),
+            r#"{"condition": {"field": "tool_name", "equals": "send_email"}, "action": "escalate", "reason": "email leaves the company"}"#,
+        )
+        .unwrap();
+        let policy = NativePolicy::dsl(InterceptionPoint::ToolCall, "ask", dir.to_str().unwrap());
+        assert!(policy.problems.is_empty(), "{:?}", policy.problems);
+        let set = PolicySetHandle::new("deny").unwrap();
+        set.add(policy.policy).unwrap();
+        let engine = EngineHandle::new(&set, false, None).unwrap();
+        let call = r#"{"tool_name":"send_email","arguments":{"to":"a@b.c"},"calling_message":{"role":"assistant","content":"sending"},"metadata":{"agent_id":"a","session_id":"s","timestamp":"2026-01-01T00:00:00Z"}}"#;
+        let evaluate = || -> Value {
+            let (outcome, _) = engine.evaluate(InterceptionPoint::ToolCall, call).unwrap();
+            serde_json::from_str(&outcome).unwrap()
+        };
+        let first = evaluate();
+        assert_eq!(first["outcome"], "approval_required", "{first}");
+        let digest = first["request"]["action_digest"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        engine
+            .grant(&digest, "erin", Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(evaluate()["outcome"], "forward");
+        assert_eq!(evaluate()["outcome"], "approval_required");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A grant store that cannot keep anything.
+    struct Broken;
+
+    #[async_trait::async_trait]
+    impl portcullis_engine::GrantStore for Broken {
+        async fn put(
+            &self,
+            _digest: &str,
+            _grant: portcullis_engine::Grant,
+        ) -> Result<(), portcullis_engine::BoxError> {
+            Err("the grant store is down".into())
+        }
+
+        async fn take(
+            &self,
+            _digest: &str,
+        ) -> Result<Option<portcullis_engine::Grant>, portcullis_engine::BoxError> {
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn a_grant_the_store_refuses_is_an_error() {
+        let engine = EngineHandle::built(
+            PolicyEngine::builder().shared_grant_store(std::sync::Arc::new(Broken)),
+            false,
+        );
+        let refused = engine
+            .grant("d", "erin", Duration::from_secs(60))
+            .unwrap_err();
+        assert!(refused.contains("the grant store is down"), "{refused}");
+        assert!(
+            engine
+                .grant("d", "erin", Duration::MAX)
+                .unwrap_err()
+                .contains("too long")
+        );
     }
 
     #[test]

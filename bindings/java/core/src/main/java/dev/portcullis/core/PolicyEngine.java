@@ -24,6 +24,9 @@ import java.util.function.Function;
  * returns or throws. Native memory is freed once the engine is unreachable.
  */
 public final class PolicyEngine {
+    /** The longest lifetime of a grant. */
+    private static final java.time.Duration MAX_GRANT_TTL = java.time.Duration.ofDays(30);
+
     private final long handle;
     private final AuditHandler onAudit;
 
@@ -112,6 +115,57 @@ public final class PolicyEngine {
      */
     public OutputContext evaluateOutput(OutputContext ctx) {
         return evaluate(InterceptionPoint.OUTPUT, ctx, OutputContext::fromMap);
+    }
+
+    /**
+     * Records that a person approved an escalated action, so that the same call, retried,
+     * proceeds. The grant is for the action whose digest is {@code actionDigest} (the
+     * {@code action_digest} of {@link ApprovalRequiredError#request()}): the same context (its
+     * timestamp aside) at the same point, so a call with other arguments still escalates. It is
+     * used once: the first call it lets through consumes it, and it expires after {@code ttl}
+     * when unused. The grant is kept in this engine's grant store (in memory), for this engine
+     * only.
+     *
+     * <pre>{@code
+     * try {
+     *     engine.evaluateToolCall(ctx);
+     * } catch (ApprovalRequiredError e) {
+     *     // ... a person approves ...
+     *     engine.grant((String) e.request().get("action_digest"), "erin", Duration.ofMinutes(5));
+     *     engine.evaluateToolCall(ctx); // proceeds, once
+     * }
+     * }</pre>
+     *
+     * @param actionDigest the approved action's digest
+     * @param by who approved (recorded in the audit trail)
+     * @param ttl how long the grant may wait for its call: positive, at most 30 days
+     * @throws NullPointerException when an argument is {@code null}
+     * @throws IllegalArgumentException when {@code actionDigest} or {@code by} is blank, or
+     *     {@code ttl} is not positive or longer than 30 days
+     * @throws IllegalStateException when the grant store fails to record the grant, or when
+     *     called from inside one of this engine's evaluations
+     */
+    public void grant(String actionDigest, String by, java.time.Duration ttl) {
+        Objects.requireNonNull(actionDigest, "actionDigest");
+        Objects.requireNonNull(by, "by");
+        Objects.requireNonNull(ttl, "ttl");
+        if (actionDigest.isBlank()) {
+            throw new IllegalArgumentException("actionDigest must not be blank");
+        }
+        if (by.isBlank()) {
+            throw new IllegalArgumentException("by must not be blank");
+        }
+        if (ttl.isNegative() || ttl.isZero()) {
+            throw new IllegalArgumentException("ttl must be positive, not " + ttl);
+        }
+        if (ttl.compareTo(MAX_GRANT_TTL) > 0) {
+            throw new IllegalArgumentException("ttl must be at most " + MAX_GRANT_TTL + ", not " + ttl);
+        }
+        try {
+            Native.engineGrant(handle, actionDigest, by, ttl.toNanos());
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     private <C extends PolicyContext> C evaluate(InterceptionPoint point, C ctx, Function<Object, C> read) {

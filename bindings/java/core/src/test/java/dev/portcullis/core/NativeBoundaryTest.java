@@ -22,6 +22,9 @@ class NativeBoundaryTest {
                 () -> Native.engineEvaluate(0, 0, null, context, new Throwable[1]));
         assertTrue(closed.getMessage().contains("closed"), closed.getMessage());
         assertThrows(IllegalStateException.class, () -> Native.policyInfo(0));
+        IllegalStateException closedGrant =
+                assertThrows(IllegalStateException.class, () -> Native.engineGrant(0, "d", "erin", 1));
+        assertTrue(closedGrant.getMessage().contains("closed"), closedGrant.getMessage());
         assertThrows(IllegalStateException.class, () -> Native.policySetAddNative(0, 0, 0));
         assertThrows(IllegalArgumentException.class, () -> Native.policySetNew("maybe"));
         assertThrows(IllegalArgumentException.class, () -> Native.policySetNew(null));
@@ -39,6 +42,11 @@ class NativeBoundaryTest {
             long engine = Native.engineNew(set, false, 0);
             try {
                 assertThrows(IllegalStateException.class, () -> Native.engineNew(set, false, 0));
+                assertThrows(IllegalArgumentException.class, () -> Native.engineGrant(engine, null, "erin", 1));
+                assertThrows(IllegalArgumentException.class, () -> Native.engineGrant(engine, "d", null, 1));
+                assertThrows(IllegalArgumentException.class, () -> Native.engineGrant(engine, "d", "erin", 0));
+                assertThrows(IllegalArgumentException.class, () -> Native.engineGrant(engine, "d", "erin", -1));
+                Native.engineGrant(engine, "d", "erin", Long.MAX_VALUE);
                 assertThrows(IllegalArgumentException.class,
                         () -> Native.engineEvaluate(engine, 0, null, null, new Throwable[1]));
                 Map<String, Object> invalid =

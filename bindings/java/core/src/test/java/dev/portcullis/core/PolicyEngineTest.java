@@ -2,6 +2,7 @@ package dev.portcullis.core;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
@@ -308,6 +309,98 @@ class PolicyEngineTest {
                 ApprovalRequiredError.class, () -> engine.evaluateToolCall(Contexts.toolCall("rm")));
         assertEquals("ask", error.policyId());
         assertInstanceOf(String.class, error.request().get("action_digest"));
+    }
+
+    /** A code policy escalating every {@code send_email} call. */
+    private static PolicyEngine emailNeedsApproval() {
+        return PolicyEngine.builder()
+                .policySet(PolicySet.builder()
+                        .toolCall(List.of(new ToolCallPolicy() {
+                            @Override
+                            public String id() {
+                                return "email_needs_approval";
+                            }
+
+                            @Override
+                            public PolicyDecision evaluate(ToolCallContext ctx) {
+                                return ctx.toolName().equals("send_email")
+                                        ? EscalateDecision.escalate("email leaves the company")
+                                        : AllowDecision.allow();
+                            }
+                        }))
+                        .build())
+                .build();
+    }
+
+    private static ToolCallContext email(String to) {
+        return new ToolCallContext(
+                "send_email", Map.of("to", to), Message.assistant("sending"), Contexts.metadata());
+    }
+
+    @Test
+    void aGrantLetsTheSameCallThroughOnce() {
+        PolicyEngine engine = emailNeedsApproval();
+        ToolCallContext call = email("bob@example.com");
+        ApprovalRequiredError error = assertThrows(ApprovalRequiredError.class, () -> engine.evaluateToolCall(call));
+        assertEquals("email_needs_approval", error.policyId());
+        assertEquals(InterceptionPoint.TOOL_CALL, error.interceptionPoint());
+        assertEquals(List.of("email leaves the company"), error.request().get("reasons"));
+        String digest = (String) error.request().get("action_digest");
+
+        engine.grant(digest, "erin", Duration.ofMinutes(1));
+        assertSame(call, engine.evaluateToolCall(call));
+        ApprovalRequiredError again =
+                assertThrows(ApprovalRequiredError.class, () -> engine.evaluateToolCall(call));
+        assertEquals(digest, again.request().get("action_digest"));
+
+        engine.grant(digest, "erin", Duration.ofMinutes(1));
+        ApprovalRequiredError other = assertThrows(
+                ApprovalRequiredError.class, () -> engine.evaluateToolCall(email("mallory@example.com")));
+        assertNotEquals(digest, other.request().get("action_digest"));
+        assertSame(call, engine.evaluateToolCall(call));
+    }
+
+    @Test
+    void aGrantIsOnlyForTheEngineThatRecordedIt() {
+        PolicyEngine engine = emailNeedsApproval();
+        PolicyEngine another = emailNeedsApproval();
+        ToolCallContext call = email("bob@example.com");
+        ApprovalRequiredError error = assertThrows(ApprovalRequiredError.class, () -> engine.evaluateToolCall(call));
+        another.grant((String) error.request().get("action_digest"), "erin", Duration.ofMinutes(1));
+        assertThrows(ApprovalRequiredError.class, () -> engine.evaluateToolCall(call));
+    }
+
+    @Test
+    void aGrantRefusesBadArguments() {
+        PolicyEngine engine = emailNeedsApproval();
+        Duration minute = Duration.ofMinutes(1);
+        assertThrows(NullPointerException.class, () -> engine.grant(null, "erin", minute));
+        assertThrows(NullPointerException.class, () -> engine.grant("d", null, minute));
+        assertThrows(NullPointerException.class, () -> engine.grant("d", "erin", null));
+        assertThrows(IllegalArgumentException.class, () -> engine.grant("", "erin", minute));
+        assertThrows(IllegalArgumentException.class, () -> engine.grant(" \t", "erin", minute));
+        assertThrows(IllegalArgumentException.class, () -> engine.grant("d", " ", minute));
+        assertThrows(IllegalArgumentException.class, () -> engine.grant("d", "erin", Duration.ZERO));
+        assertThrows(IllegalArgumentException.class, () -> engine.grant("d", "erin", Duration.ofSeconds(-1)));
+        assertThrows(IllegalArgumentException.class,
+                () -> engine.grant("d", "erin", Duration.ofDays(30).plusNanos(1)));
+        engine.grant("d", "erin", Duration.ofDays(30));
+        engine.grant("d", "erin", Duration.ofNanos(1));
+    }
+
+    @Test
+    void aGrantFromInsideAnEvaluationIsAnExceptionNotADeadlock() {
+        PolicyEngine[] holder = new PolicyEngine[1];
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(Contexts.input("granting", ctx -> {
+                    holder[0].grant("d", "erin", Duration.ofMinutes(1));
+                    return AllowDecision.allow();
+                }))).build())
+                .build();
+        holder[0] = engine;
+        PolicyEvaluationError error =
+                assertThrows(PolicyEvaluationError.class, () -> engine.evaluateInput(Contexts.input("x")));
+        assertInstanceOf(IllegalStateException.class, error.getCause());
     }
 
     @Test

@@ -89,6 +89,16 @@ public final class Native {
             long engine, int point, Object context, String contextJson, Throwable[] thrown);
 
     /**
+     * Records that a person approved an action, for one call within a lifetime.
+     *
+     * @param engine the engine
+     * @param actionDigest the action's digest (an approval request's {@code action_digest})
+     * @param by who approved
+     * @param ttlNanos the grant's lifetime in nanoseconds (positive)
+     */
+    public static native void engineGrant(long engine, String actionDigest, String by, long ttlNanos);
+
+    /**
      * Frees an engine.
      *
      * @param engine the engine
