@@ -17,6 +17,17 @@ fn engine_of(outputs: impl FnOnce(PolicySetBuilder) -> PolicySetBuilder) -> Poli
     PolicyEngine::builder().policy_set(set).build()
 }
 
+/// A US social security number, as the redactions below write it.
+const SSN: &str = r"\b\d{3}-\d{2}-\d{4}\b";
+
+/// SSNs and short e-mail addresses redacted: two rules whose literals the fast lane watches.
+fn ssn_and_short_email() -> PolicyEngine {
+    engine_of(|set| {
+        set.output(Redact(SSN, "SSN"))
+            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+    })
+}
+
 /// The runtime each test drives its guard on.
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -66,10 +77,7 @@ fn the_rarest_required_literal_is_watched() {
         watched_by(r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}").as_deref(),
         Some(&b"@"[..])
     );
-    assert_eq!(
-        watched_by(r"\b\d{3}-\d{2}-\d{4}\b").as_deref(),
-        Some(&b"-"[..])
-    );
+    assert_eq!(watched_by(SSN).as_deref(), Some(&b"-"[..]));
     // Case-insensitive alternatives: a prefix of each case variant.
     let found = watched_by(r"(?i:phishing\.example|evil\.invalid)").expect("literals");
     assert!(found.eq_ignore_ascii_case(&b"evil.invalid"[..found.len()]));
@@ -125,10 +133,7 @@ fn a_stream_leaves_its_dfa_states_to_the_next() {
 
 #[test]
 fn text_without_watched_literals_takes_the_fast_lane() {
-    let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
-            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
-    });
+    let engine = ssn_and_short_email();
     let plan = engine.stream_plan();
     assert!(plan.lane);
     let runtime = runtime();
@@ -171,7 +176,7 @@ const EMAIL: &str = r"[a-z0-9.]{1,32}@[a-z0-9.]{1,32}\.[a-z]{2,6}";
 #[test]
 fn replacing_stages_with_one_byte_literals_are_searched_together() {
     let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+        set.output(Redact(SSN, "SSN"))
             .output(Deny(&["evil.invalid"]))
             .output(Redact(EMAIL, "EMAIL"))
     });
@@ -183,18 +188,18 @@ fn replacing_stages_with_one_byte_literals_are_searched_together() {
     let found = group.prefilter.find(text, Span::from(0..text.len()));
     assert_eq!(found.map(|found| text[found.start]), Some(b'@'));
     // One replacing stage alone is searched on its own.
-    let engine = engine_of(|set| set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN")));
+    let engine = engine_of(|set| set.output(Redact(SSN, "SSN")));
     assert!(engine.stream_plan().lane_group.is_none());
     // So are replacing stages whose literals are longer than a byte.
     let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+        set.output(Redact(SSN, "SSN"))
             .output(Redact(r"key-[0-9a-f]{8}", "KEY"))
     });
     assert!(engine.stream_plan().lane_group.is_none());
     // The group's literals are found where each stage's search had left off: a secret
     // after a long plain text is replaced, through the group, as the whole text has it.
     let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+        set.output(Redact(SSN, "SSN"))
             .output(Redact(EMAIL, "EMAIL"))
     });
     let text = [
@@ -226,10 +231,7 @@ fn replacing_stages_with_one_byte_literals_are_searched_together() {
 
 #[test]
 fn out_of_the_lane_clear_pushes_are_kept_until_the_windows_fill() {
-    let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
-            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
-    });
+    let engine = ssn_and_short_email();
     let plan = engine.stream_plan();
     assert!(plan.lane);
     let runtime = runtime();
@@ -277,7 +279,7 @@ fn out_of_the_lane_clear_pushes_are_kept_until_the_windows_fill() {
 
 #[test]
 fn a_stream_makes_room_for_as_much_text_as_the_last_one_received() {
-    let engine = engine_of(|set| set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN")));
+    let engine = engine_of(|set| set.output(Redact(SSN, "SSN")));
     let runtime = runtime();
     runtime.block_on(async {
         let first = engine.output_stream(Metadata::new("agent", "session"));
@@ -344,7 +346,7 @@ fn a_literal_a_replacement_makes_with_the_text_after_it_is_found() {
     for batch in [0, 256] {
         let engine = engine_of(|set| {
             set.stream_batch(batch)
-                .output(ReplaceWith(r"\b\d{3}-\d{2}-\d{4}\b", "x-evil"))
+                .output(ReplaceWith(SSN, "x-evil"))
                 .output(Deny(&["evil.invalid"]))
         });
         let plan = engine.stream_plan();
@@ -410,7 +412,7 @@ fn a_denied_literal_begun_in_the_push_that_found_a_replacing_one_is_found() {
     // The push that brings the SSN's `-` ends in the first bytes of a blocked domain: the
     // lane's search then cannot see it whole, and the pushes after it must.
     let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+        set.output(Redact(SSN, "SSN"))
             .output(Deny(&["evil.invalid"]))
     });
     let plain = "nothing to see in this sentence at all. ".repeat(4);
@@ -426,10 +428,7 @@ fn a_denied_literal_begun_in_the_push_that_found_a_replacing_one_is_found() {
 
 #[test]
 fn short_deltas_are_tested_a_window_at_a_time_within_the_slack() {
-    let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
-            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
-    });
+    let engine = ssn_and_short_email();
     let plan = engine.stream_plan();
     assert!(plan.lane && plan.lane_slack >= 16);
     let runtime = runtime();
@@ -473,7 +472,7 @@ fn short_deltas_are_tested_a_window_at_a_time_within_the_slack() {
 #[test]
 fn a_replacing_literal_lets_the_lane_release_up_to_where_its_match_may_start() {
     let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+        set.output(Redact(SSN, "SSN"))
             .output(Deny(&["evil.invalid"]))
     });
     let plan = engine.stream_plan();
@@ -535,7 +534,7 @@ fn a_replacing_literal_lets_the_lane_release_up_to_where_its_match_may_start() {
 fn a_batch_whose_match_the_stages_pass_on_takes_the_lane_again_at_once() {
     let engine = engine_of(|set| {
         set.stream_batch(256)
-            .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(SSN, "SSN"))
             .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
             .output(Deny(&["evil.invalid"]))
     });
@@ -634,7 +633,7 @@ fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one()
 fn out_of_the_lane_a_blocked_literal_goes_to_the_stages_at_once() {
     let engine = engine_of(|set| {
         set.output(Deny(&["evil.invalid", "malware.test"]))
-            .output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+            .output(Redact(SSN, "SSN"))
             .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
     });
     assert!(engine.stream_plan().lane);
@@ -681,7 +680,7 @@ fn out_of_the_lane_a_blocked_literal_goes_to_the_stages_at_once() {
 #[test]
 fn the_lane_tests_exactly_the_literals_first_bytes() {
     let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{3}-\d{2}-\d{4}\b", "SSN"))
+        set.output(Redact(SSN, "SSN"))
             .output(Redact(EMAIL, "EMAIL"))
             .output(Deny(&["phishing.example", "malware.test", "evil.invalid"]))
     });
