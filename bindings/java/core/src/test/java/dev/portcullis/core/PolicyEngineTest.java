@@ -15,6 +15,7 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Predicate;
 import org.junit.jupiter.api.Test;
 
 /** The seed's Java API, as a Java user writes it (§17.2). */
@@ -290,21 +291,7 @@ class PolicyEngineTest {
 
     @Test
     void anEscalationNeedsAnApproval() {
-        PolicyEngine engine = PolicyEngine.builder()
-                .policySet(PolicySet.builder()
-                        .toolCall(List.of(new ToolCallPolicy() {
-                            @Override
-                            public String id() {
-                                return "ask";
-                            }
-
-                            @Override
-                            public PolicyDecision evaluate(ToolCallContext ctx) {
-                                return EscalateDecision.escalate("a person decides");
-                            }
-                        }))
-                        .build())
-                .build();
+        PolicyEngine engine = escalating("ask", "a person decides", ctx -> true);
         ApprovalRequiredError error = assertThrows(
                 ApprovalRequiredError.class, () -> engine.evaluateToolCall(Contexts.toolCall("rm")));
         assertEquals("ask", error.policyId());
@@ -313,18 +300,26 @@ class PolicyEngineTest {
 
     /** A code policy escalating every {@code send_email} call. */
     private static PolicyEngine emailNeedsApproval() {
+        return escalating(
+                "email_needs_approval",
+                "email leaves the company",
+                ctx -> ctx.toolName().equals("send_email"));
+    }
+
+    /** An engine whose one tool-call policy, {@code id}, escalates the calls {@code when} holds for. */
+    private static PolicyEngine escalating(String id, String reason, Predicate<ToolCallContext> when) {
         return PolicyEngine.builder()
                 .policySet(PolicySet.builder()
                         .toolCall(List.of(new ToolCallPolicy() {
                             @Override
                             public String id() {
-                                return "email_needs_approval";
+                                return id;
                             }
 
                             @Override
                             public PolicyDecision evaluate(ToolCallContext ctx) {
-                                return ctx.toolName().equals("send_email")
-                                        ? EscalateDecision.escalate("email leaves the company")
+                                return when.test(ctx)
+                                        ? EscalateDecision.escalate(reason)
                                         : AllowDecision.allow();
                             }
                         }))
