@@ -403,6 +403,15 @@
     return item;
   }
 
+  /** Appends to `form` a label for `control`, then `control` and `button` side by side. */
+  function labelledRow(form, labelText, control, button) {
+    const label = el('label', null, labelText);
+    label.htmlFor = control.id;
+    const row = el('div', 'row');
+    row.append(control, button);
+    form.append(label, row);
+  }
+
   function decisionForms(record, headingId) {
     const forms = el('div', 'decide');
     const base = headingId;
@@ -418,13 +427,9 @@
       option.selected = value === DEFAULT_VALIDITY;
       validity.append(option);
     }
-    const validityLabel = el('label', null, 'Valid for');
-    validityLabel.htmlFor = validity.id;
     const approve = el('button', 'primary approve', 'Approve');
     approve.type = 'submit';
-    const grantRow = el('div', 'row');
-    grantRow.append(validity, approve);
-    grant.append(validityLabel, grantRow);
+    labelledRow(grant, 'Valid for', validity, approve);
 
     const refuse = el('form', 'refuse');
     refuse.setAttribute('aria-label', 'Refuse');
@@ -434,14 +439,11 @@
     reason.name = 'reason';
     reason.required = true;
     reason.autocomplete = 'off';
-    reason.maxLength = 2000;
-    const reasonLabel = el('label', null, 'Reason for refusing');
-    reasonLabel.htmlFor = reason.id;
+    // The service takes a reason of at most 1,024 bytes.
+    reason.maxLength = 1000;
     const refuseButton = el('button', 'danger refuse-button', 'Refuse');
     refuseButton.type = 'submit';
-    const refuseRow = el('div', 'row');
-    refuseRow.append(reason, refuseButton);
-    refuse.append(reasonLabel, refuseRow);
+    labelledRow(refuse, 'Reason for refusing', reason, refuseButton);
 
     const controls = [validity, approve, reason, refuseButton];
     grant.addEventListener('submit', (event) => {
