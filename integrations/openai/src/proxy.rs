@@ -988,8 +988,6 @@ async fn accept(
     Some((stream, permit))
 }
 
-/// Headers asking a server to read the request as another method than its own: refused, so
-/// that the upstream reads the method the proxy classified.
 /// Refuses a guarded request whose body is not declared JSON (`415`): a web page can send
 /// a `text/plain` or form body cross-site without the browser asking the proxy first.
 fn json_body(headers: &HeaderMap) -> Result<(), Box<Response<ProxyBody>>> {
@@ -1008,6 +1006,8 @@ fn json_body(headers: &HeaderMap) -> Result<(), Box<Response<ProxyBody>>> {
     )))
 }
 
+/// Headers asking a server to read the request as another method than its own: refused, so
+/// that the upstream reads the method the proxy classified.
 const METHOD_OVERRIDES: [&str; 3] = [
     "x-http-method-override",
     "x-http-method",
