@@ -47,8 +47,8 @@ pub(crate) struct DecisionFeed {
     closing: watch::Sender<bool>,
 }
 
-/// The decisions of one minute: a count per policy and decision.
-type Minute = HashMap<(String, &'static str), u64>;
+/// The decisions of one minute: by policy, a count per decision.
+type Minute = HashMap<String, HashMap<&'static str, u64>>;
 
 /// Counts by minute: the minute (since the epoch), and the count of each policy's decisions.
 #[derive(Default)]
@@ -93,9 +93,13 @@ impl DecisionFeed {
                 counts.minutes.pop_front();
             }
             if let Some((_, by_policy)) = counts.minutes.back_mut() {
-                *by_policy
-                    .entry((record.policy_id.to_owned(), decision))
-                    .or_default() += 1;
+                // The policy's name is copied once a minute, not once a decision.
+                if !by_policy.contains_key(record.policy_id) {
+                    by_policy.insert(record.policy_id.to_owned(), HashMap::new());
+                }
+                if let Some(by_decision) = by_policy.get_mut(record.policy_id) {
+                    *by_decision.entry(decision).or_default() += 1;
+                }
             }
             counts.version += 1;
         }
@@ -115,6 +119,14 @@ impl DecisionFeed {
         let _ = self.sender.send(Arc::from(event.to_string()));
     }
 
+    /// The version of the counts: it goes up with every decision counted.
+    fn version(&self) -> u64 {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .version
+    }
+
     /// The per-policy counts of the last hour, and their version.
     fn counts(&self) -> (Value, u64) {
         let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
@@ -124,12 +136,11 @@ impl DecisionFeed {
             if minute + WINDOW_MINUTES <= now {
                 continue;
             }
-            for ((policy, decision), count) in by_policy {
-                *totals
-                    .entry(policy.as_str())
-                    .or_default()
-                    .entry(decision)
-                    .or_default() += count;
+            for (policy, decisions) in by_policy {
+                let total = totals.entry(policy.as_str()).or_default();
+                for (decision, count) in decisions {
+                    *total.entry(decision).or_default() += count;
+                }
             }
         }
         let mut policies: Vec<(&str, HashMap<&'static str, u64>)> = totals.into_iter().collect();
@@ -266,8 +277,7 @@ impl Reader {
                     Err(broadcast::error::RecvError::Closed) => return None,
                 },
                 _ = self.ticks.tick() => {
-                    let (_, version) = self.feed.counts();
-                    if Some(version) != self.sent_version {
+                    if Some(self.feed.version()) != self.sent_version {
                         return Some(self.counts());
                     }
                     self.quiet_ticks += 1;
