@@ -76,7 +76,7 @@ pub(crate) fn run(command: ApprovalsCommand) -> u8 {
     runtime.block_on(async {
         match command {
             ApprovalsCommand::List { status, server } => {
-                let path = format!("/v1/approvals?status={}", query_value(&status));
+                let path = format!("/v1/approvals?status={}", percent_encoded(&status));
                 call(&server, reqwest::Method::GET, &path, None, print_list).await
             }
             ApprovalsCommand::Grant {
@@ -85,7 +85,7 @@ pub(crate) fn run(command: ApprovalsCommand) -> u8 {
                 ttl,
                 server,
             } => {
-                let path = format!("/v1/approvals/{}/grant", path_segment(&id));
+                let path = format!("/v1/approvals/{}/grant", percent_encoded(&id));
                 let body = json!({"by": by, "ttl": ttl});
                 call(&server, reqwest::Method::POST, &path, Some(body), print_one).await
             }
@@ -95,7 +95,7 @@ pub(crate) fn run(command: ApprovalsCommand) -> u8 {
                 reason,
                 server,
             } => {
-                let path = format!("/v1/approvals/{}/refuse", path_segment(&id));
+                let path = format!("/v1/approvals/{}/refuse", percent_encoded(&id));
                 let body = json!({"by": by, "reason": reason});
                 call(&server, reqwest::Method::POST, &path, Some(body), print_one).await
             }
@@ -105,7 +105,7 @@ pub(crate) fn run(command: ApprovalsCommand) -> u8 {
 
 /// `text` with every byte but unreserved ones percent-encoded (for a path segment or a query
 /// value: an id cannot reach another route).
-fn path_segment(text: &str) -> String {
+fn percent_encoded(text: &str) -> String {
     let mut encoded = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
@@ -115,10 +115,6 @@ fn path_segment(text: &str) -> String {
         }
     }
     encoded
-}
-
-fn query_value(text: &str) -> String {
-    path_segment(text)
 }
 
 /// Calls the service and prints its answer (`print` for a success, the service's error
@@ -260,7 +256,7 @@ mod tests {
 
     #[test]
     fn an_id_cannot_reach_another_route() {
-        assert_eq!(path_segment("apr-1a-2"), "apr-1a-2");
-        assert_eq!(path_segment("../../metrics?x"), "..%2F..%2Fmetrics%3Fx");
+        assert_eq!(percent_encoded("apr-1a-2"), "apr-1a-2");
+        assert_eq!(percent_encoded("../../metrics?x"), "..%2F..%2Fmetrics%3Fx");
     }
 }
