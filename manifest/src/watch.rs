@@ -391,11 +391,20 @@ type Stamp = Option<(SystemTime, u64)>;
 /// all when one of the files read (`before`, stamped `stamped` just before the reload) changed
 /// while the reload ran, so that the next look reloads again. Stamps taken after the reload
 /// alone would take a change made during it for one already loaded, and miss it for good.
+///
+/// A file the reload named for the first time (a rule of a manifest that was broken until
+/// now) had no stamp before it: it is held as unseen, so the next look reloads once more
+/// and a change made to it during this reload is not lost.
 fn stamps_after_reload(before: &[PathBuf], stamped: &[Stamp], watched: &[PathBuf]) -> Vec<Stamp> {
     if stamps(before) != stamped {
         return Vec::new();
     }
-    stamps(watched)
+    let now = stamps(watched);
+    watched
+        .iter()
+        .zip(now)
+        .map(|(file, stamp)| if before.contains(file) { stamp } else { None })
+        .collect()
 }
 
 fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
@@ -545,6 +554,16 @@ mod tests {
         let after = stamps_after_reload(&files, &before, &files);
         assert!(after.is_empty());
         assert_ne!(after, stamps(&files));
+        // A file named for the first time by the reload: unseen, whatever it holds now.
+        let rule = dir.join("new-rule.json");
+        std::fs::write(&rule, "{}").expect("written");
+        let grown = vec![file.clone(), rule.clone()];
+        let stamped = stamps(&files);
+        let after = stamps_after_reload(&files, &stamped, &grown);
+        assert_eq!(after.len(), 2);
+        assert_eq!(after[0], stamped[0]);
+        assert_eq!(after[1], None);
+        assert_ne!(after, stamps(&grown));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
