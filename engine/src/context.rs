@@ -79,7 +79,7 @@ impl Message {
 ///
 /// Keys beyond the three required ones are kept in [`extra`](Metadata::extra) and
 /// round-trip through serialization unchanged.
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize)]
 pub struct Metadata {
     /// The agent that owns the session.
     pub agent_id: String,
@@ -272,6 +272,105 @@ impl Clone for Message {
         let Message { role, content } = source;
         self.role = *role;
         self.content.clone_from(content);
+    }
+}
+
+/// Read by hand rather than derived: a derive with a flattened `extra` would buffer every key
+/// and value first and read them a second time, and every context carries metadata.
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(MetadataVisitor)
+    }
+}
+
+/// A key of [`Metadata`]: one of its three fields, or an extra key.
+enum MetadataKey {
+    AgentId,
+    SessionId,
+    Timestamp,
+    Extra(String),
+}
+
+impl<'de> Deserialize<'de> for MetadataKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_identifier(MetadataKeyVisitor)
+    }
+}
+
+struct MetadataKeyVisitor;
+
+impl MetadataKeyVisitor {
+    /// The field `key` names, or `None` for an extra key.
+    fn field(key: &str) -> Option<MetadataKey> {
+        match key {
+            "agent_id" => Some(MetadataKey::AgentId),
+            "session_id" => Some(MetadataKey::SessionId),
+            "timestamp" => Some(MetadataKey::Timestamp),
+            _ => None,
+        }
+    }
+}
+
+impl serde::de::Visitor<'_> for MetadataKeyVisitor {
+    type Value = MetadataKey;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a metadata key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<MetadataKey, E> {
+        Ok(Self::field(key).unwrap_or_else(|| MetadataKey::Extra(key.to_owned())))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, key: String) -> Result<MetadataKey, E> {
+        Ok(Self::field(&key).unwrap_or(MetadataKey::Extra(key)))
+    }
+}
+
+struct MetadataVisitor;
+
+impl<'de> serde::de::Visitor<'de> for MetadataVisitor {
+    type Value = Metadata;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("struct Metadata")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Metadata, A::Error> {
+        use serde::de::Error;
+
+        /// Reads a field's value, refusing a second one.
+        fn once<'de, A: serde::de::MapAccess<'de>>(
+            map: &mut A,
+            field: &mut Option<String>,
+            name: &'static str,
+        ) -> Result<(), A::Error> {
+            if field.is_some() {
+                return Err(A::Error::duplicate_field(name));
+            }
+            *field = Some(map.next_value()?);
+            Ok(())
+        }
+
+        let (mut agent_id, mut session_id, mut timestamp) = (None, None, None);
+        let mut extra = Map::new();
+        while let Some(key) = map.next_key()? {
+            match key {
+                MetadataKey::AgentId => once(&mut map, &mut agent_id, "agent_id")?,
+                MetadataKey::SessionId => once(&mut map, &mut session_id, "session_id")?,
+                MetadataKey::Timestamp => once(&mut map, &mut timestamp, "timestamp")?,
+                MetadataKey::Extra(key) => {
+                    let value = map.next_value()?;
+                    extra.insert(key, value);
+                }
+            }
+        }
+        Ok(Metadata {
+            agent_id: agent_id.ok_or_else(|| A::Error::missing_field("agent_id"))?,
+            session_id: session_id.ok_or_else(|| A::Error::missing_field("session_id"))?,
+            timestamp: timestamp.ok_or_else(|| A::Error::missing_field("timestamp"))?,
+            extra,
+        })
     }
 }
 

@@ -234,6 +234,34 @@ fn extra_metadata_keys_round_trip() {
 }
 
 #[test]
+fn metadata_fields_are_read_once_and_as_strings() {
+    let output = |metadata: &str| {
+        let text = format!(
+            r#"{{"response":{{"role":"assistant","content":"hi"}},"metadata":{metadata}}}"#
+        );
+        serde_json::from_str::<OutputContext>(&text).map_err(|error| error.to_string())
+    };
+    let twice = output(r#"{"agent_id":"a","session_id":"s","agent_id":"b","timestamp":"t"}"#);
+    assert!(twice.unwrap_err().contains("duplicate field `agent_id`"));
+    let number = output(r#"{"agent_id":"a","session_id":5,"timestamp":"t"}"#);
+    assert!(number.unwrap_err().contains("expected a string"));
+    for missing in ["agent_id", "session_id", "timestamp"] {
+        let mut fields = json!({"agent_id": "a", "session_id": "s", "timestamp": "t"});
+        fields.as_object_mut().unwrap().remove(missing);
+        let error = output(&fields.to_string()).unwrap_err();
+        assert!(
+            error.contains(&format!("missing field `{missing}`")),
+            "{error}"
+        );
+    }
+    let not_a_map = output(r#"["a","s","t"]"#).unwrap_err();
+    assert!(not_a_map.contains("struct Metadata"), "{not_a_map}");
+    // An extra key given twice keeps its last value, as any JSON object does.
+    let last = output(r#"{"agent_id":"a","session_id":"s","timestamp":"t","k":1,"k":2}"#).unwrap();
+    assert_eq!(last.metadata.extra["k"], json!(2));
+}
+
+#[test]
 fn wire_names_of_points_and_roles() {
     use portcullis_engine::InterceptionPoint;
     for (point, name) in [
