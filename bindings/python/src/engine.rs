@@ -4,6 +4,7 @@
 //! classes.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -240,7 +241,7 @@ impl NativeEngine {
         &self,
         point: &str,
         context: &Bound<'_, PyAny>,
-    ) -> PyResult<impl Future<Output = Outcome> + Send + 'static> {
+    ) -> PyResult<Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>> {
         let point = parse_point(point)?;
         let context = match point {
             InterceptionPoint::Input => AnyContext::Input(read_context(context)?),
@@ -248,7 +249,9 @@ impl NativeEngine {
             InterceptionPoint::ToolResult => AnyContext::ToolResult(read_context(context)?),
             InterceptionPoint::Output => AnyContext::Output(read_context(context)?),
         };
-        Ok(run(Arc::clone(&self.engine), self.audit, context))
+        // On the heap at once: the evaluation's future is large, and each step of the call
+        // would otherwise copy it (from here to the thread's stack, into the runtime).
+        Ok(Box::pin(run(Arc::clone(&self.engine), self.audit, context)))
     }
 }
 

@@ -108,8 +108,12 @@ def deeply_nested() -> Any:
         ("hello", TypeError, "must be a dict"),
         ({}, ValueError, "not a valid input context"),
         ({"messages": "x", "metadata": {}}, ValueError, "not a valid input context"),
-        ({"messages": [{"role": "robot", "content": "x"}], "metadata": input_ctx()["metadata"]}, ValueError, "robot"),
-        ({"messages": [{"role": "user", "content": 5}], "metadata": input_ctx()["metadata"]}, ValueError, "not a valid"),
+        ({"messages": [{"role": "robot", "content": "x"}], "metadata": input_ctx()["metadata"]}, ValueError, "messages.0.role: unknown variant `robot`"),
+        ({"messages": [{"role": "user", "content": 5}], "metadata": input_ctx()["metadata"]}, ValueError, "messages.0.content: invalid type: integer `5`"),
+        ({"messages": [], "metadata": {"agent_id": "a", "timestamp": "t"}}, ValueError, "metadata: missing field `session_id`"),
+        ({**input_ctx("x"), "mood": "happy"}, ValueError, "unknown field `mood`"),
+        ({"messages": [{"role": "user", "content": "\ud800"}], "metadata": input_ctx()["metadata"]}, ValueError, "messages.0.content: a string that is not valid Unicode"),
+        ({"messages": [{"role": "user", "content": "x"}], "metadata": {**input_ctx()["metadata"], "\udfff": 1}}, ValueError, "a key that is not valid Unicode"),
         ({**input_ctx("x"), 1: "int key"}, ValueError, "a key of type int"),
         ({**input_ctx("x"), "metadata": {**input_ctx()["metadata"], "n": math.nan}}, ValueError, "not finite"),
         ({**input_ctx("x"), "metadata": {**input_ctx()["metadata"], "n": 2**70}}, ValueError, "too large"),
@@ -129,6 +133,28 @@ def test_malformed_contexts_raise_clear_errors(ctx, error, message):
     assert message in str(raised.value)
     with pytest.raises(error):
         asyncio.run(engine.evaluate_input(ctx))
+
+
+def test_strings_tuples_and_subclasses_cross_as_json():
+    class Tagged(str):
+        pass
+
+    seen = []
+
+    @input_policy
+    def keep(c):
+        seen.append(c)
+        return Decision.allow()
+
+    engine = PolicyEngine(policy_set=PolicySet(input=[keep]))
+    text = "naïve 日本 \U0001f600 " + "x" * 5000
+    ctx = {
+        "messages": ({"role": Tagged("user"), "content": text},),
+        "metadata": {**input_ctx()["metadata"], "tags": ("a", 1, 2.5, True, None)},
+    }
+    assert engine.evaluate_input_sync(ctx) is ctx
+    assert seen[-1]["messages"][0]["content"] == text
+    assert seen[-1]["metadata"]["tags"] == ["a", 1, 2.5, True, None]
 
 
 def test_a_context_of_another_point_is_refused():

@@ -116,7 +116,9 @@ impl EngineHandle {
         context_json: &str,
     ) -> Result<(String, Option<crate::Thrown>), String> {
         let mut thrown = None;
-        let outcome = run_blocking(portcullis_bindings::outcome(
+        // On the heap at once: the evaluation's future is large, and each step of the call
+        // would otherwise copy it.
+        let outcome = run_blocking(Box::pin(portcullis_bindings::outcome(
             &self.engine,
             self.audit,
             point,
@@ -125,7 +127,7 @@ impl EngineHandle {
                 thrown = JavaPolicyError::thrown(cause);
                 Value::Bool(thrown.is_some())
             },
-        ))?;
+        )))?;
         Ok((outcome.to_string(), thrown))
     }
 

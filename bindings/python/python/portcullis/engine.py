@@ -225,9 +225,7 @@ class PolicyEngine:
 def _error(kind: int, detail: Any) -> Exception:
     if kind == 1:
         policy_id, point, reason, message = detail
-        return PolicyDenialError(
-            message, policy_id=policy_id, interception_point=point, reason=reason
-        )
+        return PolicyDenialError._of(message, policy_id, point, reason)
     if kind == 2:
         policy_id, point, cause, raised = detail
         error = PolicyEvaluationError(policy_id=policy_id, interception_point=point, cause=cause)

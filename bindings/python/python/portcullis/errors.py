@@ -30,10 +30,21 @@ class PolicyDenialError(PortcullisError):
         interception_point: str,
         reason: Optional[str] = None,
     ) -> None:
-        super().__init__(message)
+        # `Exception.__new__` already made `message` the exception's `args`.
         self.policy_id = policy_id
         self.interception_point = interception_point
         self.reason = reason
+
+    @classmethod
+    def _of(
+        cls, message: str, policy_id: str, interception_point: str, reason: Optional[str]
+    ) -> "PolicyDenialError":
+        """The engine's denial, made without a keyword call: every denied call makes one."""
+        error = cls.__new__(cls, message)
+        error.policy_id = policy_id
+        error.interception_point = interception_point
+        error.reason = reason
+        return error
 
 
 class PolicyEvaluationError(PortcullisError):
