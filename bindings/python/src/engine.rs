@@ -318,7 +318,7 @@ async fn evaluate<C: PolicyContext>(engine: &PolicyEngine, context: C) -> Verdic
 /// | kind | detail |
 /// |---|---|
 /// | 0, forward | the changed context (a new dict), or `None` when unchanged |
-/// | 1, denied | `(policy_id, interception_point, reason, message)` |
+/// | 1, denied | `(message, policy_id, interception_point, reason)` |
 /// | 2, evaluation error | `(policy_id, interception_point, cause, exception)`: `exception` is what a Python policy raised, else `None` |
 /// | 3, approval required | the approval request (a dict) |
 ///
@@ -345,7 +345,7 @@ impl<'py> IntoPyObject<'py> for Outcome {
                 message,
             } => (
                 1,
-                (policy_id, point.as_str(), reason, message)
+                (message, policy_id, point.as_str(), reason)
                     .into_pyobject(py)?
                     .into_any(),
             ),

@@ -216,6 +216,9 @@ class PolicyEngine:
             _deliver(self._on_audit, records)
         if kind == 0:
             return ctx if detail is None else detail
+        if kind == 1:
+            # A denial, the commonest of the errors: no further call to build it.
+            raise PolicyDenialError._of(*detail)
         raise _error(kind, detail)
 
     def __repr__(self) -> str:
@@ -223,9 +226,6 @@ class PolicyEngine:
 
 
 def _error(kind: int, detail: Any) -> Exception:
-    if kind == 1:
-        policy_id, point, reason, message = detail
-        return PolicyDenialError._of(message, policy_id, point, reason)
     if kind == 2:
         policy_id, point, cause, raised = detail
         error = PolicyEvaluationError(policy_id=policy_id, interception_point=point, cause=cause)
