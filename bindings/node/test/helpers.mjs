@@ -1,5 +1,7 @@
 // Contexts and servers the tests share.
+import { spawn } from 'node:child_process';
 import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -92,3 +94,55 @@ export const toolResult = (tool_name, content, extra = {}) => ({
 
 /** cli/tests/fixtures/tool-result: the untrusted-content manifest and its rules. */
 export const TOOL_RESULT_FIXTURES = path.resolve(here, '..', '..', '..', 'cli', 'tests', 'fixtures', 'tool-result');
+
+/**
+ * A real `redis-server` on a free port of 127.0.0.1, without persistence: `{ url, stop }`, or
+ * `undefined` when it cannot be started (the test then skips), unless PORTCULLIS_REQUIRE_REDIS
+ * is set (the test command sets it), which throws instead.
+ */
+export async function redisServer() {
+  const required = (process.env.PORTCULLIS_REQUIRE_REDIS ?? '0') !== '0';
+  const port = await new Promise((resolve, reject) => {
+    const probe = net.createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port: free } = probe.address();
+      probe.close(() => resolve(free));
+    });
+  });
+  const child = spawn('redis-server', ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no'], {
+    stdio: 'ignore',
+  });
+  const started = await new Promise((resolve) => {
+    child.once('spawn', () => resolve(true));
+    child.once('error', () => resolve(false));
+  });
+  if (!started) {
+    if (required) throw new Error('redis-server is not installed (scripts/test installs it)');
+    return undefined;
+  }
+  const stop = () => new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    child.once('exit', () => resolve());
+    child.kill('SIGKILL');
+  });
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const answered = await new Promise((resolve) => {
+      const socket = net.connect(port, '127.0.0.1', () => socket.write('PING\r\n'));
+      socket.setTimeout(1000, () => socket.destroy());
+      socket.once('data', (data) => {
+        resolve(data.toString().startsWith('+PONG'));
+        socket.destroy();
+      });
+      socket.once('error', () => resolve(false));
+      socket.once('close', () => resolve(false));
+    });
+    if (answered) return { url: `redis://127.0.0.1:${port}/0`, stop };
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error('redis-server did not answer within 10 s');
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

@@ -5,9 +5,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { PolicyEngine, PolicyEvaluationError } from '@portcullis/core';
+import { ApprovalRequiredError, PolicyEngine, PolicyEvaluationError } from '@portcullis/core';
 
-import { FIXTURES, OPA_FIXTURES, input, jsonServer, output, toolCall } from './helpers.mjs';
+import { FIXTURES, OPA_FIXTURES, input, jsonServer, output, redisServer, toolCall } from './helpers.mjs';
 
 let server;
 let dir;
@@ -86,4 +86,34 @@ test('an engine from a manifest reports evaluation errors as the constructor doe
   const error = await engine.evaluateInput(input('hi')).catch((e) => e);
   assert.ok(error instanceof PolicyEvaluationError);
   assert.equal(error.message, "Policy evaluation failed for 'gone' at 'input'.");
+});
+
+test('approvals kept in Redis reach every replica, and a grant is used once', async (t) => {
+  const redis = await redisServer();
+  if (!redis) return t.skip('redis-server is not installed');
+  t.after(redis.stop);
+  await writeFile(
+    path.join(dir, 'pay.json'),
+    JSON.stringify({ condition: { field: 'tool_name', equals: 'pay' }, action: 'escalate', reason: 'money moves' }),
+  );
+  const manifest = path.join(dir, 'replicas.yaml');
+  await writeFile(
+    manifest,
+    ['tool_call:', '  - dsl: pay.json', `approvals: { store: '${redis.url}', timeout: 5m }`, `sessions: { store: '${redis.url}', ttl: 1h }`, ''].join('\n'),
+  );
+  // Two replicas of one service: one store.
+  const [first, second] = [await PolicyEngine.fromManifest(manifest), await PolicyEngine.fromManifest(manifest)];
+  const call = () => toolCall('pay', { amount: 5 });
+  const asked = await first.evaluateToolCall(call()).catch((e) => e);
+  assert.ok(asked instanceof ApprovalRequiredError);
+  const again = await second.evaluateToolCall(call()).catch((e) => e);
+  assert.ok(again instanceof ApprovalRequiredError);
+  assert.equal(again.request.id, asked.request.id, 'the retry on the other replica is the same request');
+
+  await first.grant(asked.request.action_digest, 'erin', { ttlSeconds: 60 });
+  assert.equal(await second.evaluateToolCall(call()), undefined);
+  for (const engine of [first, second]) {
+    const spent = await engine.evaluateToolCall(call()).catch((e) => e);
+    assert.ok(spent instanceof ApprovalRequiredError, 'a grant is used once');
+  }
 });

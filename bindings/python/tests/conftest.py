@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
+import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -117,3 +121,44 @@ def json_server() -> Iterator[Callable[[Handler], JsonServer]]:
     yield start
     for server in started:
         server.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A real ``redis-server`` on a free port of 127.0.0.1, without persistence, stopped after
+    the test: its ``redis://`` URL. Skips when it cannot be started, unless
+    ``PORTCULLIS_REQUIRE_REDIS`` is set (the test command sets it), which fails instead."""
+    server = shutil.which("redis-server")
+    if server is None:
+        if os.environ.get("PORTCULLIS_REQUIRE_REDIS", "0") != "0":
+            pytest.fail("redis-server is not installed (scripts/test installs it)")
+        pytest.skip("redis-server is not installed")
+    port = _free_port()
+    process = subprocess.Popen(
+        [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as connection:
+                    connection.sendall(b"PING\r\n")
+                    if connection.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("redis-server did not answer within 10 s")
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.kill()
+        process.wait()

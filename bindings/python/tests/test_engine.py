@@ -280,6 +280,37 @@ def test_policy_ids_of_decorated_functions():
     assert named({"x": 1}) == Decision.allow()
 
 
+def test_approvals_kept_in_redis_reach_every_replica(tmp_path: Path, redis_url: str):
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "pay.json").write_text(
+        '{"condition": {"field": "tool_name", "equals": "pay"}, "action": "escalate",'
+        ' "reason": "money moves"}'
+    )
+    manifest = tmp_path / "portcullis.yaml"
+    manifest.write_text(
+        "tool_call:\n  - dsl: rules/pay.json\n"
+        f"approvals: {{ store: '{redis_url}', timeout: 5m }}\n"
+        f"sessions: {{ store: '{redis_url}', ttl: 1h }}\n"
+    )
+    # Two replicas of one service: one store.
+    first, second = PolicyEngine.from_manifest(manifest), PolicyEngine.from_manifest(manifest)
+    with pytest.raises(ApprovalRequired) as asked:
+        first.evaluate_tool_call_sync(tool_call_ctx("pay", {"amount": 5}))
+    request = asked.value.request
+    # The retry on the other replica is the same pending request.
+    with pytest.raises(ApprovalRequired) as again:
+        second.evaluate_tool_call_sync(tool_call_ctx("pay", {"amount": 5}))
+    assert again.value.request["id"] == request["id"]
+
+    first.grant(request["action_digest"], "erin", ttl=60)
+    ctx = tool_call_ctx("pay", {"amount": 5})
+    assert second.evaluate_tool_call_sync(ctx) is ctx
+    # Used once, whichever replica asks next.
+    for engine in (first, second):
+        with pytest.raises(ApprovalRequired):
+            engine.evaluate_tool_call_sync(tool_call_ctx("pay", {"amount": 5}))
+
+
 def test_from_manifest_with_str_and_path(tmp_path: Path):
     manifest = tmp_path / "portcullis.yaml"
     manifest.write_text(

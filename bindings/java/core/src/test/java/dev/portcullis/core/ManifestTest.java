@@ -7,11 +7,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.portcullis.testing.Fixtures;
 import dev.portcullis.testing.Fixtures.JsonServer;
+import dev.portcullis.testing.RedisServer;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.Optional;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -48,6 +52,40 @@ class ManifestTest {
                     () -> engine.evaluateToolCall(Fixtures.toolCall("rm"))).getMessage());
             ToolCallContext search = Fixtures.toolCall("web_search");
             assertSame(search, PolicyEngine.fromManifest(manifest).evaluateToolCall(search));
+        }
+    }
+
+    @Test
+    void approvalsKeptInRedisReachEveryReplicaAndAGrantIsUsedOnce() throws Exception {
+        Optional<RedisServer> started = RedisServer.start();
+        Assumptions.assumeTrue(started.isPresent(), "redis-server is not installed");
+        try (RedisServer redis = started.get()) {
+            Files.writeString(dir.resolve("pay.json"), "{\"condition\": {\"field\": \"tool_name\", \"equals\": \"pay\"},"
+                    + " \"action\": \"escalate\", \"reason\": \"money moves\"}");
+            Path manifest = dir.resolve("replicas.yaml");
+            Files.writeString(manifest, String.join("\n",
+                    "tool_call:",
+                    "  - dsl: pay.json",
+                    "approvals: { store: '" + redis.url() + "', timeout: 5m }",
+                    "sessions: { store: '" + redis.url() + "', ttl: 1h }",
+                    ""));
+            // Two replicas of one service: one store.
+            PolicyEngine first = PolicyEngine.fromManifest(manifest);
+            PolicyEngine second = PolicyEngine.fromManifest(manifest);
+            ApprovalRequiredError asked =
+                    assertThrows(ApprovalRequiredError.class, () -> first.evaluateToolCall(Fixtures.toolCall("pay")));
+            ApprovalRequiredError again =
+                    assertThrows(ApprovalRequiredError.class, () -> second.evaluateToolCall(Fixtures.toolCall("pay")));
+            assertEquals(asked.request().get("id"), again.request().get("id"),
+                    "the retry on the other replica is the same request");
+
+            first.grant((String) asked.request().get("action_digest"), "erin", Duration.ofMinutes(1));
+            ToolCallContext call = Fixtures.toolCall("pay");
+            assertSame(call, second.evaluateToolCall(call));
+            for (PolicyEngine engine : List.of(first, second)) {
+                assertThrows(ApprovalRequiredError.class, () -> engine.evaluateToolCall(Fixtures.toolCall("pay")),
+                        "a grant is used once");
+            }
         }
     }
 
