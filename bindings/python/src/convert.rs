@@ -106,6 +106,26 @@ impl<'a, 'py> PythonValue<'a, 'py> {
         }
         Ok(())
     }
+
+    /// The items of `dict` (this value), to read as a map.
+    fn dict_items(&self, dict: &Bound<'py, PyDict>) -> Result<DictItems<'_, 'a, 'py>, NotJson> {
+        self.check_depth()?;
+        Ok(DictItems {
+            outer: self,
+            items: dict.iter(),
+            next: None,
+        })
+    }
+
+    /// The items of this list or tuple, to read as a sequence.
+    fn items<I>(&self, items: I) -> Result<Items<'_, 'a, 'py, I>, NotJson> {
+        self.check_depth()?;
+        Ok(Items {
+            outer: self,
+            items,
+            index: 0,
+        })
+    }
 }
 
 /// The text of a Python string: borrowed from the string on CPython 3.10 and later, a copy
@@ -200,28 +220,13 @@ impl<'de> Deserializer<'de> for PythonValue<'_, '_> {
             return visitor.visit_f64(number);
         }
         if let Ok(dict) = value.cast::<PyDict>() {
-            self.check_depth()?;
-            return visitor.visit_map(DictItems {
-                outer: &self,
-                items: dict.iter(),
-                next: None,
-            });
+            return visitor.visit_map(self.dict_items(dict)?);
         }
         if let Ok(list) = value.cast::<PyList>() {
-            self.check_depth()?;
-            return visitor.visit_seq(Items {
-                outer: &self,
-                items: list.iter(),
-                index: 0,
-            });
+            return visitor.visit_seq(self.items(list.iter())?);
         }
         if let Ok(tuple) = value.cast::<PyTuple>() {
-            self.check_depth()?;
-            return visitor.visit_seq(Items {
-                outer: &self,
-                items: tuple.iter(),
-                index: 0,
-            });
+            return visitor.visit_seq(self.items(tuple.iter())?);
         }
         Err(NotJson::new(format!("a {} is not JSON", type_name(value))))
     }
@@ -256,13 +261,7 @@ impl<'de> Deserializer<'de> for PythonValue<'_, '_> {
             return visitor.visit_enum(variant);
         }
         if let Ok(dict) = self.value.cast::<PyDict>() {
-            self.check_depth()?;
-            let items = DictItems {
-                outer: &self,
-                items: dict.iter(),
-                next: None,
-            };
-            return visitor.visit_enum(MapAccessDeserializer::new(items));
+            return visitor.visit_enum(MapAccessDeserializer::new(self.dict_items(dict)?));
         }
         self.deserialize_any(visitor)
     }
