@@ -182,6 +182,27 @@ def test_every_decision_kind_by_name_and_as_a_dict():
     assert denied.value.policy_id == "named-in-decision"
 
 
+def test_denials_the_engine_raises_and_a_caller_builds_are_alike():
+    @input_policy
+    def no(ctx):
+        return Decision.deny("not today")
+
+    with pytest.raises(PolicyDenialError) as denied:
+        PolicyEngine(policy_set=PolicySet(input=[no])).evaluate_input_sync(input_ctx("x"))
+    built = PolicyDenialError(
+        "not today", policy_id="no", interception_point="input", reason="not today"
+    )
+    for error in (denied.value, built):
+        assert (str(error), error.args) == ("not today", ("not today",))
+        assert (error.policy_id, error.interception_point, error.reason) == ("no", "input", "not today")
+
+    class Refusal(PolicyDenialError):
+        def __init__(self, code: int) -> None:
+            super().__init__(f"refused ({code})", policy_id="p", interception_point="input")
+
+    assert str(Refusal(7)) == "refused (7)"
+
+
 def test_a_denial_without_a_reason_has_a_fixed_message():
     @input_policy
     def bare(ctx):

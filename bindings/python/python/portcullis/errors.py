@@ -30,7 +30,7 @@ class PolicyDenialError(PortcullisError):
         interception_point: str,
         reason: Optional[str] = None,
     ) -> None:
-        # `Exception.__new__` already made `message` the exception's `args`.
+        super().__init__(message)
         self.policy_id = policy_id
         self.interception_point = interception_point
         self.reason = reason
