@@ -15,6 +15,7 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import java.util.function.BiConsumer;
 import java.util.function.Predicate;
 import org.junit.jupiter.api.Test;
 
@@ -276,10 +277,18 @@ class PolicyEngineTest {
 
     @Test
     void aPolicyCallingTheEngineFromInsideAnEvaluationFailsClosed() {
+        assertReentryFailsClosed("reentrant", (engine, ctx) -> engine.evaluateInput(ctx));
+    }
+
+    /**
+     * An engine whose input policy does {@code reenter} on that same engine while it evaluates:
+     * the evaluation fails closed, with the refusal ({@code IllegalStateException}) as its cause.
+     */
+    private static void assertReentryFailsClosed(String id, BiConsumer<PolicyEngine, InputContext> reenter) {
         PolicyEngine[] holder = new PolicyEngine[1];
         PolicyEngine engine = PolicyEngine.builder()
-                .policySet(PolicySet.builder().input(List.of(Contexts.input("reentrant", ctx -> {
-                    holder[0].evaluateInput(ctx);
+                .policySet(PolicySet.builder().input(List.of(Contexts.input(id, ctx -> {
+                    reenter.accept(holder[0], ctx);
                     return AllowDecision.allow();
                 }))).build())
                 .build();
@@ -385,17 +394,7 @@ class PolicyEngineTest {
 
     @Test
     void aGrantFromInsideAnEvaluationIsAnExceptionNotADeadlock() {
-        PolicyEngine[] holder = new PolicyEngine[1];
-        PolicyEngine engine = PolicyEngine.builder()
-                .policySet(PolicySet.builder().input(List.of(Contexts.input("granting", ctx -> {
-                    holder[0].grant("d", "erin", Duration.ofMinutes(1));
-                    return AllowDecision.allow();
-                }))).build())
-                .build();
-        holder[0] = engine;
-        PolicyEvaluationError error =
-                assertThrows(PolicyEvaluationError.class, () -> engine.evaluateInput(Contexts.input("x")));
-        assertInstanceOf(IllegalStateException.class, error.getCause());
+        assertReentryFailsClosed("granting", (engine, ctx) -> engine.grant("d", "erin", Duration.ofMinutes(1)));
     }
 
     @Test
