@@ -4,47 +4,33 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use portcullis_engine::PolicyEngine;
 use portcullis_manifest::{CodeRegistry, Manifest, ManifestWatcher, ReloadOutcome};
 
-pub(crate) struct Scratch(pub(crate) PathBuf);
+/// The testing crate's scratch folder (made new, removed when dropped), with the manifest
+/// tests' way of naming files in it.
+pub(crate) struct Scratch(portcullis_testing::process::Scratch);
 
 impl Scratch {
     pub(crate) fn new(name: &str) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "portcullis-manifest-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
+        Scratch(portcullis_testing::process::Scratch::new(&format!(
+            "manifest-{name}"
+        )))
     }
 
     pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, text).unwrap();
-        path
+        self.0.write(name, text)
     }
 
     pub(crate) fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+        self.0.path().join(name)
     }
 
     pub(crate) fn dir(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path()
     }
 }
 
