@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{RegoError, RegoEvaluationError};
 use crate::input::InputJson;
-use crate::runtime::{CompiledModule, Limits, ModuleError, Pool, compile_cached};
+use crate::runtime::{CompiledModule, InPlace, Limits, ModuleError, Pool, compile_cached};
 
 /// The default time limit of one evaluation.
 pub const DEFAULT_TIME_LIMIT: Duration = Duration::from_millis(100);
@@ -364,10 +364,22 @@ impl RegoBundle {
         input: &impl InputJson,
         read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
     ) -> Result<R, RegoEvaluationError> {
+        self.evaluate_read(id, input, |_| None, read)
+    }
+
+    /// Evaluates entrypoint `id` on `input` and reads the result set in place in the guest's
+    /// memory with `in_place`; when that cannot read it (`None`), hands its JSON to `read`.
+    pub(crate) fn evaluate_read<R>(
+        &self,
+        id: i32,
+        input: &impl InputJson,
+        in_place: impl FnOnce(InPlace<'_>) -> Option<R>,
+        read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
+    ) -> Result<R, RegoEvaluationError> {
         let inner = &*self.inner;
         inner.pool.with_instance(
             || inner.module.instance(&inner.data_json, inner.limits),
-            |instance| instance.evaluate(id, input, inner.limits, read),
+            |instance| instance.evaluate(id, input, inner.limits, in_place, read),
         )
     }
 }

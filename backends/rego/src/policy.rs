@@ -12,11 +12,15 @@ use serde_json::Value;
 
 use crate::bundle::{RegoBundle, choose_entrypoint_in};
 use crate::error::{RegoError, RegoEvaluationError};
+use crate::runtime::InPlace;
 
 /// Reads the result set `[{"result": <decision>}]` (or `[]`) as a decision. The common shapes
 /// are read straight from the bytes; every other goes through the reader both Rego backends
 /// share, [`read_decision`](crate::decision::read_decision).
-fn read_decision(entrypoint: &str, bytes: &[u8]) -> Result<PolicyDecision, RegoEvaluationError> {
+pub(crate) fn read_decision(
+    entrypoint: &str,
+    bytes: &[u8],
+) -> Result<PolicyDecision, RegoEvaluationError> {
     // An allow, the commonest answer by far, as OPA's JSON dump writes it: no parser needed.
     if let Some(result) = bytes
         .strip_prefix(br#"[{"result":"#)
@@ -73,6 +77,49 @@ impl<'de> serde::Deserialize<'de> for Direct {
         }
 
         deserializer.deserialize_any(DirectVisitor)
+    }
+}
+
+/// Reads the common result sets in place in the guest's memory, as [`read_decision`] reads
+/// their JSON: one entry `{"result": …}` whose value is a boolean, the string `"allow"`, or a
+/// decision object `allow` (no other key) or `deny` (with a string `reason` and `policy_id`, or
+/// without). Any other shape is `None`, and goes the JSON way, which says what is wrong.
+pub(crate) fn decision_in_place(entrypoint: &str, set: InPlace<'_>) -> Option<PolicyDecision> {
+    let mut entry = None;
+    if set.members(|_, value| {
+        entry = Some(value);
+        Some(())
+    })? != 1
+    {
+        return None;
+    }
+    let mut result = None;
+    entry?.members(|key, value| (key? == "result").then(|| result = Some(value)))?;
+    let result = result?;
+    if let Some(allowed) = result.as_bool() {
+        return Some(decision_from_bool(entrypoint, allowed));
+    }
+    if result.as_str() == Some("allow") {
+        return Some(PolicyDecision::allow());
+    }
+    let (mut kind, mut reason, mut policy_id) = (None, None, None);
+    result.members(|key, value| {
+        let slot = match key? {
+            "decision" => &mut kind,
+            "reason" => &mut reason,
+            "policy_id" => &mut policy_id,
+            _ => return None,
+        };
+        *slot = Some(value.as_str()?);
+        Some(())
+    })?;
+    match kind? {
+        "allow" if reason.is_none() && policy_id.is_none() => Some(PolicyDecision::allow()),
+        "deny" => Some(PolicyDecision::Deny {
+            reason: reason.map(str::to_owned),
+            policy_id: policy_id.map(str::to_owned),
+        }),
+        _ => None,
     }
 }
 
@@ -225,10 +272,12 @@ impl<C: PolicyContext> RegoPolicy<C> {
     /// The evaluation fails (see [`RegoEvaluationError`]), the entrypoint is undefined for
     /// this context, or its value is not a decision.
     pub fn decide(&self, context: &C) -> Result<PolicyDecision, RegoEvaluationError> {
-        self.bundle
-            .evaluate_raw(self.entrypoint_id, &context.audit_context(), |bytes| {
-                read_decision(&self.entrypoint, bytes)
-            })
+        self.bundle.evaluate_read(
+            self.entrypoint_id,
+            &context.audit_context(),
+            |set| decision_in_place(&self.entrypoint, set),
+            |bytes| read_decision(&self.entrypoint, bytes),
+        )
     }
 }
 

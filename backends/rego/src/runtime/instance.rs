@@ -368,6 +368,7 @@ impl PooledInstance {
         entrypoint: i32,
         input: &impl InputJson,
         limits: Limits,
+        in_place: impl FnOnce(InPlace<'_>) -> Option<R>,
         read: impl FnOnce(&[u8]) -> Result<R, RegoEvaluationError>,
     ) -> Result<R, RegoEvaluationError> {
         self.input.clear();
@@ -400,14 +401,21 @@ impl PooledInstance {
         };
         let json_addr = match ran {
             Ran::Json(addr) => addr,
-            Ran::Value(addr) => match self.read_result(addr) {
-                Ok(None) => return read(&self.output),
-                Ok(Some(addr)) => addr,
-                Err(error) => {
-                    self.poisoned = true;
-                    return Err(self.classify(error, limits));
+            Ran::Value(addr) => {
+                let value = u32::from_ne_bytes(addr.to_ne_bytes());
+                let memory = self.memory.data(&self.store);
+                if let Some(read) = self.walker.in_place(memory, value).and_then(in_place) {
+                    return Ok(read);
                 }
-            },
+                match self.read_result(addr) {
+                    Ok(None) => return read(&self.output),
+                    Ok(Some(addr)) => addr,
+                    Err(error) => {
+                        self.poisoned = true;
+                        return Err(self.classify(error, limits));
+                    }
+                }
+            }
         };
         let bytes =
             c_str(self.memory.data(&self.store), json_addr).map_err(RegoEvaluationError::Result)?;

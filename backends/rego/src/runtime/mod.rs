@@ -42,6 +42,7 @@ pub(crate) use instance::PooledInstance;
 use instance::*;
 pub(crate) use module::{CompiledModule, ModuleError, compile_cached};
 pub(crate) use pool::Pool;
+pub(crate) use result::InPlace;
 use result::{Reading, Walker};
 
 /// The limits an evaluation runs under.

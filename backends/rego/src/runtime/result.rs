@@ -66,7 +66,7 @@ impl Walker {
         }
         out.clear();
         let mut walk = Walk {
-            memory,
+            memory: Memory(memory),
             out,
             budget: BUDGET,
             seen: 0,
@@ -80,6 +80,19 @@ impl Walker {
         } else {
             Reading::Unconfirmed(new)
         }
+    }
+
+    /// The value at `addr` of `memory` for a reader in place, or `None` when the guest dumps
+    /// every result of this module.
+    pub(super) fn in_place<'a>(&self, memory: &'a [u8], addr: u32) -> Option<InPlace<'a>> {
+        if self.refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(InPlace {
+            memory: Memory(memory),
+            addr,
+            confirmed: self.confirmed.load(Ordering::Relaxed),
+        })
     }
 
     /// Compares the walk's JSON (`ours`) with the guest's dump of the same value: equal, the
@@ -106,8 +119,134 @@ impl Walker {
     }
 }
 
+/// The guest's memory, read with every address checked.
+#[derive(Clone, Copy)]
+struct Memory<'a>(&'a [u8]);
+
+impl<'a> Memory<'a> {
+    fn byte(self, addr: u32, offset: u32) -> Option<u8> {
+        let at = usize::try_from(addr.checked_add(offset)?).ok()?;
+        self.0.get(at).copied()
+    }
+
+    fn word(self, addr: u32, offset: u32) -> Option<u32> {
+        let at = usize::try_from(addr.checked_add(offset)?).ok()?;
+        let bytes = self.0.get(at..at.checked_add(4)?)?;
+        Some(u32::from_le_bytes(bytes.try_into().ok()?))
+    }
+
+    fn bytes(self, addr: u32, len: u32) -> Option<&'a [u8]> {
+        let start = usize::try_from(addr).ok()?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        self.0.get(start..end)
+    }
+
+    /// The text of the string value at `addr` (its kind already checked).
+    fn text(self, addr: u32) -> Option<&'a str> {
+        let (len, text) = (self.word(addr, 4)?, self.word(addr, 8)?);
+        std::str::from_utf8(self.bytes(text, len)?).ok()
+    }
+}
+
+/// How many members [`InPlace::members`] visits before it gives up (`None`): a reader in place
+/// expects a small value of a known shape.
+const IN_PLACE_MEMBERS: usize = 64;
+
+/// A value of the guest's memory, read in place by a reader that knows the shape it expects
+/// (see [`Walker::in_place`]): only kinds of value the guest has confirmed are read, any other
+/// kind (or an address outside memory) reads as `None`, and the reader goes the JSON way.
+#[derive(Clone, Copy)]
+pub(crate) struct InPlace<'a> {
+    memory: Memory<'a>,
+    addr: u32,
+    confirmed: u32,
+}
+
+impl<'a> InPlace<'a> {
+    /// The value's kind, when the guest has confirmed its layout.
+    fn kind(self) -> Option<u8> {
+        if self.addr == 0 {
+            return None;
+        }
+        let kind = self.memory.byte(self.addr, 0)?;
+        (self.confirmed & bit(u32::from(kind)) != 0).then_some(kind)
+    }
+
+    fn at(self, addr: u32) -> InPlace<'a> {
+        InPlace { addr, ..self }
+    }
+
+    /// The value as a boolean, if it is one.
+    pub(crate) fn as_bool(self) -> Option<bool> {
+        match self.kind()? {
+            2 | 9 => match self.memory.byte(self.addr, 1)? {
+                0 => Some(false),
+                1 => Some(true),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The value as a string, if it is one (and UTF-8).
+    pub(crate) fn as_str(self) -> Option<&'a str> {
+        match self.kind()? {
+            4 | 8 => self.memory.text(self.addr),
+            _ => None,
+        }
+    }
+
+    /// Visits the members of an array or a set (key `None`) or an object (its key), in the
+    /// order the JSON walk writes them, and returns how many there are; `None` when the value
+    /// is none of those, a key is not a string, a visit says `None`, or there are more than
+    /// [`IN_PLACE_MEMBERS`].
+    pub(crate) fn members(
+        self,
+        mut visit: impl FnMut(Option<&'a str>, InPlace<'a>) -> Option<()>,
+    ) -> Option<usize> {
+        let memory = self.memory;
+        let mut count = 0usize;
+        let mut next = || {
+            count += 1;
+            (count <= IN_PLACE_MEMBERS).then_some(())
+        };
+        match self.kind()? {
+            5 => {
+                let (elems, len) = (memory.word(self.addr, 4)?, memory.word(self.addr, 8)?);
+                for index in 0..len {
+                    next()?;
+                    let value = memory.word(elems, index.checked_mul(8)?.checked_add(4)?)?;
+                    visit(None, self.at(value))?;
+                }
+            }
+            kind @ (6 | 7) => {
+                let (buckets, n) = (memory.word(self.addr, 4)?, memory.word(self.addr, 8)?);
+                if usize::try_from(n).ok()? > IN_PLACE_MEMBERS * 8 {
+                    return None;
+                }
+                for bucket in 0..n {
+                    let mut element = memory.word(buckets, bucket.checked_mul(4)?)?;
+                    while element != 0 {
+                        next()?;
+                        if kind == 6 {
+                            let key = self.at(memory.word(element, 0)?).as_str()?;
+                            visit(Some(key), self.at(memory.word(element, 4)?))?;
+                            element = memory.word(element, 8)?;
+                        } else {
+                            visit(None, self.at(memory.word(element, 0)?))?;
+                            element = memory.word(element, 4)?;
+                        }
+                    }
+                }
+            }
+            _ => return None,
+        }
+        Some(count)
+    }
+}
+
 struct Walk<'a> {
-    memory: &'a [u8],
+    memory: Memory<'a>,
     out: &'a mut Vec<u8>,
     budget: usize,
     seen: u32,
@@ -115,21 +254,15 @@ struct Walk<'a> {
 
 impl<'a> Walk<'a> {
     fn byte(&self, addr: u32, offset: u32) -> Option<u8> {
-        let at = usize::try_from(addr.checked_add(offset)?).ok()?;
-        self.memory.get(at).copied()
+        self.memory.byte(addr, offset)
     }
 
     fn word(&self, addr: u32, offset: u32) -> Option<u32> {
-        let at = usize::try_from(addr.checked_add(offset)?).ok()?;
-        let bytes = self.memory.get(at..at.checked_add(4)?)?;
-        Some(u32::from_le_bytes(bytes.try_into().ok()?))
+        self.memory.word(addr, offset)
     }
 
     fn bytes(&self, addr: u32, len: u32) -> Option<&'a [u8]> {
-        let start = usize::try_from(addr).ok()?;
-        let end = start.checked_add(usize::try_from(len).ok()?)?;
-        let memory: &'a [u8] = self.memory;
-        memory.get(start..end)
+        self.memory.bytes(addr, len)
     }
 
     fn spend(&mut self) -> Option<()> {
@@ -230,8 +363,7 @@ impl<'a> Walk<'a> {
     }
 
     fn string(&mut self, addr: u32) -> Option<()> {
-        let (len, text) = (self.word(addr, 4)?, self.word(addr, 8)?);
-        let text = std::str::from_utf8(self.bytes(text, len)?).ok()?;
+        let text = self.memory.text(addr)?;
         write_str(self.out, text);
         Some(())
     }

@@ -177,6 +177,75 @@ fn images_and_reads_match_the_guest() {
     }
 }
 
+/// A result set read in place is the decision its JSON reads as; the common shapes are read in
+/// place once the guest has confirmed their kinds, and none before.
+#[test]
+fn decisions_read_in_place_are_the_decisions_of_their_json() {
+    use crate::policy::{decision_in_place, read_decision};
+    let module = module("rego-wasm/approved-tools.tar.gz");
+    let mut instance = instance(&module);
+    let common = [
+        r#"[{"result":{"decision":"allow"}}]"#,
+        r#"[{"result":{"decision":"deny"}}]"#,
+        r#"[{"result":{"decision":"deny","reason":"Tool is not in the approved list."}}]"#,
+        r#"[{"result":{"reason":"r \"q\" ☃","policy_id":"other","decision":"deny"}}]"#,
+        r#"[{"result":true}]"#,
+        r#"[{"result":false}]"#,
+        r#"[{"result":"allow"}]"#,
+    ];
+    let others = [
+        r#"[]"#,
+        r#"[{"result":{"decision":"allow"}},{"result":{"decision":"deny"}}]"#,
+        r#"[{"result":{"decision":"allow","audit":true}}]"#,
+        r#"[{"result":{"decision":"allow","reason":"x"}}]"#,
+        r#"[{"result":{"decision":"deny","reason":null}}]"#,
+        r#"[{"result":{"decision":"deny","reason":7}}]"#,
+        r#"[{"result":{"decision":"deny","message":"x"}}]"#,
+        r#"[{"result":{"decision":"escalate","reason":"x"}}]"#,
+        r#"[{"result":{"decision":"maybe"}}]"#,
+        r#"[{"result":{"reason":"no decision"}}]"#,
+        r#"[{"result":"deny"}]"#,
+        r#"[{"result":1}]"#,
+        r#"[{"result":null}]"#,
+        r#"[{"other":true}]"#,
+        r#"[{"result":true,"other":true}]"#,
+        r#"{"result":true}"#,
+    ];
+    let walker = Walker::default();
+    for (json, read_in_place) in common
+        .iter()
+        .map(|json| (json, true))
+        .chain(others.iter().map(|json| (json, false)))
+    {
+        let (parsed, guest) = guest_parse(&mut instance, json.as_bytes());
+        let address = u32::try_from(parsed).expect("positive");
+        let memory = instance.memory.data(&instance.store);
+        let before = walker
+            .in_place(memory, address)
+            .and_then(|set| decision_in_place("x/decision", set));
+        // Confirmed by the guest as an evaluation's result would be.
+        let mut read = Vec::new();
+        if let Reading::Unconfirmed(seen) = walker.read(memory, address, &mut read) {
+            assert!(walker.settle(seen, &read, &guest), "{json}");
+            assert!(
+                before.is_none(),
+                "{json} read in place before it was confirmed"
+            );
+        }
+        let in_place = walker
+            .in_place(memory, address)
+            .and_then(|set| decision_in_place("x/decision", set));
+        assert_eq!(in_place.is_some(), read_in_place, "{json} read in place");
+        if let Some(decision) = in_place {
+            assert_eq!(
+                Ok(decision),
+                read_decision("x/decision", json.as_bytes()),
+                "{json}"
+            );
+        }
+    }
+}
+
 #[test]
 fn deep_inputs_are_left_to_the_guest() {
     let mut json = String::new();
@@ -284,9 +353,13 @@ fn the_regex_module_answers_regex_match_on_the_host() {
     let entrypoint = 0;
     let before = instance.store.data().regexes.decided();
     let result = instance
-        .evaluate(entrypoint, &input, limits(), |json| {
-            Ok(serde_json::from_slice::<Value>(json).expect("JSON"))
-        })
+        .evaluate(
+            entrypoint,
+            &input,
+            limits(),
+            |_| None,
+            |json| Ok(serde_json::from_slice::<Value>(json).expect("JSON")),
+        )
         .expect("evaluates");
     assert_eq!(result[0]["result"]["decision"], "deny");
     assert_eq!(instance.store.data().regexes.decided(), before + 1);
@@ -546,7 +619,7 @@ fn a_policy_with_patterns_from_its_data_decides_alike_with_the_host_and_without(
             let mut results = Vec::new();
             for instance in [&mut with_host, &mut without] {
                 let result = instance
-                    .evaluate(0, &input, limits(), |json| Ok(json.to_vec()))
+                    .evaluate(0, &input, limits(), |_| None, |json| Ok(json.to_vec()))
                     .expect("evaluates");
                 results.push(serde_json::from_slice::<Value>(&result).expect("JSON"));
             }
@@ -582,9 +655,13 @@ fn an_image_built_for_a_block_elsewhere_is_built_again_there() {
             instance.heap_end += 64;
         }
         let result = instance
-            .evaluate(0, &input, limits(), |json| {
-                Ok(serde_json::from_slice::<Value>(json).expect("JSON"))
-            })
+            .evaluate(
+                0,
+                &input,
+                limits(),
+                |_| None,
+                |json| Ok(serde_json::from_slice::<Value>(json).expect("JSON")),
+            )
             .expect("evaluates");
         let expected = if deny { "deny" } else { "allow" };
         assert_eq!(result[0]["result"]["decision"], expected, "round {round}");
