@@ -56,19 +56,42 @@ fn buckets(len: usize) -> u32 {
 /// The key of an object's member, built (see [`Image::key`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Key {
+    /// The key's text block and length.
     key_text: u32,
     key_len: u32,
+    /// The key's string value.
     key: u32,
+    /// The key's hash (see [`hash`]).
+    hash: u32,
+    /// The key's first 8 bytes, big-endian and padded with zeros: keys compare as their
+    /// prefixes first (an order that agrees with the keys' own), most without reading them.
+    prefix: u64,
+}
+
+impl Key {
+    /// The key of an array's element: none.
+    const NONE: Key = Key {
+        key_text: 0,
+        key_len: 0,
+        key: 0,
+        hash: 0,
+        prefix: 0,
+    };
+}
+
+/// The first 8 bytes of `bytes` as a big-endian number, padded with zeros.
+fn prefix(bytes: &[u8]) -> u64 {
+    let mut first = [0u8; 8];
+    let len = bytes.len().min(8);
+    first[..len].copy_from_slice(&bytes[..len]);
+    u64::from_be_bytes(first)
 }
 
 /// One member of an array or object being built.
 #[derive(Clone, Copy)]
 struct Member {
-    /// The key's text block and length (objects only).
-    key_text: u32,
-    key_len: u32,
-    /// The key's string value (objects only).
-    key: u32,
+    /// The key (objects only).
+    key: Key,
     value: u32,
 }
 
@@ -156,31 +179,26 @@ impl Image {
     /// The key of the next member of an object, built before its value as the guest's parser
     /// builds it.
     pub(crate) fn key(&mut self, key: &str) -> Option<Key> {
-        let key_len = u32::try_from(key.len()).ok()?;
-        let (key, key_text) = self.string(key.as_bytes())?;
+        self.key_of(key.as_bytes())
+    }
+
+    fn key_of(&mut self, bytes: &[u8]) -> Option<Key> {
+        let key_len = u32::try_from(bytes.len()).ok()?;
+        let (key, key_text) = self.string(bytes)?;
         Some(Key {
             key_text,
             key_len,
             key,
+            hash: hash(bytes),
+            prefix: prefix(bytes),
         })
     }
 
     /// Adds a member (`key` from [`key`](Self::key), or `None` for an array's element) to the
     /// array or object being built.
     pub(crate) fn member(&mut self, key: Option<Key>, value: u32) {
-        let Key {
-            key_text,
-            key_len,
-            key,
-        } = key.unwrap_or(Key {
-            key_text: 0,
-            key_len: 0,
-            key: 0,
-        });
         self.stack.push(Member {
-            key_text,
-            key_len,
-            key,
+            key: key.unwrap_or(Key::NONE),
             value,
         });
     }
@@ -212,6 +230,18 @@ impl Image {
             .checked_add(u32::try_from(at).ok()?)?
             .checked_add(HEADER)?;
         data.checked_add(class)?;
+        if class <= 16 {
+            // The common block (a short text, a small value): header and data in one copy of
+            // a fixed size, then cut to the block's size.
+            let mut block = [0u8; HEADER as usize + 16];
+            block[..4].copy_from_slice(&class.to_le_bytes());
+            block
+                .get_mut(HEADER as usize..HEADER as usize + content.len())?
+                .copy_from_slice(content);
+            self.bytes.extend_from_slice(&block);
+            self.bytes.truncate(at + HEADER as usize + class as usize);
+            return Some(data);
+        }
         let padding = (class as usize).checked_sub(content.len())?;
         let mut header = [0u8; HEADER as usize];
         header[..4].copy_from_slice(&class.to_le_bytes());
@@ -382,12 +412,7 @@ impl Image {
         } else {
             loop {
                 let value = self.value(reader, depth + 1)?;
-                self.stack.push(Member {
-                    key_text: 0,
-                    key_len: 0,
-                    key: 0,
-                    value,
-                });
+                self.member(None, value);
                 match reader.next()? {
                     b',' => {}
                     b']' => break,
@@ -429,18 +454,12 @@ impl Image {
                     return None;
                 }
                 let key = reader.string()?;
-                let key_len = u32::try_from(key.len()).ok()?;
-                let (key, key_text) = self.string(&key)?;
+                let key = self.key_of(&key)?;
                 if reader.next()? != b':' {
                     return None;
                 }
                 let value = self.value(reader, depth + 1)?;
-                self.stack.push(Member {
-                    key_text,
-                    key_len,
-                    key,
-                    value,
-                });
+                self.member(Some(key), value);
                 match reader.next()? {
                     b',' => {}
                     b'}' => break,
@@ -458,32 +477,39 @@ impl Image {
         let table = self.alloc(n.checked_mul(4)?)?;
         {
             let (stack, bytes, base) = (&mut self.stack, &self.bytes, self.base);
-            let key = |member: &Member| {
-                let at = (member.key_text - base) as usize;
-                &bytes[at..at + member.key_len as usize]
+            let text = |key: &Key| {
+                let at = (key.key_text - base) as usize;
+                &bytes[at..at + key.key_len as usize]
             };
-            stack[mark..].sort_unstable_by(|a, b| key(a).cmp(key(b)));
-            if stack[mark..]
+            // The prefixes decide most comparisons; equal ones, the whole keys.
+            let order = |a: &Member, b: &Member| {
+                a.key
+                    .prefix
+                    .cmp(&b.key.prefix)
+                    .then_with(|| text(&a.key).cmp(text(&b.key)))
+            };
+            let members = &mut stack[mark..];
+            members.sort_unstable_by(order);
+            if members
                 .windows(2)
-                .any(|pair| key(&pair[0]) == key(&pair[1]))
+                .any(|pair| order(&pair[0], &pair[1]).is_eq())
             {
                 return None;
             }
         }
         // Each bucket's chain in key order: link from the last key back.
         for index in (mark..self.stack.len()).rev() {
-            let member = self.stack[index];
-            let at = (member.key_text - self.base) as usize;
-            let bucket = hash(&self.bytes[at..at + member.key_len as usize]) % n;
+            let Member { key, value } = self.stack[index];
+            let bucket = key.hash % n;
             let head = self.read_word(table, bucket * 4);
             // (12 bytes, in a block of 16)
             let mut content = [0u8; 16];
-            content[..4].copy_from_slice(&member.key.to_le_bytes());
-            content[4..8].copy_from_slice(&member.value.to_le_bytes());
+            content[..4].copy_from_slice(&key.key.to_le_bytes());
+            content[4..8].copy_from_slice(&value.to_le_bytes());
             content[8..12].copy_from_slice(&head.to_le_bytes());
             let element = self.fixed(content)?;
-            self.note(element, 0, member.key);
-            self.note(element, 4, member.value);
+            self.note(element, 0, key.key);
+            self.note(element, 4, value);
             self.note(element, 8, head);
             self.word(table, bucket * 4, element);
         }
@@ -656,5 +682,24 @@ impl<'a> Reader<'a> {
         let value = u32::from_str_radix(digits, 16).ok()?;
         self.at = end;
         Some(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::prefix;
+
+    proptest! {
+        /// Keys ordered by their prefixes first, then as a whole, are in the keys' own order.
+        #[test]
+        fn prefixes_order_keys_as_the_keys_do(
+            a in proptest::collection::vec(prop_oneof![Just(0u8), Just(b'a'), any::<u8>()], 0..12),
+            b in proptest::collection::vec(prop_oneof![Just(0u8), Just(b'a'), any::<u8>()], 0..12),
+        ) {
+            let by_prefix = prefix(&a).cmp(&prefix(&b)).then_with(|| a.cmp(&b));
+            prop_assert_eq!(by_prefix, a.cmp(&b));
+        }
     }
 }
