@@ -10,13 +10,15 @@ use std::task::Poll;
 
 use portcullis_engine::{
     EngineError, InputContext, InterceptionPoint, OnError, OutputContext, PolicyContext,
-    PolicyEngine, PolicyEngineBuilder, PolicyEvaluationError, PolicySet, PolicySetBuilder,
-    ToolCallContext, ToolResultContext,
+    PolicyDenialError, PolicyEngine, PolicyEngineBuilder, PolicyEvaluationError, PolicySet,
+    PolicySetBuilder, ToolCallContext, ToolResultContext,
 };
 use portcullis_manifest::{CodeRegistry, Manifest};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyList, PyString, PyTuple, PyType};
 use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 
@@ -172,21 +174,32 @@ impl NativeEngine {
 #[pymethods]
 impl NativeEngine {
     /// Evaluates the policies of `point` on `context`, blocking this thread (not the GIL):
-    /// returns the outcome (see [`Outcome`]). Raises `TypeError` or `ValueError` for a context
+    /// returns the outcome (see [`Outcome`]), or raises the `PolicyDenialError` of a denial
+    /// when the engine keeps no audit records. Raises `TypeError` or `ValueError` for a context
     /// that is not a valid one of the point.
     ///
     /// The first steps run on this thread: in-memory policies decide without entering the
     /// runtime's scheduler; an evaluation that waits goes on blocked on the runtime.
-    fn evaluate_sync(
+    fn evaluate_sync<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         point: &str,
-        context: &Bound<'_, PyAny>,
-    ) -> PyResult<Outcome> {
+        context: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
         check_not_nested()?;
         let call = self.call(point, context)?;
         let runtime = runtime()?;
-        Ok(py.detach(|| run_here(runtime, call)))
+        let outcome = py.detach(|| run_here(runtime, call));
+        // A denial with no audit records to deliver first is raised here: no tuple for the
+        // package's layer to unpack, no further call to raise it.
+        if let Outcome {
+            verdict: Verdict::Denied(denial),
+            records: None,
+        } = outcome
+        {
+            return Err(PyErr::from_value(denial.into_error(py)?));
+        }
+        outcome.into_pyobject(py)
     }
 
     /// Records a person's approval of the action whose digest is `digest` (an approval
@@ -282,12 +295,7 @@ enum Verdict {
     /// Go on: with the changed context, or `None` when unchanged.
     Forward(Option<Value>),
     /// A policy denied.
-    Denied {
-        policy_id: String,
-        point: InterceptionPoint,
-        reason: Option<String>,
-        message: String,
-    },
+    Denied(Denial),
     /// A policy could not be evaluated (and `on_error` is `deny`).
     Evaluation(PolicyEvaluationError),
     /// A policy escalated: the approval request, as JSON.
@@ -300,16 +308,53 @@ async fn evaluate<C: PolicyContext>(engine: &PolicyEngine, context: C) -> Verdic
             serde_json::to_value(evaluation.context()).unwrap_or(Value::Null),
         )),
         Ok(_) => Verdict::Forward(None),
-        Err(EngineError::Denied(denial)) => Verdict::Denied {
-            policy_id: denial.policy_id().to_owned(),
-            point: denial.interception_point(),
-            reason: denial.reason().map(str::to_owned),
-            message: denial.to_string(),
-        },
+        Err(EngineError::Denied(denial)) => Verdict::Denied(Denial(denial)),
         Err(EngineError::Evaluation(error)) => Verdict::Evaluation(error),
         Err(EngineError::ApprovalRequired(request)) => {
             Verdict::ApprovalRequired(serde_json::to_value(&*request).unwrap_or(Value::Null))
         }
+    }
+}
+
+/// A policy's denial, on its way to Python.
+struct Denial(PolicyDenialError);
+
+/// The package's `PolicyDenialError` class.
+static DENIAL_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+impl Denial {
+    /// The denial as a `PolicyDenialError`, made without a call of its constructor (every
+    /// denied call makes one): `Exception.__new__` with the message, then its attributes.
+    fn into_error(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        let class = DENIAL_ERROR
+            .get_or_try_init(py, || -> PyResult<Py<PyType>> {
+                Ok(py
+                    .import(intern!(py, "portcullis.errors"))?
+                    .getattr(intern!(py, "PolicyDenialError"))?
+                    .cast_into::<PyType>()?
+                    .unbind())
+            })?
+            .bind(py);
+        let Denial(denial) = self;
+        let text = denial.to_string();
+        let message = PyString::new(py, &text);
+        let error = class.call_method1(intern!(py, "__new__"), (class, &message))?;
+        error.setattr(intern!(py, "policy_id"), denial.policy_id())?;
+        let point = match denial.interception_point() {
+            InterceptionPoint::Input => intern!(py, "input"),
+            InterceptionPoint::ToolCall => intern!(py, "tool_call"),
+            InterceptionPoint::ToolResult => intern!(py, "tool_result"),
+            InterceptionPoint::Output => intern!(py, "output"),
+        };
+        error.setattr(intern!(py, "interception_point"), point)?;
+        // Most denials' message is their reason: one string for both.
+        let reason = match denial.reason() {
+            Some(reason) if reason == text => message.into_any(),
+            Some(reason) => PyString::new(py, reason).into_any(),
+            None => py.None().into_bound(py),
+        };
+        error.setattr(intern!(py, "reason"), reason)?;
+        Ok(error)
     }
 }
 
@@ -318,7 +363,7 @@ async fn evaluate<C: PolicyContext>(engine: &PolicyEngine, context: C) -> Verdic
 /// | kind | detail |
 /// |---|---|
 /// | 0, forward | the changed context (a new dict), or `None` when unchanged |
-/// | 1, denied | `(message, policy_id, interception_point, reason)` |
+/// | 1, denied | the `PolicyDenialError` to raise |
 /// | 2, evaluation error | `(policy_id, interception_point, cause, exception)`: `exception` is what a Python policy raised, else `None` |
 /// | 3, approval required | the approval request (a dict) |
 ///
@@ -338,17 +383,7 @@ impl<'py> IntoPyObject<'py> for Outcome {
         let (kind, detail): (u8, Bound<'py, PyAny>) = match self.verdict {
             Verdict::Forward(None) => (0, py.None().into_bound(py)),
             Verdict::Forward(Some(context)) => (0, to_python(py, &context)?),
-            Verdict::Denied {
-                policy_id,
-                point,
-                reason,
-                message,
-            } => (
-                1,
-                (message, policy_id, point.as_str(), reason)
-                    .into_pyobject(py)?
-                    .into_any(),
-            ),
+            Verdict::Denied(denial) => (1, denial.into_error(py)?),
             Verdict::Evaluation(error) => {
                 let raised = HostPolicyError::raised_exception(py, error.cause());
                 (

@@ -217,8 +217,9 @@ class PolicyEngine:
         if kind == 0:
             return ctx if detail is None else detail
         if kind == 1:
-            # A denial, the commonest of the errors: no further call to build it.
-            raise PolicyDenialError._of(*detail)
+            # A denial, made by the native layer (which raises it itself when there are no
+            # records to deliver first).
+            raise detail
         raise _error(kind, detail)
 
     def __repr__(self) -> str:

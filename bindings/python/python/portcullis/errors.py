@@ -35,17 +35,6 @@ class PolicyDenialError(PortcullisError):
         self.interception_point = interception_point
         self.reason = reason
 
-    @classmethod
-    def _of(
-        cls, message: str, policy_id: str, interception_point: str, reason: Optional[str]
-    ) -> "PolicyDenialError":
-        """The engine's denial, made without a keyword call: every denied call makes one."""
-        error = cls.__new__(cls, message)
-        error.policy_id = policy_id
-        error.interception_point = interception_point
-        error.reason = reason
-        return error
-
 
 class PolicyEvaluationError(PortcullisError):
     """A policy could not be evaluated (it raised, returned something that is not a decision,
