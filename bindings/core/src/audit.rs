@@ -9,17 +9,22 @@ use portcullis_engine::{AuditHandler, AuditRecord};
 use portcullis_observability::{
     ObservabilityAuditHandler, ObservabilityError, ObservabilityOptions,
 };
-use serde_json::Value;
 
 tokio::task_local! {
-    /// The audit records of the evaluation running in this task.
-    pub static RECORDS: RefCell<Vec<Value>>;
+    /// The audit records of the evaluation running in this task, each as its JSON text.
+    pub static RECORDS: RefCell<Vec<String>>;
 }
 
-/// Keeps a record with the call it belongs to.
+/// Keeps a record with the call it belongs to, as JSON text: written once, straight from the
+/// record (no JSON value built and dropped on the way), it is what a host language reads.
 fn keep_record(record: &AuditRecord<'_>) {
     // Outside a call of a binding (a task the engine spawned) there is no call to report to.
-    let _ = RECORDS.try_with(|records| records.borrow_mut().push(record.to_json()));
+    let _ = RECORDS.try_with(|records| {
+        // A record is plain data with string keys: writing it cannot fail.
+        if let Ok(json) = serde_json::to_string(record) {
+            records.borrow_mut().push(json);
+        }
+    });
 }
 
 /// The audit handler of an engine: records kept for the host's handler when `keep` (see
@@ -40,9 +45,9 @@ pub fn audit_handler(
     active.then_some(handler)
 }
 
-/// Runs `call`, and with `keep`, returns the audit records it produced (as JSON) beside its
-/// output.
-pub async fn with_records<F: Future>(keep: bool, call: F) -> (F::Output, Option<Vec<Value>>) {
+/// Runs `call`, and with `keep`, returns the audit records it produced (each as its JSON text)
+/// beside its output.
+pub async fn with_records<F: Future>(keep: bool, call: F) -> (F::Output, Option<Vec<String>>) {
     if !keep {
         return (call.await, None);
     }

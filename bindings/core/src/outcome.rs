@@ -31,7 +31,7 @@ pub fn read_context<C: PolicyContext>(json: &str) -> Result<C, String> {
 }
 
 /// Evaluates the policies of `point` on the context `context_json`, and with `audit` keeps the
-/// call's audit records: the outcome as JSON.
+/// call's audit records: the outcome as JSON text.
 ///
 /// | `outcome` | other keys |
 /// |---|---|
@@ -49,7 +49,7 @@ pub async fn outcome<F>(
     point: InterceptionPoint,
     context_json: &str,
     thrown: F,
-) -> Value
+) -> String
 where
     F: FnOnce(&(dyn Error + 'static)) -> Value,
 {
@@ -69,11 +69,21 @@ where
             }
         }
     };
-    let (mut outcome, records) = with_records(audit, outcome).await;
+    let (outcome, records) = with_records(audit, outcome).await;
+    let mut json = outcome.to_string();
     if let Some(records) = records {
-        outcome["records"] = Value::Array(records);
+        // The records' own JSON texts, spliced in as the last key (the outcome is an object).
+        json.pop();
+        json.push_str(r#","records":["#);
+        for (index, record) in records.iter().enumerate() {
+            if index > 0 {
+                json.push(',');
+            }
+            json.push_str(record);
+        }
+        json.push_str("]}");
     }
-    outcome
+    json
 }
 
 /// Runs `C`'s point on a context given as JSON; the outcome as [`outcome`] describes it.
@@ -116,5 +126,83 @@ where
             "interception_point": request.interception_point,
             "request": &*request,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use portcullis_engine::{PolicyEngine, PolicySet};
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::audit::audit_handler;
+    use crate::native::dsl;
+
+    fn engine(keep: bool) -> PolicyEngine {
+        let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/dsl/input");
+        let mut set = PolicySet::builder();
+        for id in ["too_many_messages", "no_ssn"] {
+            let loaded = dsl(InterceptionPoint::Input, id, &rules);
+            assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+            set = loaded.policy.add_to(set);
+        }
+        let builder = PolicyEngine::builder().policy_set(set.build());
+        match audit_handler(keep, None) {
+            Some(handler) => builder.on_audit(handler).build(),
+            None => builder.build(),
+        }
+    }
+
+    fn context(content: &str) -> String {
+        json!({
+            "messages": [{"role": "user", "content": content}],
+            "metadata": {"agent_id": "a", "session_id": "s", "timestamp": "2026-01-01T00:00:00Z"},
+        })
+        .to_string()
+    }
+
+    async fn call(engine: &PolicyEngine, keep: bool, content: &str) -> Value {
+        let json = outcome(
+            engine,
+            keep,
+            InterceptionPoint::Input,
+            &context(content),
+            |_| Value::Null,
+        )
+        .await;
+        serde_json::from_str(&json).unwrap_or_else(|error| panic!("{error}: {json}"))
+    }
+
+    /// The records' own JSON is spliced into the outcome: one document, every record whole, in
+    /// the order the policies decided.
+    #[tokio::test]
+    async fn an_outcome_carries_its_records_as_json() {
+        let kept = engine(true);
+        let forwarded = call(&kept, true, "hello").await;
+        assert_eq!(forwarded["outcome"], "forward");
+        assert_eq!(forwarded["context"], Value::Null);
+        let records = forwarded["records"].as_array().expect("records");
+        let policies: Vec<&Value> = records.iter().map(|record| &record["policy_id"]).collect();
+        assert_eq!(policies, ["too_many_messages", "no_ssn"]);
+        assert_eq!(records[1]["context"]["messages"][0]["content"], "hello");
+
+        let denied = call(&kept, true, "my ssn").await;
+        assert_eq!(
+            (&denied["outcome"], &denied["reason"]),
+            (&json!("denied"), &json!("No social security numbers."))
+        );
+        assert_eq!(denied["records"][1]["decision"], "deny");
+
+        let invalid = outcome(&kept, true, InterceptionPoint::Input, "{", |_| Value::Null).await;
+        let invalid: Value = serde_json::from_str(&invalid).expect("JSON");
+        assert_eq!(
+            (&invalid["outcome"], &invalid["records"]),
+            (&json!("invalid_context"), &json!([]))
+        );
+
+        let unkept = call(&engine(false), false, "hello").await;
+        assert_eq!(unkept, json!({"outcome": "forward", "context": null}));
     }
 }

@@ -262,7 +262,6 @@ async fn outcome(
         json!(HostPolicyError::thrown_token(cause))
     })
     .await
-    .to_string()
 }
 
 impl NativeEngine {

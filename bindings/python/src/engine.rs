@@ -371,7 +371,8 @@ impl Denial {
 /// not keep them.
 pub struct Outcome {
     verdict: Verdict,
-    records: Option<Vec<Value>>,
+    /// Each record's JSON text.
+    records: Option<Vec<String>>,
 }
 
 impl<'py> IntoPyObject<'py> for Outcome {
@@ -405,7 +406,10 @@ impl<'py> IntoPyObject<'py> for Outcome {
             Some(records) => {
                 let list = PyList::empty(py);
                 for record in &records {
-                    list.append(to_python(py, record)?)?;
+                    let record: Value = serde_json::from_str(record).map_err(|error| {
+                        PyRuntimeError::new_err(format!("an audit record is not JSON: {error}"))
+                    })?;
+                    list.append(to_python(py, &record)?)?;
                 }
                 list.into_any()
             }

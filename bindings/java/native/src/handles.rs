@@ -128,7 +128,7 @@ impl EngineHandle {
                 Value::Bool(thrown.is_some())
             },
         )))?;
-        Ok((outcome.to_string(), thrown))
+        Ok((outcome, thrown))
     }
 
     /// Records that `by` approved the action whose digest is `digest`, for one call within
