@@ -362,7 +362,9 @@ pub(crate) struct PooledInstance {
 }
 
 impl PooledInstance {
-    /// Evaluates `entrypoint` on `input` and hands the raw JSON result set to `read`.
+    /// Evaluates `entrypoint` on `input`: the result set read in place by `in_place` when the
+    /// host reads results from memory and `in_place` knows the shape (see
+    /// [`InPlace`](super::InPlace)), otherwise its raw JSON handed to `read`.
     pub(crate) fn evaluate<R>(
         &mut self,
         entrypoint: i32,
