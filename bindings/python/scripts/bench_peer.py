@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from bench import FIXTURES, context, denied, per_call
+from bench import FIXTURES, context, denied, per_call, settle_heap
 
 from portcullis import PolicyEngine, PolicySet, RegoToolCallPolicy
 
@@ -81,9 +81,10 @@ def main() -> None:
         )
     )
     allowed, refused = context("web_search"), context("delete_everything")
+    peer_allow, peer_deny, peer = peer_calls()
+    settle_heap()
     ours_allow = per_call(lambda: engine.evaluate_tool_call_sync(allowed), calls)
     ours_deny = per_call(denied(engine.evaluate_tool_call_sync, refused), calls)
-    peer_allow, peer_deny, peer = peer_calls()
     theirs_allow = per_call(peer_allow, calls // 10)
     theirs_deny = per_call(peer_deny, calls // 10)
     print(f"{'':34} {'allow':>12} {'deny':>12}")

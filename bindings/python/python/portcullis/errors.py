@@ -15,6 +15,9 @@ class PolicyDenialError(PortcullisError):
     ``str(error)`` is the policy's reason, or a fixed text when it gave none.
     """
 
+    # Every denied call makes one: its fields in slots, not in a dict made for each.
+    __slots__ = ("policy_id", "interception_point", "reason")
+
     policy_id: str
     """The policy that denied (the decision's own ``policy_id`` when it set one)."""
     interception_point: str
