@@ -56,7 +56,8 @@
 //! reset to the heap just above its data. The module gets one more export when it is compiled,
 //! an evaluation entry built from its own `opa_eval_ctx_*` functions, so that an evaluation is
 //! one call; the host lays the input out in guest memory as the values the module's JSON parser
-//! would make, and reads the result set from guest memory, once a probe at compile time has
+//! would make, and reads the result set from guest memory (a decision of the common shapes
+//! straight into a `PolicyDecision`, any other result as JSON), once a probe at compile time has
 //! shown the module's values are laid out as the host expects (otherwise the module's own
 //! parser and JSON dump do it, as do `opa_eval` or `opa_eval_ctx_*` for a module without the
 //! exports the entry needs). Modules whose runtime caches
