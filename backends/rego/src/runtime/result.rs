@@ -146,6 +146,91 @@ impl<'a> Memory<'a> {
         let (len, text) = (self.word(addr, 4)?, self.word(addr, 8)?);
         std::str::from_utf8(self.bytes(text, len)?).ok()
     }
+
+    /// The members of the array, object or set (`kind` 5, 6 or 7) at `addr`; `None` for any
+    /// other kind, or an address outside memory.
+    fn members(self, kind: u8, addr: u32) -> Option<Members<'a>> {
+        matches!(kind, 5..=7).then_some(())?;
+        Some(Members {
+            memory: self,
+            kind,
+            table: self.word(addr, 4)?,
+            len: self.word(addr, 8)?,
+            at: 0,
+            element: 0,
+        })
+    }
+}
+
+/// The members of an array, object or set, in the guest's order (an array's by index, an
+/// object's or a set's bucket by bucket, each chain in order): the addresses of each member's
+/// key (0 in an array or a set) and value. An address outside memory is an item `None`.
+struct Members<'a> {
+    memory: Memory<'a>,
+    kind: u8,
+    /// The elements (an array) or the buckets (an object or a set).
+    table: u32,
+    /// How many elements or buckets.
+    len: u32,
+    /// The next element or bucket.
+    at: u32,
+    /// The next element of the current bucket's chain, 0 at its end.
+    element: u32,
+}
+
+impl Members<'_> {
+    /// How many buckets an object or a set has (0 for an array): the host reads them all.
+    fn buckets(&self) -> u32 {
+        if self.kind == 5 { 0 } else { self.len }
+    }
+
+    fn member(&mut self) -> Option<(u32, u32)> {
+        if self.kind == 5 {
+            let index = self.at - 1;
+            return Some((
+                0,
+                self.memory
+                    .word(self.table, index.checked_mul(8)?.checked_add(4)?)?,
+            ));
+        }
+        let element = self.element;
+        if self.kind == 6 {
+            self.element = self.memory.word(element, 8)?;
+            Some((self.memory.word(element, 0)?, self.memory.word(element, 4)?))
+        } else {
+            self.element = self.memory.word(element, 4)?;
+            Some((0, self.memory.word(element, 0)?))
+        }
+    }
+}
+
+impl Iterator for Members<'_> {
+    type Item = Option<(u32, u32)>;
+
+    fn next(&mut self) -> Option<Option<(u32, u32)>> {
+        if self.kind == 5 {
+            if self.at == self.len {
+                return None;
+            }
+            self.at += 1;
+            return Some(self.member());
+        }
+        while self.element == 0 {
+            if self.at == self.len {
+                return None;
+            }
+            let bucket = self.at;
+            self.at += 1;
+            match bucket
+                .checked_mul(4)
+                .and_then(|offset| self.memory.word(self.table, offset))
+            {
+                Some(element) => self.element = element,
+                None => return Some(None),
+            }
+        }
+        Some(self.member())
+    }
 }
 
 /// How many members [`InPlace::members`] visits before it gives up (`None`): a reader in place
@@ -204,42 +289,23 @@ impl<'a> InPlace<'a> {
         self,
         mut visit: impl FnMut(Option<&'a str>, InPlace<'a>) -> Option<()>,
     ) -> Option<usize> {
-        let memory = self.memory;
+        let kind = self.kind()?;
+        let members = self.memory.members(kind, self.addr)?;
+        if usize::try_from(members.buckets()).ok()? > IN_PLACE_MEMBERS * 8 {
+            return None;
+        }
         let mut count = 0usize;
-        let mut next = || {
+        for member in members {
             count += 1;
-            (count <= IN_PLACE_MEMBERS).then_some(())
-        };
-        match self.kind()? {
-            5 => {
-                let (elems, len) = (memory.word(self.addr, 4)?, memory.word(self.addr, 8)?);
-                for index in 0..len {
-                    next()?;
-                    let value = memory.word(elems, index.checked_mul(8)?.checked_add(4)?)?;
-                    visit(None, self.at(value))?;
-                }
+            if count > IN_PLACE_MEMBERS {
+                return None;
             }
-            kind @ (6 | 7) => {
-                let (buckets, n) = (memory.word(self.addr, 4)?, memory.word(self.addr, 8)?);
-                if usize::try_from(n).ok()? > IN_PLACE_MEMBERS * 8 {
-                    return None;
-                }
-                for bucket in 0..n {
-                    let mut element = memory.word(buckets, bucket.checked_mul(4)?)?;
-                    while element != 0 {
-                        next()?;
-                        if kind == 6 {
-                            let key = self.at(memory.word(element, 0)?).as_str()?;
-                            visit(Some(key), self.at(memory.word(element, 4)?))?;
-                            element = memory.word(element, 8)?;
-                        } else {
-                            visit(None, self.at(memory.word(element, 0)?))?;
-                            element = memory.word(element, 4)?;
-                        }
-                    }
-                }
-            }
-            _ => return None,
+            let (key, value) = member?;
+            let key = match kind {
+                6 => Some(self.at(key).as_str()?),
+                _ => None,
+            };
+            visit(key, self.at(value))?;
         }
         Some(count)
     }
@@ -252,19 +318,7 @@ struct Walk<'a> {
     seen: u32,
 }
 
-impl<'a> Walk<'a> {
-    fn byte(&self, addr: u32, offset: u32) -> Option<u8> {
-        self.memory.byte(addr, offset)
-    }
-
-    fn word(&self, addr: u32, offset: u32) -> Option<u32> {
-        self.memory.word(addr, offset)
-    }
-
-    fn bytes(&self, addr: u32, len: u32) -> Option<&'a [u8]> {
-        self.memory.bytes(addr, len)
-    }
-
+impl Walk<'_> {
     fn spend(&mut self) -> Option<()> {
         self.budget = self.budget.checked_sub(1)?;
         Some(())
@@ -275,59 +329,47 @@ impl<'a> Walk<'a> {
         if addr == 0 || depth > MAX_DEPTH {
             return None;
         }
-        let kind = self.byte(addr, 0)?;
+        let kind = self.memory.byte(addr, 0)?;
         self.seen |= bit(u32::from(kind));
         match kind {
             1 => self.out.extend_from_slice(b"null"),
-            2 | 9 => match self.byte(addr, 1)? {
+            2 | 9 => match self.memory.byte(addr, 1)? {
                 0 => self.out.extend_from_slice(b"false"),
                 1 => self.out.extend_from_slice(b"true"),
                 _ => return None,
             },
             3 => self.number(addr)?,
             4 | 8 => self.string(addr)?,
-            5 => {
-                let (elems, len) = (self.word(addr, 4)?, self.word(addr, 8)?);
-                self.out.push(b'[');
-                for index in 0..len {
+            5..=7 => {
+                let members = self.memory.members(kind, addr)?;
+                // Every bucket of an object or a set is read, empty or not.
+                self.budget = self
+                    .budget
+                    .checked_sub(usize::try_from(members.buckets()).ok()?)?;
+                let (open, close) = if kind == 6 {
+                    (b'{', b'}')
+                } else {
+                    (b'[', b']')
+                };
+                self.out.push(open);
+                for (index, member) in members.enumerate() {
+                    let (key, value) = member?;
+                    if kind != 5 {
+                        self.spend()?;
+                    }
                     if index > 0 {
                         self.out.push(b',');
                     }
-                    let value = self.word(elems, index.checked_mul(8)?.checked_add(4)?)?;
+                    if kind == 6 {
+                        if !matches!(self.memory.byte(key, 0)?, 4 | 8) {
+                            return None;
+                        }
+                        self.value(key, depth + 1)?;
+                        self.out.push(b':');
+                    }
                     self.value(value, depth + 1)?;
                 }
-                self.out.push(b']');
-            }
-            6 | 7 => {
-                let object = kind == 6;
-                let (buckets, n) = (self.word(addr, 4)?, self.word(addr, 8)?);
-                self.out.push(if object { b'{' } else { b'[' });
-                let mut first = true;
-                for bucket in 0..n {
-                    self.spend()?;
-                    let mut element = self.word(buckets, bucket.checked_mul(4)?)?;
-                    while element != 0 {
-                        self.spend()?;
-                        if !first {
-                            self.out.push(b',');
-                        }
-                        first = false;
-                        if object {
-                            let key = self.word(element, 0)?;
-                            if !matches!(self.byte(key, 0)?, 4 | 8) {
-                                return None;
-                            }
-                            self.value(key, depth + 1)?;
-                            self.out.push(b':');
-                            self.value(self.word(element, 4)?, depth + 1)?;
-                            element = self.word(element, 8)?;
-                        } else {
-                            self.value(self.word(element, 0)?, depth + 1)?;
-                            element = self.word(element, 4)?;
-                        }
-                    }
-                }
-                self.out.push(if object { b'}' } else { b']' });
+                self.out.push(close);
             }
             _ => return None,
         }
@@ -335,18 +377,18 @@ impl<'a> Walk<'a> {
     }
 
     fn number(&mut self, addr: u32) -> Option<()> {
-        match self.byte(addr, 1)? {
+        match self.memory.byte(addr, 1)? {
             1 => {
                 self.seen |= bit(NUMBER_INT);
-                let low = self.word(addr, 8)?;
-                let high = self.word(addr, 12)?;
+                let low = self.memory.word(addr, 8)?;
+                let high = self.memory.word(addr, 12)?;
                 let value = (u64::from(high) << 32 | u64::from(low)) as i64;
                 self.out.extend_from_slice(itoa(value).as_bytes());
             }
             2 => {
                 self.seen |= bit(NUMBER_REF);
-                let (text, len) = (self.word(addr, 8)?, self.word(addr, 12)?);
-                let text = self.bytes(text, len)?;
+                let (text, len) = (self.memory.word(addr, 8)?, self.memory.word(addr, 12)?);
+                let text = self.memory.bytes(text, len)?;
                 // The text of a JSON number, or something this walk does not know.
                 let plausible = matches!(text.first(), Some(b'-' | b'0'..=b'9'))
                     && text
