@@ -9,7 +9,9 @@ use std::fmt;
 
 use portcullis_engine::{MAX_NESTING, PolicyContext};
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{
     PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, dict::BoundDictIterator,
 };
@@ -355,6 +357,19 @@ pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
         .get_type()
         .name()
         .map_or_else(|_| "value".to_owned(), |name| name.to_string())
+}
+
+/// JSON text as the Python value it writes, read by Python's own `json.loads` (the records of
+/// a call come as text: no JSON value is built on the way).
+pub(crate) fn from_json_text<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let loads = LOADS.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py
+            .import(intern!(py, "json"))?
+            .getattr(intern!(py, "loads"))?
+            .unbind())
+    })?;
+    loads.bind(py).call1((text,))
 }
 
 /// JSON as the Python value of the same shape (`dict`, `list`, `str`, `int`, `float`, `bool`,

@@ -25,7 +25,7 @@ use serde_json::Value;
 use portcullis_bindings::{PointPolicy, poll_here, run_here, with_records};
 
 use crate::audit::{NativeAuditSink, audit_handler};
-use crate::convert::{read_context, to_python};
+use crate::convert::{from_json_text, read_context, to_python};
 use crate::native::{NativePolicy, parse_point, positive_seconds};
 use crate::policy::{HostPolicyError, python_policy};
 use crate::runtime::{CALLER_LOOP, check_not_nested, runtime};
@@ -406,10 +406,7 @@ impl<'py> IntoPyObject<'py> for Outcome {
             Some(records) => {
                 let list = PyList::empty(py);
                 for record in &records {
-                    let record: Value = serde_json::from_str(record).map_err(|error| {
-                        PyRuntimeError::new_err(format!("an audit record is not JSON: {error}"))
-                    })?;
-                    list.append(to_python(py, &record)?)?;
+                    list.append(from_json_text(py, record)?)?;
                 }
                 list.into_any()
             }
