@@ -251,7 +251,7 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
             // Open console feeds end now rather than at the drain time-out.
             closing.close_feeds();
         };
-        serve(listener, service.router(), options, stop).await
+        serve(listener, service.clone(), options, stop).await
     });
     watcher.stop();
     // The requests in flight have finished: post the spans still buffered.

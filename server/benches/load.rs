@@ -240,7 +240,7 @@ fn main() {
         let portcullis = listener.local_addr().expect("an address");
         tokio::spawn(serve(
             listener,
-            service.router(),
+            service.clone(),
             ServeOptions::new(),
             std::future::pending(),
         ));

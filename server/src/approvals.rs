@@ -2,11 +2,9 @@
 //! refusal of one, on the engine's grant store (shared by every replica and proxy that names
 //! the same Redis).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode};
 use portcullis_engine::duration::parse_duration;
@@ -47,15 +45,11 @@ fn record_response(record: &ApprovalRecord) -> Response {
 }
 
 /// `GET /v1/approvals?status=pending|granted|refused|all`: the records kept, newest first.
-pub(crate) async fn list(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if let Err(error) = authorize(&shared, &headers) {
+pub(crate) async fn list(shared: &Shared, headers: &HeaderMap, query: Option<&str>) -> Response {
+    if let Err(error) = authorize(shared, headers) {
         return error.into_response();
     }
-    let status = match status_of(query.as_deref()) {
+    let status = match status_of(query) {
         None | Some("all") => None,
         Some(name) => match ApprovalStatus::from_name(name) {
             Some(status) => Some(status),
@@ -82,17 +76,13 @@ pub(crate) async fn list(
 }
 
 /// `GET /v1/approvals/{id}`.
-pub(crate) async fn one(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    if let Err(error) = authorize(&shared, &headers) {
+pub(crate) async fn one(shared: &Shared, headers: &HeaderMap, id: &str) -> Response {
+    if let Err(error) = authorize(shared, headers) {
         return error.into_response();
     }
-    match shared.engine.approvals().get(&id).await {
+    match shared.engine.approvals().get(id).await {
         Ok(Some(record)) => record_response(&record),
-        Ok(None) => unknown(&id).into_response(),
+        Ok(None) => unknown(id).into_response(),
         Err(error) => store_failed(&error).into_response(),
     }
 }
@@ -109,13 +99,14 @@ fn unknown(id: &str) -> ApiError {
 /// a number of seconds; default [`DEFAULT_GRANT_TTL`]), and `POST /v1/approvals/{id}/refuse`
 /// with `{"by", "reason"}`.
 pub(crate) async fn decide(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    Path((id, decision)): Path<(String, String)>,
+    shared: &Shared,
+    headers: &HeaderMap,
+    id: &str,
+    decision: &str,
     body: Body,
 ) -> Response {
     let verdict: fn(&serde_json::Map<String, Value>) -> Result<ApprovalVerdict, ApiError> =
-        match decision.as_str() {
+        match decision {
             "grant" => grant,
             "refuse" => refuse,
             _ => {
@@ -127,7 +118,7 @@ pub(crate) async fn decide(
                 .into_response();
             }
         };
-    apply(&shared, &headers, &id, body, verdict).await
+    apply(shared, headers, id, body, verdict).await
 }
 
 /// A grant's verdict from its body's fields.
@@ -191,7 +182,7 @@ fn approver(fields: &serde_json::Map<String, Value>) -> Result<String, ApiError>
 /// Reads a decision's body (JSON, within the body limit and read time), makes the verdict of
 /// its fields with `verdict`, and applies it to the request `id`.
 async fn apply(
-    shared: &Arc<Shared>,
+    shared: &Shared,
     headers: &HeaderMap,
     id: &str,
     body: Body,

@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -188,17 +187,17 @@ fn guard_headers(headers: &mut HeaderMap) {
 }
 
 /// `GET /console`.
-pub(crate) async fn page() -> Response {
+pub(crate) fn page() -> Response {
     asset("text/html; charset=utf-8", PAGE)
 }
 
 /// `GET /console/app.js`.
-pub(crate) async fn script() -> Response {
+pub(crate) fn script() -> Response {
     asset("text/javascript; charset=utf-8", SCRIPT)
 }
 
 /// `GET /console/app.css`.
-pub(crate) async fn styles() -> Response {
+pub(crate) fn styles() -> Response {
     asset("text/css; charset=utf-8", STYLES)
 }
 
@@ -211,8 +210,8 @@ fn event(name: &str, data: &str) -> Bytes {
 /// (at most once a second), `decision` for each decision taken, a comment every 15 s to keep
 /// the connection open. Needs the bearer token (sent by `fetch`: a browser's `EventSource`
 /// cannot send it).
-pub(crate) async fn feed(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(error) = authorize(&shared, &headers) {
+pub(crate) fn feed(shared: &Shared, headers: &HeaderMap) -> Response {
+    if let Err(error) = authorize(shared, headers) {
         return error.into_response();
     }
     let Some(feed) = shared.feed.clone() else {

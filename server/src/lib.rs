@@ -1,8 +1,9 @@
 //! Portcullis as a network service: agents in any language, and fleets of agent processes,
 //! ask one place for decisions.
 //!
-//! [`DecisionService`] holds an engine and answers on an [axum](https://docs.rs/axum)
-//! [`Router`](axum::Router) that an application can serve with [`serve`] or nest in its own:
+//! [`DecisionService`] holds an engine and answers HTTP requests: serve it with [`serve`], or
+//! nest its [`router`](DecisionService::router) (an [axum](https://docs.rs/axum)
+//! [`Router`](axum::Router)) in an application's own:
 //!
 //! - `POST /engine/evaluate`: the remote policy protocol, server side. The body is
 //!   `{"policy_id": "..", "interception_point": "input"|"tool_call"|"tool_result"|"output", "context": {..}}`;
@@ -49,7 +50,7 @@
 //!     .limits(Limits::new().max_concurrent(64))
 //!     .build(PolicyEngine::builder().policy_set(set));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! serve(listener, service.router(), service.serve_options(), async {
+//! serve(listener, service.clone(), service.serve_options(), async {
 //!     let _ = tokio::signal::ctrl_c().await;
 //! })
 //! .await
@@ -62,8 +63,9 @@
 //! with. A failed reload keeps the set in use and shows in `/readyz` and `/metrics`.
 //!
 //! Every request gets an id (the caller's `x-request-id`, or a new one, answered in
-//! `x-request-id`) carried by a `tracing` span, so that log lines of one request can be found
-//! together.
+//! `x-request-id`), and one access line in the `tracing` log once answered (`answered`, at
+//! INFO, WARN for a 5xx: `request_id`, `method`, `route`, `status`, `micros`). The lines a
+//! request logs on the way are in a `request` span carrying its id, at DEBUG.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -72,6 +74,7 @@ mod console;
 mod metrics;
 pub mod outcome;
 mod redact;
+mod routes;
 mod serve;
 mod service;
 #[cfg(feature = "tls")]

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use portcullis_engine::error::error_chain;
@@ -11,6 +12,7 @@ use portcullis_engine::{
     OutputContext, PolicyContext, PolicyEngine, ToolCallContext, ToolResultContext,
 };
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 tokio::task_local! {
     /// The decisions audited by the evaluation running in this task.
@@ -166,15 +168,17 @@ impl std::fmt::Display for Verdict {
     }
 }
 
-/// What one evaluation came to.
+/// What one evaluation came to. `Forwarded` holds the context to forward: a JSON [`Value`]
+/// from [`evaluate`]; the service answers it as JSON text written once
+/// ([`Box<RawValue>`](serde_json::value::RawValue)), without building a value first.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct Outcome<Forwarded = Value> {
     /// How it ended.
     pub outcome: Verdict,
     /// The decisions taken, in order: (policy id, decision name).
     pub decisions: Vec<(String, String)>,
     /// The context to forward, when allowed.
-    pub context: Option<Value>,
+    pub context: Option<Forwarded>,
     /// (policy id, reason) when denied.
     pub denial: Option<(String, Option<String>)>,
     /// (policy id, message) on an evaluation error.
@@ -183,7 +187,7 @@ pub struct Outcome {
     pub approval: Option<Approval>,
 }
 
-impl Outcome {
+impl<Forwarded: serde::Serialize> Outcome<Forwarded> {
     /// The outcome as a JSON value.
     pub fn to_json(&self) -> Value {
         serde_json::from_str(&self.to_text(false)).unwrap_or(Value::Null)
@@ -217,11 +221,11 @@ impl Outcome {
             reasons: &'a [String],
         }
         #[derive(serde::Serialize)]
-        struct Document<'a> {
+        struct Document<'a, Forwarded> {
             outcome: Verdict,
             decisions: Vec<Decision<'a>>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            context: Option<&'a Value>,
+            context: Option<&'a Forwarded>,
             #[serde(skip_serializing_if = "Option::is_none")]
             denial: Option<Denial<'a>>,
             #[serde(skip_serializing_if = "Option::is_none")]
@@ -354,24 +358,61 @@ pub fn read_context(point: InterceptionPoint, body: &[u8]) -> Result<Context, Co
     })
 }
 
-/// Evaluates a context on the engine: the context to forward, as JSON, or why not.
-struct Forward<'a>(&'a PolicyEngine);
+/// How an [`Outcome`] holds the context to forward.
+pub(crate) trait Forwarded: Sized {
+    /// `context` written as JSON.
+    fn of<C: serde::Serialize>(context: &C) -> serde_json::Result<Self>;
 
-impl ContextTask for Forward<'_> {
-    type Output = Result<serde_json::Result<Value>, EngineError>;
+    /// JSON's `null`, for a context that cannot be written.
+    fn null() -> Self;
+}
+
+impl Forwarded for Value {
+    fn of<C: serde::Serialize>(context: &C) -> serde_json::Result<Self> {
+        serde_json::to_value(context)
+    }
+
+    fn null() -> Self {
+        Value::Null
+    }
+}
+
+impl Forwarded for Box<RawValue> {
+    fn of<C: serde::Serialize>(context: &C) -> serde_json::Result<Self> {
+        serde_json::value::to_raw_value(context)
+    }
+
+    fn null() -> Self {
+        serde_json::value::to_raw_value(&()).unwrap_or_default()
+    }
+}
+
+/// Evaluates a context on the engine: the context to forward, written as `F`, or why not.
+struct Forward<'a, F>(&'a PolicyEngine, PhantomData<fn() -> F>);
+
+impl<F: Forwarded> ContextTask for Forward<'_, F> {
+    type Output = Result<serde_json::Result<F>, EngineError>;
 
     async fn run<C: PolicyContext>(self, context: &C) -> Self::Output {
         let evaluation = self.0.evaluate(context).await?;
-        Ok(serde_json::to_value(evaluation.context()))
+        Ok(F::of(evaluation.context()))
     }
 }
 
 /// Evaluates `context` on `engine` and says what came of it. The engine's audit handler must
 /// be a [`DecisionTap`] for the outcome to list the decisions taken.
 pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
+    evaluate_as(engine, context).await
+}
+
+/// [`evaluate`], the context to forward written as `F`.
+pub(crate) async fn evaluate_as<F: Forwarded + Send>(
+    engine: &PolicyEngine,
+    context: &Context,
+) -> Outcome<F> {
     let (result, decisions) = TAKEN
         .scope(RefCell::new(Vec::new()), async {
-            let result = context.run(Forward(engine)).await;
+            let result = context.run(Forward(engine, PhantomData)).await;
             let decisions = TAKEN.with(|taken| std::mem::take(&mut *taken.borrow_mut()));
             (result, decisions)
         })
@@ -385,7 +426,7 @@ pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
         approval: None,
     };
     match result {
-        Ok(forwarded) => outcome.context = Some(forwarded.unwrap_or(Value::Null)),
+        Ok(forwarded) => outcome.context = Some(forwarded.unwrap_or_else(|_| F::null())),
         Err(EngineError::Denied(denial)) => {
             outcome.outcome = Verdict::Denied;
             outcome.denial = Some((

@@ -6,7 +6,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use std::convert::Infallible;
+
+use hyper::body::{Body, Incoming};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -93,19 +95,27 @@ impl ServeOptions {
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` completes; then stops accepting, lets the
+/// Serves `service` on `listener` until `shutdown` completes; then stops accepting, lets the
 /// requests in flight finish (up to the drain time-out) and returns.
+///
+/// `service` is usually a [`DecisionService`] (which answers its routes without a router's
+/// cost), or an axum [`Router`](axum::Router) that nests one in an application's routes.
 ///
 /// A connection whose request head does not arrive within the header time-out is closed (an
 /// idle keep-alive connection too), so clients that never finish a request cannot pile up;
 /// no more than [`max_connections`](ServeOptions::max_connections) are open at once. An error
 /// accepting one connection is logged and the server goes on.
-pub async fn serve(
+pub async fn serve<S, B>(
     listener: TcpListener,
-    router: Router,
+    service: S,
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
-) -> io::Result<()> {
+) -> io::Result<()>
+where
+    S: Service<B>,
+    B: Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let graceful = GracefulShutdown::new();
     let header_timeout = options
         .header_read_timeout
@@ -136,7 +146,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let router = router.clone();
+        let service = service.clone();
         let watcher = graceful.watcher();
         let counted = Counted::new(place, options.metrics.clone());
         #[cfg(feature = "tls")]
@@ -149,7 +159,7 @@ pub async fn serve(
                     tokio::time::timeout(header_timeout, tls.acceptor().accept(stream)).await;
                 match handshake {
                     Ok(Ok(stream)) => {
-                        connection(stream, router, header_timeout, watcher).await;
+                        connection(stream, service, header_timeout, watcher).await;
                     }
                     Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
                     Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -157,7 +167,7 @@ pub async fn serve(
                 return;
             }
             let _ = peer;
-            connection(stream, router, header_timeout, watcher).await;
+            connection(stream, service, header_timeout, watcher).await;
         });
     }
     drop(listener);
@@ -198,20 +208,50 @@ impl Drop for Counted {
     }
 }
 
-async fn connection<I>(
+/// What [`serve`] serves: a [`tower_service::Service`] of HTTP requests that never fails
+/// (its errors are answers), such as a [`DecisionService`] or an axum
+/// [`Router`](axum::Router). `B` is the body of its answers.
+pub trait Service<B>:
+    tower_service::Service<
+        http::Request<Incoming>,
+        Response = http::Response<B>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S, B> Service<B> for S where
+    S: tower_service::Service<
+            http::Request<Incoming>,
+            Response = http::Response<B>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
+async fn connection<I, S, B>(
     io: I,
-    router: Router,
+    service: S,
     header_timeout: Duration,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Service<B>,
+    B: Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
         .keep_alive(true);
-    let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
+    let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     if let Err(error) = watcher.watch(connection).await {
         tracing::debug!(%error, "connection ended with an error");
     }

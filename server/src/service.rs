@@ -7,11 +7,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{MatchedPath, Path, Request, State};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
@@ -20,6 +18,7 @@ use portcullis_engine::{
     AuditHandler, AuditRecord, BearerToken, EngineError, InterceptionPoint, PolicyContext,
     PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet, edge,
 };
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -27,6 +26,7 @@ use tracing::Instrument;
 use crate::console::DecisionFeed;
 use crate::metrics::{ExternalCounter, Metrics};
 use crate::outcome::{self, Context, ContextError, ContextTask, DecisionTap};
+use crate::routes::{self, Resolved, Route};
 use crate::{approvals, console};
 
 /// The default cap on a request body: 1 MiB.
@@ -434,31 +434,109 @@ impl DecisionService {
         });
     }
 
-    /// The service's routes, to serve with [`serve`](crate::serve) or to nest in an
-    /// application's own router.
+    /// The service's routes as an axum [`Router`], to nest in an application's own router.
+    /// To serve the service alone, hand the service itself to [`serve`](crate::serve): it
+    /// answers the same routes without a router's cost.
     pub fn router(&self) -> Router {
-        let shared = Arc::clone(&self.shared);
-        let mut router = Router::new()
-            .route("/engine/evaluate", post(engine_evaluate))
-            .route("/v1/evaluate/{point}", post(evaluate_point))
-            .route("/v1/approvals", get(approvals::list))
-            .route("/v1/approvals/{id}", get(approvals::one))
-            .route("/v1/approvals/{id}/{decision}", post(approvals::decide))
-            .route("/healthz", get(healthz))
-            .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics));
-        if shared.feed.is_some() {
-            router = router
-                .route("/console", get(console::page))
-                .route("/console/app.js", get(console::script))
-                .route("/console/app.css", get(console::styles))
-                .route("/v1/decisions/feed", get(console::feed));
+        Router::new().fallback_service(self.clone())
+    }
+
+    /// Answers one request: gives it an id (the caller's `x-request-id` when it is a sensible
+    /// one, else a new one, answered in `x-request-id`), runs its route, counts it and writes
+    /// its access line (`answered`, at INFO: request id, method, route, status and time
+    /// taken). A `request` span carrying the id wraps the route at DEBUG.
+    async fn answer<B>(self, request: http::Request<B>) -> Response
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        let shared = self.shared;
+        let started = Instant::now();
+        let (parts, body) = request.into_parts();
+        let id = request_id(&shared, &parts.headers);
+        let resolved = routes::resolve(&parts.method, parts.uri.path(), shared.feed.is_some());
+        let route = resolved.pattern();
+        let span = tracing::debug_span!("request", request_id = %id);
+        let mut response = run(&shared, resolved, &parts, Body::new(body))
+            .instrument(span)
+            .await;
+        let status = response.status().as_u16();
+        shared.metrics.request(route, status);
+        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let method = parts.method.as_str();
+        if status >= 500 {
+            tracing::warn!(request_id = %id, method, route, status, micros, "answered");
+        } else {
+            tracing::info!(request_id = %id, method, route, status, micros, "answered");
         }
-        router
-            .fallback(not_found)
-            .method_not_allowed_fallback(method_not_allowed)
-            .layer(middleware::from_fn_with_state(Arc::clone(&shared), observe))
-            .with_state(shared)
+        if let Ok(value) = HeaderValue::from_str(&id) {
+            response.headers_mut().insert("x-request-id", value);
+        }
+        response
+    }
+}
+
+impl<B> tower_service::Service<http::Request<B>> for DecisionService
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<Response, std::convert::Infallible>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        Box::pin(self.clone().answer(request).map(Ok))
+    }
+}
+
+/// Runs the route `resolved` names.
+async fn run(
+    shared: &Arc<Shared>,
+    resolved: Resolved<'_>,
+    parts: &http::request::Parts,
+    body: Body,
+) -> Response {
+    let headers = &parts.headers;
+    let route = match resolved {
+        Resolved::Route(route, _) => route,
+        Resolved::WrongMethod(_) => return method_not_allowed(parts),
+        Resolved::BadPath(_) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!(
+                    "the path {} is not UTF-8 once percent-decoded",
+                    parts.uri.path()
+                ),
+            )
+            .into_response();
+        }
+        Resolved::NotFound => return not_found(parts),
+    };
+    match route {
+        Route::EngineEvaluate => engine_evaluate(shared, headers, body).await,
+        Route::Evaluate(point) => evaluate_point(shared, &point, headers, body).await,
+        Route::Approvals => approvals::list(shared, headers, parts.uri.query()).await,
+        Route::Approval(id) => approvals::one(shared, headers, &id).await,
+        Route::ApprovalDecision(id, decision) => {
+            approvals::decide(shared, headers, &id, &decision, body).await
+        }
+        Route::Healthz => healthz(),
+        Route::Readyz => readyz(shared, headers),
+        Route::Metrics => metrics(shared, headers),
+        Route::ConsolePage => console::page(),
+        Route::ConsoleScript => console::script(),
+        Route::ConsoleStyles => console::styles(),
+        Route::DecisionFeed => console::feed(shared, headers),
     }
 }
 
@@ -530,33 +608,6 @@ fn request_id(shared: &Shared, headers: &HeaderMap) -> String {
     }
     let number = shared.next_request.fetch_add(1, Ordering::Relaxed);
     format!("{}-{number}", shared.instance)
-}
-
-/// Around every request: its id (answered in `x-request-id`), a span carrying it, a log line
-/// and the request counter.
-async fn observe(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
-    let id = request_id(&shared, request.headers());
-    // The matched path is shared, not copied (`MatchedPath` holds an `Arc<str>`).
-    let matched = request.extensions().get::<MatchedPath>().cloned();
-    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let method = request.method().clone();
-    let span = tracing::info_span!("request", request_id = %id, %method, route = %route);
-    let started = Instant::now();
-    let mut response = next.run(request).instrument(span.clone()).await;
-    let status = response.status().as_u16();
-    shared.metrics.request(route, status);
-    span.in_scope(|| {
-        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        if status >= 500 {
-            tracing::warn!(status, micros, "answered");
-        } else {
-            tracing::info!(status, micros, "answered");
-        }
-    });
-    if let Ok(value) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert("x-request-id", value);
-    }
-    response
 }
 
 /// The bearer token the request gives, if any.
@@ -744,7 +795,10 @@ pub(crate) async fn read_body(
     let limit = shared.limits.max_body_bytes;
     let read = async {
         let mut body = body;
-        let mut bytes = BytesMut::new();
+        // A body in one frame is kept as it came; one in several is copied together.
+        let mut first: Option<Bytes> = None;
+        let mut joined = BytesMut::new();
+        let mut length = 0;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|error| {
                 ApiError::new(
@@ -754,13 +808,26 @@ pub(crate) async fn read_body(
                 )
             })?;
             if let Ok(data) = frame.into_data() {
-                if bytes.len() + data.len() > limit {
+                length += data.len();
+                if length > limit {
                     return Err(too_large(limit));
                 }
-                bytes.extend_from_slice(&data);
+                match &first {
+                    None => first = Some(data),
+                    Some(first) => {
+                        if joined.is_empty() {
+                            joined.extend_from_slice(first);
+                        }
+                        joined.extend_from_slice(&data);
+                    }
+                }
             }
         }
-        Ok(bytes.freeze())
+        Ok(if joined.is_empty() {
+            first.unwrap_or_default()
+        } else {
+            joined.freeze()
+        })
     };
     match tokio::time::timeout_at(read_by.into(), read).await {
         Ok(read) => read,
@@ -792,17 +859,17 @@ fn unknown_point(name: &str) -> ApiError {
 
 /// `POST /v1/evaluate/{point}`.
 async fn evaluate_point(
-    State(shared): State<Arc<Shared>>,
-    Path(point): Path<String>,
-    headers: HeaderMap,
+    shared: &Arc<Shared>,
+    point: &str,
+    headers: &HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(point) = InterceptionPoint::from_name(&point) else {
-        return unknown_point(&point).into_response();
+    let Some(point) = InterceptionPoint::from_name(point) else {
+        return unknown_point(point).into_response();
     };
     let engine = Arc::clone(&shared.engine);
     let metrics = Arc::clone(&shared.metrics);
-    guarded(&shared, &headers, body, |bytes| async move {
+    guarded(shared, headers, body, |bytes| async move {
         let context = outcome::read_context(point, &bytes).map_err(|error| match error {
             ContextError::Malformed(message) => {
                 ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", message)
@@ -812,7 +879,7 @@ async fn evaluate_point(
             }
         })?;
         let started = Instant::now();
-        let outcome = outcome::evaluate(&engine, &context).await;
+        let outcome = outcome::evaluate_as::<Box<RawValue>>(&engine, &context).await;
         metrics.evaluation(started.elapsed());
         tracing::debug!(outcome = outcome.outcome.as_str(), "evaluated");
         Ok(json_response(StatusCode::OK, outcome.to_text(false)))
@@ -821,14 +888,10 @@ async fn evaluate_point(
 }
 
 /// `POST /engine/evaluate`: one policy of the loaded set.
-async fn engine_evaluate(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+async fn engine_evaluate(shared: &Arc<Shared>, headers: &HeaderMap, body: Body) -> Response {
     let engine = Arc::clone(&shared.engine);
     let metrics = Arc::clone(&shared.metrics);
-    guarded(&shared, &headers, body, |bytes| async move {
+    guarded(shared, headers, body, |bytes| async move {
         let mut value = parse_json(&bytes)?;
         let invalid =
             |message: &str| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message);
@@ -932,20 +995,20 @@ impl ContextTask for Only<'_> {
 }
 
 /// `GET /healthz`.
-async fn healthz() -> Response {
+fn healthz() -> Response {
     json_response(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())
 }
 
 /// `GET /readyz`: whether a set is loaded, to anyone; the last reload's outcome, time and
 /// error only to a caller with the bearer token (a reload error names files and bundle URLs).
-async fn readyz(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+fn readyz(shared: &Shared, headers: &HeaderMap) -> Response {
     let loaded = shared.loaded.load(Ordering::Acquire);
     let status = if loaded {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    if !authenticated(&shared, &headers) {
+    if !authenticated(shared, headers) {
         return json_response(status, json_body(&json!({"ready": loaded})));
     }
     let last = shared
@@ -978,8 +1041,8 @@ async fn readyz(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
 /// as the evaluations: the counters name every policy and how often it decided what, and
 /// every reload's outcome); without one, to anyone (the service then listens on loopback,
 /// unless told otherwise).
-async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(error) = authorize(&shared, &headers) {
+fn metrics(shared: &Shared, headers: &HeaderMap) -> Response {
+    if let Err(error) = authorize(shared, headers) {
         return error.into_response();
     }
     let text = shared.metrics.render(shared.loaded.load(Ordering::Acquire));
@@ -991,23 +1054,23 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
     response
 }
 
-async fn not_found(request: Request) -> Response {
+fn not_found(request: &http::request::Parts) -> Response {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
-        format!("no route {}", request.uri().path()),
+        format!("no route {}", request.uri.path()),
     )
     .into_response()
 }
 
-async fn method_not_allowed(request: Request) -> Response {
+fn method_not_allowed(request: &http::request::Parts) -> Response {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         format!(
             "{} is not allowed on {}",
-            request.method(),
-            request.uri().path()
+            request.method,
+            request.uri.path()
         ),
     )
     .into_response()

@@ -753,3 +753,74 @@ async fn tool_results_are_evaluated_and_bad_ones_are_400() {
         assert!(body.to_string().contains(says), "{body}");
     }
 }
+
+/// The service nested in an application's own axum router, under a prefix, answers its
+/// routes there beside the application's, with the same errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_nests_in_an_applications_router() {
+    let service = DecisionService::builder().build(PolicyEngine::builder().policy_set(policies()));
+    let app = axum::Router::new()
+        .route("/app", axum::routing::get(|| async { "the application" }))
+        .nest("/policy", service.router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let base = format!("http://{}", listener.local_addr().expect("an address"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(portcullis_server::serve(
+        listener,
+        app,
+        ServeOptions::new(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    let (status, text) = get(&format!("{base}/app")).await;
+    assert_eq!((status, text.as_str()), (200, "the application"));
+    let (status, text) = get(&format!("{base}/policy/healthz")).await;
+    assert_eq!((status, text.as_str()), (200, r#"{"status":"ok"}"#));
+    let (status, outcome) = post(
+        &format!("{base}/policy/v1/evaluate/input"),
+        &input("a secret"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(outcome["outcome"], "denied", "{outcome}");
+    let (status, body) = post(&format!("{base}/policy/v2/nothing"), &json!({})).await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["code"], "not_found");
+    let (status, text) = get(&format!("{base}/policy/metrics")).await;
+    assert_eq!(status, 200);
+    assert!(
+        text.contains(
+            "portcullis_http_requests_total{route=\"/v1/evaluate/{point}\",status=\"200\"} 1\n"
+        ),
+        "{text}"
+    );
+
+    let _ = stop.send(());
+    task.await.expect("the server task").expect("a clean stop");
+}
+
+/// A path parameter that is not UTF-8 once percent-decoded is a 400 with an error body; a
+/// `HEAD` of a `GET` route is answered without a body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_paths_are_400_and_head_is_answered() {
+    let server = start(DecisionService::builder(), Some(policies())).await;
+    let (status, text) = get(&format!("{}/v1/approvals/%FF%FE", server.url)).await;
+    let body: Value = serde_json::from_str(&text).expect("an error body");
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "invalid_request", "{body}");
+    let (status, body) = post(&format!("{}/v1/evaluate/%C3%28", server.url), &input("x")).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "invalid_request", "{body}");
+    let response = common::client()
+        .head(format!("{}/healthz", server.url))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.bytes().await.expect("a body").len(), 0);
+    server.stop().await;
+}

@@ -72,7 +72,7 @@ pub async fn start_engine(
         .expect("a free port on 127.0.0.1");
     let addr = listener.local_addr().expect("a bound address");
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve(listener, service.router(), options, async {
+    let task = tokio::spawn(serve(listener, service.clone(), options, async {
         let _ = stopped.await;
     }));
     Running {

@@ -1,0 +1,346 @@
+//! The service's routes, matched by hand: a request's method and path are read once, with no
+//! allocation (a path parameter is copied only when it is percent-encoded), and the handler is
+//! called directly.
+//!
+//! A router of boxed handlers behind a cloned middleware stack costs several microseconds a
+//! request; the service answers tens of thousands a second, and on `/healthz` that was most
+//! of its time. [`DecisionService::router`](crate::DecisionService::router) wraps this same
+//! table for applications that nest the service in their own router.
+
+use std::borrow::Cow;
+
+use http::Method;
+
+/// A route of the service, with its path parameters.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Route<'a> {
+    /// `POST /engine/evaluate`.
+    EngineEvaluate,
+    /// `POST /v1/evaluate/{point}`.
+    Evaluate(Cow<'a, str>),
+    /// `GET /v1/approvals`.
+    Approvals,
+    /// `GET /v1/approvals/{id}`.
+    Approval(Cow<'a, str>),
+    /// `POST /v1/approvals/{id}/{decision}`.
+    ApprovalDecision(Cow<'a, str>, Cow<'a, str>),
+    /// `GET /healthz`.
+    Healthz,
+    /// `GET /readyz`.
+    Readyz,
+    /// `GET /metrics`.
+    Metrics,
+    /// `GET /console` (with the console).
+    ConsolePage,
+    /// `GET /console/app.js` (with the console).
+    ConsoleScript,
+    /// `GET /console/app.css` (with the console).
+    ConsoleStyles,
+    /// `GET /v1/decisions/feed` (with the console).
+    DecisionFeed,
+}
+
+/// What a request's method and path resolve to. Each carries the route's pattern, the label
+/// of its metrics and log lines (`unmatched` when no route has the path).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Resolved<'a> {
+    /// A route asked with a method it takes.
+    Route(Route<'a>, &'static str),
+    /// A route's path asked with a method it does not take.
+    WrongMethod(&'static str),
+    /// A route's path whose parameter does not decode to UTF-8.
+    BadPath(&'static str),
+    /// No route has this path.
+    NotFound,
+}
+
+impl Resolved<'_> {
+    /// The label of the request's metrics and log lines.
+    pub(crate) fn pattern(&self) -> &'static str {
+        match self {
+            Resolved::Route(_, pattern)
+            | Resolved::WrongMethod(pattern)
+            | Resolved::BadPath(pattern) => pattern,
+            Resolved::NotFound => "unmatched",
+        }
+    }
+}
+
+/// The most segments a route's path has.
+const MOST_SEGMENTS: usize = 4;
+
+/// Resolves `method` on `path` (without its query); the console's routes exist only when
+/// `console` is on.
+pub(crate) fn resolve<'a>(method: &Method, path: &'a str, console: bool) -> Resolved<'a> {
+    let Some((segments, count)) = segments(path) else {
+        return Resolved::NotFound;
+    };
+    let (route, pattern, post) = match &segments[..count] {
+        ["engine", "evaluate"] => (Raw::EngineEvaluate, "/engine/evaluate", true),
+        ["v1", "evaluate", point] if !point.is_empty() => {
+            (Raw::Evaluate(point), "/v1/evaluate/{point}", true)
+        }
+        ["v1", "approvals"] => (Raw::Approvals, "/v1/approvals", false),
+        ["v1", "approvals", id] if !id.is_empty() => {
+            (Raw::Approval(id), "/v1/approvals/{id}", false)
+        }
+        ["v1", "approvals", id, decision] if !id.is_empty() && !decision.is_empty() => (
+            Raw::ApprovalDecision(id, decision),
+            "/v1/approvals/{id}/{decision}",
+            true,
+        ),
+        ["healthz"] => (Raw::Healthz, "/healthz", false),
+        ["readyz"] => (Raw::Readyz, "/readyz", false),
+        ["metrics"] => (Raw::Metrics, "/metrics", false),
+        ["console"] if console => (Raw::ConsolePage, "/console", false),
+        ["console", "app.js"] if console => (Raw::ConsoleScript, "/console/app.js", false),
+        ["console", "app.css"] if console => (Raw::ConsoleStyles, "/console/app.css", false),
+        ["v1", "decisions", "feed"] if console => (Raw::DecisionFeed, "/v1/decisions/feed", false),
+        _ => return Resolved::NotFound,
+    };
+    let allowed = if post {
+        method == Method::POST
+    } else {
+        method == Method::GET || method == Method::HEAD
+    };
+    if !allowed {
+        return Resolved::WrongMethod(pattern);
+    }
+    match route.decoded() {
+        Some(route) => Resolved::Route(route, pattern),
+        None => Resolved::BadPath(pattern),
+    }
+}
+
+/// The segments of `path` after its leading `/`, and how many there are; `None` when it does
+/// not start with `/` or has more segments than any route.
+fn segments(path: &str) -> Option<([&str; MOST_SEGMENTS], usize)> {
+    let rest = path.strip_prefix('/')?;
+    let mut found = [""; MOST_SEGMENTS];
+    let mut count = 0;
+    for segment in rest.split('/') {
+        *found.get_mut(count)? = segment;
+        count += 1;
+    }
+    Some((found, count))
+}
+
+/// A route with its parameters as they are in the path, still percent-encoded.
+enum Raw<'a> {
+    EngineEvaluate,
+    Evaluate(&'a str),
+    Approvals,
+    Approval(&'a str),
+    ApprovalDecision(&'a str, &'a str),
+    Healthz,
+    Readyz,
+    Metrics,
+    ConsolePage,
+    ConsoleScript,
+    ConsoleStyles,
+    DecisionFeed,
+}
+
+impl<'a> Raw<'a> {
+    /// The route with its parameters decoded; `None` when one does not decode to UTF-8.
+    fn decoded(self) -> Option<Route<'a>> {
+        Some(match self {
+            Raw::EngineEvaluate => Route::EngineEvaluate,
+            Raw::Evaluate(point) => Route::Evaluate(percent_decoded(point)?),
+            Raw::Approvals => Route::Approvals,
+            Raw::Approval(id) => Route::Approval(percent_decoded(id)?),
+            Raw::ApprovalDecision(id, decision) => {
+                Route::ApprovalDecision(percent_decoded(id)?, percent_decoded(decision)?)
+            }
+            Raw::Healthz => Route::Healthz,
+            Raw::Readyz => Route::Readyz,
+            Raw::Metrics => Route::Metrics,
+            Raw::ConsolePage => Route::ConsolePage,
+            Raw::ConsoleScript => Route::ConsoleScript,
+            Raw::ConsoleStyles => Route::ConsoleStyles,
+            Raw::DecisionFeed => Route::DecisionFeed,
+        })
+    }
+}
+
+/// `segment` with its `%XX` escapes decoded (a `%` not followed by two hex digits stays as
+/// it is); `None` when the bytes decoded are not UTF-8.
+fn percent_decoded(segment: &str) -> Option<Cow<'_, str>> {
+    if !segment.contains('%') {
+        return Some(Cow::Borrowed(segment));
+    }
+    let bytes = segment.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        let escaped = (byte == b'%')
+            .then(|| Some((hex(*bytes.get(at + 1)?)?, hex(*bytes.get(at + 2)?)?)))
+            .flatten();
+        match escaped {
+            Some((high, low)) => {
+                decoded.push(high << 4 | low);
+                at += 3;
+            }
+            None => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8(decoded).ok().map(Cow::Owned)
+}
+
+fn hex(digit: u8) -> Option<u8> {
+    char::from(digit)
+        .to_digit(16)
+        .and_then(|value| u8::try_from(value).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+
+    fn route(method: Method, path: &str) -> Resolved<'_> {
+        resolve(&method, path, true)
+    }
+
+    #[test]
+    fn each_route_resolves_with_its_pattern_and_parameters() {
+        let cases = [
+            (
+                "/engine/evaluate",
+                Method::POST,
+                Route::EngineEvaluate,
+                "/engine/evaluate",
+            ),
+            (
+                "/v1/evaluate/tool_call",
+                Method::POST,
+                Route::Evaluate("tool_call".into()),
+                "/v1/evaluate/{point}",
+            ),
+            (
+                "/v1/approvals",
+                Method::GET,
+                Route::Approvals,
+                "/v1/approvals",
+            ),
+            (
+                "/v1/approvals/ab12",
+                Method::GET,
+                Route::Approval("ab12".into()),
+                "/v1/approvals/{id}",
+            ),
+            (
+                "/v1/approvals/ab12/grant",
+                Method::POST,
+                Route::ApprovalDecision("ab12".into(), "grant".into()),
+                "/v1/approvals/{id}/{decision}",
+            ),
+            ("/healthz", Method::GET, Route::Healthz, "/healthz"),
+            ("/healthz", Method::HEAD, Route::Healthz, "/healthz"),
+            ("/readyz", Method::GET, Route::Readyz, "/readyz"),
+            ("/metrics", Method::GET, Route::Metrics, "/metrics"),
+            ("/console", Method::GET, Route::ConsolePage, "/console"),
+            (
+                "/console/app.js",
+                Method::GET,
+                Route::ConsoleScript,
+                "/console/app.js",
+            ),
+            (
+                "/console/app.css",
+                Method::GET,
+                Route::ConsoleStyles,
+                "/console/app.css",
+            ),
+            (
+                "/v1/decisions/feed",
+                Method::GET,
+                Route::DecisionFeed,
+                "/v1/decisions/feed",
+            ),
+        ];
+        for (path, method, expected, pattern) in cases {
+            assert_eq!(
+                route(method, path),
+                Resolved::Route(expected, pattern),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_paths_are_not_found_and_other_methods_are_wrong() {
+        for path in [
+            "",
+            "healthz",
+            "/",
+            "/healthz/",
+            "//healthz",
+            "/v1/evaluate",
+            "/v1/evaluate/",
+            "/v1/evaluate/input/more",
+            "/v1/approvals/",
+            "/v1/approvals/ab12/",
+            "/v1/approvals//grant",
+            "/v1/approvals/a/b/c",
+            "/health%7A",
+            "/engine/evaluate/x",
+        ] {
+            assert_eq!(route(Method::POST, path), Resolved::NotFound, "{path:?}");
+            assert_eq!(route(Method::GET, path), Resolved::NotFound, "{path:?}");
+        }
+        assert_eq!(
+            route(Method::GET, "/v1/evaluate/input"),
+            Resolved::WrongMethod("/v1/evaluate/{point}")
+        );
+        assert_eq!(
+            route(Method::POST, "/healthz"),
+            Resolved::WrongMethod("/healthz")
+        );
+        assert_eq!(
+            route(Method::DELETE, "/v1/approvals/ab12"),
+            Resolved::WrongMethod("/v1/approvals/{id}")
+        );
+        assert_eq!(
+            route(Method::HEAD, "/engine/evaluate"),
+            Resolved::WrongMethod("/engine/evaluate")
+        );
+    }
+
+    #[test]
+    fn the_console_routes_exist_only_with_the_console() {
+        for path in [
+            "/console",
+            "/console/app.js",
+            "/console/app.css",
+            "/v1/decisions/feed",
+        ] {
+            assert_eq!(
+                resolve(&Method::GET, path, false),
+                Resolved::NotFound,
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn parameters_are_percent_decoded_and_must_decode_to_utf8() {
+        assert_eq!(
+            route(Method::GET, "/v1/approvals/a%2Fb%20c%zz%4"),
+            Resolved::Route(Route::Approval("a/b c%zz%4".into()), "/v1/approvals/{id}")
+        );
+        assert_eq!(
+            route(Method::POST, "/v1/evaluate/%C3%A9"),
+            Resolved::Route(Route::Evaluate("é".into()), "/v1/evaluate/{point}")
+        );
+        assert_eq!(
+            route(Method::POST, "/v1/evaluate/%FF"),
+            Resolved::BadPath("/v1/evaluate/{point}")
+        );
+        assert_eq!(Resolved::NotFound.pattern(), "unmatched");
+    }
+}
