@@ -9,8 +9,9 @@ use portcullis::manifest::{
 };
 use portcullis::server::{DecisionService, Limits, ReloadStatus, redact_urls, serve};
 
-use crate::log::{LogFormat, LogGuard, QueuedStderr};
+use crate::log::{Line, LogFormat, LogGuard, QueuedStderr};
 use crate::{reload, render};
+use tracing_subscriber::fmt::format::JsonFields;
 
 /// What `serve` was asked for.
 pub(crate) struct ServeArgs {
@@ -332,16 +333,19 @@ fn init_log(level: tracing::Level, format: LogFormat) -> Option<LogGuard> {
     };
     let builder = tracing_subscriber::fmt()
         .with_writer(writer)
-        .with_max_level(level)
-        .with_target(false);
+        .with_max_level(level);
     match format {
+        // On a terminal, `tracing`'s own lines, in colour.
+        LogFormat::Text if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+            builder.with_target(false).init();
+        }
         LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_ansi(false)
+            .event_format(Line::new(format))
             .init(),
         LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
+            .fmt_fields(JsonFields::new())
+            .event_format(Line::new(format))
             .init(),
     }
     Some(guard)

@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
 
+mod line;
+
+pub(crate) use line::Line;
+
 /// How many lines may wait for the writer thread.
 const QUEUED_LINES: usize = 16 * 1024;
 
