@@ -3,7 +3,6 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use portcullis_engine::error::error_chain;
@@ -12,7 +11,6 @@ use portcullis_engine::{
     OutputContext, PolicyContext, PolicyEngine, ToolCallContext, ToolResultContext,
 };
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 tokio::task_local! {
     /// The decisions audited by the evaluation running in this task.
@@ -168,9 +166,8 @@ impl std::fmt::Display for Verdict {
     }
 }
 
-/// What one evaluation came to. `Forwarded` holds the context to forward: a JSON [`Value`]
-/// from [`evaluate`]; the service answers it as JSON text written once
-/// ([`Box<RawValue>`](serde_json::value::RawValue)), without building a value first.
+/// What one evaluation came to. `Forwarded` is the context to forward: a JSON [`Value`] from
+/// [`evaluate`]; the service writes its answer from the evaluation's own context.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome<Forwarded = Value> {
     /// How it ended.
@@ -198,6 +195,14 @@ impl<Forwarded: serde::Serialize> Outcome<Forwarded> {
     /// "reason"}, "error": {"policy_id", "message"}, "approval": {"id", "action_digest",
     /// "policy_ids", "reasons"}}`, the last four only when they apply.
     pub fn to_text(&self, pretty: bool) -> String {
+        let mut text = Vec::with_capacity(256);
+        self.write(&mut text, pretty);
+        String::from_utf8(text).unwrap_or_default()
+    }
+
+    /// Appends [`to_text`](Self::to_text) to `out` (nothing when the context cannot be
+    /// written as JSON).
+    pub(crate) fn write(&self, out: &mut Vec<u8>, pretty: bool) {
         #[derive(serde::Serialize)]
         struct Decision<'a> {
             policy_id: &'a str,
@@ -259,12 +264,15 @@ impl<Forwarded: serde::Serialize> Outcome<Forwarded> {
                 reasons: &approval.reasons,
             }),
         };
-        let text = if pretty {
-            serde_json::to_string_pretty(&document)
+        let start = out.len();
+        let written = if pretty {
+            serde_json::to_writer_pretty(&mut *out, &document)
         } else {
-            serde_json::to_string(&document)
+            serde_json::to_writer(&mut *out, &document)
         };
-        text.unwrap_or_default()
+        if written.is_err() {
+            out.truncate(start);
+        }
     }
 
     /// The exit status of `portcullis eval` for this outcome: 0 allowed, 2 denied, 3 error,
@@ -358,65 +366,77 @@ pub fn read_context(point: InterceptionPoint, body: &[u8]) -> Result<Context, Co
     })
 }
 
-/// How an [`Outcome`] holds the context to forward.
-pub(crate) trait Forwarded: Sized {
-    /// `context` written as JSON.
-    fn of<C: serde::Serialize>(context: &C) -> serde_json::Result<Self>;
+/// Evaluates a context on the engine: the context to forward, as JSON, or why not.
+struct Forward<'a>(&'a PolicyEngine);
 
-    /// JSON's `null`, for a context that cannot be written.
-    fn null() -> Self;
-}
-
-impl Forwarded for Value {
-    fn of<C: serde::Serialize>(context: &C) -> serde_json::Result<Self> {
-        serde_json::to_value(context)
-    }
-
-    fn null() -> Self {
-        Value::Null
-    }
-}
-
-impl Forwarded for Box<RawValue> {
-    fn of<C: serde::Serialize>(context: &C) -> serde_json::Result<Self> {
-        serde_json::value::to_raw_value(context)
-    }
-
-    fn null() -> Self {
-        serde_json::value::to_raw_value(&()).unwrap_or_default()
-    }
-}
-
-/// Evaluates a context on the engine: the context to forward, written as `F`, or why not.
-struct Forward<'a, F>(&'a PolicyEngine, PhantomData<fn() -> F>);
-
-impl<F: Forwarded> ContextTask for Forward<'_, F> {
-    type Output = Result<serde_json::Result<F>, EngineError>;
+impl ContextTask for Forward<'_> {
+    type Output = Result<serde_json::Result<Value>, EngineError>;
 
     async fn run<C: PolicyContext>(self, context: &C) -> Self::Output {
         let evaluation = self.0.evaluate(context).await?;
-        Ok(F::of(evaluation.context()))
+        Ok(serde_json::to_value(evaluation.context()))
+    }
+}
+
+/// Evaluates a context on the engine and, when the call is allowed, writes its outcome
+/// document with the context to forward straight from the evaluation: no JSON value, and one
+/// buffer of the given capacity.
+struct Written<'a>(&'a PolicyEngine, usize);
+
+impl ContextTask for Written<'_> {
+    type Output = Result<Vec<u8>, EngineError>;
+
+    async fn run<C: PolicyContext>(self, context: &C) -> Self::Output {
+        let evaluation = self.0.evaluate(context).await?;
+        let mut text = Vec::with_capacity(self.1);
+        let decisions = TAKEN.with(|taken| std::mem::take(&mut *taken.borrow_mut()));
+        outcome_of(Ok(evaluation.context()), decisions).write(&mut text, false);
+        Ok(text)
     }
 }
 
 /// Evaluates `context` on `engine` and says what came of it. The engine's audit handler must
 /// be a [`DecisionTap`] for the outcome to list the decisions taken.
 pub async fn evaluate(engine: &PolicyEngine, context: &Context) -> Outcome {
-    evaluate_as(engine, context).await
+    let (result, decisions) = noting_decisions(context.run(Forward(engine))).await;
+    outcome_of(
+        result.map(|forwarded| forwarded.unwrap_or(Value::Null)),
+        decisions,
+    )
 }
 
-/// [`evaluate`], the context to forward written as `F`.
-pub(crate) async fn evaluate_as<F: Forwarded + Send>(
+/// [`evaluate`], the outcome written as [`Outcome::to_text`] writes it (not pretty), in a
+/// buffer of `capacity` bytes to start with.
+pub(crate) async fn evaluate_to_text(
     engine: &PolicyEngine,
     context: &Context,
-) -> Outcome<F> {
-    let (result, decisions) = TAKEN
+    capacity: usize,
+) -> Vec<u8> {
+    let (result, decisions) = noting_decisions(context.run(Written(engine, capacity))).await;
+    match result {
+        Ok(text) => text,
+        Err(error) => {
+            let mut text = Vec::with_capacity(256);
+            outcome_of::<()>(Err(error), decisions).write(&mut text, false);
+            text
+        }
+    }
+}
+
+/// Runs `evaluation` noting the decisions it takes; returns what it came to and the decisions
+/// it left noted.
+async fn noting_decisions<T>(evaluation: impl Future<Output = T>) -> (T, Vec<(String, String)>) {
+    TAKEN
         .scope(RefCell::new(Vec::new()), async {
-            let result = context.run(Forward(engine, PhantomData)).await;
+            let result = evaluation.await;
             let decisions = TAKEN.with(|taken| std::mem::take(&mut *taken.borrow_mut()));
             (result, decisions)
         })
-        .await;
+        .await
+}
+
+/// The outcome of an evaluation that came to `result`, having taken `decisions`.
+fn outcome_of<F>(result: Result<F, EngineError>, decisions: Vec<(String, String)>) -> Outcome<F> {
     let mut outcome = Outcome {
         outcome: Verdict::Allowed,
         decisions,
@@ -426,7 +446,7 @@ pub(crate) async fn evaluate_as<F: Forwarded + Send>(
         approval: None,
     };
     match result {
-        Ok(forwarded) => outcome.context = Some(forwarded.unwrap_or_else(|_| F::null())),
+        Ok(forwarded) => outcome.context = Some(forwarded),
         Err(EngineError::Denied(denial)) => {
             outcome.outcome = Verdict::Denied;
             outcome.denial = Some((
@@ -455,4 +475,82 @@ pub(crate) async fn evaluate_as<F: Forwarded + Send>(
         }
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use portcullis_dsl::DslInputPolicy;
+    use portcullis_engine::{
+        BoxError, InputContext, Message, Metadata, Policy, PolicyDecision, PolicySet, async_trait,
+    };
+    use serde_json::json;
+
+    use super::*;
+
+    struct Failing;
+
+    #[async_trait]
+    impl Policy<InputContext> for Failing {
+        fn id(&self) -> &str {
+            "failing"
+        }
+
+        async fn evaluate(&self, context: &InputContext) -> Result<PolicyDecision, BoxError> {
+            if context
+                .messages
+                .iter()
+                .any(|message| message.content == "boom")
+            {
+                return Err("the policy store is unreachable".into());
+            }
+            Ok(PolicyDecision::allow())
+        }
+    }
+
+    fn rule(id: &str, rule: serde_json::Value) -> DslInputPolicy {
+        DslInputPolicy::from_source(id, &rule.to_string(), id).expect("a valid rule")
+    }
+
+    /// The service's answer, written straight from the evaluation, is the outcome document of
+    /// `evaluate` (its keys in the context's own order, where a value may sort them): allowed
+    /// as sent, allowed redacted, denied, failed.
+    #[tokio::test]
+    async fn the_text_written_from_the_evaluation_is_the_outcome_document() {
+        let set = PolicySet::builder()
+            .input(rule(
+                "no_secrets",
+                json!({"condition": {"field": "messages.0.content", "contains": ["secret"]},
+                       "action": "deny", "reason": "no \"secrets\""}),
+            ))
+            .input(rule(
+                "mask_cards",
+                json!({"condition": {"field": "messages.0.content", "contains": ["card"]},
+                       "action": "redact", "redactions": [{"field": "messages.0.content",
+                       "strategy": "replace", "pattern": "[0-9]{4}", "replacement": "####"}]}),
+            ))
+            .input(Failing)
+            .build();
+        let engine = PolicyEngine::builder()
+            .policy_set(set)
+            .on_audit(DecisionTap::new())
+            .build();
+        for (text, expected) in [
+            ("hello", Verdict::Allowed),
+            ("my card is 1234 5678, \u{e9}t\u{e9}", Verdict::Allowed),
+            ("a secret", Verdict::Denied),
+            ("boom", Verdict::Error),
+        ] {
+            let context = Context::Input(InputContext::new(
+                vec![Message::user(text)],
+                Metadata::new("agent", "s1"),
+            ));
+            let outcome = evaluate(&engine, &context).await;
+            assert_eq!(outcome.outcome, expected, "{text}");
+            let written = evaluate_to_text(&engine, &context, 16).await;
+            let written: Value = serde_json::from_slice(&written).unwrap();
+            assert_eq!(written, outcome.to_json(), "{text}");
+        }
+    }
 }

@@ -18,7 +18,6 @@ use portcullis_engine::{
     AuditHandler, AuditRecord, BearerToken, EngineError, InterceptionPoint, PolicyContext,
     PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet, edge,
 };
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -469,7 +468,7 @@ impl DecisionService {
         } else {
             tracing::info!(request_id = %id, method, route, status, micros, "answered");
         }
-        if let Ok(value) = HeaderValue::from_str(&id) {
+        if let Ok(value) = HeaderValue::try_from(id) {
             response.headers_mut().insert("x-request-id", value);
         }
         response
@@ -588,8 +587,9 @@ pub(crate) fn json_body(value: &Value) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-pub(crate) fn json_response(status: StatusCode, text: String) -> Response {
-    let mut response = (status, text).into_response();
+pub(crate) fn json_response(status: StatusCode, text: impl Into<Body>) -> Response {
+    let mut response = Response::new(text.into());
+    *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -879,10 +879,10 @@ async fn evaluate_point(
             }
         })?;
         let started = Instant::now();
-        let outcome = outcome::evaluate_as::<Box<RawValue>>(&engine, &context).await;
+        // The answer is about the size of the context, with the decisions.
+        let text = outcome::evaluate_to_text(&engine, &context, bytes.len() + 256).await;
         metrics.evaluation(started.elapsed());
-        tracing::debug!(outcome = outcome.outcome.as_str(), "evaluated");
-        Ok(json_response(StatusCode::OK, outcome.to_text(false)))
+        Ok(json_response(StatusCode::OK, text))
     })
     .await
 }
