@@ -175,48 +175,80 @@ struct TextFields<'a, 'w> {
 }
 
 impl TextFields<'_, '_> {
-    fn field(&mut self, field: &Field, value: &dyn fmt::Debug) {
+    /// Writes the separator and, but for the message, `name=`; then the value with `write`.
+    fn field(&mut self, field: &Field, write: impl FnOnce(&mut Writer<'_>) -> fmt::Result) {
         if self.result.is_err() {
             return;
         }
-        let separator = if self.first { "" } else { " " };
-        self.first = false;
-        self.result = if field.name() == "message" {
-            write!(self.out, "{separator}{value:?}")
-        } else {
-            write!(self.out, "{separator}{}={value:?}", field.name())
-        };
+        let first = std::mem::replace(&mut self.first, false);
+        self.result = (|| {
+            if !first {
+                self.out.write_char(' ')?;
+            }
+            if field.name() != "message" {
+                self.out.write_str(field.name())?;
+                self.out.write_char('=')?;
+            }
+            write(self.out)
+        })();
     }
 }
 
 impl Visit for TextFields<'_, '_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
-            self.field(field, &format_args!("{value}"));
+            self.field(field, |out| out.write_str(value));
+        } else if value
+            .bytes()
+            .all(|byte| matches!(byte, b' '..=b'~') && byte != b'"' && byte != b'\\')
+        {
+            // What `{:?}` writes of it, without its escaping machinery.
+            self.field(field, |out| {
+                out.write_char('"')?;
+                out.write_str(value)?;
+                out.write_char('"')
+            });
         } else {
-            self.field(field, &value);
+            self.field(field, |out| write!(out, "{value:?}"));
         }
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.field(field, &value);
+        self.field(field, |out| write_digits(out, value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.field(field, &value);
+        self.field(field, |out| write!(out, "{value}"));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.field(field, &value);
+        self.field(field, |out| write!(out, "{value}"));
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.field(field, &format_args!("{value}"));
+        self.field(field, |out| write!(out, "{value}"));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.field(field, value);
+        self.field(field, |out| write!(out, "{value:?}"));
     }
+}
+
+/// Writes `value` in decimal digits.
+fn write_digits(out: &mut impl Write, value: u64) -> fmt::Result {
+    let mut digits = [0_u8; 20];
+    let mut at = digits.len();
+    let mut rest = value;
+    loop {
+        at -= 1;
+        // A digit: `rest % 10` is below 10.
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.write_str(std::str::from_utf8(&digits[at..]).unwrap_or_default())
 }
 
 /// An event's fields as the members of a JSON object.
@@ -250,7 +282,7 @@ impl Visit for JsonFields<'_, '_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.member(field, |out| write!(out, "{value}"));
+        self.member(field, |out| write_digits(out, value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -433,6 +465,37 @@ mod tests {
         );
         let time = warning["timestamp"].as_str().unwrap();
         assert_eq!(time.len(), "2026-11-30T05:06:37.431680Z".len(), "{time}");
+    }
+
+    #[test]
+    fn numbers_are_written_in_digits_and_strings_as_debug_writes_them() {
+        for value in [0, 7, 10, 99, 12_345, u64::MAX] {
+            let mut written = String::new();
+            write_digits(&mut written, value).unwrap();
+            assert_eq!(written, value.to_string());
+        }
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .event_format(Line::new(LogFormat::Text))
+            .finish();
+        let texts = [
+            "plain /v1/x{y}",
+            "tab\there",
+            "quote\"",
+            "é\u{200b}",
+            "",
+            "~ !",
+        ];
+        tracing::subscriber::with_default(subscriber, || {
+            for text in texts {
+                tracing::info!(text, "m");
+            }
+        });
+        for (line, text) in captured.lines().iter().zip(texts) {
+            assert!(line.ends_with(&format!(" m text={text:?}")), "{line}");
+        }
     }
 
     #[test]
