@@ -44,7 +44,7 @@ pub use portcullis_engine::{
     Feed, OutputStream, StreamItem, StreamItems, StreamText, StreamingRule,
 };
 // The engine's modules: applying decisions, the causes of errors, field paths, streaming.
-pub use portcullis_engine::{apply, approval, duration, error, grant, path, session, stream};
+pub use portcullis_engine::{apply, approval, duration, error, grant, path, session, stream, time};
 // Session state: the store trait and the in-memory store (see the `session` module).
 pub use portcullis_engine::{MemorySessionStore, SessionFacts, SessionStore};
 

@@ -76,7 +76,7 @@ pub mod error;
 pub mod grant;
 pub mod path;
 mod pattern;
-mod time;
+pub mod time;
 mod timer;
 pub mod token;
 // Policies and sets, on the data.

@@ -1,5 +1,6 @@
 //! RFC 3339 timestamps without a date library.
 
+use std::fmt::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Formats `time` as an RFC 3339 UTC timestamp with millisecond precision
@@ -7,12 +8,26 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub(crate) fn rfc3339(time: SystemTime) -> String {
     let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let seconds = since_epoch.as_secs();
-    let millis = since_epoch.subsec_millis();
-    let days = seconds / 86_400;
+    let mut text = String::with_capacity(24);
+    let _ = write_utc_seconds(&mut text, seconds);
+    let _ = write!(text, ".{:03}Z", since_epoch.subsec_millis());
+    text
+}
+
+/// Writes the UTC date and time `seconds` after the Unix epoch, to the second, as RFC 3339
+/// writes them: `2026-11-22T05:30:17` (no fraction, no offset: the caller adds them).
+///
+/// ```
+/// let mut text = String::new();
+/// portcullis_engine::time::write_utc_seconds(&mut text, 951_782_400).unwrap();
+/// assert_eq!(text, "2000-02-29T00:00:00");
+/// ```
+pub fn write_utc_seconds(out: &mut impl Write, seconds: u64) -> fmt::Result {
     let second_of_day = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+    let (year, month, day) = civil_from_days(seconds / 86_400);
+    write!(
+        out,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
         second_of_day / 3600,
         second_of_day % 3600 / 60,
         second_of_day % 60

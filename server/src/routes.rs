@@ -11,19 +11,20 @@ use std::borrow::Cow;
 
 use http::Method;
 
-/// A route of the service, with its path parameters.
+/// A route of the service, with its path parameters: as they are in the path
+/// (`Route<&str>`, still percent-encoded), then decoded (`Route<Cow<str>>`).
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Route<'a> {
+pub(crate) enum Route<P> {
     /// `POST /engine/evaluate`.
     EngineEvaluate,
     /// `POST /v1/evaluate/{point}`.
-    Evaluate(Cow<'a, str>),
+    Evaluate(P),
     /// `GET /v1/approvals`.
     Approvals,
     /// `GET /v1/approvals/{id}`.
-    Approval(Cow<'a, str>),
+    Approval(P),
     /// `POST /v1/approvals/{id}/{decision}`.
-    ApprovalDecision(Cow<'a, str>, Cow<'a, str>),
+    ApprovalDecision(P, P),
     /// `GET /healthz`.
     Healthz,
     /// `GET /readyz`.
@@ -45,7 +46,7 @@ pub(crate) enum Route<'a> {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Resolved<'a> {
     /// A route asked with a method it takes.
-    Route(Route<'a>, &'static str),
+    Route(Route<Cow<'a, str>>, &'static str),
     /// A route's path asked with a method it does not take.
     WrongMethod(&'static str),
     /// A route's path whose parameter does not decode to UTF-8.
@@ -76,26 +77,28 @@ pub(crate) fn resolve<'a>(method: &Method, path: &'a str, console: bool) -> Reso
         return Resolved::NotFound;
     };
     let (route, pattern, post) = match &segments[..count] {
-        ["engine", "evaluate"] => (Raw::EngineEvaluate, "/engine/evaluate", true),
+        ["engine", "evaluate"] => (Route::EngineEvaluate, "/engine/evaluate", true),
         ["v1", "evaluate", point] if !point.is_empty() => {
-            (Raw::Evaluate(point), "/v1/evaluate/{point}", true)
+            (Route::Evaluate(*point), "/v1/evaluate/{point}", true)
         }
-        ["v1", "approvals"] => (Raw::Approvals, "/v1/approvals", false),
+        ["v1", "approvals"] => (Route::Approvals, "/v1/approvals", false),
         ["v1", "approvals", id] if !id.is_empty() => {
-            (Raw::Approval(id), "/v1/approvals/{id}", false)
+            (Route::Approval(*id), "/v1/approvals/{id}", false)
         }
         ["v1", "approvals", id, decision] if !id.is_empty() && !decision.is_empty() => (
-            Raw::ApprovalDecision(id, decision),
+            Route::ApprovalDecision(*id, *decision),
             "/v1/approvals/{id}/{decision}",
             true,
         ),
-        ["healthz"] => (Raw::Healthz, "/healthz", false),
-        ["readyz"] => (Raw::Readyz, "/readyz", false),
-        ["metrics"] => (Raw::Metrics, "/metrics", false),
-        ["console"] if console => (Raw::ConsolePage, "/console", false),
-        ["console", "app.js"] if console => (Raw::ConsoleScript, "/console/app.js", false),
-        ["console", "app.css"] if console => (Raw::ConsoleStyles, "/console/app.css", false),
-        ["v1", "decisions", "feed"] if console => (Raw::DecisionFeed, "/v1/decisions/feed", false),
+        ["healthz"] => (Route::Healthz, "/healthz", false),
+        ["readyz"] => (Route::Readyz, "/readyz", false),
+        ["metrics"] => (Route::Metrics, "/metrics", false),
+        ["console"] if console => (Route::ConsolePage, "/console", false),
+        ["console", "app.js"] if console => (Route::ConsoleScript, "/console/app.js", false),
+        ["console", "app.css"] if console => (Route::ConsoleStyles, "/console/app.css", false),
+        ["v1", "decisions", "feed"] if console => {
+            (Route::DecisionFeed, "/v1/decisions/feed", false)
+        }
         _ => return Resolved::NotFound,
     };
     let allowed = if post {
@@ -125,40 +128,24 @@ fn segments(path: &str) -> Option<([&str; MOST_SEGMENTS], usize)> {
     Some((found, count))
 }
 
-/// A route with its parameters as they are in the path, still percent-encoded.
-enum Raw<'a> {
-    EngineEvaluate,
-    Evaluate(&'a str),
-    Approvals,
-    Approval(&'a str),
-    ApprovalDecision(&'a str, &'a str),
-    Healthz,
-    Readyz,
-    Metrics,
-    ConsolePage,
-    ConsoleScript,
-    ConsoleStyles,
-    DecisionFeed,
-}
-
-impl<'a> Raw<'a> {
+impl<'a> Route<&'a str> {
     /// The route with its parameters decoded; `None` when one does not decode to UTF-8.
-    fn decoded(self) -> Option<Route<'a>> {
+    fn decoded(self) -> Option<Route<Cow<'a, str>>> {
         Some(match self {
-            Raw::EngineEvaluate => Route::EngineEvaluate,
-            Raw::Evaluate(point) => Route::Evaluate(percent_decoded(point)?),
-            Raw::Approvals => Route::Approvals,
-            Raw::Approval(id) => Route::Approval(percent_decoded(id)?),
-            Raw::ApprovalDecision(id, decision) => {
+            Route::Evaluate(point) => Route::Evaluate(percent_decoded(point)?),
+            Route::Approval(id) => Route::Approval(percent_decoded(id)?),
+            Route::ApprovalDecision(id, decision) => {
                 Route::ApprovalDecision(percent_decoded(id)?, percent_decoded(decision)?)
             }
-            Raw::Healthz => Route::Healthz,
-            Raw::Readyz => Route::Readyz,
-            Raw::Metrics => Route::Metrics,
-            Raw::ConsolePage => Route::ConsolePage,
-            Raw::ConsoleScript => Route::ConsoleScript,
-            Raw::ConsoleStyles => Route::ConsoleStyles,
-            Raw::DecisionFeed => Route::DecisionFeed,
+            Route::EngineEvaluate => Route::EngineEvaluate,
+            Route::Approvals => Route::Approvals,
+            Route::Healthz => Route::Healthz,
+            Route::Readyz => Route::Readyz,
+            Route::Metrics => Route::Metrics,
+            Route::ConsolePage => Route::ConsolePage,
+            Route::ConsoleScript => Route::ConsoleScript,
+            Route::ConsoleStyles => Route::ConsoleStyles,
+            Route::DecisionFeed => Route::DecisionFeed,
         })
     }
 }

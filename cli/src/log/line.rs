@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use std::fmt::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use portcullis::time::write_utc_seconds;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
@@ -70,13 +71,9 @@ where
                 if in_span {
                     writer.write_char(' ')?;
                 }
-                let mut fields = TextFields {
-                    out: &mut writer,
-                    first: true,
-                    result: Ok(()),
-                };
+                let mut fields = TextFields(Members::new(&mut writer));
                 event.record(&mut fields);
-                fields.result?;
+                fields.0.result?;
             }
             LogFormat::Json => {
                 writer.write_str("{\"timestamp\":\"")?;
@@ -84,13 +81,9 @@ where
                 writer.write_str("\",\"level\":\"")?;
                 writer.write_str(level.as_str())?;
                 writer.write_str("\",\"fields\":{")?;
-                let mut fields = JsonFields {
-                    out: &mut writer,
-                    first: true,
-                    result: Ok(()),
-                };
+                let mut fields = JsonFields(Members::new(&mut writer));
                 event.record(&mut fields);
-                fields.result?;
+                fields.0.result?;
                 writer.write_char('}')?;
                 if let Some(span) = context.lookup_current() {
                     // The span's fields, written by the JSON field formatter: an object.
@@ -130,7 +123,7 @@ fn write_time(out: &mut impl Write) -> fmt::Result {
         let mut second = second.borrow_mut();
         if second.0 != seconds {
             second.1.clear();
-            let _ = write_second(&mut second.1, seconds);
+            let _ = write_utc_seconds(&mut second.1, seconds);
             second.0 = seconds;
         }
         out.write_str(&second.1)
@@ -138,59 +131,48 @@ fn write_time(out: &mut impl Write) -> fmt::Result {
     write!(out, ".{:06}Z", now.subsec_micros())
 }
 
-/// Writes the UTC date and time of `seconds` since the Unix epoch: `2026-11-30T05:06:37`.
-fn write_second(out: &mut impl Write, seconds: u64) -> fmt::Result {
-    let days = seconds / 86_400;
-    let of_day = seconds % 86_400;
-    // Days to a civil date in the proleptic Gregorian calendar, by eras of 400 years
-    // (146,097 days), counted from 0000-03-01 so that the leap day ends a year.
-    let shifted = days + 719_468;
-    let era = shifted / 146_097;
-    let of_era = shifted % 146_097;
-    let year_of_era = (of_era - of_era / 1_460 + of_era / 36_524 - of_era / 146_096) / 365;
-    let of_year = of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * of_year + 2) / 153;
-    let day = of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    write!(
-        out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
-        of_day / 3_600,
-        of_day / 60 % 60,
-        of_day % 60
-    )
-}
-
-/// An event's fields as text: the message as it is, then `name=value` for each other field
-/// (a string quoted and escaped).
-struct TextFields<'a, 'w> {
+/// An event's fields being written: whether one was written yet, and the first error.
+struct Members<'a, 'w> {
     out: &'a mut Writer<'w>,
     first: bool,
     result: fmt::Result,
 }
 
+impl<'a, 'w> Members<'a, 'w> {
+    fn new(out: &'a mut Writer<'w>) -> Self {
+        Members {
+            out,
+            first: true,
+            result: Ok(()),
+        }
+    }
+
+    /// Writes one field with `write`, told whether it is the first; nothing after an error.
+    fn write(&mut self, write: impl FnOnce(&mut Writer<'_>, bool) -> fmt::Result) {
+        if self.result.is_ok() {
+            let first = std::mem::replace(&mut self.first, false);
+            self.result = write(self.out, first);
+        }
+    }
+}
+
+/// An event's fields as text: the message as it is, then `name=value` for each other field
+/// (a string quoted and escaped).
+struct TextFields<'a, 'w>(Members<'a, 'w>);
+
 impl TextFields<'_, '_> {
     /// Writes the separator and, but for the message, `name=`; then the value with `write`.
     fn field(&mut self, field: &Field, write: impl FnOnce(&mut Writer<'_>) -> fmt::Result) {
-        if self.result.is_err() {
-            return;
-        }
-        let first = std::mem::replace(&mut self.first, false);
-        self.result = (|| {
+        self.0.write(|out, first| {
             if !first {
-                self.out.write_char(' ')?;
+                out.write_char(' ')?;
             }
             if field.name() != "message" {
-                self.out.write_str(field.name())?;
-                self.out.write_char('=')?;
+                out.write_str(field.name())?;
+                out.write_char('=')?;
             }
-            write(self.out)
-        })();
+            write(out)
+        });
     }
 }
 
@@ -214,7 +196,7 @@ impl Visit for TextFields<'_, '_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.field(field, |out| write_digits(out, value));
+        self.field(field, |out| write!(out, "{value}"));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -234,45 +216,20 @@ impl Visit for TextFields<'_, '_> {
     }
 }
 
-/// Writes `value` in decimal digits.
-fn write_digits(out: &mut impl Write, value: u64) -> fmt::Result {
-    let mut digits = [0_u8; 20];
-    let mut at = digits.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        // A digit: `rest % 10` is below 10.
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    out.write_str(std::str::from_utf8(&digits[at..]).unwrap_or_default())
-}
-
 /// An event's fields as the members of a JSON object.
-struct JsonFields<'a, 'w> {
-    out: &'a mut Writer<'w>,
-    first: bool,
-    result: fmt::Result,
-}
+struct JsonFields<'a, 'w>(Members<'a, 'w>);
 
 impl JsonFields<'_, '_> {
     /// Writes `"name":` and then the value with `write`.
     fn member(&mut self, field: &Field, write: impl FnOnce(&mut Writer<'_>) -> fmt::Result) {
-        if self.result.is_err() {
-            return;
-        }
-        let first = std::mem::replace(&mut self.first, false);
-        self.result = (|| {
+        self.0.write(|out, first| {
             if !first {
-                self.out.write_char(',')?;
+                out.write_char(',')?;
             }
-            write_json_string(self.out, field.name())?;
-            self.out.write_char(':')?;
-            write(self.out)
-        })();
+            write_json_string(out, field.name())?;
+            out.write_char(':')?;
+            write(out)
+        });
     }
 }
 
@@ -282,7 +239,7 @@ impl Visit for JsonFields<'_, '_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.member(field, |out| write_digits(out, value));
+        self.member(field, |out| write!(out, "{value}"));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -468,12 +425,7 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_written_in_digits_and_strings_as_debug_writes_them() {
-        for value in [0, 7, 10, 99, 12_345, u64::MAX] {
-            let mut written = String::new();
-            write_digits(&mut written, value).unwrap();
-            assert_eq!(written, value.to_string());
-        }
+    fn strings_are_written_as_debug_writes_them() {
         let captured = Captured::default();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(captured.clone())
@@ -495,21 +447,6 @@ mod tests {
         });
         for (line, text) in captured.lines().iter().zip(texts) {
             assert!(line.ends_with(&format!(" m text={text:?}")), "{line}");
-        }
-    }
-
-    #[test]
-    fn seconds_are_written_as_their_utc_date_and_time() {
-        for (seconds, expected) in [
-            (0, "1970-01-01T00:00:00"),
-            (951_782_400, "2000-02-29T00:00:00"),
-            (1_709_168_461, "2024-02-29T01:01:01"),
-            (1_796_000_000, "2026-11-30T00:53:20"),
-            (4_102_444_799, "2099-12-31T23:59:59"),
-        ] {
-            let mut written = String::new();
-            write_second(&mut written, seconds).unwrap();
-            assert_eq!(written, expected, "{seconds}");
         }
     }
 }
