@@ -85,7 +85,7 @@ pub use outcome::{
     Approval, Context, ContextTask, DecisionTap, Outcome, Verdict, evaluate, parse_context,
 };
 pub use redact::redact_urls;
-pub use serve::{DEFAULT_MAX_CONNECTIONS, ServeOptions, serve};
+pub use serve::{DEFAULT_MAX_CONNECTIONS, HttpService, ServeOptions, serve};
 pub use service::{
     DEFAULT_MAX_BODY_BYTES, DecisionService, DecisionServiceBuilder, Limits, ReloadStatus,
 };

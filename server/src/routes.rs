@@ -153,34 +153,9 @@ impl<'a> Route<&'a str> {
 /// `segment` with its `%XX` escapes decoded (a `%` not followed by two hex digits stays as
 /// it is); `None` when the bytes decoded are not UTF-8.
 fn percent_decoded(segment: &str) -> Option<Cow<'_, str>> {
-    if !segment.contains('%') {
-        return Some(Cow::Borrowed(segment));
-    }
-    let bytes = segment.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while let Some(&byte) = bytes.get(at) {
-        let escaped = (byte == b'%')
-            .then(|| Some((hex(*bytes.get(at + 1)?)?, hex(*bytes.get(at + 2)?)?)))
-            .flatten();
-        match escaped {
-            Some((high, low)) => {
-                decoded.push(high << 4 | low);
-                at += 3;
-            }
-            None => {
-                decoded.push(byte);
-                at += 1;
-            }
-        }
-    }
-    String::from_utf8(decoded).ok().map(Cow::Owned)
-}
-
-fn hex(digit: u8) -> Option<u8> {
-    char::from(digit)
-        .to_digit(16)
-        .and_then(|value| u8::try_from(value).ok())
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()
 }
 
 #[cfg(test)]

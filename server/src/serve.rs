@@ -1,12 +1,11 @@
-//! Serving the router on a listener: HTTP/1.1 with keep-alive, a cap on open connections, a
+//! Serving the service on a listener: HTTP/1.1 with keep-alive, a cap on open connections, a
 //! limit on how long a request's head may take, optional TLS, and a graceful stop.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::convert::Infallible;
 
 use hyper::body::{Body, Incoming};
 use hyper::server::conn::http1;
@@ -112,7 +111,7 @@ pub async fn serve<S, B>(
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()>
 where
-    S: Service<B>,
+    S: HttpService<B>,
     B: Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
@@ -211,7 +210,7 @@ impl Drop for Counted {
 /// What [`serve`] serves: a [`tower_service::Service`] of HTTP requests that never fails
 /// (its errors are answers), such as a [`DecisionService`] or an axum
 /// [`Router`](axum::Router). `B` is the body of its answers.
-pub trait Service<B>:
+pub trait HttpService<B>:
     tower_service::Service<
         http::Request<Incoming>,
         Response = http::Response<B>,
@@ -223,7 +222,7 @@ pub trait Service<B>:
 {
 }
 
-impl<S, B> Service<B> for S where
+impl<S, B> HttpService<B> for S where
     S: tower_service::Service<
             http::Request<Incoming>,
             Response = http::Response<B>,
@@ -242,7 +241,7 @@ async fn connection<I, S, B>(
     watcher: hyper_util::server::graceful::Watcher,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: Service<B>,
+    S: HttpService<B>,
     B: Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {

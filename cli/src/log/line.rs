@@ -267,30 +267,9 @@ impl Visit for JsonFields<'_, '_> {
     }
 }
 
-/// Writes `text` as a JSON string: quoted, with `"`, `\` and control characters escaped.
+/// Writes `text` as a JSON string, escaped as `serde_json` escapes it.
 fn write_json_string(out: &mut impl Write, text: &str) -> fmt::Result {
-    out.write_char('"')?;
-    let mut plain = 0;
-    for (at, byte) in text.bytes().enumerate() {
-        let escape = match byte {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1f => "",
-            _ => continue,
-        };
-        out.write_str(text.get(plain..at).unwrap_or_default())?;
-        if escape.is_empty() {
-            write!(out, "\\u{byte:04x}")?;
-        } else {
-            out.write_str(escape)?;
-        }
-        plain = at + 1;
-    }
-    out.write_str(text.get(plain..).unwrap_or_default())?;
-    out.write_char('"')
+    out.write_str(&serde_json::to_string(text).map_err(|_| fmt::Error)?)
 }
 
 #[cfg(test)]

@@ -40,7 +40,8 @@ enum Queued {
 pub(crate) enum LogFormat {
     /// One line of text per event, for people.
     Text,
-    /// One JSON object per line (`timestamp`, `level`, `fields`, `spans`), for log pipelines.
+    /// One JSON object per line (`timestamp`, `level`, `fields`, and `span` inside one), for
+    /// log pipelines.
     Json,
 }
 
