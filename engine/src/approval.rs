@@ -249,7 +249,8 @@ fn write_value(value: &Value, skip: Option<Skip>, out: &mut Vec<u8>) {
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
         Value::Number(number) => write_number(number, out),
-        Value::String(text) => write_string(text, out),
+        // RFC 8785 escapes strings as serde_json does.
+        Value::String(text) => crate::json::write_string(out, text),
         Value::Array(items) => {
             out.extend_from_slice(b"[");
             for (at, item) in items.iter().enumerate() {
@@ -273,7 +274,7 @@ fn write_value(value: &Value, skip: Option<Skip>, out: &mut Vec<u8>) {
                 if at > 0 {
                     out.extend_from_slice(b",");
                 }
-                write_string(key, out);
+                crate::json::write_string(out, key);
                 out.extend_from_slice(b":");
                 let inner = match skip {
                     Some(Skip::Timestamp) if key == "metadata" => Some(Skip::Key("timestamp")),
@@ -291,42 +292,6 @@ fn compare_utf16(a: &str, b: &str) -> std::cmp::Ordering {
         return a.cmp(b);
     }
     a.encode_utf16().cmp(b.encode_utf16())
-}
-
-/// A string as RFC 8785 writes it: `"` and `\\` escaped, the control characters as `\b`,
-/// `\t`, `\n`, `\f`, `\r` or `\u00xx` (lowercase hex), everything else as is.
-fn write_string(text: &str, out: &mut Vec<u8>) {
-    out.push(b'"');
-    let bytes = text.as_bytes();
-    let mut start = 0;
-    while let Some(offset) = bytes[start..]
-        .iter()
-        .position(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
-    {
-        let at = start + offset;
-        out.extend_from_slice(&bytes[start..at]);
-        let byte = bytes[at];
-        match byte {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            _ => out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(byte >> 4)],
-                HEX[usize::from(byte & 0xf)],
-            ]),
-        }
-        start = at + 1;
-    }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
 }
 
 /// A number as ECMAScript writes it (RFC 8785): integers up to 2^53 as digits, every other

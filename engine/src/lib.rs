@@ -74,6 +74,7 @@ pub mod duration;
 pub mod edge;
 pub mod error;
 pub mod grant;
+pub mod json;
 pub mod path;
 mod pattern;
 pub mod time;

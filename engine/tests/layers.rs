@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("token", 0),
     ("edge", 0),
     ("duration", 0),
+    ("json", 0),
     ("context", 1),
     ("decision", 1),
     ("approval", 2),

@@ -63,7 +63,9 @@ impl RemoteClient {
         url: &Url,
         body: &impl Serialize,
     ) -> Result<RemoteResponse, RemoteError> {
-        let body = serde_json::to_vec(body).map_err(|error| {
+        let mut written = Vec::with_capacity(256);
+        let body = portcullis_engine::json::to_writer(&mut written, body).map(|()| written);
+        let body = body.map_err(|error| {
             RemoteError::new(RemoteErrorKind::InvalidRequest, &Method::POST, url)
                 .with_detail(format!("the request body cannot be serialized: {error}"))
         })?;

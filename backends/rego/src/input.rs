@@ -1,7 +1,7 @@
 //! The input document of an evaluation, written as JSON for the guest's parser.
 //!
-//! The policy contexts are written field by field with their keys as literals, and strings are
-//! checked for characters to escape eight bytes at a time. The output is byte for byte what
+//! The policy contexts are written field by field with their keys as literals, and strings by
+//! the engine's [`write_string`], which checks for characters to escape eight bytes at a time. The output is byte for byte what
 //! `serde_json::to_vec` writes for the same value (the tests compare the two), only faster:
 //! writing the input is the largest part of an evaluation spent outside the guest.
 //!
@@ -10,6 +10,7 @@
 
 use std::io::Write;
 
+use portcullis_engine::json::write_string;
 use portcullis_engine::{
     AuditContext, InputContext, Message, Metadata, OutputContext, ToolCallContext,
     ToolResultContext,
@@ -97,7 +98,7 @@ impl InputJson for ToolCallContext {
             metadata,
         } = self;
         out.extend_from_slice(br#"{"tool_name":"#);
-        write_str(out, tool_name);
+        write_string(out, tool_name);
         out.extend_from_slice(br#","arguments":"#);
         write_object(out, arguments);
         out.extend_from_slice(br#","calling_message":"#);
@@ -142,11 +143,11 @@ impl InputJson for ToolResultContext {
             metadata,
         } = self;
         out.extend_from_slice(br#"{"tool_name":"#);
-        write_str(out, tool_name);
+        write_string(out, tool_name);
         out.extend_from_slice(br#","arguments":"#);
         write_object(out, arguments);
         out.extend_from_slice(br#","content":"#);
-        write_str(out, content);
+        write_string(out, content);
         if let Some(structured) = structured {
             out.extend_from_slice(br#","structured":"#);
             write_value(out, structured);
@@ -295,7 +296,7 @@ fn write_message(out: &mut Vec<u8>, message: &Message) {
     // Role names are plain lower-case words: nothing to escape.
     out.extend_from_slice(role.as_str().as_bytes());
     out.extend_from_slice(br#"","content":"#);
-    write_str(out, content);
+    write_string(out, content);
     out.push(b'}');
 }
 
@@ -307,11 +308,11 @@ fn write_metadata(out: &mut Vec<u8>, metadata: &Metadata) {
         extra,
     } = metadata;
     out.extend_from_slice(br#"{"agent_id":"#);
-    write_str(out, agent_id);
+    write_string(out, agent_id);
     out.extend_from_slice(br#","session_id":"#);
-    write_str(out, session_id);
+    write_string(out, session_id);
     out.extend_from_slice(br#","timestamp":"#);
-    write_str(out, timestamp);
+    write_string(out, timestamp);
     // `extra` is flattened into the object, after the named keys.
     for (key, value) in extra {
         out.push(b',');
@@ -329,7 +330,7 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
             // Writing to a `Vec` cannot fail.
             let _ = write!(out, "{number}");
         }
-        Value::String(string) => write_str(out, string),
+        Value::String(string) => write_string(out, string),
         Value::Array(items) => write_list(out, b'[', items, write_value, b']'),
         Value::Object(map) => write_object(out, map),
     }
@@ -364,92 +365,9 @@ fn write_list<T>(
 }
 
 fn write_entry(out: &mut Vec<u8>, key: &str, value: &Value) {
-    write_str(out, key);
+    write_string(out, key);
     out.push(b':');
     write_value(out, value);
-}
-
-const LOW_BITS: u64 = u64::from_ne_bytes([0x01; 8]);
-const HIGH_BITS: u64 = u64::from_ne_bytes([0x80; 8]);
-
-/// Whether any of the eight bytes in `word` is `"`, `\` or below 0x20: a byte JSON escapes.
-///
-/// A lane's high bit is set by the subtraction only when that byte is below the subtrahend
-/// (bytes with their own high bit set are masked out by `!word`). Borrows into higher lanes
-/// can only follow a true hit in a lower lane, so the answer for the word is exact.
-fn needs_escape(word: u64) -> bool {
-    let below_space = word.wrapping_sub(LOW_BITS * 0x20);
-    let quote = word ^ (LOW_BITS * u64::from(b'"'));
-    let backslash = word ^ (LOW_BITS * u64::from(b'\\'));
-    let zero_quote = quote.wrapping_sub(LOW_BITS) & !quote;
-    let zero_backslash = backslash.wrapping_sub(LOW_BITS) & !backslash;
-    (below_space & !word | zero_quote | zero_backslash) & HIGH_BITS != 0
-}
-
-/// Whether `bytes` holds a byte JSON escapes, checked a word at a time.
-fn any_needs_escape(bytes: &[u8]) -> bool {
-    let word_at = |at: usize| {
-        let mut lanes = [0; 8];
-        lanes.copy_from_slice(&bytes[at..at + 8]);
-        u64::from_ne_bytes(lanes)
-    };
-    if bytes.len() < 8 {
-        return bytes
-            .iter()
-            .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\');
-    }
-    let mut at = 0;
-    while at + 8 < bytes.len() {
-        if needs_escape(word_at(at)) {
-            return true;
-        }
-        at += 8;
-    }
-    // The last word, overlapping the one before it if the length is not a multiple of eight.
-    needs_escape(word_at(bytes.len() - 8))
-}
-
-/// Appends `text` as a JSON string, escaped exactly as serde_json escapes it.
-pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
-    let bytes = text.as_bytes();
-    out.reserve(bytes.len() + 2);
-    out.push(b'"');
-    if any_needs_escape(bytes) {
-        write_escaped(out, bytes);
-    } else {
-        out.extend_from_slice(bytes);
-    }
-    out.push(b'"');
-}
-
-/// The escaping path of [`write_str`]: runs of bytes that need no escape are copied whole.
-fn write_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut run_start = 0;
-    for (at, &byte) in bytes.iter().enumerate() {
-        let escape: &[u8] = match byte {
-            b'"' => br#"\""#,
-            b'\\' => br"\\",
-            b'\n' => br"\n",
-            b'\r' => br"\r",
-            b'\t' => br"\t",
-            0x08 => br"\b",
-            0x0c => br"\f",
-            0x00..=0x1f => &[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(byte >> 4)],
-                HEX[usize::from(byte & 0xf)],
-            ],
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[run_start..at]);
-        out.extend_from_slice(escape);
-        run_start = at + 1;
-    }
-    out.extend_from_slice(&bytes[run_start..]);
 }
 
 #[cfg(test)]

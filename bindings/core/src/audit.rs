@@ -21,7 +21,7 @@ fn keep_record(record: &AuditRecord<'_>) {
     // Outside a call of a binding (a task the engine spawned) there is no call to report to.
     let _ = RECORDS.try_with(|records| {
         // A record is plain data with string keys: writing it cannot fail.
-        if let Ok(json) = serde_json::to_string(record) {
+        if let Ok(json) = portcullis_engine::json::to_string(record) {
             records.borrow_mut().push(json);
         }
     });

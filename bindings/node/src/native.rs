@@ -101,7 +101,7 @@ async fn decide<C: PolicyContext>(
         .evaluate(&context)
         .await
         .map_err(|error| error_chain(&*error))?;
-    serde_json::to_string(&decision).map_err(|error| error.to_string())
+    portcullis_engine::json::to_string(&decision).map_err(|error| error.to_string())
 }
 
 impl NativePolicy {

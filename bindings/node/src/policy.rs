@@ -136,7 +136,7 @@ pub fn js_policy(id: String, evaluate: HostEvaluate, deadline: Option<Duration>)
 #[async_trait]
 impl HostCall for JsCall {
     async fn decide<C: PolicyContext>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
-        let context = serde_json::to_string(context)?;
+        let context = portcullis_engine::json::to_string(context)?;
         let pending = self
             .evaluate
             .call_async(context)

@@ -24,7 +24,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::input::write_str;
+use portcullis_engine::json::write_string;
 
 /// How many values a walk may visit before it gives the result to the guest's dump.
 const BUDGET: usize = 1 << 16;
@@ -406,7 +406,7 @@ impl Walk<'_> {
 
     fn string(&mut self, addr: u32) -> Option<()> {
         let text = self.memory.text(addr)?;
-        write_str(self.out, text);
+        write_string(self.out, text);
         Some(())
     }
 }

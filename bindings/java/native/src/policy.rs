@@ -173,7 +173,7 @@ impl HostCall for JavaCall {
         let argument = if !caller.is_null() && portcullis_bindings::is_call_context(context) {
             Argument::Caller(caller)
         } else {
-            Argument::Json(serde_json::to_string(context)?)
+            Argument::Json(portcullis_engine::json::to_string(context)?)
         };
         let vm = JavaVM::singleton().map_err(|error| JavaPolicyError::Call(error.to_string()))?;
         // The caller's thread is attached already; a thread of the runtime is attached for the
