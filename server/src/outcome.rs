@@ -7,14 +7,15 @@ use std::sync::Arc;
 
 use portcullis_engine::error::error_chain;
 use portcullis_engine::{
-    AuditHandler, AuditRecord, BoxError, EngineError, InputContext, InterceptionPoint,
-    OutputContext, PolicyContext, PolicyEngine, ToolCallContext, ToolResultContext,
+    AuditDecision, AuditHandler, AuditRecord, BoxError, EngineError, InputContext,
+    InterceptionPoint, OutputContext, PolicyContext, PolicyEngine, ToolCallContext,
+    ToolResultContext,
 };
 use serde_json::Value;
 
 tokio::task_local! {
     /// The decisions audited by the evaluation running in this task.
-    static TAKEN: RefCell<Vec<(String, String)>>;
+    static TAKEN: RefCell<Vec<(String, AuditDecision)>>;
 }
 
 /// Called with every audit record (the service counts decisions with one).
@@ -79,10 +80,9 @@ impl AuditHandler for DecisionTap {
     /// under `on_failure: deny` fails the call behind the service too.
     fn try_handle(&self, record: &AuditRecord<'_>) -> Result<(), BoxError> {
         let _ = TAKEN.try_with(|taken| {
-            taken.borrow_mut().push((
-                record.policy_id.to_owned(),
-                record.decision.as_str().to_owned(),
-            ));
+            taken
+                .borrow_mut()
+                .push((record.policy_id.to_owned(), record.decision));
         });
         if let Some(observer) = &self.observer {
             observer(record);
@@ -172,8 +172,8 @@ impl std::fmt::Display for Verdict {
 pub struct Outcome<Forwarded = Value> {
     /// How it ended.
     pub outcome: Verdict,
-    /// The decisions taken, in order: (policy id, decision name).
-    pub decisions: Vec<(String, String)>,
+    /// The decisions taken, in order: (policy id, decision).
+    pub decisions: Vec<(String, AuditDecision)>,
     /// The context to forward, when allowed.
     pub context: Option<Forwarded>,
     /// (policy id, reason) when denied.
@@ -245,7 +245,7 @@ impl<Forwarded: serde::Serialize> Outcome<Forwarded> {
                 .iter()
                 .map(|(policy_id, decision)| Decision {
                     policy_id,
-                    decision,
+                    decision: decision.as_str(),
                 })
                 .collect(),
             context: self.context.as_ref(),
@@ -268,7 +268,7 @@ impl<Forwarded: serde::Serialize> Outcome<Forwarded> {
         let written = if pretty {
             serde_json::to_writer_pretty(&mut *out, &document)
         } else {
-            serde_json::to_writer(&mut *out, &document)
+            portcullis_engine::json::to_writer(out, &document)
         };
         if written.is_err() {
             out.truncate(start);
@@ -425,9 +425,11 @@ pub(crate) async fn evaluate_to_text(
 
 /// Runs `evaluation` noting the decisions it takes; returns what it came to and the decisions
 /// it left noted.
-async fn noting_decisions<T>(evaluation: impl Future<Output = T>) -> (T, Vec<(String, String)>) {
+async fn noting_decisions<T>(
+    evaluation: impl Future<Output = T>,
+) -> (T, Vec<(String, AuditDecision)>) {
     TAKEN
-        .scope(RefCell::new(Vec::new()), async {
+        .scope(RefCell::new(Vec::with_capacity(4)), async {
             let result = evaluation.await;
             let decisions = TAKEN.with(|taken| std::mem::take(&mut *taken.borrow_mut()));
             (result, decisions)
@@ -436,7 +438,10 @@ async fn noting_decisions<T>(evaluation: impl Future<Output = T>) -> (T, Vec<(St
 }
 
 /// The outcome of an evaluation that came to `result`, having taken `decisions`.
-fn outcome_of<F>(result: Result<F, EngineError>, decisions: Vec<(String, String)>) -> Outcome<F> {
+fn outcome_of<F>(
+    result: Result<F, EngineError>,
+    decisions: Vec<(String, AuditDecision)>,
+) -> Outcome<F> {
     let mut outcome = Outcome {
         outcome: Verdict::Allowed,
         decisions,
