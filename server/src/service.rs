@@ -9,7 +9,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
-use futures_util::FutureExt;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
@@ -456,7 +455,9 @@ impl DecisionService {
         let resolved = routes::resolve(&parts.method, parts.uri.path(), shared.feed.is_some());
         let route = resolved.pattern();
         let span = tracing::debug_span!("request", request_id = %id);
-        let mut response = run(&shared, resolved, &parts, Body::new(body))
+        // The route's state (a few KiB, an evaluation's) lives in its own box, so that this
+        // future stays small: hyper moves it more than once before it first runs.
+        let mut response = Box::pin(run(&shared, resolved, &parts, Body::new(body)))
             .instrument(span)
             .await;
         let status = response.status().as_u16();
@@ -493,7 +494,8 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        Box::pin(self.clone().answer(request).map(Ok))
+        let service = self.clone();
+        Box::pin(async move { Ok(service.answer(request).await) })
     }
 }
 
@@ -923,7 +925,7 @@ async fn engine_evaluate(shared: &Arc<Shared>, headers: &HeaderMap, body: Body) 
         let started = Instant::now();
         let decided = decide(&engine, &policy_id, &context).await;
         metrics.evaluation(started.elapsed());
-        let text = serde_json::to_string(&decided?).map_err(|error| {
+        let text = portcullis_engine::json::to_string(&decided?).map_err(|error| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "evaluation_error",
