@@ -717,7 +717,8 @@ where
         .retry_after(1)
         .into_response();
     }
-    let deadline = Instant::now() + shared.limits.request_deadline;
+    let mut now = Instant::now();
+    let deadline = now + shared.limits.request_deadline;
     if let Err(error) = declared_length(shared, headers) {
         return error.into_response();
     }
@@ -732,13 +733,14 @@ where
             let waited =
                 tokio::time::timeout(shared.limits.queue_timeout, shared.slots.acquire()).await;
             shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            now = Instant::now();
             match waited {
                 Ok(Ok(permit)) => permit,
                 _ => return overloaded("no evaluation slot freed up in time"),
             }
         }
     };
-    let read_by = deadline.min(Instant::now() + shared.limits.body_read_timeout);
+    let read_by = deadline.min(now + shared.limits.body_read_timeout);
     let bytes = match read_body(shared, body, read_by).await {
         Ok(bytes) => bytes,
         Err(error) => return error.into_response(),
