@@ -5,8 +5,11 @@
 #
 #   server/benches/wrk.sh [--seconds 10] [--rounds 2] [--connections 64]
 #
-# Prints, per endpoint, the requests/s and p99 latency of each round, their medians, and the
-# ratio to nginx. Needs nginx and wrk (installed from the distribution's packages when
+# nginx answers the same request two ways: `nginx` with the outcome document portcullis
+# answers, byte for byte (the two servers move the same bytes, so the ratio is the cost of
+# deciding and serving), and `nginx-short` with an 81-byte document (cheaper for wrk too, on
+# the same two cores). Prints, per endpoint, the requests/s and p99 latency of each round, their
+# medians, and the ratios to both. Needs nginx and wrk (installed from the distribution's packages when
 # missing) and builds `portcullis` in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -85,7 +88,25 @@ for name in ["context", "single"]:
 print(len(open(f"{work}/context.json").read()), "bytes of context", file=sys.stderr)
 PY
 
+serve_port=$(free_port)
+"$PORTCULLIS" serve "$work/portcullis.yaml" --listen "127.0.0.1:$serve_port" 2>"$work/serve.log" &
+pids+=($!)
+for _ in $(seq 100); do
+    curl -s "http://127.0.0.1:$serve_port/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+
+# nginx answers what portcullis answers to the same request.
+answer=$(curl -s -X POST -H 'Content-Type: application/json' --data-binary "@$work/context.json" \
+    "http://127.0.0.1:$serve_port/v1/evaluate/input")
+case "$answer" in
+    *\'*|*\$*|*\\*) echo "the answer cannot be written in nginx.conf as it is" >&2; exit 1 ;;
+    '{"outcome":"allowed"'*) ;;
+    *) echo "unexpected answer: $answer" >&2; exit 1 ;;
+esac
+echo "${#answer} bytes of answer" >&2
 nginx_port=$(free_port)
+short_port=$(free_port)
 cat > "$work/nginx.conf" <<CONF
 worker_processes auto;
 pid $work/nginx.pid;
@@ -103,20 +124,19 @@ http {
         listen 127.0.0.1:$nginx_port;
         location / {
             default_type application/json;
+            return 200 '$answer';
+        }
+    }
+    server {
+        listen 127.0.0.1:$short_port;
+        location / {
+            default_type application/json;
             return 200 '{"outcome":"allowed","decisions":[{"policy_id":"no_secrets","decision":"allow"}]}';
         }
     }
 }
 CONF
 "$NGINX" -c "$work/nginx.conf" -p "$work" >&2
-
-serve_port=$(free_port)
-"$PORTCULLIS" serve "$work/portcullis.yaml" --listen "127.0.0.1:$serve_port" 2>"$work/serve.log" &
-pids+=($!)
-for _ in $(seq 100); do
-    curl -s "http://127.0.0.1:$serve_port/healthz" >/dev/null 2>&1 && break
-    sleep 0.1
-done
 
 # Runs wrk; prints "requests/s p99-ms".
 measure() {
@@ -134,11 +154,12 @@ print(f"{rate:.0f} {float(p99.group(1)) * scale:.2f} {errors.group(1) if errors 
 }
 
 declare -A rate p99
-cases=(nginx portcullis-evaluate portcullis-engine portcullis-healthz)
+cases=(nginx nginx-short portcullis-evaluate portcullis-engine portcullis-healthz)
 for round in $(seq "$rounds"); do
     for case in "${cases[@]}"; do
         case "$case" in
             nginx) result=$(measure "http://127.0.0.1:$nginx_port/v1/evaluate/input" "$work/context.lua") ;;
+            nginx-short) result=$(measure "http://127.0.0.1:$short_port/v1/evaluate/input" "$work/context.lua") ;;
             portcullis-evaluate) result=$(measure "http://127.0.0.1:$serve_port/v1/evaluate/input" "$work/context.lua") ;;
             portcullis-engine) result=$(measure "http://127.0.0.1:$serve_port/engine/evaluate" "$work/single.lua") ;;
             portcullis-healthz) result=$(measure "http://127.0.0.1:$serve_port/healthz") ;;
@@ -152,12 +173,14 @@ done
 
 median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 nginx_rate=$(median ${rate[nginx]})
+short_rate=$(median ${rate[nginx-short]})
 echo
-printf '%-22s %10s %8s %10s\n' case "req/s" "x nginx" "p99 ms"
+printf '%-22s %10s %8s %14s %10s\n' case "req/s" "x nginx" "x nginx-short" "p99 ms"
 for case in "${cases[@]}"; do
     r=$(median ${rate[$case]})
     p=$(median ${p99[$case]})
-    printf '%-22s %10.0f %8.2f %10.2f\n' "$case" "$r" "$(python3 -c "print($r / $nginx_rate)")" "$p"
+    printf '%-22s %10.0f %8.2f %14.2f %10.2f\n' "$case" "$r" "$(python3 -c "print($r / $nginx_rate)")" \
+        "$(python3 -c "print($r / $short_rate)")" "$p"
 done
 engine=$(median ${rate[portcullis-engine]})
 evaluate=$(median ${rate[portcullis-evaluate]})

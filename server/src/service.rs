@@ -609,7 +609,13 @@ fn request_id(shared: &Shared, headers: &HeaderMap) -> String {
         return given.to_owned();
     }
     let number = shared.next_request.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{number}", shared.instance)
+    let mut digits = itoa::Buffer::new();
+    let number = digits.format(number);
+    let mut id = String::with_capacity(shared.instance.len() + 1 + number.len());
+    id.push_str(&shared.instance);
+    id.push('-');
+    id.push_str(number);
+    id
 }
 
 /// The bearer token the request gives, if any.
@@ -1000,7 +1006,7 @@ impl ContextTask for Only<'_> {
 
 /// `GET /healthz`.
 fn healthz() -> Response {
-    json_response(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())
+    json_response(StatusCode::OK, r#"{"status":"ok"}"#)
 }
 
 /// `GET /readyz`: whether a set is loaded, to anyone; the last reload's outcome, time and
