@@ -410,7 +410,7 @@ impl ser::SerializeMap for Compound<'_, '_> {
 
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
         let writer = self.member();
-        key.serialize(KeyWriter { out: writer.out })?;
+        key.serialize(Text::key(writer.out))?;
         writer.out.push(b':');
         Ok(())
     }
@@ -439,7 +439,7 @@ impl ser::SerializeStruct for Compound<'_, '_> {
         value: &T,
     ) -> Result<(), Error> {
         if let Compound::Raw(writer) = self {
-            return value.serialize(RawWriter { out: writer.out });
+            return value.serialize(Text::raw(writer.out));
         }
         value.serialize(self.key(key))
     }
@@ -468,26 +468,56 @@ impl ser::SerializeStructVariant for Compound<'_, '_> {
     }
 }
 
-/// Writes a map key as `serde_json` does: strings as strings, numbers and booleans quoted, an
-/// `Option` as what it holds; anything else is an error.
-struct KeyWriter<'a> {
+/// A serializer of the one piece of text something must be: a map key, written as
+/// `serde_json` writes keys, or the text of a raw value, written as it is.
+struct Text<'a> {
     out: &'a mut Vec<u8>,
+    raw: bool,
 }
 
-impl KeyWriter<'_> {
+impl Text<'_> {
+    /// Keys: strings as strings, numbers and booleans quoted, an `Option` as what it holds.
+    fn key(out: &mut Vec<u8>) -> Text<'_> {
+        Text { out, raw: false }
+    }
+
+    /// A raw value: its text, as it is (it is JSON already).
+    fn raw(out: &mut Vec<u8>) -> Text<'_> {
+        Text { out, raw: true }
+    }
+
+    /// What is refused: anything that is not text.
+    fn refused(&self) -> Error {
+        Error::custom(if self.raw {
+            "a raw JSON value must be given as text"
+        } else {
+            "key must be a string"
+        })
+    }
+
+    /// A number or boolean: quoted as a key; refused as a raw value.
     fn quoted<T: Serialize>(self, value: T) -> Result<(), Error> {
+        if self.raw {
+            return Err(self.refused());
+        }
         self.out.push(b'"');
         scalar(self.out, value)?;
         self.out.push(b'"');
         Ok(())
     }
+
+    /// A float: quoted as a key when `finite` (as `serde_json` writes keys), else refused.
+    fn float<T: Serialize>(self, value: T, finite: bool) -> Result<(), Error> {
+        if !self.raw && !finite {
+            return Err(Error::custom(
+                "float key must be finite (got NaN or +/-inf)",
+            ));
+        }
+        self.quoted(value)
+    }
 }
 
-fn key_must_be_a_string() -> Error {
-    Error::custom("key must be a string")
-}
-
-impl ser::Serializer for KeyWriter<'_> {
+impl ser::Serializer for Text<'_> {
     type Ok = ();
     type Error = Error;
     type SerializeSeq = ser::Impossible<(), Error>;
@@ -499,11 +529,18 @@ impl ser::Serializer for KeyWriter<'_> {
     type SerializeStructVariant = ser::Impossible<(), Error>;
 
     fn serialize_str(self, value: &str) -> Result<(), Error> {
-        write_string(self.out, value);
+        if self.raw {
+            self.out.extend_from_slice(value.as_bytes());
+        } else {
+            write_string(self.out, value);
+        }
         Ok(())
     }
 
     fn serialize_char(self, value: char) -> Result<(), Error> {
+        if self.raw {
+            return Err(self.refused());
+        }
         self.serialize_str(value.encode_utf8(&mut [0; 4]))
     }
 
@@ -513,6 +550,9 @@ impl ser::Serializer for KeyWriter<'_> {
         _index: u32,
         variant: &'static str,
     ) -> Result<(), Error> {
+        if self.raw {
+            return Err(self.refused());
+        }
         self.serialize_str(variant)
     }
 
@@ -521,6 +561,16 @@ impl ser::Serializer for KeyWriter<'_> {
         _name: &'static str,
         value: &T,
     ) -> Result<(), Error> {
+        if self.raw {
+            return Err(self.refused());
+        }
+        value.serialize(self)
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
+        if self.raw {
+            return Err(self.refused());
+        }
         value.serialize(self)
     }
 
@@ -569,41 +619,27 @@ impl ser::Serializer for KeyWriter<'_> {
     }
 
     fn serialize_f32(self, value: f32) -> Result<(), Error> {
-        if !value.is_finite() {
-            return Err(Error::custom(
-                "float key must be finite (got NaN or +/-inf)",
-            ));
-        }
-        self.quoted(value)
+        self.float(value, value.is_finite())
     }
 
     fn serialize_f64(self, value: f64) -> Result<(), Error> {
-        if !value.is_finite() {
-            return Err(Error::custom(
-                "float key must be finite (got NaN or +/-inf)",
-            ));
-        }
-        self.quoted(value)
+        self.float(value, value.is_finite())
     }
 
     fn serialize_bytes(self, _value: &[u8]) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_none(self) -> Result<(), Error> {
-        Err(key_must_be_a_string())
-    }
-
-    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
-        value.serialize(self)
+        Err(self.refused())
     }
 
     fn serialize_unit(self) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -613,15 +649,15 @@ impl ser::Serializer for KeyWriter<'_> {
         _variant: &'static str,
         _value: &T,
     ) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_tuple_struct(
@@ -629,7 +665,7 @@ impl ser::Serializer for KeyWriter<'_> {
         _name: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeTupleStruct, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_tuple_variant(
@@ -639,11 +675,11 @@ impl ser::Serializer for KeyWriter<'_> {
         _variant: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeTupleVariant, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_struct(
@@ -651,7 +687,7 @@ impl ser::Serializer for KeyWriter<'_> {
         _name: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeStruct, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
 
     fn serialize_struct_variant(
@@ -661,177 +697,8 @@ impl ser::Serializer for KeyWriter<'_> {
         _variant: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeStructVariant, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refused())
     }
-}
-
-/// Writes the text of a raw value as it is (it is JSON already).
-struct RawWriter<'a> {
-    out: &'a mut Vec<u8>,
-}
-
-impl ser::Serializer for RawWriter<'_> {
-    type Ok = ();
-    type Error = Error;
-    type SerializeSeq = ser::Impossible<(), Error>;
-    type SerializeTuple = ser::Impossible<(), Error>;
-    type SerializeTupleStruct = ser::Impossible<(), Error>;
-    type SerializeTupleVariant = ser::Impossible<(), Error>;
-    type SerializeMap = ser::Impossible<(), Error>;
-    type SerializeStruct = ser::Impossible<(), Error>;
-    type SerializeStructVariant = ser::Impossible<(), Error>;
-
-    fn serialize_str(self, value: &str) -> Result<(), Error> {
-        self.out.extend_from_slice(value.as_bytes());
-        Ok(())
-    }
-
-    fn serialize_bool(self, _value: bool) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_i8(self, _value: i8) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_i16(self, _value: i16) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_i32(self, _value: i32) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_i64(self, _value: i64) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_u8(self, _value: u8) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_u16(self, _value: u16) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_u32(self, _value: u32) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_u64(self, _value: u64) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_f32(self, _value: f32) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_f64(self, _value: f64) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_char(self, _value: char) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_bytes(self, _value: &[u8]) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_none(self) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_unit(self) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_unit_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-    ) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _value: &T,
-    ) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _value: &T,
-    ) -> Result<(), Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_tuple_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleStruct, Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_tuple_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleVariant, Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeStruct, Error> {
-        Err(not_raw())
-    }
-
-    fn serialize_struct_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeStructVariant, Error> {
-        Err(not_raw())
-    }
-}
-
-fn not_raw() -> Error {
-    Error::custom("a raw JSON value must be given as text")
 }
 
 #[cfg(test)]
@@ -879,7 +746,7 @@ mod tests {
         same_as_serde_json(&"x".repeat(1000));
     }
 
-    #[derive(Serialize)]
+    #[derive(Serialize, PartialEq, Eq, PartialOrd, Ord)]
     enum Shape {
         Unit,
         Newtype(u8),
@@ -963,6 +830,25 @@ mod tests {
         same_as_serde_json(&BTreeMap::from([((), 1)]));
         same_as_serde_json(&BTreeMap::from([(Some(1), 1)]));
         same_as_serde_json(&BTreeMap::from([(None::<u8>, 1)]));
+        same_as_serde_json(&BTreeMap::from([('c', 1)]));
+        same_as_serde_json(&BTreeMap::from([(Shape::Unit, 1)]));
+        same_as_serde_json(&FloatKey(1.5));
+        same_as_serde_json(&FloatKey(0.1));
+        same_as_serde_json(&FloatKey(f64::NAN));
+        same_as_serde_json(&FloatKey(f64::NEG_INFINITY));
+    }
+
+    /// A map with one float key.
+    struct FloatKey(f64);
+
+    impl Serialize for FloatKey {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            let mut map = serializer.serialize_map(Some(1))?;
+            map.serialize_entry(&self.0, &true)?;
+            map.serialize_entry(&(self.0 as f32), &false)?;
+            map.end()
+        }
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
