@@ -17,6 +17,7 @@ use portcullis_engine::{
     AuditHandler, AuditRecord, BearerToken, EngineError, InterceptionPoint, PolicyContext,
     PolicyDecision, PolicyEngine, PolicyEngineBuilder, PolicySet, edge,
 };
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -849,16 +850,6 @@ pub(crate) async fn read_body(
     }
 }
 
-fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(bytes).map_err(|error| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "malformed_json",
-            format!("the request body is not JSON: {error}"),
-        )
-    })
-}
-
 fn unknown_point(name: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -897,37 +888,64 @@ async fn evaluate_point(
     .await
 }
 
+/// The body of `POST /engine/evaluate`, its members kept as the JSON text they are (other
+/// members are ignored): the context is then read straight into its point's type.
+#[derive(serde::Deserialize)]
+struct EngineRequest<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    policy_id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    interception_point: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    context: Option<&'a RawValue>,
+}
+
+/// A member that is there, even as `null` (which `Option` would read as absent).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'de RawValue>, D::Error> {
+    serde::Deserialize::deserialize(deserializer).map(Some)
+}
+
 /// `POST /engine/evaluate`: one policy of the loaded set.
 async fn engine_evaluate(shared: &Arc<Shared>, headers: &HeaderMap, body: Body) -> Response {
     let engine = Arc::clone(&shared.engine);
     let metrics = Arc::clone(&shared.metrics);
     guarded(shared, headers, body, |bytes| async move {
-        let mut value = parse_json(&bytes)?;
         let invalid =
             |message: &str| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message);
-        let Value::Object(request) = &mut value else {
-            return Err(invalid(
-                "the body must be an object with `policy_id`, `interception_point` and `context`",
-            ));
-        };
-        let policy_id = match request.get("policy_id") {
-            Some(Value::String(id)) => id.clone(),
-            _ => return Err(invalid("`policy_id` must be a string")),
-        };
-        let point = match request.get("interception_point") {
-            Some(Value::String(name)) => {
-                InterceptionPoint::from_name(name).ok_or_else(|| unknown_point(name))?
+        let request: EngineRequest<'_> = serde_json::from_slice(&bytes).map_err(|error| {
+            match error.classify() {
+                serde_json::error::Category::Data => invalid(&format!(
+                    "the body must be an object with `policy_id`, `interception_point` and `context` ({error})"
+                )),
+                _ => ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "malformed_json",
+                    format!("the request body is not JSON: {error}"),
+                ),
             }
-            _ => {
+        })?;
+        let text = |member: Option<&RawValue>| {
+            member.and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+        };
+        let Some(policy_id) = text(request.policy_id) else {
+            return Err(invalid("`policy_id` must be a string"));
+        };
+        let point = match text(request.interception_point) {
+            Some(name) => InterceptionPoint::from_name(&name).ok_or_else(|| unknown_point(&name))?,
+            None => {
                 return Err(invalid(
                     "`interception_point` must be `input`, `tool_call`, `tool_result` or `output`",
                 ));
             }
         };
-        let Some(context) = request.remove("context") else {
+        let Some(context) = request.context else {
             return Err(invalid("`context` is missing"));
         };
-        let context = outcome::parse_context(point, context).map_err(|message| {
+        // Read straight into the point's context type, as `/v1/evaluate` reads its body.
+        let context = outcome::read_context(point, context.get().as_bytes()).map_err(|error| {
+            let (ContextError::Malformed(message) | ContextError::Invalid(message)) = error;
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_context", message)
         })?;
         let started = Instant::now();

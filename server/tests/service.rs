@@ -156,6 +156,55 @@ async fn engine_evaluate_answers_the_decision_of_the_one_policy_named() {
     let (status, body) = post(&url, &bad_context).await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["code"], "invalid_context");
+
+    // A null context is a context that is not one; a body that is not an object, or that
+    // gives a member twice, is not a request; text that is not JSON is malformed.
+    let null_context =
+        json!({"policy_id": "block_secret", "interception_point": "input", "context": null});
+    let (status, body) = post(&url, &null_context).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_context"))
+    );
+    for (text, code) in [
+        ("[1, 2]", "invalid_request"),
+        (
+            r#"{"policy_id": 7, "interception_point": "input", "context": {}}"#,
+            "invalid_request",
+        ),
+        (
+            r#"{"policy_id": "a", "policy_id": "b", "interception_point": "input", "context": {}}"#,
+            "invalid_request",
+        ),
+        (r#"{"policy_id": "a", "#, "malformed_json"),
+    ] {
+        let answer = common::client()
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(text)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{text}");
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(body["error"]["code"], code, "{text}: {body}");
+    }
+
+    // Members are read as JSON reads them: escapes in the id, other members ignored.
+    let escaped = format!(
+        r#"{{"policy_id": "block\u005fsecret", "interception_point": "input", "extra": [1], "context": {}}}"#,
+        input("a secret")
+    );
+    let answer = common::client()
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(escaped)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let decision: Value = answer.json().await.unwrap();
+    assert_eq!(decision["decision"], "deny", "{decision}");
     server.stop().await;
 }
 
