@@ -178,15 +178,8 @@ async fn engine_evaluate_answers_the_decision_of_the_one_policy_named() {
         ),
         (r#"{"policy_id": "a", "#, "malformed_json"),
     ] {
-        let answer = common::client()
-            .post(&url)
-            .header("content-type", "application/json")
-            .body(text)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), 400, "{text}");
-        let body: Value = answer.json().await.unwrap();
+        let (status, body) = common::post_text(&url, text).await;
+        assert_eq!(status, 400, "{text}");
         assert_eq!(body["error"]["code"], code, "{text}: {body}");
     }
 
@@ -195,15 +188,8 @@ async fn engine_evaluate_answers_the_decision_of_the_one_policy_named() {
         r#"{{"policy_id": "block\u005fsecret", "interception_point": "input", "extra": [1], "context": {}}}"#,
         input("a secret")
     );
-    let answer = common::client()
-        .post(&url)
-        .header("content-type", "application/json")
-        .body(escaped)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 200);
-    let decision: Value = answer.json().await.unwrap();
+    let (status, decision) = common::post_text(&url, escaped).await;
+    assert_eq!(status, 200);
     assert_eq!(decision["decision"], "deny", "{decision}");
     server.stop().await;
 }

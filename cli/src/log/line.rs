@@ -202,15 +202,11 @@ impl Visit for TextFields<'_, '_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.field(field, |out| {
-            out.write_str(itoa::Buffer::new().format(value))
-        });
+        self.field(field, |out| write_integer(out, value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.field(field, |out| {
-            out.write_str(itoa::Buffer::new().format(value))
-        });
+        self.field(field, |out| write_integer(out, value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
@@ -249,15 +245,11 @@ impl Visit for JsonFields<'_, '_> {
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.member(field, |out| {
-            out.write_str(itoa::Buffer::new().format(value))
-        });
+        self.member(field, |out| write_integer(out, value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.member(field, |out| {
-            out.write_str(itoa::Buffer::new().format(value))
-        });
+        self.member(field, |out| write_integer(out, value));
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
@@ -279,6 +271,11 @@ impl Visit for JsonFields<'_, '_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.member(field, |out| write_json_string(out, &format!("{value:?}")));
     }
+}
+
+/// Writes an integer in decimal, without the formatting machinery.
+fn write_integer(out: &mut impl Write, value: impl itoa::Integer) -> fmt::Result {
+    out.write_str(itoa::Buffer::new().format(value))
 }
 
 /// Writes `text` as a JSON string, escaped as `serde_json` escapes it.

@@ -182,6 +182,18 @@ pub fn client() -> reqwest::Client {
         .expect("a client")
 }
 
+/// POSTs `text` as it is, as JSON, and returns the status and the body as JSON (Null when not
+/// JSON).
+pub async fn post_text(url: &str, text: impl Into<reqwest::Body>) -> (u16, Value) {
+    answer(
+        client()
+            .post(url)
+            .header("content-type", "application/json")
+            .body(text),
+    )
+    .await
+}
+
 /// POSTs `body` (JSON) and returns the status and the body as JSON (Null when not JSON).
 pub async fn post(url: &str, body: &Value) -> (u16, Value) {
     answer(client().post(url).json(body)).await
