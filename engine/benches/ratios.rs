@@ -1,7 +1,7 @@
 //! The engine's overhead as ratios, each side measured against its floor in one run.
 //!
 //! `cargo bench -p portcullis-engine --bench ratios` (or `-- <name filter>`; `-- family` runs
-//! the streaming benchmark family of `common/family.rs` alone, 48 rows in a few minutes)
+//! the streaming benchmark family of `common/family.rs` alone, 48 members and a reference row for each set, density and delta size, in a few minutes)
 //!
 //! Each workload has two sides, the engine and the floor it wraps. The two are measured in
 //! alternating rounds of about a millisecond each (a batch of one, then a batch of the other),
@@ -171,6 +171,43 @@ fn stream_workload(
                     black_box(stream(engine, metadata, chunks, push, finish).await);
                 }
             })
+        }),
+        floor: Box::new(move |n| {
+            rt.block_on(async {
+                for _ in 0..n {
+                    black_box(floor.evaluate_output(context).await.is_ok());
+                }
+            })
+        }),
+    }
+}
+
+/// The least any guard given the answer delta by delta can do, against the whole-text
+/// evaluation: keep each delta (appended to a string made with room for the whole answer), and
+/// judge nothing. No goal: where this alone is over a member's goal, no guard with a call per
+/// delta meets it (the pushes cost more than the whole-text search they are measured
+/// against).
+fn kept_only(
+    name: String,
+    chunks: &'static [&'static str],
+    (floor, context): (&'static PolicyEngine, &'static OutputContext),
+    rt: &'static Runtime,
+) -> Workload<'static> {
+    let length = chunks.iter().map(|chunk| chunk.len()).sum();
+    Workload {
+        name,
+        goal: Goal::Reference,
+        iterations: 10,
+        rounds: FAMILY_ROUNDS,
+        engine: Box::new(move |n| {
+            for _ in 0..n {
+                let mut kept = String::with_capacity(length);
+                for chunk in black_box(chunks) {
+                    kept.push_str(black_box(chunk));
+                    black_box(&kept);
+                }
+                black_box(kept);
+            }
         }),
         floor: Box::new(move |n| {
             rt.block_on(async {
@@ -515,6 +552,12 @@ fn main() {
             ));
             for size in [4, 16] {
                 let chunks = chunks_of(text, size);
+                workloads.push(kept_only(
+                    format!("family {} {density}/{size} B: keep only / whole", set.name),
+                    chunks,
+                    (every, context),
+                    rt,
+                ));
                 for (how, engine, push, goal) in [
                     ("push, rules on every delta", every, true, 3.0),
                     ("feed, rules on every delta", every, false, 2.0),

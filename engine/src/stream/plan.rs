@@ -438,8 +438,9 @@ fn overlaps(literal: &[u8], text: &[u8]) -> bool {
 /// Literals one of which every match of `hir` contains, when there are few enough of them for a
 /// fast search: the prefixes of the whole pattern, or of one part of a concatenation (every
 /// match of `a@b` contains a match of `@`). Of several candidates the one with the longest
-/// shortest literal wins, then the one with fewer literals, then the one whose literals start
-/// with a byte that is rare in prose.
+/// shortest literal wins, then the one whose literals start with bytes that are rarer in
+/// prose, all of them together (see [`prose_share`]: the ten digits of `[0-9]{4} [0-9]{4}`
+/// rather than its one space), then the one with fewer literals.
 pub(super) fn required_literals(hir: &Hir) -> Option<MatchFinder> {
     /// More literals than this search no faster than the DFA steps.
     const MOST_LITERALS: usize = 32;
@@ -461,10 +462,6 @@ pub(super) fn required_literals(hir: &Hir) -> Option<MatchFinder> {
     }
     let mut extractor = Extractor::new();
     extractor.kind(ExtractKind::Prefix);
-    let rarity = |literal: &[u8]| match literal.first() {
-        Some(byte) if byte.is_ascii_alphanumeric() || b" .,;:'\"-\n\t".contains(byte) => 0,
-        _ => 1,
-    };
     let mut candidates = Vec::new();
     for (part, back) in parts {
         let seq = extractor.extract(part);
@@ -492,19 +489,33 @@ pub(super) fn required_literals(hir: &Hir) -> Option<MatchFinder> {
         }
         let bytes: Vec<Vec<u8>> = literals.iter().map(|l| l.as_bytes().to_vec()).collect();
         let shortest = bytes.iter().map(Vec::len).min().unwrap_or(0);
-        let rare = bytes.iter().map(|l| rarity(l)).min().unwrap_or(0);
+        let common: u32 = bytes
+            .iter()
+            .filter_map(|literal| literal.first())
+            .map(|&byte| prose_share(byte))
+            .sum();
         candidates.push((
-            (shortest, std::cmp::Reverse(bytes.len()), rare),
+            (
+                shortest,
+                std::cmp::Reverse(common),
+                std::cmp::Reverse(bytes.len()),
+            ),
             bytes,
             back,
         ));
     }
     candidates.sort_by_key(|(score, ..)| std::cmp::Reverse(*score));
-    let (prefilter, literals, back) = candidates.into_iter().find_map(|(_, literals, back)| {
-        Prefilter::new(MatchKind::LeftmostFirst, &literals)
-            .filter(Prefilter::is_fast)
-            .map(|prefilter| (prefilter, literals, back))
-    })?;
+    // A search the regex crate does not call fast (one that looks for one or two bytes of
+    // several literals) still serves when the literals start with bytes prose seldom holds:
+    // the quick filter clears a push's few bytes before it runs, and it runs only where one
+    // may be.
+    let (prefilter, literals, back) = candidates.into_iter().find_map(
+        |((_, std::cmp::Reverse(common), _), literals, back)| {
+            Prefilter::new(MatchKind::LeftmostFirst, &literals)
+                .filter(|prefilter| prefilter.is_fast() || common <= RARE_IN_PROSE)
+                .map(|prefilter| (prefilter, literals, back))
+        },
+    )?;
     let mut filter = LiteralFilter::empty();
     filter.add(&literals);
     Some(MatchFinder::Literals {
@@ -514,6 +525,37 @@ pub(super) fn required_literals(hir: &Hir) -> Option<MatchFinder> {
         prefilter,
         filter: Arc::new(filter),
     })
+}
+
+/// The most bytes in ten thousand of prose ([`prose_share`]) that may start a literal of a
+/// search the regex crate does not call fast, for a stage to watch with it.
+const RARE_IN_PROSE: u32 = 100;
+
+/// About how many of ten thousand bytes of English prose are `byte` (rounded up, so that no
+/// byte counts as never seen): how often a literal starting with it would send the stream to
+/// its slower search.
+fn prose_share(byte: u8) -> u32 {
+    match byte {
+        b' ' => 1700,
+        b'e' => 950,
+        b't' => 700,
+        b'a' | b'o' | b'i' | b'n' => 600,
+        b's' | b'r' => 500,
+        b'h' => 450,
+        b'l' | b'd' => 320,
+        b'c' | b'u' => 220,
+        b'm' | b'f' => 190,
+        b'p' | b'g' | b'w' | b'y' => 150,
+        b'b' | b',' | b'.' => 100,
+        b'v' | b'\n' => 80,
+        b'k' => 60,
+        b'T' | b'S' | b'A' | b'I' | b'C' | b'W' | b'O' | b'P' | b'M' | b'B' | b'H' => 25,
+        b'x' | b'j' | b'q' | b'z' | b'\'' | b'"' => 15,
+        byte if byte.is_ascii_uppercase() => 8,
+        b'-' | b':' | b';' | b'(' | b')' | b'\t' => 6,
+        byte if byte.is_ascii_digit() => 5,
+        _ => 1,
+    }
 }
 
 /// A search for literals built for the few bytes a push adds, where a SIMD search costs more

@@ -5,7 +5,7 @@ use regex_automata::hybrid::{self, LazyStateID};
 use regex_automata::util::start;
 use regex_automata::{Anchored, Span};
 
-use crate::stream::plan::{MatchFinder, Stage, StageAction};
+use crate::stream::plan::{LiteralFilter, MatchFinder, Stage, StageAction};
 
 /// One stream's scan of one incremental [`Stage`]: the text it has not passed on yet, and how
 /// far its [`MatchFinder`] has got.
@@ -127,14 +127,23 @@ impl StageScan {
                     found: found @ None,
                 },
                 MatchFinder::Literals {
-                    prefilter, longest, ..
+                    prefilter,
+                    longest,
+                    filter,
+                    ..
                 },
             ) if *search_from < len => {
-                let span = Span::from(*search_from..len);
-                let literal = if std::mem::take(&mut self.lane_clear) {
+                let bytes = self.buffer.as_bytes();
+                let unsearched = &bytes[*search_from..];
+                // A SIMD search costs more to start than a push's few bytes cost to test
+                // with the quick filter: a literal wholly in them has its first two bytes
+                // (or its one byte) there, which the filter flags.
+                let literal = if std::mem::take(&mut self.lane_clear)
+                    || (unsearched.len() < LiteralFilter::SHORT && filter.clear(unsearched))
+                {
                     None
                 } else {
-                    prefilter.find(self.buffer.as_bytes(), span)
+                    prefilter.find(bytes, Span::from(*search_from..len))
                 };
                 match literal {
                     // A longer literal may have begun before it and not be whole yet: the

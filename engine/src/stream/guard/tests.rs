@@ -78,6 +78,17 @@ fn the_rarest_required_literal_is_watched() {
         Some(&b"@"[..])
     );
     assert_eq!(watched_by(SSN).as_deref(), Some(&b"-"[..]));
+    // The ten digits of a card number, which prose holds few of, not its spaces; the digits
+    // of a passport number, not its 26 capitals.
+    for pattern in [
+        r"\b[0-9]{4} [0-9]{4} [0-9]{4} [0-9]{4}\b",
+        "[A-Z]{2}[0-9]{7}",
+    ] {
+        assert!(
+            watched_by(pattern).is_some_and(|literal| literal.iter().all(u8::is_ascii_digit)),
+            "{pattern}"
+        );
+    }
     // Case-insensitive alternatives: a prefix of each case variant.
     let found = watched_by(r"(?i:phishing\.example|evil\.invalid)").expect("literals");
     assert!(found.eq_ignore_ascii_case(&b"evil.invalid"[..found.len()]));
@@ -106,8 +117,9 @@ impl Policy<OutputContext> for Redact {
 
 #[test]
 fn a_stream_leaves_its_dfa_states_to_the_next() {
-    // No literal is in every match of a passport number: its stage steps a DFA.
-    let engine = engine_of(|set| set.output(Redact(r"[A-Z]{2}[0-9]{7}", "PASSPORT")));
+    // Every match holds a letter, and prose holds too many of them for a literal search: the
+    // stage steps a DFA.
+    let engine = engine_of(|set| set.output(Redact(r"[A-Z]{2}[a-z]{7}", "PASSPORT")));
     let plan = engine.stream_plan();
     let Some(MatchFinder::Dfa(dfa)) = plan.stages.first().map(|stage| &stage.finder) else {
         panic!("the stage is watched with a DFA");
@@ -118,7 +130,7 @@ fn a_stream_leaves_its_dfa_states_to_the_next() {
         runtime.block_on(async {
             let mut guard = engine.output_stream(Metadata::new("agent", "session"));
             let mut shown = String::new();
-            for delta in ["Passport XK12", "34567 on file."] {
+            for delta in ["Passport XKab", "cdefg on file."] {
                 shown.push_str(guard.feed(delta).await.expect("no denial"));
             }
             for item in guard.finish().await {
