@@ -18,10 +18,13 @@
 //!   where a match may be. A rule holds back at most its *window*: the longest
 //!   possible match plus one character of look-ahead when the pattern has a boundary
 //!   assertion (`\b`, `$`). Rules run as a pipeline in declared order, so a rule sees the text
-//!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. When
-//!   every rule is watched with literals, text in which none of them occurs skips the pipeline
-//!   (no rule can match in it, nor change it): it is tested 16 bytes at a time (short deltas a
-//!   push behind, a window for several of them) and released from where it was received. A
+//!   as the rules before it changed it, exactly as in [`PolicyEngine::evaluate_output`]. Text
+//!   in which no rule's literal occurs, and in which no rule's DFA has seen a match, skips the
+//!   pipeline (no rule can match in it, nor change it): the literals are tested 16 bytes at a
+//!   time (short deltas a push behind, a window for several of them), each DFA steps over the
+//!   new bytes as it would in the pipeline, and the text is released from where it was
+//!   received. A literal's prefix is chosen among the pattern's parts for the bytes prose
+//!   holds least (the digits of `[0-9]{4} [0-9]{4}`, not its spaces). A
 //!   literal of a replacing rule only bounds the lane: no match can start more than the
 //!   rules' reach before it, so the lane goes on releasing the text before that, and the
 //!   pipeline runs once the text after the literal is long enough to act on its match (a
@@ -34,7 +37,8 @@
 //!   them (each replacement is checked against its literals when the plan is built). After
 //!   the run the fast lane goes on at once if the rules are quiet (the match and its replacement passed on); until they are,
 //!   a push only adds to the held text until that fills the windows (or a batch), and the
-//!   rules run again. A pattern with no upper bound on its match length (`\d+`) cannot
+//!   rules run again; not when a denying rule steps a DFA, whose match no literal announces:
+//!   the rules then run on every push. A pattern with no upper bound on its match length (`\d+`) cannot
 //!   stream unless the rule states a maximum; nor can a pattern that matches the empty
 //!   string. Guarantees: the released text is always a prefix of what the whole-text
 //!   evaluation forwards, and at the end it equals it; a denial is reported before any byte

@@ -31,8 +31,13 @@ pub struct StreamPlan {
     /// Bytes that arrive before the rules run again (incremental mode).
     pub(super) batch: usize,
     pub(super) stages: Vec<Stage>,
-    /// Every stage watches for literals: text none of them occurs in can bypass the stages.
+    /// Every stage watches for literals or steps a DFA (see [`MatchFinder`]): text none of
+    /// the literals occurs in, and in which no DFA has seen a match, can bypass the stages.
     pub(super) lane: bool,
+    /// Out of the fast lane, a push that brings no literal of a denying stage may only keep
+    /// its text (see `OutputStream::hold_push`): there is a fast lane, and no denying stage
+    /// steps a DFA (whose match a literal filter cannot see coming).
+    pub(super) hold: bool,
     /// The literals of every stage, for the fast lane's quick test.
     pub(super) lane_filter: LiteralFilter,
     /// The literals of the stages that deny, when any does: out of the fast lane, text that
@@ -40,9 +45,12 @@ pub struct StreamPlan {
     pub(super) deny_filter: Option<LiteralFilter>,
     /// Replacing stages whose literals the fast lane looks for in one search.
     pub(super) lane_group: Option<LaneGroup>,
-    /// The other stages, by index and in order: the fast lane searches for each one's
-    /// literals on its own.
+    /// The other stages watched for literals, by index and in order: the fast lane searches
+    /// for each one's literals on its own.
     pub(super) lane_solo: Vec<usize>,
+    /// The stages that step a DFA, by index: the fast lane steps each one's DFA over the text
+    /// it receives (the text reaches every stage unchanged while the lane holds).
+    pub(super) lane_dfas: Vec<usize>,
     /// The windows of all stages together: what the pipeline holds back, and the fast lane
     /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
     /// hold back less).
@@ -274,10 +282,15 @@ impl StreamPlan {
                 stage.own_literals = own_literals(stage, earlier);
             }
         }
-        let lane = !stages.is_empty()
-            && stages
-                .iter()
-                .all(|stage| matches!(stage.finder, MatchFinder::Literals { .. }));
+        // Every stage has a finder: the lane serves whenever there is a stage.
+        let lane = !stages.is_empty();
+        let hold = lane
+            && !stages.iter().any(|stage| {
+                matches!(
+                    (&stage.action, &stage.finder),
+                    (StageAction::Deny { .. }, MatchFinder::Dfa(_))
+                )
+            });
         let windows = stages.iter().map(|stage| stage.window).sum();
         let reach = stages.iter().map(|stage| stage.back).sum();
         let mut lane_filter = LiteralFilter::empty();
@@ -298,16 +311,25 @@ impl StreamPlan {
             }
         }
         let lane_group = LaneGroup::of(&stages);
+        let watched_by_dfa = |index: &usize| {
+            stages
+                .get(*index)
+                .is_some_and(|stage| matches!(stage.finder, MatchFinder::Dfa(_)))
+        };
         let lane_solo = (0..stages.len())
+            .filter(|index| !watched_by_dfa(index))
             .filter(|&index| lane_group.as_ref().is_none_or(|group| !group.has(index)))
             .collect();
+        let lane_dfas = (0..stages.len()).filter(watched_by_dfa).collect();
         StreamPlan {
             mode,
             batch,
             stages,
             lane,
+            hold,
             lane_group,
             lane_solo,
+            lane_dfas,
             lane_filter,
             deny_filter,
             windows,

@@ -5,7 +5,7 @@ use regex_automata::hybrid::{self, LazyStateID};
 use regex_automata::util::start;
 use regex_automata::{Anchored, Span};
 
-use crate::stream::plan::{LiteralFilter, MatchFinder, Stage, StageAction};
+use crate::stream::plan::{DfaWatch, LiteralFilter, MatchFinder, Stage, StageAction};
 
 /// One stream's scan of one incremental [`Stage`]: the text it has not passed on yet, and how
 /// far its [`MatchFinder`] has got.
@@ -81,7 +81,7 @@ impl StageScan {
             lane_clear: false,
             progress: FinderProgress::Blind,
         };
-        state.rewatch(stage, None);
+        state.rewatch(stage);
         state
     }
 
@@ -90,8 +90,9 @@ impl StageScan {
         &self.buffer[self.held_from..]
     }
 
-    /// Starts watching again at `held_from`, over the held text; a DFA reuses `cache`.
-    pub(super) fn rewatch(&mut self, stage: &Stage, cache: Option<hybrid::dfa::Cache>) {
+    /// Starts watching again at `held_from`, over the held text; a DFA reuses the cache its
+    /// last scan had, if any.
+    pub(super) fn rewatch(&mut self, stage: &Stage) {
         self.progress = match &stage.finder {
             MatchFinder::Literals { .. } => FinderProgress::Literals {
                 search_from: self.held_from,
@@ -99,22 +100,44 @@ impl StageScan {
             },
             MatchFinder::Dfa(dfa) => {
                 let look_behind = self.buffer.as_bytes()[..self.held_from].last().copied();
-                let config = start::Config::new()
-                    .anchored(Anchored::No)
-                    .look_behind(look_behind);
-                let mut cache = cache.unwrap_or_else(|| dfa.take_cache());
-                match dfa.dfa.start_state(&mut cache, &config) {
-                    Ok(state) => FinderProgress::Dfa(Box::new(Scanner {
-                        cache,
-                        state,
-                        scanned: self.held_from,
-                        matched: false,
-                    })),
-                    Err(_) => FinderProgress::Blind,
-                }
+                let cache = self.take_cache(dfa);
+                Scanner::start(dfa, cache, look_behind, self.held_from)
             }
         };
         self.watch(stage, false);
+    }
+
+    /// The cache of the DFA scan under way (the progress is left blind), or one for a new
+    /// scan.
+    fn take_cache(&mut self, dfa: &DfaWatch) -> hybrid::dfa::Cache {
+        match std::mem::replace(&mut self.progress, FinderProgress::Blind) {
+            FinderProgress::Dfa(scanner) => scanner.cache,
+            _ => dfa.take_cache(),
+        }
+    }
+
+    /// In the fast lane, a stage that steps a DFA steps it over the answer as received
+    /// (`raw`): its own buffer holds nothing there, and the text would reach it unchanged.
+    /// Whether the DFA has seen no match and did not give up; with `end`, `raw` is complete.
+    pub(super) fn lane_step(&mut self, stage: &Stage, raw: &str, end: bool) -> bool {
+        match (&mut self.progress, &stage.finder) {
+            (FinderProgress::Dfa(scanner), MatchFinder::Dfa(dfa)) => {
+                scanner.step(&dfa.dfa, raw, end) && !scanner.matched
+            }
+            _ => false,
+        }
+    }
+
+    /// A stage that steps a DFA takes the fast lane at `at` in `raw`: its scan starts afresh
+    /// there, with the byte before as look-behind. (No match can start before `at` that its
+    /// scan up to now would not have seen: the text before `at` was released, and a stage
+    /// releases text only once no match starting in it can be left.)
+    pub(super) fn lane_watch_from(&mut self, stage: &Stage, raw: &str, at: usize) {
+        if let MatchFinder::Dfa(dfa) = &stage.finder {
+            let look_behind = raw.as_bytes()[..at].last().copied();
+            let cache = self.take_cache(dfa);
+            self.progress = Scanner::start(dfa, cache, look_behind, at);
+        }
     }
 
     /// Runs the watch over the text it has not seen; with `end`, the text is complete.
@@ -274,14 +297,12 @@ impl StageScan {
         self.cut_at(cut);
         // Bytes the compaction dropped from the front of the buffer.
         let dropped = before - self.buffer.len();
-        let cache = match std::mem::replace(&mut self.progress, FinderProgress::Blind) {
-            FinderProgress::Dfa(scanner) => Some(scanner.cache),
-            FinderProgress::Blind if matches!(stage.finder, MatchFinder::Dfa(_)) => {
-                // The DFA gave up on this text; it stays given up.
-                return Ok(());
-            }
-            _ => None,
-        };
+        if matches!(self.progress, FinderProgress::Blind)
+            && matches!(stage.finder, MatchFinder::Dfa(_))
+        {
+            // The DFA gave up on this text; it stays given up.
+            return Ok(());
+        }
         match (next_literal, literals) {
             // No literal lies wholly in the text left held (it starts at or after `position`).
             (Some(None), Some((_, longest))) if !end => {
@@ -298,7 +319,7 @@ impl StageScan {
                     found: Some(literal - dropped),
                 };
             }
-            _ => self.rewatch(stage, cache),
+            _ => self.rewatch(stage),
         }
         // The literal the regex has dealt with is behind: what the watch finds in the text
         // left held decides how much more of it is final, as at the start of the next run. A
@@ -385,6 +406,36 @@ impl Sink<'_> {
 }
 
 impl Scanner {
+    /// A scan of text from `at`, after the byte `look_behind`: blind when the DFA cannot
+    /// start there.
+    fn start(
+        dfa: &DfaWatch,
+        mut cache: hybrid::dfa::Cache,
+        look_behind: Option<u8>,
+        at: usize,
+    ) -> FinderProgress {
+        let config = start::Config::new()
+            .anchored(Anchored::No)
+            .look_behind(look_behind);
+        match dfa.dfa.start_state(&mut cache, &config) {
+            Ok(state) => FinderProgress::Dfa(Box::new(Scanner {
+                cache,
+                state,
+                scanned: at,
+                matched: false,
+            })),
+            Err(_) => {
+                dfa.keep_cache(cache);
+                FinderProgress::Blind
+            }
+        }
+    }
+
+    /// The DFA has seen a match since the scan started.
+    pub(super) fn matched(&self) -> bool {
+        self.matched
+    }
+
     /// Steps the DFA over `text[scanned..]`; `false` when it gives up.
     fn step(&mut self, dfa: &hybrid::dfa::DFA, text: &str, end: bool) -> bool {
         if self.matched {

@@ -56,6 +56,27 @@ pub(super) fn lane_push_long_exact<const ES: usize, const EP: usize>(
     stream.lane_push::<ES, EP>(delta);
 }
 
+/// [`OutputStream::lane_push`] for a plan with stages that step a DFA: the push's bytes go
+/// through each DFA, then through the quick filter of the other stages' literals.
+#[inline(never)]
+pub(super) fn lane_push_stepping(stream: &mut OutputStream<'_>, delta: &str) {
+    append(&mut stream.raw, delta);
+    if !stream.step_lane_dfas(false) {
+        return stream.lane_search();
+    }
+    let len = stream.raw.len();
+    let new = stream.lane_filtered;
+    if len - new >= LiteralFilter::SHORT
+        || !stream
+            .plan
+            .lane_filter
+            .clear_push(stream.raw.as_bytes(), new, delta.as_bytes())
+    {
+        return stream.lane_search();
+    }
+    stream.lane_cleared(len);
+}
+
 /// The forms of [`OutputStream::lane_push`] for up to four one-byte tests and four pair tests,
 /// by their counts: a test on empty slots costs as much as on full ones.
 pub(super) const LANE_PUSH: [[LanePush; 5]; 5] = {
@@ -193,7 +214,10 @@ impl<'e> OutputStream<'e> {
         let deny_clear = self.plan.deny_filter.as_ref().is_none_or(|filter| {
             filter.clear_push(self.raw.as_bytes(), self.hold_filtered, delta.as_bytes())
         });
-        if deny_clear && self.lane_until.is_some_and(|until| cut <= until) {
+        if deny_clear
+            && self.lane_until.is_some_and(|until| cut <= until)
+            && self.step_lane_dfas(false)
+        {
             self.hold_filtered = len;
             self.lane_searched = len;
             self.lane_release(cut);
@@ -283,12 +307,18 @@ impl<'e> OutputStream<'e> {
     }
 
     /// The fast lane: while no literal any stage watches for occurs in the unreleased text,
-    /// no stage can match in it and every stage would pass it on unchanged, so the stages
-    /// are skipped. Each push (or batch) costs one literal search per stage over the new
-    /// bytes, and the lane holds back what the pipeline would: the windows of all stages.
-    /// When a literal turns up, the unreleased text goes to the stages and the pipeline runs
-    /// until it is quiet again ([`try_lane`](Self::try_lane)).
+    /// and no stage that steps a DFA has seen a match in it, no stage can match in it and
+    /// every stage would pass it on unchanged, so the stages are skipped. Each push (or
+    /// batch) costs one literal search per stage watched with literals, and one step of each
+    /// DFA, over the new bytes, and the lane holds back what the pipeline would: the windows
+    /// of all stages. (A DFA's match ends at least a window before the text released: a match
+    /// starting there would be whole, and seen, by the end of the text received.) When a
+    /// literal or a DFA's match turns up, the unreleased text goes to the stages and the
+    /// pipeline runs until it is quiet again ([`try_lane`](Self::try_lane)).
     pub(super) fn lane_feed(&mut self, end: bool) -> Result<(), EngineError> {
+        // A DFA that has seen a match (or given up) sends the text to the stages, as a
+        // denying stage's literal does: where its match starts is the stages' to find.
+        let stepped_clear = self.step_lane_dfas(end);
         let len = self.raw.len();
         self.lane_searched = len;
         let raw = self.raw.as_bytes();
@@ -384,11 +414,7 @@ impl<'e> OutputStream<'e> {
             len
         } else {
             // The flagged bytes stay with the filter until their literal is complete.
-            self.stages
-                .iter()
-                .map(|state| state.lane_scanned)
-                .min()
-                .unwrap_or(len)
+            self.literal_stages_scanned().unwrap_or(len)
         };
         // A longer literal may have begun before the first one found and not be whole yet:
         // until the end, the first literal starts no later than where one may straddle it.
@@ -403,7 +429,9 @@ impl<'e> OutputStream<'e> {
         self.lane_until = None;
         // A replacing stage's literal: the lane goes on while it releases text before where
         // a match may start (see `pending_push`).
+        let deny = deny || !stepped_clear;
         let hit = match first {
+            _ if !stepped_clear => true,
             Some(at) if !end && !deny && cut <= at.saturating_sub(self.plan.reach) => {
                 self.lane_until = Some(at.saturating_sub(self.plan.reach));
                 // The pushes that follow look for a denying stage's literal from where one
@@ -475,22 +503,23 @@ impl<'e> OutputStream<'e> {
             state.buffer.push_str(look_behind);
             state.held_from = state.buffer.len();
             state.unchanged = state.buffer.len();
-            state.rewatch(stage, None);
+            state.rewatch(stage);
         }
     }
 
     /// Takes the fast lane again, if the stream is out of it, once the pipeline is quiet (after
     /// any run of the stages, the lane's own too): no stage has seen a literal in the text it
-    /// holds, and the held text of every stage, with the character before it, is the answer's
+    /// holds, no stage's DFA a match (nor given up), and the held text of every stage, with the character before it, is the answer's
     /// text as it came (no replacement in it, for any stage). The held texts then lie end to
     /// end in `raw`, and the lane goes on from where the first of them starts.
     pub(super) fn try_lane(&mut self) {
         if self.in_lane
             || !self.plan.lane
-            || !self
-                .stages
-                .iter()
-                .all(|state| matches!(state.progress, FinderProgress::Literals { found: None, .. }))
+            || !self.stages.iter().all(|state| match &state.progress {
+                FinderProgress::Literals { found, .. } => found.is_none(),
+                FinderProgress::Dfa(scanner) => !scanner.matched(),
+                FinderProgress::Blind => false,
+            })
         {
             return;
         }
@@ -538,13 +567,43 @@ impl<'e> OutputStream<'e> {
             state.buffer.clear();
             state.held_from = 0;
         }
-        self.lane_filtered = self
-            .stages
-            .iter()
-            .map(|state| state.lane_scanned)
-            .min()
-            .unwrap_or(start);
+        self.lane_filtered = self.literal_stages_scanned().unwrap_or(start);
+        // The stages that step a DFA step it in the lane from where the lane goes on.
+        for &index in &self.plan.lane_dfas {
+            if let (Some(stage), Some(state)) =
+                (self.plan.stages.get(index), self.stages.get_mut(index))
+            {
+                state.lane_watch_from(stage, &self.raw, start);
+            }
+        }
         self.fed = start;
         self.in_lane = true;
+    }
+
+    /// Where the fast lane's search for the literals of the stages that watch for them has
+    /// got to, the least far of them (none when no stage watches for literals).
+    fn literal_stages_scanned(&self) -> Option<usize> {
+        self.plan
+            .stages
+            .iter()
+            .zip(&self.stages)
+            .filter(|(stage, _)| matches!(stage.finder, MatchFinder::Literals { .. }))
+            .map(|(_, state)| state.lane_scanned)
+            .min()
+    }
+
+    /// In the fast lane, steps the DFA of every stage that steps one over the text received
+    /// (with `end`, all of it): whether none has seen a match, nor given up.
+    #[inline]
+    pub(super) fn step_lane_dfas(&mut self, end: bool) -> bool {
+        let mut clear = true;
+        for &index in &self.plan.lane_dfas {
+            if let (Some(stage), Some(state)) =
+                (self.plan.stages.get(index), self.stages.get_mut(index))
+            {
+                clear &= state.lane_step(stage, &self.raw, end);
+            }
+        }
+        clear
     }
 }

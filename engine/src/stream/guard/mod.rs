@@ -27,7 +27,7 @@ use crate::stream::stage::StageScan;
 use self::evaluation::Checkpoint;
 pub use self::feed::Feed;
 use self::held::{CharsUpTo, char_count};
-use self::lane::{LANE_PUSH, LanePush, lane_push_exact};
+use self::lane::{LANE_PUSH, LanePush, lane_push_exact, lane_push_stepping};
 
 /// The way a push goes through the guard: one state, worked out each time the rules have run
 /// (see [`OutputStream::plan_next_run`]).
@@ -44,7 +44,8 @@ enum PushRoute {
     LanePending,
     /// Out of the fast lane, a push that brings no literal of a denying stage only keeps its
     /// text while the text held stays within the windows (see [`OutputStream::hold_push`]):
-    /// incremental mode with a fast lane, without batches, out of the lane, and not stopped.
+    /// incremental mode with a plan that holds (`StreamPlan::hold`), without batches, out of
+    /// the lane, and not stopped.
     Hold,
     /// Every push goes through the stages ([`OutputStream::feed_text`]): the buffer and
     /// checkpoint modes, incremental mode without a fast lane, and a stopped stream.
@@ -202,11 +203,14 @@ impl PolicyEngine {
             set: Arc::clone(&active.set),
             stages: plan.stages.iter().map(StageScan::new).collect(),
             in_lane: plan.lane,
-            lane_push: plan
-                .lane_filter
-                .few_tests()
-                .and_then(|(singles, pairs)| LANE_PUSH.get(singles)?.get(pairs).copied())
-                .unwrap_or(lane_push_exact::<4, 4>),
+            lane_push: if plan.lane_dfas.is_empty() {
+                plan.lane_filter
+                    .few_tests()
+                    .and_then(|(singles, pairs)| LANE_PUSH.get(singles)?.get(pairs).copied())
+                    .unwrap_or(lane_push_exact::<4, 4>)
+            } else {
+                lane_push_stepping
+            },
             route: PushRoute::Stages,
             lane_until: None,
             hold_filtered: 0,
@@ -386,7 +390,7 @@ impl<'e> OutputStream<'e> {
             PushRoute::LaneBatch
         } else if unbatched && self.in_lane {
             PushRoute::LanePending
-        } else if unbatched && self.plan.lane && !self.in_lane {
+        } else if unbatched && self.plan.hold && !self.in_lane {
             PushRoute::Hold
         } else {
             PushRoute::Stages

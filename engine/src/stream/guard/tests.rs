@@ -607,16 +607,18 @@ fn a_literal_whose_start_ends_a_push_is_found_in_the_fast_lane() {
 
 #[test]
 fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one() {
-    // The DFA stage keeps the guard out of the fast lane, so the e-mail stage runs on
-    // every push: with no `@` in sight it holds back only the 16 address characters a
-    // match may have before an `@` that is still to come (and a partial character), not
-    // its whole window.
+    // The first stage steps a DFA with Unicode word boundaries, which gives up on the
+    // first non-ASCII character: the stage then searches its window on every push and keeps
+    // the guard out of the fast lane, so the e-mail stage runs on every push too. With no
+    // `@` in sight it holds back only the 16 address characters a match may have before an
+    // `@` that is still to come (and a partial character), not its whole window.
     let engine = engine_of(|set| {
-        set.output(Redact(r"\b\d{5}\b", "ZIP"))
+        set.output(Redact(r"\b[a-z]{3}[A-Z]{2}\b", "CODE"))
             .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.[a-z]{2,4}", "EMAIL"))
     });
     let plan = engine.stream_plan();
-    assert!(!plan.lane);
+    assert!(plan.lane);
+    assert!(matches!(plan.stages[0].finder, MatchFinder::Dfa(_)));
     let email = &plan.stages[1];
     assert_eq!(email.back, 16);
     assert!(email.window > 30);
@@ -624,6 +626,9 @@ fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one()
     runtime.block_on(async {
         let mut guard = engine.output_stream(Metadata::new("agent", "session"));
         let mut shown = String::new();
+        assert!(guard.in_lane);
+        shown.push_str(guard.feed("café, ").await.expect("no denial"));
+        assert!(!guard.in_lane);
         let text = "plain words and more plain words, ".repeat(8);
         for chunk in text.as_bytes().chunks(16) {
             let chunk = std::str::from_utf8(chunk).expect("ascii");
@@ -634,10 +639,11 @@ fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one()
         for chunk in ["write to ops", "@corp", ".com now. ", &text] {
             shown.push_str(guard.feed(chunk).await.expect("no denial"));
         }
+        assert!(!guard.in_lane);
         for item in guard.finish().await {
             shown.push_str(&item.into_text().expect("text"));
         }
-        assert_eq!(shown, format!("{text}write to [EMAIL] now. {text}"));
+        assert_eq!(shown, format!("café, {text}write to [EMAIL] now. {text}"));
     });
 }
 
@@ -714,4 +720,95 @@ fn a_feed_is_two_words() {
 fn patterns_without_a_common_literal_are_stepped_by_a_dfa() {
     assert!(literals_of(r"\b\d{5}\b").is_none());
     assert!(literals_of(r"\w{3,8}").is_none());
+}
+
+#[test]
+fn a_denying_stage_that_steps_a_dfa_keeps_the_fast_lane_and_releases_nothing_it_denies() {
+    // Forty case-insensitive words that start with twenty-six letters: too many literals for
+    // a search, so the denying stage steps a DFA, in the fast lane too.
+    let words: Vec<&'static str> = (0..40u8)
+        .map(|at| {
+            let (first, second) = (b'a' + at % 26, b'z' - at % 26);
+            let word = format!("{}{}quor{at}", char::from(first), char::from(second));
+            &*Box::leak(word.into_boxed_str())
+        })
+        .collect();
+    let words: &'static [&'static str] = Box::leak(words.into_boxed_slice());
+    let engine = engine_of(|set| set.output(Redact(SSN, "SSN")).output(Deny(words)));
+    let plan = engine.stream_plan();
+    assert!(matches!(plan.stages[1].finder, MatchFinder::Dfa(_)));
+    // The lane serves; holding text out of it does not, as it could delay a denial.
+    assert!(plan.lane && !plan.hold);
+    runtime().block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let plain = "nothing to see in this sentence at all. ".repeat(4);
+        let (mut sent, mut shown) = (String::new(), String::new());
+        for chunk in plain.as_bytes().chunks(7) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            sent.push_str(chunk);
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            assert!(guard.in_lane);
+        }
+        // The lane released the text but its windows.
+        assert!(shown.len() + plan.windows >= sent.len() && !shown.is_empty());
+        // An SSN sends the text to the stages, which replace it and take the lane again once
+        // they are quiet; out of the lane, pushes are not only kept.
+        for chunk in ["call 123-45-", "6789 now. ", &plain] {
+            sent.push_str(chunk);
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            assert_ne!(guard.route, PushRoute::Hold);
+        }
+        assert!(guard.in_lane);
+        assert_eq!(guard.stages[0].replacements, 1);
+        // A listed word in capitals, in two pushes, then more text: once every stage before
+        // the denying one has passed the word on, and the DFA has seen the byte after it,
+        // the push is denied, and nothing from the word on was released.
+        let word = words[7].to_uppercase();
+        let (head, tail) = word.split_at(3);
+        let start = sent.len() + "then ".len();
+        let mut denied = false;
+        for delta in [
+            format!("then {head}"),
+            format!("{tail} and"),
+            " more text to follow.".to_owned(),
+        ] {
+            match guard.feed(&delta).await {
+                Ok(released) => shown.push_str(released),
+                Err(_) => {
+                    denied = true;
+                    break;
+                }
+            }
+        }
+        assert!(denied);
+        assert!(shown.len() <= start, "released up to {}", shown.len());
+        assert!(shown.contains("call [SSN] now."));
+    });
+}
+
+#[test]
+fn a_replacing_stage_that_steps_a_dfa_keeps_the_fast_lane() {
+    // Capitals and letters, which prose holds too many of for a literal search: the stage
+    // steps a DFA, in the fast lane. Its match sends the text to the stages, which replace
+    // it and hand the text back to the lane within the same push.
+    let engine = engine_of(|set| set.output(Redact(r"[A-Z]{2}[a-z]{7}", "CODE")));
+    let plan = engine.stream_plan();
+    assert!(matches!(plan.stages[0].finder, MatchFinder::Dfa(_)));
+    assert!(plan.lane && plan.hold);
+    runtime().block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let plain = "nothing to see in this sentence at all. ".repeat(4);
+        let mut shown = String::new();
+        let text = format!("{plain}the code XKabcdefg is {plain}");
+        for chunk in text.as_bytes().chunks(5) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            assert!(guard.in_lane);
+        }
+        assert_eq!(guard.stages[0].replacements, 1);
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("text"));
+        }
+        assert_eq!(shown, format!("{plain}the code [CODE] is {plain}"));
+    });
 }
