@@ -23,75 +23,68 @@ pub(super) fn stage_bit(index: usize) -> u64 {
 pub(super) type LanePush = for<'s, 'e> fn(&'s mut OutputStream<'e>, &str);
 
 /// [`OutputStream::lane_push`] with its vector test on exactly `ES` one-byte slots and `EP`
-/// pair slots. Its two forms stay out of line, each on its own: the long form's one test then
-/// saves only the few registers it needs, not the many of the short form's loop.
+/// pair slots, and with `STEP` the plan's DFAs stepped over the push (see
+/// [`step_lane_dfas`](OutputStream::step_lane_dfas)). Its two forms stay out of line, each on
+/// its own: the long form's one test then saves only the few registers it needs, not the many
+/// of the short form's loop.
 #[inline(never)]
-pub(super) fn lane_push_exact<const ES: usize, const EP: usize>(
+pub(super) fn lane_push_exact<const STEP: bool, const ES: usize, const EP: usize>(
     stream: &mut OutputStream<'_>,
     delta: &str,
 ) {
     if delta.len() < 16 {
-        lane_push_short_exact::<ES, EP>(stream, delta);
+        lane_push_short_exact::<STEP, ES, EP>(stream, delta);
     } else {
-        lane_push_long_exact::<ES, EP>(stream, delta);
+        lane_push_long_exact::<STEP, ES, EP>(stream, delta);
     }
 }
 
 /// [`OutputStream::lane_push_short`] on exactly `ES` one-byte slots and `EP` pair slots.
 #[inline(never)]
-pub(super) fn lane_push_short_exact<const ES: usize, const EP: usize>(
+pub(super) fn lane_push_short_exact<const STEP: bool, const ES: usize, const EP: usize>(
     stream: &mut OutputStream<'_>,
     delta: &str,
 ) {
-    stream.lane_push_short::<ES, EP>(delta);
+    stream.lane_push_short::<STEP, ES, EP>(delta);
 }
 
 /// [`OutputStream::lane_push`] of 16 bytes or more on exactly `ES` one-byte slots and `EP`
 /// pair slots.
 #[inline(never)]
-pub(super) fn lane_push_long_exact<const ES: usize, const EP: usize>(
+pub(super) fn lane_push_long_exact<const STEP: bool, const ES: usize, const EP: usize>(
     stream: &mut OutputStream<'_>,
     delta: &str,
 ) {
-    stream.lane_push::<ES, EP>(delta);
-}
-
-/// [`OutputStream::lane_push`] for a plan with stages that step a DFA: the push's bytes go
-/// through each DFA, then through the quick filter of the other stages' literals.
-#[inline(never)]
-pub(super) fn lane_push_stepping(stream: &mut OutputStream<'_>, delta: &str) {
-    append(&mut stream.raw, delta);
-    if !stream.step_lane_dfas(false) {
-        return stream.lane_search();
-    }
-    let len = stream.raw.len();
-    let new = stream.lane_filtered;
-    if len - new >= LiteralFilter::SHORT
-        || !stream
-            .plan
-            .lane_filter
-            .clear_push(stream.raw.as_bytes(), new, delta.as_bytes())
-    {
-        return stream.lane_search();
-    }
-    stream.lane_cleared(len);
+    stream.lane_push::<STEP, ES, EP>(delta);
 }
 
 /// The forms of [`OutputStream::lane_push`] for up to four one-byte tests and four pair tests,
-/// by their counts: a test on empty slots costs as much as on full ones.
-pub(super) const LANE_PUSH: [[LanePush; 5]; 5] = {
+/// by their counts (a test on empty slots costs as much as on full ones), without and with
+/// DFAs to step.
+pub(super) const LANE_PUSH: [[[LanePush; 5]; 5]; 2] = {
     macro_rules! counts {
-        ($singles:literal) => {
+        ($step:literal, $singles:literal) => {
             [
-                lane_push_exact::<$singles, 0>,
-                lane_push_exact::<$singles, 1>,
-                lane_push_exact::<$singles, 2>,
-                lane_push_exact::<$singles, 3>,
-                lane_push_exact::<$singles, 4>,
+                lane_push_exact::<$step, $singles, 0>,
+                lane_push_exact::<$step, $singles, 1>,
+                lane_push_exact::<$step, $singles, 2>,
+                lane_push_exact::<$step, $singles, 3>,
+                lane_push_exact::<$step, $singles, 4>,
             ]
         };
     }
-    [counts!(0), counts!(1), counts!(2), counts!(3), counts!(4)]
+    macro_rules! stepping {
+        ($step:literal) => {
+            [
+                counts!($step, 0),
+                counts!($step, 1),
+                counts!($step, 2),
+                counts!($step, 3),
+                counts!($step, 4),
+            ]
+        };
+    }
+    [stepping!(false), stepping!(true)]
 };
 
 impl<'e> OutputStream<'e> {
@@ -107,9 +100,15 @@ impl<'e> OutputStream<'e> {
     ///
     /// Deltas of fewer than 16 bytes take [`lane_push_short`](Self::lane_push_short).
     #[inline(always)]
-    pub(super) fn lane_push<const ES: usize, const EP: usize>(&mut self, delta: &str) {
+    pub(super) fn lane_push<const STEP: bool, const ES: usize, const EP: usize>(
+        &mut self,
+        delta: &str,
+    ) {
         debug_assert!(delta.len() >= 16);
         append(&mut self.raw, delta);
+        if STEP && !self.step_lane_dfas(false) {
+            return self.lane_search();
+        }
         let len = self.raw.len();
         let new = self.lane_filtered;
         if len - new >= LiteralFilter::SHORT
@@ -130,9 +129,15 @@ impl<'e> OutputStream<'e> {
     /// deltas then cost one test between them, and the bytes it reads back have reached the
     /// cache (the bytes of this push, just copied, would stall the read).
     #[inline(always)]
-    pub(super) fn lane_push_short<const ES: usize, const EP: usize>(&mut self, delta: &str) {
+    pub(super) fn lane_push_short<const STEP: bool, const ES: usize, const EP: usize>(
+        &mut self,
+        delta: &str,
+    ) {
         let received = self.raw.len();
         append(&mut self.raw, delta);
+        if STEP && !self.step_lane_dfas(false) {
+            return self.lane_search();
+        }
         let len = self.raw.len();
         let mut filtered = self.lane_filtered;
         if received.saturating_sub(filtered) >= LiteralFilter::SHORT {

@@ -27,7 +27,7 @@ use crate::stream::stage::StageScan;
 use self::evaluation::Checkpoint;
 pub use self::feed::Feed;
 use self::held::{CharsUpTo, char_count};
-use self::lane::{LANE_PUSH, LanePush, lane_push_exact, lane_push_stepping};
+use self::lane::{LANE_PUSH, LanePush, lane_push_exact};
 
 /// The way a push goes through the guard: one state, worked out each time the rules have run
 /// (see [`OutputStream::plan_next_run`]).
@@ -203,13 +203,22 @@ impl PolicyEngine {
             set: Arc::clone(&active.set),
             stages: plan.stages.iter().map(StageScan::new).collect(),
             in_lane: plan.lane,
-            lane_push: if plan.lane_dfas.is_empty() {
+            lane_push: {
+                let step = !plan.lane_dfas.is_empty();
                 plan.lane_filter
                     .few_tests()
-                    .and_then(|(singles, pairs)| LANE_PUSH.get(singles)?.get(pairs).copied())
-                    .unwrap_or(lane_push_exact::<4, 4>)
-            } else {
-                lane_push_stepping
+                    .and_then(|(singles, pairs)| {
+                        LANE_PUSH
+                            .get(usize::from(step))?
+                            .get(singles)?
+                            .get(pairs)
+                            .copied()
+                    })
+                    .unwrap_or(if step {
+                        lane_push_exact::<true, 4, 4>
+                    } else {
+                        lane_push_exact::<false, 4, 4>
+                    })
             },
             route: PushRoute::Stages,
             lane_until: None,
