@@ -442,11 +442,28 @@ impl Scanner {
             return true;
         }
         let mut state = self.state;
-        for &byte in &text.as_bytes()[self.scanned..] {
+        let bytes = text.as_bytes().get(self.scanned..).unwrap_or_default();
+        let mut at = 0;
+        while at < bytes.len() {
+            // From a state that is not tagged, a step is one lookup, and the steps go on that
+            // way until one lands on a tagged state: a match, a quit, the dead state, or one
+            // not computed yet, which the checked step below computes.
+            while !state.is_tagged() && at < bytes.len() {
+                let next = dfa.next_state_untagged(&self.cache, state, bytes[at]);
+                if next.is_tagged() {
+                    break;
+                }
+                state = next;
+                at += 1;
+            }
+            let Some(&byte) = bytes.get(at) else {
+                break;
+            };
             match dfa.next_state(&mut self.cache, state, byte) {
                 Ok(next) => state = next,
                 Err(_) => return false,
             }
+            at += 1;
             if state.is_tagged() {
                 if state.is_match() {
                     self.matched = true;
