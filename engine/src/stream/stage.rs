@@ -448,13 +448,42 @@ impl Scanner {
             // From a state that is not tagged, a step is one lookup, and the steps go on that
             // way until one lands on a tagged state: a match, a quit, the dead state, or one
             // not computed yet, which the checked step below computes.
-            while !state.is_tagged() && at < bytes.len() {
-                let next = dfa.next_state_untagged(&self.cache, state, bytes[at]);
-                if next.is_tagged() {
-                    break;
+            if !state.is_tagged() {
+                // Four bytes a round while every step lands on a state that is not tagged.
+                while let Some(&[a, b, c, d]) = bytes.get(at..at + 4) {
+                    let next = dfa.next_state_untagged(&self.cache, state, a);
+                    if next.is_tagged() {
+                        break;
+                    }
+                    state = next;
+                    let next = dfa.next_state_untagged(&self.cache, state, b);
+                    if next.is_tagged() {
+                        at += 1;
+                        break;
+                    }
+                    state = next;
+                    let next = dfa.next_state_untagged(&self.cache, state, c);
+                    if next.is_tagged() {
+                        at += 2;
+                        break;
+                    }
+                    state = next;
+                    let next = dfa.next_state_untagged(&self.cache, state, d);
+                    if next.is_tagged() {
+                        at += 3;
+                        break;
+                    }
+                    state = next;
+                    at += 4;
                 }
-                state = next;
-                at += 1;
+                while let Some(&byte) = bytes.get(at) {
+                    let next = dfa.next_state_untagged(&self.cache, state, byte);
+                    if next.is_tagged() {
+                        break;
+                    }
+                    state = next;
+                    at += 1;
+                }
             }
             let Some(&byte) = bytes.get(at) else {
                 break;
