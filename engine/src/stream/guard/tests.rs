@@ -812,3 +812,28 @@ fn a_replacing_stage_that_steps_a_dfa_keeps_the_fast_lane() {
         assert_eq!(shown, format!("{plain}the code [CODE] is {plain}"));
     });
 }
+
+#[test]
+fn a_dfa_scan_sees_a_match_wherever_it_ends_and_however_the_text_is_split() {
+    // The scan steps four bytes a round while its states are not tagged: a match may end at
+    // any byte of a round, or of the bytes after the last whole round.
+    let pattern = r"[A-Z]{2}[a-z]{3}";
+    let engine = engine_of(|set| set.output(Redact(pattern, "CODE")));
+    let plan = engine.stream_plan();
+    let stage = &plan.stages[0];
+    assert!(matches!(stage.finder, MatchFinder::Dfa(_)));
+    let regex = regex::Regex::new(pattern).expect("a valid pattern");
+    for padding in 0..9 {
+        for body in ["XYabc", "XYab", "xYabc", "XYabcXY", "XY", "aXYabcd"] {
+            for tail in ["", ".", "..", "...", "....", "....."] {
+                let text = format!("{}{body}{tail}", ".".repeat(padding));
+                for split in 0..=text.len() {
+                    let mut scan = StageScan::new(stage);
+                    let clear = scan.lane_step(stage, &text[..split], false)
+                        && scan.lane_step(stage, &text, true);
+                    assert_eq!(!clear, regex.is_match(&text), "{text:?} split at {split}");
+                }
+            }
+        }
+    }
+}
