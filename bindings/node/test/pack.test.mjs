@@ -2,7 +2,7 @@
 // both as ESM and as CommonJS.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -28,13 +28,21 @@ before(async () => {
   const files = (await readdir(tarballs)).map((file) => path.join(tarballs, file));
   assert.equal(files.length, PACKAGES.length);
   await writeFile(path.join(project, 'package.json'), JSON.stringify({ name: 'scratch', private: true }));
-  // The OpenTelemetry API (otel's peer) comes from npm's cache: the version the workspace installed.
-  const api = JSON.parse(await readFile(path.join(root, 'node_modules', '@opentelemetry', 'api', 'package.json'), 'utf8'));
-  execFileSync(
-    'npm',
-    ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', ...files, `@opentelemetry/api@${api.version}`],
-    { cwd: project, stdio: ['ignore', 'ignore', 'inherit'] },
-  );
+  // The OpenTelemetry API (otel's peer) is the copy the workspace installed, packed as it is: an
+  // install by name would need the registry's metadata, which `npm ci` does not keep in the
+  // cache, so a fresh machine could not install it offline.
+  const peers = path.join(scratch, 'peers');
+  execFileSync('mkdir', ['-p', peers]);
+  execFileSync('npm', ['pack', '--silent', '--ignore-scripts', '--pack-destination', peers], {
+    cwd: path.join(root, 'node_modules', '@opentelemetry', 'api'),
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const api = (await readdir(peers)).map((file) => path.join(peers, file));
+  assert.equal(api.length, 1);
+  execFileSync('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', ...files, ...api], {
+    cwd: project,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
 });
 after(() => rm(scratch, { recursive: true, force: true }));
 
