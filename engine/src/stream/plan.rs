@@ -1102,7 +1102,7 @@ mod tests {
                 1..12,
             ),
             text in proptest::collection::vec(
-                prop_oneof![Just(b'a'), Just(b'Z'), Just(b'@'), Just(b'-'), Just(b' '), Just(b'\r'), Just(0xc3), Just(b'`'), Just(b'0'), Just(b'3'), Just(b'8'), Just(b':')],
+                proptest::sample::select(&b"aZ@- \r\xc3`038:"[..]),
                 0..80,
             ),
             new in 0usize..80,

@@ -514,9 +514,10 @@ impl<'e> OutputStream<'e> {
 
     /// Takes the fast lane again, if the stream is out of it, once the pipeline is quiet (after
     /// any run of the stages, the lane's own too): no stage has seen a literal in the text it
-    /// holds, no stage's DFA a match (nor given up), and the held text of every stage, with the character before it, is the answer's
-    /// text as it came (no replacement in it, for any stage). The held texts then lie end to
-    /// end in `raw`, and the lane goes on from where the first of them starts.
+    /// holds, no stage's DFA a match (nor given up), and the held text of every stage, with
+    /// the character before it, is the answer's text as it came (no replacement in it, for
+    /// any stage). The held texts then lie end to end in `raw`, and the lane goes on from
+    /// where the first of them starts.
     pub(super) fn try_lane(&mut self) {
         if self.in_lane
             || !self.plan.lane
