@@ -1128,6 +1128,35 @@ mod tests {
         }
     }
 
+    proptest! {
+        // One-byte literals alone, enough of them to share vector tests (the ten digits), in
+        // texts long enough for the vector test.
+        #[test]
+        fn the_quick_filter_never_clears_a_one_byte_literal(
+            literals in proptest::collection::vec(
+                proptest::sample::select(&b"0123456789;-@`"[..]).prop_map(|byte| vec![byte]),
+                1..12,
+            ),
+            // Mostly bytes no literal starts with, so that a text often holds one literal
+            // alone: the one the filter must flag.
+            text in proptest::collection::vec(
+                prop_oneof![
+                    12 => proptest::sample::select(&b"aZ /"[..]),
+                    1 => proptest::sample::select(&b"@-0123456789:;`"[..]),
+                ],
+                17..80,
+            ),
+            new in 1usize..80,
+        ) {
+            let new = new.min(text.len());
+            let mut filter = LiteralFilter::empty();
+            filter.add(&literals);
+            if filter.clear_from(&text, new) {
+                prop_assert!(!starts_from(&literals, &text, new), "{literals:?} in {text:?} from {new}");
+            }
+        }
+    }
+
     /// The most bytes a match of `pattern` can start before the literal its stage watches for.
     fn back_of(pattern: &str) -> Option<usize> {
         let hir = regex_syntax::ParserBuilder::new()
