@@ -449,40 +449,31 @@ impl Scanner {
             // way until one lands on a tagged state: a match, a quit, the dead state, or one
             // not computed yet, which the checked step below computes.
             if !state.is_tagged() {
-                // Four bytes a round while every step lands on a state that is not tagged.
-                while let Some(&[a, b, c, d]) = bytes.get(at..at + 4) {
-                    let next = dfa.next_state_untagged(&self.cache, state, a);
-                    if next.is_tagged() {
-                        break;
+                // Four bytes a round (an array, whose loop the compiler unrolls), then the
+                // rest, while every step lands on a state that is not tagged.
+                let mut untagged = |byte: u8, at: &mut usize| {
+                    let next = dfa.next_state_untagged(&self.cache, state, byte);
+                    let taken = !next.is_tagged();
+                    if taken {
+                        state = next;
+                        *at += 1;
                     }
-                    state = next;
-                    let next = dfa.next_state_untagged(&self.cache, state, b);
-                    if next.is_tagged() {
-                        at += 1;
-                        break;
+                    taken
+                };
+                'rounds: while let Some(&round) = bytes
+                    .get(at..at + 4)
+                    .and_then(|r| <&[u8; 4]>::try_from(r).ok())
+                {
+                    for byte in round {
+                        if !untagged(byte, &mut at) {
+                            break 'rounds;
+                        }
                     }
-                    state = next;
-                    let next = dfa.next_state_untagged(&self.cache, state, c);
-                    if next.is_tagged() {
-                        at += 2;
-                        break;
-                    }
-                    state = next;
-                    let next = dfa.next_state_untagged(&self.cache, state, d);
-                    if next.is_tagged() {
-                        at += 3;
-                        break;
-                    }
-                    state = next;
-                    at += 4;
                 }
                 while let Some(&byte) = bytes.get(at) {
-                    let next = dfa.next_state_untagged(&self.cache, state, byte);
-                    if next.is_tagged() {
+                    if !untagged(byte, &mut at) {
                         break;
                     }
-                    state = next;
-                    at += 1;
                 }
             }
             let Some(&byte) = bytes.get(at) else {
