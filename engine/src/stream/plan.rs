@@ -1108,23 +1108,7 @@ mod tests {
             new in 0usize..80,
             pushed in 0usize..24,
         ) {
-            let new = new.min(text.len());
-            let mut filter = LiteralFilter::empty();
-            filter.add(&literals);
-            if filter.clear_from(&text, new) {
-                prop_assert!(!starts_from(&literals, &text, new), "{literals:?} in {text:?} from {new}");
-            }
-            // The same after a push of the text's last `pushed` bytes (at least the new ones).
-            let pushed = (text.len() - new).max(pushed).min(text.len());
-            let delta = &text[text.len() - pushed..];
-            let clear = filter.clear_push(&text, new, delta);
-            if clear {
-                prop_assert!(!starts_from(&literals, &text, new), "{literals:?} in {text:?} from {new}, pushed {pushed}");
-            }
-            // On exactly as many slots as there are tests, the same answer.
-            if let Some((singles, pairs)) = filter.few_tests() {
-                prop_assert_eq!(clear_push_on(&filter, singles, pairs, &text, new, delta), clear);
-            }
+            never_clears_a_start(&literals, &text, new, pushed)?;
         }
     }
 
@@ -1147,14 +1131,47 @@ mod tests {
                 17..80,
             ),
             new in 1usize..80,
+            pushed in 0usize..24,
         ) {
-            let new = new.min(text.len());
-            let mut filter = LiteralFilter::empty();
-            filter.add(&literals);
-            if filter.clear_from(&text, new) {
-                prop_assert!(!starts_from(&literals, &text, new), "{literals:?} in {text:?} from {new}");
-            }
+            never_clears_a_start(&literals, &text, new, pushed)?;
         }
+    }
+
+    /// The quick filter of `literals` clears no text where one of them starts at `new` or
+    /// later ([`starts_from`]), tested from `new` and after a push of the text's last
+    /// `pushed` bytes (at least the new ones), and gives the same answer on exactly as many
+    /// slots as there are tests.
+    fn never_clears_a_start(
+        literals: &[Vec<u8>],
+        text: &[u8],
+        new: usize,
+        pushed: usize,
+    ) -> Result<(), TestCaseError> {
+        let new = new.min(text.len());
+        let mut filter = LiteralFilter::empty();
+        filter.add(literals);
+        if filter.clear_from(text, new) {
+            prop_assert!(
+                !starts_from(literals, text, new),
+                "{literals:?} in {text:?} from {new}"
+            );
+        }
+        let pushed = (text.len() - new).max(pushed).min(text.len());
+        let delta = &text[text.len() - pushed..];
+        let clear = filter.clear_push(text, new, delta);
+        if clear {
+            prop_assert!(
+                !starts_from(literals, text, new),
+                "{literals:?} in {text:?} from {new}, pushed {pushed}"
+            );
+        }
+        if let Some((singles, pairs)) = filter.few_tests() {
+            prop_assert_eq!(
+                clear_push_on(&filter, singles, pairs, text, new, delta),
+                clear
+            );
+        }
+        Ok(())
     }
 
     /// The most bytes a match of `pattern` can start before the literal its stage watches for.
