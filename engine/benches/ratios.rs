@@ -1,7 +1,8 @@
 //! The engine's overhead as ratios, each side measured against its floor in one run.
 //!
 //! `cargo bench -p portcullis-engine --bench ratios` (or `-- <name filter>`; `-- family` runs
-//! the streaming benchmark family of `common/family.rs` alone, 48 members and a reference row for each set, density and delta size, in a few minutes)
+//! the streaming benchmark family of `common/family.rs` alone: 48 members, and a reference row
+//! for each set, density and delta size, in a few minutes)
 //!
 //! Each workload has two sides, the engine and the floor it wraps. The two are measured in
 //! alternating rounds of about a millisecond each (a batch of one, then a batch of the other),
@@ -172,14 +173,23 @@ fn stream_workload(
                 }
             })
         }),
-        floor: Box::new(move |n| {
-            rt.block_on(async {
-                for _ in 0..n {
-                    black_box(floor.evaluate_output(context).await.is_ok());
-                }
-            })
-        }),
+        floor: whole_text(floor, context, rt),
     }
+}
+
+/// The floor of the streaming workloads: the whole-text evaluation of `context` by `floor`.
+fn whole_text(
+    floor: &'static PolicyEngine,
+    context: &'static OutputContext,
+    rt: &'static Runtime,
+) -> Box<dyn FnMut(usize)> {
+    Box::new(move |n| {
+        rt.block_on(async {
+            for _ in 0..n {
+                black_box(floor.evaluate_output(context).await.is_ok());
+            }
+        })
+    })
 }
 
 /// The least any guard given the answer delta by delta can do, against the whole-text
@@ -209,13 +219,7 @@ fn kept_only(
                 black_box(kept);
             }
         }),
-        floor: Box::new(move |n| {
-            rt.block_on(async {
-                for _ in 0..n {
-                    black_box(floor.evaluate_output(context).await.is_ok());
-                }
-            })
-        }),
+        floor: whole_text(floor, context, rt),
     }
 }
 
