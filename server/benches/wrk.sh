@@ -3,25 +3,27 @@
 # (keep-alive) against `portcullis serve` (three DSL input rules, a 1 KB input context) and
 # against nginx answering a fixed JSON body, in the same run, two interleaved rounds.
 #
-#   server/benches/wrk.sh [--seconds 10] [--rounds 2] [--connections 64]
+#   server/benches/wrk.sh [--seconds 10] [--rounds 2] [--connections 64] [--binary PATH]
 #
 # nginx answers the same request two ways: `nginx` with the outcome document portcullis
 # answers, byte for byte (the two servers move the same bytes, so the ratio is the cost of
 # deciding and serving), and `nginx-short` with an 81-byte document (cheaper for wrk too, on
 # the same two cores). Prints, per endpoint, the requests/s and p99 latency of each round, their
 # medians, and the ratios to both. Needs nginx and wrk (installed from the distribution's packages when
-# missing) and builds `portcullis` in release mode.
+# missing) and builds `portcullis` in release mode (`--binary` runs a given build instead).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 seconds=10
 rounds=2
 connections=64
+binary=
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) seconds="$2"; shift 2 ;;
         --rounds) rounds="$2"; shift 2 ;;
         --connections) connections="$2"; shift 2 ;;
+        --binary) binary="$2"; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 1 ;;
     esac
 done
@@ -35,10 +37,14 @@ for tool in nginx wrk; do
 done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
-echo "== cargo build --release -p portcullis-cli" >&2
-cargo build --release -p portcullis-cli -j 2 >&2
-target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-PORTCULLIS="$target/release/portcullis"
+if [ -n "$binary" ]; then
+    PORTCULLIS=$(realpath "$binary")
+else
+    echo "== cargo build --release -p portcullis-cli" >&2
+    cargo build --release -p portcullis-cli -j 2 >&2
+    target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+    PORTCULLIS="$target/release/portcullis"
+fi
 
 work=$(mktemp -d)
 pids=()

@@ -20,14 +20,15 @@ use serde_json::json;
 
 use crate::audit::{NativeAuditSink, audit_handler};
 use crate::native::{NativePolicy, parse_point};
-use crate::policy::{HostEvaluate, HostPolicyError, js_policy};
+use crate::policy::{HostEvaluate, HostPolicyError, js_policy, on_js_thread};
 
 /// The policies of an engine being built: the package's layer adds each policy of the
 /// JavaScript policy set, in order, then builds the engine with [`create_engine`].
 #[napi]
 pub struct NativePolicySet {
     builder: Option<PolicySetBuilder>,
-    /// The points with a policy that may wait (on JavaScript, or on the network).
+    /// The points with a native policy that waits on the network (an OPA server, an HTTP
+    /// endpoint): their evaluations run on the runtime from the start.
     waits: Vec<InterceptionPoint>,
 }
 
@@ -56,13 +57,14 @@ impl NativePolicySet {
     /// Adds a policy written in JavaScript at `point`: `evaluate` is the package's dispatcher
     /// for it, `deadline_ms` how long one evaluation may take.
     #[napi(
-        ts_args_type = "point: string, id: string, evaluate: (context: string) => Promise<string>, deadlineMs?: number"
+        ts_args_type = "point: string, id: string, evaluate: (context: string) => string | Promise<string>, deadlineMs?: number"
     )]
     pub fn add_js(
         &mut self,
+        env: &Env,
         point: String,
         id: String,
-        evaluate: HostEvaluate,
+        evaluate: HostEvaluate<'_>,
         deadline_ms: Option<f64>,
     ) -> Result<()> {
         let point = parse_point(&point)?;
@@ -78,7 +80,8 @@ impl NativePolicySet {
             }
             None => None,
         };
-        self.add(PointPolicy::at(point, js_policy(id, evaluate, deadline)))
+        let policy = js_policy(env, id, &evaluate, deadline)?;
+        self.add(PointPolicy::at(point, policy))
     }
 
     /// Adds a native policy at `point`; throws when it is a policy of another point.
@@ -174,7 +177,8 @@ pub fn engine_from_manifest<'env>(
 pub struct NativeEngine {
     engine: Arc<PolicyEngine>,
     audit: bool,
-    /// The points whose policies all evaluate in memory, without I/O.
+    /// The points whose policies all evaluate in memory or in JavaScript, without the
+    /// addon's I/O: their evaluations start on the calling thread.
     in_memory: Vec<InterceptionPoint>,
 }
 
@@ -185,10 +189,12 @@ impl NativeEngine {
     /// `"evaluation_error"`, `"approval_required"` or `"invalid_context"`, with `"records"`
     /// when the engine audits.
     ///
-    /// A point whose policies all evaluate in memory (DSL rules, Rego bundles) is evaluated
-    /// on the calling thread when it can finish without waiting, and returns the outcome
-    /// itself (microseconds of work, no round trip through the runtime); any other point,
-    /// or one that would wait, runs on the addon's runtime and returns a promise.
+    /// A point whose policies all evaluate in memory or in JavaScript (DSL rules, Rego
+    /// bundles, JavaScript policies) is evaluated on the calling thread, its JavaScript
+    /// policies called there and then; when it finishes without waiting (no JavaScript policy
+    /// returned a promise), the outcome itself is returned, with no round trip through the
+    /// runtime. Any other point, or one that waits, goes on on the addon's runtime and returns
+    /// a promise.
     #[napi(ts_return_type = "string | Promise<string>")]
     pub fn evaluate<'env>(
         &self,
@@ -205,7 +211,8 @@ impl NativeEngine {
         ));
         if self.in_memory.contains(&point) {
             let mut context = Context::from_waker(Waker::noop());
-            if let Poll::Ready(outcome) = outcome.as_mut().poll(&mut context) {
+            let polled = on_js_thread(env, || outcome.as_mut().poll(&mut context));
+            if let Poll::Ready(outcome) = polled {
                 return Ok(Either::A(outcome));
             }
         }

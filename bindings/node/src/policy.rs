@@ -1,12 +1,19 @@
 //! The policy the binding adds to the engine: a policy written in JavaScript, a
 //! `portcullis_bindings::HostPolicy` over [`JsCall`]. The policy a rule that could not be
 //! loaded gives is `portcullis_bindings::FailedPolicy`.
+//!
+//! A JavaScript policy is always called on the JavaScript thread. While the engine's
+//! evaluation is polled on that thread (the first poll of [`crate::engine::NativeEngine`]'s
+//! `evaluate`, inside [`on_js_thread`]), it is called there and then; once the evaluation went
+//! on to the addon's runtime (it waited on a promise or on I/O), it is called through a
+//! threadsafe function, which queues the call for the JavaScript thread.
 
+use std::cell::Cell;
 use std::fmt;
 use std::time::Duration;
 
 use napi::Status;
-use napi::bindgen_prelude::Promise;
+use napi::bindgen_prelude::{Either, Env, Function, FunctionRef, Promise};
 use napi::threadsafe_function::ThreadsafeFunction;
 use portcullis_bindings::{HostCall, HostPolicy, describe};
 use portcullis_engine::{BoxError, PolicyContext, PolicyDecision, async_trait};
@@ -17,11 +24,43 @@ use serde_json::Value;
 /// that never settles fails its evaluation after this long.
 pub const DEFAULT_JS_DEADLINE: Duration = Duration::from_secs(30);
 
+/// What the package's dispatcher of a JavaScript policy returns: a report of what the
+/// policy's `evaluate` gave, as JSON (`{"value": ..}`, `{"not_json": ..}` or `{"threw": ..}`),
+/// at once when `evaluate` returned a value, or a promise of it when `evaluate` returned one.
+pub(crate) type Report = Either<String, Promise<String>>;
+
 /// The JavaScript side of a JavaScript policy, as the package's layer hands it over: called
 /// on the JavaScript thread with the context as JSON, it calls the policy's `evaluate` and
-/// resolves to a report of what `evaluate` gave, as JSON (`{"value": ..}`, `{"not_json": ..}`
-/// or `{"threw": ..}`). Weak: an engine holding it never keeps Node running.
-pub type HostEvaluate = ThreadsafeFunction<String, Promise<String>, String, Status, false, true>;
+/// gives its [`Report`].
+pub type HostEvaluate<'scope> = Function<'scope, String, Report>;
+
+/// [`HostEvaluate`] as a call from another thread queues it. Weak: an engine holding it never
+/// keeps Node running.
+type QueuedEvaluate = ThreadsafeFunction<String, Report, String, Status, false, true>;
+
+thread_local! {
+    /// The JavaScript environment (its address) whose thread this is, while an evaluation is
+    /// polled inside a call from JavaScript: see [`on_js_thread`].
+    static JS_ENV: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Runs `poll` (a poll of an evaluation, inside a call from JavaScript) with the JavaScript
+/// policies it reaches called directly on this thread, in `env`.
+pub(crate) fn on_js_thread<T>(env: &Env, poll: impl FnOnce() -> T) -> T {
+    /// Puts back what was there before, however `poll` ends.
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            JS_ENV.set(self.0);
+        }
+    }
+    let _restore = Restore(JS_ENV.replace(Some(env_address(env))));
+    poll()
+}
+
+fn env_address(env: &Env) -> usize {
+    env.raw() as usize
+}
 
 /// What a JavaScript policy's `evaluate` gave, as the package's layer reports it.
 #[derive(Debug, Deserialize)]
@@ -117,34 +156,69 @@ fn read_settled(settled: &str) -> Result<PolicyDecision, HostPolicyError> {
 pub type JsPolicy = HostPolicy<JsCall>;
 
 /// The call of a policy written in JavaScript: an object's `evaluate(ctx)` returning a
-/// decision or a promise of one. It is called on the JavaScript thread; the engine awaits it
-/// off that thread.
+/// decision or a promise of one. It is called on the JavaScript thread: directly when the
+/// evaluation is polled there, else queued from the runtime's thread.
 pub struct JsCall {
-    evaluate: HostEvaluate,
+    direct: FunctionRef<String, Report>,
+    queued: QueuedEvaluate,
+    /// The environment the function belongs to (its address).
+    env: usize,
 }
 
-/// A policy with `id` whose decisions `evaluate` gives, failing after `deadline` (or
-/// [`DEFAULT_JS_DEADLINE`]).
-pub fn js_policy(id: String, evaluate: HostEvaluate, deadline: Option<Duration>) -> JsPolicy {
-    HostPolicy::new(
+/// A policy with `id` whose decisions `evaluate` (of `env`) gives, failing after `deadline`
+/// (or [`DEFAULT_JS_DEADLINE`]).
+pub fn js_policy(
+    env: &Env,
+    id: String,
+    evaluate: &HostEvaluate<'_>,
+    deadline: Option<Duration>,
+) -> napi::Result<JsPolicy> {
+    let call = JsCall {
+        direct: evaluate.create_ref()?,
+        queued: evaluate
+            .build_threadsafe_function::<String>()
+            .weak::<true>()
+            .build()?,
+        env: env_address(env),
+    };
+    Ok(HostPolicy::new(
         id,
-        JsCall { evaluate },
+        call,
         deadline.unwrap_or(DEFAULT_JS_DEADLINE),
-    )
+    ))
+}
+
+impl JsCall {
+    /// Whether this is the function's JavaScript thread, inside a call from JavaScript: then
+    /// it may be called here and now.
+    fn callable_here(&self) -> bool {
+        JS_ENV.get() == Some(self.env)
+    }
+
+    /// Calls the dispatcher on this thread (see [`callable_here`](Self::callable_here)).
+    fn call_here(&self, context: String) -> napi::Result<Report> {
+        let env = Env::from_raw(self.env as napi::sys::napi_env);
+        self.direct.borrow_back(&env)?.call(context)
+    }
+}
+
+fn call_failed(error: napi::Error) -> HostPolicyError {
+    HostPolicyError::Call(error.reason.clone())
 }
 
 #[async_trait]
 impl HostCall for JsCall {
     async fn decide<C: PolicyContext>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
         let context = portcullis_engine::json::to_string(context)?;
-        let pending = self
-            .evaluate
-            .call_async(context)
-            .await
-            .map_err(|error| HostPolicyError::Call(error.reason.clone()))?;
-        let settled = pending
-            .await
-            .map_err(|error| HostPolicyError::Call(error.reason.clone()))?;
+        let report = if self.callable_here() {
+            self.call_here(context).map_err(call_failed)?
+        } else {
+            self.queued.call_async(context).await.map_err(call_failed)?
+        };
+        let settled = match report {
+            Either::A(settled) => settled,
+            Either::B(pending) => pending.await.map_err(call_failed)?,
+        };
         Ok(read_settled(&settled)?)
     }
 }

@@ -67,6 +67,48 @@ describe('PolicyEngine with JavaScript policies', () => {
     assert.equal(later, 1);
   });
 
+  test('policies that answer at once are called within the call; after a promise, the rest are queued', async () => {
+    const order = [];
+    const engine = new PolicyEngine({
+      policySet: {
+        input: [
+          { id: 'at-once', evaluate: () => (order.push('at-once'), { decision: 'allow' }) },
+          { id: 'promise', evaluate: async () => (order.push('promise'), { decision: 'allow' }) },
+          { id: 'after', evaluate: () => (order.push('after'), { decision: 'deny', reason: 'last word' }) },
+        ],
+      },
+    });
+    const pending = engine.evaluateInput(input('hello'));
+    order.push('returned');
+    const error = await pending.catch((e) => e);
+    assert.ok(error instanceof PolicyDenialError);
+    assert.equal(error.message, 'last word');
+    assert.deepEqual(order, ['at-once', 'promise', 'returned', 'after']);
+  });
+
+  test('a policy may evaluate on another engine from inside its own evaluation', async () => {
+    const inner = new PolicyEngine({
+      policySet: { input: [{ id: 'inner', evaluate: (ctx) => ({ decision: ctx.messages[0].content === 'no' ? 'deny' : 'allow', reason: 'inner says no' }) }] },
+    });
+    const outer = new PolicyEngine({
+      policySet: {
+        input: [
+          {
+            id: 'outer',
+            evaluate: async (ctx) => {
+              const verdict = await inner.evaluateInput(ctx).then(() => 'allow', () => 'deny');
+              return { decision: verdict, reason: 'the inner engine denied it' };
+            },
+          },
+        ],
+      },
+    });
+    assert.equal(await outer.evaluateInput(input('yes')), undefined);
+    const error = await outer.evaluateInput(input('no')).catch((e) => e);
+    assert.ok(error instanceof PolicyDenialError);
+    assert.equal(error.message, 'the inner engine denied it');
+  });
+
   test('a redaction resolves to a new, changed context; the original is untouched', async () => {
     const engine = new PolicyEngine({
       policySet: {

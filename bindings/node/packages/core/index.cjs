@@ -121,16 +121,28 @@ function takeThrown(token) {
   return thrown;
 }
 
-/** The function the addon calls, on this thread, to evaluate a JavaScript policy. */
+/** What a JavaScript policy threw, as the addon reads it. */
+function threw(thrown) {
+  return JSON.stringify({ threw: { message: describeThrown(thrown), token: keepThrown(thrown) } });
+}
+
+/**
+ * The function the addon calls, on this thread, to evaluate a JavaScript policy: the report
+ * at once when `evaluate` returns a value (the engine goes on without leaving the call), a
+ * promise of it when `evaluate` returns a promise (or any thenable).
+ */
 function dispatcher(policy) {
-  return async (contextJson) => {
+  return (contextJson) => {
     let value;
+    let thenable;
     try {
-      value = await policy.evaluate(JSON.parse(contextJson));
+      value = policy.evaluate(JSON.parse(contextJson));
+      thenable =
+        value !== null && (typeof value === 'object' || typeof value === 'function') && typeof value.then === 'function';
     } catch (thrown) {
-      return JSON.stringify({ threw: { message: describeThrown(thrown), token: keepThrown(thrown) } });
+      return threw(thrown);
     }
-    return settle(value);
+    return thenable ? Promise.resolve(value).then(settle, threw) : settle(value);
   };
 }
 
