@@ -25,5 +25,5 @@ pub use native::{
     rego_server_policy,
 };
 pub use policy::{
-    DEFAULT_JS_DEADLINE, HostEvaluate, HostPolicyError, JsCall, JsPolicy, Thrown, js_policy,
+    DEFAULT_JS_DEADLINE, HostEvaluate, HostPolicyError, JsCall, JsPolicy, Report, Thrown, js_policy,
 };

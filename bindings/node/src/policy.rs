@@ -27,7 +27,7 @@ pub const DEFAULT_JS_DEADLINE: Duration = Duration::from_secs(30);
 /// What the package's dispatcher of a JavaScript policy returns: a report of what the
 /// policy's `evaluate` gave, as JSON (`{"value": ..}`, `{"not_json": ..}` or `{"threw": ..}`),
 /// at once when `evaluate` returned a value, or a promise of it when `evaluate` returned one.
-pub(crate) type Report = Either<String, Promise<String>>;
+pub type Report = Either<String, Promise<String>>;
 
 /// The JavaScript side of a JavaScript policy, as the package's layer hands it over: called
 /// on the JavaScript thread with the context as JSON, it calls the policy's `evaluate` and
