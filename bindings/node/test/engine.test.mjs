@@ -86,6 +86,51 @@ describe('PolicyEngine with JavaScript policies', () => {
     assert.deepEqual(order, ['at-once', 'promise', 'returned', 'after']);
   });
 
+  test('the policies of one call share one reading of the context until a policy changes it', async () => {
+    const seen = [];
+    const inner = new PolicyEngine({
+      policySet: { input: [{ id: 'inner', evaluate: (c) => (seen.push(['inner', c]), { decision: 'allow' }) }] },
+    });
+    const other = input('the inner call');
+    const engine = new PolicyEngine({
+      policySet: {
+        input: [
+          {
+            id: 'first',
+            evaluate: (c) => {
+              seen.push(['first', c]);
+              // A call on another engine from inside this one, on its own context.
+              inner.evaluateInput(other);
+              return { decision: 'allow' };
+            },
+          },
+          { id: 'second', evaluate: (c) => (seen.push(['second', c]), { decision: 'allow' }) },
+          {
+            id: 'mask',
+            evaluate: () => ({ decision: 'redact', redactions: [{ field: 'messages.0.content', strategy: 'mask' }] }),
+          },
+          { id: 'after', evaluate: (c) => (seen.push(['after', c]), { decision: 'allow' }) },
+        ],
+      },
+    });
+    const ctx = input('hello');
+    const forwarded = await engine.evaluateInput(ctx);
+    assert.deepEqual(
+      seen.map(([id]) => id),
+      ['first', 'inner', 'second', 'after'],
+    );
+    // A reading of the context as the engine holds it, not the caller's object.
+    assert.notEqual(seen[0][1], ctx);
+    assert.equal(seen[0][1].messages[0].content, 'hello');
+    assert.equal(seen[2][1], seen[0][1]);
+    // The call on the other engine read its own context.
+    assert.equal(seen[1][1].messages[0].content, 'the inner call');
+    // After the redaction, a reading of the changed context.
+    assert.notEqual(seen[3][1], seen[0][1]);
+    assert.deepEqual(seen[3][1], forwarded);
+    assert.equal(ctx.messages[0].content, 'hello');
+  });
+
   test('a policy may evaluate on another engine from inside its own evaluation', async () => {
     const inner = new PolicyEngine({
       policySet: { input: [{ id: 'inner', evaluate: (ctx) => ({ decision: ctx.messages[0].content === 'no' ? 'deny' : 'allow', reason: 'inner says no' }) }] },

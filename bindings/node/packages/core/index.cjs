@@ -127,16 +127,35 @@ function threw(thrown) {
 }
 
 /**
- * The function the addon calls, on this thread, to evaluate a JavaScript policy: the report
- * at once when `evaluate` returns a value (the engine goes on without leaving the call), a
- * promise of it when `evaluate` returns a promise (or any thenable).
+ * The calls into the addon under way on this thread, innermost last, each with the last
+ * context it handed a policy (as JSON, and read): the policies called within one call on the
+ * same context share one object, read once, as the seed's policies share the caller's.
+ */
+const callFrames = [];
+
+/** The context a policy is given, from its JSON. */
+function contextFor(contextJson) {
+  const frame = callFrames.at(-1);
+  if (frame === undefined) return JSON.parse(contextJson);
+  if (frame.json !== contextJson) {
+    frame.json = contextJson;
+    frame.ctx = JSON.parse(contextJson);
+  }
+  return frame.ctx;
+}
+
+/**
+ * The function the addon calls, on this thread, to evaluate a JavaScript policy, with the
+ * context as JSON: the report at once when `evaluate` returns a value (the engine goes on
+ * without leaving the call), a promise of it when `evaluate` returns a promise (or any
+ * thenable).
  */
 function dispatcher(policy) {
   return (contextJson) => {
     let value;
     let thenable;
     try {
-      value = policy.evaluate(JSON.parse(contextJson));
+      value = policy.evaluate(contextFor(contextJson));
       thenable =
         value !== null && (typeof value === 'object' || typeof value === 'function') && typeof value.then === 'function';
     } catch (thrown) {
@@ -464,9 +483,16 @@ class PolicyEngine {
   }
 
   async #evaluate(point, ctx) {
-    // The outcome itself when the addon could decide at once (in-memory policies only),
+    // The outcome itself when the addon could decide at once (no policy waited),
     // otherwise a promise of it.
-    const raw = this.#native.evaluate(point, checkContext(ctx, point));
+    const json = checkContext(ctx, point);
+    callFrames.push({ json: undefined, ctx: undefined });
+    let raw;
+    try {
+      raw = this.#native.evaluate(point, json);
+    } finally {
+      callFrames.pop();
+    }
     const outcome = JSON.parse(typeof raw === 'string' ? raw : await raw);
     if (outcome.records !== undefined && this.#onAudit !== undefined) {
       deliver(this.#onAudit, outcome.records);
