@@ -8,14 +8,14 @@
 //! on to the addon's runtime (it waited on a promise or on I/O), it is called through a
 //! threadsafe function, which queues the call for the JavaScript thread.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::fmt;
 use std::time::Duration;
 
 use napi::Status;
 use napi::bindgen_prelude::{Either, Env, Function, FunctionRef, Promise};
 use napi::threadsafe_function::ThreadsafeFunction;
-use portcullis_bindings::{HostCall, HostPolicy, describe};
+use portcullis_bindings::{HostCall, HostPolicy, describe, is_call_context};
 use portcullis_engine::{BoxError, PolicyContext, PolicyDecision, async_trait};
 use serde::Deserialize;
 use serde_json::Value;
@@ -38,23 +38,37 @@ pub type HostEvaluate<'scope> = Function<'scope, String, Report>;
 /// keeps Node running.
 type QueuedEvaluate = ThreadsafeFunction<String, Report, String, Status, false, true>;
 
+/// A call from JavaScript whose evaluation is being polled on this thread.
+struct Frame {
+    /// The JavaScript environment (its address).
+    env: usize,
+    /// The call's own context as JSON, once a policy was given it: the policies after it
+    /// are given the same text without writing it again.
+    call_context: Option<String>,
+}
+
 thread_local! {
-    /// The JavaScript environment (its address) whose thread this is, while an evaluation is
-    /// polled inside a call from JavaScript: see [`on_js_thread`].
-    static JS_ENV: Cell<Option<usize>> = const { Cell::new(None) };
+    /// The call from JavaScript whose evaluation this thread is polling, if any: see
+    /// [`on_js_thread`].
+    static FRAME: RefCell<Option<Frame>> = const { RefCell::new(None) };
 }
 
 /// Runs `poll` (a poll of an evaluation, inside a call from JavaScript) with the JavaScript
 /// policies it reaches called directly on this thread, in `env`.
 pub(crate) fn on_js_thread<T>(env: &Env, poll: impl FnOnce() -> T) -> T {
-    /// Puts back what was there before, however `poll` ends.
-    struct Restore(Option<usize>);
+    /// Puts back the frame of the call this one is inside, if any, however `poll` ends.
+    struct Restore(Option<Frame>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            JS_ENV.set(self.0);
+            let outer = self.0.take();
+            FRAME.with(|frame| *frame.borrow_mut() = outer);
         }
     }
-    let _restore = Restore(JS_ENV.replace(Some(env_address(env))));
+    let frame = Frame {
+        env: env_address(env),
+        call_context: None,
+    };
+    let _restore = Restore(FRAME.with(|current| current.borrow_mut().replace(frame)));
     poll()
 }
 
@@ -133,8 +147,14 @@ impl HostPolicyError {
     }
 }
 
+/// The report of a plain `{ decision: "allow" }`, which the package's layer writes as it is.
+const ALLOW_REPORT: &str = r#"{"value":{"decision":"allow"}}"#;
+
 /// Reads what the package's layer reported into a decision.
 fn read_settled(settled: &str) -> Result<PolicyDecision, HostPolicyError> {
+    if settled == ALLOW_REPORT {
+        return Ok(PolicyDecision::allow());
+    }
     let settled: Settled = serde_json::from_str(settled)
         .map_err(|error| HostPolicyError::Call(format!("unreadable report: {error}")))?;
     match settled {
@@ -192,7 +212,34 @@ impl JsCall {
     /// Whether this is the function's JavaScript thread, inside a call from JavaScript: then
     /// it may be called here and now.
     fn callable_here(&self) -> bool {
-        JS_ENV.get() == Some(self.env)
+        FRAME.with(|frame| {
+            frame
+                .borrow()
+                .as_ref()
+                .is_some_and(|frame| frame.env == self.env)
+        })
+    }
+
+    /// `context` as JSON for a call on this thread: the call's own context is written once
+    /// per call.
+    fn json_here<C: PolicyContext>(context: &C) -> Result<String, BoxError> {
+        if !is_call_context(context) {
+            return Ok(portcullis_engine::json::to_string(context)?);
+        }
+        FRAME.with(|frame| {
+            let mut frame = frame.borrow_mut();
+            let Some(frame) = frame.as_mut() else {
+                return Ok(portcullis_engine::json::to_string(context)?);
+            };
+            match &frame.call_context {
+                Some(json) => Ok(json.clone()),
+                None => {
+                    let json = portcullis_engine::json::to_string(context)?;
+                    frame.call_context = Some(json.clone());
+                    Ok(json)
+                }
+            }
+        })
     }
 
     /// Calls the dispatcher on this thread (see [`callable_here`](Self::callable_here)).
@@ -209,10 +256,11 @@ fn call_failed(error: napi::Error) -> HostPolicyError {
 #[async_trait]
 impl HostCall for JsCall {
     async fn decide<C: PolicyContext>(&self, context: &C) -> Result<PolicyDecision, BoxError> {
-        let context = portcullis_engine::json::to_string(context)?;
         let report = if self.callable_here() {
+            let context = Self::json_here(context)?;
             self.call_here(context).map_err(call_failed)?
         } else {
+            let context = portcullis_engine::json::to_string(context)?;
             self.queued.call_async(context).await.map_err(call_failed)?
         };
         let settled = match report {
@@ -229,6 +277,14 @@ mod tests {
 
     #[test]
     fn reads_decisions_and_says_what_is_not_one() {
+        // The plain allow the package's layer writes as it is reads as the same decision
+        // written any other way.
+        assert_eq!(read_settled(ALLOW_REPORT).unwrap(), PolicyDecision::allow());
+        assert_eq!(
+            read_settled(r#"{ "value": { "decision": "allow" } }"#).unwrap(),
+            PolicyDecision::allow()
+        );
+
         let decision = read_settled(r#"{"value":{"decision":"deny","reason":"no"}}"#).unwrap();
         assert_eq!(decision, PolicyDecision::deny("no"));
 

@@ -85,8 +85,23 @@ function describeThrown(thrown) {
   }
 }
 
+/** The report of a plain `{ decision: 'allow' }`, as `settle` would write it (`ALLOW_REPORT` in the crate). */
+const ALLOW_REPORT = '{"value":{"decision":"allow"}}';
+
+/** Whether `value` is a plain object whose only own key is `decision`, with `'allow'`. */
+function isPlainAllow(value) {
+  if (value === null || typeof value !== 'object' || Object.getPrototypeOf(value) !== Object.prototype) return false;
+  let keys = 0;
+  for (const key in value) {
+    if (key !== 'decision' || !Object.hasOwn(value, key)) return false;
+    keys++;
+  }
+  return keys === 1 && value.decision === 'allow';
+}
+
 /** What a JavaScript policy gave, as the addon reads it (see `Settled` in the crate). */
 function settle(value) {
+  if (isPlainAllow(value)) return ALLOW_REPORT;
   let json;
   try {
     json = JSON.stringify(value);
