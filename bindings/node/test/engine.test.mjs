@@ -131,6 +131,76 @@ describe('PolicyEngine with JavaScript policies', () => {
     assert.equal(ctx.messages[0].content, 'hello');
   });
 
+  test('a policy may evaluate on its own engine from inside its evaluation', async () => {
+    let inner;
+    const engine = new PolicyEngine({
+      policySet: {
+        input: [
+          {
+            id: 'recurse',
+            evaluate: (ctx) => {
+              const content = ctx.messages[0].content;
+              if (content === 'outer') inner = engine.evaluateInput(input('inner')).catch((e) => e);
+              return content === 'inner' ? { decision: 'deny', reason: 'inner denied' } : { decision: 'allow' };
+            },
+          },
+        ],
+      },
+    });
+    assert.equal(await engine.evaluateInput(input('outer')), undefined);
+    const error = await inner;
+    assert.ok(error instanceof PolicyDenialError);
+    assert.equal(error.message, 'inner denied');
+  });
+
+  test('a thenable that is not a promise is awaited as one', async () => {
+    const engine = new PolicyEngine({
+      policySet: {
+        input: [
+          {
+            id: 'thenable',
+            evaluate: () => ({
+              then(resolve) {
+                resolve({ decision: 'deny', reason: 'decided in then' });
+              },
+            }),
+          },
+        ],
+      },
+    });
+    const error = await engine.evaluateInput(input('x')).catch((e) => e);
+    assert.ok(error instanceof PolicyDenialError);
+    assert.equal(error.message, 'decided in then');
+  });
+
+  test('engines work in a worker thread, each thread calling its own policies', async () => {
+    const source = `
+      const { parentPort } = require('node:worker_threads');
+      const { PolicyEngine } = require('@portcullis/core');
+      const engine = new PolicyEngine({
+        policySet: { input: [{ id: 'worker', evaluate: (ctx) => ({ decision: ctx.messages[0].content === 'no' ? 'deny' : 'allow', reason: 'said no' }) }] },
+      });
+      const ctx = (content) => ({ messages: [{ role: 'user', content }], metadata: { agent_id: 'a', session_id: 's', timestamp: '2026-01-01T00:00:00Z' } });
+      (async () => {
+        const allowed = await engine.evaluateInput(ctx('yes'));
+        const denied = await engine.evaluateInput(ctx('no')).catch((error) => error.message);
+        parentPort.postMessage({ allowed: allowed === undefined, denied });
+      })();
+    `;
+    const { Worker } = await import('node:worker_threads');
+    const worker = new Worker(source, { eval: true });
+    const [answer] = await Promise.all([
+      new Promise((resolve, reject) => {
+        worker.once('message', resolve);
+        worker.once('error', reject);
+      }),
+      // The main thread's engine works meanwhile.
+      new PolicyEngine({ policySet: { input: [allow('main')] } }).evaluateInput(input('main')),
+    ]);
+    await worker.terminate();
+    assert.deepEqual(answer, { allowed: true, denied: 'said no' });
+  });
+
   test('a policy may evaluate on another engine from inside its own evaluation', async () => {
     const inner = new PolicyEngine({
       policySet: { input: [{ id: 'inner', evaluate: (ctx) => ({ decision: ctx.messages[0].content === 'no' ? 'deny' : 'allow', reason: 'inner says no' }) }] },
