@@ -138,11 +138,11 @@ pub fn create_engine(
         Some(handler) => builder.on_audit(handler),
         None => builder,
     };
-    let in_memory = InterceptionPoint::ALL
+    let starts_here = InterceptionPoint::ALL
         .into_iter()
         .filter(|point| !set.waits.contains(point))
         .collect();
-    Ok(NativeEngine::new(builder, audit, in_memory))
+    Ok(NativeEngine::new(builder, audit, starts_here))
 }
 
 /// Loads the manifest at `path` (§10) off the JavaScript thread and builds its engine; with
@@ -179,7 +179,7 @@ pub struct NativeEngine {
     audit: bool,
     /// The points whose policies all evaluate in memory or in JavaScript, without the
     /// addon's I/O: their evaluations start on the calling thread.
-    in_memory: Vec<InterceptionPoint>,
+    starts_here: Vec<InterceptionPoint>,
 }
 
 #[napi]
@@ -209,7 +209,7 @@ impl NativeEngine {
             point,
             context_json,
         ));
-        if self.in_memory.contains(&point) {
+        if self.starts_here.contains(&point) {
             let mut context = Context::from_waker(Waker::noop());
             let polled = on_js_thread(env, || outcome.as_mut().poll(&mut context));
             if let Poll::Ready(outcome) = polled {
@@ -275,12 +275,12 @@ impl NativeEngine {
     fn new(
         builder: PolicyEngineBuilder,
         audit: bool,
-        in_memory: Vec<InterceptionPoint>,
+        starts_here: Vec<InterceptionPoint>,
     ) -> NativeEngine {
         NativeEngine {
             engine: Arc::new(builder.build()),
             audit,
-            in_memory,
+            starts_here,
         }
     }
 }

@@ -223,22 +223,16 @@ impl JsCall {
     /// `context` as JSON for a call on this thread: the call's own context is written once
     /// per call.
     fn json_here<C: PolicyContext>(context: &C) -> Result<String, BoxError> {
+        let write = || portcullis_engine::json::to_string(context);
         if !is_call_context(context) {
-            return Ok(portcullis_engine::json::to_string(context)?);
+            return Ok(write()?);
         }
-        FRAME.with(|frame| {
-            let mut frame = frame.borrow_mut();
-            let Some(frame) = frame.as_mut() else {
-                return Ok(portcullis_engine::json::to_string(context)?);
-            };
-            match &frame.call_context {
-                Some(json) => Ok(json.clone()),
-                None => {
-                    let json = portcullis_engine::json::to_string(context)?;
-                    frame.call_context = Some(json.clone());
-                    Ok(json)
-                }
-            }
+        FRAME.with(|frame| match frame.borrow_mut().as_mut() {
+            Some(frame) => Ok(match &mut frame.call_context {
+                Some(json) => json.clone(),
+                unwritten => unwritten.insert(write()?).clone(),
+            }),
+            None => Ok(write()?),
         })
     }
 

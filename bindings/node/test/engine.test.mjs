@@ -13,6 +13,12 @@ import { input, output, toolCall } from './helpers.mjs';
 
 const allow = (id) => ({ id, evaluate: () => ({ decision: 'allow' }) });
 
+/** Asserts that `error` is a PolicyDenialError whose message is `message`. */
+function assertDenial(error, message) {
+  assert.ok(error instanceof PolicyDenialError);
+  assert.equal(error.message, message);
+}
+
 describe('PolicyEngine with JavaScript policies', () => {
   test('an allowed context resolves to undefined, and every decision is audited first', async () => {
     const records = [];
@@ -81,8 +87,7 @@ describe('PolicyEngine with JavaScript policies', () => {
     const pending = engine.evaluateInput(input('hello'));
     order.push('returned');
     const error = await pending.catch((e) => e);
-    assert.ok(error instanceof PolicyDenialError);
-    assert.equal(error.message, 'last word');
+    assertDenial(error, 'last word');
     assert.deepEqual(order, ['at-once', 'promise', 'returned', 'after']);
   });
 
@@ -149,8 +154,7 @@ describe('PolicyEngine with JavaScript policies', () => {
     });
     assert.equal(await engine.evaluateInput(input('outer')), undefined);
     const error = await inner;
-    assert.ok(error instanceof PolicyDenialError);
-    assert.equal(error.message, 'inner denied');
+    assertDenial(error, 'inner denied');
   });
 
   test('a thenable that is not a promise is awaited as one', async () => {
@@ -169,8 +173,7 @@ describe('PolicyEngine with JavaScript policies', () => {
       },
     });
     const error = await engine.evaluateInput(input('x')).catch((e) => e);
-    assert.ok(error instanceof PolicyDenialError);
-    assert.equal(error.message, 'decided in then');
+    assertDenial(error, 'decided in then');
   });
 
   test('engines work in a worker thread, each thread calling its own policies', async () => {
@@ -220,8 +223,7 @@ describe('PolicyEngine with JavaScript policies', () => {
     });
     assert.equal(await outer.evaluateInput(input('yes')), undefined);
     const error = await outer.evaluateInput(input('no')).catch((e) => e);
-    assert.ok(error instanceof PolicyDenialError);
-    assert.equal(error.message, 'the inner engine denied it');
+    assertDenial(error, 'the inner engine denied it');
   });
 
   test('a redaction resolves to a new, changed context; the original is untouched', async () => {
