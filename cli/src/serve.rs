@@ -9,7 +9,7 @@ use portcullis::manifest::{
 };
 use portcullis::server::{DecisionService, Limits, ReloadStatus, redact_urls, serve};
 
-use crate::log::{Line, LogFormat, LogGuard, QueuedStderr};
+use crate::log::{Line, LogFormat, LogGuard, QueuedAccessLog, QueuedStderr};
 use crate::{reload, render};
 use tracing_subscriber::fmt::format::JsonFields;
 
@@ -44,7 +44,7 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         Ok(level) => level,
         Err(_) => return fail("`--log-level` is one of error, warn, info, debug, trace"),
     };
-    let _log = init_log(level, args.log_format);
+    let mut log = init_log(level, args.log_format);
     let Ok(listen) = args.listen.parse::<SocketAddr>() else {
         return fail(format!(
             "`--listen {}` is not an address such as 127.0.0.1:8080",
@@ -136,6 +136,9 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
     }
     for host in &args.allow_hosts {
         builder = builder.allow_host(host);
+    }
+    if let Some(access) = log.access.take() {
+        builder = builder.access_log(access);
     }
     // The engine the manifest describes (sessions, approvals, audit sinks), with the service's
     // own audit handler among its sinks. A set whose bundles come from URLs may not load yet
@@ -319,9 +322,17 @@ async fn stop_signal() {
     tracing::info!("interrupted: stopping");
 }
 
+/// The log, once installed: the guard that writes what is queued when the command ends, and
+/// the access log that writes the service's access lines into the same queue (`None`: they
+/// are `tracing` events, as on a terminal).
+struct Log {
+    _guard: Option<LogGuard>,
+    access: Option<QueuedAccessLog>,
+}
+
 /// Installs the log: standard error behind a queue (a request never waits for its log line),
-/// at `level`, as text or JSON lines. The guard writes what is queued when the command ends.
-fn init_log(level: tracing::Level, format: LogFormat) -> Option<LogGuard> {
+/// at `level`, as text or JSON lines.
+fn init_log(level: tracing::Level, format: LogFormat) -> Log {
     let Some((writer, guard)) = QueuedStderr::start() else {
         // No writer thread: log straight to standard error rather than not at all.
         tracing_subscriber::fmt()
@@ -329,24 +340,38 @@ fn init_log(level: tracing::Level, format: LogFormat) -> Option<LogGuard> {
             .with_max_level(level)
             .with_target(false)
             .init();
-        return None;
+        return Log {
+            _guard: None,
+            access: None,
+        };
     };
+    let access = QueuedAccessLog::new(writer.clone(), format, level);
     let builder = tracing_subscriber::fmt()
         .with_writer(writer)
         .with_max_level(level);
-    match format {
-        // On a terminal, `tracing`'s own lines, in colour.
+    let access = match format {
+        // On a terminal, `tracing`'s own lines, in colour, the access lines too.
         LogFormat::Text if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
             builder.with_target(false).init();
+            None
         }
-        LogFormat::Text => builder
-            .with_ansi(false)
-            .event_format(Line::new(format))
-            .init(),
-        LogFormat::Json => builder
-            .fmt_fields(JsonFields::new())
-            .event_format(Line::new(format))
-            .init(),
+        LogFormat::Text => {
+            builder
+                .with_ansi(false)
+                .event_format(Line::new(format))
+                .init();
+            Some(access)
+        }
+        LogFormat::Json => {
+            builder
+                .fmt_fields(JsonFields::new())
+                .event_format(Line::new(format))
+                .init();
+            Some(access)
+        }
+    };
+    Log {
+        _guard: Some(guard),
+        access,
     }
-    Some(guard)
 }

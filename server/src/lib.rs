@@ -63,12 +63,14 @@
 //! with. A failed reload keeps the set in use and shows in `/readyz` and `/metrics`.
 //!
 //! Every request gets an id (the caller's `x-request-id`, or a new one, answered in
-//! `x-request-id`), and one access line in the `tracing` log once answered (`answered`, at
-//! INFO, WARN for a 5xx: `request_id`, `method`, `route`, `status`, `micros`). The lines a
-//! request logs on the way are in a `request` span carrying its id, at DEBUG.
+//! `x-request-id`), and one access line once answered: by default in the `tracing` log
+//! (`answered`, at INFO, WARN for a 5xx: `request_id`, `method`, `route`, `status`, `micros`),
+//! or wherever the service's [`AccessLog`] writes it. The lines a request logs on the way are
+//! in a `request` span carrying its id, at DEBUG.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod access;
 mod approvals;
 mod console;
 mod metrics;
@@ -80,6 +82,7 @@ mod service;
 #[cfg(feature = "tls")]
 mod tls;
 
+pub use access::{AccessLine, AccessLog, TracingAccessLog};
 pub use approvals::{DEFAULT_GRANT_TTL, MAX_GRANT_TTL};
 pub use outcome::{
     Approval, Context, ContextTask, DecisionTap, Outcome, Verdict, evaluate, parse_context,

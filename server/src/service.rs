@@ -9,7 +9,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use portcullis_engine::edge::BrowserRefusal;
@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use crate::access::{AccessLine, AccessLog, TracingAccessLog};
 use crate::console::DecisionFeed;
 use crate::metrics::{ExternalCounter, Metrics};
 use crate::outcome::{self, Context, ContextError, ContextTask, DecisionTap};
@@ -149,6 +150,7 @@ pub struct DecisionServiceBuilder {
     limits: Limits,
     unloaded: bool,
     feed: Option<Arc<DecisionFeed>>,
+    access_log: Option<Arc<dyn AccessLog>>,
 }
 
 impl std::fmt::Debug for DecisionServiceBuilder {
@@ -160,6 +162,7 @@ impl std::fmt::Debug for DecisionServiceBuilder {
             .field("limits", &self.limits)
             .field("unloaded", &self.unloaded)
             .field("console", &self.feed.is_some())
+            .field("access_log", &self.access_log.is_some())
             .finish()
     }
 }
@@ -174,6 +177,13 @@ impl DecisionServiceBuilder {
     /// Where audit records go, shared with other owners.
     pub fn shared_audit(mut self, handler: Arc<dyn AuditHandler>) -> Self {
         self.audit = Some(handler);
+        self
+    }
+
+    /// Where the access lines go: one per answered request. Default: a `tracing` event
+    /// ([`TracingAccessLog`]).
+    pub fn access_log(mut self, log: impl AccessLog) -> Self {
+        self.access_log = Some(Arc::new(log));
         self
     }
 
@@ -287,6 +297,9 @@ impl DecisionServiceBuilder {
                 next_request: AtomicU64::new(1),
                 instance: instance_tag(),
                 feed: self.feed,
+                access_log: self
+                    .access_log
+                    .unwrap_or_else(|| Arc::new(TracingAccessLog)),
             }),
         }
     }
@@ -317,6 +330,7 @@ pub(crate) struct Shared {
     instance: String,
     /// The console's decision feed, when the console is served.
     pub(crate) feed: Option<Arc<DecisionFeed>>,
+    access_log: Arc<dyn AccessLog>,
 }
 
 /// Portcullis as a network service: an engine, the routes that evaluate on it, and what
@@ -442,8 +456,8 @@ impl DecisionService {
 
     /// Answers one request: gives it an id (the caller's `x-request-id` when it is a sensible
     /// one, else a new one, answered in `x-request-id`), runs its route, counts it and writes
-    /// its access line (`answered`, at INFO: request id, method, route, status and time
-    /// taken). A `request` span carrying the id wraps the route at DEBUG.
+    /// its access line ([`AccessLine`], to the service's [`AccessLog`]). A `request` span
+    /// carrying the id wraps the route at DEBUG.
     async fn answer<B>(self, request: http::Request<B>) -> Response
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
@@ -456,22 +470,20 @@ impl DecisionService {
         let resolved = routes::resolve(&parts.method, parts.uri.path(), shared.feed.is_some());
         let route = resolved.pattern();
         let span = tracing::debug_span!("request", request_id = %id);
-        // The route's state (a few KiB, an evaluation's) lives in its own box, so that this
-        // future stays small: hyper moves it more than once before it first runs.
-        let mut response = Box::pin(run(&shared, resolved, &parts, Body::new(body)))
+        let mut response = run(&shared, resolved, &parts, Body::new(body))
             .instrument(span)
             .await;
         let status = response.status().as_u16();
         shared.metrics.request(route, status);
-        let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        let method = parts.method.as_str();
-        if status >= 500 {
-            tracing::warn!(request_id = %id, method, route, status, micros, "answered");
-        } else {
-            tracing::info!(request_id = %id, method, route, status, micros, "answered");
-        }
+        shared.access_log.answered(&AccessLine {
+            request_id: &id,
+            method: parts.method.as_str(),
+            route,
+            status,
+            micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        });
         if let Ok(value) = HeaderValue::try_from(id) {
-            response.headers_mut().insert("x-request-id", value);
+            response.headers_mut().insert(REQUEST_ID, value);
         }
         response
     }
@@ -524,13 +536,17 @@ async fn run(
         }
         Resolved::NotFound => return not_found(parts),
     };
+    // The routes that wait keep their state (a few KiB for an evaluation) in a box of their
+    // own, so that this future stays small for every route: hyper moves it more than once
+    // before it first runs, and a route that answers at once never pays for an evaluation's
+    // room.
     match route {
-        Route::EngineEvaluate => engine_evaluate(shared, headers, body).await,
-        Route::Evaluate(point) => evaluate_point(shared, &point, headers, body).await,
-        Route::Approvals => approvals::list(shared, headers, parts.uri.query()).await,
-        Route::Approval(id) => approvals::one(shared, headers, &id).await,
+        Route::EngineEvaluate => Box::pin(engine_evaluate(shared, headers, body)).await,
+        Route::Evaluate(point) => Box::pin(evaluate_point(shared, &point, headers, body)).await,
+        Route::Approvals => Box::pin(approvals::list(shared, headers, parts.uri.query())).await,
+        Route::Approval(id) => Box::pin(approvals::one(shared, headers, &id)).await,
         Route::ApprovalDecision(id, decision) => {
-            approvals::decide(shared, headers, &id, &decision, body).await
+            Box::pin(approvals::decide(shared, headers, &id, &decision, body)).await
         }
         Route::Healthz => healthz(),
         Route::Readyz => readyz(shared, headers),
@@ -600,9 +616,12 @@ pub(crate) fn json_response(status: StatusCode, text: impl Into<Body>) -> Respon
     response
 }
 
+/// The header that carries a request's id, both ways.
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
 /// The request's id: the caller's `x-request-id` when it is a sensible one, else a new one.
 fn request_id(shared: &Shared, headers: &HeaderMap) -> String {
-    if let Some(given) = headers.get("x-request-id").and_then(|v| v.to_str().ok())
+    if let Some(given) = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok())
         && !given.is_empty()
         && given.len() <= 128
         && given.bytes().all(|b| b.is_ascii_graphic())

@@ -47,13 +47,7 @@ where
         match self.format {
             LogFormat::Text => {
                 write_time(&mut writer)?;
-                writer.write_str(match level {
-                    Level::ERROR => " ERROR ",
-                    Level::WARN => "  WARN ",
-                    Level::INFO => "  INFO ",
-                    Level::DEBUG => " DEBUG ",
-                    Level::TRACE => " TRACE ",
-                })?;
+                writer.write_str(level_column(level))?;
                 let mut in_span = false;
                 if let Some(scope) = context.event_scope() {
                     for span in scope.from_root() {
@@ -111,7 +105,7 @@ where
 
 /// Writes the time now, UTC, to the microsecond: `2026-11-30T05:06:37.431680Z`. The date and
 /// time of the current second are kept per thread and written again while the second lasts.
-fn write_time(out: &mut impl Write) -> fmt::Result {
+pub(super) fn write_time(out: &mut impl Write) -> fmt::Result {
     thread_local! {
         static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
     }
@@ -186,18 +180,8 @@ impl Visit for TextFields<'_, '_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
             self.field(field, |out| out.write_str(value));
-        } else if value
-            .bytes()
-            .all(|byte| matches!(byte, b' '..=b'~') && byte != b'"' && byte != b'\\')
-        {
-            // What `{:?}` writes of it, without its escaping machinery.
-            self.field(field, |out| {
-                out.write_char('"')?;
-                out.write_str(value)?;
-                out.write_char('"')
-            });
         } else {
-            self.field(field, |out| write!(out, "{value:?}"));
+            self.field(field, |out| write_quoted(out, value));
         }
     }
 
@@ -273,18 +257,44 @@ impl Visit for JsonFields<'_, '_> {
     }
 }
 
+/// A text line's level column: the level, right-aligned, between spaces.
+pub(super) fn level_column(level: Level) -> &'static str {
+    match level {
+        Level::ERROR => " ERROR ",
+        Level::WARN => "  WARN ",
+        Level::INFO => "  INFO ",
+        Level::DEBUG => " DEBUG ",
+        Level::TRACE => " TRACE ",
+    }
+}
+
+/// Writes a string field's value as a text line shows it: what `{:?}` writes of it, without
+/// its escaping machinery when nothing needs escaping.
+pub(super) fn write_quoted(out: &mut impl Write, value: &str) -> fmt::Result {
+    if value
+        .bytes()
+        .all(|byte| matches!(byte, b' '..=b'~') && byte != b'"' && byte != b'\\')
+    {
+        out.write_char('"')?;
+        out.write_str(value)?;
+        out.write_char('"')
+    } else {
+        write!(out, "{value:?}")
+    }
+}
+
 /// Writes an integer in decimal, without the formatting machinery.
-fn write_integer(out: &mut impl Write, value: impl itoa::Integer) -> fmt::Result {
+pub(super) fn write_integer(out: &mut impl Write, value: impl itoa::Integer) -> fmt::Result {
     out.write_str(itoa::Buffer::new().format(value))
 }
 
 /// Writes `text` as a JSON string, escaped as `serde_json` escapes it.
-fn write_json_string(out: &mut impl Write, text: &str) -> fmt::Result {
+pub(super) fn write_json_string(out: &mut impl Write, text: &str) -> fmt::Result {
     out.write_str(&serde_json::to_string(text).map_err(|_| fmt::Error)?)
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use std::io;
@@ -298,7 +308,7 @@ mod tests {
 
     /// Every line written, in one buffer.
     #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
+    pub(in crate::log) struct Captured(Arc<Mutex<Vec<u8>>>);
 
     impl io::Write for Captured {
         fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
@@ -320,7 +330,7 @@ mod tests {
     }
 
     impl Captured {
-        fn lines(&self) -> Vec<String> {
+        pub(in crate::log) fn lines(&self) -> Vec<String> {
             String::from_utf8(self.0.lock().unwrap().clone())
                 .unwrap()
                 .lines()

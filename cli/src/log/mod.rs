@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
 
+mod access;
 mod line;
 
+pub(crate) use access::QueuedAccessLog;
 pub(crate) use line::Line;
 
 /// How many lines may wait for the writer thread.
@@ -83,6 +85,16 @@ impl QueuedStderr {
         };
         Some((QueuedStderr { queue, dropped }, guard))
     }
+
+    /// Queues one whole line (or several); drops it, and counts it, when the queue is full.
+    fn queue(&self, line: Vec<u8>) {
+        match self.queue.try_send(Queued::Line(line)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl<'a> MakeWriter<'a> for QueuedStderr {
@@ -118,13 +130,7 @@ impl Drop for QueuedLine<'_> {
         if self.line.is_empty() {
             return;
         }
-        let line = std::mem::take(&mut self.line);
-        match self.to.queue.try_send(Queued::Line(line)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.to.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        self.to.queue(std::mem::take(&mut self.line));
     }
 }
 
