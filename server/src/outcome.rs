@@ -352,11 +352,15 @@ pub enum ContextError {
 /// says why it is not one. A field given twice is refused, where reading through a JSON value
 /// would keep the last.
 pub fn read_context(point: InterceptionPoint, body: &[u8]) -> Result<Context, ContextError> {
+    // The body is checked to be UTF-8 at once, with vector instructions; its JSON is then read
+    // as text, so the reader does not check each string again. A body that is not UTF-8 is
+    // read as bytes, for the reader's own account of where it is wrong.
+    let text = simdutf8::basic::from_utf8(body).ok();
     let read = match point {
-        InterceptionPoint::Input => serde_json::from_slice(body).map(Context::Input),
-        InterceptionPoint::ToolCall => serde_json::from_slice(body).map(Context::ToolCall),
-        InterceptionPoint::ToolResult => serde_json::from_slice(body).map(Context::ToolResult),
-        InterceptionPoint::Output => serde_json::from_slice(body).map(Context::Output),
+        InterceptionPoint::Input => read_json(body, text).map(Context::Input),
+        InterceptionPoint::ToolCall => read_json(body, text).map(Context::ToolCall),
+        InterceptionPoint::ToolResult => read_json(body, text).map(Context::ToolResult),
+        InterceptionPoint::Output => read_json(body, text).map(Context::Output),
     };
     read.map_err(|error| match error.classify() {
         serde_json::error::Category::Data => {
@@ -364,6 +368,17 @@ pub fn read_context(point: InterceptionPoint, body: &[u8]) -> Result<Context, Co
         }
         _ => ContextError::Malformed(format!("the request body is not JSON: {error}")),
     })
+}
+
+/// Reads `body` as JSON: from `text`, the body already checked to be UTF-8, when there is one.
+fn read_json<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    text: Option<&str>,
+) -> serde_json::Result<T> {
+    match text {
+        Some(text) => serde_json::from_str(text),
+        None => serde_json::from_slice(body),
+    }
 }
 
 /// Evaluates a context on the engine: the context to forward, as JSON, or why not.
@@ -387,7 +402,10 @@ impl ContextTask for Written<'_> {
     type Output = Result<Vec<u8>, EngineError>;
 
     async fn run<C: PolicyContext>(self, context: &C) -> Self::Output {
-        let evaluation = self.0.evaluate(context).await?;
+        // The engine's evaluation (more than a KiB of state) is kept in a box of its own, so
+        // that the futures around it stay small: the service's route moves them, and each
+        // layer around an argument future keeps room for it again.
+        let evaluation = Box::pin(self.0.evaluate(context)).await?;
         let mut text = Vec::with_capacity(self.1);
         let decisions = TAKEN.with(|taken| std::mem::take(&mut *taken.borrow_mut()));
         outcome_of(Ok(evaluation.context()), decisions).write(&mut text, false);
@@ -484,7 +502,7 @@ fn outcome_of<F>(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use portcullis_dsl::DslInputPolicy;
     use portcullis_engine::{
@@ -557,5 +575,44 @@ mod tests {
             let written: Value = serde_json::from_slice(&written).unwrap();
             assert_eq!(written, outcome.to_json(), "{text}");
         }
+    }
+
+    /// A body read as text (checked to be UTF-8 first) reads as it does as bytes; a body that
+    /// is not UTF-8 is malformed, with the reader's account of where.
+    #[test]
+    fn bodies_read_as_text_read_as_bytes_do_and_bytes_that_are_not_utf8_are_malformed() {
+        let bodies = [
+            r#"{"messages":[{"role":"user","content":"caf\u00e9 \"quoted\" naïve 😀"}],
+                "metadata":{"agent_id":"a","session_id":"s","timestamp":"2026-01-01T00:00:00Z"}}"#,
+            r#"{"messages":[{"role":"user","content":"hi"}],"metadata":{"agent_id":"a","session_id":"s"}}"#,
+            r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"a\u{1}\"}]}",
+            r#"{"messages":"#,
+        ];
+        for body in bodies {
+            let as_bytes = serde_json::from_slice::<InputContext>(body.as_bytes());
+            match (
+                read_context(InterceptionPoint::Input, body.as_bytes()),
+                as_bytes,
+            ) {
+                (Ok(Context::Input(read)), Ok(expected)) => assert_eq!(read, expected, "{body}"),
+                (Err(ContextError::Invalid(message)), Err(error))
+                | (Err(ContextError::Malformed(message)), Err(error)) => {
+                    assert!(message.ends_with(&error.to_string()), "{message} / {error}");
+                }
+                (read, expected) => panic!("{body}: {read:?} against {expected:?}"),
+            }
+        }
+        let mut not_utf8 = br#"{"messages":[{"role":"user","content":"caf"#.to_vec();
+        not_utf8.extend_from_slice(b"\xe9\"}]}");
+        let Err(ContextError::Malformed(message)) =
+            read_context(InterceptionPoint::Input, &not_utf8)
+        else {
+            panic!("a body that is not UTF-8 is malformed")
+        };
+        assert!(
+            message.starts_with("the request body is not JSON: invalid unicode code point"),
+            "{message}"
+        );
     }
 }
