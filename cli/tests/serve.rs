@@ -666,6 +666,48 @@ fn json_logs_are_one_object_per_line_with_the_access_fields() {
     );
 }
 
+/// Text logs (the default off a terminal): a request's access line has the time, the level,
+/// `answered` and the request's fields; a server error's line is a warning (the 503 of
+/// `/readyz` before a set is loaded).
+#[test]
+fn text_access_lines_carry_the_request_and_warn_of_server_errors() {
+    let scratch = Scratch::new("text-log");
+    scratch.rule("v1");
+    let server = Server::start(&scratch.manifest(), &[]);
+    let (status, _) = server.request("GET", "/healthz", "");
+    assert_eq!(status, 200);
+    let lines = server.wait_for_lines(&[" answered request_id="]);
+    let line = lines
+        .iter()
+        .find(|line| line.contains(" answered request_id="))
+        .expect("the access line");
+    let (time, rest) = line.split_once(' ').expect("a time first");
+    assert!(time.ends_with('Z') && time.len() == 27, "{line}");
+    assert!(rest.starts_with(" INFO answered request_id="), "{line}");
+    assert!(
+        rest.contains(r#" method="GET" route="/healthz" status=200 micros="#),
+        "{line}"
+    );
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("an address").port();
+    drop(listener);
+    let manifest = scratch.0.path().join("unloaded.yaml");
+    std::fs::write(
+        &manifest,
+        format!("input:\n  - rego: http://127.0.0.1:{port}/down.tar.gz\n    poll: 1h\n"),
+    )
+    .expect("written");
+    let unloaded = Server::start(&manifest, &[]);
+    assert_eq!(unloaded.request("GET", "/readyz", "").0, 503);
+    let lines = unloaded.wait_for_lines(&[" WARN answered request_id="]);
+    let line = lines
+        .iter()
+        .find(|line| line.contains(" WARN answered request_id="))
+        .expect("the access line");
+    assert!(line.contains(r#" route="/readyz" status=503 "#), "{line}");
+}
+
 /// The value of the counter `name` in the Prometheus text `metrics` (0 when it is absent).
 fn counter(metrics: &str, name: &str) -> u64 {
     metrics
