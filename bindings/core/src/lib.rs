@@ -23,5 +23,5 @@ pub use native::{
     FailedPolicy, Loaded, NotLoaded, PointPolicy, construction_error, describe, dsl, http,
     parse_point, rego, rego_server,
 };
-pub use outcome::{is_call_context, outcome, read_context};
+pub use outcome::{FORWARD_UNCHANGED, is_call_context, outcome, read_context};
 pub use steps::{poll_here, run_here};

@@ -4,10 +4,11 @@
 use std::error::Error;
 
 use portcullis_engine::{
-    EngineError, InputContext, InterceptionPoint, OutputContext, PolicyContext, PolicyEngine,
-    ToolCallContext, ToolResultContext,
+    ApprovalRequest, EngineError, InputContext, InterceptionPoint, OutputContext, PolicyContext,
+    PolicyEngine, ToolCallContext, ToolResultContext,
 };
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::audit::with_records;
 
@@ -30,6 +31,11 @@ pub fn read_context<C: PolicyContext>(json: &str) -> Result<C, String> {
     serde_json::from_str(json).map_err(|error| format!("not a valid {} context: {error}", C::POINT))
 }
 
+/// The outcome of a call that forwards its context unchanged, when the engine keeps no audit
+/// records: the usual outcome, always this text, which a binding may recognise without
+/// reading it.
+pub const FORWARD_UNCHANGED: &str = r#"{"outcome":"forward","context":null}"#;
+
 /// Evaluates the policies of `point` on the context `context_json`, and with `audit` keeps the
 /// call's audit records: the outcome as JSON text.
 ///
@@ -42,7 +48,8 @@ pub fn read_context<C: PolicyContext>(json: &str) -> Result<C, String> {
 /// | `invalid_context` | `message` |
 ///
 /// `records` (a list of audit records) is added when `audit`. `thrown` is how a binding
-/// points at what its host-language policy threw, if the cause is such a throw.
+/// points at what its host-language policy threw, if the cause is such a throw. An unchanged
+/// `forward` without records is [`FORWARD_UNCHANGED`].
 pub async fn outcome<F>(
     engine: &PolicyEngine,
     audit: bool,
@@ -69,8 +76,7 @@ where
             }
         }
     };
-    let (outcome, records) = with_records(audit, outcome).await;
-    let mut json = outcome.to_string();
+    let (mut json, records) = with_records(audit, outcome).await;
     if let Some(records) = records {
         // The records' own JSON texts, spliced in as the last key (the outcome is an object).
         json.pop();
@@ -86,47 +92,93 @@ where
     json
 }
 
+/// An outcome as [`outcome`] writes it: the kind under `outcome`, then its other keys in the
+/// order of the table there.
+#[derive(Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+enum Outcome<'a, C> {
+    Forward {
+        context: Option<&'a C>,
+    },
+    Denied {
+        policy_id: &'a str,
+        interception_point: InterceptionPoint,
+        reason: Option<&'a str>,
+        message: String,
+    },
+    EvaluationError {
+        policy_id: &'a str,
+        interception_point: InterceptionPoint,
+        cause: String,
+        thrown: Value,
+    },
+    ApprovalRequired {
+        policy_id: Option<&'a str>,
+        interception_point: InterceptionPoint,
+        request: &'a ApprovalRequest,
+    },
+    InvalidContext {
+        message: String,
+    },
+}
+
+impl<C: Serialize> Outcome<'_, C> {
+    /// The outcome as JSON text, written straight from the engine's values.
+    fn to_json(&self) -> String {
+        portcullis_engine::json::to_string(self).unwrap_or_else(|error| {
+            // Contexts and approval requests are plain data with string keys: writing them
+            // does not fail. Should it, the call fails rather than forward anything.
+            invalid_context(format!("the outcome cannot be written as JSON: {error}"))
+        })
+    }
+}
+
+/// An `invalid_context` outcome with `message`, as JSON text.
+fn invalid_context(message: String) -> String {
+    let outcome: Outcome<'_, ()> = Outcome::InvalidContext { message };
+    // A string alone cannot fail to be written.
+    portcullis_engine::json::to_string(&outcome).unwrap_or_default()
+}
+
 /// Runs `C`'s point on a context given as JSON; the outcome as [`outcome`] describes it.
 async fn evaluate<C: PolicyContext, F>(
     engine: &PolicyEngine,
     context_json: &str,
     thrown: F,
-) -> Value
+) -> String
 where
     F: FnOnce(&(dyn Error + 'static)) -> Value,
 {
     let context: C = match read_context(context_json) {
         Ok(context) => context,
-        Err(message) => return json!({ "outcome": "invalid_context", "message": message }),
+        Err(message) => return invalid_context(message),
     };
     let address = std::ptr::from_ref(&context).addr();
-    match CALL_CONTEXT.scope(address, engine.evaluate(&context)).await {
-        Ok(evaluation) if evaluation.is_modified() => json!({
-            "outcome": "forward",
-            "context": serde_json::to_value(evaluation.context()).unwrap_or(Value::Null),
-        }),
-        Ok(_) => json!({ "outcome": "forward", "context": null }),
-        Err(EngineError::Denied(denial)) => json!({
-            "outcome": "denied",
-            "policy_id": denial.policy_id(),
-            "interception_point": denial.interception_point(),
-            "reason": denial.reason(),
-            "message": denial.to_string(),
-        }),
-        Err(EngineError::Evaluation(error)) => json!({
-            "outcome": "evaluation_error",
-            "policy_id": error.policy_id(),
-            "interception_point": error.interception_point(),
-            "cause": error.cause_chain(),
-            "thrown": thrown(error.cause()),
-        }),
-        Err(EngineError::ApprovalRequired(request)) => json!({
-            "outcome": "approval_required",
-            "policy_id": request.policy_ids.first(),
-            "interception_point": request.interception_point,
-            "request": &*request,
-        }),
-    }
+    let evaluated = CALL_CONTEXT.scope(address, engine.evaluate(&context)).await;
+    let outcome: Outcome<'_, C> = match &evaluated {
+        Ok(evaluation) if evaluation.is_modified() => Outcome::Forward {
+            context: Some(evaluation.context()),
+        },
+        Ok(_) => return FORWARD_UNCHANGED.to_owned(),
+        Err(EngineError::Denied(denial)) => Outcome::Denied {
+            policy_id: denial.policy_id(),
+            interception_point: denial.interception_point(),
+            reason: denial.reason(),
+            message: denial.to_string(),
+        },
+        Err(EngineError::Evaluation(error)) => Outcome::EvaluationError {
+            policy_id: error.policy_id(),
+            interception_point: error.interception_point(),
+            cause: error.cause_chain(),
+            thrown: thrown(error.cause()),
+        },
+        Err(EngineError::ApprovalRequired(request)) => Outcome::ApprovalRequired {
+            policy_id: request.policy_ids.first().map(String::as_str),
+            interception_point: request.interception_point,
+            request,
+        },
+    };
+    outcome.to_json()
 }
 
 #[cfg(test)]
@@ -204,5 +256,57 @@ mod tests {
 
         let unkept = call(&engine(false), false, "hello").await;
         assert_eq!(unkept, json!({"outcome": "forward", "context": null}));
+    }
+
+    /// Each outcome is written with its kind first and every key of the table, values as the
+    /// engine gives them; the fixed text of an unchanged forward is what would be written.
+    #[tokio::test]
+    async fn outcomes_are_written_whole() {
+        let unchanged: Outcome<'_, ()> = Outcome::Forward { context: None };
+        assert_eq!(unchanged.to_json(), FORWARD_UNCHANGED);
+        let unkept = engine(false);
+        let text = outcome(
+            &unkept,
+            false,
+            InterceptionPoint::Input,
+            &context("hello"),
+            |_| Value::Null,
+        )
+        .await;
+        assert_eq!(text, FORWARD_UNCHANGED);
+
+        let text = outcome(
+            &unkept,
+            false,
+            InterceptionPoint::Input,
+            &context("my ssn"),
+            |_| Value::Null,
+        )
+        .await;
+        assert!(text.starts_with(r#"{"outcome":"denied","#), "{text}");
+        let denied: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(
+            denied,
+            json!({
+                "outcome": "denied",
+                "policy_id": "no_ssn",
+                "interception_point": "input",
+                "reason": "No social security numbers.",
+                "message": "No social security numbers.",
+            })
+        );
+
+        let text = outcome(&unkept, false, InterceptionPoint::Input, "{", |_| {
+            Value::Null
+        })
+        .await;
+        let invalid: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(invalid["outcome"], "invalid_context");
+        assert!(
+            invalid["message"]
+                .as_str()
+                .is_some_and(|message| message.starts_with("not a valid input context")),
+            "{invalid}"
+        );
     }
 }

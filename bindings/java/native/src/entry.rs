@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use jni::errors::{Error as JniError, ThrowRuntimeExAndDefault};
-use jni::objects::{JClass, JObject, JObjectArray, JString, JThrowable};
+use jni::objects::{JByteArray, JClass, JObject, JObjectArray, JString, JThrowable};
 use jni::strings::{JNIStr, JNIString};
 use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned, jni_str};
@@ -69,6 +69,15 @@ fn string(env: &Env<'_>, value: &JString<'_>, what: &str) -> Result<String, Fail
         return Err(Failure::Invalid(format!("{what} must not be null")));
     }
     Ok(value.try_to_string(env)?)
+}
+
+/// The text of a UTF-8 byte array Java gave (`String.getBytes(UTF_8)`).
+fn utf8(env: &Env<'_>, value: &JByteArray<'_>, what: &str) -> Result<String, Failure> {
+    if value.is_null() {
+        return Err(Failure::Invalid(format!("{what} must not be null")));
+    }
+    String::from_utf8(env.convert_byte_array(value)?)
+        .map_err(|error| Failure::Invalid(format!("{what} is not UTF-8: {error}")))
 }
 
 fn point(index: jint) -> Result<InterceptionPoint, Failure> {
@@ -241,10 +250,13 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineFromManife
     })
 }
 
-/// `String engineEvaluate(long engine, int point, Object context, String contextJson,
-/// Throwable[] thrown)`: the outcome as JSON; `context` is the caller's context object, handed
-/// to Java policies while no policy has changed it; `thrown[0]` is set to the exception a Java
-/// policy threw when the outcome is an evaluation error it caused.
+/// `byte[] engineEvaluate(long engine, int point, Object context, byte[] contextJson,
+/// Throwable[] thrown)`: the outcome as JSON in UTF-8, or `null` for
+/// [`FORWARD_UNCHANGED`](portcullis_bindings::FORWARD_UNCHANGED) (the usual outcome, which
+/// Java then need not read); `contextJson` is the context as JSON in UTF-8; `context` is the
+/// caller's context object, handed to Java policies while no policy has changed it;
+/// `thrown[0]` is set to the exception a Java policy threw when the outcome is an evaluation
+/// error it caused.
 #[unsafe(no_mangle)]
 pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineEvaluate<'local>(
     mut env: EnvUnowned<'local>,
@@ -252,13 +264,13 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineEvaluate<'
     engine: jlong,
     index: jint,
     caller: JObject<'local>,
-    context: JString<'local>,
+    context: JByteArray<'local>,
     thrown_out: JObjectArray<'local, JThrowable<'local>>,
 ) -> JObject<'local> {
     entry(&mut env, |env| {
         let engine = borrow::<EngineHandle>(engine, "engine")?;
         let point = point(index)?;
-        let context = string(env, &context, "the context")?;
+        let context = utf8(env, &context, "the context")?;
         let (outcome, thrown) =
             with_caller_context(caller.as_raw(), || engine.evaluate(point, &context))
                 .map_err(Failure::State)?;
@@ -268,7 +280,12 @@ pub extern "system" fn Java_dev_portcullis_core_internal_Native_engineEvaluate<'
             let exception = env.new_local_ref(&**thrown)?;
             thrown_out.set_element(env, 0, &exception)?;
         }
-        text(env, &outcome)
+        if outcome == portcullis_bindings::FORWARD_UNCHANGED {
+            return Ok(JObject::null());
+        }
+        Ok(JObject::from(
+            env.byte_array_from_slice(outcome.as_bytes())?,
+        ))
     })
 }
 

@@ -2,7 +2,9 @@
 //! (`bindings/java`), loaded by `dev.portcullis.core.internal.NativeLibrary`.
 //!
 //! The engine's loop, its decisions, redactions, transforms and audit records stay in Rust;
-//! this crate only translates. Contexts and decisions cross as JSON text. A policy written in
+//! this crate only translates. Contexts, decisions and outcomes cross as JSON text; on the
+//! paths of every call (an engine's evaluation, a Java policy's), as UTF-8 byte arrays, which
+//! cost one copy each way where a Java string costs two. A policy written in
 //! Java is a Rust policy whose evaluation calls the Java object through JNI ([`JavaCall`]); the
 //! native policies are the Rust backends. An evaluation runs on the calling Java thread: it is
 //! first polled there, and when a policy waits (on the network), the thread blocks on the

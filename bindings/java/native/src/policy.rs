@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use jni::errors::Error as JniError;
 use jni::ids::JMethodID;
-use jni::objects::{JObject, JString, JThrowable};
-use jni::refs::Global;
+use jni::objects::{JByteArray, JObject, JString, JThrowable};
+use jni::refs::{Global, IntoAuto};
 use jni::signature::ReturnType;
 use jni::sys::jobject;
-use jni::vm::JavaVM;
+use jni::vm::{AttachConfig, AttachmentExceptionPolicy, JavaVM};
 use jni::{Env, JValue, jni_sig, jni_str};
 use portcullis_bindings::{HostCall, HostPolicy, describe};
 use portcullis_engine::{BoxError, PolicyContext, PolicyDecision, async_trait};
@@ -122,14 +122,14 @@ pub fn read_decision(returned: Option<&str>) -> Result<PolicyDecision, JavaPolic
 pub type JavaPolicy = HostPolicy<JavaCall>;
 
 /// The call of a policy written in Java: its `dev.portcullis.core.internal.HostPolicyAdapter`,
-/// whose `evaluate(String)` reads the context from JSON and `evaluateCaller(Object)` takes the
-/// caller's own object, calls the user's policy, and gives its decision as JSON (`""` for a
-/// plain `allow`, `null` for `null`), or throws what it threw.
+/// whose `evaluate(byte[])` reads the context from JSON (UTF-8) and `evaluateCaller(Object)`
+/// takes the caller's own object, calls the user's policy, and gives its decision as JSON in
+/// UTF-8 (no bytes for a plain `allow`, `null` for `null`), or throws what it threw.
 pub struct JavaCall {
     adapter: Global<JObject<'static>>,
-    /// `String evaluate(String)`.
+    /// `byte[] evaluate(byte[])`.
     evaluate: JMethodID,
-    /// `String evaluateCaller(Object)`.
+    /// `byte[] evaluateCaller(Object)`.
     evaluate_caller: JMethodID,
 }
 
@@ -144,15 +144,11 @@ pub fn java_policy(
     deadline: Option<Duration>,
 ) -> Result<JavaPolicy, JniError> {
     let class = env.get_object_class(adapter)?;
-    let evaluate = env.get_method_id(
-        &class,
-        jni_str!("evaluate"),
-        jni_sig!("(Ljava/lang/String;)Ljava/lang/String;"),
-    )?;
+    let evaluate = env.get_method_id(&class, jni_str!("evaluate"), jni_sig!("([B)[B"))?;
     let evaluate_caller = env.get_method_id(
         &class,
         jni_str!("evaluateCaller"),
-        jni_sig!("(Ljava/lang/Object;)Ljava/lang/String;"),
+        jni_sig!("(Ljava/lang/Object;)[B"),
     )?;
     let call = JavaCall {
         adapter: env.new_global_ref(adapter)?,
@@ -173,15 +169,39 @@ impl HostCall for JavaCall {
         let argument = if !caller.is_null() && portcullis_bindings::is_call_context(context) {
             Argument::Caller(caller)
         } else {
-            Argument::Json(portcullis_engine::json::to_string(context)?)
+            let mut json = Vec::with_capacity(256);
+            portcullis_engine::json::to_writer(&mut json, context)?;
+            Argument::Json(json)
         };
         let vm = JavaVM::singleton().map_err(|error| JavaPolicyError::Call(error.to_string()))?;
         // The caller's thread is attached already; a thread of the runtime is attached for the
-        // call only, so that it never keeps the JVM from exiting.
+        // call only, so that it never keeps the JVM from exiting. No local frame is pushed:
+        // `call` deletes the references it makes (the ones a scoped attachment makes go with
+        // it), and handles the exceptions the call raises itself.
+        let config = || {
+            AttachConfig::new()
+                .scoped(true)
+                .exceptions_policy(AttachmentExceptionPolicy::Ignore)
+        };
         let returned = vm
-            .attach_current_thread_for_scope(|env| self.call(env, &argument))
+            .attach_current_thread_with_config(config, None, |env| {
+                let returned = self.call(env, &argument);
+                if returned.is_err() && env.exception_check() {
+                    env.exception_clear();
+                }
+                returned
+            })
             .map_err(|error| JavaPolicyError::Call(error.to_string()))?;
-        let returned = returned?;
+        let returned = returned?
+            .map(String::from_utf8)
+            .transpose()
+            .map_err(|error| JavaPolicyError::NotADecision {
+                returned: String::from_utf8_lossy(error.as_bytes())
+                    .chars()
+                    .take(200)
+                    .collect(),
+                problem: error.utf8_error().to_string(),
+            })?;
         Ok(read_decision(returned.as_deref())?)
     }
 }
@@ -190,18 +210,20 @@ impl HostCall for JavaCall {
 enum Argument {
     /// The caller's object (a local reference of the native method on this thread).
     Caller(jobject),
-    /// The context, as JSON.
-    Json(String),
+    /// The context, as JSON (UTF-8).
+    Json(Vec<u8>),
 }
 
 impl JavaCall {
     /// Calls `adapter.evaluateCaller(context)` or `adapter.evaluate(json)`: what it returned,
-    /// or what it threw.
+    /// or what it threw. The local references it makes are deleted before it returns (should
+    /// a JNI call fail half-way, one may be left to the native method's frame or to the
+    /// thread's scoped attachment, which free it).
     fn call(
         &self,
         env: &mut Env<'_>,
         argument: &Argument,
-    ) -> Result<Result<Option<String>, JavaPolicyError>, JniError> {
+    ) -> Result<Result<Option<Vec<u8>>, JavaPolicyError>, JniError> {
         let returned = match argument {
             Argument::Caller(context) => {
                 // SAFETY: `context` is a local reference of the native method running on this
@@ -220,16 +242,18 @@ impl JavaCall {
                 }
             }
             Argument::Json(json) => {
-                let json = env.new_string(json)?;
-                // SAFETY: as above, with a string argument.
-                unsafe {
+                let json = env.byte_array_from_slice(json)?;
+                // SAFETY: as above, with a byte array argument.
+                let returned = unsafe {
                     env.call_method_unchecked(
                         &*self.adapter,
                         self.evaluate,
                         ReturnType::Object,
                         &[JValue::Object(&json).as_jni()],
                     )
-                }
+                };
+                env.delete_local_ref(json);
+                returned
             }
         };
         match returned {
@@ -238,17 +262,27 @@ impl JavaCall {
                 if returned.is_null() {
                     return Ok(Ok(None));
                 }
-                let returned = env.cast_local::<JString>(returned)?;
-                Ok(Ok(Some(returned.try_to_string(env)?)))
+                // SAFETY: both methods return a `byte[]` (their signatures were checked when
+                // they were looked up), and `returned` is the only wrapper of this reference.
+                let returned = unsafe { JByteArray::from_raw(env, returned.into_raw()) };
+                // A plain allow, the usual answer, is no bytes: nothing to copy.
+                let bytes = if returned.len(env)? == 0 {
+                    Vec::new()
+                } else {
+                    env.convert_byte_array(&returned)?
+                };
+                env.delete_local_ref(returned);
+                Ok(Ok(Some(bytes)))
             }
             Err(JniError::JavaException) => {
                 let Some(exception) = env.exception_occurred() else {
                     return Err(JniError::JavaException);
                 };
                 env.exception_clear();
+                let exception = exception.auto();
                 let message = describe_throwable(env, &exception)
                     .unwrap_or_else(|_| "an exception that cannot be described".to_owned());
-                let exception = env.new_global_ref(&exception)?;
+                let exception = env.new_global_ref(&*exception)?;
                 Ok(Err(JavaPolicyError::Threw {
                     message,
                     exception: Arc::new(exception),
@@ -259,18 +293,20 @@ impl JavaCall {
     }
 }
 
-/// `throwable.toString()`: its class and message.
+/// `throwable.toString()`: its class and message. What that throws is cleared.
 fn describe_throwable(env: &mut Env<'_>, throwable: &JThrowable<'_>) -> Result<String, JniError> {
-    let text = env
-        .call_method(
-            throwable,
-            jni_str!("toString"),
-            jni_sig!("()Ljava/lang/String;"),
-            &[],
-        )?
-        .l()?;
-    let text = env.cast_local::<JString>(text)?;
-    let described = text.try_to_string(env);
+    let described = (|| {
+        let text = env
+            .call_method(
+                throwable,
+                jni_str!("toString"),
+                jni_sig!("()Ljava/lang/String;"),
+                &[],
+            )?
+            .l()?;
+        let text = env.cast_local::<JString>(text)?.auto();
+        text.try_to_string(env)
+    })();
     if env.exception_check() {
         env.exception_clear();
     }

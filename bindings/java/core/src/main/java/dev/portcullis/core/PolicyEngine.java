@@ -6,6 +6,7 @@ import dev.portcullis.core.internal.Json;
 import dev.portcullis.core.internal.Native;
 import dev.portcullis.core.internal.NativeAuditSink;
 import java.lang.ref.Reference;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
@@ -171,11 +172,16 @@ public final class PolicyEngine {
     private <C extends PolicyContext> C evaluate(InterceptionPoint point, C ctx, Function<Object, C> read) {
         Objects.requireNonNull(ctx, "ctx");
         Throwable[] thrown = new Throwable[1];
-        String text;
+        byte[] text;
         try {
-            text = Native.engineEvaluate(handle, point.ordinal(), ctx, ctx.toJson(), thrown);
+            text = Native.engineEvaluate(
+                    handle, point.ordinal(), ctx, ctx.toJson().getBytes(StandardCharsets.UTF_8), thrown);
         } finally {
             Reference.reachabilityFence(this);
+        }
+        if (text == null) {
+            // Forwarded unchanged, and no audit records.
+            return ctx;
         }
         Map<String, Object> outcome = Json.parseObject(text);
         if (onAudit != null) {

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.portcullis.core.internal.HostPolicyAdapter;
 import dev.portcullis.core.internal.Json;
 import dev.portcullis.core.internal.Native;
+import java.nio.charset.StandardCharsets;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
 
@@ -17,7 +18,7 @@ import org.junit.jupiter.api.Test;
 class NativeBoundaryTest {
     @Test
     void closedHandlesAndBadArgumentsAreExceptions() {
-        String context = Contexts.input("x").toJson();
+        byte[] context = Contexts.input("x").toJson().getBytes(StandardCharsets.UTF_8);
         IllegalStateException closed = assertThrows(IllegalStateException.class,
                 () -> Native.engineEvaluate(0, 0, null, context, new Throwable[1]));
         assertTrue(closed.getMessage().contains("closed"), closed.getMessage());
@@ -49,11 +50,11 @@ class NativeBoundaryTest {
                 Native.engineGrant(engine, "d", "erin", Long.MAX_VALUE);
                 assertThrows(IllegalArgumentException.class,
                         () -> Native.engineEvaluate(engine, 0, null, null, new Throwable[1]));
-                Map<String, Object> invalid =
-                        Json.parseObject(Native.engineEvaluate(engine, 0, null, "{\"messages\":", null));
+                Map<String, Object> invalid = Json.parseObject(Native.engineEvaluate(
+                        engine, 0, null, "{\"messages\":".getBytes(StandardCharsets.UTF_8), null));
                 assertEquals("invalid_context", invalid.get("outcome"));
-                Map<String, Object> deep = Json.parseObject(
-                        Native.engineEvaluate(engine, 0, null, "[".repeat(100_000), null));
+                Map<String, Object> deep = Json.parseObject(Native.engineEvaluate(
+                        engine, 0, null, "[".repeat(100_000).getBytes(StandardCharsets.UTF_8), null));
                 assertEquals("invalid_context", deep.get("outcome"));
             } finally {
                 Native.engineFree(engine);
@@ -73,7 +74,7 @@ class NativeBoundaryTest {
             try {
                 Throwable[] thrown = new Throwable[1];
                 Map<String, Object> outcome = Json.parseObject(Native.engineEvaluate(
-                        engine, 0, "not a context", Contexts.input("x").toJson(), thrown));
+                        engine, 0, "not a context", Contexts.input("x").toJson().getBytes(StandardCharsets.UTF_8), thrown));
                 assertEquals("evaluation_error", outcome.get("outcome"));
                 assertTrue(thrown[0] instanceof ClassCastException, String.valueOf(thrown[0]));
                 // A policy whose adapter is no adapter is refused.

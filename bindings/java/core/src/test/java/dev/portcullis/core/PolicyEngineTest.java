@@ -422,6 +422,72 @@ class PolicyEngineTest {
         }
     }
 
+    /**
+     * Text crosses to the native library and back as UTF-8, never as the JVM's modified UTF-8:
+     * characters outside the basic plane (an emoji, a musical symbol), NUL and other control
+     * characters come back exactly, in the context a transform changed, in the context a Java
+     * policy reads after it, and in a denial's reason.
+     */
+    @Test
+    void textOutsideTheBasicPlaneAndNulCrossExactly() {
+        String text = "emoji \uD83D\uDE00, clef \uD834\uDD1E, nul \u0000, bell \u0007, caf\u00e9, \u4e2d\u6587,"
+                + " quote \" backslash \\ end";
+        List<String> seen = Collections.synchronizedList(new ArrayList<>());
+        ToolResultPolicy read = new ToolResultPolicy() {
+            @Override
+            public String id() {
+                return "read";
+            }
+
+            @Override
+            public PolicyDecision evaluate(ToolResultContext ctx) {
+                seen.add(ctx.content());
+                seen.add((String) ctx.arguments().get("query"));
+                seen.add((String) ctx.metadata().extra().get("note \uD834\uDD1E"));
+                return AllowDecision.allow();
+            }
+        };
+        ToolResultPolicy mark = new ToolResultPolicy() {
+            @Override
+            public String id() {
+                return "mark";
+            }
+
+            @Override
+            public PolicyDecision evaluate(ToolResultContext ctx) {
+                return TransformDecision.transform(List.of(Operation.prepend("content", "\uD83D\uDE00 ")));
+            }
+        };
+        ToolResultPolicy refuse = new ToolResultPolicy() {
+            @Override
+            public String id() {
+                return "refuse";
+            }
+
+            @Override
+            public PolicyDecision evaluate(ToolResultContext ctx) {
+                return ctx.content().contains("deny") ? DenyDecision.deny("no: " + text) : AllowDecision.allow();
+            }
+        };
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().toolResult(List.of(mark, read, refuse)).build())
+                .build();
+        Metadata metadata = new Metadata("agent \uD83D\uDE00", "s\u0000", "2026-01-01T00:00:00Z",
+                Map.of("note \uD834\uDD1E", text));
+        ToolResultContext ctx = new ToolResultContext("web_search", Map.of("query", text), text, null, false, metadata);
+
+        ToolResultContext forwarded = engine.evaluateToolResult(ctx);
+        assertEquals("\uD83D\uDE00 " + text, forwarded.content());
+        assertEquals(text, forwarded.arguments().get("query"));
+        assertEquals(metadata, forwarded.metadata());
+        assertEquals(List.of("\uD83D\uDE00 " + text, text, text), seen);
+
+        PolicyDenialError denied = assertThrows(PolicyDenialError.class, () -> engine.evaluateToolResult(
+                new ToolResultContext("web_search", Map.of(), "deny " + text, null, false, metadata)));
+        assertEquals("no: " + text, denied.reason().orElseThrow());
+        assertEquals("no: " + text, denied.getMessage());
+    }
+
     @Test
     void badInputIsAClearExceptionNeverACrash() {
         assertThrows(IllegalArgumentException.class, () -> InputContext.fromJson("{"));

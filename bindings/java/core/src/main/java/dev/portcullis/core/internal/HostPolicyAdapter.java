@@ -5,15 +5,19 @@ import dev.portcullis.core.InterceptionPoint;
 import dev.portcullis.core.Policy;
 import dev.portcullis.core.PolicyContext;
 import dev.portcullis.core.PolicyDecision;
+import java.nio.charset.StandardCharsets;
 
 /**
  * What the native library calls for a policy written in Java: reads the context, calls the
- * policy, and gives its decision as JSON (the empty string for a plain allow, {@code null} when
- * it returned {@code null}); what the policy throws goes through to the library.
+ * policy, and gives its decision as JSON in UTF-8 (no bytes for a plain allow, {@code null}
+ * when it returned {@code null}); what the policy throws goes through to the library.
  *
  * <p>Part of the binding's plumbing, not of its API: it may change in any release.
  */
 public final class HostPolicyAdapter {
+    /** A plain allow, the usual answer: no bytes to write or read. */
+    private static final byte[] ALLOW = new byte[0];
+
     private final Policy<PolicyContext> policy;
     private final InterceptionPoint point;
 
@@ -32,29 +36,28 @@ public final class HostPolicyAdapter {
     /**
      * The policy's decision on a context.
      *
-     * @param contextJson the context as JSON
-     * @return the decision as JSON ({@code ""} for a plain allow), or {@code null}
+     * @param contextJson the context as JSON in UTF-8
+     * @return the decision as JSON in UTF-8 (no bytes for a plain allow), or {@code null}
      */
-    public String evaluate(String contextJson) {
-        return decide(PolicyContext.fromJson(point, contextJson));
+    public byte[] evaluate(byte[] contextJson) {
+        return decide(PolicyContext.fromJson(point, new String(contextJson, StandardCharsets.UTF_8)));
     }
 
     /**
      * The policy's decision on the caller's own context object (no policy changed it).
      *
      * @param context the context the caller gave the engine
-     * @return the decision as JSON ({@code ""} for a plain allow), or {@code null}
+     * @return the decision as JSON in UTF-8 (no bytes for a plain allow), or {@code null}
      */
-    public String evaluateCaller(Object context) {
+    public byte[] evaluateCaller(Object context) {
         return decide((PolicyContext) context);
     }
 
-    private String decide(PolicyContext context) {
+    private byte[] decide(PolicyContext context) {
         PolicyDecision decision = policy.evaluate(context);
         if (decision == null) {
             return null;
         }
-        // A plain allow, the usual answer, crosses as the empty string.
-        return decision == AllowDecision.allow() ? "" : decision.toJson();
+        return decision == AllowDecision.allow() ? ALLOW : decision.toJson().getBytes(StandardCharsets.UTF_8);
     }
 }

@@ -2,6 +2,7 @@ package dev.portcullis.core.internal;
 
 import java.math.BigDecimal;
 import java.math.BigInteger;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -62,6 +63,20 @@ public final class Json {
         @SuppressWarnings("unchecked")
         Map<String, Object> object = (Map<String, Object>) value;
         return object;
+    }
+
+    /**
+     * Reads a JSON object from its UTF-8 text.
+     *
+     * @param utf8 the document, in UTF-8
+     * @return its members
+     * @throws IllegalArgumentException when it is not a JSON object
+     */
+    public static Map<String, Object> parseObject(byte[] utf8) {
+        if (utf8 == null) {
+            throw new IllegalArgumentException("not JSON: null");
+        }
+        return parseObject(new String(utf8, StandardCharsets.UTF_8));
     }
 
     /**

@@ -81,12 +81,14 @@ public final class Native {
      * @param engine the engine
      * @param point the point's index
      * @param context the caller's context, handed to Java policies while no policy changed it
-     * @param contextJson the context, as JSON
+     * @param contextJson the context, as JSON in UTF-8
      * @param thrown where the exception a Java policy threw is put, when it caused the outcome
-     * @return the outcome as JSON
+     * @return the outcome as JSON in UTF-8, or {@code null} for
+     *     {@code {"outcome":"forward","context":null}} (the context forwarded unchanged, no
+     *     audit records)
      */
-    public static native String engineEvaluate(
-            long engine, int point, Object context, String contextJson, Throwable[] thrown);
+    public static native byte[] engineEvaluate(
+            long engine, int point, Object context, byte[] contextJson, Throwable[] thrown);
 
     /**
      * Records that a person approved an action, for one call within a lifetime.
