@@ -104,13 +104,10 @@ fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
         }
         at += 8;
     }
-    // The last few bytes (most keys are shorter than a word) in one word, filled out with
-    // spaces, which need no escape.
-    let rest = &bytes[at..];
-    let mut word = [b' '; 8];
-    word[..rest.len()].copy_from_slice(rest);
-    let found = escapes_in_word(u64::from_le_bytes(word));
-    (found != 0).then(|| at + (found.trailing_zeros() / 8) as usize)
+    bytes[at..]
+        .iter()
+        .position(|&byte| must_escape(byte))
+        .map(|offset| at + offset)
 }
 
 /// The high bit of each byte of `word` (read little-endian) that a JSON string must escape:
