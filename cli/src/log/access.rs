@@ -43,26 +43,43 @@ impl AccessLog for QueuedAccessLog {
     }
 }
 
+/// A field's value, as the `answered` event records it.
+enum Value<'a> {
+    /// Recorded with `%`: written as it is in text.
+    Shown(&'a str),
+    /// A string: quoted in text.
+    Text(&'a str),
+    /// A number.
+    Number(u64),
+}
+
 /// Writes `line` as [`Line`](super::Line) writes the `answered` event in `format`, the
 /// newline included.
 fn write_line(out: &mut String, format: LogFormat, line: &AccessLine<'_>) -> fmt::Result {
     let level = line.level();
+    // The event's fields, in the order it records them.
+    let fields = [
+        ("request_id", Value::Shown(line.request_id)),
+        ("method", Value::Text(line.method)),
+        ("route", Value::Text(line.route)),
+        ("status", Value::Number(u64::from(line.status))),
+        ("micros", Value::Number(line.micros)),
+    ];
     match format {
         LogFormat::Text => {
             write_time(out)?;
             out.push_str(level_column(level));
             out.push_str(AccessLine::MESSAGE);
-            // The id is a displayed field: written as it is, without quotes.
-            out.push_str(" request_id=");
-            out.push_str(line.request_id);
-            out.push_str(" method=");
-            write_quoted(out, line.method)?;
-            out.push_str(" route=");
-            write_quoted(out, line.route)?;
-            out.push_str(" status=");
-            write_integer(out, line.status)?;
-            out.push_str(" micros=");
-            write_integer(out, line.micros)?;
+            for (name, value) in fields {
+                out.push(' ');
+                out.push_str(name);
+                out.push('=');
+                match value {
+                    Value::Shown(text) => out.push_str(text),
+                    Value::Text(text) => write_quoted(out, text)?,
+                    Value::Number(number) => write_integer(out, number)?,
+                }
+            }
         }
         LogFormat::Json => {
             out.push_str("{\"timestamp\":\"");
@@ -71,16 +88,16 @@ fn write_line(out: &mut String, format: LogFormat, line: &AccessLine<'_>) -> fmt
             out.push_str(level.as_str());
             out.push_str("\",\"fields\":{\"message\":");
             write_json_string(out, AccessLine::MESSAGE)?;
-            out.push_str(",\"request_id\":");
-            write_json_string(out, line.request_id)?;
-            out.push_str(",\"method\":");
-            write_json_string(out, line.method)?;
-            out.push_str(",\"route\":");
-            write_json_string(out, line.route)?;
-            out.push_str(",\"status\":");
-            write_integer(out, line.status)?;
-            out.push_str(",\"micros\":");
-            write_integer(out, line.micros)?;
+            for (name, value) in fields {
+                // The names are plain words: nothing in them to escape.
+                out.push_str(",\"");
+                out.push_str(name);
+                out.push_str("\":");
+                match value {
+                    Value::Shown(text) | Value::Text(text) => write_json_string(out, text)?,
+                    Value::Number(number) => write_integer(out, number)?,
+                }
+            }
             out.push_str("}}");
         }
     }

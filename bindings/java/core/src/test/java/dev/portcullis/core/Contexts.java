@@ -46,4 +46,20 @@ final class Contexts {
             }
         };
     }
+
+    /** A tool-result policy written as a lambda. */
+    static ToolResultPolicy toolResult(
+            String id, java.util.function.Function<ToolResultContext, PolicyDecision> evaluate) {
+        return new ToolResultPolicy() {
+            @Override
+            public String id() {
+                return id;
+            }
+
+            @Override
+            public PolicyDecision evaluate(ToolResultContext ctx) {
+                return evaluate.apply(ctx);
+            }
+        };
+    }
 }

@@ -433,42 +433,16 @@ class PolicyEngineTest {
         String text = "emoji \uD83D\uDE00, clef \uD834\uDD1E, nul \u0000, bell \u0007, caf\u00e9, \u4e2d\u6587,"
                 + " quote \" backslash \\ end";
         List<String> seen = Collections.synchronizedList(new ArrayList<>());
-        ToolResultPolicy read = new ToolResultPolicy() {
-            @Override
-            public String id() {
-                return "read";
-            }
-
-            @Override
-            public PolicyDecision evaluate(ToolResultContext ctx) {
-                seen.add(ctx.content());
-                seen.add((String) ctx.arguments().get("query"));
-                seen.add((String) ctx.metadata().extra().get("note \uD834\uDD1E"));
-                return AllowDecision.allow();
-            }
-        };
-        ToolResultPolicy mark = new ToolResultPolicy() {
-            @Override
-            public String id() {
-                return "mark";
-            }
-
-            @Override
-            public PolicyDecision evaluate(ToolResultContext ctx) {
-                return TransformDecision.transform(List.of(Operation.prepend("content", "\uD83D\uDE00 ")));
-            }
-        };
-        ToolResultPolicy refuse = new ToolResultPolicy() {
-            @Override
-            public String id() {
-                return "refuse";
-            }
-
-            @Override
-            public PolicyDecision evaluate(ToolResultContext ctx) {
-                return ctx.content().contains("deny") ? DenyDecision.deny("no: " + text) : AllowDecision.allow();
-            }
-        };
+        ToolResultPolicy read = Contexts.toolResult("read", ctx -> {
+            seen.add(ctx.content());
+            seen.add((String) ctx.arguments().get("query"));
+            seen.add((String) ctx.metadata().extra().get("note \uD834\uDD1E"));
+            return AllowDecision.allow();
+        });
+        ToolResultPolicy mark = Contexts.toolResult(
+                "mark", ctx -> TransformDecision.transform(List.of(Operation.prepend("content", "\uD83D\uDE00 "))));
+        ToolResultPolicy refuse = Contexts.toolResult("refuse",
+                ctx -> ctx.content().contains("deny") ? DenyDecision.deny("no: " + text) : AllowDecision.allow());
         PolicyEngine engine = PolicyEngine.builder()
                 .policySet(PolicySet.builder().toolResult(List.of(mark, read, refuse)).build())
                 .build();
