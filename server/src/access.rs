@@ -62,9 +62,9 @@ pub trait AccessLog: Send + Sync + 'static {
     fn answered(&self, line: &AccessLine<'_>);
 }
 
-/// The default access log: one `tracing` event per request, with the message `answered` and
-/// the fields `request_id`, `method`, `route`, `status` and `micros`, at the line's
-/// [`level`](AccessLine::level).
+/// The default access log: one `tracing` event per request, with the target
+/// `portcullis_server::access`, the message `answered` and the fields `request_id`, `method`,
+/// `route`, `status` and `micros`, at the line's [`level`](AccessLine::level).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingAccessLog;
 
