@@ -29,6 +29,7 @@ pub(crate) struct ServeArgs {
     pub(crate) request_deadline: String,
     pub(crate) read_timeout: String,
     pub(crate) max_connections: usize,
+    pub(crate) workers: Option<u16>,
     pub(crate) log_level: String,
     pub(crate) log_format: LogFormat,
     pub(crate) console: bool,
@@ -106,7 +107,11 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
             return 1;
         }
     };
+    // Connections are served on worker threads of their own (`--workers`); this runtime
+    // loads the set, accepts connections, watches for signals and runs what the set runs
+    // in the background (reloads, exports).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
     {
@@ -208,9 +213,14 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         }
     };
 
+    let threads = args.workers.map_or_else(
+        || std::thread::available_parallelism().map_or(1, usize::from),
+        usize::from,
+    );
     let mut options = service
         .serve_options()
-        .max_connections(args.max_connections);
+        .max_connections(args.max_connections)
+        .workers(threads);
     if let Some(tls) = tls {
         options = options.tls(tls);
     }
@@ -233,6 +243,7 @@ pub(crate) fn run(args: ServeArgs) -> u8 {
         };
         tracing::info!(
             manifest = %args.manifest.display(),
+            workers = threads,
             "serving decisions on {scheme}://{}",
             listener.local_addr()?
         );

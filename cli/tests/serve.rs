@@ -374,6 +374,29 @@ fn a_bad_manifest_or_a_missing_token_is_exit_1() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("PORTCULLIS_SERVE_TEST_UNSET_TOKEN"));
 }
 
+/// `--workers` sets how many threads serve connections (said when the service starts); none
+/// is not a choice.
+#[test]
+fn the_operator_chooses_how_many_worker_threads_serve() {
+    let scratch = Scratch::new("workers");
+    scratch.rule("v1");
+    let manifest = scratch.manifest();
+    let output = serve_once(&manifest, &["--workers", "0"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--workers"), "{stderr}");
+
+    let server = Server::start_with(&manifest, &["--workers", "3"], &[]);
+    assert!(
+        server.startup.iter().any(|line| line.contains("workers=3")),
+        "{:?}",
+        server.startup
+    );
+    let (status, body) = server.request("POST", "/v1/evaluate/input", &context("a secret"));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""outcome":"denied""#), "{body}");
+}
+
 #[test]
 fn a_token_from_the_environment_guards_evaluations() {
     let scratch = Scratch::new("token");

@@ -34,6 +34,10 @@
 //! under `/engine/evaluate` is a 500 (the protocol's clients read any non-2xx as an evaluation
 //! error).
 //!
+//! [`ServeOptions::workers`] serves the connections on threads of their own, each with a
+//! single-threaded runtime, rather than on the caller's runtime: `portcullis serve` does, one
+//! per CPU.
+//!
 //! Limits ([`Limits`], [`ServeOptions`]): open connections are capped; a request's head must
 //! arrive within the header read time (an idle keep-alive connection is closed after it too);
 //! a request takes an evaluation slot (or waits in a bounded queue) *before* its body is read,

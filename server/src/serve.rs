@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper::body::{Body, Incoming};
@@ -36,6 +37,19 @@ pub struct ServeOptions {
     /// closes (the kernel's backlog holds the ones waiting). Default:
     /// [`DEFAULT_MAX_CONNECTIONS`].
     pub max_connections: Option<usize>,
+    /// How many threads serve the connections, each running a single-threaded runtime of
+    /// its own. The listener's task accepts each connection and hands it to the thread with
+    /// the fewest open, where it stays from its first request to its last. Default: none,
+    /// every connection is a task of the runtime [`serve`] runs on.
+    ///
+    /// On tokio's multi-threaded runtime, threads hand tasks to one another and wake one
+    /// another up, which costs more than the work of a short request; a connection that
+    /// stays on one thread costs none of that, as with the worker processes of nginx.
+    /// Everything requests share (the engine, the session store, the cap on connections,
+    /// the metrics) is shared across the threads. The price: no thread takes over another's
+    /// connections, so a policy that blocks its thread (a synchronous policy doing real
+    /// work; wrap it in `blocking()`) holds up the other connections of that thread.
+    pub workers: Option<usize>,
     /// Where open connections are counted (`/metrics`).
     metrics: Option<Arc<Metrics>>,
     #[cfg(feature = "tls")]
@@ -48,7 +62,8 @@ impl std::fmt::Debug for ServeOptions {
         debug
             .field("header_read_timeout", &self.header_read_timeout)
             .field("drain_timeout", &self.drain_timeout)
-            .field("max_connections", &self.max_connections);
+            .field("max_connections", &self.max_connections)
+            .field("workers", &self.workers);
         #[cfg(feature = "tls")]
         debug.field("tls", &self.tls.is_some());
         debug.finish()
@@ -76,6 +91,12 @@ impl ServeOptions {
     /// Sets [`max_connections`](ServeOptions::max_connections) (at least 1).
     pub fn max_connections(mut self, connections: usize) -> Self {
         self.max_connections = Some(connections.max(1));
+        self
+    }
+
+    /// Sets [`workers`](ServeOptions::workers) (at least 1).
+    pub fn workers(mut self, threads: usize) -> Self {
+        self.workers = Some(threads.max(1));
         self
     }
 
@@ -123,6 +144,10 @@ where
     let open = Arc::new(Semaphore::new(
         options.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
     ));
+    let workers = match options.workers {
+        Some(threads) => Some(Workers::start(threads).await?),
+        None => None,
+    };
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         // A free place first: at the cap, nothing more is accepted until a connection closes.
@@ -145,29 +170,21 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = service.clone();
-        let watcher = graceful.watcher();
-        let counted = Counted::new(place, options.metrics.clone());
-        #[cfg(feature = "tls")]
-        let tls = options.tls.clone();
-        tokio::spawn(async move {
-            let _counted = counted;
+        let accepted = Accepted {
+            peer,
+            counted: Counted::new(place, options.metrics.clone()),
+            watcher: graceful.watcher(),
+            service: service.clone(),
+            header_timeout,
             #[cfg(feature = "tls")]
-            if let Some(tls) = tls {
-                let handshake =
-                    tokio::time::timeout(header_timeout, tls.acceptor().accept(stream)).await;
-                match handshake {
-                    Ok(Ok(stream)) => {
-                        connection(stream, service, header_timeout, watcher).await;
-                    }
-                    Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                }
-                return;
+            tls: options.tls.clone(),
+        };
+        match &workers {
+            Some(workers) => workers.hand(stream, accepted),
+            None => {
+                tokio::spawn(accepted.run(stream));
             }
-            let _ = peer;
-            connection(stream, service, header_timeout, watcher).await;
-        });
+        }
     }
     drop(listener);
     tracing::info!("stopped accepting; finishing the requests in flight");
@@ -177,7 +194,196 @@ where
     {
         tracing::warn!("requests still in flight after the drain time-out were cut off");
     }
+    if let Some(workers) = workers {
+        workers.stop().await;
+    }
     Ok(())
+}
+
+/// An accepted connection, with what serving it takes.
+struct Accepted<S> {
+    peer: std::net::SocketAddr,
+    /// Its place under the cap, given back when it closes.
+    counted: Counted,
+    watcher: hyper_util::server::graceful::Watcher,
+    service: S,
+    header_timeout: Duration,
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::Tls>,
+}
+
+impl<S> Accepted<S> {
+    /// Serves the connection (after its TLS handshake) until it closes.
+    async fn run<B>(self, stream: tokio::net::TcpStream)
+    where
+        S: HttpService<B>,
+        B: Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let Accepted {
+            peer,
+            counted: _counted,
+            watcher,
+            service,
+            header_timeout,
+            #[cfg(feature = "tls")]
+            tls,
+        } = self;
+        #[cfg(feature = "tls")]
+        if let Some(tls) = tls {
+            let handshake =
+                tokio::time::timeout(header_timeout, tls.acceptor().accept(stream)).await;
+            match handshake {
+                Ok(Ok(stream)) => {
+                    connection(stream, service, header_timeout, watcher).await;
+                }
+                Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+            return;
+        }
+        let _ = peer;
+        connection(stream, service, header_timeout, watcher).await;
+    }
+}
+
+/// The threads of [`ServeOptions::workers`], and how many connections each has open.
+struct Workers<S> {
+    threads: Vec<WorkerThread<S>>,
+}
+
+/// One worker thread: where its connections are sent, its count of them, and the signal
+/// that it has ended.
+struct WorkerThread<S> {
+    connections: tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, Accepted<S>)>,
+    open: Arc<AtomicUsize>,
+    ended: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl<S> Workers<S> {
+    /// Starts `threads` threads, each with a runtime of its own; an error when one cannot
+    /// start (the ones started then end).
+    async fn start<B>(threads: usize) -> io::Result<Workers<S>>
+    where
+        S: HttpService<B>,
+        B: Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let mut workers = Workers {
+            threads: Vec::with_capacity(threads),
+        };
+        for index in 0..threads.max(1) {
+            let (connections, mut received) =
+                tokio::sync::mpsc::unbounded_channel::<(std::net::TcpStream, Accepted<S>)>();
+            let (ready, started) = tokio::sync::oneshot::channel::<io::Result<()>>();
+            let (end, ended) = tokio::sync::oneshot::channel::<()>();
+            let open = Arc::new(AtomicUsize::new(0));
+            let count = Arc::clone(&open);
+            let spawned = std::thread::Builder::new()
+                .name(format!("portcullis-worker-{index}"))
+                .spawn(move || {
+                    let runtime = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(runtime) => runtime,
+                        Err(error) => {
+                            let _ = ready.send(Err(error));
+                            return;
+                        }
+                    };
+                    let _ = ready.send(Ok(()));
+                    // Until the sender is dropped: after the drain, or when `serve` ends.
+                    runtime.block_on(async move {
+                        while let Some((stream, accepted)) = received.recv().await {
+                            let open = OpenOn::new(Arc::clone(&count));
+                            match tokio::net::TcpStream::from_std(stream) {
+                                Ok(stream) => {
+                                    tokio::spawn(async move {
+                                        let _open = open;
+                                        accepted.run(stream).await;
+                                    });
+                                }
+                                Err(error) => {
+                                    tracing::warn!(%error, "cannot serve a connection");
+                                }
+                            }
+                        }
+                    });
+                    // The connections cut off by the drain time-out end with the runtime.
+                    drop(runtime);
+                    let _ = end.send(());
+                });
+            let started = match spawned {
+                Ok(_) => started
+                    .await
+                    .unwrap_or_else(|_| Err(io::Error::other("a worker thread did not start"))),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = started {
+                workers.stop().await;
+                return Err(io::Error::new(
+                    error.kind(),
+                    format!("cannot start a worker thread: {error}"),
+                ));
+            }
+            workers.threads.push(WorkerThread {
+                connections,
+                open,
+                ended,
+            });
+        }
+        Ok(workers)
+    }
+
+    /// Hands `stream` to the thread with the fewest connections open.
+    fn hand(&self, stream: tokio::net::TcpStream, accepted: Accepted<S>) {
+        let Some(thread) = self
+            .threads
+            .iter()
+            .min_by_key(|thread| thread.open.load(Ordering::Relaxed))
+        else {
+            return;
+        };
+        // Off this runtime's reactor, onto the thread's.
+        match stream.into_std() {
+            Ok(stream) => {
+                thread.open.fetch_add(1, Ordering::Relaxed);
+                if thread.connections.send((stream, accepted)).is_err() {
+                    thread.open.fetch_sub(1, Ordering::Relaxed);
+                    tracing::warn!("a worker thread has ended; a connection was closed");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cannot hand a connection to a worker thread"),
+        }
+    }
+
+    /// Ends the threads, once their connections are served or cut off.
+    async fn stop(self) {
+        let mut ended = Vec::with_capacity(self.threads.len());
+        for thread in self.threads {
+            drop(thread.connections);
+            ended.push(thread.ended);
+        }
+        for thread in ended {
+            let _ = thread.await;
+        }
+    }
+}
+
+/// A connection open on a worker thread, counted in that thread's share until it closes.
+struct OpenOn(Arc<AtomicUsize>);
+
+impl OpenOn {
+    fn new(count: Arc<AtomicUsize>) -> OpenOn {
+        OpenOn(count)
+    }
+}
+
+impl Drop for OpenOn {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// An open connection: its place under the cap, and its count in the metrics, both given

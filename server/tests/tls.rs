@@ -40,16 +40,21 @@ fn files(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     (certificate, key)
 }
 
+/// On the caller's runtime, and on worker threads (which run the handshake too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_https_and_survives_a_plain_http_client() {
     let (certificate, key) = files("serve");
     let tls = Tls::from_pem_files(&certificate, &key).expect("a usable certificate");
-    let server = start_with(
-        DecisionService::builder(),
-        Some(policies()),
-        ServeOptions::new().tls(tls),
-    )
-    .await;
+    for options in [
+        ServeOptions::new().tls(tls.clone()),
+        ServeOptions::new().tls(tls.clone()).workers(2),
+    ] {
+        served_over_https(options).await;
+    }
+}
+
+async fn served_over_https(options: ServeOptions) {
+    let server = start_with(DecisionService::builder(), Some(policies()), options).await;
     let client = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(CERTIFICATE.as_bytes()).expect("PEM"))
         .timeout(Duration::from_secs(20))
