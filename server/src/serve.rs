@@ -179,11 +179,12 @@ where
             #[cfg(feature = "tls")]
             tls: options.tls.clone(),
         };
-        match &workers {
+        let left = match &workers {
             Some(workers) => workers.hand(stream, accepted),
-            None => {
-                tokio::spawn(accepted.run(stream));
-            }
+            None => Some((stream, accepted)),
+        };
+        if let Some((stream, accepted)) = left {
+            tokio::spawn(accepted.run(stream));
         }
     }
     drop(listener);
@@ -336,25 +337,44 @@ impl<S> Workers<S> {
         Ok(workers)
     }
 
-    /// Hands `stream` to the thread with the fewest connections open.
-    fn hand(&self, stream: tokio::net::TcpStream, accepted: Accepted<S>) {
-        let Some(thread) = self
-            .threads
-            .iter()
-            .min_by_key(|thread| thread.open.load(Ordering::Relaxed))
-        else {
-            return;
-        };
+    /// Hands `stream` to the thread with the fewest connections open. A thread that has
+    /// ended is passed over from then on; when none is left, the connection is given back,
+    /// to be served where it was accepted.
+    fn hand(
+        &self,
+        stream: tokio::net::TcpStream,
+        accepted: Accepted<S>,
+    ) -> Option<(tokio::net::TcpStream, Accepted<S>)> {
         // Off this runtime's reactor, onto the thread's.
-        match stream.into_std() {
-            Ok(stream) => {
-                thread.open.fetch_add(1, Ordering::Relaxed);
-                if thread.connections.send((stream, accepted)).is_err() {
-                    thread.open.fetch_sub(1, Ordering::Relaxed);
-                    tracing::warn!("a worker thread has ended; a connection was closed");
+        let mut connection = match stream.into_std() {
+            Ok(stream) => (stream, accepted),
+            Err(error) => {
+                tracing::warn!(%error, "cannot hand a connection to a worker thread");
+                return None;
+            }
+        };
+        for _ in 0..self.threads.len() {
+            let thread = self
+                .threads
+                .iter()
+                .min_by_key(|thread| thread.open.load(Ordering::Relaxed))?;
+            thread.open.fetch_add(1, Ordering::Relaxed);
+            match thread.connections.send(connection) {
+                Ok(()) => return None,
+                Err(returned) => {
+                    tracing::error!("a worker thread has ended; the others serve its share");
+                    thread.open.store(ENDED, Ordering::Relaxed);
+                    connection = returned.0;
                 }
             }
-            Err(error) => tracing::warn!(%error, "cannot hand a connection to a worker thread"),
+        }
+        let (stream, accepted) = connection;
+        match tokio::net::TcpStream::from_std(stream) {
+            Ok(stream) => Some((stream, accepted)),
+            Err(error) => {
+                tracing::warn!(%error, "cannot serve a connection");
+                None
+            }
         }
     }
 
@@ -370,6 +390,9 @@ impl<S> Workers<S> {
         }
     }
 }
+
+/// The count of a worker thread that has ended: more connections than any live thread has.
+const ENDED: usize = usize::MAX / 2;
 
 /// A connection open on a worker thread, counted in that thread's share until it closes.
 struct OpenOn(Arc<AtomicUsize>);
@@ -459,5 +482,85 @@ async fn connection<I, S, B>(
     let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     if let Err(error) = watcher.watch(connection).await {
         tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use portcullis_engine::{PolicyEngine, PolicySet};
+
+    type Connection = (std::net::TcpStream, Accepted<DecisionService>);
+
+    /// A worker thread as `serve` sees it, without the thread: its channel's receiving end
+    /// (`None`: the thread has ended).
+    fn thread(
+        alive: bool,
+    ) -> (
+        WorkerThread<DecisionService>,
+        Option<tokio::sync::mpsc::UnboundedReceiver<Connection>>,
+    ) {
+        let (connections, received) = tokio::sync::mpsc::unbounded_channel();
+        let (_end, ended) = tokio::sync::oneshot::channel();
+        let thread = WorkerThread {
+            connections,
+            open: Arc::new(AtomicUsize::new(0)),
+            ended,
+        };
+        (thread, alive.then_some(received))
+    }
+
+    /// An accepted connection to hand.
+    async fn accept_one(
+        listener: &TcpListener,
+        graceful: &GracefulShutdown,
+    ) -> (tokio::net::TcpStream, Accepted<DecisionService>) {
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, peer) = listener.accept().await.unwrap();
+        let place = Arc::new(Semaphore::new(1)).acquire_owned().await.unwrap();
+        let service = DecisionService::builder()
+            .build(PolicyEngine::builder().policy_set(PolicySet::builder().build()));
+        let accepted = Accepted {
+            peer,
+            counted: Counted::new(place, None),
+            watcher: graceful.watcher(),
+            service,
+            header_timeout: Duration::from_secs(1),
+            #[cfg(feature = "tls")]
+            tls: None,
+        };
+        (stream, accepted)
+    }
+
+    /// A thread that has ended is passed over, for good; with none left, the connection
+    /// comes back to be served where it was accepted.
+    #[tokio::test]
+    async fn an_ended_thread_is_passed_over_and_with_none_left_the_connection_comes_back() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let graceful = GracefulShutdown::new();
+        let (ended, _) = thread(false);
+        let (alive, received) = thread(true);
+        let mut received = received.unwrap();
+        let workers = Workers {
+            threads: vec![ended, alive],
+        };
+
+        let (stream, accepted) = accept_one(&listener, &graceful).await;
+        assert!(workers.hand(stream, accepted).is_none(), "not handed");
+        assert!(
+            received.try_recv().is_ok(),
+            "the live thread did not get it"
+        );
+        assert_eq!(workers.threads[0].open.load(Ordering::Relaxed), ENDED);
+        assert_eq!(workers.threads[1].open.load(Ordering::Relaxed), 1);
+
+        drop(received);
+        let (stream, accepted) = accept_one(&listener, &graceful).await;
+        let back = workers.hand(stream, accepted);
+        assert!(back.is_some(), "a connection no thread took was dropped");
     }
 }
