@@ -190,8 +190,8 @@ enum Command {
         /// How many client connections may be open at once (more wait to be accepted).
         #[arg(long, default_value_t = portcullis::server::DEFAULT_MAX_CONNECTIONS)]
         max_connections: usize,
-        /// How many threads serve connections, each with its own runtime; a connection stays
-        /// on the thread that accepted it (default: one per CPU).
+        /// How many threads serve connections, each with its own runtime; each new connection
+        /// goes to the thread with the fewest open and stays there (default: one per CPU).
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
         workers: Option<u16>,
         /// Log level: error, warn, info, debug or trace (logs go to standard error; at
