@@ -217,6 +217,14 @@ fn serve_once(manifest: &Path, args: &[&str]) -> std::process::Output {
         .expect("runs")
 }
 
+/// A port of 127.0.0.1 that was free a moment ago and that nothing listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 fn context(content: &str) -> String {
     json!({
         "messages": [{"role": "user", "content": content}],
@@ -341,10 +349,7 @@ fn a_bad_manifest_or_a_missing_token_is_exit_1() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("missing.json"));
 
     // A bundle URL in the errors is printed without its credentials and query string.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port();
+    let port = closed_port();
     std::fs::write(
         &manifest,
         format!(
@@ -471,9 +476,7 @@ fn serve_bundle(listener: std::net::TcpListener, bytes: Vec<u8>) {
 fn a_bundle_server_that_is_down_at_start_means_503_until_it_answers() {
     let scratch = Scratch::new("bundle-url");
     scratch.rule("v1");
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    let port = listener.local_addr().expect("an address").port();
-    drop(listener);
+    let port = closed_port();
     let manifest = scratch.0.path().join("portcullis.yaml");
     std::fs::write(
         &manifest,
@@ -712,9 +715,7 @@ fn text_access_lines_carry_the_request_and_warn_of_server_errors() {
         "{line}"
     );
 
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    let port = listener.local_addr().expect("an address").port();
-    drop(listener);
+    let port = closed_port();
     let manifest = scratch.0.path().join("unloaded.yaml");
     std::fs::write(
         &manifest,

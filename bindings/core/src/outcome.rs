@@ -215,15 +215,16 @@ mod tests {
         .to_string()
     }
 
+    /// The outcome's text, for the context `context_json` at input.
+    async fn written(engine: &PolicyEngine, keep: bool, context_json: &str) -> String {
+        outcome(engine, keep, InterceptionPoint::Input, context_json, |_| {
+            Value::Null
+        })
+        .await
+    }
+
     async fn call(engine: &PolicyEngine, keep: bool, content: &str) -> Value {
-        let json = outcome(
-            engine,
-            keep,
-            InterceptionPoint::Input,
-            &context(content),
-            |_| Value::Null,
-        )
-        .await;
+        let json = written(engine, keep, &context(content)).await;
         serde_json::from_str(&json).unwrap_or_else(|error| panic!("{error}: {json}"))
     }
 
@@ -247,7 +248,7 @@ mod tests {
         );
         assert_eq!(denied["records"][1]["decision"], "deny");
 
-        let invalid = outcome(&kept, true, InterceptionPoint::Input, "{", |_| Value::Null).await;
+        let invalid = written(&kept, true, "{").await;
         let invalid: Value = serde_json::from_str(&invalid).expect("JSON");
         assert_eq!(
             (&invalid["outcome"], &invalid["records"]),
@@ -265,24 +266,10 @@ mod tests {
         let unchanged: Outcome<'_, ()> = Outcome::Forward { context: None };
         assert_eq!(unchanged.to_json(), FORWARD_UNCHANGED);
         let unkept = engine(false);
-        let text = outcome(
-            &unkept,
-            false,
-            InterceptionPoint::Input,
-            &context("hello"),
-            |_| Value::Null,
-        )
-        .await;
+        let text = written(&unkept, false, &context("hello")).await;
         assert_eq!(text, FORWARD_UNCHANGED);
 
-        let text = outcome(
-            &unkept,
-            false,
-            InterceptionPoint::Input,
-            &context("my ssn"),
-            |_| Value::Null,
-        )
-        .await;
+        let text = written(&unkept, false, &context("my ssn")).await;
         assert!(text.starts_with(r#"{"outcome":"denied","#), "{text}");
         let denied: Value = serde_json::from_str(&text).expect("JSON");
         assert_eq!(
@@ -296,10 +283,7 @@ mod tests {
             })
         );
 
-        let text = outcome(&unkept, false, InterceptionPoint::Input, "{", |_| {
-            Value::Null
-        })
-        .await;
+        let text = written(&unkept, false, "{").await;
         let invalid: Value = serde_json::from_str(&text).expect("JSON");
         assert_eq!(invalid["outcome"], "invalid_context");
         assert!(

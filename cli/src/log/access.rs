@@ -108,9 +108,7 @@ fn write_line(out: &mut String, format: LogFormat, line: &AccessLine<'_>) -> fmt
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::mpsc::sync_channel;
+    use std::sync::atomic::Ordering;
 
     use portcullis::server::TracingAccessLog;
     use tracing_subscriber::fmt::format::JsonFields;
@@ -118,6 +116,7 @@ mod tests {
     use super::super::Queued;
     use super::super::line::Line;
     use super::super::line::tests::Captured;
+    use super::super::tests::unwritten;
     use super::*;
 
     fn lines() -> [AccessLine<'static>; 4] {
@@ -185,12 +184,7 @@ mod tests {
 
     #[test]
     fn lines_below_the_level_are_not_queued_and_a_full_queue_drops_them() {
-        let (queue, queued) = sync_channel(2);
-        let dropped = Arc::new(AtomicU64::new(0));
-        let to = QueuedStderr {
-            queue,
-            dropped: Arc::clone(&dropped),
-        };
+        let (to, queued, dropped) = unwritten(2);
         let warnings = QueuedAccessLog::new(to.clone(), LogFormat::Text, Level::WARN);
         for line in lines() {
             warnings.answered(&line);

@@ -171,6 +171,18 @@ fn write_lines(lines: &Receiver<Queued>, dropped: &AtomicU64, out: &mut impl Wri
 mod tests {
     use super::*;
 
+    /// A queue of `capacity` lines with no writer thread: the lines queued are read from the
+    /// receiver, and the lines dropped are counted in the counter.
+    pub(super) fn unwritten(capacity: usize) -> (QueuedStderr, Receiver<Queued>, Arc<AtomicU64>) {
+        let (queue, lines) = sync_channel(capacity);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let writer = QueuedStderr {
+            queue,
+            dropped: Arc::clone(&dropped),
+        };
+        (writer, lines, dropped)
+    }
+
     #[test]
     fn lines_are_written_in_order_and_a_flush_waits_for_them() {
         let (queue, lines) = sync_channel(8);
@@ -188,12 +200,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_the_line_and_counts_it() {
-        let (queue, lines) = sync_channel(1);
-        let dropped = Arc::new(AtomicU64::new(0));
-        let writer = QueuedStderr {
-            queue,
-            dropped: Arc::clone(&dropped),
-        };
+        let (writer, lines, dropped) = unwritten(1);
         for text in ["kept\n", "dropped\n"] {
             let mut line = writer.make_writer();
             line.write_all(text.as_bytes()).unwrap_or_default();
