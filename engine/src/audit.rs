@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::SystemTime;
 
+use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
 use crate::context::{
@@ -15,6 +16,7 @@ use crate::context::{
 use crate::decision::PolicyDecision;
 use crate::error::BoxError;
 use crate::stream::report::StreamReport;
+use crate::time::Rfc3339;
 
 /// The decision an audit record reports: one of the six decision kinds, an evaluation error,
 /// or how an escalation was resolved (`approval_granted`, `approval_refused`,
@@ -164,7 +166,7 @@ impl AuditContext<'_> {
 ///
 /// Records borrow from the evaluation they describe: a handler that keeps them should copy
 /// what it needs (or call [`to_json`](AuditRecord::to_json)).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct AuditRecord<'a> {
     /// The policy that decided.
@@ -174,26 +176,71 @@ pub struct AuditRecord<'a> {
     /// Where.
     pub interception_point: InterceptionPoint,
     /// The decision's reason, or the error text for an `evaluation_error`.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Cow<'a, str>>,
     /// The context the policy evaluated.
     pub context: AuditContext<'a>,
     /// When the decision was taken (UTC; serialized as RFC 3339 with milliseconds).
-    #[serde(serialize_with = "serialize_timestamp")]
     pub timestamp: SystemTime,
     /// Whether the decision was enforced. `false` for policies running in monitor mode: their
     /// denials do not block and their changes are not applied.
     pub enforced: bool,
     /// The full decision (with its redactions or operations); `None` for an evaluation error.
-    #[serde(skip)]
+    /// Not serialized: the record's `decision` names its kind.
     pub policy_decision: Option<&'a PolicyDecision>,
     /// For the records a streaming guard emits when a stream starts and ends: its numbers.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<&'a StreamReport>,
 }
 
-fn serialize_timestamp<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&crate::time::rfc3339(*time))
+/// The record as JSON: `policy_id`, `decision`, `interception_point`, `reason` (when there is
+/// one), `context`, `timestamp` (RFC 3339, UTC, milliseconds), `enforced`, and `stream` (for a
+/// stream's records), in that order.
+impl Serialize for AuditRecord<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.with_context(&self.context).serialize(serializer)
+    }
+}
+
+/// An [`AuditRecord`] written with another value where its context goes: see
+/// [`AuditRecord::with_context`].
+#[derive(Debug, Clone, Copy)]
+pub struct RecordWithContext<'r, 'a, T> {
+    record: &'r AuditRecord<'a>,
+    context: T,
+}
+
+impl<T: Serialize> Serialize for RecordWithContext<'_, '_, T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let record = self.record;
+        let fields =
+            5 + usize::from(record.reason.is_some()) + usize::from(record.stream.is_some());
+        let mut out = serializer.serialize_struct("AuditRecord", fields)?;
+        out.serialize_field("policy_id", record.policy_id)?;
+        out.serialize_field("decision", &record.decision)?;
+        out.serialize_field("interception_point", &record.interception_point)?;
+        match &record.reason {
+            Some(reason) => out.serialize_field("reason", reason)?,
+            None => out.skip_field("reason")?,
+        }
+        out.serialize_field("context", &self.context)?;
+        out.serialize_field("timestamp", Rfc3339::of(record.timestamp).as_str())?;
+        out.serialize_field("enforced", &record.enforced)?;
+        match record.stream {
+            Some(stream) => out.serialize_field("stream", stream)?,
+            None => out.skip_field("stream")?,
+        }
+        out.end()
+    }
+}
+
+impl<'a> AuditRecord<'a> {
+    /// The record as it serializes, with `context` written in place of the context: for a
+    /// writer that sends the context once and refers to it from each record that shares it.
+    pub fn with_context<T: Serialize>(&self, context: T) -> RecordWithContext<'_, 'a, T> {
+        RecordWithContext {
+            record: self,
+            context,
+        }
+    }
 }
 
 impl AuditRecord<'_> {

@@ -101,7 +101,9 @@ pub use async_trait::async_trait;
 
 pub use approval::ApprovalRequest;
 pub use approval::ApprovalScope;
-pub use audit::{AUDIT_POLICY_ID, AuditContext, AuditDecision, AuditHandler, AuditRecord};
+pub use audit::{
+    AUDIT_POLICY_ID, AuditContext, AuditDecision, AuditHandler, AuditRecord, RecordWithContext,
+};
 pub use context::{
     InputContext, InterceptionPoint, MAX_NESTING, Message, Metadata, OutputContext, Role,
     ToolCallContext, ToolResultContext, UnknownPoint,

@@ -6,12 +6,43 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Formats `time` as an RFC 3339 UTC timestamp with millisecond precision
 /// (`2026-11-22T05:30:17.123Z`). Times before 1970 are clamped to the epoch.
 pub(crate) fn rfc3339(time: SystemTime) -> String {
-    let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let seconds = since_epoch.as_secs();
-    let mut text = String::with_capacity(24);
-    let _ = write_utc_seconds(&mut text, seconds);
-    let _ = write!(text, ".{:03}Z", since_epoch.subsec_millis());
-    text
+    Rfc3339::of(time).as_str().to_owned()
+}
+
+/// An RFC 3339 UTC timestamp with millisecond precision, written into a buffer of its own:
+/// an audit record writes its time without allocating or going through `fmt`.
+pub(crate) struct Rfc3339([u8; 24]);
+
+impl Rfc3339 {
+    /// `time`, clamped to the epoch when earlier. Years past 9999 keep their last four digits.
+    pub(crate) fn of(time: SystemTime) -> Rfc3339 {
+        let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let seconds = since_epoch.as_secs();
+        let second_of_day = seconds % 86_400;
+        let (year, month, day) = civil_from_days(seconds / 86_400);
+        let mut text = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut value: u64| {
+            for slot in text[at..at + width].iter_mut().rev() {
+                // A digit: `value % 10` is below 10.
+                *slot = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        };
+        put(0, 4, year);
+        put(5, 2, month);
+        put(8, 2, day);
+        put(11, 2, second_of_day / 3600);
+        put(14, 2, second_of_day % 3600 / 60);
+        put(17, 2, second_of_day % 60);
+        put(20, 3, u64::from(since_epoch.subsec_millis()));
+        Rfc3339(text)
+    }
+
+    /// The timestamp's text.
+    pub(crate) fn as_str(&self) -> &str {
+        // Only ASCII digits and punctuation are ever written into the buffer.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 /// Writes the UTC date and time `seconds` after the Unix epoch, to the second, as RFC 3339
@@ -166,6 +197,18 @@ mod tests {
         assert_eq!(at(1_709_251_200, 0), "2024-03-01T00:00:00.000Z");
         assert_eq!(at(1_795_325_417, 123), "2026-11-22T05:30:17.123Z");
         assert_eq!(at(4_102_444_800, 0), "2100-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn the_buffer_writes_what_the_formatter_writes() {
+        for day in (0..200_000u64).step_by(7) {
+            let seconds = day * 86_400 + day * 7_919 % 86_400;
+            let mut expected = String::new();
+            write_utc_seconds(&mut expected, seconds).unwrap();
+            let millis = day % 1_000;
+            expected.push_str(&format!(".{millis:03}Z"));
+            assert_eq!(at(seconds, millis), expected);
+        }
     }
 
     #[test]
