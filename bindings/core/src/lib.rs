@@ -16,7 +16,7 @@ mod outcome;
 mod steps;
 
 pub use audit::{
-    ObservabilitySettings, RECORDS, audit_handler, observability_handler, with_records,
+    ObservabilitySettings, RecordContexts, audit_handler, observability_handler, with_records,
 };
 pub use host::{HostCall, HostPolicy};
 pub use native::{

@@ -4,13 +4,13 @@
 use std::error::Error;
 
 use portcullis_engine::{
-    ApprovalRequest, EngineError, InputContext, InterceptionPoint, OutputContext, PolicyContext,
-    PolicyEngine, ToolCallContext, ToolResultContext,
+    ApprovalRequest, AuditContext, EngineError, InputContext, InterceptionPoint, OutputContext,
+    PolicyContext, PolicyEngine, ToolCallContext, ToolResultContext,
 };
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::audit::with_records;
+use crate::audit::{RecordContexts, keeping};
 
 tokio::task_local! {
     /// The address of the context the call in this task evaluates, as [`outcome`] read it.
@@ -26,6 +26,17 @@ pub fn is_call_context<C>(context: &C) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether the context of an audit record is the very context the call in this task was
+/// given (see [`is_call_context`]).
+pub(crate) fn is_call_audit_context(context: &AuditContext<'_>) -> bool {
+    match *context {
+        AuditContext::Input(context) => is_call_context(context),
+        AuditContext::ToolCall(context) => is_call_context(context),
+        AuditContext::ToolResult(context) => is_call_context(context),
+        AuditContext::Output(context) => is_call_context(context),
+    }
+}
+
 /// Reads a context of `C`'s point from JSON, saying what is wrong with it.
 pub fn read_context<C: PolicyContext>(json: &str) -> Result<C, String> {
     serde_json::from_str(json).map_err(|error| format!("not a valid {} context: {error}", C::POINT))
@@ -36,8 +47,8 @@ pub fn read_context<C: PolicyContext>(json: &str) -> Result<C, String> {
 /// reading it.
 pub const FORWARD_UNCHANGED: &str = r#"{"outcome":"forward","context":null}"#;
 
-/// Evaluates the policies of `point` on the context `context_json`, and with `audit` keeps the
-/// call's audit records: the outcome as JSON text.
+/// Evaluates the policies of `point` on the context `context_json`, and with `records` keeps
+/// the call's audit records, their contexts written as it says: the outcome as JSON text.
 ///
 /// | `outcome` | other keys |
 /// |---|---|
@@ -47,12 +58,14 @@ pub const FORWARD_UNCHANGED: &str = r#"{"outcome":"forward","context":null}"#;
 /// | `approval_required` | `policy_id`, `interception_point`, `request` |
 /// | `invalid_context` | `message` |
 ///
-/// `records` (a list of audit records) is added when `audit`. `thrown` is how a binding
-/// points at what its host-language policy threw, if the cause is such a throw. An unchanged
-/// `forward` without records is [`FORWARD_UNCHANGED`].
+/// `records` (a list of audit records) is added when records are kept, after
+/// `call_context` (the context the call was given, as the engine read it) when a record
+/// refers to it ([`RecordContexts::CallContextOnce`]). `thrown` is how a binding points at
+/// what its host-language policy threw, if the cause is such a throw. An unchanged `forward`
+/// without records is [`FORWARD_UNCHANGED`].
 pub async fn outcome<F>(
     engine: &PolicyEngine,
-    audit: bool,
+    records: Option<RecordContexts>,
     point: InterceptionPoint,
     context_json: &str,
     thrown: F,
@@ -76,19 +89,24 @@ where
             }
         }
     };
-    let (mut json, records) = with_records(audit, outcome).await;
-    if let Some(records) = records {
-        // The records' own JSON texts, spliced in as the last key (the outcome is an object).
-        json.pop();
-        json.push_str(r#","records":["#);
-        for (index, record) in records.iter().enumerate() {
-            if index > 0 {
-                json.push(',');
-            }
-            json.push_str(record);
-        }
-        json.push_str("]}");
+    let Some(contexts) = records else {
+        return outcome.await.0;
+    };
+    let ((mut json, call_context), records) = keeping(contexts, outcome).await;
+    // The records' own JSON texts, spliced in as the last keys (the outcome is an object).
+    json.pop();
+    if let Some(call_context) = call_context {
+        json.push_str(r#","call_context":"#);
+        json.push_str(&call_context);
     }
+    json.push_str(r#","records":["#);
+    for (index, record) in records.iter().enumerate() {
+        if index > 0 {
+            json.push(',');
+        }
+        json.push_str(record);
+    }
+    json.push_str("]}");
     json
 }
 
@@ -140,26 +158,30 @@ fn invalid_context(message: String) -> String {
     portcullis_engine::json::to_string(&outcome).unwrap_or_default()
 }
 
-/// Runs `C`'s point on a context given as JSON; the outcome as [`outcome`] describes it.
+/// Runs `C`'s point on a context given as JSON: the outcome as [`outcome`] describes it, and
+/// the context as the engine read it (JSON) when a kept record refers to it.
 async fn evaluate<C: PolicyContext, F>(
     engine: &PolicyEngine,
     context_json: &str,
     thrown: F,
-) -> String
+) -> (String, Option<String>)
 where
     F: FnOnce(&(dyn Error + 'static)) -> Value,
 {
     let context: C = match read_context(context_json) {
         Ok(context) => context,
-        Err(message) => return invalid_context(message),
+        Err(message) => return (invalid_context(message), None),
     };
     let address = std::ptr::from_ref(&context).addr();
     let evaluated = CALL_CONTEXT.scope(address, engine.evaluate(&context)).await;
+    let call_context = crate::audit::refers_to_call_context()
+        .then(|| portcullis_engine::json::to_string(&context).ok())
+        .flatten();
     let outcome: Outcome<'_, C> = match &evaluated {
         Ok(evaluation) if evaluation.is_modified() => Outcome::Forward {
             context: Some(evaluation.context()),
         },
-        Ok(_) => return FORWARD_UNCHANGED.to_owned(),
+        Ok(_) => return (FORWARD_UNCHANGED.to_owned(), call_context),
         Err(EngineError::Denied(denial)) => Outcome::Denied {
             policy_id: denial.policy_id(),
             interception_point: denial.interception_point(),
@@ -178,7 +200,7 @@ where
             request,
         },
     };
-    outcome.to_json()
+    (outcome.to_json(), call_context)
 }
 
 #[cfg(test)]
@@ -193,9 +215,14 @@ mod tests {
     use crate::native::dsl;
 
     fn engine(keep: bool) -> PolicyEngine {
+        engine_of(keep, &["too_many_messages", "no_ssn"])
+    }
+
+    /// An engine on the input DSL rules `ids` of the shared fixtures.
+    fn engine_of(keep: bool, ids: &[&str]) -> PolicyEngine {
         let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/dsl/input");
         let mut set = PolicySet::builder();
-        for id in ["too_many_messages", "no_ssn"] {
+        for &id in ids {
             let loaded = dsl(InterceptionPoint::Input, id, &rules);
             assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
             set = loaded.policy.add_to(set);
@@ -217,9 +244,14 @@ mod tests {
 
     /// The outcome's text, for the context `context_json` at input.
     async fn written(engine: &PolicyEngine, keep: bool, context_json: &str) -> String {
-        outcome(engine, keep, InterceptionPoint::Input, context_json, |_| {
-            Value::Null
-        })
+        let records = keep.then_some(RecordContexts::Whole);
+        outcome(
+            engine,
+            records,
+            InterceptionPoint::Input,
+            context_json,
+            |_| Value::Null,
+        )
         .await
     }
 
@@ -257,6 +289,63 @@ mod tests {
 
         let unkept = call(&engine(false), false, "hello").await;
         assert_eq!(unkept, json!({"outcome": "forward", "context": null}));
+    }
+
+    /// The outcome of `context_json` at input, its records referring to the call's context.
+    async fn shared(engine: &PolicyEngine, context_json: &str) -> Value {
+        let records = Some(RecordContexts::CallContextOnce);
+        let text = outcome(
+            engine,
+            records,
+            InterceptionPoint::Input,
+            context_json,
+            |_| Value::Null,
+        )
+        .await;
+        serde_json::from_str(&text).unwrap_or_else(|error| panic!("{error}: {text}"))
+    }
+
+    /// The records with their timestamps blanked, to compare two calls' records.
+    fn timeless(records: &Value) -> Vec<Value> {
+        let records = records.as_array().expect("records");
+        records
+            .iter()
+            .map(|record| {
+                let mut record = record.clone();
+                record["timestamp"] = Value::Null;
+                record
+            })
+            .collect()
+    }
+
+    /// With the call's context written once, the records that evaluated it say `0` in its
+    /// place, and are otherwise those written whole; a record of a changed context has it
+    /// whole; an outcome with no record of the call's context carries no `call_context`.
+    #[tokio::test]
+    async fn records_can_refer_to_the_call_context_written_once() {
+        let kept = engine_of(true, &["too_many_messages", "mask_first_message", "no_ssn"]);
+        let sent = context("a secret");
+        let given: Value = serde_json::from_str(&sent).unwrap();
+        let forwarded = shared(&kept, &sent).await;
+        assert_eq!(forwarded["call_context"], given);
+        let contexts: Vec<&Value> = (0..3)
+            .map(|index| &forwarded["records"][index]["context"])
+            .collect();
+        assert_eq!(contexts, [&json!(0), &json!(0), &forwarded["context"]]);
+        assert_ne!(forwarded["context"], given);
+
+        let mut restored = forwarded["records"].clone();
+        for index in 0..2 {
+            restored[index]["context"] = given.clone();
+        }
+        let whole = call(&kept, true, "a secret").await;
+        assert_eq!(timeless(&restored), timeless(&whole["records"]));
+        assert!(whole.get("call_context").is_none());
+
+        let invalid = shared(&engine_of(true, &["no_ssn"]), "{").await;
+        assert_eq!(invalid["outcome"], "invalid_context");
+        assert!(invalid.get("call_context").is_none(), "{invalid}");
+        assert_eq!(invalid["records"], json!([]));
     }
 
     /// Each outcome is written with its kind first and every key of the table, values as the

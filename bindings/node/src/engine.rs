@@ -11,7 +11,7 @@ use std::time::Duration;
 use napi::bindgen_prelude::{Either, Env, PromiseRaw};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
-use portcullis_bindings::PointPolicy;
+use portcullis_bindings::{PointPolicy, RecordContexts};
 use portcullis_engine::{
     InterceptionPoint, OnError, PolicyEngine, PolicyEngineBuilder, PolicySet, PolicySetBuilder,
 };
@@ -57,7 +57,7 @@ impl NativePolicySet {
     /// Adds a policy written in JavaScript at `point`: `evaluate` is the package's dispatcher
     /// for it, `deadline_ms` how long one evaluation may take.
     #[napi(
-        ts_args_type = "point: string, id: string, evaluate: (context: string) => string | Promise<string>, deadlineMs?: number"
+        ts_args_type = "point: string, id: string, evaluate: (context: string) => true | string | Promise<string>, deadlineMs?: number"
     )]
     pub fn add_js(
         &mut self,
@@ -265,7 +265,9 @@ async fn outcome(
     point: InterceptionPoint,
     context_json: String,
 ) -> String {
-    portcullis_bindings::outcome(&engine, audit, point, &context_json, |cause| {
+    // Records share the call's context: the package's layer reads it once for all of them.
+    let records = audit.then_some(RecordContexts::CallContextOnce);
+    portcullis_bindings::outcome(&engine, records, point, &context_json, |cause| {
         json!(HostPolicyError::thrown_token(cause))
     })
     .await

@@ -13,7 +13,7 @@ use std::fmt;
 use std::time::Duration;
 
 use napi::Status;
-use napi::bindgen_prelude::{Either, Env, Function, FunctionRef, Promise};
+use napi::bindgen_prelude::{Either3, Env, Function, FunctionRef, Promise};
 use napi::threadsafe_function::ThreadsafeFunction;
 use portcullis_bindings::{HostCall, HostPolicy, describe, is_call_context};
 use portcullis_engine::{BoxError, PolicyContext, PolicyDecision, async_trait};
@@ -24,10 +24,11 @@ use serde_json::Value;
 /// that never settles fails its evaluation after this long.
 pub const DEFAULT_JS_DEADLINE: Duration = Duration::from_secs(30);
 
-/// What the package's dispatcher of a JavaScript policy returns: a report of what the
-/// policy's `evaluate` gave, as JSON (`{"value": ..}`, `{"not_json": ..}` or `{"threw": ..}`),
-/// at once when `evaluate` returned a value, or a promise of it when `evaluate` returned one.
-pub type Report = Either<String, Promise<String>>;
+/// What the package's dispatcher of a JavaScript policy returns: `true` when `evaluate`
+/// returned a plain `{ decision: "allow" }`; otherwise a report of what it gave, as JSON
+/// (`{"value": ..}`, `{"not_json": ..}` or `{"threw": ..}`), at once when `evaluate` returned
+/// a value, or a promise of it when `evaluate` returned one.
+pub type Report = Either3<bool, String, Promise<String>>;
 
 /// The JavaScript side of a JavaScript policy, as the package's layer hands it over: called
 /// on the JavaScript thread with the context as JSON, it calls the policy's `evaluate` and
@@ -258,8 +259,14 @@ impl HostCall for JsCall {
             self.queued.call_async(context).await.map_err(call_failed)?
         };
         let settled = match report {
-            Either::A(settled) => settled,
-            Either::B(pending) => pending.await.map_err(call_failed)?,
+            Either3::A(true) => return Ok(PolicyDecision::allow()),
+            Either3::A(false) => {
+                return Err(
+                    HostPolicyError::Call("the dispatcher returned false".to_owned()).into(),
+                );
+            }
+            Either3::B(settled) => settled,
+            Either3::C(pending) => pending.await.map_err(call_failed)?,
         };
         Ok(read_settled(&settled)?)
     }

@@ -52,6 +52,33 @@ describe('PolicyEngine with JavaScript policies', () => {
     assert.match(records[0].timestamp, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   });
 
+  test("records of the call's own context share it; a record after a change has the changed one", async () => {
+    const records = [];
+    const engine = new PolicyEngine({
+      policySet: {
+        input: [
+          allow('first'),
+          allow('second'),
+          { id: 'masks', evaluate: () => ({ decision: 'redact', redactions: [{ field: 'messages[0].content', strategy: 'mask' }] }) },
+          allow('after'),
+        ],
+      },
+      onAudit: (record) => records.push(record),
+    });
+    const ctx = input('my secret');
+    const forwarded = await engine.evaluateInput(ctx);
+    assert.notEqual(forwarded.messages[0].content, 'my secret');
+    assert.deepEqual(records.map((record) => record.policy_id), ['first', 'second', 'masks', 'after']);
+    // The first three evaluated the context as given: one object, read once.
+    assert.deepEqual(records[0].context, ctx);
+    assert.equal(records[1].context, records[0].context);
+    assert.equal(records[2].context, records[0].context);
+    // The last one evaluated the masked context.
+    assert.deepEqual(records[3].context, forwarded);
+    // The context keeps its place among the record's keys.
+    assert.deepEqual(Object.keys(records[2]), ['policy_id', 'decision', 'interception_point', 'context', 'timestamp', 'enforced']);
+  });
+
   test('a denial rejects with PolicyDenialError and no later policy runs', async () => {
     let later = 0;
     const engine = new PolicyEngine({

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use portcullis_bindings::{Loaded, PointPolicy, audit_handler};
+use portcullis_bindings::{Loaded, PointPolicy, RecordContexts, audit_handler};
 use portcullis_engine::error::error_chain;
 use portcullis_engine::{
     InputContext, InterceptionPoint, OnError, OutputContext, Policy, PolicyContext, PolicyEngine,
@@ -122,7 +122,7 @@ impl EngineHandle {
         let outcome = {
             let call = std::pin::pin!(portcullis_bindings::outcome(
                 &self.engine,
-                self.audit,
+                self.audit.then_some(RecordContexts::Whole),
                 point,
                 context_json,
                 |cause| {

@@ -161,9 +161,9 @@ function contextFor(contextJson) {
 
 /**
  * The function the addon calls, on this thread, to evaluate a JavaScript policy, with the
- * context as JSON: the report at once when `evaluate` returns a value (the engine goes on
- * without leaving the call), a promise of it when `evaluate` returns a promise (or any
- * thenable).
+ * context as JSON: `true` for a plain allow and the report of anything else at once when
+ * `evaluate` returns a value (the engine goes on without leaving the call), a promise of the
+ * report when `evaluate` returns a promise (or any thenable).
  */
 function dispatcher(policy) {
   return (contextJson) => {
@@ -176,7 +176,8 @@ function dispatcher(policy) {
     } catch (thrown) {
       return threw(thrown);
     }
-    return thenable ? Promise.resolve(value).then(settle, threw) : settle(value);
+    if (thenable) return Promise.resolve(value).then(settle, threw);
+    return isPlainAllow(value) || settle(value);
   };
 }
 
@@ -384,9 +385,14 @@ function createObservabilityAuditHandler(options) {
   return handler;
 }
 
-/** Hands each record to `onAudit`; a handler that throws is reported, never the call's failure. */
-function deliver(onAudit, records) {
+/**
+ * Hands each record to `onAudit`; a handler that throws is reported, never the call's failure.
+ * A record whose `context` is 0 evaluated the call's own context, which the outcome carries
+ * once as `callContext`: such records share that one object.
+ */
+function deliver(onAudit, records, callContext) {
   for (const record of records) {
+    if (record.context === 0) record.context = callContext;
     try {
       const returned = onAudit(record);
       if (returned && typeof returned.then === 'function') {
@@ -433,6 +439,9 @@ function settleOutcome(outcome) {
       throw new Error(`@portcullis/core: unexpected outcome ${JSON.stringify(outcome.outcome)}`);
   }
 }
+
+/** The outcome of a call that forwards its context unchanged with no records (`FORWARD_UNCHANGED` in the crate). */
+const FORWARD_UNCHANGED = '{"outcome":"forward","context":null}';
 
 /** The policy engine: built once, shared by every request. */
 class PolicyEngine {
@@ -508,9 +517,11 @@ class PolicyEngine {
     } finally {
       callFrames.pop();
     }
-    const outcome = JSON.parse(typeof raw === 'string' ? raw : await raw);
+    const text = typeof raw === 'string' ? raw : await raw;
+    if (text === FORWARD_UNCHANGED) return undefined;
+    const outcome = JSON.parse(text);
     if (outcome.records !== undefined && this.#onAudit !== undefined) {
-      deliver(this.#onAudit, outcome.records);
+      deliver(this.#onAudit, outcome.records, outcome.call_context);
     }
     return settleOutcome(outcome);
   }
