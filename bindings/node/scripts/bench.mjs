@@ -104,7 +104,20 @@ try {
   const rules = path.join(FIXTURES, 'dsl', 'input');
   const dslOurs = new PolicyEngine({ policySet: { input: [new DslInputPolicy('no_ssn', rules)] }, onAudit: noop });
   const dslSeed = new SeedEngine([new SeedDslPolicy('no_ssn', rules)], noop);
-  report('one DSL rule', await perSecond(() => dslOurs.evaluateInput(inputCtx)), await perSecond(() => dslSeed.evaluate('input', inputCtx)), 'seed JS engine');
+  const dslSeedRate = await perSecond(() => dslSeed.evaluate('input', inputCtx));
+  report('one DSL rule', await perSecond(() => dslOurs.evaluateInput(inputCtx)), dslSeedRate, 'seed JS engine');
+
+  // What any call into native code pays before an engine does anything, beside the time a
+  // call may take for "20x the seed's DSL loop".
+  const dslPolicy = new DslInputPolicy('no_ssn', rules);
+  let sink;
+  const floors = [
+    ['the seed DSL loop, one call, divided by 20', 1e9 / dslSeedRate / 20],
+    ['an async function awaited, doing nothing', 1e9 / (await perSecond(async () => {}))],
+    ['the same, reading one property of a native object', 1e9 / (await perSecond(async () => { sink = dslPolicy.id; }))],
+    ['the same, writing the context as JSON', 1e9 / (await perSecond(async () => { sink = JSON.stringify(inputCtx); }))],
+  ];
+  console.table(floors.map(([floor, ns]) => ({ floor, 'ns per call': Math.round(ns) })));
 
   // The approved-tools bundle.
   const regoOurs = new PolicyEngine({ policySet: { tool_call: [new RegoToolCallPolicy('approved-tools', BUNDLE)] }, onAudit: noop });
