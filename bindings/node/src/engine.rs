@@ -57,7 +57,7 @@ impl NativePolicySet {
     /// Adds a policy written in JavaScript at `point`: `evaluate` is the package's dispatcher
     /// for it, `deadline_ms` how long one evaluation may take.
     #[napi(
-        ts_args_type = "point: string, id: string, evaluate: (context: string) => true | string | Promise<string>, deadlineMs?: number"
+        ts_args_type = "point: string, id: string, evaluate: (context: string | null) => true | string | Promise<string>, deadlineMs?: number"
     )]
     pub fn add_js(
         &mut self,

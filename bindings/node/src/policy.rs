@@ -31,21 +31,25 @@ pub const DEFAULT_JS_DEADLINE: Duration = Duration::from_secs(30);
 pub type Report = Either3<bool, String, Promise<String>>;
 
 /// The JavaScript side of a JavaScript policy, as the package's layer hands it over: called
-/// on the JavaScript thread with the context as JSON, it calls the policy's `evaluate` and
-/// gives its [`Report`].
-pub type HostEvaluate<'scope> = Function<'scope, String, Report>;
+/// on the JavaScript thread with the context as JSON, or `null` for the same context as the
+/// last one handed to a policy within the same call from JavaScript, it calls the policy's
+/// `evaluate` and gives its [`Report`].
+pub type HostEvaluate<'scope> = Function<'scope, Option<String>, Report>;
 
 /// [`HostEvaluate`] as a call from another thread queues it. Weak: an engine holding it never
 /// keeps Node running.
-type QueuedEvaluate = ThreadsafeFunction<String, Report, String, Status, false, true>;
+type QueuedEvaluate =
+    ThreadsafeFunction<Option<String>, Report, Option<String>, Status, false, true>;
 
 /// A call from JavaScript whose evaluation is being polled on this thread.
 struct Frame {
     /// The JavaScript environment (its address).
     env: usize,
-    /// The call's own context as JSON, once a policy was given it: the policies after it
-    /// are given the same text without writing it again.
+    /// The call's own context as JSON, once a policy was given it.
     call_context: Option<String>,
+    /// Whether the last context handed to a policy within this call was the call's own: the
+    /// next policy given it is told "the same" (`null`) instead of being given the text.
+    last_was_call_context: bool,
 }
 
 thread_local! {
@@ -68,6 +72,7 @@ pub(crate) fn on_js_thread<T>(env: &Env, poll: impl FnOnce() -> T) -> T {
     let frame = Frame {
         env: env_address(env),
         call_context: None,
+        last_was_call_context: false,
     };
     let _restore = Restore(FRAME.with(|current| current.borrow_mut().replace(frame)));
     poll()
@@ -180,7 +185,7 @@ pub type JsPolicy = HostPolicy<JsCall>;
 /// decision or a promise of one. It is called on the JavaScript thread: directly when the
 /// evaluation is polled there, else queued from the runtime's thread.
 pub struct JsCall {
-    direct: FunctionRef<String, Report>,
+    direct: FunctionRef<Option<String>, Report>,
     queued: QueuedEvaluate,
     /// The environment the function belongs to (its address).
     env: usize,
@@ -197,7 +202,7 @@ pub fn js_policy(
     let call = JsCall {
         direct: evaluate.create_ref()?,
         queued: evaluate
-            .build_threadsafe_function::<String>()
+            .build_threadsafe_function::<Option<String>>()
             .weak::<true>()
             .build()?,
         env: env_address(env),
@@ -221,24 +226,34 @@ impl JsCall {
         })
     }
 
-    /// `context` as JSON for a call on this thread: the call's own context is written once
-    /// per call.
-    fn json_here<C: PolicyContext>(context: &C) -> Result<String, BoxError> {
+    /// `context` as JSON for a call on this thread, or `None` when it is the call's own
+    /// context and the last policy called within this call was given it too: the package's
+    /// layer then hands the policy the object it read for that one. The call's own context is
+    /// written once per call.
+    fn json_here<C: PolicyContext>(context: &C) -> Result<Option<String>, BoxError> {
         let write = || portcullis_engine::json::to_string(context);
-        if !is_call_context(context) {
-            return Ok(write()?);
-        }
-        FRAME.with(|frame| match frame.borrow_mut().as_mut() {
-            Some(frame) => Ok(match &mut frame.call_context {
+        let own = is_call_context(context);
+        FRAME.with(|frame| {
+            let mut frame = frame.borrow_mut();
+            let Some(frame) = frame.as_mut() else {
+                return Ok(Some(write()?));
+            };
+            let last_was_own = std::mem::replace(&mut frame.last_was_call_context, own);
+            if !own {
+                return Ok(Some(write()?));
+            }
+            if last_was_own {
+                return Ok(None);
+            }
+            Ok(Some(match &mut frame.call_context {
                 Some(json) => json.clone(),
                 unwritten => unwritten.insert(write()?).clone(),
-            }),
-            None => Ok(write()?),
+            }))
         })
     }
 
     /// Calls the dispatcher on this thread (see [`callable_here`](Self::callable_here)).
-    fn call_here(&self, context: String) -> napi::Result<Report> {
+    fn call_here(&self, context: Option<String>) -> napi::Result<Report> {
         let env = Env::from_raw(self.env as napi::sys::napi_env);
         self.direct.borrow_back(&env)?.call(context)
     }
@@ -256,7 +271,10 @@ impl HostCall for JsCall {
             self.call_here(context).map_err(call_failed)?
         } else {
             let context = portcullis_engine::json::to_string(context)?;
-            self.queued.call_async(context).await.map_err(call_failed)?
+            self.queued
+                .call_async(Some(context))
+                .await
+                .map_err(call_failed)?
         };
         let settled = match report {
             Either3::A(true) => return Ok(PolicyDecision::allow()),

@@ -148,9 +148,16 @@ function threw(thrown) {
  */
 const callFrames = [];
 
-/** The context a policy is given, from its JSON. */
+/**
+ * The context a policy is given, from its JSON; `null` from the addon means the same context
+ * as the last policy called within the same call was given.
+ */
 function contextFor(contextJson) {
   const frame = callFrames.at(-1);
+  if (contextJson === null) {
+    if (frame?.ctx === undefined) throw new Error('@portcullis/core: the addon referred to a context it never gave');
+    return frame.ctx;
+  }
   if (frame === undefined) return JSON.parse(contextJson);
   if (frame.json !== contextJson) {
     frame.json = contextJson;
