@@ -253,9 +253,22 @@ impl JsCall {
     }
 
     /// Calls the dispatcher on this thread (see [`callable_here`](Self::callable_here)).
+    /// When the call fails, the package's layer may not have read the context it was handed:
+    /// the next policy is handed its context as text.
     fn call_here(&self, context: Option<String>) -> napi::Result<Report> {
         let env = Env::from_raw(self.env as napi::sys::napi_env);
-        self.direct.borrow_back(&env)?.call(context)
+        let called = self
+            .direct
+            .borrow_back(&env)
+            .and_then(|dispatcher| dispatcher.call(context));
+        if called.is_err() {
+            FRAME.with(|frame| {
+                if let Some(frame) = frame.borrow_mut().as_mut() {
+                    frame.last_was_call_context = false;
+                }
+            });
+        }
+        called
     }
 }
 
