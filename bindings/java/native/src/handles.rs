@@ -122,7 +122,8 @@ impl EngineHandle {
         let outcome = {
             let call = std::pin::pin!(portcullis_bindings::outcome(
                 &self.engine,
-                self.audit.then_some(RecordContexts::Whole),
+                // Records share the call's context: the Java layer reads it once for all of them.
+                self.audit.then_some(RecordContexts::CallContextOnce),
                 point,
                 context_json,
                 |cause| {

@@ -187,8 +187,15 @@ public final class PolicyEngine {
         if (onAudit != null) {
             Object records = outcome.get("records");
             if (records instanceof List) {
+                // A record whose context is 0 evaluated the call's own context, which the
+                // outcome carries once: such records share that one reading of it.
+                Object callContext = outcome.get("call_context");
                 for (Object record : (List<?>) records) {
-                    onAudit.handle(AuditRecord.fromMap(Fields.object(record, "an audit record")));
+                    Map<String, Object> members = Fields.object(record, "an audit record");
+                    if (callContext != null && Long.valueOf(0).equals(members.get("context"))) {
+                        members.put("context", callContext);
+                    }
+                    onAudit.handle(AuditRecord.fromMap(members));
                 }
             }
         }

@@ -142,6 +142,29 @@ class PolicyEngineTest {
     }
 
     @Test
+    void recordsOfTheCallsOwnContextReadItAndALaterRecordHasTheChangedOne() {
+        List<AuditRecord> records = Collections.synchronizedList(new ArrayList<>());
+        InputPolicy first = Contexts.input("first", ctx -> AllowDecision.allow());
+        InputPolicy second = Contexts.input("second", ctx -> AllowDecision.allow());
+        InputPolicy mask = Contexts.input("mask", ctx -> RedactDecision.redact(Redaction.mask("messages[0].content")));
+        InputPolicy after = Contexts.input("after", ctx -> AllowDecision.allow());
+        PolicyEngine engine = PolicyEngine.builder()
+                .policySet(PolicySet.builder().input(List.of(first, second, mask, after)).build())
+                .onAudit(records::add)
+                .build();
+
+        InputContext ctx = Contexts.input("secret", "kept");
+        InputContext forwarded = engine.evaluateInput(ctx);
+        assertEquals("[REDACTED]", forwarded.messages().get(0).content());
+        assertEquals(List.of("first", "second", "mask", "after"),
+                records.stream().map(AuditRecord::policyId).toList());
+        for (AuditRecord record : records.subList(0, 3)) {
+            assertEquals(ctx, record.context(), record.policyId() + " evaluated the context as given");
+        }
+        assertEquals(forwarded, records.get(3).context(), "after evaluated the masked context");
+    }
+
+    @Test
     void aJavaPolicySeesTheCallersObjectUntilAPolicyChangesIt() {
         List<InputContext> seen = Collections.synchronizedList(new ArrayList<>());
         InputPolicy first = Contexts.input("first", ctx -> {
