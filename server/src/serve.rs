@@ -297,7 +297,7 @@ impl<S> Workers<S> {
                     // Until the sender is dropped: after the drain, or when `serve` ends.
                     runtime.block_on(async move {
                         while let Some((stream, accepted)) = received.recv().await {
-                            let open = OpenOn::new(Arc::clone(&count));
+                            let open = OpenOn(Arc::clone(&count));
                             match tokio::net::TcpStream::from_std(stream) {
                                 Ok(stream) => {
                                     tokio::spawn(async move {
@@ -396,12 +396,6 @@ const ENDED: usize = usize::MAX / 2;
 
 /// A connection open on a worker thread, counted in that thread's share until it closes.
 struct OpenOn(Arc<AtomicUsize>);
-
-impl OpenOn {
-    fn new(count: Arc<AtomicUsize>) -> OpenOn {
-        OpenOn(count)
-    }
-}
 
 impl Drop for OpenOn {
     fn drop(&mut self) {

@@ -45,8 +45,6 @@ type QueuedEvaluate =
 struct Frame {
     /// The JavaScript environment (its address).
     env: usize,
-    /// The call's own context as JSON, once a policy was given it.
-    call_context: Option<String>,
     /// Whether the last context handed to a policy within this call was the call's own: the
     /// next policy given it is told "the same" (`null`) instead of being given the text.
     last_was_call_context: bool,
@@ -71,7 +69,6 @@ pub(crate) fn on_js_thread<T>(env: &Env, poll: impl FnOnce() -> T) -> T {
     }
     let frame = Frame {
         env: env_address(env),
-        call_context: None,
         last_was_call_context: false,
     };
     let _restore = Restore(FRAME.with(|current| current.borrow_mut().replace(frame)));
@@ -228,28 +225,19 @@ impl JsCall {
 
     /// `context` as JSON for a call on this thread, or `None` when it is the call's own
     /// context and the last policy called within this call was given it too: the package's
-    /// layer then hands the policy the object it read for that one. The call's own context is
-    /// written once per call.
+    /// layer then hands the policy the object it read for that one.
     fn json_here<C: PolicyContext>(context: &C) -> Result<Option<String>, BoxError> {
-        let write = || portcullis_engine::json::to_string(context);
         let own = is_call_context(context);
-        FRAME.with(|frame| {
-            let mut frame = frame.borrow_mut();
-            let Some(frame) = frame.as_mut() else {
-                return Ok(Some(write()?));
-            };
-            let last_was_own = std::mem::replace(&mut frame.last_was_call_context, own);
-            if !own {
-                return Ok(Some(write()?));
-            }
-            if last_was_own {
-                return Ok(None);
-            }
-            Ok(Some(match &mut frame.call_context {
-                Some(json) => json.clone(),
-                unwritten => unwritten.insert(write()?).clone(),
-            }))
-        })
+        let last_was_own = FRAME.with(|frame| {
+            frame
+                .borrow_mut()
+                .as_mut()
+                .is_some_and(|frame| std::mem::replace(&mut frame.last_was_call_context, own))
+        });
+        if own && last_was_own {
+            return Ok(None);
+        }
+        Ok(Some(portcullis_engine::json::to_string(context)?))
     }
 
     /// Calls the dispatcher on this thread (see [`callable_here`](Self::callable_here)).
