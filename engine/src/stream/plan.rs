@@ -33,11 +33,10 @@ pub struct StreamPlan {
     pub(super) stages: Vec<Stage>,
     /// Every stage watches for literals or steps a DFA (see [`MatchFinder`]): text none of
     /// the literals occurs in, and in which no DFA has seen a match, can bypass the stages.
+    /// Out of the fast lane, a push that brings no literal of a denying stage, and in which
+    /// no denying stage's DFA sees a match, may then only keep its text (see
+    /// `OutputStream::hold_push`).
     pub(super) lane: bool,
-    /// Out of the fast lane, a push that brings no literal of a denying stage may only keep
-    /// its text (see `OutputStream::hold_push`): there is a fast lane, and no denying stage
-    /// steps a DFA (whose match a literal filter cannot see coming).
-    pub(super) hold: bool,
     /// The literals of every stage, for the fast lane's quick test.
     pub(super) lane_filter: LiteralFilter,
     /// The literals of the stages that deny, when any does: out of the fast lane, text that
@@ -51,6 +50,10 @@ pub struct StreamPlan {
     /// The stages that step a DFA, by index: the fast lane steps each one's DFA over the text
     /// it receives (the text reaches every stage unchanged while the lane holds).
     pub(super) lane_dfas: Vec<usize>,
+    /// The denying stages that step a DFA, by index: out of the fast lane, each steps a
+    /// second scan over the answer as received, which sends a push that may complete a match
+    /// to the stages at once (see `StageScan::hold_step`).
+    pub(super) deny_dfas: Vec<usize>,
     /// The windows of all stages together: what the pipeline holds back, and the fast lane
     /// too (a later stage may match around an earlier stage's replacement, so the lane cannot
     /// hold back less).
@@ -284,13 +287,16 @@ impl StreamPlan {
         }
         // Every stage has a finder: the lane serves whenever there is a stage.
         let lane = !stages.is_empty();
-        let hold = lane
-            && !stages.iter().any(|stage| {
-                matches!(
-                    (&stage.action, &stage.finder),
-                    (StageAction::Deny { .. }, MatchFinder::Dfa(_))
-                )
-            });
+        let deny_dfas = (0..stages.len())
+            .filter(|&index| {
+                stages.get(index).is_some_and(|stage| {
+                    matches!(
+                        (&stage.action, &stage.finder),
+                        (StageAction::Deny { .. }, MatchFinder::Dfa(_))
+                    )
+                })
+            })
+            .collect();
         let windows = stages.iter().map(|stage| stage.window).sum();
         let reach = stages.iter().map(|stage| stage.back).sum();
         let mut lane_filter = LiteralFilter::empty();
@@ -326,10 +332,10 @@ impl StreamPlan {
             batch,
             stages,
             lane,
-            hold,
             lane_group,
             lane_solo,
             lane_dfas,
+            deny_dfas,
             lane_filter,
             deny_filter,
             windows,

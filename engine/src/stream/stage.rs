@@ -31,6 +31,10 @@ pub(super) struct StageScan {
     /// in the run is then skipped.
     pub(super) lane_clear: bool,
     pub(super) progress: FinderProgress,
+    /// Out of the fast lane, a denying stage that steps a DFA also scans the answer as
+    /// received (`raw`) with it, from where a match not yet whole may begin: its own scan
+    /// sees only the text the stages have taken (see [`hold_step`](Self::hold_step)).
+    hold_scan: Option<Box<Scanner>>,
 }
 
 /// Passed text kept before the buffer is compacted.
@@ -80,6 +84,7 @@ impl StageScan {
             lane_scanned: 0,
             lane_clear: false,
             progress: FinderProgress::Blind,
+            hold_scan: None,
         };
         state.rewatch(stage);
         state
@@ -137,6 +142,38 @@ impl StageScan {
             let look_behind = raw.as_bytes()[..at].last().copied();
             let cache = self.take_cache(dfa);
             self.progress = Scanner::start(dfa, cache, look_behind, at);
+        }
+    }
+
+    /// Out of the fast lane, a denying stage that steps a DFA starts a scan of `raw` a match
+    /// ending after `at` may begin in (its longest match before it), for
+    /// [`hold_step`](Self::hold_step). The scan reuses the cache of the last one.
+    pub(super) fn hold_watch_from(&mut self, stage: &Stage, raw: &str, at: usize) {
+        let MatchFinder::Dfa(dfa) = &stage.finder else {
+            return;
+        };
+        let from = raw.floor_char_boundary(at.saturating_sub(stage.span));
+        let look_behind = raw.as_bytes()[..from].last().copied();
+        let cache = match self.hold_scan.take() {
+            Some(scan) => scan.cache,
+            None => dfa.take_cache(),
+        };
+        self.hold_scan = match Scanner::start(dfa, cache, look_behind, from) {
+            FinderProgress::Dfa(scanner) => Some(scanner),
+            _ => None,
+        };
+    }
+
+    /// Steps the scan [`hold_watch_from`](Self::hold_watch_from) started over the bytes of
+    /// `raw` it has not seen: whether it has seen no match, and did not give up (a match it
+    /// sees may lie in text an earlier stage replaces; the stages decide). Without a scan,
+    /// `false`.
+    pub(super) fn hold_step(&mut self, stage: &Stage, raw: &str) -> bool {
+        match (&mut self.hold_scan, &stage.finder) {
+            (Some(scanner), MatchFinder::Dfa(dfa)) => {
+                scanner.step(&dfa.dfa, raw, false) && !scanner.matched
+            }
+            _ => false,
         }
     }
 
@@ -342,11 +379,15 @@ impl StageScan {
 
     /// Gives the DFA's cache back to the stage for the streams to come: the stream is over.
     pub(super) fn release(&mut self, stage: &Stage) {
-        if let (FinderProgress::Dfa(scanner), MatchFinder::Dfa(dfa)) = (
-            std::mem::replace(&mut self.progress, FinderProgress::Blind),
-            &stage.finder,
-        ) {
-            dfa.keep_cache(scanner.cache);
+        if let MatchFinder::Dfa(dfa) = &stage.finder {
+            if let FinderProgress::Dfa(scanner) =
+                std::mem::replace(&mut self.progress, FinderProgress::Blind)
+            {
+                dfa.keep_cache(scanner.cache);
+            }
+            if let Some(scanner) = self.hold_scan.take() {
+                dfa.keep_cache(scanner.cache);
+            }
         }
     }
 

@@ -285,9 +285,10 @@ impl<'e> OutputStream<'e> {
     /// holds back as much, and whatever the stages do with the text later, they do the same
     /// whether it reaches them in one piece or in several. So after a secret the stages run on
     /// a few larger pieces of text rather than on every delta, until they are quiet and the
-    /// guard takes the lane again. A push that may bring a literal of a denying stage goes to
-    /// the stages at once, so that the denial is reported as soon as it would be without this
-    /// (a replacement shows only in released text, and nothing is released meanwhile).
+    /// guard takes the lane again. A push that may bring a literal of a denying stage, or in
+    /// which a denying stage's DFA sees a match, goes to the stages at once, so that the
+    /// denial is reported as soon as it would be without this (a replacement shows only in
+    /// released text, and nothing is released meanwhile).
     #[inline(never)]
     pub(super) fn hold_push(&mut self, delta: &str) {
         append(&mut self.raw, delta);
@@ -297,6 +298,7 @@ impl<'e> OutputStream<'e> {
             && self.plan.deny_filter.as_ref().is_none_or(|filter| {
                 filter.clear_push(self.raw.as_bytes(), self.hold_filtered, delta.as_bytes())
             })
+            && self.step_hold_dfas()
         {
             self.hold_filtered = len;
             // Nothing released.
@@ -596,6 +598,20 @@ impl<'e> OutputStream<'e> {
             .filter(|(stage, _)| matches!(stage.finder, MatchFinder::Literals { .. }))
             .map(|(_, state)| state.lane_scanned)
             .min()
+    }
+
+    /// Out of the fast lane, steps the scan of each denying stage's DFA over the answer as
+    /// received (see [`StageScan::hold_step`]): whether none of them sees a match.
+    fn step_hold_dfas(&mut self) -> bool {
+        let mut clear = true;
+        for &index in &self.plan.deny_dfas {
+            if let (Some(stage), Some(state)) =
+                (self.plan.stages.get(index), self.stages.get_mut(index))
+            {
+                clear &= state.hold_step(stage, &self.raw);
+            }
+        }
+        clear
     }
 
     /// In the fast lane, steps the DFA of every stage that steps one over the text received

@@ -42,10 +42,10 @@ enum PushRoute {
     /// Every push goes through [`OutputStream::pending_push`]: as [`PushRoute::Lane`], with a
     /// replacing literal pending.
     LanePending,
-    /// Out of the fast lane, a push that brings no literal of a denying stage only keeps its
-    /// text while the text held stays within the windows (see [`OutputStream::hold_push`]):
-    /// incremental mode with a plan that holds (`StreamPlan::hold`), without batches, out of
-    /// the lane, and not stopped.
+    /// Out of the fast lane, a push that brings no literal of a denying stage, and in which no
+    /// denying stage's DFA sees a match, only keeps its text while the text held stays within
+    /// the windows (see [`OutputStream::hold_push`]): incremental mode with a plan that has a
+    /// fast lane, without batches, out of the lane, and not stopped.
     Hold,
     /// Every push goes through the stages ([`OutputStream::feed_text`]): the buffer and
     /// checkpoint modes, incremental mode without a fast lane, and a stopped stream.
@@ -399,7 +399,7 @@ impl<'e> OutputStream<'e> {
             PushRoute::LaneBatch
         } else if unbatched && self.in_lane {
             PushRoute::LanePending
-        } else if unbatched && self.plan.hold && !self.in_lane {
+        } else if unbatched && self.plan.lane && !self.in_lane {
             PushRoute::Hold
         } else {
             PushRoute::Stages
@@ -410,6 +410,14 @@ impl<'e> OutputStream<'e> {
             self.hold_filtered = (self.fed + 2)
                 .saturating_sub(self.plan.longest_literal)
                 .min(self.fed);
+            // So may a match of a denying stage's DFA: its scan starts where one may begin.
+            for &index in &self.plan.deny_dfas {
+                if let (Some(stage), Some(state)) =
+                    (self.plan.stages.get(index), self.stages.get_mut(index))
+                {
+                    state.hold_watch_from(stage, &self.raw, self.fed);
+                }
+            }
         }
         self.quiet_until = match (batching, self.in_lane) {
             (false, _) => 0,
