@@ -136,13 +136,17 @@ const KEPT_CACHES: usize = 4;
 #[derive(Debug)]
 pub(super) struct DfaWatch {
     pub(super) dfa: hybrid::dfa::DFA,
+    /// The longest match, in bytes: a match that ends after a point starts less than this
+    /// before it (see `Scanner::step`, which scans long text as two halves at once).
+    pub(super) longest: usize,
     caches: Mutex<Vec<hybrid::dfa::Cache>>,
 }
 
 impl DfaWatch {
-    fn new(dfa: hybrid::dfa::DFA) -> Self {
+    fn new(dfa: hybrid::dfa::DFA, longest: usize) -> Self {
         DfaWatch {
             dfa,
+            longest,
             caches: Mutex::new(Vec::new()),
         }
     }
@@ -404,7 +408,7 @@ impl Stage {
                     )
                     .build(pattern)
                     .map_err(|error| format!("the pattern {pattern:?} cannot stream: {error}"))?;
-                MatchFinder::Dfa(Arc::new(DfaWatch::new(dfa)))
+                MatchFinder::Dfa(Arc::new(DfaWatch::new(dfa, longest)))
             }
         };
         let back = match &finder {

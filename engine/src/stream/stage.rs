@@ -64,6 +64,10 @@ pub(super) struct Scanner {
     matched: bool,
 }
 
+/// Text a DFA steps over as two halves at once (see `Scanner::step_two_chains`) from this many
+/// bytes.
+pub(super) const TWO_CHAINS_FROM: usize = 64;
+
 /// A deny stage found a match.
 pub(super) struct Matched;
 
@@ -124,10 +128,12 @@ impl StageScan {
     /// In the fast lane, a stage that steps a DFA steps it over the answer as received
     /// (`raw`): its own buffer holds nothing there, and the text would reach it unchanged.
     /// Whether the DFA has seen no match and did not give up; with `end`, `raw` is complete.
+    #[inline(always)]
     pub(super) fn lane_step(&mut self, stage: &Stage, raw: &str, end: bool) -> bool {
         match (&mut self.progress, &stage.finder) {
             (FinderProgress::Dfa(scanner), MatchFinder::Dfa(dfa)) => {
-                scanner.step(&dfa.dfa, raw, end) && !scanner.matched
+                (!end && scanner.step_short(&dfa.dfa, raw))
+                    || (scanner.step(dfa, raw, end) && !scanner.matched)
             }
             _ => false,
         }
@@ -171,7 +177,7 @@ impl StageScan {
     pub(super) fn hold_step(&mut self, stage: &Stage, raw: &str) -> bool {
         match (&mut self.hold_scan, &stage.finder) {
             (Some(scanner), MatchFinder::Dfa(dfa)) => {
-                scanner.step(&dfa.dfa, raw, false) && !scanner.matched
+                scanner.step(dfa, raw, false) && !scanner.matched
             }
             _ => false,
         }
@@ -217,7 +223,7 @@ impl StageScan {
                 }
             }
             (FinderProgress::Dfa(scanner), MatchFinder::Dfa(dfa)) => {
-                let gave_up = !scanner.step(&dfa.dfa, &self.buffer, end);
+                let gave_up = !scanner.step(dfa, &self.buffer, end);
                 if gave_up
                     && let FinderProgress::Dfa(scanner) =
                         std::mem::replace(&mut self.progress, FinderProgress::Blind)
@@ -477,14 +483,91 @@ impl Scanner {
         self.matched
     }
 
+    /// Steps the DFA over `text[scanned..]` as two halves at once, when no step lands on a
+    /// tagged state: the state after the text, or `None` (nothing changed; the text may hold
+    /// a match, or a state to compute, and [`step`](Self::step) takes it byte by byte).
+    ///
+    /// Each step is a lookup that depends on the one before, so one scan waits on memory at
+    /// every byte; two independent scans wait together. The second half's scan starts afresh,
+    /// unanchored, the longest match (and a byte) before the half: a match that ends in the
+    /// second half (or at its first byte, which the first scan does not step past) starts
+    /// within that scan, and every match still to come starts after its start. So its state
+    /// at the end stands for the whole text as the first scan's would.
+    fn step_two_chains(&mut self, watch: &DfaWatch, text: &str) -> Option<LazyStateID> {
+        let dfa = &watch.dfa;
+        let bytes = text.as_bytes().get(self.scanned..)?;
+        let half = bytes.len() / 2;
+        let second_from = half.checked_sub(watch.longest + 1)?;
+        let look_behind = match second_from.checked_sub(1) {
+            Some(before) => bytes.get(before).copied(),
+            None => self
+                .scanned
+                .checked_sub(1)
+                .and_then(|at| text.as_bytes().get(at).copied()),
+        };
+        let config = start::Config::new()
+            .anchored(Anchored::No)
+            .look_behind(look_behind);
+        let second_start = dfa.start_state(&mut self.cache, &config).ok()?;
+        let (first, second) = (bytes.get(..half)?, bytes.get(second_from..)?);
+        let (mut a, mut b) = (self.state, second_start);
+        if a.is_tagged() || b.is_tagged() {
+            return None;
+        }
+        for (&x, &y) in first.iter().zip(second) {
+            a = dfa.next_state_untagged(&self.cache, a, x);
+            b = dfa.next_state_untagged(&self.cache, b, y);
+            if a.is_tagged() | b.is_tagged() {
+                return None;
+            }
+        }
+        for &y in second.get(first.len()..)? {
+            b = dfa.next_state_untagged(&self.cache, b, y);
+            if b.is_tagged() {
+                return None;
+            }
+        }
+        Some(b)
+    }
+
+    /// [`step`](Self::step) over the few bytes of a push, in line, when every step lands on a
+    /// state that is not tagged (no match, no quit, nothing to compute): whether it did. When
+    /// it did not, nothing changed, and `step` takes the bytes from the start.
+    #[inline(always)]
+    fn step_short(&mut self, dfa: &hybrid::dfa::DFA, text: &str) -> bool {
+        let Some(bytes) = text.as_bytes().get(self.scanned..) else {
+            return false;
+        };
+        if bytes.len() > 16 || self.state.is_tagged() {
+            return false;
+        }
+        let mut state = self.state;
+        for &byte in bytes {
+            state = dfa.next_state_untagged(&self.cache, state, byte);
+            if state.is_tagged() {
+                return false;
+            }
+        }
+        self.state = state;
+        self.scanned = text.len();
+        true
+    }
+
     /// Steps the DFA over `text[scanned..]`; `false` when it gives up.
-    fn step(&mut self, dfa: &hybrid::dfa::DFA, text: &str, end: bool) -> bool {
+    fn step(&mut self, watch: &DfaWatch, text: &str, end: bool) -> bool {
         if self.matched {
             return true;
         }
+        let dfa = &watch.dfa;
         let mut state = self.state;
         let bytes = text.as_bytes().get(self.scanned..).unwrap_or_default();
         let mut at = 0;
+        if bytes.len() >= TWO_CHAINS_FROM
+            && let Some(last) = self.step_two_chains(watch, text)
+        {
+            state = last;
+            at = bytes.len();
+        }
         while at < bytes.len() {
             // From a state that is not tagged, a step is one lookup, and the steps go on that
             // way until one lands on a tagged state: a match, a quit, the dead state, or one

@@ -7,7 +7,7 @@ use regex_automata::Span;
 use crate::error::EngineError;
 use crate::stream::plan::{LiteralFilter, MatchFinder, StageAction};
 use crate::stream::short::append;
-use crate::stream::stage::{FinderProgress, StageScan, unfinished_from};
+use crate::stream::stage::{FinderProgress, StageScan, TWO_CHAINS_FROM, unfinished_from};
 
 use super::OutputStream;
 
@@ -18,6 +18,10 @@ pub(super) fn stage_bit(index: usize) -> u64 {
         .and_then(|index| 1u64.checked_shl(index))
         .unwrap_or(0)
 }
+
+/// Bytes a push in the fast lane leaves its DFAs to step later, when the plan's slack allows:
+/// as many as a DFA steps as two halves at once.
+const LANE_STEP_AFTER: usize = TWO_CHAINS_FROM;
 
 /// [`OutputStream::lane_push`] as a function, to be picked when the stream starts.
 pub(super) type LanePush = for<'s, 'e> fn(&'s mut OutputStream<'e>, &str);
@@ -135,12 +139,20 @@ impl<'e> OutputStream<'e> {
     ) {
         let received = self.raw.len();
         append(&mut self.raw, delta);
-        if STEP && !self.step_lane_dfas(false) {
-            return self.lane_search();
-        }
         let len = self.raw.len();
         let mut filtered = self.lane_filtered;
         if received.saturating_sub(filtered) >= LiteralFilter::SHORT {
+            return self.lane_search();
+        }
+        // The DFAs step a push behind too, as long as the bytes they have not seen stay
+        // within the slack (a DFA's match, like a literal, starts at most its stage's `back`
+        // before its end, and the reach counts every stage's): many bytes at a time, which
+        // they step as two halves at once once there are enough of them.
+        if STEP
+            && (received.saturating_sub(self.lane_stepped) >= LANE_STEP_AFTER
+                || len - self.lane_stepped > self.plan.lane_slack)
+            && !self.step_lane_dfas(false)
+        {
             return self.lane_search();
         }
         while received.saturating_sub(filtered) >= 16 {
@@ -584,6 +596,7 @@ impl<'e> OutputStream<'e> {
                 state.lane_watch_from(stage, &self.raw, start);
             }
         }
+        self.lane_stepped = start;
         self.fed = start;
         self.in_lane = true;
     }
@@ -626,6 +639,7 @@ impl<'e> OutputStream<'e> {
                 clear &= state.lane_step(stage, &self.raw, end);
             }
         }
+        self.lane_stepped = self.raw.len();
         clear
     }
 }

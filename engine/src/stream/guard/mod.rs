@@ -89,6 +89,9 @@ pub struct OutputStream<'e> {
     hold_filtered: usize,
     /// Bytes of `raw` when the fast lane last searched it.
     lane_searched: usize,
+    /// Bytes of `raw` the fast lane's DFAs have stepped over (short pushes step them a push
+    /// behind, within the plan's slack, as the quick filter tests them).
+    lane_stepped: usize,
     /// Bytes of `raw` the fast lane's quick filter has cleared: no watched literal starts
     /// before it (the stages' own search positions may lag behind, and catch up when the
     /// filter flags something).
@@ -234,6 +237,7 @@ impl PolicyEngine {
             fed: 0,
             lane_searched: 0,
             lane_filtered: 0,
+            lane_stepped: 0,
             quiet_until: 0,
             stage_held: 0,
             lent_from: 0,

@@ -482,6 +482,51 @@ fn short_deltas_are_tested_a_window_at_a_time_within_the_slack() {
 }
 
 #[test]
+fn short_deltas_step_the_dfas_a_window_at_a_time_within_the_slack() {
+    // Capitals and letters: the stage steps a DFA in the lane.
+    let engine = engine_of(|set| {
+        set.output(Redact(r"[A-Z]{2}[a-z]{7}", "CODE"))
+            .output(Redact(SSN, "SSN"))
+    });
+    let plan = engine.stream_plan();
+    assert!(plan.lane && plan.lane_dfas == [0] && plan.lane_slack >= 16);
+    runtime().block_on(async {
+        let plain = "nothing to see in this sentence at all. ".repeat(8);
+        let secret = "code XYabcdefg or call 123-45-6789 now. ";
+        let text = [plain.as_str(), secret, &plain, secret, &plain].concat();
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let mut shown = String::new();
+        let (mut deferred, mut stepped) = (0, 0);
+        for chunk in text.as_bytes().chunks(3) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            let (direct, before) = (guard.route == PushRoute::Lane, guard.lane_stepped);
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            if direct && guard.in_lane && guard.lane_until.is_none() {
+                // The bytes the DFA has not seen never outgrow the slack.
+                assert!(guard.raw.len() - guard.lane_stepped <= plan.lane_slack);
+                if guard.lane_stepped == before {
+                    deferred += 1;
+                } else {
+                    stepped += 1;
+                }
+            }
+        }
+        assert!(
+            deferred > 4 * stepped && stepped > 0,
+            "{deferred} deferred, {stepped} stepped"
+        );
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("text"));
+        }
+        let redacted = "code [CODE] or call [SSN] now. ";
+        assert_eq!(
+            shown,
+            [plain.as_str(), redacted, &plain, redacted, &plain].concat()
+        );
+    });
+}
+
+#[test]
 fn a_replacing_literal_lets_the_lane_release_up_to_where_its_match_may_start() {
     let engine = engine_of(|set| {
         set.output(Redact(SSN, "SSN"))
@@ -627,7 +672,9 @@ fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one()
         let mut guard = engine.output_stream(Metadata::new("agent", "session"));
         let mut shown = String::new();
         assert!(guard.in_lane);
-        shown.push_str(guard.feed("café, ").await.expect("no denial"));
+        // (A push of 16 bytes or more: the lane steps its DFAs over shorter ones a push
+        // behind.)
+        shown.push_str(guard.feed("café, as I said, ").await.expect("no denial"));
         assert!(!guard.in_lane);
         let text = "plain words and more plain words, ".repeat(8);
         for chunk in text.as_bytes().chunks(16) {
@@ -643,7 +690,10 @@ fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one()
         for item in guard.finish().await {
             shown.push_str(&item.into_text().expect("text"));
         }
-        assert_eq!(shown, format!("café, {text}write to [EMAIL] now. {text}"));
+        assert_eq!(
+            shown,
+            format!("café, as I said, {text}write to [EMAIL] now. {text}")
+        );
     });
 }
 
@@ -891,6 +941,46 @@ fn a_dfa_scan_sees_a_match_wherever_it_ends_and_however_the_text_is_split() {
                     let clear = scan.lane_step(stage, &text[..split], false)
                         && scan.lane_step(stage, &text, true);
                     assert_eq!(!clear, regex.is_match(&text), "{text:?} split at {split}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_long_dfa_scan_in_two_halves_sees_every_match() {
+    // Text of 64 bytes or more is scanned as two halves at once, the second from a little
+    // before its half: a match may lie anywhere, across the half or around the second
+    // scan's start, and a word boundary there depends on the byte before it.
+    for pattern in [r"[A-Z]{2}[a-z]{3}", r"\b[A-Z]{2}[a-z]{3}\b"] {
+        let engine = engine_of(|set| set.output(Redact(pattern, "CODE")));
+        let plan = engine.stream_plan();
+        let stage = &plan.stages[0];
+        let MatchFinder::Dfa(watch) = &stage.finder else {
+            panic!("{pattern} is not watched with a DFA");
+        };
+        assert_eq!(watch.longest, 5);
+        let regex = regex::Regex::new(pattern).expect("a valid pattern");
+        // Twice: the halves are stepped together only over states the DFA has computed,
+        // which the scans of the first round leave to those of the second.
+        for _ in 0..2 {
+            for length in [64, 65, 90, 131] {
+                for body in ["XYabc", "XYab", "aXYabc", "XYabcd", "a XYabc b"] {
+                    for at in 0..=length - body.len() {
+                        let mut text = ".".repeat(length);
+                        text.replace_range(at..at + body.len(), body);
+                        for split in [0, 1, at, length / 2, length - 64] {
+                            let mut scan = StageScan::new(stage);
+                            let clear = scan.lane_step(stage, &text[..split], false)
+                                && scan.lane_step(stage, &text, true);
+                            scan.release(stage);
+                            assert_eq!(
+                                !clear,
+                                regex.is_match(&text),
+                                "{pattern}: {text:?} split at {split}"
+                            );
+                        }
+                    }
                 }
             }
         }
