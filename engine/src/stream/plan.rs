@@ -137,7 +137,7 @@ const KEPT_CACHES: usize = 4;
 pub(super) struct DfaWatch {
     pub(super) dfa: hybrid::dfa::DFA,
     /// The longest match, in bytes: a match that ends after a point starts less than this
-    /// before it (see `Scanner::step`, which scans long text as two halves at once).
+    /// before it (see `Scanner::step`, which scans long text as several parts at once).
     pub(super) longest: usize,
     caches: Mutex<Vec<hybrid::dfa::Cache>>,
 }

@@ -64,9 +64,9 @@ pub(super) struct Scanner {
     matched: bool,
 }
 
-/// Text a DFA steps over as two halves at once (see `Scanner::step_two_chains`) from this many
-/// bytes.
-pub(super) const TWO_CHAINS_FROM: usize = 64;
+/// Text a DFA steps over as several parts at once (see `Scanner::step_in_parts`) from this
+/// many bytes.
+pub(super) const IN_PARTS_FROM: usize = 64;
 
 /// A deny stage found a match.
 pub(super) struct Matched;
@@ -483,51 +483,95 @@ impl Scanner {
         self.matched
     }
 
-    /// Steps the DFA over `text[scanned..]` as two halves at once, when no step lands on a
-    /// tagged state: the state after the text, or `None` (nothing changed; the text may hold
-    /// a match, or a state to compute, and [`step`](Self::step) takes it byte by byte).
+    /// Steps the DFA over `text[scanned..]` as four parts at once (two for shorter text), when
+    /// no step lands on a tagged state: the state after the text, or `None` (nothing changed;
+    /// the text may hold a match, or a state to compute, and [`step`](Self::step) takes it
+    /// byte by byte).
     ///
     /// Each step is a lookup that depends on the one before, so one scan waits on memory at
-    /// every byte; two independent scans wait together. The second half's scan starts afresh,
-    /// unanchored, the longest match (and a byte) before the half: a match that ends in the
-    /// second half (or at its first byte, which the first scan does not step past) starts
-    /// within that scan, and every match still to come starts after its start. So its state
-    /// at the end stands for the whole text as the first scan's would.
-    fn step_two_chains(&mut self, watch: &DfaWatch, text: &str) -> Option<LazyStateID> {
+    /// every byte; independent scans wait together. The first part's scan goes on from the
+    /// DFA's state; each later part's starts afresh, unanchored, the longest match and a byte
+    /// before the part, with the byte before as look-behind. A match is seen by the scan of
+    /// the part holding the byte after it (the DFA sees a match one byte late): it starts
+    /// within that scan, less than the longest match before the part. And every match still
+    /// to come starts within the last part's scan, so its state at the end stands for the
+    /// whole text as a single scan's would.
+    fn step_in_parts(&mut self, watch: &DfaWatch, text: &str) -> Option<LazyStateID> {
+        let bytes = text.as_bytes().get(self.scanned..)?;
+        let overlap = watch.longest + 1;
+        if bytes.len() / 4 >= overlap {
+            self.step_parts::<4>(watch, text, overlap)
+        } else if bytes.len() / 2 >= overlap {
+            self.step_parts::<2>(watch, text, overlap)
+        } else {
+            None
+        }
+    }
+
+    /// [`step_in_parts`](Self::step_in_parts) in `PARTS` parts, each later one scanned from
+    /// `overlap` bytes before it.
+    #[inline(always)]
+    fn step_parts<const PARTS: usize>(
+        &mut self,
+        watch: &DfaWatch,
+        text: &str,
+        overlap: usize,
+    ) -> Option<LazyStateID> {
         let dfa = &watch.dfa;
         let bytes = text.as_bytes().get(self.scanned..)?;
-        let half = bytes.len() / 2;
-        let second_from = half.checked_sub(watch.longest + 1)?;
-        let look_behind = match second_from.checked_sub(1) {
-            Some(before) => bytes.get(before).copied(),
-            None => self
-                .scanned
-                .checked_sub(1)
-                .and_then(|at| text.as_bytes().get(at).copied()),
-        };
-        let config = start::Config::new()
-            .anchored(Anchored::No)
-            .look_behind(look_behind);
-        let second_start = dfa.start_state(&mut self.cache, &config).ok()?;
-        let (first, second) = (bytes.get(..half)?, bytes.get(second_from..)?);
-        let (mut a, mut b) = (self.state, second_start);
-        if a.is_tagged() || b.is_tagged() {
+        let part = bytes.len() / PARTS;
+        // Where each scan starts in `bytes`, and the state it starts from.
+        let mut starts = [0; PARTS];
+        let mut states = [self.state; PARTS];
+        for index in 1..PARTS {
+            let from = (index * part).checked_sub(overlap)?;
+            let look_behind = match from.checked_sub(1) {
+                Some(before) => bytes.get(before).copied(),
+                None => self
+                    .scanned
+                    .checked_sub(1)
+                    .and_then(|at| text.as_bytes().get(at).copied()),
+            };
+            let config = start::Config::new()
+                .anchored(Anchored::No)
+                .look_behind(look_behind);
+            starts[index] = from;
+            states[index] = dfa.start_state(&mut self.cache, &config).ok()?;
+        }
+        if states.iter().any(LazyStateID::is_tagged) {
             return None;
         }
-        for (&x, &y) in first.iter().zip(second) {
-            a = dfa.next_state_untagged(&self.cache, a, x);
-            b = dfa.next_state_untagged(&self.cache, b, y);
-            if a.is_tagged() | b.is_tagged() {
+        // Every scan steps over `part` bytes together; the later ones then over their
+        // overlap, and the last over the bytes the parts leave at the end.
+        let together = bytes.get(..starts[PARTS - 1] + part + overlap)?;
+        for step in 0..part {
+            let mut tagged = false;
+            for (state, &from) in states.iter_mut().zip(&starts) {
+                *state = dfa.next_state_untagged(&self.cache, *state, together[from + step]);
+                tagged |= state.is_tagged();
+            }
+            if tagged {
                 return None;
             }
         }
-        for &y in second.get(first.len()..)? {
-            b = dfa.next_state_untagged(&self.cache, b, y);
-            if b.is_tagged() {
+        for step in part..part + overlap {
+            let mut tagged = false;
+            for (state, &from) in states.iter_mut().zip(&starts).skip(1) {
+                *state = dfa.next_state_untagged(&self.cache, *state, together[from + step]);
+                tagged |= state.is_tagged();
+            }
+            if tagged {
                 return None;
             }
         }
-        Some(b)
+        let mut last = states[PARTS - 1];
+        for &byte in bytes.get(together.len()..)? {
+            last = dfa.next_state_untagged(&self.cache, last, byte);
+            if last.is_tagged() {
+                return None;
+            }
+        }
+        Some(last)
     }
 
     /// [`step`](Self::step) over the few bytes of a push, in line, when every step lands on a
@@ -562,8 +606,8 @@ impl Scanner {
         let mut state = self.state;
         let bytes = text.as_bytes().get(self.scanned..).unwrap_or_default();
         let mut at = 0;
-        if bytes.len() >= TWO_CHAINS_FROM
-            && let Some(last) = self.step_two_chains(watch, text)
+        if bytes.len() >= IN_PARTS_FROM
+            && let Some(last) = self.step_in_parts(watch, text)
         {
             state = last;
             at = bytes.len();

@@ -7,7 +7,7 @@ use regex_automata::Span;
 use crate::error::EngineError;
 use crate::stream::plan::{LiteralFilter, MatchFinder, StageAction};
 use crate::stream::short::append;
-use crate::stream::stage::{FinderProgress, StageScan, TWO_CHAINS_FROM, unfinished_from};
+use crate::stream::stage::{FinderProgress, IN_PARTS_FROM, StageScan, unfinished_from};
 
 use super::OutputStream;
 
@@ -20,8 +20,8 @@ pub(super) fn stage_bit(index: usize) -> u64 {
 }
 
 /// Bytes a push in the fast lane leaves its DFAs to step later, when the plan's slack allows:
-/// as many as a DFA steps as two halves at once.
-const LANE_STEP_AFTER: usize = TWO_CHAINS_FROM;
+/// as many as a DFA steps as several parts at once.
+const LANE_STEP_AFTER: usize = IN_PARTS_FROM;
 
 /// [`OutputStream::lane_push`] as a function, to be picked when the stream starts.
 pub(super) type LanePush = for<'s, 'e> fn(&'s mut OutputStream<'e>, &str);
@@ -147,7 +147,7 @@ impl<'e> OutputStream<'e> {
         // The DFAs step a push behind too, as long as the bytes they have not seen stay
         // within the slack (a DFA's match, like a literal, starts at most its stage's `back`
         // before its end, and the reach counts every stage's): many bytes at a time, which
-        // they step as two halves at once once there are enough of them.
+        // they step as several parts at once once there are enough of them.
         if STEP
             && (received.saturating_sub(self.lane_stepped) >= LANE_STEP_AFTER
                 || len - self.lane_stepped > self.plan.lane_slack)

@@ -948,24 +948,38 @@ fn a_dfa_scan_sees_a_match_wherever_it_ends_and_however_the_text_is_split() {
 }
 
 #[test]
-fn a_long_dfa_scan_in_two_halves_sees_every_match() {
-    // Text of 64 bytes or more is scanned as two halves at once, the second from a little
-    // before its half: a match may lie anywhere, across the half or around the second
-    // scan's start, and a word boundary there depends on the byte before it.
-    for pattern in [r"[A-Z]{2}[a-z]{3}", r"\b[A-Z]{2}[a-z]{3}\b"] {
+fn a_long_dfa_scan_in_parts_sees_every_match() {
+    // Text of 64 bytes or more is scanned as four parts at once (two when the longest match
+    // is over a quarter of it), each later one from a little before it: a match may lie
+    // anywhere, across a part's edge or around a scan's start, and a word boundary there
+    // depends on the byte before it.
+    let patterns = [
+        (r"[A-Z]{2}[a-z]{3}", 5),
+        (r"\b[A-Z]{2}[a-z]{3}\b", 5),
+        // Two parts of text under 72 bytes.
+        (r"[A-Z]{2}[a-z]{3}[0-9]{0,12}", 17),
+    ];
+    for (pattern, longest) in patterns {
         let engine = engine_of(|set| set.output(Redact(pattern, "CODE")));
         let plan = engine.stream_plan();
         let stage = &plan.stages[0];
         let MatchFinder::Dfa(watch) = &stage.finder else {
             panic!("{pattern} is not watched with a DFA");
         };
-        assert_eq!(watch.longest, 5);
+        assert_eq!(watch.longest, longest);
         let regex = regex::Regex::new(pattern).expect("a valid pattern");
-        // Twice: the halves are stepped together only over states the DFA has computed,
+        // Twice: the parts are stepped together only over states the DFA has computed,
         // which the scans of the first round leave to those of the second.
         for _ in 0..2 {
             for length in [64, 65, 90, 131] {
-                for body in ["XYabc", "XYab", "aXYabc", "XYabcd", "a XYabc b"] {
+                for body in [
+                    "XYabc",
+                    "XYab",
+                    "aXYabc",
+                    "XYabcd",
+                    "a XYabc b",
+                    "XYabc0123456789",
+                ] {
                     for at in 0..=length - body.len() {
                         let mut text = ".".repeat(length);
                         text.replace_range(at..at + body.len(), body);
