@@ -139,15 +139,36 @@ pub(super) struct DfaWatch {
     /// The longest match, in bytes: a match that ends after a point starts less than this
     /// before it (see `Scanner::step`, which scans long text as several parts at once).
     pub(super) longest: usize,
+    /// The longest match of ASCII text alone, in bytes: shorter when a character the pattern
+    /// matches has a longer form outside ASCII (Unicode case folding makes `k` match the
+    /// three bytes of the Kelvin sign).
+    pub(super) longest_ascii: usize,
     caches: Mutex<Vec<hybrid::dfa::Cache>>,
 }
 
 impl DfaWatch {
-    fn new(dfa: hybrid::dfa::DFA, longest: usize) -> Self {
+    fn new(dfa: hybrid::dfa::DFA, longest: usize, longest_ascii: usize) -> Self {
         DfaWatch {
             dfa,
             longest,
+            longest_ascii: longest_ascii.min(longest),
             caches: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// How far before each part of `text[from..]` the scan of that part starts, when the DFA
+    /// steps it in parts (see `Scanner::step`): the longest match and a byte. A match that
+    /// ends in the text starts at most the longest match before it: when those bytes and the
+    /// text are ASCII, so is the match, and the longest match of ASCII text serves.
+    pub(super) fn overlap(&self, text: &str, from: usize) -> usize {
+        let ascii = text
+            .as_bytes()
+            .get(from.saturating_sub(self.longest)..)
+            .is_some_and(<[u8]>::is_ascii);
+        1 + if ascii {
+            self.longest_ascii
+        } else {
+            self.longest
         }
     }
 
@@ -408,7 +429,18 @@ impl Stage {
                     )
                     .build(pattern)
                     .map_err(|error| format!("the pattern {pattern:?} cannot stream: {error}"))?;
-                MatchFinder::Dfa(Arc::new(DfaWatch::new(dfa, longest)))
+                // A match of ASCII text alone is one of the pattern read with ASCII classes
+                // and case folding; a pattern that cannot be read so (`\p{..}`) keeps
+                // its longest match.
+                let longest_ascii = regex_syntax::ParserBuilder::new()
+                    .unicode(false)
+                    .utf8(false)
+                    .build()
+                    .parse(pattern)
+                    .ok()
+                    .and_then(|ascii| ascii.properties().maximum_len())
+                    .unwrap_or(longest);
+                MatchFinder::Dfa(Arc::new(DfaWatch::new(dfa, longest, longest_ascii)))
             }
         };
         let back = match &finder {
