@@ -203,9 +203,11 @@ impl StageScan {
                 let unsearched = &bytes[*search_from..];
                 // A SIMD search costs more to start than a push's few bytes cost to test
                 // with the quick filter: a literal wholly in them has its first two bytes
-                // (or its one byte) there, which the filter flags.
+                // (or its one byte) there, which the filter flags. (The filter tests from
+                // the byte before them too, 16 bytes at a time.)
                 let literal = if std::mem::take(&mut self.lane_clear)
-                    || (unsearched.len() < LiteralFilter::SHORT && filter.clear(unsearched))
+                    || (unsearched.len() < LiteralFilter::SHORT
+                        && filter.clear_from(bytes, *search_from))
                 {
                     None
                 } else {
