@@ -494,11 +494,11 @@ impl Scanner {
     /// every byte; independent scans wait together. The first part's scan goes on from the
     /// DFA's state; each later part's starts afresh, unanchored, the longest match and a byte
     /// before the part (the longest of ASCII text, when the text is ASCII), with the byte
-    /// before as look-behind. A match is seen by the scan of
-    /// the part holding the byte after it (the DFA sees a match one byte late): it starts
-    /// within that scan, less than the longest match before the part. And every match still
-    /// to come starts within the last part's scan, so its state at the end stands for the
-    /// whole text as a single scan's would.
+    /// before as look-behind. A match is seen by the scan of the part holding the byte after
+    /// it (the DFA sees a match one byte late): it starts within that scan, less than the
+    /// longest match before the part. And every match still to come starts within the last
+    /// part's scan, so its state at the end stands for the whole text as a single scan's
+    /// would.
     fn step_in_parts(&mut self, watch: &DfaWatch, text: &str) -> Option<LazyStateID> {
         let bytes = text.as_bytes().get(self.scanned..)?;
         let overlap = watch.overlap(text, self.scanned);

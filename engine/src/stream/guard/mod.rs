@@ -89,8 +89,9 @@ pub struct OutputStream<'e> {
     hold_filtered: usize,
     /// Bytes of `raw` when the fast lane last searched it.
     lane_searched: usize,
-    /// Bytes of `raw` the fast lane's DFAs have stepped over (short pushes step them a push
-    /// behind, within the plan's slack, as the quick filter tests them).
+    /// Bytes of `raw` the fast lane's DFAs have stepped over: short pushes leave them to step
+    /// later, many bytes at a time, within the plan's slack (see
+    /// [`OutputStream::lane_push_short`]).
     lane_stepped: usize,
     /// Bytes of `raw` the fast lane's quick filter has cleared: no watched literal starts
     /// before it (the stages' own search positions may lag behind, and catch up when the
