@@ -438,92 +438,79 @@ fn a_denied_literal_begun_in_the_push_that_found_a_replacing_one_is_found() {
     assert!(denied(&engine, pushes));
 }
 
-#[test]
-fn short_deltas_are_tested_a_window_at_a_time_within_the_slack() {
-    let engine = ssn_and_short_email();
+/// Streams plain text holding `secret` twice through `engine` in 3-byte pushes. After each push
+/// that took the fast lane and left it there, the bytes past `position` (what the lane's quick
+/// filter has tested, or its DFAs have stepped over) never outgrow the plan's slack, and most
+/// such pushes leave `position` where it was (16 bytes or more move it, in 3-byte deltas); what
+/// was shown has `secret` as `redacted`.
+fn short_pushes_within_the_slack(
+    engine: &PolicyEngine,
+    (secret, redacted): (&str, &str),
+    position: fn(&OutputStream<'_>) -> usize,
+) {
     let plan = engine.stream_plan();
     assert!(plan.lane && plan.lane_slack >= 16);
-    let runtime = runtime();
-    runtime.block_on(async {
+    runtime().block_on(async {
         let plain = "nothing to see in this sentence at all. ".repeat(8);
-        let secret = "mail ops@example.com or call 123-45-6789 now. ";
         let text = [plain.as_str(), secret, &plain, secret, &plain].concat();
         let mut guard = engine.output_stream(Metadata::new("agent", "session"));
         let mut shown = String::new();
-        let (mut deferred, mut tested) = (0, 0);
+        let (mut deferred, mut moved) = (0, 0);
         for chunk in text.as_bytes().chunks(3) {
             let chunk = std::str::from_utf8(chunk).expect("ascii");
-            let (direct, filtered) = (guard.route == PushRoute::Lane, guard.lane_filtered);
+            let (direct, before) = (guard.route == PushRoute::Lane, position(&guard));
             shown.push_str(guard.feed(chunk).await.expect("no denial"));
             if direct && guard.in_lane && guard.lane_until.is_none() {
-                // The untested bytes never outgrow the slack.
-                assert!(guard.raw.len() - guard.lane_filtered <= plan.lane_slack);
-                if guard.lane_filtered == filtered {
+                assert!(guard.raw.len() - position(&guard) <= plan.lane_slack);
+                if position(&guard) == before {
                     deferred += 1;
                 } else {
-                    tested += 1;
+                    moved += 1;
                 }
             }
         }
-        // About one push in six tests a window (16 bytes in 3-byte deltas).
-        assert!(
-            deferred > 4 * tested && tested > 0,
-            "{deferred} deferred, {tested} tested"
-        );
         for item in guard.finish().await {
             shown.push_str(&item.into_text().expect("text"));
         }
-        let redacted = "mail [EMAIL] or call [SSN] now. ";
         assert_eq!(
             shown,
             [plain.as_str(), redacted, &plain, redacted, &plain].concat()
+        );
+        assert!(
+            deferred > 4 * moved && moved > 0,
+            "{deferred} deferred, {moved} moved"
         );
     });
 }
 
 #[test]
-fn short_deltas_step_the_dfas_a_window_at_a_time_within_the_slack() {
+fn short_deltas_are_tested_a_window_at_a_time_within_the_slack() {
+    short_pushes_within_the_slack(
+        &ssn_and_short_email(),
+        (
+            "mail ops@example.com or call 123-45-6789 now. ",
+            "mail [EMAIL] or call [SSN] now. ",
+        ),
+        |guard| guard.lane_filtered,
+    );
+}
+
+#[test]
+fn short_deltas_step_the_dfas_many_bytes_at_a_time_within_the_slack() {
     // Capitals and letters: the stage steps a DFA in the lane.
     let engine = engine_of(|set| {
         set.output(Redact(r"[A-Z]{2}[a-z]{7}", "CODE"))
             .output(Redact(SSN, "SSN"))
     });
-    let plan = engine.stream_plan();
-    assert!(plan.lane && plan.lane_dfas == [0] && plan.lane_slack >= 16);
-    runtime().block_on(async {
-        let plain = "nothing to see in this sentence at all. ".repeat(8);
-        let secret = "code XYabcdefg or call 123-45-6789 now. ";
-        let text = [plain.as_str(), secret, &plain, secret, &plain].concat();
-        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
-        let mut shown = String::new();
-        let (mut deferred, mut stepped) = (0, 0);
-        for chunk in text.as_bytes().chunks(3) {
-            let chunk = std::str::from_utf8(chunk).expect("ascii");
-            let (direct, before) = (guard.route == PushRoute::Lane, guard.lane_stepped);
-            shown.push_str(guard.feed(chunk).await.expect("no denial"));
-            if direct && guard.in_lane && guard.lane_until.is_none() {
-                // The bytes the DFA has not seen never outgrow the slack.
-                assert!(guard.raw.len() - guard.lane_stepped <= plan.lane_slack);
-                if guard.lane_stepped == before {
-                    deferred += 1;
-                } else {
-                    stepped += 1;
-                }
-            }
-        }
-        assert!(
-            deferred > 4 * stepped && stepped > 0,
-            "{deferred} deferred, {stepped} stepped"
-        );
-        for item in guard.finish().await {
-            shown.push_str(&item.into_text().expect("text"));
-        }
-        let redacted = "code [CODE] or call [SSN] now. ";
-        assert_eq!(
-            shown,
-            [plain.as_str(), redacted, &plain, redacted, &plain].concat()
-        );
-    });
+    assert_eq!(engine.stream_plan().lane_dfas, [0]);
+    short_pushes_within_the_slack(
+        &engine,
+        (
+            "code XYabcdefg or call 123-45-6789 now. ",
+            "code [CODE] or call [SSN] now. ",
+        ),
+        |guard| guard.lane_stepped,
+    );
 }
 
 #[test]
