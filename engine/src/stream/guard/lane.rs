@@ -5,7 +5,7 @@
 use regex_automata::Span;
 
 use crate::error::EngineError;
-use crate::stream::plan::{LiteralFilter, MatchFinder, StageAction};
+use crate::stream::plan::{LiteralFilter, MatchFinder, Stage, StageAction, StreamPlan};
 use crate::stream::short::append;
 use crate::stream::stage::{FinderProgress, IN_PARTS_FROM, StageScan, unfinished_from};
 
@@ -17,6 +17,23 @@ pub(super) fn stage_bit(index: usize) -> u64 {
         .ok()
         .and_then(|index| 1u64.checked_shl(index))
         .unwrap_or(0)
+}
+
+/// Calls `each` on the plan's stages at `indices` (one of its lists of stages by index), each
+/// with the stream's scan of it; whether every call gave `true` (every one is made).
+pub(super) fn each_stage_at(
+    indices: &[usize],
+    plan: &StreamPlan,
+    scans: &mut [StageScan],
+    mut each: impl FnMut(&Stage, &mut StageScan) -> bool,
+) -> bool {
+    let mut all = true;
+    for &index in indices {
+        if let (Some(stage), Some(scan)) = (plan.stages.get(index), scans.get_mut(index)) {
+            all &= each(stage, scan);
+        }
+    }
+    all
 }
 
 /// Bytes a push in the fast lane leaves its DFAs to step later, when the plan's slack allows:
@@ -589,13 +606,15 @@ impl<'e> OutputStream<'e> {
         }
         self.lane_filtered = self.literal_stages_scanned().unwrap_or(start);
         // The stages that step a DFA step it in the lane from where the lane goes on.
-        for &index in &self.plan.lane_dfas {
-            if let (Some(stage), Some(state)) =
-                (self.plan.stages.get(index), self.stages.get_mut(index))
-            {
+        each_stage_at(
+            &self.plan.lane_dfas,
+            &self.plan,
+            &mut self.stages,
+            |stage, state| {
                 state.lane_watch_from(stage, &self.raw, start);
-            }
-        }
+                true
+            },
+        );
         self.lane_stepped = start;
         self.fed = start;
         self.in_lane = true;
@@ -616,29 +635,24 @@ impl<'e> OutputStream<'e> {
     /// Out of the fast lane, steps the scan of each denying stage's DFA over the answer as
     /// received (see [`StageScan::hold_step`]): whether none of them sees a match.
     fn step_hold_dfas(&mut self) -> bool {
-        let mut clear = true;
-        for &index in &self.plan.deny_dfas {
-            if let (Some(stage), Some(state)) =
-                (self.plan.stages.get(index), self.stages.get_mut(index))
-            {
-                clear &= state.hold_step(stage, &self.raw);
-            }
-        }
-        clear
+        each_stage_at(
+            &self.plan.deny_dfas,
+            &self.plan,
+            &mut self.stages,
+            |stage, state| state.hold_step(stage, &self.raw),
+        )
     }
 
     /// In the fast lane, steps the DFA of every stage that steps one over the text received
     /// (with `end`, all of it): whether none has seen a match, nor given up.
     #[inline]
     pub(super) fn step_lane_dfas(&mut self, end: bool) -> bool {
-        let mut clear = true;
-        for &index in &self.plan.lane_dfas {
-            if let (Some(stage), Some(state)) =
-                (self.plan.stages.get(index), self.stages.get_mut(index))
-            {
-                clear &= state.lane_step(stage, &self.raw, end);
-            }
-        }
+        let clear = each_stage_at(
+            &self.plan.lane_dfas,
+            &self.plan,
+            &mut self.stages,
+            |stage, state| state.lane_step(stage, &self.raw, end),
+        );
         self.lane_stepped = self.raw.len();
         clear
     }

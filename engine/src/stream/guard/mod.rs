@@ -27,7 +27,7 @@ use crate::stream::stage::StageScan;
 use self::evaluation::Checkpoint;
 pub use self::feed::Feed;
 use self::held::{CharsUpTo, char_count};
-use self::lane::{LANE_PUSH, LanePush, lane_push_exact};
+use self::lane::{LANE_PUSH, LanePush, each_stage_at, lane_push_exact};
 
 /// The way a push goes through the guard: one state, worked out each time the rules have run
 /// (see [`OutputStream::plan_next_run`]).
@@ -416,13 +416,15 @@ impl<'e> OutputStream<'e> {
                 .saturating_sub(self.plan.longest_literal)
                 .min(self.fed);
             // So may a match of a denying stage's DFA: its scan starts where one may begin.
-            for &index in &self.plan.deny_dfas {
-                if let (Some(stage), Some(state)) =
-                    (self.plan.stages.get(index), self.stages.get_mut(index))
-                {
+            each_stage_at(
+                &self.plan.deny_dfas,
+                &self.plan,
+                &mut self.stages,
+                |stage, state| {
                     state.hold_watch_from(stage, &self.raw, self.fed);
-                }
-            }
+                    true
+                },
+            );
         }
         self.quiet_until = match (batching, self.in_lane) {
             (false, _) => 0,
