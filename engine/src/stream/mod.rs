@@ -68,6 +68,7 @@
 //! [`PolicyEngine::output_stream`]: crate::PolicyEngine::output_stream
 //! [`PolicyEngine::evaluate_output`]: crate::PolicyEngine::evaluate_output
 
+mod grams;
 mod guard;
 mod item;
 pub(crate) mod plan;

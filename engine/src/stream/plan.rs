@@ -16,6 +16,7 @@ use regex_syntax::hir::{Hir, HirKind};
 
 use crate::pattern::{PATTERN_SIZE_LIMIT, compile_pattern};
 use crate::set::PolicySet;
+use crate::stream::grams::GramFilter;
 use crate::stream::report::StreamMode;
 use crate::stream::rule::StreamingRule;
 
@@ -143,15 +144,23 @@ pub(super) struct DfaWatch {
     /// matches has a longer form outside ASCII (Unicode case folding makes `k` match the
     /// three bytes of the Kelvin sign).
     pub(super) longest_ascii: usize,
+    /// A quick test that text holds no match, when every match starts with one of a few
+    /// long enough literals: the scan then skips the text it clears.
+    pub(super) grams: Option<GramFilter>,
     caches: Mutex<Vec<hybrid::dfa::Cache>>,
 }
 
 impl DfaWatch {
-    fn new(dfa: hybrid::dfa::DFA, longest: usize, longest_ascii: usize) -> Self {
+    fn new(
+        dfa: hybrid::dfa::DFA,
+        (longest, longest_ascii): (usize, usize),
+        grams: Option<GramFilter>,
+    ) -> Self {
         DfaWatch {
             dfa,
             longest,
             longest_ascii: longest_ascii.min(longest),
+            grams,
             caches: Mutex::new(Vec::new()),
         }
     }
@@ -440,7 +449,11 @@ impl Stage {
                     .ok()
                     .and_then(|ascii| ascii.properties().maximum_len())
                     .unwrap_or(longest);
-                MatchFinder::Dfa(Arc::new(DfaWatch::new(dfa, longest, longest_ascii)))
+                MatchFinder::Dfa(Arc::new(DfaWatch::new(
+                    dfa,
+                    (longest, longest_ascii),
+                    GramFilter::new(&hir),
+                )))
             }
         };
         let back = match &finder {

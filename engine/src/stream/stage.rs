@@ -183,6 +183,15 @@ impl StageScan {
         }
     }
 
+    /// Where the DFA scan under way has got to, if the stage steps one.
+    #[cfg(test)]
+    pub(super) fn dfa_scanned(&self) -> Option<usize> {
+        match &self.progress {
+            FinderProgress::Dfa(scanner) => Some(scanner.scanned),
+            _ => None,
+        }
+    }
+
     /// Runs the watch over the text it has not seen; with `end`, the text is complete.
     pub(super) fn watch(&mut self, stage: &Stage, end: bool) {
         let len = self.buffer.len();
@@ -577,6 +586,44 @@ impl Scanner {
         Some(last)
     }
 
+    /// Skips the text from `scanned` when the pattern's
+    /// [`GramFilter`](crate::stream::grams::GramFilter) clears it: no match ends in it, and
+    /// one that ends later starts in its last `prefix - 1` bytes or after them, where the
+    /// scan then starts afresh, with the byte before as look-behind. Whether it did; when it
+    /// did not (no filter, or one that may see a match), nothing changed.
+    ///
+    /// A match the scan has not seen ends at `scanned` or later (the DFA sees a match one
+    /// byte late), so it starts at most the longest match before `scanned`: the filter tests
+    /// the text from there.
+    fn skip_cleared(&mut self, watch: &DfaWatch, text: &str) -> bool {
+        let Some(grams) = &watch.grams else {
+            return false;
+        };
+        let bytes = text.as_bytes();
+        let from = self
+            .scanned
+            .saturating_sub(watch.overlap(text, self.scanned));
+        if !bytes.get(from..).is_some_and(|unseen| grams.clear(unseen)) {
+            return false;
+        }
+        let Some(restart) = bytes
+            .len()
+            .checked_sub(grams.prefix() - 1)
+            .filter(|&restart| restart > self.scanned)
+        else {
+            return false;
+        };
+        let config = start::Config::new()
+            .anchored(Anchored::No)
+            .look_behind(bytes.get(restart - 1).copied());
+        let Ok(state) = watch.dfa.start_state(&mut self.cache, &config) else {
+            return false;
+        };
+        self.state = state;
+        self.scanned = restart;
+        true
+    }
+
     /// [`step`](Self::step) over the few bytes of a push, in line, when every step lands on a
     /// state that is not tagged (no match, no quit, nothing to compute): whether it did. When
     /// it did not, nothing changed, and `step` takes the bytes from the start.
@@ -609,11 +656,14 @@ impl Scanner {
         let mut state = self.state;
         let bytes = text.as_bytes().get(self.scanned..).unwrap_or_default();
         let mut at = 0;
-        if bytes.len() >= IN_PARTS_FROM
-            && let Some(last) = self.step_in_parts(watch, text)
-        {
-            state = last;
-            at = bytes.len();
+        if bytes.len() >= IN_PARTS_FROM {
+            if !end && self.skip_cleared(watch, text) {
+                return true;
+            }
+            if let Some(last) = self.step_in_parts(watch, text) {
+                state = last;
+                at = bytes.len();
+            }
         }
         while at < bytes.len() {
             // From a state that is not tagged, a step is one lookup, and the steps go on that

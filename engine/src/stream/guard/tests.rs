@@ -1006,3 +1006,67 @@ fn a_long_dfa_scan_in_parts_sees_every_match() {
         }
     }
 }
+
+#[test]
+fn a_dfa_scan_skips_only_text_its_grams_clear() {
+    // A word list whose words are nine bytes or more: the scan looks up four bytes every six
+    // and skips the text that holds none of the words' runs, up to the last eight bytes,
+    // where it starts afresh. A word may lie anywhere: across the pushes, at the end of one
+    // (seen only with the next), around where the scan starts afresh.
+    // (With forty more words, of twenty-six first letters: too many literals to search for.)
+    let more: Vec<String> = forty_words()
+        .iter()
+        .map(|word| format!("{word}vex"))
+        .collect();
+    let pattern: &'static str = Box::leak(
+        format!(
+            r"(?i:zorquavex|lumtrixbak|\bgrif[0-9]{{2}}pol\b|{})",
+            more.join("|")
+        )
+        .into_boxed_str(),
+    );
+    let engine = engine_of(|set| set.output(Redact(pattern, "WORD")));
+    let plan = engine.stream_plan();
+    let stage = &plan.stages[0];
+    let MatchFinder::Dfa(watch) = &stage.finder else {
+        panic!("{pattern} is not watched with a DFA");
+    };
+    let prefix = watch.grams.as_ref().expect("a gram filter").prefix();
+    assert_eq!(prefix, 9);
+    let regex = regex::Regex::new(pattern).expect("a valid pattern");
+    let filler = "plain words, and more of them. ".repeat(8);
+    for length in [64, 80, 150] {
+        for body in [
+            "zorquavex",
+            "ZorQuaVeX",
+            "lumtrixba\u{212a}",
+            " grif42pol ",
+            "xgrif42pol",
+            "zorquave",
+            "",
+        ] {
+            for at in 0..=length - body.len() {
+                let mut text = filler[..length].to_owned();
+                text.replace_range(at..at + body.len(), body);
+                for split in [1, at, at + 4, length - 64, length / 2] {
+                    let split = text.floor_char_boundary(split.min(length));
+                    let mut scan = StageScan::new(stage);
+                    let mut clear = scan.lane_step(stage, &text[..split], false);
+                    let mut skipped = false;
+                    for end in [false, true] {
+                        clear &= scan.lane_step(stage, &text, end);
+                        // Text the filter clears is skipped but for its last `prefix - 1`
+                        // bytes.
+                        skipped |= !end && scan.dfa_scanned() == Some(text.len() + 1 - prefix);
+                    }
+                    scan.release(stage);
+                    assert_eq!(!clear, regex.is_match(&text), "{text:?} split at {split}");
+                    // Prose alone is skipped.
+                    if body.is_empty() && length - split >= 64 {
+                        assert!(skipped, "{text:?} split at {split}");
+                    }
+                }
+            }
+        }
+    }
+}
