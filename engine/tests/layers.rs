@@ -13,6 +13,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("pattern", 0),
     ("stream/report", 0),
     ("stream/short", 0),
+    ("stream/grams", 0),
     ("token", 0),
     ("edge", 0),
     ("duration", 0),
