@@ -132,11 +132,28 @@ impl StageScan {
     pub(super) fn lane_step(&mut self, stage: &Stage, raw: &str, end: bool) -> bool {
         match (&mut self.progress, &stage.finder) {
             (FinderProgress::Dfa(scanner), MatchFinder::Dfa(dfa)) => {
-                (!end && scanner.step_short(&dfa.dfa, raw))
-                    || (scanner.step(dfa, raw, end) && !scanner.matched)
+                if !end && scanner.step_short(&dfa.dfa, raw) {
+                    return true;
+                }
+                if scanner.step(dfa, raw, end) {
+                    return !scanner.matched;
+                }
+                // It gave up, and stays given up (see `lane_unmatched`).
+                if let FinderProgress::Dfa(scanner) =
+                    std::mem::replace(&mut self.progress, FinderProgress::Blind)
+                {
+                    dfa.keep_cache(scanner.cache);
+                }
+                false
             }
             _ => false,
         }
+    }
+
+    /// In the fast lane, whether this stage's DFA has seen no match as far as it got, and did
+    /// not give up.
+    pub(super) fn lane_unmatched(&self) -> bool {
+        matches!(&self.progress, FinderProgress::Dfa(scanner) if !scanner.matched)
     }
 
     /// A stage that steps a DFA takes the fast lane at `at` in `raw`: its scan starts afresh

@@ -38,7 +38,7 @@ pub(super) fn each_stage_at(
 
 /// Bytes a push in the fast lane leaves its DFAs to step later, when the plan's slack allows:
 /// as many as a DFA steps as several parts at once.
-const LANE_STEP_AFTER: usize = IN_PARTS_FROM;
+pub(super) const LANE_STEP_AFTER: usize = IN_PARTS_FROM;
 
 /// [`OutputStream::lane_push`] as a function, to be picked when the stream starts.
 pub(super) type LanePush = for<'s, 'e> fn(&'s mut OutputStream<'e>, &str);
@@ -165,11 +165,7 @@ impl<'e> OutputStream<'e> {
         // within the slack (a DFA's match, like a literal, starts at most its stage's `back`
         // before its end, and the reach counts every stage's): many bytes at a time, which
         // they step as several parts at once once there are enough of them.
-        if STEP
-            && (received.saturating_sub(self.lane_stepped) >= LANE_STEP_AFTER
-                || len - self.lane_stepped > self.plan.lane_slack)
-            && !self.step_lane_dfas(false)
-        {
+        if STEP && self.lane_dfas_due(received) && !self.step_lane_dfas(false) {
             return self.lane_search();
         }
         while received.saturating_sub(filtered) >= 16 {
@@ -353,9 +349,21 @@ impl<'e> OutputStream<'e> {
     /// pipeline runs until it is quiet again ([`try_lane`](Self::try_lane)).
     pub(super) fn lane_feed(&mut self, end: bool) -> Result<(), EngineError> {
         // A DFA that has seen a match (or given up) sends the text to the stages, as a
-        // denying stage's literal does: where its match starts is the stages' to find.
-        let stepped_clear = self.step_lane_dfas(end);
+        // denying stage's literal does: where its match starts is the stages' to find. Until
+        // the end, and unless a literal turns up, the DFAs stay a push behind as they do on a
+        // push the quick filter clears.
         let len = self.raw.len();
+        let stepped = end || self.lane_dfas_due(len);
+        let mut stepped_clear = if stepped {
+            self.step_lane_dfas(end)
+        } else {
+            each_stage_at(
+                &self.plan.lane_dfas,
+                &self.plan,
+                &mut self.stages,
+                |_, state| state.lane_unmatched(),
+            )
+        };
         self.lane_searched = len;
         let raw = self.raw.as_bytes();
         // A few new bytes (and the one before, for a literal's first two bytes) go through
@@ -452,6 +460,11 @@ impl<'e> OutputStream<'e> {
             // The flagged bytes stay with the filter until their literal is complete.
             self.literal_stages_scanned().unwrap_or(len)
         };
+        // A literal sends the text to the stages: the DFAs left behind step first, so that a
+        // denial they see stops the call before it releases anything.
+        if first.is_some() && !stepped {
+            stepped_clear = self.step_lane_dfas(end);
+        }
         // A longer literal may have begun before the first one found and not be whole yet:
         // until the end, the first literal starts no later than where one may straddle it.
         let first = first.map(|at| {
@@ -641,6 +654,15 @@ impl<'e> OutputStream<'e> {
             &mut self.stages,
             |stage, state| state.hold_step(stage, &self.raw),
         )
+    }
+
+    /// Whether the lane's DFAs step on a push that brought the text from `received` on:
+    /// they stay behind until [`LANE_STEP_AFTER`] bytes before it have come, or until the
+    /// bytes they have not seen would outgrow the plan's slack.
+    #[inline(always)]
+    pub(super) fn lane_dfas_due(&self, received: usize) -> bool {
+        received.saturating_sub(self.lane_stepped) >= LANE_STEP_AFTER
+            || self.raw.len() - self.lane_stepped > self.plan.lane_slack
     }
 
     /// In the fast lane, steps the DFA of every stage that steps one over the text received

@@ -9,6 +9,7 @@ use crate::set::PolicySetBuilder;
 use crate::stream::plan::{MatchFinder, required_literals};
 use crate::stream::{StreamItem, StreamingRule};
 
+use super::lane::LANE_STEP_AFTER;
 use super::*;
 
 /// An engine with the policy set `outputs` builds.
@@ -511,6 +512,48 @@ fn short_deltas_step_the_dfas_many_bytes_at_a_time_within_the_slack() {
         ),
         |guard| guard.lane_stepped,
     );
+}
+
+#[test]
+fn a_push_the_quick_filter_flags_in_vain_leaves_the_dfas_behind() {
+    // The quick filter flags every "to" of the prose (the first two bytes of "token-"), and
+    // the stage's search then finds no literal: the DFA still steps only once 64 bytes have
+    // come, or once the bytes it has not seen would outgrow the slack.
+    let engine = engine_of(|set| {
+        set.output(Redact(r"[A-Z]{2}[a-z]{7}", "CODE"))
+            .output(Redact("token-[0-9a-f]{8}", "TOKEN"))
+    });
+    let plan = engine.stream_plan();
+    assert_eq!(plan.lane_dfas, [0]);
+    runtime().block_on(async {
+        let plain = "nothing to see in this sentence, not to worry. ".repeat(8);
+        let text = format!("{plain}code XYabcdefg, token-0badcafe. {plain}");
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let (mut shown, mut flagged) = (String::new(), 0);
+        for chunk in text.as_bytes().chunks(3) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            let (received, stepped) = (guard.raw.len(), guard.lane_stepped);
+            let (in_lane, filtered) = (guard.in_lane, guard.lane_filtered);
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            if !(in_lane && guard.in_lane) {
+                continue;
+            }
+            // The filter tests 16 bytes at a time: it flagged a "to" when it did not move on.
+            flagged += usize::from(received - filtered >= 16 && guard.lane_filtered < received);
+            if guard.lane_stepped != stepped {
+                assert!(
+                    received - stepped >= LANE_STEP_AFTER
+                        || guard.raw.len() - stepped > plan.lane_slack,
+                    "stepped at {received}"
+                );
+            }
+        }
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("text"));
+        }
+        assert_eq!(shown, format!("{plain}code [CODE], [TOKEN]. {plain}"));
+        assert!(flagged > 8, "{flagged} pushes flagged");
+    });
 }
 
 #[test]
