@@ -68,8 +68,8 @@ pub struct StreamPlan {
     pub(super) reach: usize,
     /// The most received bytes the fast lane may leave to its quick filter for later: a
     /// literal in them could only make a match that starts where the lane does not release
-    /// yet (the windows, less the reach and the byte a literal may start before the tested
-    /// text).
+    /// yet (the windows, less the reach and the two bytes a literal may start before the
+    /// tested text).
     pub(super) lane_slack: usize,
     /// The bytes the last stream on this plan received, up to [`ROOM_MOST`]: a stream starts
     /// with room for as much text, so that a long answer is not copied again and again as
@@ -375,7 +375,7 @@ impl StreamPlan {
             windows,
             longest_literal,
             reach,
-            lane_slack: windows.saturating_sub(reach + 1),
+            lane_slack: windows.saturating_sub(reach + 2),
             room: Arc::new(AtomicUsize::new(0)),
             whole_text_reasons: reasons,
         }
@@ -636,10 +636,14 @@ fn prose_share(byte: u8) -> u32 {
 }
 
 /// A search for literals built for the few bytes a push adds, where a SIMD search costs more
-/// to start than to run: one bit set of byte pairs, looked up once per byte. A pair is marked
-/// when a literal starts with it, and every pair ending in a one-byte literal is marked too.
+/// to start than to run: vector comparisons of a literal's first three bytes (see [`Lanes`]),
+/// or one bit set of byte pairs, looked up once per byte. A pair is marked when a literal
+/// starts with it, and every pair ending in a one-byte literal is marked too.
 /// [`clear`](Self::clear) is conservative: `false` means a literal may occur (the prefilter
 /// then decides), `true` that none does.
+///
+/// A test of the text from `new` on looks at what starts two bytes before it too: a
+/// literal's first three bytes may have begun there, and only now be whole.
 #[derive(Clone)]
 pub(super) struct LiteralFilter {
     /// Bit `first * 256 + second`.
@@ -649,19 +653,27 @@ pub(super) struct LiteralFilter {
     /// The same test as a few comparisons of 16 bytes at once, when the literals start with
     /// few enough distinct bytes (see [`Lanes`]).
     lanes: Option<Lanes>,
+    /// The tests of first bytes of longer literals the few slots hold (see
+    /// [`clear_push`](Self::clear_push)).
+    few_pairs: usize,
 }
 
 /// The literals' first bytes as comparisons the compiler turns into 16-byte vector
-/// instructions: one byte equal to a one-byte literal, or two consecutive bytes equal to the
-/// first two bytes of a longer one. An ASCII letter is compared with its case folded, so the
-/// case variants of a literal (`Ev`, `eV`, ...) share one comparison; that can only flag more
+/// instructions: one byte equal to a one-byte literal, or three consecutive bytes equal to
+/// the first three bytes of a longer one (the first equal to anything for a literal of two
+/// bytes, the third when literals that start with the same two bytes go on with different
+/// ones).
+/// Prose holds the first two bytes of many a literal (`to` of `token-`); it holds the first
+/// three far less often. An ASCII letter is compared with its case folded, so the case
+/// variants of a literal (`Ev`, `eV`, ...) share one comparison; that can only flag more
 /// text, never less.
 #[derive(Clone)]
 struct Lanes {
     /// Each one-byte literal: what to `|` the text's byte with, and what that must equal.
     singles: Vec<[Lane; 2]>,
-    /// Each pair: the same for the first byte, then for the second.
-    pairs: Vec<[Lane; 4]>,
+    /// Each run of a literal's first bytes: the same for the first byte, then for the second
+    /// and the third.
+    pairs: Vec<[Lane; 6]>,
     /// The same tests in a fixed number of slots, the fewest that hold them.
     slots: Slots,
 }
@@ -681,11 +693,12 @@ enum Slots {
 /// The one-byte tests the few slots hold ([`Slots::Few`]).
 const FEW_SINGLES: usize = 4;
 
-/// `S` one-byte tests and `P` pair tests; slots without a test never match.
+/// `S` one-byte tests and `P` tests of a literal's first bytes; slots without a test never
+/// match.
 #[derive(Clone)]
 struct Tests<const S: usize, const P: usize> {
     singles: [[Lane; 2]; S],
-    pairs: [[Lane; 4]; P],
+    pairs: [[Lane; 6]; P],
 }
 
 /// One byte 16 times over, aligned so that a comparison can read it straight from memory.
@@ -707,15 +720,18 @@ fn lane_byte(byte: u8) -> [Lane; 2] {
 /// A byte test that no byte passes: any byte `| 0xff` is 0xff, never 0.
 const NEVER: [Lane; 2] = [Lane([0xff; 16]), Lane([0; 16])];
 
+/// A byte test that every byte passes: any byte `| 0xff` is 0xff.
+const ANY: [Lane; 2] = [Lane([0xff; 16]), Lane([0xff; 16])];
+
 impl<const S: usize, const P: usize> Tests<S, P> {
     /// No tests in any slot.
     const EMPTY: Self = Tests {
         singles: [NEVER; S],
-        pairs: [[NEVER[0], NEVER[1], NEVER[0], NEVER[1]]; P],
+        pairs: [[NEVER[0], NEVER[1], NEVER[0], NEVER[1], ANY[0], ANY[1]]; P],
     };
 
     /// The tests in slots, when they fit.
-    fn new(singles: &[[Lane; 2]], pairs: &[[Lane; 4]]) -> Option<Self> {
+    fn new(singles: &[[Lane; 2]], pairs: &[[Lane; 6]]) -> Option<Self> {
         if singles.len() > S || pairs.len() > P {
             return None;
         }
@@ -725,52 +741,48 @@ impl<const S: usize, const P: usize> Tests<S, P> {
         Some(tests)
     }
 
-    /// Whether no one-byte literal is in `second` and no pair starts in `first` (`second` is
-    /// `first` one byte on).
+    /// Whether no one-byte literal is in `third` and no literal's first bytes start in
+    /// `first` (`second` is `first` one byte on, `third` two bytes).
     #[inline(always)]
-    fn clear(&self, first: &[u8; 16], second: &[u8; 16]) -> bool {
-        clear_in(&self.singles, &self.pairs, first, second)
+    fn clear(&self, [first, second, third]: [&[u8; 16]; 3]) -> bool {
+        clear_in(&self.singles, &self.pairs, [first, second, third])
     }
 
     /// [`clear`](Self::clear) on the first `ES` one-byte slots and the first `EP` pair slots
     /// alone (the others empty); on all of them when there are fewer.
     #[inline(always)]
-    fn clear_first<const ES: usize, const EP: usize>(
-        &self,
-        first: &[u8; 16],
-        second: &[u8; 16],
-    ) -> bool {
+    fn clear_first<const ES: usize, const EP: usize>(&self, window: [&[u8; 16]; 3]) -> bool {
         match (
             self.singles.first_chunk::<ES>(),
             self.pairs.first_chunk::<EP>(),
         ) {
-            (Some(singles), Some(pairs)) => clear_in(singles, pairs, first, second),
-            _ => self.clear(first, second),
+            (Some(singles), Some(pairs)) => clear_in(singles, pairs, window),
+            _ => self.clear(window),
         }
     }
 }
 
-/// Whether no one-byte literal of `singles` is in `second` and no pair of `pairs` starts in
-/// `first` (`second` is `first` one byte on). Written as loops over 16 lanes without
-/// branches, which the compiler unrolls into four vector instructions per one-byte test and
-/// nine per pair.
+/// Whether no one-byte literal of `singles` is in `third` and no run of `pairs` starts in
+/// `first` (`second` is `first` one byte on, `third` two bytes). Written as loops over 16
+/// lanes without branches, which the compiler unrolls into four vector instructions per
+/// one-byte test and a dozen per run.
 #[inline(always)]
 fn clear_in<const S: usize, const P: usize>(
     singles: &[[Lane; 2]; S],
-    pairs: &[[Lane; 4]; P],
-    first: &[u8; 16],
-    second: &[u8; 16],
+    pairs: &[[Lane; 6]; P],
+    [first, second, third]: [&[u8; 16]; 3],
 ) -> bool {
     let mut hit = [false; 16];
     for [mask, byte] in singles {
         for lane in 0..16 {
-            hit[lane] |= (second[lane] | mask.0[lane]) == byte.0[lane];
+            hit[lane] |= (third[lane] | mask.0[lane]) == byte.0[lane];
         }
     }
-    for [a_mask, a, b_mask, b] in pairs {
+    for [a_mask, a, b_mask, b, c_mask, c] in pairs {
         for lane in 0..16 {
             hit[lane] |= ((first[lane] | a_mask.0[lane]) == a.0[lane])
-                & ((second[lane] | b_mask.0[lane]) == b.0[lane]);
+                & ((second[lane] | b_mask.0[lane]) == b.0[lane])
+                & ((third[lane] | c_mask.0[lane]) == c.0[lane]);
         }
     }
     // Folded like this, the lanes are read with one instruction.
@@ -787,21 +799,43 @@ impl Lanes {
         }
     }
 
-    fn add(&mut self, first: Option<u8>, second: u8) {
-        match first {
-            None => {
-                let test = lane_byte(second);
+    /// Adds the test of a literal: of its one byte, or of its first three bytes. A literal of
+    /// two bytes is tested as the last two of three, the first anything, so that every test
+    /// is of bytes that end where a literal's first three (or fewer) end. Literals that
+    /// start with the same two bytes share one test; when their third bytes differ, its third
+    /// byte is anything.
+    fn add(&mut self, literal: &[u8]) {
+        let test = match *literal {
+            [] => return,
+            [byte] => {
+                let test = lane_byte(byte);
                 if !self.singles.contains(&test) {
                     self.singles.push(test);
                 }
+                return;
             }
-            Some(first) => {
+            [first, second] => {
+                let ([b_mask, b], [c_mask, c]) = (lane_byte(first), lane_byte(second));
+                [ANY[0], ANY[1], b_mask, b, c_mask, c]
+            }
+            [first, second, third, ..] => {
                 let ([a_mask, a], [b_mask, b]) = (lane_byte(first), lane_byte(second));
-                let test = [a_mask, a, b_mask, b];
-                if !self.pairs.contains(&test) {
-                    self.pairs.push(test);
-                }
+                let [c_mask, c] = lane_byte(third);
+                [a_mask, a, b_mask, b, c_mask, c]
             }
+        };
+        if self.pairs.contains(&test) {
+            return;
+        }
+        let widened = test[..2] != ANY
+            && self
+                .pairs
+                .iter_mut()
+                .find(|known| known[..4] == test[..4])
+                .map(|known| (known[4], known[5]) = (ANY[0], ANY[1]))
+                .is_some();
+        if !widened {
+            self.pairs.push(test);
         }
     }
 
@@ -860,18 +894,24 @@ impl Lanes {
         Some(self)
     }
 
-    /// Whether `window` (17 bytes) holds no one-byte literal in its last 16 bytes and no pair
-    /// of first bytes starting in its first 16, with the vector test on `ES` one-byte slots
-    /// and `EP` pair slots of the few (see [`LiteralFilter::clear_push_exact`]).
+    /// Whether `window` (18 bytes) holds no one-byte literal in its last 16 bytes and no run
+    /// of a literal's first bytes starting in its first 16, with the vector test on `ES`
+    /// one-byte slots and `EP` slots of first bytes of the few (see
+    /// [`LiteralFilter::clear_push_exact`]).
     #[inline(always)]
-    fn clear_window_exact<const ES: usize, const EP: usize>(&self, window: &[u8; 17]) -> bool {
-        let (Some(first), Some(second)) = (window.first_chunk::<16>(), window.last_chunk::<16>())
-        else {
+    fn clear_window_exact<const ES: usize, const EP: usize>(&self, window: &[u8; 18]) -> bool {
+        let (Some(first), Some(second), Some(third)) = (
+            window.first_chunk::<16>(),
+            window
+                .get(1..17)
+                .and_then(|bytes| bytes.first_chunk::<16>()),
+            window.last_chunk::<16>(),
+        ) else {
             return true;
         };
         match &self.slots {
-            Slots::Few(tests) => tests.clear_first::<ES, EP>(first, second),
-            Slots::More(tests) => tests.clear(first, second),
+            Slots::Few(tests) => tests.clear_first::<ES, EP>([first, second, third]),
+            Slots::More(tests) => tests.clear([first, second, third]),
         }
     }
 }
@@ -891,6 +931,7 @@ impl LiteralFilter {
             pairs: Box::new([0; 1024]),
             single: [false; 256],
             lanes: Some(Lanes::new()),
+            few_pairs: 0,
         }
     }
 
@@ -909,13 +950,13 @@ impl LiteralFilter {
                         self.mark(first, byte);
                     }
                     if let Some(lanes) = &mut self.lanes {
-                        lanes.add(None, byte);
+                        lanes.add(literal);
                     }
                 }
                 [first, second, ..] => {
                     self.mark(first, second);
                     if let Some(lanes) = &mut self.lanes {
-                        lanes.add(Some(first), second);
+                        lanes.add(literal);
                     }
                 }
                 [] => {}
@@ -927,6 +968,7 @@ impl LiteralFilter {
     /// Puts the vector tests in slots, or gives them up when there are too many of them.
     fn limit_lanes(&mut self) {
         self.lanes = self.lanes.take().and_then(Lanes::slotted);
+        self.few_pairs = self.few_tests().map_or(0, |(_, pairs)| pairs);
     }
 
     /// Adds what `other` looks for.
@@ -973,34 +1015,51 @@ impl LiteralFilter {
             slots: Slots::Few(tests),
             ..
         }) = &self.lanes
-            && new > 0
+            && new > 1
             && len - new <= 16
-            && let Some(second) = delta.last_chunk::<16>()
-            && let Some(&before) = len.checked_sub(17).and_then(|at| text.get(at))
+            && let Some(third) = delta.last_chunk::<16>()
+            && let Some(&[before, after]) = len
+                .checked_sub(18)
+                .and_then(|at| text.get(at..at + 2))
+                .and_then(|bytes| bytes.first_chunk::<2>())
         {
-            // Built like this, the window's first 16 bytes are `second` shifted by one byte
-            // in a register.
-            let mut window = [before; 17];
-            window[1..].copy_from_slice(second);
-            if let Some(first) = window.first_chunk::<16>() {
-                return tests.clear_first::<ES, EP>(first, second);
+            // Built like this, the window's first 16 bytes and the next 16 are `third`
+            // shifted by two bytes and by one in a register.
+            let mut window = [before; 18];
+            window[1] = after;
+            window[2..].copy_from_slice(third);
+            if let (Some(first), Some(second)) = (
+                window.first_chunk::<16>(),
+                window
+                    .get(1..17)
+                    .and_then(|bytes| bytes.first_chunk::<16>()),
+            ) {
+                return tests.clear_first::<ES, EP>([first, second, third]);
             }
         }
         self.clear_from_exact::<ES, EP>(text, new)
     }
 
     /// [`clear_from`](Self::clear_from) after a push of `delta`, which ends `text`. The usual
-    /// push, 16 new bytes, is tested in one window read from `delta` and the byte before it:
+    /// push, 16 new bytes, is tested in one window read from `delta` and the bytes before it:
     /// a window read from `text` would straddle the copies of this push and the last one
     /// into it, and a processor forwards a read from two recent writes slowly.
+    ///
+    /// The vector test runs on one, two or all four slots of first bytes, the fewest that
+    /// hold the literals' (empty slots cost as much as full ones).
     #[inline(always)]
     pub(super) fn clear_push(&self, text: &[u8], new: usize, delta: &[u8]) -> bool {
-        self.clear_push_exact::<4, 4>(text, new, delta)
+        match self.few_pairs {
+            0 | 1 => self.clear_push_exact::<4, 1>(text, new, delta),
+            2 => self.clear_push_exact::<4, 2>(text, new, delta),
+            _ => self.clear_push_exact::<4, 4>(text, new, delta),
+        }
     }
 
     /// Whether no literal starts in the 16 bytes of `text` from `from`: a literal's first
-    /// two bytes, the first at `from - 1` or later, or a one-byte literal, in
-    /// `text[from - 1..from + 16]` ([`clear_from`](Self::clear_from) of one window).
+    /// three bytes (two, for one of two), the first at `from - 2` or later, or a one-byte
+    /// literal, in `text[from - 2..from + 16]` ([`clear_from`](Self::clear_from) of one
+    /// window).
     /// The vector test runs on `ES` one-byte slots and `EP` pair slots (see
     /// [`clear_push_exact`](Self::clear_push_exact)).
     #[inline(always)]
@@ -1010,9 +1069,9 @@ impl LiteralFilter {
         from: usize,
     ) -> bool {
         let window = from
-            .checked_sub(1)
+            .checked_sub(2)
             .and_then(|start| text.get(start..))
-            .and_then(<[u8]>::first_chunk::<17>);
+            .and_then(<[u8]>::first_chunk::<18>);
         match (&self.lanes, window) {
             (Some(lanes), Some(window)) => lanes.clear_window_exact::<ES, EP>(window),
             _ => self.clear_from(text.get(..from + 16).unwrap_or(text), from),
@@ -1020,15 +1079,22 @@ impl LiteralFilter {
     }
 
     /// Whether no literal starts in `text` with a byte at `new` or later: no one-byte literal
-    /// in `text[new..]`, and no longer literal whose second byte lies there (the text before
-    /// `new` has been tested). `false` may be a false alarm (the prefilters then decide);
-    /// `true` is certain.
+    /// in `text[new..]`, and no longer literal whose third byte (second, for one of two)
+    /// lies there (the text before `new` has been tested). `false` may be a false alarm (the
+    /// prefilters then decide); `true` is certain.
     ///
-    /// Fewer than [`SHORT`](Self::SHORT) new bytes after a tested one, in a text of at least
-    /// 17 bytes, are tested 16 bytes at a time; other text byte pair by byte pair.
+    /// Fewer than [`SHORT`](Self::SHORT) new bytes, in a text of at least 18 bytes, are
+    /// tested 16 bytes at a time; other text byte pair by byte pair (from two bytes before
+    /// `new`: the pair test flags a literal's first two bytes alone).
+    ///
+    /// As [`clear_push`](Self::clear_push), the vector test runs on the fewest slots.
     #[inline(never)]
     pub(super) fn clear_from(&self, text: &[u8], new: usize) -> bool {
-        self.clear_from_exact::<4, 4>(text, new)
+        match self.few_pairs {
+            0 | 1 => self.clear_from_exact::<4, 1>(text, new),
+            2 => self.clear_from_exact::<4, 2>(text, new),
+            _ => self.clear_from_exact::<4, 4>(text, new),
+        }
     }
 
     /// [`clear_from`](Self::clear_from) on `ES` one-byte slots and `EP` pair slots (see
@@ -1041,26 +1107,31 @@ impl LiteralFilter {
     ) -> bool {
         let len = text.len();
         match &self.lanes {
-            Some(lanes) if new > 0 && len >= 17 && len - new < Self::SHORT => {
-                // A window of 17 bytes tests the pairs starting at its first 16 bytes and the
-                // one-byte literals at its last 16: the first window starts at the last tested
-                // byte, the last one ends at the end of the text (overlapping the one before).
-                let mut at = new - 1;
+            Some(lanes) if len >= 18 && len - new < Self::SHORT => {
+                // A window of 18 bytes tests the runs of first bytes starting at its first 16
+                // bytes and the one-byte literals at its last 16: the first window starts at
+                // the last two tested bytes, the last one ends at the end of the text
+                // (overlapping the one before). The text's first two bytes end no window's
+                // run: when they are new, the byte pair test takes them.
+                if new < 2 && !self.clear(text.get(..2).unwrap_or_default()) {
+                    return false;
+                }
+                let mut at = new.saturating_sub(2);
                 loop {
-                    let start = at.min(len - 17);
-                    let Some(window) = text[start..].first_chunk::<17>() else {
+                    let start = at.min(len - 18);
+                    let Some(window) = text[start..].first_chunk::<18>() else {
                         return true;
                     };
                     if !lanes.clear_window_exact::<ES, EP>(window) {
                         return false;
                     }
-                    if start + 17 >= len {
+                    if start + 18 >= len {
                         return true;
                     }
                     at += 16;
                 }
             }
-            _ => self.clear(text.get(new.saturating_sub(1)..).unwrap_or_default()),
+            _ => self.clear(text.get(new.saturating_sub(2)..).unwrap_or_default()),
         }
     }
 
@@ -1089,11 +1160,11 @@ mod tests {
     use proptest::prelude::*;
 
     /// Whether a literal starts in `text` with a byte at `new` or later (a one-byte literal
-    /// at `new` or later, or the first two bytes of a longer one, the second at `new` or
+    /// at `new` or later, or the first three bytes of a longer one, the last at `new` or
     /// later): what [`LiteralFilter::clear_from`] must never call clear.
     fn starts_from(literals: &[Vec<u8>], text: &[u8], new: usize) -> bool {
         literals.iter().any(|literal| {
-            let prefix = &literal[..literal.len().min(2)];
+            let prefix = &literal[..literal.len().min(3)];
             (0..text.len()).any(|at| at + prefix.len() > new && text[at..].starts_with(prefix))
         })
     }
@@ -1267,6 +1338,36 @@ mod tests {
         assert!(!filter.clear_from(&text, new));
         let text = [&[b'x'; 20][..], b"x", b"vxxxxxxxxxxxxxxx"].concat();
         assert!(filter.clear_push(&text, new, &text[new..]));
+    }
+
+    #[test]
+    fn a_literal_is_flagged_by_its_first_three_bytes_not_by_its_first_two() {
+        let mut filter = LiteralFilter::empty();
+        filter.add(&[
+            b"token-".to_vec(),
+            b"ev".to_vec(),
+            b"ab1x".to_vec(),
+            b"ab2x".to_vec(),
+        ]);
+        // One test each: `tok`, `ev` (as the last two of three bytes), and `ab` then anything.
+        assert_eq!(filter.few_tests(), Some((0, 3)));
+        let text = |tail: &[u8]| [&[b'x'; 20][..], tail].concat();
+        for flagged in [&b"TOKen"[..], b"tok", b" ev", b"ev", b"ab1", b"ab7"] {
+            assert!(!filter.clear_from(&text(flagged), 20), "{flagged:?}");
+        }
+        // Prose holds `to` (of `token-`) often: the vector test clears it, the byte pair test
+        // of text shorter than its window does not.
+        for clear in [&b"to see"[..], b"customers", b"e v", b"a b1"] {
+            assert!(filter.clear_from(&text(clear), 20), "{clear:?}");
+        }
+        assert!(!filter.clear_from(b"to", 0));
+        // `to` ends the last push, `k` starts this one (of 16 bytes, and of more).
+        for after in [15, 20] {
+            let text = [&[b'x'; 20][..], b"to", b"k", &vec![b'x'; after]].concat();
+            let new = 22;
+            assert!(!filter.clear_push(&text, new, &text[new..]));
+            assert!(!filter.clear_from(&text, new));
+        }
     }
 
     #[test]

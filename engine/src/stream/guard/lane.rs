@@ -366,21 +366,22 @@ impl<'e> OutputStream<'e> {
         };
         self.lane_searched = len;
         let raw = self.raw.as_bytes();
-        // A few new bytes (and the one before, for a literal's first two bytes) go through
+        // A few new bytes (and the two before, for a literal's first three bytes) go through
         // the quick filter of all the stages' literals first; only what it flags goes to the
         // stages' prefilters, each from where it searched last.
         let new = self.lane_filtered.min(len);
         let quiet = len - new < LiteralFilter::SHORT && self.plan.lane_filter.clear_from(raw, new);
         // The first literal any stage's prefilter finds, and whether a denying stage found one.
         // The quick filter has cleared the text before `new` (but for a literal that starts
-        // at its last byte): a stage's search starts there if it searched less far itself.
+        // at one of its last two bytes): a stage's search starts there if it searched less
+        // far itself.
         let mut first = None;
         let mut deny = false;
         // The stages (the first 64) whose literals this call searched for up to the end of
         // the text and did not find.
         let mut clear = 0u64;
         if !quiet {
-            let cleared = new.saturating_sub(1);
+            let cleared = new.saturating_sub(2);
             let plan = &*self.plan;
             let stages = &mut self.stages[..];
             if let Some(group) = &plan.lane_group {
