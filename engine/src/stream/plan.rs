@@ -102,6 +102,9 @@ pub(super) struct Stage {
     /// searched the answer for them and found none, the stage need not search again (see
     /// `StageScan::lane_clear`).
     pub(super) own_literals: bool,
+    /// The pattern has look-around assertions (a word boundary): what it matches at the start
+    /// of a text depends on the character before it.
+    pub(super) looks_around: bool,
 }
 
 /// What a stage runs over each new piece of text, so that the regex searches only where a match
@@ -343,7 +346,7 @@ impl StreamPlan {
             {
                 lane_filter.merge(filter);
                 longest_literal = longest_literal.max(*longest);
-                if matches!(stage.action, StageAction::Deny { .. }) {
+                if stage.denies() {
                     deny_filter
                         .get_or_insert_with(LiteralFilter::empty)
                         .merge(filter);
@@ -383,6 +386,11 @@ impl StreamPlan {
 }
 
 impl Stage {
+    /// The stage denies the answer at a match (rather than replacing it).
+    pub(super) fn denies(&self) -> bool {
+        matches!(self.action, StageAction::Deny { .. })
+    }
+
     fn compile(
         policy_index: usize,
         policy_id: &str,
@@ -473,6 +481,7 @@ impl Stage {
             span: longest + lookahead,
             finder,
             own_literals: false,
+            looks_around: !properties.look_set().is_empty(),
         })
     }
 }
@@ -653,9 +662,28 @@ pub(super) struct LiteralFilter {
     /// The same test as a few comparisons of 16 bytes at once, when the literals start with
     /// few enough distinct bytes (see [`Lanes`]).
     lanes: Option<Lanes>,
-    /// The tests of first bytes of longer literals the few slots hold (see
-    /// [`clear_push`](Self::clear_push)).
-    few_pairs: usize,
+    /// The one-byte tests and the tests of first bytes of longer literals the few slots
+    /// hold (see [`clear_push`](Self::clear_push)).
+    few: (usize, usize),
+}
+
+/// Calls `$call::<ES, EP>` on `$filter` with the fewest one-byte slots (none, one or all
+/// four) and slots of first bytes (one, two or all four) that hold its tests: empty slots
+/// cost as much as full ones.
+macro_rules! on_fewest_slots {
+    ($filter:expr, $call:ident($($argument:expr),*)) => {
+        match $filter.few {
+            (0, 0 | 1) => $filter.$call::<0, 1>($($argument),*),
+            (0, 2) => $filter.$call::<0, 2>($($argument),*),
+            (0, _) => $filter.$call::<0, 4>($($argument),*),
+            (1, 0 | 1) => $filter.$call::<1, 1>($($argument),*),
+            (1, 2) => $filter.$call::<1, 2>($($argument),*),
+            (1, _) => $filter.$call::<1, 4>($($argument),*),
+            (_, 0 | 1) => $filter.$call::<4, 1>($($argument),*),
+            (_, 2) => $filter.$call::<4, 2>($($argument),*),
+            (_, _) => $filter.$call::<4, 4>($($argument),*),
+        }
+    };
 }
 
 /// The literals' first bytes as comparisons the compiler turns into 16-byte vector
@@ -931,7 +959,7 @@ impl LiteralFilter {
             pairs: Box::new([0; 1024]),
             single: [false; 256],
             lanes: Some(Lanes::new()),
-            few_pairs: 0,
+            few: (0, 0),
         }
     }
 
@@ -968,7 +996,7 @@ impl LiteralFilter {
     /// Puts the vector tests in slots, or gives them up when there are too many of them.
     fn limit_lanes(&mut self) {
         self.lanes = self.lanes.take().and_then(Lanes::slotted);
-        self.few_pairs = self.few_tests().map_or(0, |(_, pairs)| pairs);
+        self.few = self.few_tests().unwrap_or((0, 0));
     }
 
     /// Adds what `other` looks for.
@@ -1045,15 +1073,18 @@ impl LiteralFilter {
     /// a window read from `text` would straddle the copies of this push and the last one
     /// into it, and a processor forwards a read from two recent writes slowly.
     ///
-    /// The vector test runs on one, two or all four slots of first bytes, the fewest that
-    /// hold the literals' (empty slots cost as much as full ones).
+    /// The vector test runs on the fewest slots that hold the literals' tests (empty slots
+    /// cost as much as full ones).
     #[inline(always)]
     pub(super) fn clear_push(&self, text: &[u8], new: usize, delta: &[u8]) -> bool {
-        match self.few_pairs {
-            0 | 1 => self.clear_push_exact::<4, 1>(text, new, delta),
-            2 => self.clear_push_exact::<4, 2>(text, new, delta),
-            _ => self.clear_push_exact::<4, 4>(text, new, delta),
-        }
+        on_fewest_slots!(self, clear_push_exact(text, new, delta))
+    }
+
+    /// [`clear_16_exact`](Self::clear_16_exact) on the fewest slots, as
+    /// [`clear_push`](Self::clear_push).
+    #[inline(always)]
+    pub(super) fn clear_16(&self, text: &[u8], from: usize) -> bool {
+        on_fewest_slots!(self, clear_16_exact(text, from))
     }
 
     /// Whether no literal starts in the 16 bytes of `text` from `from`: a literal's first
@@ -1090,11 +1121,7 @@ impl LiteralFilter {
     /// As [`clear_push`](Self::clear_push), the vector test runs on the fewest slots.
     #[inline(never)]
     pub(super) fn clear_from(&self, text: &[u8], new: usize) -> bool {
-        match self.few_pairs {
-            0 | 1 => self.clear_from_exact::<4, 1>(text, new),
-            2 => self.clear_from_exact::<4, 2>(text, new),
-            _ => self.clear_from_exact::<4, 4>(text, new),
-        }
+        on_fewest_slots!(self, clear_from_exact(text, new))
     }
 
     /// [`clear_from`](Self::clear_from) on `ES` one-byte slots and `EP` pair slots (see

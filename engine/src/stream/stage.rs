@@ -94,6 +94,14 @@ impl StageScan {
         state
     }
 
+    /// The stage has found a literal of its own in the text it holds.
+    pub(super) fn holds_literal(&self) -> bool {
+        matches!(
+            self.progress,
+            FinderProgress::Literals { found: Some(_), .. }
+        )
+    }
+
     #[inline]
     pub(super) fn held(&self) -> &str {
         &self.buffer[self.held_from..]
@@ -301,7 +309,7 @@ impl StageScan {
             FinderProgress::Literals { found, .. } => found.is_none(),
             FinderProgress::Dfa(scanner) if !scanner.matched => true,
             // The DFA saw a complete match: the whole text holds it too.
-            FinderProgress::Dfa(_) if matches!(stage.action, StageAction::Deny { .. }) => {
+            FinderProgress::Dfa(_) if stage.denies() => {
                 return Err(Matched);
             }
             FinderProgress::Dfa(_) | FinderProgress::Blind => false,

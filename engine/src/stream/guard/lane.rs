@@ -230,30 +230,35 @@ impl<'e> OutputStream<'e> {
 
     /// [`feed`](Self::feed) in the fast lane while a replacing stage's literal is pending
     /// (see `lane_until`): the push releases what the lane would, as long as that stays before
-    /// where a match may start and the push brings no literal of a denying stage. Otherwise
-    /// the stages take the unreleased text and run: by then the text after the literal is
-    /// long enough for them to act on its match in one run, where running at once would
-    /// have needed a run to find the match incomplete and more runs after it.
+    /// where a match may start and the push brings no literal of a denying stage (that the
+    /// filter sees: as in the lane, it tests a push behind, within the slack, and so do the
+    /// DFAs). Otherwise the stages take the unreleased text and run: by then the text after
+    /// the literal is long enough for them to act on its match in one run, where running at
+    /// once would have needed a run to find the match incomplete and more runs after it.
     #[inline(never)]
     pub(super) fn pending_push(&mut self, delta: &str) {
+        let received = self.raw.len();
         append(&mut self.raw, delta);
         let len = self.raw.len();
         let cut = self.lane_cut();
         // Since the lane's search, no literal of a denying stage has begun (the filter has
         // looked from where one that search could not see whole may begin).
-        let deny_clear = self.plan.deny_filter.as_ref().is_none_or(|filter| {
-            filter.clear_push(self.raw.as_bytes(), self.hold_filtered, delta.as_bytes())
-        });
+        let deny_clear = self.deny_filter_behind(received);
         if deny_clear
             && self.lane_until.is_some_and(|until| cut <= until)
-            && self.step_lane_dfas(false)
+            && (!self.lane_dfas_due(received) || self.step_lane_dfas(false))
         {
-            self.hold_filtered = len;
             self.lane_searched = len;
             self.lane_release(cut);
             return;
         }
         self.lane_until = None;
+        // The stages take the text: what the filter left untested is tested now.
+        let deny_clear = deny_clear
+            && self.plan.deny_filter.as_ref().is_none_or(|filter| {
+                self.hold_filtered >= len
+                    || filter.clear_from(self.raw.as_bytes(), self.hold_filtered)
+            });
         self.leave_lane();
         // The lane's search found none of the denying stages' literals, and the filter none
         // since: the text the stages take holds none.
@@ -262,7 +267,7 @@ impl<'e> OutputStream<'e> {
                 .stages
                 .iter()
                 .enumerate()
-                .filter(|(_, stage)| matches!(stage.action, StageAction::Deny { .. }))
+                .filter(|(_, stage)| stage.denies())
                 .fold(0, |clear, (index, _)| clear | stage_bit(index))
         } else {
             0
@@ -273,6 +278,35 @@ impl<'e> OutputStream<'e> {
             .run_stages_from_lane(clear, false)
             .map(|()| self.try_lane());
         self.after_run(ran);
+    }
+
+    /// Whether the filter of the denying stages' literals finds none in the text received
+    /// from `hold_filtered` on, testing it as the lane's quick filter does (see
+    /// [`lane_push_short`](Self::lane_push_short)): a push behind, 16 bytes at a time, until
+    /// the bytes it has not tested would outgrow the slack. (A literal in them could only
+    /// make a match that starts where nothing is released yet.) Moves `hold_filtered` on
+    /// over what it cleared.
+    #[inline(always)]
+    fn deny_filter_behind(&mut self, received: usize) -> bool {
+        let Some(filter) = &self.plan.deny_filter else {
+            return true;
+        };
+        let raw = self.raw.as_bytes();
+        let mut filtered = self.hold_filtered;
+        while received.saturating_sub(filtered) >= 16 {
+            if !filter.clear_16(raw, filtered) {
+                return false;
+            }
+            filtered += 16;
+        }
+        if raw.len() - filtered > self.plan.lane_slack {
+            if !filter.clear_from(raw, filtered) {
+                return false;
+            }
+            filtered = raw.len();
+        }
+        self.hold_filtered = filtered;
+        true
     }
 
     /// [`lane_push`](Self::lane_push) when the quick filter may have found a literal: the
@@ -445,7 +479,7 @@ impl<'e> OutputStream<'e> {
                         .filter(|literal| literal.start < until)
                 {
                     first = Some(first.map_or(literal.start, |at: usize| at.min(literal.start)));
-                    deny |= matches!(stage.action, StageAction::Deny { .. });
+                    deny |= stage.denies();
                     continue;
                 }
                 if until == len {
@@ -559,10 +593,11 @@ impl<'e> OutputStream<'e> {
 
     /// Takes the fast lane again, if the stream is out of it, once the pipeline is quiet (after
     /// any run of the stages, the lane's own too): no stage has seen a literal in the text it
-    /// holds, no stage's DFA a match (nor given up), and the held text of every stage, with
-    /// the character before it, is the answer's text as it came (no replacement in it, for
-    /// any stage). The held texts then lie end to end in `raw`, and the lane goes on from
-    /// where the first of them starts.
+    /// holds, no stage's DFA a match (nor given up), and the held text of every stage is the
+    /// answer's text as it came (no replacement in it, for any stage), with the character
+    /// before it for a stage whose pattern looks around (its matches at the start of the
+    /// text depend on that character). The held texts then lie end to end in `raw`, and the
+    /// lane goes on from where the first of them starts.
     pub(super) fn try_lane(&mut self) {
         if self.in_lane
             || !self.plan.lane
@@ -587,10 +622,13 @@ impl<'e> OutputStream<'e> {
         let start = before.len();
         let behind = before.chars().next_back().map_or(0, char::len_utf8);
         // The first stage reads `raw` itself; each later one must have received its held
-        // text, the held text of the stages after it and the character before unchanged.
-        let mut needed = behind;
-        for state in self.stages.iter().skip(1).rev() {
-            needed += state.held().len();
+        // text and the held text of the stages after it unchanged, and the character before
+        // them too if it looks around. (The one before a replacement that ends right there is
+        // not the answer's; a stage that does not look around never reads it.)
+        let mut held_after = 0;
+        for (stage, state) in self.plan.stages.iter().zip(&self.stages).skip(1).rev() {
+            held_after += state.held().len();
+            let needed = held_after + if stage.looks_around { behind } else { 0 };
             if state.unchanged < needed {
                 return;
             }

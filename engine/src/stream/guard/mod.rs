@@ -45,10 +45,12 @@ enum PushRoute {
     /// Out of the fast lane, a push that brings no literal of a denying stage, and in which no
     /// denying stage's DFA sees a match, only keeps its text while the text held stays within
     /// the windows (see [`OutputStream::hold_push`]): incremental mode with a plan that has a
-    /// fast lane, without batches, out of the lane, and not stopped.
+    /// fast lane, without batches, out of the lane, no denying stage waiting on a literal of
+    /// its own (see [`OutputStream::denial_pending`]), and not stopped.
     Hold,
     /// Every push goes through the stages ([`OutputStream::feed_text`]): the buffer and
-    /// checkpoint modes, incremental mode without a fast lane, and a stopped stream.
+    /// checkpoint modes, incremental mode without a fast lane, out of the lane while a
+    /// denying stage waits on a literal of its own, and a stopped stream.
     Stages,
 }
 
@@ -384,6 +386,18 @@ impl<'e> OutputStream<'e> {
         self.fed_call()
     }
 
+    /// A denying stage holds a literal of its own, and waits for more text to decide on a
+    /// match around it: the pushes go to the stages, so that the denial comes as soon as the
+    /// text decides it (a push that only kept its text would bring no new literal for the
+    /// filter to see).
+    fn denial_pending(&self) -> bool {
+        self.plan
+            .stages
+            .iter()
+            .zip(&self.stages)
+            .any(|(stage, state)| stage.denies() && state.holds_literal())
+    }
+
     /// Works out how much text the next pushes may only keep before the rules run again (see
     /// the fast path of [`feed`](Self::feed)).
     fn plan_next_run(&mut self) {
@@ -404,7 +418,7 @@ impl<'e> OutputStream<'e> {
             PushRoute::LaneBatch
         } else if unbatched && self.in_lane {
             PushRoute::LanePending
-        } else if unbatched && self.plan.lane && !self.in_lane {
+        } else if unbatched && self.plan.lane && !self.in_lane && !self.denial_pending() {
             PushRoute::Hold
         } else {
             PushRoute::Stages

@@ -729,18 +729,21 @@ fn a_stage_without_its_literal_in_sight_holds_back_only_what_could_precede_one()
 
 #[test]
 fn out_of_the_lane_a_blocked_literal_goes_to_the_stages_at_once() {
+    // (The e-mail pattern looks around: with a replacement just before the text it holds,
+    // the pipeline is not quiet, and the guard stays out of the lane.)
     let engine = engine_of(|set| {
         set.output(Deny(&["evil.invalid", "malware.test"]))
             .output(Redact(SSN, "SSN"))
-            .output(Redact(r"[a-z]{1,16}@[a-z]{1,16}\.com", "EMAIL"))
+            .output(Redact(r"\b[a-z]{1,16}@[a-z]{1,16}\.com\b", "EMAIL"))
     });
     assert!(engine.stream_plan().lane);
     let runtime = runtime();
     let plain = "nothing to see in this sentence at all. ".repeat(8);
-    // Right after a replacement, out of the lane, the blocked domain arrives in pieces.
+    // A while after two replacements, out of the lane, the blocked domain arrives in pieces.
     let text = [
         &plain,
         "call 123-45-6789 or ops@example.com, ",
+        "and then, a while later, only when everything else is done, ",
         "then evil.inv",
         "alid ",
     ]
@@ -1112,4 +1115,114 @@ fn a_dfa_scan_skips_only_text_its_grams_clear() {
             }
         }
     }
+}
+
+#[test]
+fn after_a_replacement_the_lane_is_taken_again_at_once_when_no_later_stage_looks_around() {
+    // An SSN in every sentence: the lane finds its `-`, releases the text before it, and the
+    // stages replace it (and the next) in one run. The character before the text the next
+    // stage holds is then the replacement's: a stage that does not look around never reads
+    // it, and the lane goes on at once. (One with a word boundary waits for it to pass.)
+    let text = "Her SSN is 123-45-6789, as filed. ".repeat(12);
+    for (looks_around, engine) in [
+        (
+            false,
+            engine_of(|set| {
+                set.output(Redact("[0-9]{3}-[0-9]{2}-[0-9]{4}", "SSN"))
+                    .output(Deny(&["wire the funds to this account"]))
+            }),
+        ),
+        (
+            true,
+            engine_of(|set| {
+                set.output(Redact("[0-9]{3}-[0-9]{2}-[0-9]{4}", "SSN"))
+                    .output(Redact(r"\bas filed\b", "NOTED"))
+            }),
+        ),
+    ] {
+        let plan = engine.stream_plan();
+        assert_eq!(plan.stages[1].looks_around, looks_around);
+        runtime().block_on(async {
+            let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+            let (mut shown, mut out_of_the_lane) = (String::new(), 0);
+            for chunk in text.as_bytes().chunks(4) {
+                let chunk = std::str::from_utf8(chunk).expect("ascii");
+                shown.push_str(guard.feed(chunk).await.expect("no denial"));
+                out_of_the_lane += usize::from(!guard.in_lane);
+            }
+            for item in guard.finish().await {
+                shown.push_str(&item.into_text().expect("text"));
+            }
+            let noted = if looks_around { "[NOTED]" } else { "as filed" };
+            assert_eq!(shown, format!("Her SSN is [SSN], {noted}. ").repeat(12));
+            if !looks_around {
+                assert_eq!(out_of_the_lane, 0);
+            }
+        });
+    }
+}
+
+#[test]
+fn while_a_replacing_literal_is_pending_the_denying_filter_tests_a_push_behind() {
+    // After the lane finds an SSN's `-`, the pushes release the text before it until the
+    // stages can act on the whole match; the filter of the denying stage's literals tests
+    // them 16 bytes at a time, as long as the bytes it has not tested stay within the
+    // slack.
+    let engine = engine_of(|set| {
+        set.output(Redact(SSN, "SSN"))
+            .output(Deny(&["evil.invalid"]))
+    });
+    let plan = engine.stream_plan();
+    runtime().block_on(async {
+        let plain = "nothing to see in this sentence at all. ".repeat(4);
+        let text = format!("{plain}call 123-45-6789 now. {plain}").repeat(3);
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let (mut shown, mut deferred, mut moved) = (String::new(), 0, 0);
+        for chunk in text.as_bytes().chunks(3) {
+            let chunk = std::str::from_utf8(chunk).expect("ascii");
+            let (pending, before) = (guard.route == PushRoute::LanePending, guard.hold_filtered);
+            shown.push_str(guard.feed(chunk).await.expect("no denial"));
+            if pending && guard.route == PushRoute::LanePending {
+                assert!(guard.raw.len() - guard.hold_filtered <= plan.lane_slack);
+                if guard.hold_filtered == before {
+                    deferred += 1;
+                } else {
+                    moved += 1;
+                }
+            }
+        }
+        for item in guard.finish().await {
+            shown.push_str(&item.into_text().expect("text"));
+        }
+        assert_eq!(shown, format!("{plain}call [SSN] now. {plain}").repeat(3));
+        assert!(
+            deferred > 2 * moved && moved > 0,
+            "{deferred} deferred, {moved} moved"
+        );
+    });
+    // A blocked word that arrives while a replacing literal is pending is denied before any
+    // of it is released.
+    let text = format!(
+        "{}call 123-45-6789 or evil.invalid now. ",
+        "plain words. ".repeat(6)
+    );
+    let start = text.find("evil").expect("the word");
+    runtime().block_on(async {
+        let mut guard = engine.output_stream(Metadata::new("agent", "session"));
+        let mut shown = String::new();
+        for chunk in text
+            .as_bytes()
+            .chunks(3)
+            .chain([&b"and then more text. "[..]; 8])
+        {
+            match guard.feed(std::str::from_utf8(chunk).expect("ascii")).await {
+                Ok(released) => shown.push_str(released),
+                Err(_) => {
+                    assert!(shown.len() <= start, "released {shown:?}");
+                    return;
+                }
+            }
+        }
+        panic!("no denial");
+    });
 }
