@@ -239,7 +239,6 @@ impl<'e> OutputStream<'e> {
     pub(super) fn pending_push(&mut self, delta: &str) {
         let received = self.raw.len();
         append(&mut self.raw, delta);
-        let len = self.raw.len();
         let cut = self.lane_cut();
         // Since the lane's search, no literal of a denying stage has begun (the filter has
         // looked from where one that search could not see whole may begin).
@@ -248,12 +247,22 @@ impl<'e> OutputStream<'e> {
             && self.lane_until.is_some_and(|until| cut <= until)
             && (!self.lane_dfas_due(received) || self.step_lane_dfas(false))
         {
-            self.lane_searched = len;
+            self.lane_searched = self.raw.len();
             self.lane_release(cut);
             return;
         }
+        self.pending_run(deny_clear);
+    }
+
+    /// The end of [`pending_push`](Self::pending_push) when the push cannot only release
+    /// text: the stages take the unreleased text and run. With `deny_clear`, the filter of
+    /// the denying stages' literals found none in what it tested. Out of line, so that the
+    /// quick path saves only the few registers it needs.
+    #[inline(never)]
+    fn pending_run(&mut self, deny_clear: bool) {
         self.lane_until = None;
         // The stages take the text: what the filter left untested is tested now.
+        let len = self.raw.len();
         let deny_clear = deny_clear
             && self.plan.deny_filter.as_ref().is_none_or(|filter| {
                 self.hold_filtered >= len
@@ -286,7 +295,7 @@ impl<'e> OutputStream<'e> {
     /// the bytes it has not tested would outgrow the slack. (A literal in them could only
     /// make a match that starts where nothing is released yet.) Moves `hold_filtered` on
     /// over what it cleared.
-    #[inline(always)]
+    #[inline(never)]
     fn deny_filter_behind(&mut self, received: usize) -> bool {
         let Some(filter) = &self.plan.deny_filter else {
             return true;
