@@ -745,6 +745,16 @@ fn lane_byte(byte: u8) -> [Lane; 2] {
     [Lane([mask; 16]), Lane([byte; 16])]
 }
 
+/// The first 16 bytes of an 18-byte window and the 16 one byte on: where a literal's first
+/// and second bytes are compared (its third, and a one-byte literal, in the last 16).
+#[inline(always)]
+fn leading(window: &[u8; 18]) -> Option<(&[u8; 16], &[u8; 16])> {
+    Some((
+        window.first_chunk::<16>()?,
+        window.get(1..17)?.first_chunk::<16>()?,
+    ))
+}
+
 /// A byte test that no byte passes: any byte `| 0xff` is 0xff, never 0.
 const NEVER: [Lane; 2] = [Lane([0xff; 16]), Lane([0; 16])];
 
@@ -928,13 +938,8 @@ impl Lanes {
     /// [`LiteralFilter::clear_push_exact`]).
     #[inline(always)]
     fn clear_window_exact<const ES: usize, const EP: usize>(&self, window: &[u8; 18]) -> bool {
-        let (Some(first), Some(second), Some(third)) = (
-            window.first_chunk::<16>(),
-            window
-                .get(1..17)
-                .and_then(|bytes| bytes.first_chunk::<16>()),
-            window.last_chunk::<16>(),
-        ) else {
+        let (Some((first, second)), Some(third)) = (leading(window), window.last_chunk::<16>())
+        else {
             return true;
         };
         match &self.slots {
@@ -977,17 +982,12 @@ impl LiteralFilter {
                     for first in 0..=u8::MAX {
                         self.mark(first, byte);
                     }
-                    if let Some(lanes) = &mut self.lanes {
-                        lanes.add(literal);
-                    }
                 }
-                [first, second, ..] => {
-                    self.mark(first, second);
-                    if let Some(lanes) = &mut self.lanes {
-                        lanes.add(literal);
-                    }
-                }
+                [first, second, ..] => self.mark(first, second),
                 [] => {}
+            }
+            if let Some(lanes) = &mut self.lanes {
+                lanes.add(literal);
             }
         }
         self.limit_lanes();
@@ -1056,12 +1056,7 @@ impl LiteralFilter {
             let mut window = [before; 18];
             window[1] = after;
             window[2..].copy_from_slice(third);
-            if let (Some(first), Some(second)) = (
-                window.first_chunk::<16>(),
-                window
-                    .get(1..17)
-                    .and_then(|bytes| bytes.first_chunk::<16>()),
-            ) {
+            if let Some((first, second)) = leading(&window) {
                 return tests.clear_first::<ES, EP>([first, second, third]);
             }
         }

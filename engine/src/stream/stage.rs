@@ -1,7 +1,7 @@
 //! Stage scanning: the state one incremental stage keeps between pushes, and how it decides
 //! which of the text it holds is final.
 
-use regex_automata::hybrid::{self, LazyStateID};
+use regex_automata::hybrid::{self, LazyStateID, StartError};
 use regex_automata::util::start;
 use regex_automata::{Anchored, Span};
 
@@ -70,6 +70,18 @@ pub(super) const IN_PARTS_FROM: usize = 64;
 
 /// A deny stage found a match.
 pub(super) struct Matched;
+
+/// The state an unanchored scan of `dfa` starts from, after the byte `look_behind`.
+fn unanchored_start(
+    dfa: &hybrid::dfa::DFA,
+    cache: &mut hybrid::dfa::Cache,
+    look_behind: Option<u8>,
+) -> Result<LazyStateID, StartError> {
+    let config = start::Config::new()
+        .anchored(Anchored::No)
+        .look_behind(look_behind);
+    dfa.start_state(cache, &config)
+}
 
 /// The first place a literal of at most `longest` bytes may begin in text that ends at `end`
 /// and not lie wholly within it: a search of the text up to `end` cannot have seen one that
@@ -147,11 +159,7 @@ impl StageScan {
                     return !scanner.matched;
                 }
                 // It gave up, and stays given up (see `lane_unmatched`).
-                if let FinderProgress::Dfa(scanner) =
-                    std::mem::replace(&mut self.progress, FinderProgress::Blind)
-                {
-                    dfa.keep_cache(scanner.cache);
-                }
+                self.go_blind(dfa);
                 false
             }
             _ => false,
@@ -236,9 +244,9 @@ impl StageScan {
                 let bytes = self.buffer.as_bytes();
                 let unsearched = &bytes[*search_from..];
                 // A SIMD search costs more to start than a push's few bytes cost to test
-                // with the quick filter: a literal wholly in them has its first two bytes
-                // (or its one byte) there, which the filter flags. (The filter tests from
-                // the byte before them too, 16 bytes at a time.)
+                // with the quick filter: a literal wholly in them has its first three bytes
+                // (or all of its fewer) there, which the filter flags. (The filter tests
+                // from the two bytes before them too, 16 positions at a time.)
                 let literal = if std::mem::take(&mut self.lane_clear)
                     || (unsearched.len() < LiteralFilter::SHORT
                         && filter.clear_from(bytes, *search_from))
@@ -260,11 +268,9 @@ impl StageScan {
             }
             (FinderProgress::Dfa(scanner), MatchFinder::Dfa(dfa)) => {
                 let gave_up = !scanner.step(dfa, &self.buffer, end);
-                if gave_up
-                    && let FinderProgress::Dfa(scanner) =
-                        std::mem::replace(&mut self.progress, FinderProgress::Blind)
-                {
-                    dfa.keep_cache(scanner.cache);
+                // The stage then searches its held text on every push.
+                if gave_up {
+                    self.go_blind(dfa);
                 }
             }
             _ => {}
@@ -422,14 +428,20 @@ impl StageScan {
     /// Gives the DFA's cache back to the stage for the streams to come: the stream is over.
     pub(super) fn release(&mut self, stage: &Stage) {
         if let MatchFinder::Dfa(dfa) = &stage.finder {
-            if let FinderProgress::Dfa(scanner) =
-                std::mem::replace(&mut self.progress, FinderProgress::Blind)
-            {
-                dfa.keep_cache(scanner.cache);
-            }
+            self.go_blind(dfa);
             if let Some(scanner) = self.hold_scan.take() {
                 dfa.keep_cache(scanner.cache);
             }
+        }
+    }
+
+    /// Leaves the stage blind, its DFA scan's cache (if any) kept for the streams to come:
+    /// the DFA gave up, or the stream is over.
+    fn go_blind(&mut self, dfa: &DfaWatch) {
+        if let FinderProgress::Dfa(scanner) =
+            std::mem::replace(&mut self.progress, FinderProgress::Blind)
+        {
+            dfa.keep_cache(scanner.cache);
         }
     }
 
@@ -497,10 +509,7 @@ impl Scanner {
         look_behind: Option<u8>,
         at: usize,
     ) -> FinderProgress {
-        let config = start::Config::new()
-            .anchored(Anchored::No)
-            .look_behind(look_behind);
-        match dfa.dfa.start_state(&mut cache, &config) {
+        match unanchored_start(&dfa.dfa, &mut cache, look_behind) {
             Ok(state) => FinderProgress::Dfa(Box::new(Scanner {
                 cache,
                 state,
@@ -569,11 +578,8 @@ impl Scanner {
                     .checked_sub(1)
                     .and_then(|at| text.as_bytes().get(at).copied()),
             };
-            let config = start::Config::new()
-                .anchored(Anchored::No)
-                .look_behind(look_behind);
             starts[index] = from;
-            states[index] = dfa.start_state(&mut self.cache, &config).ok()?;
+            states[index] = unanchored_start(dfa, &mut self.cache, look_behind).ok()?;
         }
         if states.iter().any(LazyStateID::is_tagged) {
             return None;
@@ -638,10 +644,8 @@ impl Scanner {
         else {
             return false;
         };
-        let config = start::Config::new()
-            .anchored(Anchored::No)
-            .look_behind(bytes.get(restart - 1).copied());
-        let Ok(state) = watch.dfa.start_state(&mut self.cache, &config) else {
+        let look_behind = bytes.get(restart - 1).copied();
+        let Ok(state) = unanchored_start(&watch.dfa, &mut self.cache, look_behind) else {
             return false;
         };
         self.state = state;

@@ -156,7 +156,6 @@ impl<'e> OutputStream<'e> {
     ) {
         let received = self.raw.len();
         append(&mut self.raw, delta);
-        let len = self.raw.len();
         let mut filtered = self.lane_filtered;
         if received.saturating_sub(filtered) >= LiteralFilter::SHORT {
             return self.lane_search();
@@ -168,6 +167,7 @@ impl<'e> OutputStream<'e> {
         if STEP && self.lane_dfas_due(received) && !self.step_lane_dfas(false) {
             return self.lane_search();
         }
+        let len = self.raw.len();
         while received.saturating_sub(filtered) >= 16 {
             if !self
                 .plan
